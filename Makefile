@@ -1,0 +1,134 @@
+# Build switches (combine freely):
+#   MPI=1          ranks are Open MPI processes (./run uses mpirun); default: threads
+#   GPU=1          CUDA kernels + cuBLAS + NCCL from $(CUDA_HOME)
+#   DEBUG=1        -O0 -g
+#   SAN=address    AddressSanitizer + UBSan;  SAN=thread  ThreadSanitizer
+#   O=name         a separate build folder (build/<variant>-name), for parallel builds
+# Targets: all, baseline, chapterN, test, bench, clean.
+
+CC        ?= gcc
+CUDA_HOME ?= /usr/local/cuda
+NVCC      ?= $(CUDA_HOME)/bin/nvcc
+# Extra include / library paths, e.g. for OpenBLAS unpacked from .debs on a GPU box.
+EXTRA_CFLAGS  ?=
+EXTRA_LDFLAGS ?=
+
+variant := cpu$(if $(MPI),-mpi)$(if $(GPU),-gpu)$(if $(DEBUG),-debug)$(if $(SAN),-$(SAN))
+BUILD   := build/$(variant)$(if $(O),-$(O))
+
+PKGS     := openblas check
+CFLAGS   := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread -Icommon \
+            $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(EXTRA_CFLAGS)
+LDLIBS   := $(shell pkg-config --libs openblas 2>/dev/null) -lm -pthread $(EXTRA_LDFLAGS)
+CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
+
+ifdef DEBUG
+  CFLAGS += -O0 -g
+else
+  CFLAGS += -O3 -march=native -g
+endif
+ifeq ($(SAN),address)
+  CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+  LDLIBS += -fsanitize=address,undefined
+else ifeq ($(SAN),thread)
+  CFLAGS += -fsanitize=thread
+  LDLIBS += -fsanitize=thread
+endif
+
+common_src := $(filter-out common/comm_mpi.c common/device_cpu.c,$(wildcard common/*.c))
+ifdef MPI
+  CFLAGS += -DUSE_MPI $(shell pkg-config --cflags ompi-c 2>/dev/null)
+  LDLIBS += $(shell pkg-config --libs ompi-c 2>/dev/null)
+  common_src += common/comm_mpi.c
+endif
+ifdef GPU
+  CFLAGS += -DUSE_CUDA -I$(CUDA_HOME)/include -Igpu
+  LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcublas -lcudart -lstdc++
+  NVCCFLAGS := -O3 -std=c++17 -Icommon -Igpu -gencode arch=compute_90,code=sm_90 \
+               -gencode arch=compute_90,code=compute_90 $(if $(MPI),-DUSE_MPI)
+  common_src += $(wildcard gpu/*.c)
+  cuda_src   := $(wildcard gpu/*.cu)
+else
+  common_src += common/device_cpu.c
+  cuda_src   :=
+endif
+
+common_obj := $(common_src:%.c=$(BUILD)/obj/%.o) $(cuda_src:%.cu=$(BUILD)/obj/%.o)
+DEPS_STAMP := build/.deps-ok
+
+.PHONY: all baseline test bench clean deps
+.SECONDARY:
+.SECONDEXPANSION:
+
+chapter_dirs := $(filter-out chapters/00-%,$(wildcard chapters/0*))
+chapter_number = $(patsubst chapters/0%,%,$(firstword $(subst -, ,$(1))))
+all: baseline $(foreach dir,$(chapter_dirs),chapter$(call chapter_number,$(dir)))
+
+deps: $(DEPS_STAMP)
+$(DEPS_STAMP): tools/ensure-deps
+	@tools/ensure-deps
+	@mkdir -p build && touch $@
+
+$(BUILD)/obj/%.o: %.c | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%.o: %.cu | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+-include $(shell find build -name '*.d' 2>/dev/null)
+
+# ---- programs: a chapter is every .c file in its folder, linked with common/ ----------
+# `make chapterN` builds chapters/0N-*/ into $(BUILD)/chapterN and records it for ./run.
+define program
+$(BUILD)/$(1): $$(patsubst %.c,$(BUILD)/obj/%.o,$$(wildcard $(2)/*.c)) $$(common_obj)
+	$$(CC) $$^ -o $$@ $$(LDLIBS)
+.PHONY: $(1)
+$(1): $(BUILD)/$(1)
+	@printf '%s\n%s\n' "$(BUILD)/$(1)" "$(if $(MPI),mpi,threads)" > build/last
+	@echo "built $(BUILD)/$(1)  (run it: ./run N [flags])"
+endef
+$(eval $(call program,baseline,chapters/00-baseline))
+$(foreach dir,$(chapter_dirs),$(eval $(call program,chapter$(call chapter_number,$(dir)),$(dir))))
+
+# ---- tests -------------------------------------------------------------------------
+# tests/test_*.c are Check suites; test_mpi_*.c need MPI=1 and run under mpirun.
+test_src := $(filter-out tests/test_mpi_%,$(wildcard tests/test_*.c))
+ifdef MPI
+  test_src += $(wildcard tests/test_mpi_*.c)
+endif
+test_helpers := $(filter-out tests/test_%,$(wildcard tests/*.c))
+test_bins := $(test_src:tests/%.c=$(BUILD)/tests/%)
+
+# A suite named test_chapterN*.c (or test_mpi_chapterN*.c) also links chapter N's
+# strategy code: every .c of chapters/0N-*/ except main.c.
+chapter_of = $(shell echo $(1) | sed -n 's/.*test_\(mpi_\)\{0,1\}chapter\([0-9]\).*/\2/p')
+chapter_objs = $(if $(1),$(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out %/main.c,$(wildcard chapters/0$(1)-*/*.c))))
+define test_program
+$(BUILD)/tests/$(1): $(BUILD)/obj/tests/$(1).o $(test_helpers:%.c=$(BUILD)/obj/%.o) $(call chapter_objs,$(call chapter_of,$(1))) $$(common_obj)
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$^ -o $$@ $$(LDLIBS) $$(CHECK_LIBS)
+endef
+$(foreach t,$(test_src:tests/%.c=%),$(eval $(call test_program,$(t))))
+
+.PHONY: tests
+tests: $(test_bins)
+
+# make test: every suite, threads and MPI, plus the programs' command-line checks.
+test: | $(DEPS_STAMP)
+	@tools/run-tests
+
+# ---- benchmarks: bench/*.c, each linked with common/ --------------------------------
+bench_bins := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $$(common_obj)
+	@mkdir -p $(dir $@)
+	$(CC) $^ -o $@ $(LDLIBS)
+.PHONY: benches
+benches: $(bench_bins)
+
+bench: | $(DEPS_STAMP)
+	@tools/run-bench
+
+clean:
+	rm -rf build

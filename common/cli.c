@@ -1,0 +1,221 @@
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *program_name = "program";
+
+_Noreturn void cli_fail(const char *fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    fprintf(stderr, "%s: error: ", program_name);
+    vfprintf(stderr, fmt, args);
+    fputc('\n', stderr);
+    va_end(args);
+    exit(2);
+}
+
+run_config run_config_default(void) {
+    run_config cfg = {
+        .model = {.vocab = 256, .ctx = 64, .layers = 4, .heads = 4, .dim = 128},
+        .batch = 8,
+        .steps = 10,
+        .seed = 1234,
+        .adamw = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                  .weight_decay = 0.01f, .warmup_steps = 10},
+        .device = "auto",
+        .comm = comm_options_default(),
+    };
+    return cfg;
+}
+
+/* ---- the shared flags ------------------------------------------------------------ */
+
+static const char *const allreduce_names[] = {"ring", "naive", NULL};
+static const char *const link_names[] = {"none", "nvlink", "ib", "ethernet", NULL};
+static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
+
+typedef struct {
+    int allreduce, link, device;
+    double lr, weight_decay, link_scale, timeout;
+    const char *seed_text;
+} shared_values;
+
+static int table_size(const cli_option *t) {
+    int n = 0;
+    while (t && t[n].name) n++;
+    return n;
+}
+
+static void print_usage(const cli_option *tables[2], const char *description) {
+    printf("usage: ./run N [flags]   (or %s [flags] --ranks N)\n%s\n\nflags:\n",
+           program_name, description ? description : "");
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < table_size(tables[k]); i++) {
+            const cli_option *o = &tables[k][i];
+            char left[64];
+            snprintf(left, sizeof left, "--%s%s", o->name,
+                     o->type == OPT_FLAG ? "" : o->type == OPT_CHOICE ? " CHOICE" : " X");
+            printf("  %-24s %s", left, o->help);
+            if (o->choices) {
+                printf(" (");
+                for (int c = 0; o->choices[c]; c++) printf("%s%s", c ? "|" : "", o->choices[c]);
+                printf(")");
+            }
+            printf("\n");
+        }
+    }
+}
+
+static void parse_value(const cli_option *o, const char *text) {
+    char *end = NULL;
+    errno = 0;
+    switch (o->type) {
+    case OPT_INT: {
+        long v = strtol(text, &end, 10);
+        if (errno || end == text || *end)
+            cli_fail("--%s %s: not an integer (%s)", o->name, text, o->help);
+        if (v < (long)o->min_value || v > 1000000000L)
+            cli_fail("--%s %s: must be an integer from %.0f to 1000000000", o->name, text,
+                     o->min_value);
+        *(int *)o->target = (int)v;
+        break;
+    }
+    case OPT_FLOAT: {
+        double v = strtod(text, &end);
+        if (errno || end == text || *end || !isfinite(v))
+            cli_fail("--%s %s: not a number (%s)", o->name, text, o->help);
+        if (v < o->min_value)
+            cli_fail("--%s %s: must be at least %g", o->name, text, o->min_value);
+        *(double *)o->target = v;
+        break;
+    }
+    case OPT_STRING:
+        if (!*text) cli_fail("--%s: needs a value (%s)", o->name, o->help);
+        *(const char **)o->target = text;
+        break;
+    case OPT_CHOICE:
+        for (int c = 0; o->choices[c]; c++) {
+            if (strcmp(o->choices[c], text) == 0) {
+                *(int *)o->target = c;
+                return;
+            }
+        }
+        {
+            char valid[256] = "";
+            for (int c = 0; o->choices[c]; c++)
+                snprintf(valid + strlen(valid), sizeof valid - strlen(valid), "%s%s",
+                         c ? ", " : "", o->choices[c]);
+            cli_fail("--%s %s: unknown value (valid: %s)", o->name, text, valid);
+        }
+    case OPT_FLAG:
+        *(int *)o->target = 1;
+        break;
+    }
+}
+
+static void apply_preset(const char *name, run_config *cfg) {
+    if (strcmp(name, "bench128") == 0 || strcmp(name, "bench256") == 0) {
+        cfg->model = (gpt_config){.vocab = 256, .ctx = 64, .layers = 4, .heads = 4,
+                                  .dim = strcmp(name, "bench128") == 0 ? 128 : 256};
+        cfg->batch = 8;
+    } else {
+        cli_fail("--preset %s: unknown preset (valid: bench128, bench256)", name);
+    }
+}
+
+void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
+               const char *program, const char *description) {
+    const char *base = strrchr(program, '/');
+    program_name = base ? base + 1 : program;
+    shared_values sv = {.allreduce = cfg->comm.allreduce, .link = cfg->comm.link,
+                        .lr = cfg->adamw.lr, .weight_decay = cfg->adamw.weight_decay,
+                        .link_scale = cfg->comm.link_scale,
+                        .timeout = cfg->comm.timeout_seconds};
+    const char *preset = NULL;
+    const cli_option shared[] = {
+        {"ranks", OPT_INT, &cfg->comm.ranks, "number of ranks (./run N sets it)", NULL, 1},
+        {"steps", OPT_INT, &cfg->steps, "training steps", NULL, 1},
+        {"layers", OPT_INT, &cfg->model.layers, "transformer blocks", NULL, 1},
+        {"heads", OPT_INT, &cfg->model.heads, "attention heads (must divide --dim)", NULL, 1},
+        {"dim", OPT_INT, &cfg->model.dim, "model width", NULL, 1},
+        {"ctx", OPT_INT, &cfg->model.ctx, "sequence length in tokens", NULL, 1},
+        {"batch", OPT_INT, &cfg->batch, "global batch in sequences", NULL, 1},
+        {"vocab", OPT_INT, &cfg->model.vocab, "vocabulary size (>= 256: byte tokens)", NULL, 256},
+        {"seed", OPT_STRING, &sv.seed_text, "seed for initialisation and data", NULL, 0},
+        {"lr", OPT_FLOAT, &sv.lr, "AdamW learning rate", NULL, 0},
+        {"weight-decay", OPT_FLOAT, &sv.weight_decay, "AdamW decoupled weight decay", NULL, 0},
+        {"warmup", OPT_INT, &cfg->adamw.warmup_steps, "steps of linear learning-rate warm-up", NULL, 0},
+        {"preset", OPT_STRING, &preset, "bench128 or bench256 (DESIGN.md)", NULL, 0},
+        {"data", OPT_STRING, &cfg->data_path, "train on the bytes of this file", NULL, 0},
+        {"json", OPT_FLAG, &cfg->json, "print one JSON object instead of tables", NULL, 0},
+        {"quiet", OPT_FLAG, &cfg->quiet, "no per-step progress lines", NULL, 0},
+        {"device", OPT_CHOICE, &sv.device, "where ranks compute", device_names, 0},
+        {"tf32", OPT_FLAG, &cfg->tf32, "let cuBLAS use TF32 (GPU)", NULL, 0},
+        {"allreduce", OPT_CHOICE, &sv.allreduce, "all-reduce algorithm (threads)", allreduce_names, 0},
+        {"link", OPT_CHOICE, &sv.link, "modelled wire between ranks (threads)", link_names, 0},
+        {"link-scale", OPT_FLOAT, &sv.link_scale, "slow every link down by this factor", NULL, 1e-9},
+        {"comm-timeout", OPT_FLOAT, &sv.timeout, "seconds before a stuck collective is reported", NULL, 0.001},
+        {"trace", OPT_STRING, &cfg->comm.trace_path, "write a Chrome/Perfetto trace here", NULL, 0},
+        {0},
+    };
+    const cli_option *tables[2] = {shared, extra};
+
+    /* A preset sets the model first, so flags after (or before) it can refine it. */
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--preset") == 0 && i + 1 < argc) apply_preset(argv[i + 1], cfg);
+        else if (strncmp(argv[i], "--preset=", 9) == 0) apply_preset(argv[i] + 9, cfg);
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            print_usage(tables, description);
+            exit(0);
+        }
+        if (strncmp(arg, "--", 2) != 0)
+            cli_fail("unexpected argument '%s' (flags start with --; see --help)", arg);
+        const char *name = arg + 2;
+        const char *eq = strchr(name, '=');
+        size_t name_len = eq ? (size_t)(eq - name) : strlen(name);
+        const cli_option *found = NULL;
+        for (int k = 0; k < 2 && !found; k++)
+            for (int j = 0; j < table_size(tables[k]); j++)
+                if (strlen(tables[k][j].name) == name_len &&
+                    strncmp(tables[k][j].name, name, name_len) == 0)
+                    found = &tables[k][j];
+        if (!found) cli_fail("unknown flag '%.*s' (see --help)", (int)(name_len + 2), arg);
+        if (found->type == OPT_FLAG) {
+            if (eq) cli_fail("--%s takes no value", found->name);
+            parse_value(found, "");
+            continue;
+        }
+        const char *value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (!value) cli_fail("--%s: missing value (%s)", found->name, found->help);
+        parse_value(found, value);
+    }
+
+    if (sv.seed_text) {
+        char *end = NULL;
+        errno = 0;
+        unsigned long long seed = strtoull(sv.seed_text, &end, 10);
+        if (errno || end == sv.seed_text || *end || sv.seed_text[0] == '-')
+            cli_fail("--seed %s: must be a non-negative integer", sv.seed_text);
+        cfg->seed = seed;
+    }
+    cfg->adamw.lr = (float)sv.lr;
+    cfg->adamw.weight_decay = (float)sv.weight_decay;
+    cfg->comm.allreduce = (comm_allreduce_algo)sv.allreduce;
+    cfg->comm.link = (comm_link)sv.link;
+    cfg->comm.link_scale = sv.link_scale;
+    cfg->comm.timeout_seconds = sv.timeout;
+    cfg->device = device_names[sv.device];
+
+    char err[256];
+    if (!gpt_config_check(&cfg->model, 1, err, sizeof err)) cli_fail("%s", err);
+    int mpi_ranks = launch_mpi_world_size();
+    if (mpi_ranks > 0) cfg->comm.ranks = mpi_ranks;
+}

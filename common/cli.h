@@ -1,0 +1,53 @@
+/* Command-line flags shared by every program, plus a chapter's own.
+ *
+ * Bad input never reaches a rank: cli_parse prints one line naming the flag, the
+ * value and what would be valid, and exits with status 2. */
+#ifndef CLI_H
+#define CLI_H
+#include <stdint.h>
+
+#include "comm.h"
+#include "model.h"
+#include "ops.h"
+
+typedef struct {
+    gpt_config model;
+    int batch;            /* global batch, in sequences of ctx tokens */
+    int steps;
+    uint64_t seed;
+    adamw_config adamw;
+    const char *data_path;   /* NULL: built-in corpus */
+    int json;             /* --json: one JSON object on stdout, no table */
+    int quiet;            /* --quiet: no per-step lines */
+    const char *device;   /* --device cpu|cuda|auto */
+    int tf32;
+    comm_options comm;    /* ranks, allreduce, link, link-scale, comm-timeout, trace */
+} run_config;
+
+typedef enum { OPT_INT, OPT_FLOAT, OPT_STRING, OPT_FLAG, OPT_CHOICE } cli_type;
+
+/* A chapter's own flag. For OPT_CHOICE, target is an int receiving the index of the
+ * value in choices (a NULL-terminated list). Integers must be >= min_value. */
+typedef struct {
+    const char *name;     /* without the dashes */
+    cli_type type;
+    void *target;
+    const char *help;
+    const char *const *choices;
+    double min_value;
+} cli_option;
+
+/* Defaults: layers 4, heads 4, dim 128, ctx 64, batch 8, vocab 256, steps 10,
+ * seed 1234, lr 1e-3 with 10 warm-up steps, betas 0.9/0.95, eps 1e-8, weight decay
+ * 0.01. */
+run_config run_config_default(void);
+
+/* Parses argv into cfg and the extra options (extra may be NULL; ends with a zeroed
+ * entry). --help prints usage and exits 0. Exits 2 on any bad input. */
+void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
+               const char *program, const char *description);
+
+/* One error line "<program>: error: ..." and exit status 2. */
+_Noreturn void cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif

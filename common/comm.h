@@ -1,0 +1,188 @@
+/* The communicator: one API for every strategy, whatever carries the bytes.
+ *
+ * Backends: threads (ranks are threads of one process, ring collectives written here
+ * over shared memory), Open MPI (ranks are processes), NCCL (gpu/). A chapter is
+ * written once as a rank_main(comm *world, void *args) and started by launch().
+ *
+ * Every call is collective over the group unless it says otherwise, and all ranks of a
+ * group must issue the same collectives in the same order with the same counts, dtype,
+ * op and root. A mismatch is detected and reported naming both ranks; a wait that
+ * exceeds the timeout reports where every rank is stuck; a failing rank stops all.
+ *
+ * Uneven sharding: reduce-scatter and all-gather split `count` elements into
+ * comm_shard() pieces, rank r owning [offset_r, offset_r + len_r); the first
+ * count % size ranks hold one element more. */
+#ifndef COMM_H
+#define COMM_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "alloc.h"
+
+typedef struct comm comm;
+typedef struct comm_request comm_request;
+
+typedef enum { COMM_SUM, COMM_AVG, COMM_MAX } comm_op;
+
+/* Element types on the wire. Reductions of the 16- and 8-bit types are carried out
+ * in fp32 and rounded back (as NCCL does), so compressed gradients really send 2 or
+ * 1 bytes per element. */
+typedef enum { COMM_F32, COMM_BF16, COMM_F16, COMM_F8E4M3 } comm_dtype;
+size_t comm_dtype_size(comm_dtype dt);
+const char *comm_dtype_name(comm_dtype dt);     /* "f32", "bf16", "f16", "f8e4m3" */
+
+/* Conversions used on the wire (also handy for compressing gradients by hand). All
+ * round to nearest, ties to even; fp16 overflows to infinity; e4m3 (OCP "FN": no
+ * infinity, max 448) saturates to +-448; NaN stays NaN. comm_convert converts count
+ * elements; dst and src must not overlap unless they have the same type. */
+uint16_t comm_f32_to_bf16(float x);
+float comm_bf16_to_f32(uint16_t h);
+uint16_t comm_f32_to_f16(float x);
+float comm_f16_to_f32(uint16_t h);
+uint8_t comm_f32_to_f8e4m3(float x);
+float comm_f8e4m3_to_f32(uint8_t b);
+void comm_convert(void *dst, comm_dtype dst_dt, const void *src, comm_dtype src_dt,
+                  size_t count);
+
+typedef enum { ALLREDUCE_RING, ALLREDUCE_NAIVE } comm_allreduce_algo;
+
+/* ---- identity and groups ------------------------------------------------------------ */
+int comm_rank(const comm *c);
+int comm_size(const comm *c);
+int comm_world_rank(const comm *c);       /* this rank's number in the world group */
+const char *comm_backend_name(const comm *c);   /* "threads", "mpi", "nccl" */
+/* Ranks with equal color form a group, ordered by key (ties by rank). Collective.
+ * A rank passing a negative color joins no group and gets NULL. */
+comm *comm_split(comm *c, int color, int key, const char *name);
+const char *comm_name(const comm *c);     /* "world", or the name given to split */
+void comm_free(comm *c);
+
+/* The piece of `count` elements that `rank` owns; returns its length. */
+size_t comm_shard(size_t count, int size, int rank, size_t *offset);
+
+/* ---- blocking collectives (buffers hold `count` elements of `dt`) ------------------ */
+void comm_allreduce(comm *c, void *buf, size_t count, comm_dtype dt, comm_op op);
+/* send holds count elements; recv receives this rank's shard (comm_shard length).
+ * recv may point into send at this rank's offset (in place). */
+void comm_reduce_scatter(comm *c, const void *send, void *recv, size_t count,
+                         comm_dtype dt, comm_op op);
+/* send holds this rank's shard; recv receives all count elements. send may point
+ * into recv at this rank's offset (in place). */
+void comm_allgather(comm *c, const void *send, void *recv, size_t count, comm_dtype dt);
+void comm_broadcast(comm *c, void *buf, size_t count, comm_dtype dt, int root);
+/* In place: on return the root's buf holds the reduction, the others' are unchanged. */
+void comm_reduce(comm *c, void *buf, size_t count, comm_dtype dt, comm_op op, int root);
+void comm_barrier(comm *c);
+
+/* ---- point to point (not collective; messages of one tag arrive in order) -------- */
+/* Buffered: comm_send returns once buf has been copied, without waiting for the
+ * receiver, so two ranks may send to each other before receiving. The receiver's
+ * count and dtype must match the sender's. Tags are 0..32767. */
+void comm_send(comm *c, const void *buf, size_t count, comm_dtype dt, int peer, int tag);
+void comm_recv(comm *c, void *buf, size_t count, comm_dtype dt, int peer, int tag);
+
+/* ---- asynchronous collectives: start now, wait later ------------------------------ */
+/* Buffers must stay untouched until comm_wait returns. Requests complete in the order
+ * they were started within a group. Threads and NCCL also run them in that order, so a
+ * request may read what an earlier one writes; MPI does not promise this: wait first. A blocking call issued while requests are pending
+ * runs after them. Threads backend: a communication thread per rank and group executes
+ * the queue, so compute overlaps communication. MPI: the MPI_I* calls; the mismatch
+ * check at start is a small blocking exchange. */
+comm_request *comm_allreduce_start(comm *c, void *buf, size_t count, comm_dtype dt,
+                                   comm_op op);
+comm_request *comm_reduce_scatter_start(comm *c, const void *send, void *recv,
+                                        size_t count, comm_dtype dt, comm_op op);
+comm_request *comm_allgather_start(comm *c, const void *send, void *recv, size_t count,
+                                   comm_dtype dt);
+void comm_wait(comm_request *req);    /* frees the request */
+
+/* ---- failure ------------------------------------------------------------------------ */
+/* Stops every rank: prints "rank R failed: <message>" and exits non-zero. */
+_Noreturn void comm_abort(comm *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* ---- accounting ----------------------------------------------------------------- */
+typedef enum {
+    COMM_KIND_ALLREDUCE,
+    COMM_KIND_REDUCE_SCATTER,
+    COMM_KIND_ALLGATHER,
+    COMM_KIND_BROADCAST,
+    COMM_KIND_REDUCE,
+    COMM_KIND_SENDRECV,
+    COMM_KIND_BARRIER,
+    COMM_NKINDS
+} comm_kind;
+const char *comm_kind_name(comm_kind kind);
+
+typedef struct {
+    uint64_t calls[COMM_NKINDS];
+    uint64_t bytes_sent[COMM_NKINDS];
+    uint64_t bytes_received[COMM_NKINDS];
+    double seconds[COMM_NKINDS];   /* time a rank's program was blocked on comm */
+    double async_seconds;          /* time async operations were in flight */
+    double hidden_seconds;         /* ... of which overlapped with compute */
+} comm_stats;
+
+/* This rank's totals: for one group, or (comm_stats_all) over every group of the rank. */
+comm_stats comm_stats_get(const comm *c);
+comm_stats comm_stats_all(const comm *c);
+void comm_stats_reset(comm *c);          /* resets the rank's stats in all its groups */
+uint64_t comm_stats_total_sent(const comm_stats *s);
+double comm_stats_total_seconds(const comm_stats *s);
+/* True when bytes are counted from the algorithm's textbook volume (MPI, NCCL) rather
+ * than measured from the copies this program made (threads). */
+int comm_bytes_are_modelled(const comm *c);
+/* The memory accounting of the rank that owns c (bound by launch on every rank). */
+mem_stats *comm_mem_stats(comm *c);
+
+/* ---- launcher ----------------------------------------------------------------------- */
+typedef int (*rank_main_fn)(comm *world, void *args);
+
+/* The modelled wire (threads backend): every chunk a rank copies from a peer takes at
+ * least latency + bytes / bandwidth of wall time, both multiplied by link_scale.
+ *   LINK_NVLINK    900 GB/s,               2 us
+ *   LINK_IB        400 Gb/s  =  50 GB/s,   5 us
+ *   LINK_ETHERNET   25 Gb/s  = 3.125 GB/s, 30 us   (GB = 1e9 bytes) */
+typedef enum { LINK_NONE, LINK_NVLINK, LINK_IB, LINK_ETHERNET } comm_link;
+
+typedef struct {
+    int ranks;                       /* threads backend; MPI takes mpirun's -np */
+    comm_allreduce_algo allreduce;   /* threads backend */
+    comm_link link;                  /* threads backend: modelled wire */
+    double link_scale;               /* 1 = as the link is; 10 = ten times slower */
+    double timeout_seconds;          /* every blocking wait */
+    const char *trace_path;          /* NULL: no trace */
+} comm_options;
+
+/* Defaults: 1 rank, ring, no link model, scale 1, 60 s timeout, no trace. */
+comm_options comm_options_default(void);
+
+/* Runs fn on every rank (threads or MPI processes, as built) and returns the exit
+ * status: 0 when every rank returned 0. Binds each rank's memory accounting, sets one
+ * OpenBLAS thread per rank, and writes the trace when asked.
+ * An MPI build uses MPI when started by mpirun (launch_mpi_world_size() > 0) and
+ * threads otherwise. After a failure (timeout, mismatch, comm_abort, a rank_main
+ * returning non-zero) the threads backend stops every rank at its next comm call and
+ * launch returns non-zero (main should return it); MPI ends the job (MPI_Abort). */
+int launch(const comm_options *opts, rank_main_fn fn, void *args);
+/* The two backends by name. launch_mpi initialises MPI (MPI_THREAD_MULTIPLE) on first
+ * use and finalises it at exit, so it may be called several times; in a build without
+ * MPI it prints an error and returns 2. */
+int launch_threads(const comm_options *opts, rank_main_fn fn, void *args);
+int launch_mpi(const comm_options *opts, rank_main_fn fn, void *args);
+
+/* Number of ranks this process will run when launched by ./run under MPI (the world
+ * size from the environment), or 0 when not under mpirun. Lets main validate sizes
+ * before any rank starts. */
+int launch_mpi_world_size(void);
+
+/* ---- trace -------------------------------------------------------------------------- */
+/* Spans on this rank's track; the comm layer records its own. No-ops without --trace.
+ * Chrome trace JSON: pid 0, tid = world rank; asynchronous collectives, which overlap
+ * the rank's own spans, are drawn on a second track per rank, tid = 1000 + world rank.
+ * Call from the rank's own thread; spans nest. */
+void trace_begin(comm *c, const char *name);
+void trace_end(comm *c);
+double comm_now(void);   /* monotonic seconds */
+
+#endif

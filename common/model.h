@@ -1,0 +1,109 @@
+/* The tiny GPT-2: token + position embedding, pre-LayerNorm blocks of causal
+ * multi-head attention and a GELU MLP, a final LayerNorm, and an LM head tied to the
+ * token embedding, trained with softmax cross-entropy.
+ *
+ * Parameters live in one contiguous vector cut into slabs: slab 0 is the embedding
+ * (wte, wpe), slabs 1..L are the blocks, slab L+1 the final LayerNorm. Gradients and
+ * optimizer state use the same layout, so a strategy can all-reduce, shard, gather or
+ * own a slab without knowing what is inside it.
+ *
+ * Tensor parallelism is a property of the shape: with tp_size t a block holds its
+ * 1/t slice (attention heads and MLP columns split Megatron-style) and its forward and
+ * backward all-reduce over the tp group; with t = 1 it is the plain layer. */
+#ifndef MODEL_H
+#define MODEL_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm.h"
+
+typedef struct {
+    int vocab, ctx, layers, heads, dim;
+} gpt_config;
+
+/* One rank's slice of the model. */
+typedef struct {
+    gpt_config cfg;
+    int tp_size, tp_rank;
+    int dim_local;      /* attention channels on this rank: dim / tp */
+    int heads_local;    /* heads / tp */
+    int hidden_local;   /* MLP hidden units on this rank: 4 dim / tp */
+    /* The token embedding (and tied LM head) rows this rank holds: the whole
+     * vocabulary, or with gpt_shape_split_vocab a 1/tp slice of it, padded so that
+     * every rank holds vocab_local rows (padding rows are zero and never a target). */
+    int vocab_parallel, vocab_start, vocab_local;
+} gpt_shape;
+
+/* Checks the config (and that tp divides heads); on failure writes why to err. */
+int gpt_config_check(const gpt_config *cfg, int tp_size, char *err, size_t err_len);
+gpt_shape gpt_shape_make(const gpt_config *cfg, int tp_size, int tp_rank);
+/* Splits the embedding and LM head over the vocabulary (Megatron's vocab-parallel
+ * embedding): rank r holds rows [r * ceil(V/tp), (r+1) * ceil(V/tp)). */
+void gpt_shape_split_vocab(gpt_shape *s);
+
+/* Slabs and sizes (elements, this rank's slice). */
+int gpt_num_slabs(const gpt_shape *s);                  /* layers + 2 */
+size_t gpt_slab_numel(const gpt_shape *s, int slab);
+size_t gpt_slab_offset(const gpt_shape *s, int slab);   /* in the whole vector */
+size_t gpt_num_params(const gpt_shape *s);
+static inline int gpt_block_slab(int layer) { return layer + 1; }
+static inline int gpt_final_slab(const gpt_shape *s) { return s->cfg.layers + 1; }
+
+/* Pointers to the tensors inside one block slab (parameters or gradients alike). */
+typedef struct {
+    float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
+    float *ln2_w, *ln2_b, *fc_w, *fc_b, *fc2_w, *fc2_b;
+} gpt_block_tensors;
+gpt_block_tensors gpt_block_view(const gpt_shape *s, float *slab);
+
+/* Initial values of elements [begin, end) of the parameter vector, written to out on
+ * the host: N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)), LayerNorm weights 1,
+ * biases 0. Each value depends only on (seed, tensor, index in the UNSPLIT tensor), so
+ * every TP slice and every ZeRO shard starts bit-identical to the whole model. */
+void gpt_init_params(const gpt_shape *s, uint64_t seed, size_t begin, size_t end,
+                     float *out);
+
+/* A model instance: activations and scratch for micro-batches of B x T on one rank.
+ * It holds no parameters: every call is given the slabs to use, so a strategy decides
+ * where parameters live (replicated, gathered just in time, sharded). */
+typedef struct gpt_model gpt_model;
+
+typedef struct {
+    int checkpoint_activations;   /* keep only block inputs; recompute in backward */
+    comm *tp;                     /* tensor-parallel group; NULL when tp_size is 1 */
+} gpt_model_options;
+
+gpt_model *gpt_model_create(const gpt_shape *s, int B, int T,
+                            const gpt_model_options *opts);
+void gpt_model_free(gpt_model *m);
+const gpt_shape *gpt_model_shape(const gpt_model *m);
+
+/* Uploads one micro-batch: tokens and next-token targets, B*T each, on the host. */
+void gpt_set_batch(gpt_model *m, const int *tokens, const int *targets);
+
+/* The pieces of one step, for strategies that act between layers (FSDP, pipeline).
+ * Forward: embed, blocks 0..L-1, head. Backward: head, blocks L-1..0, embed. */
+void gpt_embed_forward(gpt_model *m, const float *embed);
+void gpt_block_forward(gpt_model *m, int layer, const float *block);
+/* Returns the mean loss over this micro-batch's tokens. */
+float gpt_head_forward(gpt_model *m, const float *final_ln, const float *embed);
+/* dloss: d(objective)/d(one token's loss), e.g. 1/(tokens in the global batch). */
+void gpt_head_backward(gpt_model *m, const float *final_ln, const float *embed,
+                       float *final_ln_grad, float *embed_grad, float dloss);
+void gpt_block_backward(gpt_model *m, int layer, const float *block, float *block_grad);
+void gpt_embed_backward(gpt_model *m, float *embed_grad);
+
+/* The whole step on a contiguous parameter vector. */
+float gpt_forward(gpt_model *m, const float *params);
+/* Accumulates into grads. on_slab_ready(ctx, slab) is called as soon as a slab's
+ * gradients are final for this micro-batch (blocks from last to first; the tied
+ * embedding comes last), so DDP can start its all-reduce during backward. */
+typedef void (*gpt_slab_ready_fn)(void *ctx, int slab);
+void gpt_backward(gpt_model *m, const float *params, float *grads, float dloss,
+                  gpt_slab_ready_fn on_slab_ready, void *ctx);
+
+/* FLOPs of one forward+backward over B*T tokens: 6 x (non-embedding params + LM head)
+ * x tokens + attention (12 L T^2 C x B, causal-halved not taken). */
+double gpt_flops_per_step(const gpt_config *cfg, int B, int T);
+
+#endif

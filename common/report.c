@@ -1,0 +1,123 @@
+#include "report.h"
+
+#include <math.h>
+#include <string.h>
+
+double run_ms_per_step(const run_result *r) {
+    return r->timed_steps > 0 ? 1e3 * r->seconds / r->timed_steps : 0.0;
+}
+
+double run_tokens_per_second(const run_result *r) {
+    return r->seconds > 0 ? r->tokens_per_step * r->timed_steps / r->seconds : 0.0;
+}
+
+double run_comm_fraction(const run_result *r) {
+    return r->seconds > 0 ? r->comm_seconds / r->seconds : 0.0;
+}
+
+const char *report_bytes(double bytes, char buf[32]) {
+    const char *units[] = {"B", "KB", "MB", "GB", "TB"};
+    int u = 0;
+    while (fabs(bytes) >= 1000.0 && u < 4) {
+        bytes /= 1000.0;
+        u++;
+    }
+    snprintf(buf, 32, u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
+    return buf;
+}
+
+void report_step(const run_config *cfg, const char *strategy, int step, float loss,
+                 double seconds, double tokens) {
+    if (cfg->quiet || cfg->json) return;
+    printf("  %-10s step %4d/%-4d loss %.4f  %8.1f ms  %8.0f tok/s\n", strategy, step,
+           cfg->steps, loss, 1e3 * seconds, seconds > 0 ? tokens / seconds : 0.0);
+    fflush(stdout);
+}
+
+void report_header(const run_config *cfg, const char *title, int world,
+                   const char *backend) {
+    if (cfg->json) return;
+    const gpt_config *m = &cfg->model;
+    gpt_shape s = gpt_shape_make(m, 1, 0);
+    printf("%s\n", title);
+    printf("model: layers %d, heads %d, dim %d, ctx %d, vocab %d = %zu parameters;"
+           " global batch %d x %d tokens; %d steps\n",
+           m->layers, m->heads, m->dim, m->ctx, m->vocab, gpt_num_params(&s), cfg->batch,
+           m->ctx, cfg->steps);
+    printf("ranks: %d (%s backend); data: %s; seed %llu\n\n", world, backend,
+           cfg->data_path ? cfg->data_path : "built-in sentences",
+           (unsigned long long)cfg->seed);
+}
+
+static void print_diff(double d) {
+    if (d < 0) printf(" %9s", "-");
+    else printf(" %9.2e", d);
+}
+
+void report_table(const run_config *cfg, const run_result *runs, int n) {
+    if (cfg->json) return;
+    printf("\n%-12s %10s %9s %9s %9s %9s %9s %7s %12s %12s %10s\n", "strategy", "final loss",
+           "d loss", "d grads", "d params", "ms/step", "tok/s", "comm %", "sent/rank/st",
+           "formula", "peak mem");
+    for (int i = 0; i < n; i++) {
+        const run_result *r = &runs[i];
+        char sent[32], formula[32], peak[32];
+        printf("%-12s %10.4f", r->strategy, r->steps > 0 ? r->loss[r->steps - 1] : NAN);
+        print_diff(r->diff_loss);
+        print_diff(r->diff_grads);
+        print_diff(r->diff_params);
+        printf(" %9.1f %9.0f %6.1f%% %12s %12s %10s\n", run_ms_per_step(r),
+               run_tokens_per_second(r), 100.0 * run_comm_fraction(r),
+               report_bytes(r->bytes_sent_per_step, sent),
+               r->bytes_formula >= 0 ? report_bytes(r->bytes_formula, formula) : "-",
+               report_bytes((double)r->memory.peak_total, peak));
+    }
+}
+
+static void json_number(double v) {
+    if (!isfinite(v)) printf("null");
+    else printf("%.9g", v);
+}
+
+void report_json(const run_config *cfg, const char *chapter, int world,
+                 const char *backend, const run_result *runs, int n, const char *extra) {
+    const gpt_config *m = &cfg->model;
+    printf("{\"chapter\": \"%s\", \"world\": %d, \"backend\": \"%s\", \"device\": \"%s\",\n",
+           chapter, world, backend, strcmp(cfg->device, "cuda") == 0 ? "cuda" : "cpu");
+    printf(" \"config\": {\"layers\": %d, \"heads\": %d, \"dim\": %d, \"ctx\": %d, "
+           "\"batch\": %d, \"vocab\": %d, \"steps\": %d, \"seed\": %llu},\n",
+           m->layers, m->heads, m->dim, m->ctx, cfg->batch, m->vocab, cfg->steps,
+           (unsigned long long)cfg->seed);
+    printf(" \"runs\": [");
+    for (int i = 0; i < n; i++) {
+        const run_result *r = &runs[i];
+        printf("%s\n  {\"strategy\": \"%s\", \"loss\": [", i ? "," : "", r->strategy);
+        for (int s = 0; s < r->steps; s++) {
+            if (s) printf(", ");
+            json_number(r->loss[s]);
+        }
+        printf("],\n   \"diff_vs_baseline\": {\"loss\": ");
+        json_number(r->diff_loss < 0 ? NAN : r->diff_loss);
+        printf(", \"grads\": ");
+        json_number(r->diff_grads < 0 ? NAN : r->diff_grads);
+        printf(", \"params\": ");
+        json_number(r->diff_params < 0 ? NAN : r->diff_params);
+        printf("},\n   \"ms_per_step\": ");
+        json_number(run_ms_per_step(r));
+        printf(", \"tokens_per_s\": ");
+        json_number(run_tokens_per_second(r));
+        printf(", \"comm_fraction\": ");
+        json_number(run_comm_fraction(r));
+        printf(", \"comm_hidden_s\": ");
+        json_number(r->hidden_seconds);
+        printf(",\n   \"bytes_sent_per_rank_per_step\": %.0f, \"bytes_formula\": ",
+               r->bytes_sent_per_step);
+        json_number(r->bytes_formula < 0 ? NAN : r->bytes_formula);
+        printf(",\n   \"memory_per_rank\": {\"params\": %zu, \"grads\": %zu, "
+               "\"optimizer\": %zu, \"activations\": %zu, \"comm\": %zu, \"peak\": %zu}}",
+               r->memory.peak[MEM_PARAMS], r->memory.peak[MEM_GRADS],
+               r->memory.peak[MEM_OPTIMIZER], r->memory.peak[MEM_ACTIVATIONS],
+               r->memory.peak[MEM_COMM], r->memory.peak_total);
+    }
+    printf("]%s%s}\n", extra ? ",\n " : "", extra ? extra : "");
+}

@@ -1,0 +1,45 @@
+/* What every program prints: progress lines, the comparison table, --json. */
+#ifndef REPORT_H
+#define REPORT_H
+#include <stdint.h>
+#include <stdio.h>
+
+#include "alloc.h"
+#include "cli.h"
+
+/* One strategy's run, as the comparison table and the JSON show it. Differences are
+ * the largest |a - b| against the baseline; negative means "not measured". */
+typedef struct {
+    const char *strategy;
+    int steps;
+    const float *loss;              /* per step, global-batch mean */
+    double diff_loss, diff_grads, diff_params;
+    double seconds;                 /* wall time of the timed steps */
+    int timed_steps;
+    double tokens_per_step;         /* global */
+    double comm_seconds;            /* per rank, blocked in communication */
+    double hidden_seconds;          /* per rank, async communication under compute */
+    double bytes_sent_per_step;     /* per rank */
+    double bytes_formula;           /* the textbook value for the same; < 0: none */
+    mem_stats memory;               /* largest rank */
+} run_result;
+
+double run_ms_per_step(const run_result *r);
+double run_tokens_per_second(const run_result *r);
+double run_comm_fraction(const run_result *r);
+
+/* "  step   3/10  loss 5.1234  12.3 ms  41k tok/s" unless --quiet or --json. */
+void report_step(const run_config *cfg, const char *strategy, int step, float loss,
+                 double seconds, double tokens);
+void report_header(const run_config *cfg, const char *title, int world,
+                   const char *backend);
+void report_table(const run_config *cfg, const run_result *runs, int n);
+/* One JSON object as DESIGN.md defines it; extra (may be NULL) is inserted as more
+ * keys of the top-level object, e.g. "\"bubble\": 0.2". */
+void report_json(const run_config *cfg, const char *chapter, int world,
+                 const char *backend, const run_result *runs, int n, const char *extra);
+
+/* "1.23 MB" style sizes for tables. */
+const char *report_bytes(double bytes, char buf[32]);
+
+#endif

@@ -1,0 +1,48 @@
+/* Pieces of a training loop that every strategy shares, and the single-device
+ * baseline that every strategy is compared with. */
+#ifndef TRAIN_H
+#define TRAIN_H
+#include <stddef.h>
+
+#include "cli.h"
+#include "data.h"
+#include "model.h"
+#include "report.h"
+
+/* A whole (or TP-sliced) copy of the model on this rank: parameters, gradients and,
+ * when asked, AdamW moments, each in one contiguous slab-ordered vector. */
+typedef struct {
+    gpt_shape shape;
+    size_t num_params;
+    float *params, *grads, *adam_m, *adam_v;
+    int adam_step;
+} replica;
+
+void replica_init(replica *r, const gpt_shape *s, uint64_t seed, int with_optimizer);
+void replica_free(replica *r);
+/* One AdamW step over the whole vector. */
+void replica_adamw(replica *r, const adamw_config *cfg);
+
+/* Uploads sequences [first, first + count) of a step's global batch into m. */
+void load_batch(gpt_model *m, const dataset *d, const run_config *cfg, int step,
+                int first, int count);
+
+/* Largest |a[i] - b[i]| over n floats of host memory. */
+double max_abs_diff(const float *a, const float *b, size_t n);
+
+/* The single-device baseline: whole batch, one rank, plain AdamW. */
+typedef struct {
+    run_result result;     /* strategy "baseline"; differences are 0 */
+    float *loss;           /* per step */
+    float *first_grads;    /* gradients of step 1, before the update (host copy) */
+    float *final_params;   /* after the last step (host copy) */
+    size_t num_params;
+} baseline_run;
+
+baseline_run *baseline_train(const run_config *cfg, const dataset *data);
+void baseline_free(baseline_run *b);
+
+/* The data set the flags ask for (exits 2 with a clear line if --data can't be used). */
+dataset *dataset_from_config(const run_config *cfg);
+
+#endif

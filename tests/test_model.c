@@ -1,0 +1,217 @@
+/* The model as a whole: gradients against finite differences, determinism, learning,
+ * measured parameter bytes, and shard-by-index initialisation. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "data.h"
+#include "model.h"
+#include "ops.h"
+#include "train.h"
+
+static const gpt_config tiny = {.vocab = 256, .ctx = 6, .layers = 2, .heads = 2, .dim = 8};
+
+/* d loss / d params[i] by central differences at eps and eps/2, extrapolated. */
+static double richardson_difference(gpt_model *m, float *params, size_t i, float eps) {
+    const float saved = params[i];
+    double d[2];
+    for (int k = 0; k < 2; k++) {
+        float h = k ? eps / 2 : eps;
+        params[i] = saved + h;
+        double plus = gpt_forward(m, params);
+        params[i] = saved - h;
+        double minus = gpt_forward(m, params);
+        d[k] = (plus - minus) / (2.0 * h);
+    }
+    params[i] = saved;
+    return (4.0 * d[1] - d[0]) / 3.0;
+}
+
+START_TEST(whole_model_gradient_matches_finite_differences) {
+    gpt_shape s = gpt_shape_make(&tiny, 1, 0);
+    const int B = 2, T = tiny.ctx;
+    replica r;
+    replica_init(&r, &s, 42, 0);
+    /* larger weights than the N(0, 0.02) init, so every path carries signal */
+    for (size_t i = 0; i < r.num_params; i++) r.params[i] *= 4.0f;
+    gpt_model *m = gpt_model_create(&s, B, T, NULL);
+    dataset *d = dataset_builtin();
+    run_config cfg = run_config_default();
+    cfg.model = tiny;
+    load_batch(m, d, &cfg, 1, 0, B);
+
+    gpt_forward(m, r.params);
+    gpt_backward(m, r.params, r.grads, 1.0f / (B * T), NULL, NULL);
+
+    /* Central differences on a spread of parameters from every tensor. */
+    /* Large weights curve the loss strongly, so the central difference is refined by
+     * Richardson extrapolation (error O(eps^4)); float rounding of the loss (~1e-7
+     * relative) then sets the floor of the tolerance. */
+    const float eps = 1e-2f;
+    double worst = 0.0, worst_rel = 0.0;
+    int checked = 0, significant = 0;
+    for (size_t i = 3; i < r.num_params; i += 23 + (i % 7)) {
+        double numeric = richardson_difference(m, r.params, i, eps);
+        double diff = fabs(numeric - r.grads[i]);
+        double allowed = 2e-4 + 2e-3 * fabs(numeric);
+        if (diff > worst) worst = diff;
+        if (diff / allowed > worst_rel) worst_rel = diff / allowed;
+        ck_assert_msg(diff <= allowed, "param %zu: analytic %.6g numeric %.6g", i,
+                      r.grads[i], numeric);
+        checked++;
+        if (fabs(numeric) > 0.05) significant++;
+    }
+    printf("whole-model gradient: %d parameters, max |analytic - numeric| %.2e "
+           "(tol 2e-4 + 2e-3 |numeric|; worst at %.0f%% of tol)\n",
+           checked, worst, 100 * worst_rel);
+    ck_assert_int_gt(checked, 100);
+    ck_assert_int_gt(significant, 20);   /* the check saw real gradients, not zeros */
+    dataset_free(d);
+    gpt_model_free(m);
+    replica_free(&r);
+}
+END_TEST
+
+START_TEST(same_seed_gives_bit_identical_runs) {
+    run_config cfg = run_config_default();
+    cfg.steps = 4;
+    cfg.quiet = 1;
+    dataset *d = dataset_builtin();
+    baseline_run *a = baseline_train(&cfg, d);
+    baseline_run *b = baseline_train(&cfg, d);
+    ck_assert_int_eq(memcmp(a->loss, b->loss, sizeof(float) * cfg.steps), 0);
+    ck_assert_int_eq(memcmp(a->final_params, b->final_params, sizeof(float) * a->num_params), 0);
+    printf("determinism: 2 runs x %d steps, max |loss diff| %.1e, max |param diff| %.1e\n",
+           cfg.steps, max_abs_diff(a->loss, b->loss, cfg.steps),
+           max_abs_diff(a->final_params, b->final_params, a->num_params));
+    cfg.seed = 99;   /* and a different seed really is different */
+    baseline_run *c = baseline_train(&cfg, d);
+    ck_assert(memcmp(a->loss, c->loss, sizeof(float) * cfg.steps) != 0);
+    baseline_free(a);
+    baseline_free(b);
+    baseline_free(c);
+    dataset_free(d);
+}
+END_TEST
+
+START_TEST(loss_falls_on_builtin_data) {
+    run_config cfg = run_config_default();
+    cfg.steps = 100;
+    cfg.quiet = 1;
+    cfg.adamw.lr = 3e-3f;
+    dataset *d = dataset_builtin();
+    baseline_run *b = baseline_train(&cfg, d);
+    double first = b->loss[0], last = 0;
+    for (int i = 90; i < 100; i++) last += b->loss[i] / 10.0;
+    printf("learning: loss %.3f at step 1, %.3f over steps 91-100 (must fall below %.3f)\n",
+           first, last, first - 2.0);
+    ck_assert(first > 5.0 && first < 6.0);   /* about ln 256 = 5.55 at the start */
+    ck_assert(last < first - 2.0);
+    baseline_free(b);
+    dataset_free(d);
+}
+END_TEST
+
+START_TEST(allocator_counts_exactly_the_parameters) {
+    const gpt_config cfgs[] = {tiny, {.vocab = 256, .ctx = 64, .layers = 4, .heads = 4, .dim = 128}};
+    for (int k = 0; k < 2; k++) {
+        const gpt_config *c = &cfgs[k];
+        mem_stats stats = {0};
+        mem_stats *before = mem_stats_current();
+        mem_stats_bind(&stats);
+        gpt_shape s = gpt_shape_make(c, 1, 0);
+        replica r;
+        replica_init(&r, &s, 1, 1);
+        /* V C + T C, per block 12 C^2 + 13 C, final LayerNorm 2 C */
+        size_t C = c->dim;
+        size_t formula = (size_t)c->vocab * C + (size_t)c->ctx * C +
+                         (size_t)c->layers * (12 * C * C + 13 * C) + 2 * C;
+        printf("params: %zu by formula, %zu bytes measured (%zu expected); optimizer %zu\n",
+               formula, stats.current[MEM_PARAMS], 4 * formula, stats.current[MEM_OPTIMIZER]);
+        ck_assert_uint_eq(stats.current[MEM_PARAMS], 4 * formula);
+        ck_assert_uint_eq(stats.current[MEM_GRADS], 4 * formula);
+        ck_assert_uint_eq(stats.current[MEM_OPTIMIZER], 8 * formula);
+        replica_free(&r);
+        ck_assert_uint_eq(stats.current_total, 0);
+        mem_stats_bind(before);
+    }
+}
+END_TEST
+
+/* A TP slice initialises to exactly the matching rows/columns of the whole block. */
+START_TEST(tensor_parallel_slices_initialise_like_the_whole) {
+    const gpt_config c = {.vocab = 256, .ctx = 4, .layers = 2, .heads = 4, .dim = 8};
+    gpt_shape whole = gpt_shape_make(&c, 1, 0);
+    size_t n_whole = gpt_num_params(&whole);
+    float *full = malloc(n_whole * sizeof(float));
+    gpt_init_params(&whole, 7, 0, n_whole, full);
+    const int C = c.dim;
+    for (int t = 2; t <= 4; t *= 2) {
+        for (int r = 0; r < t; r++) {
+            gpt_shape part = gpt_shape_make(&c, t, r);
+            size_t n_part = gpt_num_params(&part);
+            float *mine = malloc(n_part * sizeof(float));
+            gpt_init_params(&part, 7, 0, n_part, mine);
+            for (int l = 0; l < c.layers; l++) {
+                gpt_block_tensors W = gpt_block_view(&whole, full + gpt_slab_offset(&whole, l + 1));
+                gpt_block_tensors P = gpt_block_view(&part, mine + gpt_slab_offset(&part, l + 1));
+                int Cl = part.dim_local, Hl = part.hidden_local;
+                for (int row = 0; row < 3 * Cl; row++) {     /* q, k, v rows of my heads */
+                    int global_row = (row / Cl) * C + r * Cl + row % Cl;
+                    ck_assert(memcmp(P.qkv_w + row * C, W.qkv_w + global_row * C, C * 4) == 0);
+                }
+                for (int row = 0; row < C; row++) {          /* proj: my input columns */
+                    ck_assert(memcmp(P.proj_w + row * Cl, W.proj_w + row * C + r * Cl, Cl * 4) == 0);
+                    ck_assert(memcmp(P.fc2_w + row * Hl, W.fc2_w + row * 4 * C + r * Hl, Hl * 4) == 0);
+                }
+                ck_assert(memcmp(P.fc_w, W.fc_w + r * Hl * C, (size_t)Hl * C * 4) == 0);
+                ck_assert(memcmp(P.ln1_w, W.ln1_w, C * 4) == 0);
+            }
+            /* a ZeRO-style shard of the vector equals the same slice of the whole */
+            size_t lo = n_part / 3, hi = 2 * n_part / 3;
+            float *shard = malloc((hi - lo) * sizeof(float));
+            gpt_init_params(&part, 7, lo, hi, shard);
+            ck_assert(memcmp(shard, mine + lo, (hi - lo) * 4) == 0);
+            free(shard);
+            free(mine);
+        }
+    }
+    free(full);
+}
+END_TEST
+
+START_TEST(batches_are_the_same_however_they_are_sliced) {
+    dataset *d = dataset_builtin();
+    int whole[8 * 16 * 2], part[8 * 16 * 2];
+    dataset_batch(d, 5, 3, 0, 8, 16, whole, whole + 8 * 16);
+    for (int first = 0; first < 8; first += 2) {
+        dataset_batch(d, 5, 3, first, 2, 16, part, part + 2 * 16);
+        ck_assert(memcmp(part, whole + first * 16, 2 * 16 * sizeof(int)) == 0);
+        ck_assert(memcmp(part + 32, whole + 8 * 16 + first * 16, 2 * 16 * sizeof(int)) == 0);
+    }
+    for (int i = 0; i < 8 * 16 - 1; i++)      /* targets are the next tokens */
+        if ((i + 1) % 16) ck_assert_int_eq(whole[8 * 16 + i], whole[i + 1]);
+    dataset_free(d);
+}
+END_TEST
+
+int main(void) {
+    Suite *suite = suite_create("model");
+    TCase *tc = tcase_create("model");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, whole_model_gradient_matches_finite_differences);
+    tcase_add_test(tc, same_seed_gives_bit_identical_runs);
+    tcase_add_test(tc, loss_falls_on_builtin_data);
+    tcase_add_test(tc, allocator_counts_exactly_the_parameters);
+    tcase_add_test(tc, tensor_parallel_slices_initialise_like_the_whole);
+    tcase_add_test(tc, batches_are_the_same_however_they_are_sliced);
+    suite_add_tcase(suite, tc);
+    SRunner *runner = srunner_create(suite);
+    srunner_run_all(runner, CK_NORMAL);
+    int failed = srunner_ntests_failed(runner);
+    srunner_free(runner);
+    return failed ? 1 : 0;
+}
