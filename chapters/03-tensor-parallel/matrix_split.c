@@ -1,0 +1,223 @@
+/* Part 1: y = W x split across ranks by hand, and the two split linear layers that
+ * Megatron builds a transformer from.
+ *
+ * W is [out x in]. Splitting it by ROWS gives each rank some outputs: rank r computes
+ * y[rows of r] = W[rows of r, :] x in full, and an all-gather concatenates the pieces.
+ * Megatron writes the same layer as Y = X A with A = W^T and calls it column-parallel
+ * (A's columns are W's rows); we keep its names. Splitting W by COLUMNS (and x to
+ * match) gives each rank some inputs: rank r computes the partial sum
+ * W[:, cols of r] x[cols of r], a full-length y that is only a share of the answer,
+ * and an all-reduce adds the shares: row-parallel. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "ops.h"
+#include "rng.h"
+#include "tensor_parallel.h"
+
+static int group_size(const comm *tp) { return tp ? comm_size(tp) : 1; }
+
+/* ---- f and g ---------------------------------------------------------------------------- */
+
+void megatron_f_backward(comm *tp, float *grad, size_t n) {
+    if (group_size(tp) > 1) comm_allreduce(tp, grad, n, COMM_F32, COMM_SUM);
+}
+
+void megatron_g_forward(comm *tp, float *x, size_t n) {
+    if (group_size(tp) > 1) comm_allreduce(tp, x, n, COMM_F32, COMM_SUM);
+}
+
+/* ---- column-parallel: my outputs ------------------------------------------------------ */
+
+void column_parallel_forward(float *out_local, const float *inp, const float *w_local,
+                             const float *b_local, int N, int IC, int OC_local) {
+    /* f forward: the replicated input is used as it is */
+    linear_forward(out_local, inp, w_local, b_local, N, IC, OC_local);
+}
+
+void column_parallel_backward(comm *tp, float *dinp, float *dw, float *db,
+                              const float *dout_local, const float *inp,
+                              const float *w_local, int N, int IC, int OC_local) {
+    if (OC_local > 0) {
+        linear_backward(dinp, dw, db, dout_local, inp, w_local, N, IC, OC_local);
+    } else {
+        vec_zero(dinp, (size_t)N * IC);   /* a rank with no outputs adds nothing */
+    }
+    /* the input fed every rank's outputs: its gradient is the sum of the ranks' parts */
+    megatron_f_backward(tp, dinp, (size_t)N * IC);
+}
+
+void column_parallel_gather(comm *tp, float *out, const float *out_local, int N,
+                            int OC_local) {
+    const int t = group_size(tp);
+    const size_t piece = (size_t)N * OC_local;
+    if (t == 1) {
+        vec_copy(out, out_local, piece);
+        return;
+    }
+    /* all-gather stacks the ranks' [N, OC_local] blocks; interleave them into rows */
+    float *stacked = mem_alloc(MEM_COMM, (size_t)t * piece * sizeof(float));
+    comm_allgather(tp, out_local, stacked, (size_t)t * piece, COMM_F32);
+    for (int r = 0; r < t; r++)
+        for (int n = 0; n < N; n++)
+            memcpy(out + (size_t)n * t * OC_local + (size_t)r * OC_local,
+                   stacked + r * piece + (size_t)n * OC_local, OC_local * sizeof(float));
+    mem_free(stacked);
+}
+
+/* ---- row-parallel: my inputs ----------------------------------------------------------- */
+
+void row_parallel_forward(comm *tp, float *out, const float *inp_local,
+                          const float *w_local, const float *bias, int N, int IC_local,
+                          int OC) {
+    /* the bias belongs to the sum, not to a share: rank 0 adds it once */
+    const float *my_bias = (!tp || comm_rank(tp) == 0) ? bias : NULL;
+    if (IC_local > 0) {
+        linear_forward(out, inp_local, w_local, my_bias, N, IC_local, OC);
+    } else {
+        vec_zero(out, (size_t)N * OC);
+        if (my_bias)
+            for (int n = 0; n < N; n++) vec_add(out + (size_t)n * OC, my_bias, (size_t)OC);
+    }
+    megatron_g_forward(tp, out, (size_t)N * OC);
+}
+
+void row_parallel_backward(float *dinp_local, float *dw, float *db, const float *dout,
+                           const float *inp_local, const float *w_local, int N,
+                           int IC_local, int OC) {
+    /* g backward: dout arrives whole on every rank, nothing to exchange */
+    if (IC_local > 0) {
+        linear_backward(dinp_local, dw, db, dout, inp_local, w_local, N, IC_local, OC);
+    } else if (db) {
+        for (int n = 0; n < N; n++) vec_add(db, dout + (size_t)n * OC, (size_t)OC);
+    }
+}
+
+/* ---- part 1 ----------------------------------------------------------------------------- */
+
+enum { SPLIT_ROWS = 8, SPLIT_COLS = 12 };   /* small enough to read every number */
+
+static double allgather_bytes(comm *tp) {
+    comm_stats s = comm_stats_get(tp);
+    return (double)s.bytes_sent[COMM_KIND_ALLGATHER];
+}
+
+static double allreduce_bytes(comm *tp) {
+    comm_stats s = comm_stats_get(tp);
+    return (double)s.bytes_sent[COMM_KIND_ALLREDUCE];
+}
+
+/* The largest value of x over the group, on every rank (x is small and non-negative). */
+static double group_max(comm *tp, double x) {
+    float v = (float)x;
+    if (group_size(tp) > 1) comm_allreduce(tp, &v, 1, COMM_F32, COMM_MAX);
+    return v;
+}
+
+/* With many ranks print the first few and the last: the pattern is the same. */
+static int skip_to(int r, int t) {
+    if (t > 8 && r == 6) {
+        printf("     ... ranks 6 to %d alike\n", t - 2);
+        return t - 1;
+    }
+    return r;
+}
+
+static void print_vector(const char *label, const float *y, int n) {
+    printf("%s[", label);
+    for (int i = 0; i < n; i++) printf("%s%7.3f", i ? " " : "", y[i]);
+    printf(" ]\n");
+}
+
+void part1_matrix_split(comm *tp, const run_config *cfg, split_report *out) {
+    const int t = group_size(tp), me = tp ? comm_rank(tp) : 0;
+    const int rows = SPLIT_ROWS, cols = SPLIT_COLS;
+    const int talk = comm_world_rank(tp) == 0 && !cfg->json;
+    float *W = mem_alloc(MEM_OTHER, sizeof(float) * rows * cols);
+    float *x = mem_alloc(MEM_OTHER, sizeof(float) * cols);
+    float *y_whole = mem_alloc(MEM_OTHER, sizeof(float) * rows);
+    float *y = mem_alloc(MEM_OTHER, sizeof(float) * rows);
+    for (int i = 0; i < rows * cols; i++) W[i] = rng_normal(cfg->seed, 901, i);
+    for (int j = 0; j < cols; j++) x[j] = rng_normal(cfg->seed, 902, j);
+    linear_forward(y_whole, x, W, NULL, 1, cols, rows);   /* y = W x, one row of inputs */
+
+    out->rows = rows;
+    out->cols = cols;
+    if (talk) {
+        printf("Part 1. y = W x, split by hand: W is %d x %d, x has %d entries, %d ranks\n",
+               rows, cols, cols, t);
+        print_vector("  whole, on one rank:   y = ", y_whole, rows);
+        printf("\n  a) W split by rows: each rank owns some OUTPUTS (Megatron: column-parallel,"
+               " as Y = X A with A = W^T)\n");
+        for (int r = 0; r < t; r++) {
+            r = skip_to(r, t);
+            size_t off, len = comm_shard(rows, t, r, &off);
+            printf("     rank %d holds W[%zu:%zu, :] = %zu x %d = %zu floats and all of x;"
+                   " computes y[%zu:%zu]\n", r, off, off + len, len, cols, len * cols, off,
+                   off + len);
+        }
+    }
+
+    /* a) by rows: my outputs in full, then all-gather the pieces */
+    size_t row_off, row_len = comm_shard(rows, t, me, &row_off);
+    float *y_piece = mem_alloc(MEM_OTHER, sizeof(float) * (row_len ? row_len : 1));
+    column_parallel_forward(y_piece, x, W + row_off * cols, NULL, 1, cols, (int)row_len);
+    double before = allgather_bytes(tp);
+    if (t > 1) comm_allgather(tp, y_piece, y, rows, COMM_F32);
+    else vec_copy(y, y_piece, rows);
+    out->bytes_gather = group_max(tp, allgather_bytes(tp) - before);
+    out->formula_gather = (double)(t - 1) / t * rows * sizeof(float);
+    out->diff_column = group_max(tp, max_abs_diff(y, y_whole, rows));
+    if (talk) {
+        printf("     all-gather y: %.0f bytes sent per rank (ring: (t-1)/t x %d floats x 4 B"
+               " = %.0f)\n", out->bytes_gather, rows, out->formula_gather);
+        print_vector("     gathered y = ", y, rows);
+        printf("     largest difference from the whole product: %.2e (each y[i] is the"
+               " very same dot product)\n", out->diff_column);
+    }
+
+    /* b) by columns: my inputs, a partial y of full length, then all-reduce the shares */
+    size_t col_off, col_len = comm_shard(cols, t, me, &col_off);
+    float *W_cols = mem_alloc(MEM_OTHER, sizeof(float) * rows * (col_len ? col_len : 1));
+    for (int i = 0; i < rows; i++)
+        memcpy(W_cols + i * col_len, W + (size_t)i * cols + col_off, col_len * sizeof(float));
+    float *partial = mem_alloc(MEM_OTHER, sizeof(float) * rows * t);
+    /* the shares themselves, to print them (this gather is not part of the method) */
+    if (col_len > 0) linear_forward(y, x + col_off, W_cols, NULL, 1, (int)col_len, rows);
+    else vec_zero(y, rows);
+    if (t > 1) comm_allgather(tp, y, partial, (size_t)rows * t, COMM_F32);
+    else vec_copy(partial, y, rows);
+    before = allreduce_bytes(tp);
+    row_parallel_forward(tp, y, x + col_off, W_cols, NULL, 1, (int)col_len, rows);
+    out->bytes_reduce = group_max(tp, allreduce_bytes(tp) - before);
+    out->formula_reduce = 2.0 * (t - 1) / t * rows * sizeof(float);
+    out->diff_row = group_max(tp, max_abs_diff(y, y_whole, rows));
+    if (talk) {
+        printf("\n  b) W split by columns and x to match: each rank owns some INPUTS"
+               " (row-parallel)\n");
+        for (int r = 0; r < t; r++) {
+            r = skip_to(r, t);
+            size_t off, len = comm_shard(cols, t, r, &off);
+            char label[160];
+            snprintf(label, sizeof label, "     rank %d holds W[:, %zu:%zu] = %d x %zu floats"
+                     " and x[%zu:%zu]; its share of y = ", r, off, off + len, rows, len, off,
+                     off + len);
+            print_vector(label, partial + (size_t)r * rows, rows);
+        }
+        printf("     all-reduce (sum) y: %.0f bytes sent per rank (ring: 2(t-1)/t x %d floats"
+               " x 4 B = %.0f)\n", out->bytes_reduce, rows, out->formula_reduce);
+        print_vector("     summed y   = ", y, rows);
+        printf("     largest difference from the whole product: %.2e (the same products,"
+               " added in another order)\n\n", out->diff_row);
+        fflush(stdout);
+    }
+    mem_free(partial);
+    mem_free(W_cols);
+    mem_free(y_piece);
+    mem_free(y);
+    mem_free(y_whole);
+    mem_free(x);
+    mem_free(W);
+}
