@@ -8,6 +8,11 @@
  * group must issue the same collectives in the same order with the same counts, dtype,
  * op and root. A mismatch is detected and reported naming both ranks; a wait that
  * exceeds the timeout reports where every rank is stuck; a failing rank stops all.
+ * (Threads: each rank checks its left neighbour's call before touching its bytes, and
+ * one report shows every rank's state and last operations. MPI: an all-gather of every
+ * rank's call precedes each collective; blocking MPI calls run under a watchdog and
+ * every process reports its own state. A rank that skips a collective shows up as a
+ * timeout, or as a mismatch if it calls a different one next.)
  *
  * Uneven sharding: reduce-scatter and all-gather split `count` elements into
  * comm_shard() pieces, rank r owning [offset_r, offset_r + len_r); the first
@@ -97,7 +102,8 @@ comm_request *comm_allgather_start(comm *c, const void *send, void *recv, size_t
 void comm_wait(comm_request *req);    /* frees the request */
 
 /* ---- failure ------------------------------------------------------------------------ */
-/* Stops every rank: prints "rank R failed: <message>" and exits non-zero. */
+/* Stops every rank: prints "rank R failed: <message>" and exits non-zero (threads: the
+ * other ranks stop at their next comm call and launch returns non-zero). */
 _Noreturn void comm_abort(comm *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
@@ -130,7 +136,11 @@ void comm_stats_reset(comm *c);          /* resets the rank's stats in all its g
 uint64_t comm_stats_total_sent(const comm_stats *s);
 double comm_stats_total_seconds(const comm_stats *s);
 /* True when bytes are counted from the algorithm's textbook volume (MPI, NCCL) rather
- * than measured from the copies this program made (threads). */
+ * than measured from the copies this program made (threads: a copy out of a peer's
+ * buffer counts as received by the copier and sent by the peer). Textbook volume per
+ * rank for B bytes on N ranks: all-reduce 2(N-1)/N B, reduce-scatter and all-gather
+ * (N-1)/N B, broadcast and reduce B along a chain (the end of the chain sends, resp.
+ * the start receives, nothing), send/recv B. */
 int comm_bytes_are_modelled(const comm *c);
 /* The memory accounting of the rank that owns c (bound by launch on every rank). */
 mem_stats *comm_mem_stats(comm *c);
@@ -150,7 +160,7 @@ typedef struct {
     comm_allreduce_algo allreduce;   /* threads backend */
     comm_link link;                  /* threads backend: modelled wire */
     double link_scale;               /* 1 = as the link is; 10 = ten times slower */
-    double timeout_seconds;          /* every blocking wait */
+    double timeout_seconds;          /* every blocking wait (<= 0: the default) */
     const char *trace_path;          /* NULL: no trace */
 } comm_options;
 
@@ -167,7 +177,8 @@ comm_options comm_options_default(void);
 int launch(const comm_options *opts, rank_main_fn fn, void *args);
 /* The two backends by name. launch_mpi initialises MPI (MPI_THREAD_MULTIPLE) on first
  * use and finalises it at exit, so it may be called several times; in a build without
- * MPI it prints an error and returns 2. */
+ * MPI it prints an error and returns 2. Under MPI a rank that has returned waits for
+ * the others without a deadline: one stuck in comm times out by itself. */
 int launch_threads(const comm_options *opts, rank_main_fn fn, void *args);
 int launch_mpi(const comm_options *opts, rank_main_fn fn, void *args);
 

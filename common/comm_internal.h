@@ -1,0 +1,207 @@
+/* Internals shared by the comm front end (comm.c) and its backends.
+ *
+ * comm.c owns everything that does not depend on how bytes move: argument checks,
+ * sequence numbers, accounting, the flight recorder, the trace and failure reports.
+ * A backend only moves bytes, behind the comm_backend table below.
+ *
+ * Adding a backend (e.g. NCCL in gpu/):
+ *   1. Write the functions of a comm_backend (all are required) and one static table.
+ *   2. At launch, make a job with comm_job_create(), and for each rank of this process
+ *      its world comm with comm_create(); keep your state in comm->impl (and, if
+ *      useful, in job->impl / comm_rank_state.impl).
+ *   3. Bytes: either call comm_count() with what each copy really moved (threads), or
+ *      set bytes_modelled = 1 and comm.c counts the textbook ring volume (MPI, NCCL).
+ *   4. Never block forever: when a wait passes job->opts.timeout_seconds call
+ *      comm_fail_timeout(); when ranks disagree about a collective call
+ *      comm_fail_mismatch(); a rank that sees comm_job_stopping() must stop.
+ *   5. Request completion: set req->t_done when the operation finished. */
+#ifndef COMM_INTERNAL_H
+#define COMM_INTERNAL_H
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+
+#include "comm.h"
+
+/* The threads backend pipelines in slices of this many elements (1 MiB of fp32): the
+ * ring all-reduce moves slabs of N slices, broadcast and reduce one slice per step.
+ * Tests that check the ring's rounding order need to know. */
+#define COMM_SLICE_ELEMENTS ((size_t)1 << 18)
+
+/* Kinds that are collective but not counted in comm_stats. */
+#define COMM_KIND_SPLIT COMM_NKINDS
+
+/* One collective (or send/recv) as the front end hands it to a backend. Fields that do
+ * not apply are normalised (op -1, root -1) so that two calls compare equal exactly
+ * when they match. */
+typedef struct {
+    int kind;             /* comm_kind, or COMM_KIND_SPLIT */
+    const void *send;     /* in-place kinds (allreduce, broadcast, reduce): == recv */
+    void *recv;
+    size_t count;
+    int dt;               /* comm_dtype */
+    int op;               /* comm_op, or -1 */
+    int root;             /* broadcast and reduce: the root; send/recv: the peer; or -1 */
+                          /* (send/recv: op is 0 for send, 1 for recv) */
+    int tag;              /* send/recv */
+    uint64_t seq;         /* number of this collective in its group, from 1 */
+} comm_call;
+
+int comm_call_matches(const comm_call *a, const comm_call *b);
+/* "allreduce(1000 x f32, sum)", "broadcast(10 x bf16, root 2)", "barrier". */
+void comm_call_describe(const comm_call *call, char *out, size_t size);
+
+typedef struct comm_job comm_job;
+typedef struct comm_rank_state comm_rank_state;
+
+struct comm_request {
+    comm *c;
+    comm_call call;
+    double t_start;       /* comm.c, at start */
+    double t_done;        /* the backend, when the operation completed */
+    uint64_t flight;      /* flight recorder entry */
+    int done;             /* backend-owned completion flag */
+    comm_request *next;   /* backend queue link */
+    void *impl;           /* backend data */
+};
+
+typedef struct comm_backend {
+    const char *name;
+    int bytes_modelled;
+    void (*run)(comm *c, const comm_call *call);      /* a blocking collective */
+    void (*start)(comm *c, comm_request *req);        /* queue req->call, return at once */
+    void (*wait)(comm *c, comm_request *req);         /* until done; sets req->t_done */
+    void (*send)(comm *c, const comm_call *call);    /* call->root is the peer */
+    void (*recv)(comm *c, const comm_call *call);
+    /* Collective over c: returns this rank's new group made with comm_create(), or
+     * NULL for a negative color. */
+    comm *(*split)(comm *c, int color, int key, const char *name, uint64_t seq);
+    void (*free)(comm *c);                            /* releases c->impl */
+    /* Stops this rank (never returns) after making sure every rank will stop.
+     * grace_seconds: how long to let other ranks print before ending them (MPI). */
+    void (*stop)(comm *c, double grace_seconds);
+} comm_backend;
+
+/* Accounting: one per comm (a rank's view of one group). Bytes may be added by the
+ * peer that copied them, hence atomic. */
+typedef struct {
+    uint64_t calls[COMM_NKINDS];
+    _Atomic uint64_t sent[COMM_NKINDS];
+    _Atomic uint64_t received[COMM_NKINDS];
+    double seconds[COMM_NKINDS];
+    double async_seconds, hidden_seconds;
+} comm_counters;
+
+struct comm {
+    const comm_backend *backend;
+    comm_job *job;
+    comm_rank_state *rs;  /* the rank this handle belongs to */
+    int rank, size;
+    int *world_ranks;     /* [size]: group rank -> world rank */
+    char name[32];
+    uint64_t seq;         /* collectives issued on this group (comm.c) */
+    comm_counters counters;
+    comm *next_of_rank;   /* every comm of a rank, for comm_stats_all */
+    void *impl;           /* backend state */
+};
+
+/* ---- per-rank state: flight recorder, trace, memory -------------------------------- */
+#define COMM_FLIGHT_LEN 8
+enum { FLIGHT_QUEUED, FLIGHT_RUNNING, FLIGHT_DONE };
+
+typedef struct {
+    uint64_t id;          /* 1, 2, ...: position in the rank's history; 0 = unused */
+    char group[32];
+    comm_call call;
+    int state;
+    double t_start, t_end;
+} comm_flight_entry;
+
+typedef struct {
+    char name[48];
+    char group[32];
+    int tid;
+    double t0, t1;
+    uint64_t bytes;
+} comm_trace_event;
+
+struct comm_rank_state {
+    int world_rank;
+    mem_stats mem;
+    pthread_mutex_t lock;               /* flight + events: rank thread and its workers */
+    comm_flight_entry flight[COMM_FLIGHT_LEN];
+    uint64_t flight_count;
+    comm_trace_event *events;
+    size_t nevents, cap_events;
+    struct { char name[48]; double t0; } open_spans[32];   /* rank thread only */
+    int depth;
+    comm *groups;                       /* list via next_of_rank; rank thread only */
+    _Atomic int finished;               /* rank_main has returned */
+    _Atomic int status;                 /* ... with this value */
+    void *impl;
+};
+
+struct comm_job {
+    comm_options opts;
+    int nranks;                 /* ranks of this process: threads N, MPI 1 */
+    comm_rank_state *ranks;     /* [nranks] */
+    double t0;                  /* trace time origin */
+    _Atomic int failed;         /* set once, by the failure that prints the report */
+    _Atomic int reported;       /* ... and that report is out */
+    _Atomic int stop;           /* every rank must stop */
+    void *impl;
+};
+
+comm_job *comm_job_create(const comm_options *opts, int nranks, int first_world_rank);
+void comm_job_free(comm_job *job);   /* frees every comm left in the ranks' lists */
+static inline int comm_job_stopping(comm_job *job) { return atomic_load(&job->stop); }
+comm *comm_create(comm_job *job, comm_rank_state *rs, const comm_backend *backend,
+                  int rank, int size, const int *world_ranks, const char *name);
+
+/* ---- what backends call ------------------------------------------------------------ */
+/* Bytes that really moved: copier received them, owner (may be NULL) sent them. */
+void comm_count(comm *copier, comm *owner, int kind, uint64_t bytes);
+/* Modelled link: how long `bytes` take on the job's link (0 for LINK_NONE). */
+double comm_link_seconds(const comm_job *job, size_t bytes);
+
+void comm_flight_set(comm *c, uint64_t id, int state);
+
+/* Failures. Each prints one report (only the first failure of a job prints) and
+ * stops through backend->stop; none returns. `peer` names the rank waited for (group
+ * rank), or -1. */
+_Noreturn void comm_fail_timeout(comm *c, const comm_call *call, int peer,
+                                 double waited);
+_Noreturn void comm_fail_mismatch(comm *c, int other, const comm_call *mine,
+                                  const comm_call *theirs);
+_Noreturn void comm_fail(comm *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Claims the right to print the job's failure report: 1 for the first caller. */
+int comm_claim_failure(comm_job *job);
+
+/* ---- reductions: dst = a op b elementwise; dst may be a or b, nothing else overlaps */
+void comm_reduce_buffers(void *dst, const void *a, const void *b, size_t count,
+                         comm_dtype dt, comm_op op);
+void comm_divide_buffer(void *buf, size_t count, comm_dtype dt, int divisor);
+
+/* ---- trace ------------------------------------------------------------------------ */
+void comm_trace_span(comm *c, int tid, const char *name, double t0, double t1,
+                     uint64_t bytes);
+/* This rank's events as JSON objects, each followed by ",\n" (malloc'd). */
+char *comm_trace_rank_json(const comm_job *job, const comm_rank_state *rs);
+/* Writes {"traceEvents":[ parts... ]}; returns 0 or prints why not and returns -1. */
+int comm_trace_write(const char *path, char **parts, int nparts);
+
+/* ---- backends --------------------------------------------------------------------- */
+/* Threads: the job's shared state and each rank's world comm. */
+void threads_job_init(comm_job *job);
+void threads_job_free(comm_job *job);
+comm *threads_world(comm_job *job, int rank);
+/* Runs fn on the calling rank thread; returns its status, or -1 when the rank was
+ * stopped because of a failure. */
+int threads_run_rank(comm *world, rank_main_fn fn, void *args);
+
+#ifdef USE_MPI
+int mpi_launch(const comm_options *opts, rank_main_fn fn, void *args);
+#endif
+
+#endif

@@ -1,0 +1,753 @@
+/* The threads backend: ranks are threads of one process and a rank reads its
+ * neighbour's buffers directly, so the collective algorithms are written out here.
+ *
+ * How ranks keep in step: each member of a group publishes a progress counter.
+ * Entering a collective, a rank publishes its call and its buffers (step 0), then
+ * checks its left neighbour's call against its own before touching its bytes: around
+ * the ring everybody then agrees, so a mismatch is caught before any byte moves.
+ * After step k of the algorithm a rank publishes k. A rank that needs its neighbour's
+ * step k waits until the neighbour's counter gets there: spin a few microseconds, then
+ * sleep on a futex. Counters only grow (each collective continues from where the last
+ * one ended), so a rank that runs ahead into the next collective confuses nobody.
+ * Before returning, a rank waits for its right neighbour, the one that reads its
+ * buffers, to finish.
+ *
+ * Every wait wakes at least every 50 ms to notice a stop (another rank failed) and
+ * the timeout. Each (rank, group) has a communication thread, started on the first
+ * asynchronous call, that runs the queued requests in order. */
+#include "comm_internal.h"
+
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define POLL_SECONDS 0.05   /* how often a sleeping wait looks around */
+#define YIELDS 20           /* sched_yield()s before sleeping */
+
+/* ---- a group's shared state -------------------------------------------------------- */
+typedef struct group group;
+
+typedef struct {
+    _Alignas(64) _Atomic uint32_t progress;
+    _Atomic uint32_t waiters;   /* ranks sleeping on progress: wake them */
+    comm_call call;             /* the collective it is in, and its buffers for it */
+    const void *send;           /* (valid from step 0 of that collective) */
+    void *recv, *scratch;
+    comm *owner;                /* its comm: peers count the bytes they copy from it */
+    int split_color, split_key;
+    group *split_result;
+} member;
+
+typedef struct message {
+    struct message *next;
+    int source, tag;
+    size_t bytes;
+    double arrival;             /* when the modelled link delivers the last byte */
+    char data[];
+} message;
+
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t arrived;
+    message *head;
+} mailbox;
+
+struct group {
+    int size;
+    _Atomic int refs;           /* members that have not freed their comm */
+    member *members;            /* [size], one cache line each */
+    mailbox *boxes;             /* [size]: messages to each member */
+};
+
+/* ---- one rank's view of a group ---------------------------------------------------- */
+typedef struct {
+    group *g;
+    uint32_t base;              /* progress value at the end of the last collective */
+    double spin_seconds;
+    void *scratch;              /* for collectives run on the rank's own thread */
+    size_t scratch_bytes;
+    pthread_mutex_t lock;       /* the queue of started requests: */
+    pthread_cond_t wake, done;
+    comm_request *head, *tail;
+    int pending;                /* started, not finished */
+    int closing, has_worker;
+    pthread_t worker;
+} threads_comm;
+
+typedef struct {
+    group *world;
+    double spin_seconds;
+} threads_job;
+
+static const comm_backend threads_backend;
+
+/* Where a thread goes when the job stops: back into threads_run_rank (rank threads)
+ * or run_request (communication threads). */
+static _Thread_local jmp_buf *escape;
+
+static _Noreturn void leave_thread(void) {
+    if (escape) longjmp(*escape, 1);
+    fprintf(stderr, "comm: stopping a thread that launch() did not start: exiting\n");
+    exit(1);
+}
+
+static int mod(int a, int n) { return ((a % n) + n) % n; }
+static member *member_of(comm *c, int rank) {
+    return &((threads_comm *)c->impl)->g->members[rank];
+}
+static char *at(const void *base, size_t index, const comm_call *call) {
+    return (char *)base + index * comm_dtype_size((comm_dtype)call->dt);
+}
+
+static void cond_init(pthread_cond_t *cond) {
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(cond, &attr);
+    pthread_condattr_destroy(&attr);
+}
+
+static struct timespec abs_time(double t) {
+    struct timespec ts = {.tv_sec = (time_t)t};
+    ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+    return ts;
+}
+
+static void timed_wait(pthread_cond_t *cond, pthread_mutex_t *lock, double seconds) {
+    struct timespec until = abs_time(comm_now() + seconds);
+    pthread_cond_timedwait(cond, lock, &until);
+}
+
+/* The modelled link: hold the copier until the transfer could have finished. */
+static void sleep_until(double t) {
+    if (t <= comm_now()) return;
+    struct timespec until = abs_time(t);
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL)) {}
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* ---- progress: publish and wait ----------------------------------------------------- */
+/* Step k of the current collective has counter value base + 1 + k. */
+static uint32_t step_value(comm *c, int step) {
+    return ((threads_comm *)c->impl)->base + 1 + (uint32_t)step;
+}
+
+static int reached(member *m, uint32_t target) {
+    return (int32_t)(atomic_load(&m->progress) - target) >= 0;
+}
+
+static void publish(comm *c, int step) {
+    member *me = member_of(c, c->rank);
+    atomic_store(&me->progress, step_value(c, step));
+    if (atomic_load(&me->waiters))
+        syscall(SYS_futex, (uint32_t *)&me->progress, FUTEX_WAKE_PRIVATE, INT_MAX, NULL,
+                NULL, 0);
+}
+
+/* Returns once rank `peer` has published `step` of this collective (or gone further). */
+static void wait_step(comm *c, const comm_call *call, int peer, int step) {
+    member *m = member_of(c, peer);
+    uint32_t target = step_value(c, step);
+    if (reached(m, target)) return;
+    /* Spin while every rank has a core; otherwise hand the core over (to the rank we
+     * wait for, perhaps) a few times. Then sleep. */
+    double start = comm_now(), spin_until = start + ((threads_comm *)c->impl)->spin_seconds;
+    while (comm_now() < spin_until)
+        for (int i = 0; i < 64; i++) {
+            if (reached(m, target)) return;
+            cpu_relax();
+        }
+    for (int i = 0; i < YIELDS; i++) {
+        if (reached(m, target)) return;
+        sched_yield();
+    }
+    struct timespec poll = {.tv_nsec = (long)(POLL_SECONDS * 1e9)};
+    for (;;) {
+        atomic_fetch_add(&m->waiters, 1);
+        uint32_t seen = atomic_load(&m->progress);
+        if ((int32_t)(seen - target) < 0)
+            syscall(SYS_futex, (uint32_t *)&m->progress, FUTEX_WAIT_PRIVATE, seen, &poll,
+                    NULL, 0);
+        atomic_fetch_sub(&m->waiters, 1);
+        if (reached(m, target)) return;
+        if (comm_job_stopping(c->job)) leave_thread();
+        double waited = comm_now() - start;
+        if (waited > c->job->opts.timeout_seconds) comm_fail_timeout(c, call, peer, waited);
+    }
+}
+
+/* Publishes the call and buffers, then checks the left neighbour's call. Its call
+ * stays put meanwhile: no rank leaves a collective before its right neighbour has
+ * completed a step after this check (finish waits for that). */
+static void enter(comm *c, const comm_call *call, const void *send, void *recv,
+                  void *scratch) {
+    int left = mod(c->rank - 1, c->size);
+    member *me = member_of(c, c->rank);
+    if (comm_job_stopping(c->job)) leave_thread();
+    me->call = *call;
+    me->send = send;
+    me->recv = recv;
+    me->scratch = scratch;
+    publish(c, 0);
+    wait_step(c, call, left, 0);
+    const comm_call *theirs = &member_of(c, left)->call;
+    if (!comm_call_matches(call, theirs)) comm_fail_mismatch(c, left, call, theirs);
+}
+
+/* Waits until the right neighbour is done with our buffers, then closes the books. */
+static void finish(comm *c, const comm_call *call, int steps) {
+    wait_step(c, call, mod(c->rank + 1, c->size), steps);
+    ((threads_comm *)c->impl)->base += 1 + (uint32_t)steps;
+}
+
+/* The one place where data crosses between ranks: copy (or reduce) `count` elements
+ * out of rank `peer`'s buffer, count the bytes, and hold for the modelled link. */
+static void pull(comm *c, int peer, void *dst, const void *own, const void *theirs,
+                 size_t count, const comm_call *call) {
+    double t0 = comm_now();
+    size_t bytes = count * comm_dtype_size((comm_dtype)call->dt);
+    if (own) comm_reduce_buffers(dst, own, theirs, count, (comm_dtype)call->dt,
+                                 (comm_op)call->op);
+    else if (bytes) memcpy(dst, theirs, bytes);
+    comm_count(c, member_of(c, peer)->owner, call->kind, bytes);
+    if (c->job->opts.link != LINK_NONE) sleep_until(t0 + comm_link_seconds(c->job, bytes));
+}
+
+/* ---- the algorithms ---------------------------------------------------------------- */
+/* Ring all-reduce, in place. The buffer goes round the ring in slabs of N x
+ * COMM_SLICE_ELEMENTS, each in 2(N-1) steps, so that a chunk is still in cache
+ * when the next rank copies it (NCCL pipelines the same way). In a slab of `count`
+ * elements, chunk i is comm_shard(count, N, i).
+ * Reduce-scatter, steps s = 1..N-1: rank r adds its left neighbour's chunk r-s-1 into
+ * its own copy. The left neighbour added into that chunk one step earlier, so after
+ * step s it holds the sum over s+1 ranks, and after N-1 steps rank r owns the full
+ * sum of chunk r. All-gather, steps N-1+s: rank r copies chunk r-s, which its left
+ * neighbour completed one step earlier. Each rank copies 2(N-1) chunks, 2(N-1)/N of
+ * the buffer, from its neighbour. */
+static void ring_allreduce(comm *c, const comm_call *call) {
+    int n = c->size, r = c->rank, left = mod(r - 1, n), right = mod(r + 1, n);
+    size_t slab = (size_t)n * COMM_SLICE_ELEMENTS;
+    int slabs = call->count ? (int)((call->count + slab - 1) / slab) : 1, steps = 2 * n - 2;
+    enter(c, call, call->recv, call->recv, NULL);
+    for (int p = 0; p < slabs; p++) {
+        size_t first = (size_t)p * slab, count = call->count - first;
+        if (count > slab) count = slab;
+        char *buf = at(call->recv, first, call);
+        const char *theirs = at(member_of(c, left)->recv, first, call);
+        int step = p * steps;   /* steps of the earlier slabs */
+        for (int s = 1; s <= n - 1; s++) {                       /* reduce-scatter */
+            size_t off, len = comm_shard(count, n, mod(r - s - 1, n), &off);
+            wait_step(c, call, left, step + s - 1);
+            pull(c, left, at(buf, off, call), at(buf, off, call), at(theirs, off, call), len,
+                 call);
+            if (s == n - 1 && call->op == COMM_AVG)
+                comm_divide_buffer(at(buf, off, call), len, (comm_dtype)call->dt, n);
+            publish(c, step + s);
+        }
+        for (int s = 1; s <= n - 1; s++) {                       /* all-gather */
+            size_t off, len = comm_shard(count, n, mod(r - s, n), &off);
+            wait_step(c, call, left, step + n - 2 + s);
+            wait_step(c, call, right, step + s);   /* it has read our partial sum */
+            pull(c, left, at(buf, off, call), NULL, at(theirs, off, call), len, call);
+            publish(c, step + n - 1 + s);
+        }
+    }
+    finish(c, call, slabs * steps);
+}
+
+/* Ring reduce-scatter out of a read-only send buffer: the first half of the
+ * all-reduce, with the partial sums in a two-slot scratch (the right neighbour reads
+ * slot s%2 at step s+1) and the last step writing straight into recv. */
+static void ring_reduce_scatter(comm *c, const comm_call *call, char *scratch) {
+    int n = c->size, r = c->rank, left = mod(r - 1, n), right = mod(r + 1, n);
+    size_t slot = comm_shard(call->count, n, 0, NULL) * comm_dtype_size(call->dt);
+    enter(c, call, call->send, call->recv, scratch);
+    for (int s = 1; s <= n - 1; s++) {
+        size_t off, len = comm_shard(call->count, n, mod(r - s - 1, n), &off);
+        wait_step(c, call, left, s - 1);
+        member *l = member_of(c, left);
+        const char *theirs = s == 1 ? at(l->send, off, call)
+                                    : (char *)l->scratch + (size_t)((s - 1) % 2) * slot;
+        char *out = s == n - 1 ? call->recv : scratch + (size_t)(s % 2) * slot;
+        if (s >= 3) wait_step(c, call, right, s - 1);   /* it has read this slot */
+        pull(c, left, out, at(call->send, off, call), theirs, len, call);
+        publish(c, s);
+    }
+    if (call->op == COMM_AVG)
+        comm_divide_buffer(call->recv, comm_shard(call->count, n, r, NULL),
+                           (comm_dtype)call->dt, n);
+    finish(c, call, n - 1);
+}
+
+/* Ring all-gather: step s, rank r copies chunk r-s from its left neighbour. */
+static void ring_allgather(comm *c, const comm_call *call) {
+    int n = c->size, r = c->rank, left = mod(r - 1, n);
+    size_t off, len = comm_shard(call->count, n, r, &off);
+    if (len && call->send != at(call->recv, off, call))
+        memmove(at(call->recv, off, call), call->send, len * comm_dtype_size(call->dt));
+    enter(c, call, call->send, call->recv, NULL);
+    for (int s = 1; s <= n - 1; s++) {
+        len = comm_shard(call->count, n, mod(r - s, n), &off);
+        wait_step(c, call, left, s - 1);
+        const char *theirs = member_of(c, left)->recv;
+        pull(c, left, at(call->recv, off, call), NULL, at(theirs, off, call), len, call);
+        publish(c, s);
+    }
+    finish(c, call, n - 1);
+}
+
+static int slice_count(const comm_call *call) {
+    return call->count ? (int)((call->count + COMM_SLICE_ELEMENTS - 1) / COMM_SLICE_ELEMENTS) : 1;
+}
+
+/* Pipelined chain from the root: the next rank copies slice 0 from the root, then
+ * slice 1 while its right neighbour copies slice 0 from it, and so on. */
+static void chain_broadcast(comm *c, const comm_call *call) {
+    int n = c->size, left = mod(c->rank - 1, n), slices = slice_count(call);
+    size_t slice = COMM_SLICE_ELEMENTS;
+    enter(c, call, call->recv, call->recv, NULL);
+    if (c->rank == call->root) publish(c, slices);     /* the root has every slice */
+    else
+        for (int i = 0; i < slices; i++) {
+            size_t off = (size_t)i * slice, len = call->count - off;
+            if (len > slice) len = slice;
+            wait_step(c, call, left, i + 1);
+            const char *theirs = member_of(c, left)->recv;
+            pull(c, left, at(call->recv, off, call), NULL, at(theirs, off, call), len, call);
+            publish(c, i + 1);
+        }
+    finish(c, call, slices);
+}
+
+/* Pipelined chain to the root: the rank after the root starts from its own data, each
+ * next rank adds its own slice to what arrives and passes the sum on through a
+ * two-slot scratch (buffers of non-roots stay unchanged), the root adds last. */
+static void chain_reduce(comm *c, const comm_call *call, char *scratch) {
+    int n = c->size, left = mod(c->rank - 1, n), right = mod(c->rank + 1, n);
+    int pos = mod(c->rank - call->root - 1, n), slices = slice_count(call);
+    size_t slice = COMM_SLICE_ELEMENTS, stride = slice * comm_dtype_size(call->dt);
+    char *buf = call->recv;
+    enter(c, call, buf, buf, scratch);
+    if (pos == 0) publish(c, slices);                  /* first of the chain: all ready */
+    else
+        for (int i = 0; i < slices; i++) {
+            size_t off = (size_t)i * slice, len = call->count - off;
+            if (len > slice) len = slice;
+            wait_step(c, call, left, i + 1);
+            member *l = member_of(c, left);
+            const char *theirs = pos == 1 ? at(l->send, off, call)
+                                          : (char *)l->scratch + (size_t)(i % 2) * stride;
+            char *out = pos == n - 1 ? at(buf, off, call) : scratch + (size_t)(i % 2) * stride;
+            if (pos < n - 1 && i >= 2) wait_step(c, call, right, i - 1);  /* slot is free */
+            pull(c, left, out, at(buf, off, call), theirs, len, call);
+            publish(c, i + 1);
+        }
+    if (pos == n - 1 && call->op == COMM_AVG)
+        comm_divide_buffer(buf, call->count, (comm_dtype)call->dt, n);
+    finish(c, call, slices);
+}
+
+/* The naive all-reduce of the lesson: rank 0 adds every other rank's whole buffer into
+ * its own, then every rank copies the result from rank 0. Rank 0 moves (N-1) times the
+ * buffer each way: the bottleneck the ring removes. */
+static void naive_allreduce(comm *c, const comm_call *call) {
+    char *buf = call->recv;
+    enter(c, call, buf, buf, NULL);
+    if (c->rank == 0) {
+        for (int q = 1; q < c->size; q++) {
+            wait_step(c, call, q, 0);
+            pull(c, q, buf, buf, member_of(c, q)->recv, call->count, call);
+        }
+        if (call->op == COMM_AVG)
+            comm_divide_buffer(buf, call->count, (comm_dtype)call->dt, c->size);
+        publish(c, 1);
+        for (int q = 1; q < c->size; q++) wait_step(c, call, q, 2);   /* all copied */
+        publish(c, 2);
+    } else {
+        wait_step(c, call, 0, 1);
+        pull(c, 0, buf, NULL, member_of(c, 0)->recv, call->count, call);
+        publish(c, 2);
+    }
+    finish(c, call, 2);
+}
+
+/* Step 1 = "arrived and checked": nobody leaves before its right neighbour has read
+ * its call (enter), as in every collective. */
+static void barrier(comm *c, const comm_call *call) {
+    enter(c, call, NULL, NULL, NULL);
+    publish(c, 1);
+    for (int q = 0; q < c->size; q++) wait_step(c, call, q, 1);
+    finish(c, call, 1);
+}
+
+static size_t scratch_bytes(const comm *c, const comm_call *call) {
+    size_t es = comm_dtype_size(call->dt);
+    if (c->size < 3) return 0;
+    if (call->kind == COMM_KIND_REDUCE_SCATTER)
+        return 2 * comm_shard(call->count, c->size, 0, NULL) * es;
+    if (call->kind == COMM_KIND_REDUCE)
+        return 2 * (call->count < COMM_SLICE_ELEMENTS ? call->count : COMM_SLICE_ELEMENTS) * es;
+    return 0;
+}
+
+static void execute(comm *c, const comm_call *call, void *scratch) {
+    if (comm_job_stopping(c->job)) leave_thread();
+    if (c->size == 1) {   /* alone: only out-of-place copies remain */
+        size_t bytes = call->count * comm_dtype_size(call->dt);
+        if ((call->kind == COMM_KIND_REDUCE_SCATTER || call->kind == COMM_KIND_ALLGATHER) &&
+            bytes && call->send != call->recv)
+            memmove(call->recv, call->send, bytes);
+        return;
+    }
+    switch (call->kind) {
+    case COMM_KIND_ALLREDUCE:
+        if (c->job->opts.allreduce == ALLREDUCE_NAIVE) naive_allreduce(c, call);
+        else ring_allreduce(c, call);
+        break;
+    case COMM_KIND_REDUCE_SCATTER: ring_reduce_scatter(c, call, scratch); break;
+    case COMM_KIND_ALLGATHER: ring_allgather(c, call); break;
+    case COMM_KIND_BROADCAST: chain_broadcast(c, call); break;
+    case COMM_KIND_REDUCE: chain_reduce(c, call, scratch); break;
+    default: barrier(c, call); break;
+    }
+}
+
+/* ---- asynchronous requests: a communication thread per (rank, group) --------------- */
+static int run_request(comm *c, comm_request *req) {
+    jmp_buf stopped_here;
+    escape = &stopped_here;
+    if (setjmp(stopped_here)) {
+        escape = NULL;
+        return 1;
+    }
+    comm_flight_set(c, req->flight, FLIGHT_RUNNING);
+    execute(c, &req->call, req->impl);
+    comm_flight_set(c, req->flight, FLIGHT_DONE);
+    escape = NULL;
+    return 0;
+}
+
+/* Called with the lock held: the head request is finished (or abandoned). */
+static void complete_head(threads_comm *tc) {
+    comm_request *req = tc->head;
+    tc->head = req->next;
+    if (!tc->head) tc->tail = NULL;
+    req->t_done = comm_now();
+    req->done = 1;
+    tc->pending--;
+    pthread_cond_broadcast(&tc->done);
+}
+
+static void *worker_main(void *arg) {
+    comm *c = arg;
+    threads_comm *tc = c->impl;
+    mem_stats_bind(&c->rs->mem);
+    prctl(PR_SET_TIMERSLACK, 1000UL);   /* 1 us: the link model sleeps precisely */
+    pthread_mutex_lock(&tc->lock);
+    for (;;) {
+        while (!tc->head && !tc->closing) pthread_cond_wait(&tc->wake, &tc->lock);
+        comm_request *req = tc->head;
+        if (!req) break;
+        pthread_mutex_unlock(&tc->lock);
+        int stopped = run_request(c, req);
+        pthread_mutex_lock(&tc->lock);
+        complete_head(tc);
+        while (stopped && tc->head) complete_head(tc);   /* abandon the rest */
+    }
+    pthread_mutex_unlock(&tc->lock);
+    return NULL;
+}
+
+static void threads_start(comm *c, comm_request *req) {
+    threads_comm *tc = c->impl;
+    size_t bytes = scratch_bytes(c, &req->call);
+    req->impl = bytes ? mem_alloc(MEM_COMM, bytes) : NULL;   /* on the rank's thread */
+    req->next = NULL;
+    pthread_mutex_lock(&tc->lock);
+    if (tc->tail) tc->tail->next = req;
+    else tc->head = req;
+    tc->tail = req;
+    tc->pending++;
+    if (!tc->has_worker) {
+        if (pthread_create(&tc->worker, NULL, worker_main, c)) {
+            pthread_mutex_unlock(&tc->lock);
+            comm_fail(c, "cannot start a communication thread");
+        }
+        tc->has_worker = 1;
+    }
+    pthread_cond_signal(&tc->wake);
+    pthread_mutex_unlock(&tc->lock);
+}
+
+static void threads_wait(comm *c, comm_request *req) {
+    threads_comm *tc = c->impl;
+    pthread_mutex_lock(&tc->lock);
+    while (!req->done) {
+        if (comm_job_stopping(c->job)) {
+            pthread_mutex_unlock(&tc->lock);
+            leave_thread();
+        }
+        timed_wait(&tc->done, &tc->lock, POLL_SECONDS);
+    }
+    pthread_mutex_unlock(&tc->lock);
+    mem_free(req->impl);
+    req->impl = NULL;
+    if (comm_job_stopping(c->job)) leave_thread();
+}
+
+/* A blocking call = start + wait; when nothing is queued the rank's own thread runs
+ * it, which is the same thing minus two thread switches. */
+static void threads_run(comm *c, const comm_call *call) {
+    threads_comm *tc = c->impl;
+    pthread_mutex_lock(&tc->lock);
+    int busy = tc->pending > 0;
+    pthread_mutex_unlock(&tc->lock);
+    if (!busy) {
+        size_t bytes = scratch_bytes(c, call);
+        if (bytes > tc->scratch_bytes) {
+            mem_free(tc->scratch);
+            tc->scratch = mem_alloc(MEM_COMM, bytes);
+            tc->scratch_bytes = bytes;
+        }
+        execute(c, call, tc->scratch);
+        return;
+    }
+    comm_request req = {.c = c, .call = *call};
+    threads_start(c, &req);
+    threads_wait(c, &req);
+}
+
+/* ---- point to point: a mailbox per receiver ----------------------------------------- */
+static void threads_send(comm *c, const comm_call *call) {
+    size_t bytes = call->count * comm_dtype_size(call->dt);
+    if (comm_job_stopping(c->job)) leave_thread();
+    /* Plain malloc: the receiver frees it, and the memory accounting is per rank. */
+    message *msg = malloc(sizeof *msg + bytes);
+    if (!msg) comm_fail(c, "out of memory sending %zu bytes", bytes);
+    *msg = (message){.source = c->rank, .tag = call->tag, .bytes = bytes,
+                     .arrival = comm_now() + comm_link_seconds(c->job, bytes)};
+    if (bytes) memcpy(msg->data, call->send, bytes);
+    mailbox *box = &((threads_comm *)c->impl)->g->boxes[call->root];
+    pthread_mutex_lock(&box->lock);
+    message **link = &box->head;
+    while (*link) link = &(*link)->next;
+    *link = msg;
+    pthread_cond_broadcast(&box->arrived);
+    pthread_mutex_unlock(&box->lock);
+    comm_count(NULL, c, COMM_KIND_SENDRECV, bytes);
+}
+
+static void threads_recv(comm *c, const comm_call *call) {
+    size_t bytes = call->count * comm_dtype_size(call->dt);
+    mailbox *box = &((threads_comm *)c->impl)->g->boxes[c->rank];
+    double start = comm_now();
+    message *msg = NULL;
+    pthread_mutex_lock(&box->lock);
+    while (!msg) {
+        for (message **link = &box->head; *link; link = &(*link)->next)
+            if ((*link)->source == call->root && (*link)->tag == call->tag) {
+                msg = *link;        /* the oldest message of this (source, tag) */
+                *link = msg->next;
+                break;
+            }
+        if (msg) break;
+        double waited = comm_now() - start;
+        if (comm_job_stopping(c->job) || waited > c->job->opts.timeout_seconds) {
+            pthread_mutex_unlock(&box->lock);
+            if (comm_job_stopping(c->job)) leave_thread();
+            comm_fail_timeout(c, call, call->root, waited);
+        }
+        timed_wait(&box->arrived, &box->lock, POLL_SECONDS);
+    }
+    pthread_mutex_unlock(&box->lock);
+    if (msg->bytes != bytes)
+        comm_fail(c, "recv on '%s': rank %d sent %zu bytes with tag %d, rank %d expects %zu",
+                  c->name, c->world_ranks[call->root], msg->bytes, call->tag,
+                  comm_world_rank(c), bytes);
+    if (bytes) memcpy(call->recv, msg->data, bytes);
+    comm_count(c, NULL, COMM_KIND_SENDRECV, bytes);
+    sleep_until(msg->arrival);
+    free(msg);
+}
+
+/* ---- groups ------------------------------------------------------------------------- */
+static group *group_create(int size) {
+    group *g = calloc(1, sizeof *g);
+    member *members = aligned_alloc(64, (size_t)size * sizeof *members);
+    mailbox *boxes = calloc((size_t)size, sizeof *boxes);
+    if (!g || !members || !boxes) { fprintf(stderr, "comm: out of memory\n"); exit(1); }
+    memset(members, 0, (size_t)size * sizeof *members);
+    for (int i = 0; i < size; i++) {
+        pthread_mutex_init(&boxes[i].lock, NULL);
+        cond_init(&boxes[i].arrived);
+    }
+    g->size = size;
+    atomic_init(&g->refs, size);
+    g->members = members;
+    g->boxes = boxes;
+    return g;
+}
+
+static void group_release(group *g) {
+    if (atomic_fetch_sub(&g->refs, 1) != 1) return;
+    for (int i = 0; i < g->size; i++) {
+        for (message *m = g->boxes[i].head, *next; m; m = next) {
+            next = m->next;
+            free(m);
+        }
+        pthread_mutex_destroy(&g->boxes[i].lock);
+        pthread_cond_destroy(&g->boxes[i].arrived);
+    }
+    free(g->boxes);
+    free(g->members);
+    free(g);
+}
+
+static comm *make_comm(comm_job *job, comm_rank_state *rs, group *g, int rank,
+                       const int *world_ranks, const char *name) {
+    comm *c = comm_create(job, rs, &threads_backend, rank, g->size, world_ranks, name);
+    threads_comm *tc = calloc(1, sizeof *tc);
+    if (!tc) { fprintf(stderr, "comm: out of memory\n"); exit(1); }
+    tc->g = g;
+    tc->spin_seconds = ((threads_job *)job->impl)->spin_seconds;
+    pthread_mutex_init(&tc->lock, NULL);
+    cond_init(&tc->wake);
+    cond_init(&tc->done);
+    c->impl = tc;
+    g->members[rank].owner = c;
+    return c;
+}
+
+/* Everyone posts (color, key); the first member of each new group (in key order)
+ * creates it; everyone joins the group of its color. Two barriers, no more: a rank
+ * rewrites its posted values only in the next split, after everyone has read them. */
+static comm *threads_split(comm *c, int color, int key, const char *name, uint64_t seq) {
+    comm_call call = {.kind = COMM_KIND_SPLIT, .op = -1, .root = -1, .seq = seq};
+    member *all = ((threads_comm *)c->impl)->g->members, *me = &all[c->rank];
+    int n = c->size, members = 0, index = -1;
+    me->split_color = color;
+    me->split_key = key;
+    barrier(c, &call);
+    int *order = malloc((size_t)n * sizeof *order);
+    if (!order) comm_fail(c, "out of memory");
+    for (int q = 0; q < n && color >= 0; q++) {
+        if (all[q].split_color != color) continue;
+        int i = members++;   /* insertion sort by (key, rank) */
+        while (i > 0 && all[order[i - 1]].split_key > all[q].split_key) {
+            order[i] = order[i - 1];
+            i--;
+        }
+        order[i] = q;
+    }
+    for (int i = 0; i < members; i++)
+        if (order[i] == c->rank) index = i;
+    if (index == 0) me->split_result = group_create(members);
+    barrier(c, &call);
+    comm *result = NULL;
+    if (color >= 0) {
+        int *world = malloc((size_t)members * sizeof *world);
+        if (!world) comm_fail(c, "out of memory");
+        for (int i = 0; i < members; i++) world[i] = c->world_ranks[order[i]];
+        result = make_comm(c->job, c->rs, all[order[0]].split_result, index, world, name);
+        free(world);
+    }
+    free(order);
+    return result;
+}
+
+static void threads_free(comm *c) {
+    threads_comm *tc = c->impl;
+    if (tc->has_worker) {   /* the worker finishes what is queued, then leaves */
+        pthread_mutex_lock(&tc->lock);
+        tc->closing = 1;
+        pthread_cond_signal(&tc->wake);
+        pthread_mutex_unlock(&tc->lock);
+        pthread_join(tc->worker, NULL);
+    }
+    mem_free(tc->scratch);
+    group_release(tc->g);
+    pthread_mutex_destroy(&tc->lock);
+    pthread_cond_destroy(&tc->wake);
+    pthread_cond_destroy(&tc->done);
+    free(tc);
+}
+
+static void threads_stop(comm *c, double grace_seconds) {
+    (void)grace_seconds;   /* the other ranks notice within POLL_SECONDS */
+    atomic_store(&c->job->failed, 1);
+    atomic_store(&c->job->stop, 1);
+    leave_thread();
+}
+
+static const comm_backend threads_backend = {
+    .name = "threads",
+    .bytes_modelled = 0,
+    .run = threads_run,
+    .start = threads_start,
+    .wait = threads_wait,
+    .send = threads_send,
+    .recv = threads_recv,
+    .split = threads_split,
+    .free = threads_free,
+    .stop = threads_stop,
+};
+
+/* ---- launch support --------------------------------------------------------------- */
+void threads_job_init(comm_job *job) {
+    threads_job *tj = calloc(1, sizeof *tj);
+    if (!tj) { fprintf(stderr, "comm: out of memory\n"); exit(1); }
+    tj->world = group_create(job->nranks);
+    /* Spin before sleeping only when every rank can have a core of its own. */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    tj->spin_seconds = job->nranks <= cores ? 50e-6 : 0;
+    job->impl = tj;
+}
+
+comm *threads_world(comm_job *job, int rank) {
+    int *world = malloc((size_t)job->nranks * sizeof *world);
+    if (!world) { fprintf(stderr, "comm: out of memory\n"); exit(1); }
+    for (int r = 0; r < job->nranks; r++) world[r] = r;
+    comm *c = make_comm(job, &job->ranks[rank], ((threads_job *)job->impl)->world, rank,
+                        world, "world");
+    free(world);
+    return c;
+}
+
+void threads_job_free(comm_job *job) {
+    threads_job *tj = job->impl;
+    comm_job_free(job);   /* frees every comm, and with the last one each group */
+    free(tj);
+}
+
+int threads_run_rank(comm *world, rank_main_fn fn, void *args) {
+    jmp_buf stopped_here;
+    prctl(PR_SET_TIMERSLACK, 1000UL);
+    escape = &stopped_here;
+    if (setjmp(stopped_here)) {
+        escape = NULL;
+        return -1;
+    }
+    int status = fn(world, args);
+    escape = NULL;
+    if (status != 0) {
+        atomic_store(&world->job->failed, 1);
+        fprintf(stderr, "rank %d failed: rank_main returned %d\n", comm_world_rank(world),
+                status);
+        atomic_store(&world->job->stop, 1);
+    }
+    return status;
+}

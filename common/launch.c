@@ -1,0 +1,137 @@
+/* launch(): runs a rank_main on every rank. Threads: N threads of this process, each
+ * with its own memory accounting; MPI: the processes mpirun started (comm_mpi.c). */
+#include "comm_internal.h"
+
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* How long ranks get to notice a failure before the process gives up on them: a rank
+ * stops at its next comm call, so only one busy outside comm takes this long. */
+#define STOP_GRACE_SECONDS 10.0
+
+int launch_mpi_world_size(void) {
+    const char *size = getenv("OMPI_COMM_WORLD_SIZE");
+    return size ? atoi(size) : 0;
+}
+
+/* One OpenBLAS thread per rank: the ranks are the parallelism. */
+static void one_blas_thread(void) {
+    setenv("OPENBLAS_NUM_THREADS", "1", 1);
+    openblas_set_num_threads(1);
+}
+
+int launch(const comm_options *opts, rank_main_fn fn, void *args) {
+#ifdef USE_MPI
+    if (launch_mpi_world_size() > 0) return launch_mpi(opts, fn, args);
+#endif
+    return launch_threads(opts, fn, args);
+}
+
+int launch_mpi(const comm_options *opts, rank_main_fn fn, void *args) {
+#ifdef USE_MPI
+    one_blas_thread();
+    return mpi_launch(opts, fn, args);
+#else
+    (void)opts, (void)fn, (void)args;
+    fprintf(stderr, "error: this build has no MPI support (rebuild with MPI=1)\n");
+    return 2;
+#endif
+}
+
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    int finished;
+} launch_state;
+
+typedef struct {
+    comm *world;
+    rank_main_fn fn;
+    void *args;
+    launch_state *state;
+    pthread_t thread;
+    int status;
+} rank_thread;
+
+static void *rank_thread_main(void *arg) {
+    rank_thread *rt = arg;
+    comm_rank_state *rs = rt->world->rs;
+    mem_stats_bind(&rs->mem);
+    rt->status = threads_run_rank(rt->world, rt->fn, rt->args);
+    atomic_store(&rs->status, rt->status);
+    atomic_store(&rs->finished, 1);
+    pthread_mutex_lock(&rt->state->lock);
+    rt->state->finished++;
+    pthread_cond_signal(&rt->state->changed);
+    pthread_mutex_unlock(&rt->state->lock);
+    return NULL;
+}
+
+/* Waits for every rank; after a failure, gives them STOP_GRACE_SECONDS. */
+static void wait_for_ranks(comm_job *job, launch_state *state, int n) {
+    double stop_seen = 0;
+    pthread_mutex_lock(&state->lock);
+    while (state->finished < n) {
+        struct timespec later;
+        clock_gettime(CLOCK_REALTIME, &later);
+        later.tv_nsec += 100 * 1000 * 1000;
+        if (later.tv_nsec >= 1000000000L) { later.tv_sec++; later.tv_nsec -= 1000000000L; }
+        pthread_cond_timedwait(&state->changed, &state->lock, &later);
+        if (!comm_job_stopping(job)) continue;
+        if (stop_seen == 0) stop_seen = comm_now();
+        if (comm_now() - stop_seen > STOP_GRACE_SECONDS) {
+            for (int r = 0; r < n; r++)
+                if (!atomic_load(&job->ranks[r].finished))
+                    fprintf(stderr, "comm: rank %d has not stopped %.0f s after the failure "
+                            "(busy outside comm); exiting\n", r, STOP_GRACE_SECONDS);
+            exit(1);
+        }
+    }
+    pthread_mutex_unlock(&state->lock);
+}
+
+int launch_threads(const comm_options *opts, rank_main_fn fn, void *args) {
+    comm_options defaults = comm_options_default();
+    if (!opts) opts = &defaults;
+    int n = opts->ranks;
+    if (n < 1 || n > 4096) {
+        fprintf(stderr, "error: %d ranks: the threads backend runs 1 to 4096\n", n);
+        return 2;
+    }
+    one_blas_thread();
+
+    comm_job *job = comm_job_create(opts, n, 0);
+    threads_job_init(job);
+    launch_state state = {.finished = 0};
+    pthread_mutex_init(&state.lock, NULL);
+    pthread_cond_init(&state.changed, NULL);
+    rank_thread *ranks = calloc((size_t)n, sizeof *ranks);
+    if (!ranks) { fprintf(stderr, "comm: out of memory\n"); exit(1); }
+    for (int r = 0; r < n; r++)
+        ranks[r] = (rank_thread){.world = threads_world(job, r), .fn = fn, .args = args,
+                                 .state = &state};
+    for (int r = 0; r < n; r++)
+        if (pthread_create(&ranks[r].thread, NULL, rank_thread_main, &ranks[r])) {
+            fprintf(stderr, "error: cannot start the thread of rank %d\n", r);
+            exit(1);
+        }
+    wait_for_ranks(job, &state, n);
+    for (int r = 0; r < n; r++) pthread_join(ranks[r].thread, NULL);
+
+    int status = 0;
+    for (int r = 0; r < n && !status; r++) status = ranks[r].status;
+    if (status < 0 || (atomic_load(&job->failed) && status == 0)) status = 1;
+    if (job->opts.trace_path) {
+        char **parts = calloc((size_t)n, sizeof *parts);
+        for (int r = 0; parts && r < n; r++) parts[r] = comm_trace_rank_json(job, &job->ranks[r]);
+        if (!parts || comm_trace_write(job->opts.trace_path, parts, n)) status = status ? status : 1;
+        for (int r = 0; parts && r < n; r++) free(parts[r]);
+        free(parts);
+    }
+    threads_job_free(job);
+    free(ranks);
+    pthread_mutex_destroy(&state.lock);
+    pthread_cond_destroy(&state.changed);
+    return status;
+}

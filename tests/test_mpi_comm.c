@@ -1,0 +1,164 @@
+/* The communicator over Open MPI: the same checks as test_comm.c (tests/comm_faults.c
+ * holds the shared programs), world size from mpirun. Build with MPI=1, run as
+ *   CK_FORK=no mpirun --allow-run-as-root --oversubscribe -np N test_mpi_comm
+ * Fault scenarios (each must end the job with a message naming the ranks):
+ *   mpirun --allow-run-as-root --oversubscribe -np N test_mpi_comm SCENARIO [timeout] */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm.h"
+
+/* tests/comm_faults.c */
+int comm_fault_main(comm *world, void *scenario);
+int comm_check_collectives(comm *c, size_t count, int order, const char *label);
+int comm_test_split_main(comm *world, void *arg);
+int comm_test_async_main(comm *world, void *arg);
+int comm_test_p2p_main(comm *world, void *arg);
+extern const char *const comm_fault_scenarios[];
+
+static comm_options options(void) {
+    comm_options o = comm_options_default();
+    o.timeout_seconds = 60;
+    return o;
+}
+
+static int collectives_main(comm *world, void *arg) {
+    size_t count = *(size_t *)arg;
+    if (strcmp(comm_backend_name(world), "mpi")) return 1;
+    return comm_check_collectives(world, count, -1, "mpi") ? 1 : 0;
+}
+
+START_TEST(test_collectives) {
+    static const size_t counts[] = {0, 1, 7, 1000003};
+    comm_options o = options();
+    ck_assert_int_eq(launch(&o, collectives_main, (void *)&counts[_i]), 0);
+}
+END_TEST
+
+START_TEST(test_split) {
+    comm_options o = options();
+    ck_assert_int_eq(launch(&o, comm_test_split_main, NULL), 0);
+}
+END_TEST
+
+START_TEST(test_async) {
+    comm_options o = options();
+    ck_assert_int_eq(launch(&o, comm_test_async_main, NULL), 0);
+}
+END_TEST
+
+START_TEST(test_send_recv) {
+    comm_options o = options();
+    ck_assert_int_eq(launch(&o, comm_test_p2p_main, NULL), 0);
+}
+END_TEST
+
+/* MPI counts the textbook volume: ring all-reduce 2(N-1)/N x bytes, and so on. */
+static int accounting_main(comm *world, void *arg) {
+    (void)arg;
+    int n = comm_size(world), r = comm_rank(world), failures = 0;
+    size_t count = 1000003;
+    uint64_t bytes = count * 4;
+    float *x = mem_alloc(MEM_GRADS, bytes), *shard = mem_alloc(MEM_GRADS, bytes);
+    comm_stats_reset(world);
+    comm_allreduce(world, x, count, COMM_F32, COMM_SUM);
+    comm_reduce_scatter(world, x, shard, count, COMM_F32, COMM_SUM);
+    comm_allgather(world, shard, x, count, COMM_F32);
+    comm_broadcast(world, x, count, COMM_F32, 0);
+    comm_stats s = comm_stats_get(world);
+    uint64_t ring = 2 * (uint64_t)(n - 1) * bytes / (uint64_t)n, half = (uint64_t)(n - 1) * bytes / (uint64_t)n;
+    if (s.bytes_sent[COMM_KIND_ALLREDUCE] != ring || s.bytes_received[COMM_KIND_ALLREDUCE] != ring ||
+        s.bytes_sent[COMM_KIND_REDUCE_SCATTER] != half || s.bytes_received[COMM_KIND_ALLGATHER] != half ||
+        s.bytes_received[COMM_KIND_BROADCAST] != (r == 0 ? 0 : bytes) ||
+        s.calls[COMM_KIND_ALLREDUCE] != 1 || !(s.seconds[COMM_KIND_ALLREDUCE] > 0))
+        failures++;
+    if (r == 0)
+        printf("mpi all-reduce of %llu bytes, %d ranks: rank 0 counted %llu bytes sent "
+               "(modelled 2(N-1)/N x bytes)\n", (unsigned long long)bytes, n,
+               (unsigned long long)s.bytes_sent[COMM_KIND_ALLREDUCE]);
+    comm *pair = comm_split(world, r / 2, r, "pair");
+    comm_allreduce(pair, x, 1000, COMM_F32, COMM_SUM);
+    comm_stats all = comm_stats_all(world), p = comm_stats_get(pair);
+    if (all.calls[COMM_KIND_ALLREDUCE] != 2 ||
+        comm_stats_total_sent(&all) != comm_stats_total_sent(&s) + comm_stats_total_sent(&p))
+        failures++;
+    comm_stats_reset(world);
+    all = comm_stats_all(world);
+    if (comm_stats_total_sent(&all) != 0) failures++;
+    if (!comm_bytes_are_modelled(world) || strcmp(comm_backend_name(world), "mpi")) failures++;
+    if (comm_mem_stats(world) != mem_stats_current()) failures++;
+    comm_free(pair);
+    mem_free(x);
+    mem_free(shard);
+    return failures ? 1 : 0;
+}
+
+START_TEST(test_accounting) {
+    comm_options o = options();
+    ck_assert_int_eq(launch(&o, accounting_main, NULL), 0);
+}
+END_TEST
+
+static int trace_main(comm *world, void *arg) {
+    (void)arg;
+    float x[1024] = {0};
+    trace_begin(world, "forward");
+    comm_allreduce(world, x, 1024, COMM_F32, COMM_SUM);
+    comm_wait(comm_allreduce_start(world, x, 1024, COMM_F32, COMM_SUM));
+    trace_end(world);
+    return 0;
+}
+
+START_TEST(test_trace) {
+    static char path[128];
+    const char *dir = getenv("TMPDIR");
+    snprintf(path, sizeof path, "%s/test_mpi_comm_trace_%s.json", dir ? dir : "/tmp",
+             getenv("OMPI_COMM_WORLD_SIZE") ? getenv("OMPI_COMM_WORLD_SIZE") : "1");
+    comm_options o = options();
+    o.trace_path = path;
+    ck_assert_int_eq(launch(&o, trace_main, NULL), 0);
+    const char *rank = getenv("OMPI_COMM_WORLD_RANK");
+    if (rank && atoi(rank) != 0) return;   /* rank 0 wrote the merged file */
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    static char text[1 << 16];
+    size_t len = fread(text, 1, sizeof text - 1, f);
+    text[len] = 0;
+    fclose(f);
+    unlink(path);
+    ck_assert(strncmp(text, "{\"traceEvents\":[", 16) == 0);
+    ck_assert(strstr(text, "\"name\":\"forward\""));
+    ck_assert(strstr(text, "\"name\":\"allreduce\",\"cat\":\"comm\""));
+    int n = launch_mpi_world_size();
+    char tid[32];
+    snprintf(tid, sizeof tid, "\"tid\":%d,", n > 0 ? n - 1 : 0);   /* every rank is there */
+    ck_assert(strstr(text, tid));
+}
+END_TEST
+
+int main(int argc, char **argv) {
+    if (argc > 1) {   /* a fault scenario, see tests/comm_faults.c */
+        comm_options o = options();
+        o.timeout_seconds = argc > 2 ? atof(argv[2]) : 2.0;
+        return launch(&o, comm_fault_main, argv[1]);
+    }
+    Suite *s = suite_create("mpi_comm");
+    TCase *tc = tcase_create("mpi");
+    tcase_add_loop_test(tc, test_collectives, 0, 4);   /* counts 0, 1, 7, 1000003 */
+    tcase_add_test(tc, test_split);
+    tcase_add_test(tc, test_async);
+    tcase_add_test(tc, test_send_recv);
+    tcase_add_test(tc, test_accounting);
+    tcase_add_test(tc, test_trace);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);   /* MPI and fork do not mix */
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
