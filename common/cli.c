@@ -1,5 +1,7 @@
 #include "cli.h"
 
+#include "device.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -30,6 +32,7 @@ run_config run_config_default(void) {
         .device = "auto",
         .comm = comm_options_default(),
     };
+    cfg.comm.device = COMM_DEVICE_AUTO;   /* settled by cli_parse */
     return cfg;
 }
 
@@ -212,7 +215,23 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
     cfg->comm.link = (comm_link)sv.link;
     cfg->comm.link_scale = sv.link_scale;
     cfg->comm.timeout_seconds = sv.timeout;
-    cfg->device = device_names[sv.device];
+    /* The device is settled here, before any rank starts: auto becomes what this machine
+     * has, and a GPU that is not there is one clear line. */
+    const comm_device requested = sv.device == 1   ? COMM_DEVICE_CPU
+                                  : sv.device == 2 ? COMM_DEVICE_CUDA
+                                                   : COMM_DEVICE_AUTO;
+#ifndef USE_CUDA
+    if (requested == COMM_DEVICE_CUDA)
+        cli_fail("--device cuda: this build has no GPU support (build with GPU=1, or use"
+                 " --device cpu)");
+#endif
+    cfg->comm.device = comm_device_resolve(requested);
+    if (requested == COMM_DEVICE_CUDA && cfg->comm.device == COMM_DEVICE_CUDA &&
+        device_gpu_count() == 0)
+        cli_fail("--device cuda: no GPU is visible to this process (use --device cpu or"
+                 " auto)");
+    cfg->device = comm_device_name(cfg->comm.device);
+    cfg->comm.tf32 = cfg->tf32;
 
     char err[256];
     if (!gpt_config_check(&cfg->model, 1, err, sizeof err)) cli_fail("%s", err);

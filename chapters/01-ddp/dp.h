@@ -1,0 +1,46 @@
+/* DataParallel, as torch.nn.DataParallel does it: ONE process, a master replica on
+ * device 0, and every step
+ *
+ *     replicate: copy the master's parameters to replicas 1..N-1
+ *     scatter:   give each replica B/N sequences of the batch
+ *     parallel:  N threads run forward and backward, every op under one global lock
+ *     gather:    add the replicas' gradients onto the master's
+ *     step:      AdamW on the master only
+ *
+ * All parameter and gradient traffic goes through the master, so its link carries
+ * 2 (N-1) x the gradient bytes per step, while a DDP rank's carries 2 (N-1)/N x. */
+#ifndef DP_H
+#define DP_H
+
+#include "data.h"
+#include "report.h"
+#include "train.h"
+
+typedef struct {
+    int threads;       /* replicas, one thread each */
+    int release_gil;   /* --gil release: heavy kernels run without the lock */
+} dp_options;
+
+typedef struct {
+    run_result result;     /* strategy "dp"; differences left to the caller */
+    float *loss;           /* per step, global-batch mean */
+    float *first_grads;    /* the master's summed gradients of step 1 */
+    float *final_params;   /* the master's parameters after the last step */
+    dp_options opts;
+    /* per timed step, on the master's clock */
+    double replicate_seconds, scatter_seconds, parallel_seconds, gather_seconds,
+        optimizer_seconds;
+    /* per timed step, summed over the threads */
+    double gil_wait_seconds, gil_held_seconds;
+    double gil_acquisitions;
+    /* share of the forward+backward time during which some thread held the lock (one
+     * at a time): with --gil hold all compute happens inside it */
+    double gil_busy_fraction;
+    /* bytes through the master per step */
+    double params_out_bytes, batch_out_bytes, grads_in_bytes;
+} dp_run;
+
+dp_run *dp_train(const run_config *cfg, const dataset *data, const dp_options *opts);
+void dp_run_free(dp_run *r);
+
+#endif

@@ -1,0 +1,253 @@
+/* Chapter 1: data parallelism two ways.
+ *   DP  - torch.nn.DataParallel: one process, one thread per replica, a global lock
+ *         around every op, all traffic through a master replica.
+ *   DDP - DistributedDataParallel: one rank per replica, gradients averaged by
+ *         bucketed all-reduce that overlaps backward.
+ * Both are compared with single-device training on the same global batch.
+ *
+ *   make chapter1 && ./run 4 [--gil release] [--bucket-mb 1] [--grad-accum 2]
+ *                            [--compress bf16|fp16|fp8] [--trace trace.json] */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "compare.h"
+#include "ddp.h"
+#include "dp.h"
+#include "report.h"
+#include "train.h"
+
+static const char *const compress_names[] = {"none", "bf16", "fp16", "fp8", NULL};
+static const comm_dtype compress_types[] = {COMM_F32, COMM_BF16, COMM_F16, COMM_F8E4M3};
+static const char *const gil_names[] = {"hold", "release", NULL};
+static const char *const strategy_names[] = {"all", "dp", "ddp", NULL};
+enum { RUN_ALL, RUN_DP, RUN_DDP };
+
+/* Tolerances of the uncompressed runs against the baseline: the same sums in a
+ * different order (fp32). Gradients are compared after step 1; loss and parameters
+ * only over at most 5 steps, because AdamW divides by sqrt(v): where a gradient is
+ * near zero, a rounding difference can flip the update's sign, and over many steps
+ * such differences grow to the size of the learning rate. */
+static const double tolerance_loss = 1e-5, tolerance_grads = 1e-6, tolerance_params = 1e-4;
+enum { TOLERANCE_STEPS = 5 };
+
+typedef struct {
+    double bucket_mb, first_bucket_mb;
+    int grad_accum, compress, gil, strategy;
+} chapter_flags;
+
+static const char *backend_name(void) {
+#ifdef USE_MPI
+    return "mpi";
+#else
+    return "threads";
+#endif
+}
+
+static int within_tolerance(const run_result *r) {
+    if (r->diff_grads > tolerance_grads) return 0;
+    if (r->steps > TOLERANCE_STEPS) return 1;
+    return r->diff_loss <= tolerance_loss && r->diff_params <= tolerance_params;
+}
+
+static void print_bytes_table(const run_config *cfg, const dp_run *dp, const ddp_job *ddp,
+                              size_t num_params) {
+    char a[32], b[32], c[32], d[32], e[32];
+    const int N = cfg->comm.ranks;
+    const double grad_bytes = (double)num_params * sizeof(float);
+    printf("\nbytes per step (gradients: %s of fp32; N = %d)\n", report_bytes(grad_bytes, a), N);
+    if (dp) {
+        double total = dp->params_out_bytes + dp->batch_out_bytes + dp->grads_in_bytes;
+        printf("  dp   through the master: params out %s + batch out %s + grads in %s = %s"
+               "   (2(N-1) x gradient bytes = %s)\n",
+               report_bytes(dp->params_out_bytes, a), report_bytes(dp->batch_out_bytes, b),
+               report_bytes(dp->grads_in_bytes, c), report_bytes(total, d),
+               report_bytes(2.0 * (N - 1) * grad_bytes, e));
+    }
+    if (ddp) {
+        const run_result *r = &ddp->result;
+        printf("  ddp  every rank sends %s and receives as much"
+               "   (2(N-1)/N x %s = %s each way)\n",
+               report_bytes(r->bytes_sent_per_step, a),
+               ddp->opts.wire == COMM_F32 ? "gradient bytes" : "gradient elements x wire size",
+               report_bytes(r->bytes_formula, b));
+    }
+}
+
+static void print_dp_table(const dp_run *dp) {
+    const double ms = 1e3;
+    const double step = dp->replicate_seconds + dp->scatter_seconds + dp->parallel_seconds +
+                        dp->gather_seconds + dp->optimizer_seconds;
+    printf("\ndp: %d threads in one process, --gil %s; per step on the master's clock\n",
+           dp->opts.threads, dp->opts.release_gil ? "release" : "hold");
+    printf("  replicate params %.2f ms | scatter batch %.2f ms | forward+backward %.2f ms |"
+           " gather grads %.2f ms | AdamW (master only) %.2f ms\n",
+           ms * dp->replicate_seconds, ms * dp->scatter_seconds, ms * dp->parallel_seconds,
+           ms * dp->gather_seconds, ms * dp->optimizer_seconds);
+    printf("  GIL: %.0f acquisitions; held %.2f ms (%.0f%% of forward+backward, one thread at"
+           " a time), threads waited for it %.2f ms in all\n",
+           dp->gil_acquisitions, ms * dp->gil_held_seconds, 100 * dp->gil_busy_fraction,
+           ms * dp->gil_wait_seconds);
+    printf("  the master alone (replicate, scatter, gather, AdamW): %.0f%% of the step\n",
+           step > 0 ? 100.0 * (step - dp->parallel_seconds) / step : 0.0);
+}
+
+static void print_ddp_table(const ddp_job *ddp, const chapter_flags *f) {
+    const run_result *r = &ddp->result;
+    const double ms = 1e3 / (r->timed_steps > 0 ? r->timed_steps : 1);
+    char size[32];
+    printf("\nddp: %d bucket%s (caps: first %.3g MiB, others %.3g MiB) in launch order:",
+           ddp->num_buckets, ddp->num_buckets == 1 ? "" : "s", f->first_bucket_mb,
+           f->bucket_mb);
+    for (int i = 0; i < ddp->num_buckets; i++)
+        printf(" %s", report_bytes((double)ddp->bucket_numel[i] * sizeof(float), size));
+    printf("; --grad-accum %d; --compress %s; %llu all-reduce calls per step\n",
+           ddp->opts.grad_accum, compress_names[f->compress],
+           (unsigned long long)ddp->allreduce_calls);
+    printf("  all-reduce in flight %.2f ms/step, of it hidden under backward %.2f ms;"
+           " blocked waiting %.2f ms/step\n",
+           ms * ddp->async_seconds, ms * r->hidden_seconds, ms * r->comm_seconds);
+    printf("  replicas identical at the end: max |params(rank r) - params(rank 0)| = %.1e\n",
+           ddp->replica_max_diff);
+}
+
+static char *json_extra(const dp_run *dp, const ddp_job *ddp, const chapter_flags *f) {
+    size_t cap = 4096 + (ddp ? 32 * (size_t)ddp->num_buckets : 0), n = 0;
+    char *s = malloc(cap);
+    s[0] = 0;
+    if (dp) {
+        n += snprintf(s + n, cap - n,
+            "\"dp\": {\"threads\": %d, \"gil\": \"%s\", \"phase_ms\": {\"replicate\": %.4f, "
+            "\"scatter\": %.4f, \"forward_backward\": %.4f, \"gather\": %.4f, \"optimizer\": "
+            "%.4f}, \"gil_wait_ms\": %.4f, \"gil_held_ms\": %.4f, \"gil_busy_fraction\": "
+            "%.3f, \"master_bytes_per_step\": {\"params_out\": %.0f, \"batch_out\": %.0f, "
+            "\"grads_in\": %.0f}}",
+            dp->opts.threads, dp->opts.release_gil ? "release" : "hold",
+            1e3 * dp->replicate_seconds, 1e3 * dp->scatter_seconds, 1e3 * dp->parallel_seconds,
+            1e3 * dp->gather_seconds, 1e3 * dp->optimizer_seconds, 1e3 * dp->gil_wait_seconds,
+            1e3 * dp->gil_held_seconds, dp->gil_busy_fraction, dp->params_out_bytes,
+            dp->batch_out_bytes, dp->grads_in_bytes);
+    }
+    if (ddp) {
+        const int steps = ddp->result.timed_steps > 0 ? ddp->result.timed_steps : 1;
+        n += snprintf(s + n, cap - n,
+            "%s\"ddp\": {\"bucket_mb\": %g, \"first_bucket_mb\": %g, \"grad_accum\": %d, "
+            "\"compress\": \"%s\", \"allreduce_calls_per_step\": %llu, "
+            "\"comm_async_ms_per_step\": %.4f, \"comm_hidden_ms_per_step\": %.4f, "
+            "\"replica_max_diff\": %g, \"bucket_bytes\": [",
+            dp ? ", " : "", f->bucket_mb, f->first_bucket_mb, ddp->opts.grad_accum,
+            compress_names[f->compress],
+            (unsigned long long)ddp->allreduce_calls, 1e3 * ddp->async_seconds / steps,
+            1e3 * ddp->result.hidden_seconds / steps, ddp->replica_max_diff);
+        for (int i = 0; i < ddp->num_buckets; i++)
+            n += snprintf(s + n, cap - n, "%s%zu", i ? ", " : "",
+                          ddp->bucket_numel[i] * sizeof(float));
+        snprintf(s + n, cap - n, "]}");
+    }
+    return s;
+}
+
+static size_t mib_to_bytes(double mib) {
+    double bytes = mib * (1 << 20);
+    return bytes >= (double)SIZE_MAX ? SIZE_MAX : bytes < 1 ? 1 : (size_t)bytes;
+}
+
+int main(int argc, char **argv) {
+    run_config cfg = run_config_default();
+    cfg.steps = 5;   /* a few seconds on a laptop; --steps for more */
+    chapter_flags f = {.bucket_mb = 25.0, .first_bucket_mb = 1.0, .grad_accum = 1};
+    const cli_option options[] = {
+        {"bucket-mb", OPT_FLOAT, &f.bucket_mb,
+         "DDP gradient bucket cap in MiB (PyTorch: 25)", NULL, 1e-6},
+        {"first-bucket-mb", OPT_FLOAT, &f.first_bucket_mb,
+         "cap of DDP's first bucket in MiB (PyTorch: 1)", NULL, 1e-6},
+        {"grad-accum", OPT_INT, &f.grad_accum, "DDP micro-steps per optimizer step", NULL, 1},
+        {"compress", OPT_CHOICE, &f.compress, "DDP gradient type on the wire",
+         compress_names, 0},
+        {"gil", OPT_CHOICE, &f.gil, "DP: kernels hold the lock, or release it", gil_names, 0},
+        {"strategy", OPT_CHOICE, &f.strategy, "which to run besides the baseline",
+         strategy_names, 0},
+        {0},
+    };
+    cli_parse(argc, argv, &cfg, options, argv[0],
+              "DataParallel (threads + a GIL) against DistributedDataParallel (ranks +"
+              " bucketed all-reduce), each compared with single-device training.");
+    ddp_check_batch_or_exit(cfg.batch, cfg.comm.ranks, f.grad_accum);   /* DP needs it too */
+    const int N = cfg.comm.ranks;
+    const int rank0_here = process_hosts_rank0();
+    dataset *data = dataset_from_config(&cfg);
+
+    if (rank0_here)
+        report_header(&cfg, "Chapter 1: DataParallel (one process, a GIL) vs "
+                            "DistributedDataParallel (one rank per replica)", N, backend_name());
+
+    /* DDP first: under mpirun the other processes then leave, and the baseline and DP
+     * below run in world rank 0's process without them polling the cores (or timing
+     * out while waiting). */
+    ddp_job ddp = {.cfg = &cfg, .data = data, .opts = ddp_options_default()};
+    ddp.opts.bucket_bytes = mib_to_bytes(f.bucket_mb);
+    ddp.opts.first_bucket_bytes = mib_to_bytes(f.first_bucket_mb);
+    ddp.opts.grad_accum = f.grad_accum;
+    ddp.opts.wire = compress_types[f.compress];
+    int status = 0;
+    if (f.strategy != RUN_DP) status = launch(&cfg.comm, ddp_rank_main, &ddp);
+    if (!rank0_here) {   /* other MPI processes: their part is done */
+        dataset_free(data);
+        return status;
+    }
+    baseline_run *baseline = baseline_train(&cfg, data);
+
+    /* DataParallel is one process by nature: it runs here, after DDP has finished, with
+     * N threads of its own (under MPI: in world rank 0's process). */
+    dp_run *dp = NULL;
+    if (f.strategy != RUN_DDP) {
+        if (!cfg.json && !cfg.quiet)
+            printf("dp: %d threads in this one process%s\n", N,
+                   launch_mpi_world_size() > 0 ? " (world rank 0's; DP does not use MPI)" : "");
+        dp = dp_train(&cfg, data, &(dp_options){.threads = N, .release_gil = f.gil == 1});
+    }
+
+    run_result rows[3];
+    int n = 0;
+    rows[n++] = baseline->result;
+    int ok = 1;
+    if (dp) {
+        compare_to_baseline(&dp->result, baseline, dp->loss, dp->first_grads, dp->final_params);
+        ok &= within_tolerance(&dp->result);
+        rows[n++] = dp->result;
+    }
+    if (f.strategy != RUN_DP && status == 0) {
+        compare_to_baseline(&ddp.result, baseline, ddp.loss, ddp.first_grads, ddp.final_params);
+        if (ddp.opts.wire == COMM_F32) ok &= within_tolerance(&ddp.result);
+        rows[n++] = ddp.result;
+    }
+    const ddp_job *ddp_shown = f.strategy != RUN_DP && status == 0 ? &ddp : NULL;
+    if (cfg.json) {
+        char *extra = json_extra(dp, ddp_shown, &f);
+        report_json(&cfg, "01-ddp", N, backend_name(), rows, n, extra);
+        free(extra);
+    } else {
+        report_table(&cfg, rows, n);
+        print_bytes_table(&cfg, dp, ddp_shown, baseline->num_params);
+        if (dp) print_dp_table(dp);
+        if (ddp_shown) print_ddp_table(ddp_shown, &f);
+        if (cfg.steps <= TOLERANCE_STEPS)
+            printf("\ntolerances (fp32, sums in another order): grads %.0e, loss %.0e, params"
+                   " %.0e -> %s", tolerance_grads, tolerance_loss, tolerance_params,
+                   ok ? "all within" : "EXCEEDED");
+        else
+            printf("\ntolerance (fp32, sums in another order): grads of step 1 %.0e -> %s;"
+                   " loss and params are checked over at most %d steps (AdamW lets rounding"
+                   " differences grow)", tolerance_grads, ok ? "within" : "EXCEEDED",
+                   TOLERANCE_STEPS);
+        printf("%s\n",
+               ddp_shown && ddp.opts.wire != COMM_F32 ? " (compressed DDP: its error is the"
+               " cost of the wire type, not checked)" : "");
+    }
+    dp_run_free(dp);
+    ddp_job_release(&ddp);
+    baseline_free(baseline);
+    dataset_free(data);
+    if (status != 0) return status;
+    return ok ? 0 : 1;
+}

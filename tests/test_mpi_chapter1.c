@@ -1,0 +1,162 @@
+/* Chapter 1's DDP on Open MPI processes (run under mpirun -np 1..4, CK_FORK=no): the
+ * same comparisons with the single-device baseline as the threads suite, the baseline
+ * trained in world rank 0's process. Checks that need two ranks run when the world
+ * has two; the others fit any world (batch 12 splits over 1, 2, 3 and 4 ranks).
+ *
+ * Tolerances as in test_chapter1.c: gradients after step 1: 1e-6; loss: 1e-5;
+ * parameters after 5 AdamW steps: 1e-4. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "compare.h"
+#include "../chapters/01-ddp/ddp.h"
+#include "train.h"
+
+static const double tol_grads = 1e-6, tol_loss = 1e-5, tol_params = 1e-4;
+
+static int world_size(void) {
+    int n = launch_mpi_world_size();
+    return n > 0 ? n : 1;
+}
+
+static run_config tiny_config(int batch, int steps) {
+    run_config cfg = run_config_default();
+    cfg.model = (gpt_config){.vocab = 256, .ctx = 8, .layers = 2, .heads = 2, .dim = 16};
+    cfg.batch = batch;
+    cfg.steps = steps;
+    cfg.quiet = 1;
+    return cfg;
+}
+
+/* Every process runs this; only world rank 0's process gets the results. */
+static ddp_job run_ddp(const run_config *cfg, const dataset *data, ddp_options opts) {
+    ddp_job job = {.cfg = cfg, .data = data, .opts = opts};
+    ck_assert_int_eq(launch(&cfg->comm, ddp_rank_main, &job), 0);
+    return job;
+}
+
+static void print_diffs(const char *what, const run_result *r) {
+    printf("%-40s max |diff| vs baseline: loss %.2e  grads %.2e  params %.2e\n", what,
+           r->diff_loss, r->diff_grads, r->diff_params);
+    fflush(stdout);
+}
+
+START_TEST(ddp_on_mpi_ranks_matches_baseline) {
+    const int N = world_size();
+    run_config cfg = tiny_config(12, 5);
+    dataset *data = dataset_builtin();
+    baseline_run *base = process_hosts_rank0() ? baseline_train(&cfg, data) : NULL;
+    ddp_job job = run_ddp(&cfg, data, ddp_options_default());
+    if (base) {
+        compare_to_baseline(&job.result, base, job.loss, job.first_grads, job.final_params);
+        char label[64];
+        snprintf(label, sizeof label, "ddp, %d MPI rank%s:", N, N > 1 ? "s" : "");
+        print_diffs(label, &job.result);
+        printf("  bytes sent per rank per step %.0f, 2(N-1)/N x gradient bytes %.0f;"
+               " replicas differ by %.1e\n", job.result.bytes_sent_per_step,
+               job.result.bytes_formula, job.replica_max_diff);
+        ck_assert(job.result.diff_grads <= tol_grads);
+        ck_assert(job.result.diff_loss <= tol_loss);
+        ck_assert(job.result.diff_params <= tol_params);
+        ck_assert(job.replica_max_diff == 0.0);
+        if (N > 1)
+            ck_assert(fabs(job.result.bytes_sent_per_step / job.result.bytes_formula - 1) < 0.01);
+        baseline_free(base);
+    }
+    ddp_job_release(&job);
+    dataset_free(data);
+}
+END_TEST
+
+/* Without the all-reduce the ranks' gradients are partial: the comparison must fail. */
+START_TEST(ddp_on_mpi_without_allreduce_fails_the_comparison) {
+    if (world_size() < 2) {
+        if (process_hosts_rank0()) printf("negative control: needs 2 or more ranks, skipped\n");
+        return;
+    }
+    run_config cfg = tiny_config(12, 5);
+    dataset *data = dataset_builtin();
+    baseline_run *base = process_hosts_rank0() ? baseline_train(&cfg, data) : NULL;
+    ddp_options opts = ddp_options_default();
+    opts.allreduce = 0;
+    ddp_job job = run_ddp(&cfg, data, opts);
+    if (base) {
+        compare_to_baseline(&job.result, base, job.loss, job.first_grads, job.final_params);
+        print_diffs("negative control, no all-reduce:", &job.result);
+        ck_assert(job.result.diff_grads > 100 * tol_grads);
+        ck_assert(job.replica_max_diff > 0);
+        baseline_free(base);
+    }
+    ddp_job_release(&job);
+    dataset_free(data);
+}
+END_TEST
+
+/* Two ranks: accumulation equals the larger batch, and every bucket size gives
+ * bit-identical results (one addition per element whatever the bucket bounds). */
+START_TEST(ddp_on_2_mpi_ranks_accumulation_and_buckets) {
+    if (world_size() != 2) {
+        if (process_hosts_rank0()) printf("accumulation and buckets: run with -np 2, skipped\n");
+        return;
+    }
+    run_config cfg = tiny_config(8, 3);
+    cfg.model.dim = 128;   /* slabs of ~0.8 MB: a 1 MiB cap makes several buckets */
+    cfg.model.heads = 4;
+    cfg.model.layers = 4;
+    dataset *data = dataset_builtin();
+    baseline_run *base = process_hosts_rank0() ? baseline_train(&cfg, data) : NULL;
+    const struct { size_t first, cap; int accum; const char *name; } cases[] = {
+        {1u << 20, 1u << 20, 1, "1 MiB"},
+        {1u << 20, 25u << 20, 1, "25 MiB (first 1 MiB)"},
+        {(size_t)-1, (size_t)-1, 1, "one bucket"},
+        {1u << 20, 1u << 20, 2, "1 MiB, 2 micro-steps of 2 per rank"}};
+    float *reference = NULL;   /* parameters with 1 MiB buckets */
+    for (int c = 0; c < 4; c++) {
+        ddp_options opts = ddp_options_default();
+        opts.first_bucket_bytes = cases[c].first;
+        opts.bucket_bytes = cases[c].cap;
+        opts.grad_accum = cases[c].accum;
+        ddp_job job = run_ddp(&cfg, data, opts);
+        if (base) {
+            compare_to_baseline(&job.result, base, job.loss, job.first_grads, job.final_params);
+            char label[80];
+            snprintf(label, sizeof label, "2 MPI ranks, %s (%d buckets):", cases[c].name,
+                     job.num_buckets);
+            print_diffs(label, &job.result);
+            ck_assert(job.result.diff_grads <= tol_grads);
+            ck_assert(job.result.diff_loss <= tol_loss);
+            ck_assert(job.result.diff_params <= tol_params);
+            ck_assert_uint_eq(job.allreduce_calls, (uint64_t)job.num_buckets);
+            if (c == 0) {
+                reference = job.final_params;
+                job.final_params = NULL;
+            } else if (cases[c].accum == 1) {
+                double d = max_abs_diff(job.final_params, reference, base->num_params);
+                printf("  vs 1 MiB buckets: params differ by %.1e (must be 0)\n", d);
+                ck_assert(d == 0);
+            }
+        }
+        ddp_job_release(&job);
+    }
+    free(reference);
+    baseline_free(base);
+    dataset_free(data);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("chapter1-mpi");
+    TCase *tc = tcase_create("ddp-mpi");
+    tcase_add_test(tc, ddp_on_mpi_ranks_matches_baseline);
+    tcase_add_test(tc, ddp_on_mpi_without_allreduce_fails_the_comparison);
+    tcase_add_test(tc, ddp_on_2_mpi_ranks_accumulation_and_buckets);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);   /* MPI and fork() do not mix */
+    srunner_run_all(sr, process_hosts_rank0() ? CK_NORMAL : CK_SILENT);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
