@@ -63,6 +63,7 @@ struct comm_request {
     int done;             /* backend-owned completion flag */
     comm_request *next;   /* backend queue link */
     void *impl;           /* backend data */
+    void *ready;          /* threads, CUDA ranks: the compute queued before the start */
 };
 
 typedef struct comm_backend {
@@ -202,6 +203,42 @@ int threads_run_rank(comm *world, rank_main_fn fn, void *args);
 
 #ifdef USE_MPI
 int mpi_launch(const comm_options *opts, rank_main_fn fn, void *args);
+#endif
+
+#ifdef USE_CUDA
+/* ---- GPU buffers in the host-side backends (gpu/comm_gpu.c) ------------------------
+ * The threads backend (ranks sharing GPUs) and the MPI backend (processes sharing GPUs)
+ * move bytes with host code. On ranks that compute on CUDA they call these instead of
+ * memcpy and comm_reduce_buffers. A comm_gpu is one (rank, group)'s GPU, stream and
+ * staging buffer. Pointers may be host or device memory, mixed; all-host work runs on
+ * the host as on the CPU path. Every call has finished its work when it returns, so
+ * that a peer may read the result as soon as the step is published. */
+typedef struct comm_gpu comm_gpu;
+comm_gpu *comm_gpu_open(void);     /* on a thread that has selected its GPU */
+void comm_gpu_close(comm_gpu *g);  /* any thread */
+int comm_gpu_is_device(const void *ptr);   /* memory a host loop must not touch */
+void comm_gpu_copy(comm_gpu *g, void *dst, const void *src, size_t bytes);
+void comm_gpu_reduce(comm_gpu *g, void *dst, const void *a, const void *b, size_t count,
+                     comm_dtype dt, comm_op op);
+void comm_gpu_divide(comm_gpu *g, void *buf, size_t count, comm_dtype dt, int divisor);
+/* The compute the calling rank has queued on its stream produced the buffers a call
+ * is given: a blocking call waits for it; an async start marks it (on the rank's
+ * thread) and the thread that runs the call waits for the mark (which it releases).
+ * No-ops on a thread that computes on the CPU. */
+void comm_gpu_compute_done(void);
+void *comm_gpu_compute_mark(void);
+void comm_gpu_wait_mark(void *mark);
+
+/* ---- the NCCL backend's launcher hooks (gpu/comm_nccl.c) ----------------------------
+ *   nccl_unique_id  once per job: by the launching thread, or MPI rank 0 + MPI_Bcast
+ *   nccl_world      on each rank's own thread after device_select(DEVICE_CUDA, gpu);
+ *                   every rank of the world must call it at the same time
+ *   nccl_run_rank   runs rank_main so that a failure can stop the rank (threads) */
+#define NCCL_ID_BYTES 128
+void nccl_unique_id(unsigned char id[NCCL_ID_BYTES]);
+comm *nccl_world(comm_job *job, comm_rank_state *rs, int world_rank, int world_size,
+                 const unsigned char id[NCCL_ID_BYTES]);
+int nccl_run_rank(comm *world, rank_main_fn fn, void *args);
 #endif
 
 #endif

@@ -6,7 +6,11 @@
  *    a duplicate communicator (so it can never pair with a data collective);
  *  - timeouts: a blocking MPI call runs under a watchdog thread that reports and ends
  *    the job at the deadline; waits for requests poll MPI_Test against the deadline;
- *  - buffered sends (the message is copied, MPI_Isend completes in the background).
+ *  - buffered sends (the message is copied, MPI_Isend completes in the background);
+ *  - GPU=1: each process computes on its node-local GPU (local rank % GPUs). With a GPU
+ *    per process the world is NCCL's (gpu/comm_nccl.c: rank 0 makes the id, MPI_Bcast
+ *    shares it); with processes sharing GPUs it stays MPI and device buffers are staged
+ *    through host copies (this Open MPI cannot read device memory).
  * Bytes are counted as the textbook volume (comm.c, bytes_modelled = 1). */
 #include "comm_internal.h"
 
@@ -17,6 +21,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "device.h"
 
 typedef struct pending_send {
     MPI_Request request;
@@ -34,6 +40,8 @@ typedef struct {
     MPI_Request request;
     int *counts, *displs;    /* for the v-collectives, alive until completion */
     void *tmp;               /* reduce-scatter whose recv lies inside send */
+    comm_call host;          /* the call as MPI sees it: with host copies when staged */
+    int staged;
 } mpi_request;
 
 static const comm_backend mpi_backend;
@@ -297,15 +305,71 @@ static void poll_request(comm *c, MPI_Request *request, MPI_Status *status, cons
     }
 }
 
+/* ---- device buffers: processes sharing GPUs (GPU=1) ---------------------------------- */
+#ifdef USE_CUDA
+/* The process's GPU staging, set by mpi_launch on CUDA ranks that are not NCCL's. */
+static comm_gpu *gpu_of(comm *c) { return c->job->impl; }
+
+static void *host_block(comm *c, size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) comm_fail(c, "out of memory staging %zu bytes", bytes);
+    return p;
+}
+
+/* When a call touches device memory: `host` becomes the same call on host copies (its
+ * send side filled in) and 1 is returned; stage_out brings the result back. */
+static int stage_in(comm *c, const comm_call *call, comm_call *host) {
+    *host = *call;
+    comm_gpu *g = gpu_of(c);
+    if (!g || !((call->send && comm_gpu_is_device(call->send)) ||
+                (call->recv && comm_gpu_is_device(call->recv))))
+        return 0;
+    const size_t es = comm_dtype_size(call->dt), all = call->count * es;
+    const size_t shard = comm_shard(call->count, c->size, c->rank, NULL) * es;
+    const size_t send_bytes = call->kind == COMM_KIND_ALLGATHER ? shard : all;
+    const size_t recv_bytes = call->kind == COMM_KIND_REDUCE_SCATTER ? shard : all;
+    comm_gpu_compute_done();   /* the rank's kernels made the data */
+    host->send = host_block(c, send_bytes);
+    comm_gpu_copy(g, (void *)host->send, call->send, send_bytes);
+    /* in place (all-reduce, broadcast, reduce): one buffer, as the caller had */
+    host->recv = call->send == call->recv ? (void *)host->send : host_block(c, recv_bytes);
+    return 1;
+}
+
+static void stage_out(comm *c, const comm_call *call, comm_call *host) {
+    const size_t es = comm_dtype_size(call->dt);
+    const size_t recv_bytes = call->kind == COMM_KIND_REDUCE_SCATTER
+                                  ? comm_shard(call->count, c->size, c->rank, NULL) * es
+                                  : call->count * es;
+    /* a non-root of reduce keeps its buffer as it was */
+    if (!(call->kind == COMM_KIND_REDUCE && c->rank != call->root))
+        comm_gpu_copy(gpu_of(c), call->recv, host->recv, recv_bytes);
+    if (host->recv != host->send) free(host->recv);
+    free((void *)host->send);
+}
+#else
+static int stage_in(comm *c, const comm_call *call, comm_call *host) {
+    (void)c;
+    *host = *call;
+    return 0;
+}
+static void stage_out(comm *c, const comm_call *call, comm_call *host) {
+    (void)c, (void)call, (void)host;
+}
+#endif
+
 /* ---- the backend -------------------------------------------------------------------- */
 static void mpi_run(comm *c, const comm_call *call) {
     mpi_request r = {0};
     check_call(c, call);
+    comm_call host;
+    const int staged = stage_in(c, call, &host);
     arm(c, call);
-    int err = issue(c, call, &r, 0);
+    int err = issue(c, &host, &r, 0);
     disarm();
     check_mpi(c, err, comm_kind_name((comm_kind)call->kind));
-    after(c, call, r.tmp);
+    after(c, &host, r.tmp);
+    if (staged) stage_out(c, call, &host);
     release(&r);
 }
 
@@ -315,14 +379,16 @@ static void mpi_start(comm *c, comm_request *req) {
     req->impl = r;
     comm_flight_set(c, req->flight, FLIGHT_RUNNING);   /* in flight from here */
     check_call(c, &req->call);
-    check_mpi(c, issue(c, &req->call, r, 1), comm_kind_name((comm_kind)req->call.kind));
+    r->staged = stage_in(c, &req->call, &r->host);
+    check_mpi(c, issue(c, &r->host, r, 1), comm_kind_name((comm_kind)req->call.kind));
 }
 
 static void mpi_wait(comm *c, comm_request *req) {
     mpi_request *r = req->impl;
     poll_request(c, &r->request, MPI_STATUS_IGNORE, &req->call);
     req->t_done = comm_now();
-    after(c, &req->call, r->tmp);
+    after(c, &r->host, r->tmp);
+    if (r->staged) stage_out(c, &req->call, &r->host);
     release(r);
     free(r);
     req->impl = NULL;
@@ -356,6 +422,12 @@ static void mpi_send(comm *c, const comm_call *call) {
     reap_sends(c, 0);
     pending_send *s = malloc(sizeof *s + bytes);
     if (!s) comm_fail(c, "out of memory sending %zu bytes", bytes);
+#ifdef USE_CUDA
+    if (gpu_of(c) && bytes) {   /* device memory comes down through the GPU */
+        comm_gpu_compute_done();
+        comm_gpu_copy(gpu_of(c), s->data, call->send, bytes);
+    } else
+#endif
     if (bytes) memcpy(s->data, call->send, bytes);
     check_mpi(c, MPI_Isend(s->data, int_count(c, bytes), MPI_BYTE, call->root, call->tag,
                            m->data, &s->request), "send");
@@ -368,9 +440,21 @@ static void mpi_recv(comm *c, const comm_call *call) {
     MPI_Request request;
     MPI_Status status;
     reap_sends(c, 0);
-    check_mpi(c, MPI_Irecv(call->recv, int_count(c, bytes), MPI_BYTE, call->root, call->tag,
+    void *into = call->recv;
+#ifdef USE_CUDA
+    const int staged = gpu_of(c) && bytes && comm_gpu_is_device(call->recv);
+    if (staged) into = host_block(c, bytes);
+#endif
+    check_mpi(c, MPI_Irecv(into, int_count(c, bytes), MPI_BYTE, call->root, call->tag,
                            ((mpi_comm *)c->impl)->data, &request), "recv");
     poll_request(c, &request, &status, call);
+#ifdef USE_CUDA
+    if (staged) {
+        comm_gpu_compute_done();   /* queued kernels may still read the old contents */
+        comm_gpu_copy(gpu_of(c), call->recv, into, bytes);
+        free(into);
+    }
+#endif
     int got = 0;
     MPI_Get_count(&status, MPI_BYTE, &got);
     if ((size_t)got != bytes)
@@ -477,8 +561,34 @@ int mpi_launch(const comm_options *opts, rank_main_fn fn, void *args) {
     MPI_Comm data, control;
     MPI_Comm_dup(MPI_COMM_WORLD, &data);
     MPI_Comm_dup(MPI_COMM_WORLD, &control);
-    comm *world = wrap(job, rs, data, "world");
     mem_stats_bind(&rs->mem);
+
+    /* The device: the node-local rank picks among the node's GPUs. */
+    MPI_Comm node;
+    int local_rank = 0, local_size = 1;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &local_rank);
+    MPI_Comm_size(node, &local_size);
+    MPI_Comm_free(&node);
+    const comm_device device = launch_select_device(&job->opts, local_rank);
+    comm *world = NULL;
+#ifdef USE_CUDA
+    /* NCCL when every node has a GPU per process; all processes must agree */
+    int nccl = device == COMM_DEVICE_CUDA && local_size <= device_gpu_count();
+    MPI_Allreduce(MPI_IN_PLACE, &nccl, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (nccl) {
+        unsigned char id[NCCL_ID_BYTES];
+        if (rank == 0) nccl_unique_id(id);
+        MPI_Bcast(id, NCCL_ID_BYTES, MPI_BYTE, 0, MPI_COMM_WORLD);
+        MPI_Comm_free(&data);
+        world = nccl_world(job, rs, rank, size, id);
+    } else if (device == COMM_DEVICE_CUDA) {
+        job->impl = comm_gpu_open();   /* device buffers go through host copies */
+    }
+#else
+    (void)device, (void)local_size;
+#endif
+    if (!world) world = wrap(job, rs, data, "world");
 
     comm_call start = {.kind = COMM_KIND_BARRIER, .op = -1, .root = -1};
     arm(world, &start);
@@ -505,6 +615,10 @@ int mpi_launch(const comm_options *opts, rank_main_fn fn, void *args) {
     }
     if (job->opts.trace_path) write_trace(job, control, rank, size);
     MPI_Comm_free(&control);
+#ifdef USE_CUDA
+    comm_gpu_close(job->impl);
+    job->impl = NULL;
+#endif
     comm_job_free(job);   /* frees world and any group left */
     return status;
 }

@@ -14,7 +14,14 @@
  *
  * Every wait wakes at least every 50 ms to notice a stop (another rank failed) and
  * the timeout. Each (rank, group) has a communication thread, started on the first
- * asynchronous call, that runs the queued requests in order. */
+ * asynchronous call, that runs the queued requests in order.
+ *
+ * Ranks that compute on a GPU (GPU=1, more ranks than GPUs, so no NCCL) run the same
+ * algorithms over device buffers: a rank's comm then has a comm_gpu (gpu/comm_gpu.c)
+ * and every copy, reduction and division goes through it (cudaMemcpy, a reduction
+ * kernel) instead of memcpy and the host loops. Before a rank publishes its buffers
+ * the compute it queued has finished: a blocking call waits for the rank's stream, an
+ * async one marks it with an event that the communication thread waits for. */
 #include "comm_internal.h"
 
 #include <limits.h>
@@ -28,6 +35,8 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "device.h"
 
 #define POLL_SECONDS 0.05   /* how often a sleeping wait looks around */
 #define YIELDS 20           /* sched_yield()s before sleeping */
@@ -80,6 +89,9 @@ typedef struct {
     int pending;                /* started, not finished */
     int closing, has_worker;
     pthread_t worker;
+#ifdef USE_CUDA
+    comm_gpu *gpu;              /* the rank computes on a GPU: buffers may be device memory */
+#endif
 } threads_comm;
 
 typedef struct {
@@ -105,6 +117,44 @@ static member *member_of(comm *c, int rank) {
 }
 static char *at(const void *base, size_t index, const comm_call *call) {
     return (char *)base + index * comm_dtype_size((comm_dtype)call->dt);
+}
+
+/* ---- moving bytes: host code, or the rank's GPU ------------------------------------ */
+#ifdef USE_CUDA
+static comm_gpu *gpu_of(comm *c) { return ((threads_comm *)c->impl)->gpu; }
+#endif
+
+/* memmove: an in-place all-gather's own piece may overlap (a plain copy otherwise) */
+static void move_bytes(comm *c, void *dst, const void *src, size_t bytes, int may_overlap) {
+#ifdef USE_CUDA
+    if (gpu_of(c)) {
+        comm_gpu_copy(gpu_of(c), dst, src, bytes);
+        return;
+    }
+#endif
+    (void)c;
+    if (may_overlap) memmove(dst, src, bytes);
+    else memcpy(dst, src, bytes);
+}
+
+static void divide(comm *c, void *buf, size_t count, const comm_call *call, int divisor) {
+#ifdef USE_CUDA
+    if (gpu_of(c)) {
+        comm_gpu_divide(gpu_of(c), buf, count, (comm_dtype)call->dt, divisor);
+        return;
+    }
+#endif
+    (void)c;
+    comm_divide_buffer(buf, count, (comm_dtype)call->dt, divisor);
+}
+
+/* The rank's own compute wrote the buffers it hands over: let it finish (a blocking
+ * call on the rank's thread). */
+static void compute_done(comm *c) {
+#ifdef USE_CUDA
+    if (gpu_of(c)) comm_gpu_compute_done();
+#endif
+    (void)c;
 }
 
 static void cond_init(pthread_cond_t *cond) {
@@ -220,6 +270,14 @@ static void pull(comm *c, int peer, void *dst, const void *own, const void *thei
                  size_t count, const comm_call *call) {
     double t0 = comm_now();
     size_t bytes = count * comm_dtype_size((comm_dtype)call->dt);
+#ifdef USE_CUDA
+    if (gpu_of(c)) {
+        if (own)
+            comm_gpu_reduce(gpu_of(c), dst, own, theirs, count, (comm_dtype)call->dt,
+                            (comm_op)call->op);
+        else if (bytes) move_bytes(c, dst, theirs, bytes, 0);
+    } else
+#endif
     if (own) comm_reduce_buffers(dst, own, theirs, count, (comm_dtype)call->dt,
                                  (comm_op)call->op);
     else if (bytes) memcpy(dst, theirs, bytes);
@@ -254,8 +312,7 @@ static void ring_allreduce(comm *c, const comm_call *call) {
             wait_step(c, call, left, step + s - 1);
             pull(c, left, at(buf, off, call), at(buf, off, call), at(theirs, off, call), len,
                  call);
-            if (s == n - 1 && call->op == COMM_AVG)
-                comm_divide_buffer(at(buf, off, call), len, (comm_dtype)call->dt, n);
+            if (s == n - 1 && call->op == COMM_AVG) divide(c, at(buf, off, call), len, call, n);
             publish(c, step + s);
         }
         for (int s = 1; s <= n - 1; s++) {                       /* all-gather */
@@ -288,8 +345,7 @@ static void ring_reduce_scatter(comm *c, const comm_call *call, char *scratch) {
         publish(c, s);
     }
     if (call->op == COMM_AVG)
-        comm_divide_buffer(call->recv, comm_shard(call->count, n, r, NULL),
-                           (comm_dtype)call->dt, n);
+        divide(c, call->recv, comm_shard(call->count, n, r, NULL), call, n);
     finish(c, call, n - 1);
 }
 
@@ -298,7 +354,8 @@ static void ring_allgather(comm *c, const comm_call *call) {
     int n = c->size, r = c->rank, left = mod(r - 1, n);
     size_t off, len = comm_shard(call->count, n, r, &off);
     if (len && call->send != at(call->recv, off, call))
-        memmove(at(call->recv, off, call), call->send, len * comm_dtype_size(call->dt));
+        move_bytes(c, at(call->recv, off, call), call->send, len * comm_dtype_size(call->dt),
+                   1);
     enter(c, call, call->send, call->recv, NULL);
     for (int s = 1; s <= n - 1; s++) {
         len = comm_shard(call->count, n, mod(r - s, n), &off);
@@ -356,8 +413,7 @@ static void chain_reduce(comm *c, const comm_call *call, char *scratch) {
             pull(c, left, out, at(buf, off, call), theirs, len, call);
             publish(c, i + 1);
         }
-    if (pos == n - 1 && call->op == COMM_AVG)
-        comm_divide_buffer(buf, call->count, (comm_dtype)call->dt, n);
+    if (pos == n - 1 && call->op == COMM_AVG) divide(c, buf, call->count, call, n);
     finish(c, call, slices);
 }
 
@@ -372,8 +428,7 @@ static void naive_allreduce(comm *c, const comm_call *call) {
             wait_step(c, call, q, 0);
             pull(c, q, buf, buf, member_of(c, q)->recv, call->count, call);
         }
-        if (call->op == COMM_AVG)
-            comm_divide_buffer(buf, call->count, (comm_dtype)call->dt, c->size);
+        if (call->op == COMM_AVG) divide(c, buf, call->count, call, c->size);
         publish(c, 1);
         for (int q = 1; q < c->size; q++) wait_step(c, call, q, 2);   /* all copied */
         publish(c, 2);
@@ -410,7 +465,7 @@ static void execute(comm *c, const comm_call *call, void *scratch) {
         size_t bytes = call->count * comm_dtype_size(call->dt);
         if ((call->kind == COMM_KIND_REDUCE_SCATTER || call->kind == COMM_KIND_ALLGATHER) &&
             bytes && call->send != call->recv)
-            memmove(call->recv, call->send, bytes);
+            move_bytes(c, call->recv, call->send, bytes, 1);
         return;
     }
     switch (call->kind) {
@@ -435,6 +490,10 @@ static int run_request(comm *c, comm_request *req) {
         return 1;
     }
     comm_flight_set(c, req->flight, FLIGHT_RUNNING);
+#ifdef USE_CUDA
+    comm_gpu_wait_mark(req->ready);   /* the compute that made the buffers */
+    req->ready = NULL;
+#endif
     execute(c, &req->call, req->impl);
     comm_flight_set(c, req->flight, FLIGHT_DONE);
     escape = NULL;
@@ -446,6 +505,10 @@ static void complete_head(threads_comm *tc) {
     comm_request *req = tc->head;
     tc->head = req->next;
     if (!tc->head) tc->tail = NULL;
+#ifdef USE_CUDA
+    comm_gpu_wait_mark(req->ready);   /* abandoned before it ran: release the event */
+    req->ready = NULL;
+#endif
     req->t_done = comm_now();
     req->done = 1;
     tc->pending--;
@@ -475,6 +538,12 @@ static void *worker_main(void *arg) {
 static void threads_start(comm *c, comm_request *req) {
     threads_comm *tc = c->impl;
     size_t bytes = scratch_bytes(c, &req->call);
+#ifdef USE_CUDA
+    if (tc->gpu) {   /* peers read the scratch: keep it beside the buffers, on the GPU */
+        req->impl = bytes ? mem_alloc_on(MEM_DEVICE, MEM_COMM, bytes) : NULL;
+        req->ready = comm_gpu_compute_mark();
+    } else
+#endif
     req->impl = bytes ? mem_alloc(MEM_COMM, bytes) : NULL;   /* on the rank's thread */
     req->next = NULL;
     pthread_mutex_lock(&tc->lock);
@@ -520,9 +589,14 @@ static void threads_run(comm *c, const comm_call *call) {
         size_t bytes = scratch_bytes(c, call);
         if (bytes > tc->scratch_bytes) {
             mem_free(tc->scratch);
+#ifdef USE_CUDA
+            if (tc->gpu) tc->scratch = mem_alloc_on(MEM_DEVICE, MEM_COMM, bytes);
+            else
+#endif
             tc->scratch = mem_alloc(MEM_COMM, bytes);
             tc->scratch_bytes = bytes;
         }
+        compute_done(c);
         execute(c, call, tc->scratch);
         return;
     }
@@ -540,7 +614,8 @@ static void threads_send(comm *c, const comm_call *call) {
     if (!msg) comm_fail(c, "out of memory sending %zu bytes", bytes);
     *msg = (message){.source = c->rank, .tag = call->tag, .bytes = bytes,
                      .arrival = comm_now() + comm_link_seconds(c->job, bytes)};
-    if (bytes) memcpy(msg->data, call->send, bytes);
+    compute_done(c);
+    if (bytes) move_bytes(c, msg->data, call->send, bytes, 0);
     mailbox *box = &((threads_comm *)c->impl)->g->boxes[call->root];
     pthread_mutex_lock(&box->lock);
     message **link = &box->head;
@@ -578,7 +653,8 @@ static void threads_recv(comm *c, const comm_call *call) {
         comm_fail(c, "recv on '%s': rank %d sent %zu bytes with tag %d, rank %d expects %zu",
                   c->name, c->world_ranks[call->root], msg->bytes, call->tag,
                   comm_world_rank(c), bytes);
-    if (bytes) memcpy(call->recv, msg->data, bytes);
+    compute_done(c);   /* queued compute may still read the old contents */
+    if (bytes) move_bytes(c, call->recv, msg->data, bytes, 0);
     comm_count(c, NULL, COMM_KIND_SENDRECV, bytes);
     sleep_until(msg->arrival);
     free(msg);
@@ -615,6 +691,20 @@ static void group_release(group *g) {
     free(g->boxes);
     free(g->members);
     free(g);
+}
+
+/* Groups split on a rank's thread take its device; the world is bound in
+ * threads_run_rank, because launch makes it before the rank has chosen one. */
+static void bind_device(threads_comm *tc) {
+#ifdef USE_CUDA
+    if (device_current() == DEVICE_CUDA && !tc->gpu) tc->gpu = comm_gpu_open();
+    if (device_current() != DEVICE_CUDA && tc->gpu) {
+        comm_gpu_close(tc->gpu);
+        tc->gpu = NULL;
+    }
+#else
+    (void)tc;
+#endif
 }
 
 static comm *make_comm(comm_job *job, comm_rank_state *rs, group *g, int rank,
@@ -663,6 +753,7 @@ static comm *threads_split(comm *c, int color, int key, const char *name, uint64
         if (!world) comm_fail(c, "out of memory");
         for (int i = 0; i < members; i++) world[i] = c->world_ranks[order[i]];
         result = make_comm(c->job, c->rs, all[order[0]].split_result, index, world, name);
+        bind_device(result->impl);
         free(world);
     }
     free(order);
@@ -679,6 +770,9 @@ static void threads_free(comm *c) {
         pthread_join(tc->worker, NULL);
     }
     mem_free(tc->scratch);
+#ifdef USE_CUDA
+    comm_gpu_close(tc->gpu);
+#endif
     group_release(tc->g);
     pthread_mutex_destroy(&tc->lock);
     pthread_cond_destroy(&tc->wake);
@@ -736,6 +830,7 @@ void threads_job_free(comm_job *job) {
 int threads_run_rank(comm *world, rank_main_fn fn, void *args) {
     jmp_buf stopped_here;
     prctl(PR_SET_TIMERSLACK, 1000UL);
+    bind_device(world->impl);   /* launch has selected this rank's device by now */
     escape = &stopped_here;
     if (setjmp(stopped_here)) {
         escape = NULL;

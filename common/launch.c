@@ -1,10 +1,21 @@
 /* launch(): runs a rank_main on every rank. Threads: N threads of this process, each
- * with its own memory accounting; MPI: the processes mpirun started (comm_mpi.c). */
+ * with its own memory accounting; MPI: the processes mpirun started (comm_mpi.c).
+ *
+ * Devices (GPU=1): every rank selects its device on its own thread before rank_main,
+ * rank r of a process GPU r % GPUs. With a GPU for every rank the communicator is
+ * NCCL; with more ranks than GPUs the ranks share them through the threads backend,
+ * which then moves device buffers (comm_threads.c, gpu/comm_gpu.c). */
 #include "comm_internal.h"
 
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include "device.h"
+#ifdef USE_CUDA
+#include "ops_cuda.h"
+#endif
 
 /* How long ranks get to notice a failure before the process gives up on them: a rank
  * stops at its next comm call, so only one busy outside comm takes this long. */
@@ -21,6 +32,85 @@ static void one_blas_thread(void) {
     openblas_set_num_threads(1);
 }
 
+/* ---- devices -------------------------------------------------------------------------- */
+comm_device comm_device_resolve(comm_device requested) {
+    if (requested != COMM_DEVICE_AUTO) return requested;
+    return device_gpu_count() > 0 ? COMM_DEVICE_CUDA : COMM_DEVICE_CPU;
+}
+
+const char *comm_device_name(comm_device device) {
+    return device == COMM_DEVICE_CUDA ? "cuda" : device == COMM_DEVICE_AUTO ? "auto" : "cpu";
+}
+
+comm_device launch_select_device(const comm_options *opts, int index) {
+    const comm_device device = comm_device_resolve(opts->device);
+    if (device != COMM_DEVICE_CUDA) {
+        device_select(DEVICE_CPU, 0);
+        return COMM_DEVICE_CPU;
+    }
+#ifdef USE_CUDA
+    const int gpus = device_gpu_count();
+    if (gpus == 0) {
+        fprintf(stderr, "error: --device cuda, but no GPU is visible (use --device cpu)\n");
+        exit(2);
+    }
+    device_select(DEVICE_CUDA, index % gpus);
+    cuda_set_tf32(opts->tf32);
+#else
+    (void)index;
+    fprintf(stderr, "error: --device cuda: this build has no GPU support (rebuild with GPU=1)\n");
+    exit(2);
+#endif
+    return COMM_DEVICE_CUDA;
+}
+
+/* NCCL needs a GPU of its own for every rank of the process. */
+static int nccl_fits(const comm_options *opts, int local_ranks) {
+#ifdef USE_CUDA
+    return comm_device_resolve(opts->device) == COMM_DEVICE_CUDA &&
+           local_ranks <= device_gpu_count();
+#else
+    (void)opts, (void)local_ranks;
+    return 0;
+#endif
+}
+
+void launch_describe(const comm_options *opts, int world, char *out, size_t size) {
+    const comm_device device = comm_device_resolve(opts->device);
+    int mpi = 0, local = world;
+#ifdef USE_MPI
+    mpi = launch_mpi_world_size() > 0;
+    const char *local_size = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (mpi && local_size) local = atoi(local_size);
+#endif
+    if (device != COMM_DEVICE_CUDA) {
+        snprintf(out, size, "device: cpu; communicator: %s",
+                 mpi ? "mpi (ranks are Open MPI processes)"
+                     : "threads (ranks are threads of this process)");
+        return;
+    }
+    const int gpus = device_gpu_count();
+    char name[96] = "no GPU visible";
+#ifdef USE_CUDA
+    if (gpus > 0) cuda_device_name(0, name, sizeof name);
+#endif
+    char communicator[160];
+    if (nccl_fits(opts, local))
+        snprintf(communicator, sizeof communicator, "nccl (one GPU per rank, %s)",
+                 mpi ? "processes; the id sent with MPI_Bcast" : "threads of this process");
+    else if (mpi)
+        snprintf(communicator, sizeof communicator, "mpi over shared GPUs (%d ranks per node"
+                 " on %d GPU%s: device buffers staged through the host)", local, gpus,
+                 gpus == 1 ? "" : "s");
+    else
+        snprintf(communicator, sizeof communicator, "threads over a shared GPU (%d ranks on"
+                 " %d GPU%s: device copies and reduction kernels)", world, gpus,
+                 gpus == 1 ? "" : "s");
+    snprintf(out, size, "device: cuda (%d GPU%s: %s%s); communicator: %s", gpus,
+             gpus == 1 ? "" : "s", name, opts->tf32 ? ", TF32 matmuls" : "", communicator);
+}
+
+/* ---- launching ---------------------------------------------------------------------- */
 int launch(const comm_options *opts, rank_main_fn fn, void *args) {
 #ifdef USE_MPI
     if (launch_mpi_world_size() > 0) return launch_mpi(opts, fn, args);
@@ -46,7 +136,10 @@ typedef struct {
 } launch_state;
 
 typedef struct {
-    comm *world;
+    comm_job *job;
+    int index;
+    comm *world;          /* threads: made before the start; NCCL: by the rank */
+    const unsigned char *nccl_id;   /* NULL: the threads backend */
     rank_main_fn fn;
     void *args;
     launch_state *state;
@@ -56,8 +149,15 @@ typedef struct {
 
 static void *rank_thread_main(void *arg) {
     rank_thread *rt = arg;
-    comm_rank_state *rs = rt->world->rs;
+    comm_rank_state *rs = &rt->job->ranks[rt->index];
     mem_stats_bind(&rs->mem);
+    launch_select_device(&rt->job->opts, rt->index);
+#ifdef USE_CUDA
+    if (rt->nccl_id) {   /* every rank thread joins at once: ncclCommInitRank waits */
+        rt->world = nccl_world(rt->job, rs, rt->index, rt->job->nranks, rt->nccl_id);
+        rt->status = nccl_run_rank(rt->world, rt->fn, rt->args);
+    } else
+#endif
     rt->status = threads_run_rank(rt->world, rt->fn, rt->args);
     atomic_store(&rs->status, rt->status);
     atomic_store(&rs->finished, 1);
@@ -102,14 +202,24 @@ int launch_threads(const comm_options *opts, rank_main_fn fn, void *args) {
     one_blas_thread();
 
     comm_job *job = comm_job_create(opts, n, 0);
-    threads_job_init(job);
+    const unsigned char *nccl_id = NULL;
+#ifdef USE_CUDA
+    unsigned char id[NCCL_ID_BYTES];
+    if (nccl_fits(opts, n)) {
+        nccl_unique_id(id);
+        nccl_id = id;
+    }
+#endif
+    if (!nccl_id) threads_job_init(job);
     launch_state state = {.finished = 0};
     pthread_mutex_init(&state.lock, NULL);
     pthread_cond_init(&state.changed, NULL);
     rank_thread *ranks = calloc((size_t)n, sizeof *ranks);
     if (!ranks) { fprintf(stderr, "comm: out of memory\n"); exit(1); }
     for (int r = 0; r < n; r++)
-        ranks[r] = (rank_thread){.world = threads_world(job, r), .fn = fn, .args = args,
+        ranks[r] = (rank_thread){.job = job, .index = r,
+                                 .world = nccl_id ? NULL : threads_world(job, r),
+                                 .nccl_id = nccl_id, .fn = fn, .args = args,
                                  .state = &state};
     for (int r = 0; r < n; r++)
         if (pthread_create(&ranks[r].thread, NULL, rank_thread_main, &ranks[r])) {
@@ -129,7 +239,8 @@ int launch_threads(const comm_options *opts, rank_main_fn fn, void *args) {
         for (int r = 0; parts && r < n; r++) free(parts[r]);
         free(parts);
     }
-    threads_job_free(job);
+    if (nccl_id) comm_job_free(job);   /* NCCL groups: torn down from this thread */
+    else threads_job_free(job);
     free(ranks);
     pthread_mutex_destroy(&state.lock);
     pthread_cond_destroy(&state.changed);

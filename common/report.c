@@ -44,9 +44,13 @@ void report_header(const run_config *cfg, const char *title, int world,
            " global batch %d x %d tokens; %d steps\n",
            m->layers, m->heads, m->dim, m->ctx, m->vocab, gpt_num_params(&s), cfg->batch,
            m->ctx, cfg->steps);
-    printf("ranks: %d (%s backend); data: %s; seed %llu\n\n", world, backend,
+    printf("ranks: %d (%s backend); data: %s; seed %llu\n", world, backend,
            cfg->data_path ? cfg->data_path : "built-in sentences",
            (unsigned long long)cfg->seed);
+    char where[320];   /* what launch will really run: device and communicator */
+    launch_describe(&cfg->comm, world, where, sizeof where);
+    if (strcmp(backend, "none") == 0) where[strcspn(where, ";")] = 0;   /* no launch */
+    printf("%s\n\n", where);
 }
 
 static void print_diff(double d) {

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "device.h"
 #include "ops.h"
 
 static float *device_floats(mem_tag tag, size_t n) {
@@ -70,6 +71,11 @@ dataset *dataset_from_config(const run_config *cfg) {
 
 baseline_run *baseline_train(const run_config *cfg, const dataset *data) {
     openblas_set_num_threads(1);   /* one core, like one rank of a strategy */
+    /* On the device the flags choose (GPU 0, as rank 0), on this thread; a thread that
+     * computed on the CPU does so again afterwards (helper threads it starts later, as
+     * chapter 1's DataParallel does, compute on the CPU too). */
+    const device_kind caller_device = device_current();
+    const comm_device device = launch_select_device(&cfg->comm, 0);
     mem_stats *caller_stats = mem_stats_current();
     mem_stats stats = {0};
     mem_stats_bind(&stats);
@@ -115,6 +121,7 @@ baseline_run *baseline_train(const run_config *cfg, const dataset *data) {
     gpt_model_free(model);
     replica_free(&rep);
     mem_stats_bind(caller_stats);
+    if (caller_device == DEVICE_CPU && device != COMM_DEVICE_CPU) device_select(DEVICE_CPU, 0);
     return b;
 }
 

@@ -88,18 +88,12 @@ static void *host_copy_of(const void *device_src, size_t bytes) {
     return host;
 }
 
-/* All-reduces n per-row numbers that live on the host. */
+/* All-reduces n per-row numbers that live on the host. Every backend takes host
+ * buffers from GPU ranks too (NCCL stages them, the threads backend reduces them on
+ * the host), so there is nothing to upload. */
 static void allreduce_rows(comm *tp, float *host_rows, size_t n, comm_op op) {
     if (!tp || comm_size(tp) == 1) return;
-    if (!staged()) {
-        comm_allreduce(tp, host_rows, n, COMM_F32, op);
-        return;
-    }
-    float *device_rows = mem_alloc_on(MEM_DEVICE, MEM_COMM, n * sizeof(float));
-    ops_upload(device_rows, host_rows, n * sizeof(float));
-    comm_allreduce(tp, device_rows, n, COMM_F32, op);
-    ops_download(host_rows, device_rows, n * sizeof(float));
-    mem_free(device_rows);
+    comm_allreduce(tp, host_rows, n, COMM_F32, op);
 }
 
 /* ---- forward and backward ---------------------------------------------------------- */

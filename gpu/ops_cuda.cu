@@ -1,0 +1,821 @@
+// The ops of ops.h as CUDA kernels and cuBLAS calls, queued on the calling thread's
+// stream. Semantics follow ops.h exactly (see there): forward outputs and input
+// gradients are overwritten, parameter gradients and layernorm's dinp accumulate.
+//
+// Determinism: no floating-point atomics anywhere. Reductions across rows (bias and
+// layernorm parameter gradients, position gradients, vec_sum) run in a fixed order
+// that depends only on the shapes; the embedding gradient groups rows by token with a
+// stable radix sort and then adds each token's rows in ascending row order, exactly
+// the order of a sequential CPU loop. cuBLAS is deterministic on one stream.
+//
+// Row-major matrices are handed to column-major cuBLAS as their transposes: a
+// row-major [R, K] matrix with row stride ld is a column-major K x R matrix with
+// leading dimension ld, and (A B)^T = B^T A^T turns every product around.
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cub/cub.cuh>
+
+#include "cuda_check.h"
+#include "ops_cuda.h"
+
+namespace {
+
+constexpr int kThreads = 256;     // elementwise kernels
+constexpr double kLnEps = 1e-5;   // ops.h: layer norm eps
+
+// Process-wide: --tf32 is a property of the run, set once before ranks start.
+std::atomic<int> tf32_flag{0};
+
+cudaStream_t stream() { return cuda_thread_stream(); }
+
+// Grid for a grid-stride loop over n items: enough blocks to fill the GPU, capped so
+// that huge n does not launch millions of blocks.
+unsigned grid_for(size_t n, int threads = kThreads) {
+    size_t blocks = (n + threads - 1) / threads;
+    return (unsigned)std::min<size_t>(std::max<size_t>(blocks, 1), size_t(1) << 16);
+}
+
+// ---- reductions -------------------------------------------------------------------------
+
+template <typename T>
+__device__ T warp_sum(T v) {
+    for (int offset = 16; offset > 0; offset >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+}
+
+__device__ float warp_max(float v) {
+    for (int offset = 16; offset > 0; offset >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32); every thread gets the result.
+// `shared` holds 32 values; the leading barrier lets a kernel reuse it call after call.
+template <typename T>
+__device__ T block_sum(T v, T *shared) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    v = lane < (int)(blockDim.x >> 5) ? shared[lane] : T(0);
+    return warp_sum(v);
+}
+
+__device__ float block_max(float v, float *shared) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    v = lane < (int)(blockDim.x >> 5) ? shared[lane] : -INFINITY;
+    return warp_max(v);
+}
+
+// ---- column sums: dst[c] += sum over rows of f(row, c), in a fixed order ---------------
+// Stage 1: a block of 32 columns x kColRows row lanes sums a chunk of kChunkRows rows
+// into partials[chunk][c]. Stage 2: one thread per column adds the chunks in order.
+// Coalesced along columns, and no atomics, so the result depends only on the shape.
+// Accumulated in double, as the CPU version does, so that many rows lose nothing.
+constexpr int kColRows = 16;
+constexpr int kChunkRows = 128;
+
+// What is summed: plain dout (bias gradients), or layernorm's dout * xhat and dout.
+struct plain_rows {
+    const float *dout;
+};
+struct layernorm_rows {
+    const float *dout, *inp, *mean, *rstd;
+};
+
+__device__ inline void row_terms(const plain_rows &r, size_t n, int c, int C, double &a,
+                                 double &b) {
+    a = r.dout[n * C + c];
+    b = 0.0;
+}
+__device__ inline void row_terms(const layernorm_rows &r, size_t n, int c, int C, double &a,
+                                 double &b) {
+    const float d = r.dout[n * C + c];
+    const float xhat = (r.inp[n * C + c] - r.mean[n]) * r.rstd[n];
+    a = (double)d * xhat;   // -> dweight
+    b = d;                  // -> dbias
+}
+
+template <typename Rows>
+__global__ void column_partials_kernel(double *partial_a, double *partial_b, Rows rows,
+                                       int N, int C) {
+    __shared__ double sa[kColRows][33], sb[kColRows][33];
+    const int c = blockIdx.x * 32 + threadIdx.x;
+    const int row0 = blockIdx.y * kChunkRows;
+    const int row_end = min(row0 + kChunkRows, N);
+    double acc_a = 0.0, acc_b = 0.0;
+    if (c < C) {
+        for (int n = row0 + threadIdx.y; n < row_end; n += kColRows) {
+            double a, b;
+            row_terms(rows, (size_t)n, c, C, a, b);
+            acc_a += a;
+            acc_b += b;
+        }
+    }
+    sa[threadIdx.y][threadIdx.x] = acc_a;
+    sb[threadIdx.y][threadIdx.x] = acc_b;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        double sum_a = 0.0, sum_b = 0.0;
+        for (int k = 0; k < kColRows; k++) {
+            sum_a += sa[k][threadIdx.x];
+            sum_b += sb[k][threadIdx.x];
+        }
+        partial_a[(size_t)blockIdx.y * C + c] = sum_a;
+        if (partial_b) partial_b[(size_t)blockIdx.y * C + c] = sum_b;
+    }
+}
+
+__global__ void column_finish_kernel(float *dst_a, float *dst_b, const double *partial_a,
+                                     const double *partial_b, int chunks, int C) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    double sum_a = 0.0, sum_b = 0.0;
+    for (int p = 0; p < chunks; p++) {
+        sum_a += partial_a[(size_t)p * C + c];
+        if (dst_b) sum_b += partial_b[(size_t)p * C + c];
+    }
+    dst_a[c] += (float)sum_a;
+    if (dst_b) dst_b[c] += (float)sum_b;
+}
+
+// dst_a[c] += sum_n a(n, c) and, when dst_b is set, dst_b[c] += sum_n b(n, c).
+template <typename Rows>
+void column_sums(float *dst_a, float *dst_b, Rows rows, int N, int C) {
+    if (N <= 0 || C <= 0) return;
+    const int chunks = (N + kChunkRows - 1) / kChunkRows;
+    double *partial =
+        (double *)cuda_thread_scratch(sizeof(double) * 2 * (size_t)chunks * C);
+    double *partial_a = partial,
+           *partial_b = dst_b ? partial + (size_t)chunks * C : nullptr;
+    dim3 grid((C + 31) / 32, chunks), block(32, kColRows);
+    column_partials_kernel<<<grid, block, 0, stream()>>>(partial_a, partial_b, rows, N, C);
+    CUDA_CHECK_LAUNCH();
+    column_finish_kernel<<<(C + kThreads - 1) / kThreads, kThreads, 0, stream()>>>(
+        dst_a, dst_b, partial_a, partial_b, chunks, C);
+    CUDA_CHECK_LAUNCH();
+}
+
+// ---- matmuls ----------------------------------------------------------------------------
+
+cublasComputeType_t compute_type() {
+    return tf32_flag.load(std::memory_order_relaxed) ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                     : CUBLAS_COMPUTE_32F;
+}
+
+// The thread's handle with its math mode brought in line with the flag (cheap: it sets
+// a field), so a --tf32 set after a rank's device_select still applies.
+cublasHandle_t matmul_handle() {
+    cublasHandle_t h = cuda_thread_cublas();
+    CUBLAS_CHECK(cublasSetMathMode(h, tf32_flag.load(std::memory_order_relaxed)
+                                          ? CUBLAS_TF32_TENSOR_OP_MATH
+                                          : CUBLAS_DEFAULT_MATH));
+    return h;
+}
+
+// Column-major C[m,n] = alpha op(A)[m,k] op(B)[k,n] + beta C, fp32 storage.
+void gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+          float alpha, const float *A, int lda, const float *B, int ldb, float beta,
+          float *C, int ldc) {
+    CUBLAS_CHECK(cublasGemmEx(h, ta, tb, m, n, k, &alpha, A, CUDA_R_32F, lda, B, CUDA_R_32F,
+                              ldb, &beta, C, CUDA_R_32F, ldc, compute_type(),
+                              CUBLAS_GEMM_DEFAULT));
+}
+
+void gemm_batched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                  int n, int k, float alpha, const float *A, int lda, long long stride_a,
+                  const float *B, int ldb, long long stride_b, float beta, float *C,
+                  int ldc, long long stride_c, int batch) {
+    CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, &alpha, A, CUDA_R_32F, lda,
+                                            stride_a, B, CUDA_R_32F, ldb, stride_b, &beta,
+                                            C, CUDA_R_32F, ldc, stride_c, batch,
+                                            compute_type(), CUBLAS_GEMM_DEFAULT));
+}
+
+// ---- elementwise kernels
+// ------------------------------------------------------------------
+
+#define GRID_STRIDE(i, n)                                                          \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);        \
+         i += (size_t)gridDim.x * blockDim.x)
+
+__global__ void embedding_forward_kernel(float *out, const int *tokens, const float *wte,
+                                         int N, int C, int vocab_start, int vocab_len) {
+    GRID_STRIDE(i, (size_t)N * C) {
+        const size_t n = i / C, c = i % C;
+        const unsigned row = (unsigned)(tokens[n] - vocab_start);   // < 0 wraps: outside
+        out[i] = row < (unsigned)vocab_len ? wte[(size_t)row * C + c] : 0.0f;
+    }
+}
+
+__global__ void position_forward_kernel(float *out, const float *wpe, size_t total,
+                                        size_t TC) {
+    GRID_STRIDE(i, total) { out[i] += wpe[i % TC]; }
+}
+
+// One thread per (t, c), walking the batch in order (in double, like the CPU):
+// coalesced and deterministic.
+__global__ void position_backward_kernel(float *dwpe, const float *dout, int B, size_t TC) {
+    GRID_STRIDE(j, TC) {
+        double acc = 0.0;
+        for (int b = 0; b < B; b++) acc += dout[(size_t)b * TC + j];
+        dwpe[j] += (float)acc;
+    }
+}
+
+// GELU, tanh form, written as 0.5 x (1 + tanh u) = x / (1 + e^(-2u)),
+// u = sqrt(2/pi) (x + 0.044715 x^3): one exp and no cancellation for negative x.
+constexpr float kGeluK0 = 0.7978845608028654f;   // sqrt(2/pi)
+constexpr float kGeluK1 = 0.044715f;
+
+// e^(-2u), with -2u clamped so that e stays finite (e s^2 below would be inf * 0);
+// the comparisons keep a NaN a NaN.
+__device__ inline float gelu_exp(float x) {
+    float z = -2.0f * kGeluK0 * (x + kGeluK1 * x * x * x);
+    z = z < -80.0f ? -80.0f : z;
+    z = z > 80.0f ? 80.0f : z;
+    return expf(z);
+}
+
+__global__ void gelu_forward_kernel(float *out, const float *inp, size_t n) {
+    GRID_STRIDE(i, n) {
+        const float x = inp[i];
+        out[i] = x / (1.0f + gelu_exp(x));
+    }
+}
+
+__global__ void gelu_backward_kernel(float *dinp, const float *inp, const float *dout,
+                                     size_t n) {
+    GRID_STRIDE(i, n) {
+        // with s = 1 / (1 + e): d/dx [x s] = s + 2 x u' e s^2
+        const float x = inp[i];
+        const float du = kGeluK0 * (1.0f + 3.0f * kGeluK1 * x * x);
+        const float e = gelu_exp(x);
+        const float s = 1.0f / (1.0f + e);
+        const float es = e * s;   // = 1 - s, first, so that e s^2 cannot overflow
+        dinp[i] = dout[i] * (s + 2.0f * x * du * es * s);
+    }
+}
+
+__global__ void crossentropy_backward_kernel(float *dlogits, const float *probs,
+                                             const int *targets, float dloss, int V,
+                                             size_t total) {
+    GRID_STRIDE(i, total) {
+        const size_t n = i / V;
+        const int v = (int)(i % V);
+        const float indicator = v == targets[n] ? 1.0f : 0.0f;
+        dlogits[i] = (probs[i] - indicator) * dloss;
+    }
+}
+
+__global__ void adamw_kernel(float *params, const float *grads, float *m, float *v,
+                             size_t n, float lr, float beta1, float beta2, float eps,
+                             float weight_decay, float bias_correction1,
+                             float bias_correction2) {
+    GRID_STRIDE(i, n) {
+        const float g = grads[i];
+        const float mi = beta1 * m[i] + (1.0f - beta1) * g;
+        const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        const float p = params[i];
+        // decoupled: the decay acts on the parameter, not through the moments
+        params[i] =
+            p - lr * ((mi / bias_correction1) / (sqrtf(vi / bias_correction2) + eps) +
+                      weight_decay * p);
+    }
+}
+
+__global__ void vec_add_kernel(float *y, const float *x, size_t n) {
+    GRID_STRIDE(i, n) { y[i] += x[i]; }
+}
+
+__global__ void residual_kernel(float *out, const float *a, const float *b, size_t n) {
+    GRID_STRIDE(i, n) { out[i] = a[i] + b[i]; }
+}
+
+__global__ void vec_scale_kernel(float *x, float alpha, size_t n) {
+    GRID_STRIDE(i, n) { x[i] *= alpha; }
+}
+
+__global__ void fill_bias_kernel(float *out, const float *bias, int OC, size_t total) {
+    GRID_STRIDE(i, total) { out[i] = bias[i % OC]; }
+}
+
+// ---- embedding backward: group rows by token, then add each group in row order ---------
+
+// Key = row of the slice (vocab_len for tokens outside it, which sort last); value = n.
+__global__ void embedding_keys_kernel(unsigned *keys, int *rows, const int *tokens, int N,
+                                      int vocab_start, int vocab_len) {
+    GRID_STRIDE(i, (size_t)N) {
+        const unsigned row = (unsigned)(tokens[i] - vocab_start);
+        keys[i] = row < (unsigned)vocab_len ? row : (unsigned)vocab_len;
+        rows[i] = (int)i;
+    }
+}
+
+// One block per sorted position; only the first position of each token's run works,
+// so every dwte row is written by exactly one block, adding rows in ascending n.
+__global__ void embedding_backward_kernel(float *dwte, const float *dout,
+                                          const unsigned *sorted_keys,
+                                          const int *sorted_rows, int N, int C,
+                                          unsigned vocab_len) {
+    const int start = blockIdx.x;
+    const unsigned key = sorted_keys[start];
+    if (key >= vocab_len || (start > 0 && sorted_keys[start - 1] == key)) return;
+    int end = start + 1;
+    while (end < N && sorted_keys[end] == key) end++;
+    float *dst = dwte + (size_t)key * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float acc = dst[c];
+        for (int j = start; j < end; j++) acc += dout[(size_t)sorted_rows[j] * C + c];
+        dst[c] = acc;
+    }
+}
+
+// ---- layer norm: one warp per row ------------------------------------------------------
+
+__global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd,
+                                         const float *inp, const float *weight,
+                                         const float *bias, int N, int C) {
+    const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C;
+    // Two passes in double, as on the CPU (the row is in L1 by the second): the
+    // variance without cancellation.
+    double sum = 0.0;
+    for (int c = lane; c < C; c += 32) sum += x[c];
+    const double mu = warp_sum(sum) / C;
+    double sq = 0.0;
+    for (int c = lane; c < C; c += 32) {
+        const double d = x[c] - mu;
+        sq += d * d;
+    }
+    // the output uses the stored float mean and rstd, exactly as backward will
+    const float m = (float)mu;
+    const float r = (float)(1.0 / sqrt(warp_sum(sq) / C + kLnEps));
+    float *o = out + (size_t)row * C;
+    for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * weight[c] + bias[c];
+    if (lane == 0) {
+        if (mean) mean[row] = m;
+        if (rstd) rstd[row] = r;
+    }
+}
+
+// dinp += rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * w; the means in double.
+__global__ void layernorm_backward_dinp_kernel(float *dinp, const float *dout,
+                                               const float *inp, const float *weight,
+                                               const float *mean, const float *rstd, int N,
+                                               int C) {
+    const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const size_t base = (size_t)row * C;
+    const float m = mean[row], r = rstd[row];
+    double sum_g = 0.0, sum_gx = 0.0;
+    for (int c = lane; c < C; c += 32) {
+        const float xhat = (inp[base + c] - m) * r;
+        const float g = dout[base + c] * weight[c];
+        sum_g += g;
+        sum_gx += (double)g * xhat;
+    }
+    const float mean_g = (float)(warp_sum(sum_g) / C);
+    const float mean_gx = (float)(warp_sum(sum_gx) / C);
+    for (int c = lane; c < C; c += 32) {
+        const float xhat = (inp[base + c] - m) * r;
+        const float g = dout[base + c] * weight[c];
+        dinp[base + c] += r * (g - mean_g - xhat * mean_gx);
+    }
+}
+
+// ---- attention ------------------------------------------------------------------------
+
+// Causal softmax of each row of att in place (rows of T; row t keeps columns 0..t).
+// One warp per row; rows_total = B*NH*T.
+__global__ void causal_softmax_kernel(float *att, int T, size_t rows_total) {
+    const size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31;
+    if (row >= rows_total) return;
+    const int t = (int)(row % T);
+    float *a = att + row * T;
+    float mx = -INFINITY;
+    for (int j = lane; j <= t; j += 32) mx = fmaxf(mx, a[j]);
+    mx = warp_max(mx);
+    double sum = 0.0;   // of the float exponentials, in double, like the CPU
+    for (int j = lane; j <= t; j += 32) sum += expf(a[j] - mx);
+    const double inv = 1.0 / warp_sum(sum);
+    for (int j = lane; j < T; j += 32)
+        a[j] = j <= t ? (float)(expf(a[j] - mx) * inv) : 0.0f;
+}
+
+// datt holds dP = d(probabilities); turn it into d(scores / scale) in place:
+// P * (dP - sum_k P dP), zero above the diagonal (the scale goes into the next gemms,
+// as on the CPU).
+__global__ void causal_softmax_backward_kernel(float *datt, const float *att, int T,
+                                               size_t rows_total) {
+    const size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31;
+    if (row >= rows_total) return;
+    const int t = (int)(row % T);
+    float *d = datt + row * T;
+    const float *p = att + row * T;
+    double dot = 0.0;
+    for (int j = lane; j <= t; j += 32) dot += (double)p[j] * d[j];
+    const float s = (float)warp_sum(dot);
+    for (int j = lane; j < T; j += 32) d[j] = j <= t ? p[j] * (d[j] - s) : 0.0f;
+}
+
+// How the B*NH (batch, head) matrices are walked: an outer host loop and an inner
+// strided batch. Heads of one batch row are hs apart in qkv and T*T apart in att;
+// batch rows are T*3C and NH*T*T apart: neither alone gives one uniform stride for
+// all B*NH, so the shorter of the two becomes the host loop.
+struct head_walk {
+    int outer, inner;
+    long long qkv_outer, qkv_inner, att_outer, att_inner, y_outer, y_inner;
+};
+
+head_walk plan_heads(int B, int T, int C, int NH) {
+    const long long hs = C / NH, TT = (long long)T * T;
+    if (B <= NH)
+        return {B, NH, (long long)T * 3 * C, hs, NH * TT, TT, (long long)T * C, hs};
+    return {NH, B, hs, (long long)T * 3 * C, TT, NH * TT, hs, (long long)T * C};
+}
+
+constexpr int kRowsPerBlock = 8;   // warps per block in the row-per-warp kernels
+
+unsigned row_blocks(size_t rows) {
+    return (unsigned)((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+}
+
+// ---- cross-entropy: one block per row --------------------------------------------------
+
+__global__ void crossentropy_forward_kernel(float *losses, float *probs,
+                                            const float *logits, const int *targets,
+                                            int V) {
+    __shared__ float shared[32];
+    const size_t n = blockIdx.x;
+    const float *x = logits + n * V;
+    float *p = probs + n * V;   // may be x itself: each element is read, then written,
+                                // by the same thread, after the block's reductions
+    __shared__ double shared_sum[32];
+    // read what the loss needs before an in-place softmax overwrites it
+    const float x_target = threadIdx.x == 0 ? x[targets[n]] : 0.0f;
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, x[j]);
+    mx = block_max(mx, shared);
+    double sum = 0.0;   // of the float exponentials, in double, like the CPU
+    for (int j = threadIdx.x; j < V; j += blockDim.x) sum += expf(x[j] - mx);
+    sum = block_sum(sum, shared_sum);
+    const double inv = 1.0 / sum;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) p[j] = (float)(expf(x[j] - mx) * inv);
+    // -log softmax from the logits: exact even where the probability underflows
+    if (threadIdx.x == 0) losses[n] = (float)(log(sum) - ((double)x_target - mx));
+}
+
+// ---- vec_sum: fixed two-stage reduction in double
+// ----------------------------------------
+
+constexpr int kSumThreads = 256;
+constexpr int kSumBlocksMax = 1024;
+
+__global__ void sum_partials_kernel(double *partials, const float *x, size_t n) {
+    __shared__ double shared[32];
+    double acc = 0.0;
+    GRID_STRIDE(i, n) { acc += (double)x[i]; }
+    acc = block_sum(acc, shared);
+    if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+}
+
+__global__ void sum_finish_kernel(double *result, const double *partials, int count) {
+    __shared__ double shared[32];
+    double acc = 0.0;
+    for (int i = threadIdx.x; i < count; i += blockDim.x) acc += partials[i];
+    acc = block_sum(acc, shared);
+    if (threadIdx.x == 0) *result = acc;
+}
+
+}  // namespace
+
+// =========================================================================================
+// The C interface
+// =========================================================================================
+
+extern "C" {
+
+void cuda_set_tf32(int on) { tf32_flag.store(on ? 1 : 0, std::memory_order_relaxed); }
+int cuda_tf32_enabled(void) { return tf32_flag.load(std::memory_order_relaxed); }
+
+// ---- embeddings
+// ----------------------------------------------------------------------------
+
+void cuda_embedding_forward(float *out, const int *tokens, const float *wte, int N, int C,
+                            int vocab_start, int vocab_len) {
+    if (N <= 0 || C <= 0) return;
+    embedding_forward_kernel<<<grid_for((size_t)N * C), kThreads, 0, stream()>>>(
+        out, tokens, wte, N, C, vocab_start, vocab_len);
+    CUDA_CHECK_LAUNCH();
+}
+
+void cuda_embedding_backward(float *dwte, const float *dout, const int *tokens, int N,
+                             int C, int vocab_start, int vocab_len) {
+    if (N <= 0 || C <= 0 || vocab_len <= 0) return;
+    // Only the bits that can be set are sorted: keys run 0..vocab_len.
+    int end_bit = 1;
+    while (end_bit < 32 && ((unsigned long long)1 << end_bit) <= (unsigned)vocab_len)
+        end_bit++;
+    size_t sort_bytes = 0;
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, (unsigned *)nullptr,
+                                               (unsigned *)nullptr, (int *)nullptr,
+                                               (int *)nullptr, N, 0, end_bit, stream()));
+    // One scratch block: the sort's workspace first (it wants alignment), then four
+    // arrays of N 32-bit values.
+    const size_t workspace = (sort_bytes + 255) & ~(size_t)255;
+    char *scratch = (char *)cuda_thread_scratch(workspace + 4 * sizeof(int) * (size_t)N);
+    unsigned *keys_in = (unsigned *)(scratch + workspace);
+    unsigned *keys_out = keys_in + N;
+    int *rows_in = (int *)(keys_out + N);
+    int *rows_out = rows_in + N;
+    embedding_keys_kernel<<<grid_for(N), kThreads, 0, stream()>>>(
+        keys_in, rows_in, tokens, N, vocab_start, vocab_len);
+    CUDA_CHECK_LAUNCH();
+    // Radix sort is stable: equal tokens keep ascending n, so sums follow row order.
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(scratch, sort_bytes, keys_in, keys_out,
+                                               rows_in, rows_out, N, 0, end_bit, stream()));
+    const int threads = std::min(256, std::max(32, (C + 31) / 32 * 32));
+    embedding_backward_kernel<<<N, threads, 0, stream()>>>(dwte, dout, keys_out, rows_out,
+                                                           N, C, (unsigned)vocab_len);
+    CUDA_CHECK_LAUNCH();
+}
+
+void cuda_position_forward(float *out, const float *wpe, int B, int T, int C) {
+    const size_t TC = (size_t)T * C, total = (size_t)B * TC;
+    if (total == 0) return;
+    position_forward_kernel<<<grid_for(total), kThreads, 0, stream()>>>(out, wpe, total,
+                                                                        TC);
+    CUDA_CHECK_LAUNCH();
+}
+
+void cuda_position_backward(float *dwpe, const float *dout, int B, int T, int C) {
+    const size_t TC = (size_t)T * C;
+    if (TC == 0 || B <= 0) return;
+    position_backward_kernel<<<grid_for(TC), kThreads, 0, stream()>>>(dwpe, dout, B, TC);
+    CUDA_CHECK_LAUNCH();
+}
+
+// ---- layer norm
+// ----------------------------------------------------------------------------
+
+void cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                            const float *weight, const float *bias, int N, int C) {
+    if (N <= 0 || C <= 0) return;
+    layernorm_forward_kernel<<<row_blocks(N), kRowsPerBlock * 32, 0, stream()>>>(
+        out, mean, rstd, inp, weight, bias, N, C);
+    CUDA_CHECK_LAUNCH();
+}
+
+void cuda_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                             const float *inp, const float *weight, const float *mean,
+                             const float *rstd, int N, int C) {
+    if (N <= 0 || C <= 0) return;
+    layernorm_backward_dinp_kernel<<<row_blocks(N), kRowsPerBlock * 32, 0, stream()>>>(
+        dinp, dout, inp, weight, mean, rstd, N, C);
+    CUDA_CHECK_LAUNCH();
+    column_sums(dweight, dbias, layernorm_rows{dout, inp, mean, rstd}, N, C);
+}
+
+// ---- linear
+// -----------------------------------------------------------------------------------
+
+void cuda_linear_forward(float *out, const float *inp, const float *weight,
+                         const float *bias, int N, int IC, int OC) {
+    if (N <= 0 || OC <= 0) return;
+    cublasHandle_t h = matmul_handle();
+    float beta = 0.0f;
+    if (bias) {
+        // start from the bias and let the gemm add onto it (beta 1), as the CPU does
+        const size_t total = (size_t)N * OC;
+        fill_bias_kernel<<<grid_for(total), kThreads, 0, stream()>>>(out, bias, OC, total);
+        CUDA_CHECK_LAUNCH();
+        beta = 1.0f;
+    }
+    // out^T[OC,N] = W[OC,IC] inp^T[IC,N]; W's column-major view is W^T, hence op T.
+    gemm(h, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, 1.0f, weight, IC, inp, IC, beta, out, OC);
+}
+
+void cuda_linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                          const float *inp, const float *weight, int N, int IC, int OC) {
+    if (N <= 0 || IC <= 0 || OC <= 0) return;
+    cublasHandle_t h = matmul_handle();
+    // dinp^T[IC,N] = W^T[IC,OC] dout^T[OC,N]  (overwritten)
+    if (dinp) gemm(h, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, 1.0f, weight, IC, dout, OC, 0.0f,
+                   dinp, IC);
+    // dweight^T[IC,OC] += inp^T[IC,N] dout[N,OC]  (accumulated: beta = 1)
+    gemm(h, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dweight,
+         IC);
+    if (dbias) column_sums(dbias, (float *)nullptr, plain_rows{dout}, N, OC);
+}
+
+// ---- attention
+// --------------------------------------------------------------------------------
+
+void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+                            int NH) {
+    if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
+    const int hs = C / NH, ld_qkv = 3 * C;
+    const float scale = (float)(1.0 / sqrt((double)hs));
+    const head_walk w = plan_heads(B, T, C, NH);
+    cublasHandle_t h = matmul_handle();
+    // scores: S[t,j] = scale * q_t . k_j, as column-major S^T = K Q^T (full T x T; the
+    // softmax then masks the upper triangle)
+    for (int o = 0; o < w.outer; o++) {
+        const float *q = qkv + o * w.qkv_outer, *k = q + C;
+        gemm_batched(h, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, k, ld_qkv, w.qkv_inner,
+                     q, ld_qkv, w.qkv_inner, 0.0f, att + o * w.att_outer, T, w.att_inner,
+                     w.inner);
+    }
+    const size_t rows = (size_t)B * NH * T;
+    causal_softmax_kernel<<<row_blocks(rows), kRowsPerBlock * 32, 0, stream()>>>(att, T,
+                                                                                 rows);
+    CUDA_CHECK_LAUNCH();
+    // out[t,:] = sum_j P[t,j] v_j: column-major out^T = V^T P^T
+    for (int o = 0; o < w.outer; o++) {
+        const float *v = qkv + o * w.qkv_outer + 2 * C;
+        gemm_batched(h, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v, ld_qkv, w.qkv_inner,
+                     att + o * w.att_outer, T, w.att_inner, 0.0f, out + o * w.y_outer, C,
+                     w.y_inner, w.inner);
+    }
+}
+
+void cuda_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
+                             const float *att, int B, int T, int C, int NH) {
+    if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
+    const int hs = C / NH, ld_qkv = 3 * C;
+    const float scale = (float)(1.0 / sqrt((double)hs));
+    const head_walk w = plan_heads(B, T, C, NH);
+    cublasHandle_t h = matmul_handle();
+    for (int o = 0; o < w.outer; o++) {
+        const float *v = qkv + o * w.qkv_outer + 2 * C;
+        const float *dy = dout + o * w.y_outer;
+        const float *p = att + o * w.att_outer;
+        float *dp = datt + o * w.att_outer;
+        float *dv = dqkv + o * w.qkv_outer + 2 * C;
+        // dP = dY V^T  (column-major dP^T = V dY^T)
+        gemm_batched(h, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v, ld_qkv, w.qkv_inner,
+                     dy, C, w.y_inner, 0.0f, dp, T, w.att_inner, w.inner);
+        // dV = P^T dY  (column-major dV^T = dY^T P)
+        gemm_batched(h, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, dy, C, w.y_inner, p, T,
+                     w.att_inner, 0.0f, dv, ld_qkv, w.qkv_inner, w.inner);
+    }
+    const size_t rows = (size_t)B * NH * T;
+    causal_softmax_backward_kernel<<<row_blocks(rows), kRowsPerBlock * 32, 0, stream()>>>(
+        datt, att, T, rows);
+    CUDA_CHECK_LAUNCH();
+    for (int o = 0; o < w.outer; o++) {
+        const float *q = qkv + o * w.qkv_outer, *k = q + C;
+        const float *ds = datt + o * w.att_outer;
+        float *dq = dqkv + o * w.qkv_outer, *dk = dq + C;
+        // dQ = scale dS K  (column-major dQ^T = K^T dS^T)
+        gemm_batched(h, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, scale, k, ld_qkv, w.qkv_inner,
+                     ds, T, w.att_inner, 0.0f, dq, ld_qkv, w.qkv_inner, w.inner);
+        // dK = scale dS^T Q  (column-major dK^T = Q^T dS)
+        gemm_batched(h, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, scale, q, ld_qkv, w.qkv_inner,
+                     ds, T, w.att_inner, 0.0f, dk, ld_qkv, w.qkv_inner, w.inner);
+    }
+}
+
+// ---- GELU
+// --------------------------------------------------------------------------------
+
+void cuda_gelu_forward(float *out, const float *inp, size_t n) {
+    if (n == 0) return;
+    gelu_forward_kernel<<<grid_for(n), kThreads, 0, stream()>>>(out, inp, n);
+    CUDA_CHECK_LAUNCH();
+}
+
+void cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+    if (n == 0) return;
+    gelu_backward_kernel<<<grid_for(n), kThreads, 0, stream()>>>(dinp, inp, dout, n);
+    CUDA_CHECK_LAUNCH();
+}
+
+// ---- cross-entropy
+// -------------------------------------------------------------------------
+
+void cuda_crossentropy_forward(float *losses, float *probs, const float *logits,
+                               const int *targets, int N, int V) {
+    if (N <= 0 || V <= 0) return;
+    // Small vocabularies: fewer idle threads; large ones: more loads in flight.
+    const int threads = V <= 1024 ? 128 : 512;
+    crossentropy_forward_kernel<<<N, threads, 0, stream()>>>(losses, probs, logits, targets,
+                                                             V);
+    CUDA_CHECK_LAUNCH();
+}
+
+void cuda_crossentropy_backward(float *dlogits, const float *probs, const int *targets,
+                                float dloss, int N, int V) {
+    const size_t total = (size_t)N * V;
+    if (N <= 0 || V <= 0) return;
+    crossentropy_backward_kernel<<<grid_for(total), kThreads, 0, stream()>>>(
+        dlogits, probs, targets, dloss, V, total);
+    CUDA_CHECK_LAUNCH();
+}
+
+// ---- AdamW
+// ------------------------------------------------------------------------------------
+
+void cuda_adamw_update(float *params, const float *grads, float *m, float *v, size_t n,
+                       const adamw_config *cfg, int step) {
+    if (n == 0) return;
+    const float bias_correction1 = (float)(1.0 - pow(cfg->beta1, step));
+    const float bias_correction2 = (float)(1.0 - pow(cfg->beta2, step));
+    adamw_kernel<<<grid_for(n), kThreads, 0, stream()>>>(
+        params, grads, m, v, n, cfg->lr, cfg->beta1, cfg->beta2, cfg->eps,
+        cfg->weight_decay, bias_correction1, bias_correction2);
+    CUDA_CHECK_LAUNCH();
+}
+
+// ---- vectors
+// ------------------------------------------------------------------------------
+
+void cuda_vec_zero(float *x, size_t n) {
+    if (n == 0) return;
+    CUDA_CHECK(cudaMemsetAsync(x, 0, n * sizeof(float), stream()));
+}
+
+void cuda_vec_copy(float *dst, const float *src, size_t n) {
+    if (n == 0 || dst == src) return;
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice,
+                               stream()));
+}
+
+void cuda_vec_add(float *y, const float *x, size_t n) {
+    if (n == 0) return;
+    vec_add_kernel<<<grid_for(n), kThreads, 0, stream()>>>(y, x, n);
+    CUDA_CHECK_LAUNCH();
+}
+
+void cuda_residual_forward(float *out, const float *a, const float *b, size_t n) {
+    if (n == 0) return;
+    residual_kernel<<<grid_for(n), kThreads, 0, stream()>>>(out, a, b, n);
+    CUDA_CHECK_LAUNCH();
+}
+
+void cuda_vec_scale(float *x, float alpha, size_t n) {
+    if (n == 0) return;
+    vec_scale_kernel<<<grid_for(n), kThreads, 0, stream()>>>(x, alpha, n);
+    CUDA_CHECK_LAUNCH();
+}
+
+double cuda_vec_sum(const float *x, size_t n) {
+    if (n == 0) return 0.0;
+    // The block count depends on n only, so the summation order is fixed.
+    const int blocks = (int)std::min<size_t>((n + kSumThreads * 4 - 1) / (kSumThreads * 4),
+                                             kSumBlocksMax);
+    double *partials = (double *)cuda_thread_scratch(sizeof(double) * (blocks + 1));
+    double *result = partials + blocks;
+    sum_partials_kernel<<<blocks, kSumThreads, 0, stream()>>>(partials, x, n);
+    CUDA_CHECK_LAUNCH();
+    sum_finish_kernel<<<1, kSumThreads, 0, stream()>>>(result, partials, blocks);
+    CUDA_CHECK_LAUNCH();
+    double host = 0.0;
+    CUDA_CHECK(
+        cudaMemcpyAsync(&host, result, sizeof host, cudaMemcpyDeviceToHost, stream()));
+    CUDA_CHECK(cudaStreamSynchronize(stream()));
+    return host;
+}
+
+// ---- host <-> device
+// ----------------------------------------------------------------------
+
+// Blocking, like cudaMemcpy, but ordered on the thread's (non-blocking) stream: a plain
+// cudaMemcpy runs on the legacy stream and would not wait for this rank's kernels.
+void cuda_ops_upload(void *device_dst, const void *host_src, size_t bytes) {
+    if (bytes == 0) return;
+    CUDA_CHECK(
+        cudaMemcpyAsync(device_dst, host_src, bytes, cudaMemcpyHostToDevice, stream()));
+    CUDA_CHECK(cudaStreamSynchronize(stream()));
+}
+
+void cuda_ops_download(void *host_dst, const void *device_src, size_t bytes) {
+    if (bytes == 0) return;
+    CUDA_CHECK(
+        cudaMemcpyAsync(host_dst, device_src, bytes, cudaMemcpyDeviceToHost, stream()));
+    CUDA_CHECK(cudaStreamSynchronize(stream()));
+}
+
+void cuda_ops_synchronize(void) { CUDA_CHECK(cudaStreamSynchronize(stream())); }
+
+}  // extern "C"
