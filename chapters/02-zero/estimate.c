@@ -1,0 +1,121 @@
+#include "estimate.h"
+
+#include <stdio.h>
+
+state_bytes zero_paper_bytes(int stage, double P, int N, double K) {
+    const double shard = 1.0 / N;
+    switch (stage) {
+    case 0: return (state_bytes){2 * P, 2 * P, K * P};
+    case 1: return (state_bytes){2 * P, 2 * P, K * P * shard};
+    case 2: return (state_bytes){2 * P, 2 * P * shard, K * P * shard};
+    default: return (state_bytes){2 * P * shard, 2 * P * shard, K * P * shard};
+    }
+}
+
+state_bytes zero_stored_bytes(int stage, double P, int N) {
+    /* fp32 parameters and gradients, and Adam's m and v: the paper's table with 4-byte
+     * parameters and gradients and K = 8 */
+    state_bytes b = zero_paper_bytes(stage, P, N, 8.0);
+    b.params *= 2;
+    b.grads *= 2;
+    return b;
+}
+
+double zero_largest_model(int stage, double bytes, int N, double K) {
+    return bytes / state_total(zero_paper_bytes(stage, 1.0, N, K));
+}
+
+comm_plan zero_comm_plan(const gpt_shape *s, int stage) {
+    comm_plan plan = {0};
+    const double P = (double)gpt_num_params(s), slabs = gpt_num_slabs(s);
+    const int layers = s->cfg.layers;
+    if (stage == 0) {
+        plan.calls[COMM_KIND_ALLREDUCE] = 1;
+        plan.elements[COMM_KIND_ALLREDUCE] = 2 * P;
+    } else if (stage <= 2) {
+        /* one reduce-scatter and one all-gather per slab */
+        plan.calls[COMM_KIND_REDUCE_SCATTER] = slabs;
+        plan.elements[COMM_KIND_REDUCE_SCATTER] = P;
+        plan.calls[COMM_KIND_ALLGATHER] = slabs;
+        plan.elements[COMM_KIND_ALLGATHER] = P;
+    } else {
+        /* forward gathers every slab once and the tied embedding a second time for the
+         * head; backward gathers the blocks again (the head's slabs are still there,
+         * the embedding's backward needs none): 2P less the final LayerNorm */
+        const double embed = (double)gpt_slab_numel(s, 0);
+        const double final_ln = (double)gpt_slab_numel(s, gpt_final_slab(s));
+        plan.calls[COMM_KIND_ALLGATHER] = (layers + 3) + layers;
+        plan.elements[COMM_KIND_ALLGATHER] = (P + embed) + (P - embed - final_ln);
+        plan.calls[COMM_KIND_REDUCE_SCATTER] = slabs;
+        plan.elements[COMM_KIND_REDUCE_SCATTER] = P;
+    }
+    return plan;
+}
+
+double ring_bytes(double elements, int N) {
+    return N > 1 ? elements * 4.0 * (N - 1) / N : 0.0;
+}
+
+/* ---- --estimate ------------------------------------------------------------------- */
+
+static const char *const stage_names[ZERO_STAGES] = {
+    "0 (DDP)", "1 (+optimizer)", "2 (+gradients)", "3 (+params) FSDP"};
+static const char *const paper_formulas[ZERO_STAGES] = {
+    "2P + 2P + KP", "2P + 2P + KP/N", "2P + (2+K)P/N", "(2+2+K)P/N"};
+static const char *const stored_formulas[ZERO_STAGES] = {
+    "4P + 4P + 8P", "4P + 4P + 8P/N", "4P + (4+8)P/N", "(4+4+8)P/N"};
+
+static void print_stage_table(const char *title, double P, int N, double gpu_gb,
+                              int stored) {
+    const double K = 12.0, GB = 1e9;
+    char largest_header[32];
+    snprintf(largest_header, sizeof largest_header, "largest on %.4g GB", gpu_gb);
+    printf("%s\n", title);
+    printf("  %-17s %-15s %9s %9s %10s %10s %8s %5s %17s\n", "stage", "formula", "params",
+           "grads", "optimizer", "total", "saving", "fits", largest_header);
+    double base = 0;
+    for (int stage = 0; stage < ZERO_STAGES; stage++) {
+        state_bytes b = stored ? zero_stored_bytes(stage, P, N) : zero_paper_bytes(stage, P, N, K);
+        double total = state_total(b);
+        if (stage == 0) base = total;
+        double largest = stored ? gpu_gb * GB / state_total(zero_stored_bytes(stage, 1, N))
+                                : zero_largest_model(stage, gpu_gb * GB, N, K);
+        printf("  %-17s %-15s %6.2f GB %6.2f GB %7.2f GB %7.2f GB %7.1fx %5s %9.3g billion\n",
+               stage_names[stage], stored ? stored_formulas[stage] : paper_formulas[stage],
+               b.params / GB, b.grads / GB, b.optimizer / GB, total / GB, base / total,
+               total <= gpu_gb * GB ? "yes" : "no", largest / 1e9);
+    }
+}
+
+void estimate_print(double P, int N, double gpu_gb) {
+    printf("Model state per device for P = %.4g parameters on N = %d devices"
+           " (activations not included)\n\n", P, N);
+    print_stage_table("ZeRO paper: fp16 parameters and gradients, K = 12 bytes per"
+                      " parameter of fp32 optimizer state (master weights, Adam m, v)",
+                      P, N, gpu_gb, 0);
+    printf("  as N grows the savings tend to 16/4 = 4x, 16/2 = 8x and N x: the course's"
+           " 4x / 8x / Nx\n\n");
+    print_stage_table("As this program stores it: fp32 parameters, gradients, Adam m and v"
+                      " (16 bytes per parameter)", P, N, gpu_gb, 1);
+    printf("  as N grows: 16/8 = 2x, 16/4 = 4x and N x\n");
+    printf("  fits: the model state fits in %.4g GB per device (--gpu-mem); largest: the P"
+           " whose model state fills it\n\n", gpu_gb);
+
+    /* fp16 traffic, as the paper counts it: 2P elements per step, 3P for stage 3 */
+    const double ring = N > 1 ? (double)(N - 1) / N : 0.0;
+    const double ddp_bytes = 2 * P * 2 * ring, fsdp_bytes = 3 * P * 2 * ring;
+    struct { const char *name; double bytes_per_s; } links[] = {
+        {"NVLink 4.0 (900 GB/s)", 900e9},
+        {"InfiniBand (400 Gb/s)", 400e9 / 8},
+        {"Ethernet (25 Gb/s)", 25e9 / 8},
+    };
+    printf("Communication per device per step (fp16, ring): stages 0-2 move 2P x (N-1)/N ="
+           " %.3g GB, stage 3 moves 3P x (N-1)/N = %.3g GB (1.5x)\n", ddp_bytes / 1e9,
+           fsdp_bytes / 1e9);
+    printf("  %-24s %14s %14s\n", "link", "stages 0-2", "stage 3");
+    for (size_t i = 0; i < sizeof links / sizeof links[0]; i++)
+        printf("  %-24s %12.3g s %12.3g s\n", links[i].name,
+               ddp_bytes / links[i].bytes_per_s, fsdp_bytes / links[i].bytes_per_s);
+    printf("  (compare with the compute of one step: 6 P FLOPs per token; e.g. 16k tokens per"
+           " device at 400 TFLOP/s take %.3g s)\n", 6 * P * 16384 / 400e12);
+}

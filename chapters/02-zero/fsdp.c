@@ -1,0 +1,137 @@
+#include "fsdp.h"
+
+#include "alloc.h"
+
+/* One slab gathered from every rank's piece into a temporary whole copy. */
+typedef struct {
+    float *whole;           /* tagged params; exists only while the slab is in use */
+    comm_request *pending;  /* a prefetch still in flight */
+} gathered_slab;
+
+static void gather_start(zero_rank *z, gathered_slab *g, int slab, int async) {
+    const shard_layout *l = &z->layout;
+    const size_t n = l->slab_numel[slab];
+    const float *piece = z->params + l->shard_pos[slab];
+    g->whole = mem_alloc_on(MEM_DEVICE, MEM_PARAMS, n * sizeof(float));
+    g->pending = NULL;
+    if (async) g->pending = comm_allgather_start(z->world, piece, g->whole, n, COMM_F32);
+    else comm_allgather(z->world, piece, g->whole, n, COMM_F32);
+}
+
+static float *gather_ready(gathered_slab *g) {
+    if (g->pending) comm_wait(g->pending);
+    g->pending = NULL;
+    return g->whole;
+}
+
+static void gather_free(gathered_slab *g) {
+    mem_free(g->whole);
+    g->whole = NULL;
+}
+
+/* The forward pass in units: 0 the embedding, 1..L the blocks, L+1 the head. The head
+ * needs two slabs, the final LayerNorm and the tied embedding (the LM head's weight). */
+typedef struct {
+    gathered_slab slab[2];
+    int count;
+} unit_params;
+
+static void unit_gather(zero_rank *z, unit_params *u, int unit, int async) {
+    const int layers = z->shape.cfg.layers;
+    if (unit == 0) {
+        u->count = 1;
+        gather_start(z, &u->slab[0], 0, async);
+    } else if (unit <= layers) {
+        u->count = 1;
+        gather_start(z, &u->slab[0], gpt_block_slab(unit - 1), async);
+    } else {
+        u->count = 2;
+        gather_start(z, &u->slab[0], gpt_final_slab(&z->shape), async);
+        gather_start(z, &u->slab[1], 0, async);
+    }
+}
+
+static void unit_ready(unit_params *u) {
+    for (int i = 0; i < u->count; i++) gather_ready(&u->slab[i]);
+}
+
+static void unit_free(unit_params *u) {
+    for (int i = 0; i < u->count; i++) gather_free(&u->slab[i]);
+    u->count = 0;
+}
+
+/* Forward: gather a unit, compute it, free it. The head's slabs are handed back
+ * still gathered: its backward comes next, so freeing and re-gathering them would
+ * only cost a transfer. */
+static float forward(zero_rank *z, unit_params *head) {
+    gpt_model *m = z->model;
+    const int layers = z->shape.cfg.layers, units = layers + 2;
+    const int prefetch = z->opts.prefetch;
+    unit_params current = {0}, next = {0};
+    float loss = 0.0f;
+    unit_gather(z, &current, 0, 0);
+    for (int unit = 0; unit < units; unit++) {
+        if (prefetch && unit + 1 < units) unit_gather(z, &next, unit + 1, 1);
+        unit_ready(&current);
+        if (unit == 0) gpt_embed_forward(m, current.slab[0].whole);
+        else if (unit <= layers) gpt_block_forward(m, unit - 1, current.slab[0].whole);
+        else loss = gpt_head_forward(m, current.slab[0].whole, current.slab[1].whole);
+        if (unit + 1 == units) break;
+        unit_free(&current);   /* this unit's whole parameters are gone again */
+        if (prefetch) current = next;
+        else unit_gather(z, &current, unit + 1, 0);
+    }
+    *head = current;
+    return loss;
+}
+
+/* Backward: head, blocks from last to first, embedding. Each block is gathered
+ * again, its gradient goes into a whole-slab buffer that is reduce-scattered into
+ * this rank's shard and freed. */
+static void backward(zero_rank *z, unit_params *head, float dloss) {
+    gpt_model *m = z->model;
+    const int layers = z->shape.cfg.layers, final = gpt_final_slab(&z->shape);
+    const int prefetch = z->opts.prefetch;
+    gathered_slab next = {0};
+
+    /* The tied embedding's gradient comes from the head now and from the embedding at
+     * the end, so its whole buffer lives through the backward pass. */
+    float *embed_grad = zero_slab_grad_alloc(z, 0);
+    float *final_grad = zero_slab_grad_alloc(z, final);
+    if (prefetch) gather_start(z, &next, gpt_block_slab(layers - 1), 1);
+    gpt_head_backward(m, head->slab[0].whole, head->slab[1].whole, final_grad, embed_grad,
+                      dloss);
+    unit_free(head);
+    /* The prefetch is finished before the next blocking collective, so that a rank's
+     * collectives never overlap one another: only with computation. */
+    if (prefetch) gather_ready(&next);
+    zero_reduce_into_shard(z, final, final_grad);
+
+    for (int layer = layers - 1; layer >= 0; layer--) {
+        const int slab = gpt_block_slab(layer);
+        gathered_slab current;
+        if (prefetch) current = next;
+        else gather_start(z, &current, slab, 0);
+        if (prefetch && layer > 0) gather_start(z, &next, gpt_block_slab(layer - 1), 1);
+        float *block_grad = zero_slab_grad_alloc(z, slab);
+        gpt_block_backward(m, layer, gather_ready(&current), block_grad);
+        gather_free(&current);
+        if (prefetch && layer > 0) gather_ready(&next);
+        zero_reduce_into_shard(z, slab, block_grad);
+    }
+    /* The embedding's backward adds rows of d(input) to the rows of the tokens used:
+     * it needs no parameters, so nothing is gathered for it. */
+    gpt_embed_backward(m, embed_grad);
+    zero_reduce_into_shard(z, 0, embed_grad);
+}
+
+float fsdp_forward_backward(zero_rank *z, float dloss) {
+    unit_params head;
+    trace_begin(z->world, "forward");
+    float loss = forward(z, &head);
+    trace_end(z->world);
+    trace_begin(z->world, "backward");
+    backward(z, &head, dloss);
+    trace_end(z->world);
+    return loss;
+}

@@ -1,0 +1,166 @@
+/* Chapter 2: ZeRO stages 0 (plain DDP), 1, 2 and 3 (FSDP), each compared with the
+ * single-device baseline, with memory per rank measured and communication counted.
+ *   make chapter2 && ./run 4 [--stage all|0|1|2|3] [--prefetch] [--checkpoint-activations]
+ *   ./run 1 --estimate 7.5e9 --world 64 [--gpu-mem 80]     (the formulas, no training) */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "estimate.h"
+#include "stage_run.h"
+#include "tables.h"
+
+#ifdef USE_MPI
+#define BACKEND_NAME "mpi"
+#else
+#define BACKEND_NAME "threads"
+#endif
+
+static const char *const stage_choices[] = {"all", "0", "1", "2", "3", NULL};
+
+typedef struct {
+    run_config cfg;
+    const dataset *data;
+    const baseline_run *baseline;   /* NULL in processes without world rank 0 */
+    zero_options opts;              /* all but the stage */
+    int stages[ZERO_STAGES], num_stages;
+    int status;                     /* world rank 0: 1 when a stage missed a tolerance */
+} chapter_args;
+
+static void print_steps(const run_config *cfg, const stage_outcome *o) {
+    for (int s = 0; s < cfg->steps; s++)
+        report_step(cfg, o->result.strategy, s + 1, o->loss[s], o->step_seconds[s],
+                    o->result.tokens_per_step);
+}
+
+/* The worst stage against the tolerances, over the checked differences or all three. */
+static double worst_stage(const stage_outcome *runs, int n, int all_three,
+                          const char **name) {
+    double worst = 0;
+    *name = "-";
+    for (int i = 0; i < n; i++) {
+        double f = stage_worst_fraction_of_tolerance(&runs[i].result, all_three);
+        if (f >= worst) {
+            worst = f;
+            *name = runs[i].result.strategy;
+        }
+    }
+    return worst;
+}
+
+static void print_verdict(const run_config *cfg, const stage_outcome *runs, int n) {
+    const char *name, *name_all;
+    const double worst = worst_stage(runs, n, 0, &name);
+    const double worst_all = worst_stage(runs, n, 1, &name_all);
+    printf("\n%s: every stage against the baseline (tolerances: gradients of step 1 %.0e,"
+           " loss %.0e, parameters %.0e)\n", worst <= 1 ? "OK" : "FAILED", ZERO_TOL_GRADS,
+           ZERO_TOL_LOSS, ZERO_TOL_PARAMS);
+    if (cfg->steps <= ZERO_TOL_STEPS || worst_all <= 1)
+        printf("    all within; worst: %s at %.0f%% of its tolerance\n", name_all,
+               100 * worst_all);
+    else
+        printf("    gradients within (worst: %s at %.0f%%); after %d steps loss or parameters"
+               " differ by more\n    (%s at %.0f%%): AdamW lets rounding differences grow"
+               " where a gradient is near 0, so\n    they are checked in runs of at most %d"
+               " steps (--steps %d)\n", name, 100 * worst, cfg->steps, name_all,
+               100 * worst_all, ZERO_TOL_STEPS, ZERO_TOL_STEPS);
+}
+
+static int rank_main(comm *world, void *argument) {
+    chapter_args *a = argument;
+    const int is_root = comm_rank(world) == 0;
+    stage_outcome runs[ZERO_STAGES];
+    for (int i = 0; i < a->num_stages; i++) {
+        zero_options opts = a->opts;
+        opts.stage = a->stages[i];
+        stage_train(world, &a->cfg, a->data, &opts, &runs[i]);
+        if (is_root) {
+            compare_to_baseline(&runs[i].result, a->baseline, runs[i].loss,
+                                runs[i].first_grads, runs[i].final_params);
+            print_steps(&a->cfg, &runs[i]);
+        }
+    }
+    if (is_root) {
+        run_result rows[ZERO_STAGES + 1];
+        rows[0] = a->baseline->result;
+        for (int i = 0; i < a->num_stages; i++) rows[i + 1] = runs[i].result;
+        const char *backend = comm_backend_name(world);
+        if (a->cfg.json) {
+            char *extra = tables_json(&a->cfg, runs, a->num_stages);
+            report_json(&a->cfg, "02-zero", comm_size(world), backend, rows,
+                        a->num_stages + 1, extra);
+            free(extra);
+        } else {
+            report_table(&a->cfg, rows, a->num_stages + 1);
+            print_memory_table(&a->cfg, runs, a->num_stages);
+            print_comm_table(&a->cfg, backend, comm_bytes_are_modelled(world), runs,
+                             a->num_stages);
+            print_verdict(&a->cfg, runs, a->num_stages);
+        }
+        for (int i = 0; i < a->num_stages; i++)
+            if (stage_worst_fraction_of_tolerance(&runs[i].result, 0) > 1) a->status = 1;
+    }
+    for (int i = 0; i < a->num_stages; i++) stage_outcome_free(&runs[i]);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    run_config cfg = run_config_default();
+    cfg.steps = ZERO_TOL_STEPS;   /* so that loss and parameters are checked too */
+    int stage_choice = 0, prefetch = 0, checkpoint = 0, world = 0;
+    double estimate = -1, gpu_mem = -1;
+    const cli_option options[] = {
+        {"stage", OPT_CHOICE, &stage_choice, "ZeRO stage to run", stage_choices, 0},
+        {"prefetch", OPT_FLAG, &prefetch,
+         "stage 3: all-gather the next block while this one computes", NULL, 0},
+        {"checkpoint-activations", OPT_FLAG, &checkpoint,
+         "keep only block inputs in forward, recompute in backward", NULL, 0},
+        {"estimate", OPT_FLOAT, &estimate,
+         "print model-state memory per device for this many parameters; no training",
+         NULL, 1},
+        {"world", OPT_INT, &world, "devices for --estimate", NULL, 1},
+        {"gpu-mem", OPT_FLOAT, &gpu_mem, "GB per device for --estimate (default 80)", NULL,
+         1e-3},
+        {0},
+    };
+    cli_parse(argc, argv, &cfg, options, argv[0],
+              "ZeRO stages 0-3 (stage 3 = FSDP): memory per rank and communication, each"
+              " compared with single-device training.");
+
+    if (estimate < 0 && (world > 0 || gpu_mem > 0))
+        cli_fail("--%s needs --estimate PARAMS (e.g. --estimate 7.5e9 --world 64)",
+                 world > 0 ? "world" : "gpu-mem");
+    if (estimate >= 0) {
+        if (world == 0) cli_fail("--estimate %g needs --world N (e.g. --world 64)", estimate);
+        /* under mpirun every process gets here; one table is enough */
+        if (process_hosts_rank0()) estimate_print(estimate, world, gpu_mem > 0 ? gpu_mem : 80.0);
+        return 0;
+    }
+    const int ranks = cfg.comm.ranks;
+    if (cfg.batch < ranks)
+        cli_fail("--batch %d gives %d ranks fewer than one sequence each; use --batch %d"
+                 " or more, or fewer ranks", cfg.batch, ranks, ranks);
+
+    chapter_args a = {.cfg = cfg,
+                      .opts = {.prefetch = prefetch, .checkpoint_activations = checkpoint}};
+    if (stage_choice == 0) {
+        for (int s = 0; s < ZERO_STAGES; s++) a.stages[a.num_stages++] = s;
+    } else {
+        /* the savings column compares with stage 0, so it always runs first */
+        a.stages[a.num_stages++] = 0;
+        if (stage_choice - 1 != 0) a.stages[a.num_stages++] = stage_choice - 1;
+    }
+    dataset *data = dataset_from_config(&cfg);
+    a.data = data;
+    baseline_run *baseline = NULL;
+    if (process_hosts_rank0()) {
+        report_header(&cfg, "ZeRO stages 1-3 and FSDP vs single-device training", ranks,
+                      BACKEND_NAME);
+        baseline = baseline_train(&cfg, data);
+    }
+    a.baseline = baseline;
+    int status = launch(&cfg.comm, rank_main, &a);
+    baseline_free(baseline);
+    dataset_free(data);
+    return status ? status : a.status;
+}

@@ -1,0 +1,49 @@
+#include "shard.h"
+
+#include <stdlib.h>
+
+#include "comm.h"
+
+static size_t *count_array(int n) {
+    size_t *a = calloc((size_t)n, sizeof *a);
+    if (!a) abort();
+    return a;
+}
+
+void shard_layout_init(shard_layout *l, const gpt_shape *s, int world_size, int rank) {
+    const int n = gpt_num_slabs(s);
+    *l = (shard_layout){.num_slabs = n, .world_size = world_size, .rank = rank,
+                        .num_params = gpt_num_params(s)};
+    l->slab_numel = count_array(n);
+    l->slab_offset = count_array(n);
+    l->piece_offset = count_array(n);
+    l->piece_len = count_array(n);
+    l->shard_pos = count_array(n);
+    for (int slab = 0; slab < n; slab++) {
+        l->slab_numel[slab] = gpt_slab_numel(s, slab);
+        l->slab_offset[slab] = gpt_slab_offset(s, slab);
+        l->piece_len[slab] = comm_shard(l->slab_numel[slab], world_size, rank,
+                                        &l->piece_offset[slab]);
+        l->shard_pos[slab] = l->shard_len;
+        l->shard_len += l->piece_len[slab];
+    }
+}
+
+void shard_layout_free(shard_layout *l) {
+    free(l->slab_numel);
+    free(l->slab_offset);
+    free(l->piece_offset);
+    free(l->piece_len);
+    free(l->shard_pos);
+    *l = (shard_layout){0};
+}
+
+size_t shard_largest_len(const gpt_shape *s, int world_size) {
+    size_t largest = 0;
+    for (int slab = 0; slab < gpt_num_slabs(s); slab++) {
+        size_t offset;
+        /* rank 0 always gets the larger piece when a slab does not divide */
+        largest += comm_shard(gpt_slab_numel(s, slab), world_size, 0, &offset);
+    }
+    return largest;
+}

@@ -1,0 +1,37 @@
+/* Who owns which elements: every slab of the flat parameter vector is cut into
+ * comm_shard() pieces, one per rank (the first numel % N ranks hold one element more),
+ * and a rank's shard is its pieces laid end to end, slab by slab.
+ *
+ * Cutting per slab rather than the whole vector at once costs nothing in stages 1
+ * and 2 and is what stage 3 needs: a block can be all-gathered on its own. Gradients
+ * and Adam moments use the same layout, so one index serves all of them. */
+#ifndef SHARD_H
+#define SHARD_H
+#include <stddef.h>
+
+#include "model.h"
+
+typedef struct {
+    int num_slabs;
+    int world_size, rank;
+    size_t num_params;       /* P: the whole vector */
+    size_t *slab_numel;      /* per slab */
+    size_t *slab_offset;     /* where the slab starts in the whole vector */
+    size_t *piece_offset;    /* where this rank's piece starts inside its slab */
+    size_t *piece_len;       /* elements of the slab this rank owns */
+    size_t *shard_pos;       /* where the piece starts in this rank's shard */
+    size_t shard_len;        /* elements this rank owns, all slabs together */
+} shard_layout;
+
+void shard_layout_init(shard_layout *l, const gpt_shape *s, int world_size, int rank);
+void shard_layout_free(shard_layout *l);
+
+/* Index in the whole vector of the first element of this rank's piece of slab. */
+static inline size_t shard_piece_begin(const shard_layout *l, int slab) {
+    return l->slab_offset[slab] + l->piece_offset[slab];
+}
+
+/* Elements the largest rank owns beyond an even split P/N: at most one per slab. */
+size_t shard_largest_len(const gpt_shape *s, int world_size);
+
+#endif

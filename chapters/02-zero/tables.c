@@ -1,0 +1,173 @@
+#include "tables.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static const char *const stage_labels[ZERO_STAGES] = {"zero0 (DDP)", "zero1", "zero2",
+                                                      "zero3 (FSDP)"};
+static const char *const stored_formulas[ZERO_STAGES] = {
+    "4P + 4P + 8P", "4P + 4P + 8P/N", "4P + (4+8)P/N", "(4+4+8)P/N"};
+static const char *const paper_formulas[ZERO_STAGES] = {
+    "2P + 2P + KP", "2P + 2P + KP/N", "2P + (2+K)P/N", "(2+2+K)P/N"};
+
+static double state_sum(const stage_outcome *o) {
+    return o->state[0] + o->state[1] + o->state[2];
+}
+
+double stage_stored_formula(int stage, size_t num_params, int N) {
+    return state_total(zero_stored_bytes(stage, (double)num_params, N));
+}
+
+double stage_padding_bytes(const stage_outcome *o, size_t num_params) {
+    static const int sharded_vectors[ZERO_STAGES] = {0, 2, 3, 4};   /* m v; + g; + p */
+    const double even = (double)num_params / o->world_size;
+    return sharded_vectors[o->opts.stage] * 4.0 * ((double)o->shard_len_largest - even);
+}
+
+/* The stage-0 run to compare savings with, if it ran. */
+static const stage_outcome *stage0_of(const stage_outcome *runs, int n) {
+    for (int i = 0; i < n; i++)
+        if (runs[i].opts.stage == 0) return &runs[i];
+    return NULL;
+}
+
+void print_memory_table(const run_config *cfg, const stage_outcome *runs, int n) {
+    if (cfg->json || n == 0) return;
+    gpt_shape shape = gpt_shape_make(&cfg->model, 1, 0);
+    const size_t P = gpt_num_params(&shape);
+    const int N = runs[0].world_size;
+    const stage_outcome *base = stage0_of(runs, n);
+    char b[8][32];
+    printf("\nMemory per rank: bytes measured by the accounting allocator (largest rank)%s\n",
+           runs[0].opts.checkpoint_activations ? ", activation checkpointing on" : "");
+    printf("%-13s %10s %10s %10s %12s %10s | %12s %8s\n", "stage", "params", "grads",
+           "optimizer", "activations", "peak", "model state", "saving");
+    printf("%-13s %10s %10s %10s %12s %10s | %12s %8s\n", "", "(peak)", "(peak)", "(peak)",
+           "(peak)", "(total)", "(held)", "vs zero0");
+    for (int i = 0; i < n; i++) {
+        const stage_outcome *o = &runs[i];
+        const mem_stats *m = &o->result.memory;
+        printf("%-13s %10s %10s %10s %12s %10s | %12s", stage_labels[o->opts.stage],
+               report_bytes((double)m->peak[MEM_PARAMS], b[0]),
+               report_bytes((double)m->peak[MEM_GRADS], b[1]),
+               report_bytes((double)m->peak[MEM_OPTIMIZER], b[2]),
+               report_bytes((double)m->peak[MEM_ACTIVATIONS], b[3]),
+               report_bytes((double)m->peak_total, b[4]), report_bytes(state_sum(o), b[5]));
+        if (base) printf(" %7.2fx\n", state_sum(base) / state_sum(o));
+        else printf(" %8s\n", "-");
+    }
+    printf("(peak: the most held at once during a timed step, temporaries included: whole-slab"
+           "\n gradients in stages 2-3, gathered slabs in stage 3; held: between steps)\n");
+
+    printf("\nModel state held between steps vs the formulas: P = %zu parameters, N = %d\n", P,
+           N);
+    printf("%-13s %11s | %-15s %11s %9s %9s | %-15s %11s\n", "stage", "measured",
+           "as stored fp32", "= bytes", "diff", "uneven", "ZeRO paper K=12", "= bytes");
+    for (int i = 0; i < n; i++) {
+        const stage_outcome *o = &runs[i];
+        const int stage = o->opts.stage;
+        const double stored = stage_stored_formula(stage, P, N);
+        const double paper = state_total(zero_paper_bytes(stage, (double)P, N, 12.0));
+        printf("%-13s %11.0f | %-15s %11.0f %+9.0f %9.0f | %-15s %11.0f\n", stage_labels[stage],
+               state_sum(o), stored_formulas[stage], stored, state_sum(o) - stored,
+               stage_padding_bytes(o, P), paper_formulas[stage], paper);
+    }
+    printf("(as stored: fp32 parameters, gradients, Adam m and v, which this program keeps;"
+           " diff: measured minus\n formula; uneven: what the largest rank holds beyond P/N"
+           " when a slab does not divide by N, one\n element per slab and sharded vector;"
+           " the paper's fp16 + K = 12 totals 16 bytes/param too, split 2+2+12)\n");
+}
+
+static const char *kind_label(int kind) {
+    switch (kind) {
+    case COMM_KIND_ALLREDUCE: return "all-reduce";
+    case COMM_KIND_REDUCE_SCATTER: return "reduce-scatter";
+    case COMM_KIND_ALLGATHER: return "all-gather";
+    default: return comm_kind_name((comm_kind)kind);
+    }
+}
+
+void print_comm_table(const run_config *cfg, const char *backend, int bytes_modelled,
+                      const stage_outcome *runs, int n) {
+    if (cfg->json || n == 0) return;
+    gpt_shape shape = gpt_shape_make(&cfg->model, 1, 0);
+    const double P = (double)gpt_num_params(&shape);
+    const int N = runs[0].world_size;
+    char b[4][32];
+    printf("\nCommunication per rank per step (largest rank; bytes %s by the %s backend;"
+           " theory: a ring\nsends (N-1)/N of the elements, 4 bytes each; an all-reduce"
+           " counts 2 elements per element)\n",
+           bytes_modelled ? "modelled" : "measured", backend);
+    printf("%-13s %-15s %6s %12s %12s %11s %10s\n", "stage", "collective", "calls", "sent",
+           "theory", "elements", "blocked");
+    double stage0_elements = 0;
+    for (int i = 0; i < n; i++) {
+        const stage_outcome *o = &runs[i];
+        comm_plan plan = zero_comm_plan(&shape, o->opts.stage);
+        double calls = 0, sent = 0, theory = 0, elements = 0, blocked = 0;
+        const char *label = stage_labels[o->opts.stage];
+        for (int k = 0; k < COMM_NKINDS; k++) {
+            if (o->comm_calls[k] == 0 && plan.calls[k] == 0) continue;
+            printf("%-13s %-15s %6.0f %12s %12s %9.2f P %8.2f ms\n", label, kind_label(k),
+                   o->comm_calls[k], report_bytes(o->comm_bytes[k], b[0]),
+                   report_bytes(ring_bytes(plan.elements[k], N), b[1]), plan.elements[k] / P,
+                   1e3 * o->comm_seconds[k]);
+            label = "";
+            calls += o->comm_calls[k];
+            sent += o->comm_bytes[k];
+            theory += ring_bytes(plan.elements[k], N);
+            elements += plan.elements[k];
+            blocked += o->comm_seconds[k];
+        }
+        if (o->opts.stage == 0) stage0_elements = elements;
+        printf("%-13s %-15s %6.0f %12s %12s %9.2f P %8.2f ms", label, "total", calls,
+               report_bytes(sent, b[2]), report_bytes(theory, b[3]), elements / P,
+               1e3 * blocked);
+        if (stage0_elements > 0) printf("   %.2fx zero0", elements / stage0_elements);
+        printf("\n");
+        if (o->async_seconds > 0)
+            printf("%-13s prefetch: %.2f ms of all-gather in flight per step, %.2f ms of it"
+                   " hidden behind compute\n", "", 1e3 * o->async_seconds,
+                   1e3 * o->hidden_seconds);
+    }
+}
+
+char *tables_json(const run_config *cfg, const stage_outcome *runs, int n) {
+    gpt_shape shape = gpt_shape_make(&cfg->model, 1, 0);
+    const size_t P = gpt_num_params(&shape);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) abort();
+    const int N = n > 0 ? runs[0].world_size : 1;
+    fprintf(f, "\"num_params\": %zu, \"prefetch\": %s, \"checkpoint_activations\": %s,\n"
+               " \"zero\": [", P, n > 0 && runs[n - 1].opts.prefetch ? "true" : "false",
+            n > 0 && runs[0].opts.checkpoint_activations ? "true" : "false");
+    for (int i = 0; i < n; i++) {
+        const stage_outcome *o = &runs[i];
+        const int stage = o->opts.stage;
+        comm_plan plan = zero_comm_plan(&shape, stage);
+        fprintf(f, "%s\n  {\"strategy\": \"%s\", \"stage\": %d,"
+                   " \"model_state_bytes\": {\"params\": %.0f, \"grads\": %.0f,"
+                   " \"optimizer\": %.0f},\n   \"formula_stored_bytes\": %.0f,"
+                   " \"uneven_shard_bytes\": %.0f, \"formula_paper_k12_bytes\": %.0f,\n"
+                   "   \"comm_per_step\": {",
+                i ? "," : "", stage_strategy_name(stage), stage, o->state[0], o->state[1],
+                o->state[2], stage_stored_formula(stage, P, N), stage_padding_bytes(o, P),
+                state_total(zero_paper_bytes(stage, (double)P, N, 12.0)));
+        int first = 1;
+        for (int k = 0; k < COMM_NKINDS; k++) {
+            if (o->comm_calls[k] == 0 && plan.calls[k] == 0) continue;
+            fprintf(f, "%s\"%s\": {\"calls\": %.0f, \"bytes\": %.0f, \"theory_bytes\": %.0f,"
+                       " \"elements_over_P\": %.6g}", first ? "" : ", ", comm_kind_name(k),
+                    o->comm_calls[k], o->comm_bytes[k], ring_bytes(plan.elements[k], N),
+                    plan.elements[k] / (double)P);
+            first = 0;
+        }
+        fprintf(f, "},\n   \"async_s_per_step\": %.9g, \"hidden_s_per_step\": %.9g}",
+                o->async_seconds, o->hidden_seconds);
+    }
+    fprintf(f, "]");
+    fclose(f);
+    return text;
+}

@@ -1,0 +1,78 @@
+/* ZeRO on one rank: what it stores, and one training step at stages 0, 1 and 2
+ * (fsdp.h holds stage 3, on the same state).
+ *
+ *   stage  parameters  gradients  Adam m, v   gradient reduction         after the update
+ *   0      whole       whole      whole       all-reduce                 -
+ *   1      whole       whole      shard       reduce-scatter per slab    all-gather params
+ *   2      whole       shard      shard       reduce-scatter per block,  all-gather params
+ *                                             during backward
+ *   3      shard       shard      shard       reduce-scatter per block   - (gathered per
+ *                                             during backward              block when used)
+ *
+ * Every rank takes B/N sequences of the global batch and back-propagates with
+ * dloss = 1/(B*T), the baseline's; summing the ranks' gradients then gives exactly the
+ * baseline's gradient (up to float rounding). */
+#ifndef ZERO_H
+#define ZERO_H
+
+#include "comm.h"
+#include "model.h"
+#include "ops.h"
+#include "shard.h"
+
+/* Negative controls for the tests: each leaves out one step of the algorithm, and the
+ * comparison with the baseline must then fail. */
+typedef enum {
+    ZERO_FAULT_NONE,
+    ZERO_FAULT_SKIP_PARAM_ALLGATHER,   /* stages 1-2: others' pieces stay stale */
+    ZERO_FAULT_SKIP_GRAD_REDUCE,       /* every stage: each rank keeps its own gradient */
+} zero_fault;
+
+typedef struct {
+    int stage;                    /* 0 (plain DDP), 1, 2, 3 (FSDP) */
+    int prefetch;                 /* stage 3: all-gather the next block during this one */
+    int checkpoint_activations;   /* keep block inputs only, recompute in backward */
+    zero_fault fault;
+} zero_options;
+
+typedef struct {
+    comm *world;
+    gpt_shape shape;
+    zero_options opts;
+    shard_layout layout;
+    gpt_model *model;
+    /* Each vector is either whole (num_params elements, slab-ordered like the model)
+     * or this rank's shard (layout.shard_len elements); see the table above. */
+    float *params, *grads, *adam_m, *adam_v;
+    int params_whole, grads_whole, optimizer_whole;
+    int adam_step;
+} zero_rank;
+
+/* Allocates what the stage stores (tagged params, grads, optimizer) and initialises
+ * the parameters this rank owns from the seed; whole copies are then all-gathered. */
+zero_rank *zero_rank_create(comm *world, const gpt_shape *s, int local_batch, int T,
+                            uint64_t seed, const zero_options *opts);
+void zero_rank_free(zero_rank *z);
+
+/* Forward and backward on the micro-batch loaded into z->model, and the stage's
+ * gradient reduction: on return the reduced gradient of this rank's part is in
+ * z->grads. Returns this rank's mean loss. */
+float zero_forward_backward(zero_rank *z, float dloss);
+/* AdamW on the part this rank updates, then (stages 1, 2) the parameter all-gather. */
+void zero_optimizer_step(zero_rank *z, const adamw_config *cfg);
+
+/* For checking only (collective): the whole reduced gradient / the whole parameter
+ * vector, copied to host memory on ranks that pass a non-NULL buffer. */
+void zero_gather_grads(zero_rank *z, float *host);
+void zero_gather_params(zero_rank *z, float *host);
+
+/* Pieces shared with fsdp.c. */
+/* Where this rank's piece of a slab lives in a whole vector or in a shard. */
+float *zero_piece(const zero_rank *z, float *vector, int is_whole, int slab);
+/* A zeroed full-size gradient buffer for one slab, tagged grads. */
+float *zero_slab_grad_alloc(zero_rank *z, int slab);
+/* Reduce-scatters a slab's full gradient into this rank's gradient shard and frees
+ * the full buffer: after this, the rank holds only its piece of that slab. */
+void zero_reduce_into_shard(zero_rank *z, int slab, float *slab_grad);
+
+#endif

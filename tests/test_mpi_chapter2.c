@@ -1,0 +1,133 @@
+/* Chapter 2 on Open MPI processes (mpirun -np 1..4): every stage against the
+ * single-device baseline, a negative control, the model-state bytes against the
+ * formula, and the modelled bytes against ring theory. Checks that need more ranks than
+ * mpirun gave are skipped with a line saying so. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../chapters/02-zero/estimate.h"
+#include "../chapters/02-zero/stage_run.h"
+#include "../chapters/02-zero/tables.h"
+
+static int world_size(void) {
+    int n = launch_mpi_world_size();
+    return n > 0 ? n : 1;
+}
+
+/* The same uneven model as test_chapter2.c: no slab divides by 3 or 4, 5 sequences. */
+static run_config tiny_config(void) {
+    run_config cfg = run_config_default();
+    cfg.model = (gpt_config){.vocab = 256, .ctx = 7, .layers = 2, .heads = 5, .dim = 25};
+    cfg.batch = 5;
+    cfg.steps = 5;
+    cfg.quiet = 1;
+    cfg.comm.ranks = world_size();
+    cfg.comm.timeout_seconds = 60;
+    return cfg;
+}
+
+/* world rank 0's outcome in its process; in the others first_grads is NULL */
+static stage_outcome run_stage(const run_config *cfg, const dataset *d, zero_options opts) {
+    stage_outcome o;
+    ck_assert_int_eq(stage_run_launch(cfg, d, &opts, &o), 0);
+    return o;
+}
+
+START_TEST(every_stage_matches_the_baseline) {
+    const int N = world_size();
+    dataset *d = dataset_builtin();
+    run_config cfg = tiny_config();
+    baseline_run *b = process_hosts_rank0() ? baseline_train(&cfg, d) : NULL;
+    for (int variant = 0; variant < 5; variant++) {
+        zero_options opts = {.stage = variant < 4 ? variant : 3, .prefetch = variant == 4};
+        stage_outcome o = run_stage(&cfg, d, opts);
+        if (o.first_grads) {
+            compare_to_baseline(&o.result, b, o.loss, o.first_grads, o.final_params);
+            printf("mpi stage %d%s, %d ranks: max |diff| loss %.2e (tol %.0e) grads %.2e"
+                   " (tol %.0e) params %.2e (tol %.0e)\n", opts.stage,
+                   opts.prefetch ? " +prefetch" : "", N, o.result.diff_loss, ZERO_TOL_LOSS,
+                   o.result.diff_grads, ZERO_TOL_GRADS, o.result.diff_params, ZERO_TOL_PARAMS);
+            ck_assert(o.result.diff_loss <= ZERO_TOL_LOSS);
+            ck_assert(o.result.diff_grads <= ZERO_TOL_GRADS);
+            ck_assert(o.result.diff_params <= ZERO_TOL_PARAMS);
+        }
+        stage_outcome_free(&o);
+    }
+    baseline_free(b);
+    dataset_free(d);
+}
+END_TEST
+
+START_TEST(negative_control_fails) {
+    const int N = world_size();
+    if (N < 2) {
+        printf("mpi negative control: skipped on 1 rank (nothing to all-gather)\n");
+        return;
+    }
+    dataset *d = dataset_builtin();
+    run_config cfg = tiny_config();
+    baseline_run *b = process_hosts_rank0() ? baseline_train(&cfg, d) : NULL;
+    zero_options opts = {.stage = 1, .fault = ZERO_FAULT_SKIP_PARAM_ALLGATHER};
+    stage_outcome o = run_stage(&cfg, d, opts);
+    if (o.first_grads) {
+        compare_to_baseline(&o.result, b, o.loss, o.first_grads, o.final_params);
+        double worst = stage_worst_fraction_of_tolerance(&o.result, 1);
+        printf("mpi negative control (stage 1 without the parameter all-gather), %d ranks:"
+               " max |diff| params %.2e = %.0fx the tolerance\n", N, o.result.diff_params,
+               worst);
+        ck_assert(worst > 10);
+    }
+    stage_outcome_free(&o);
+    baseline_free(b);
+    dataset_free(d);
+}
+END_TEST
+
+START_TEST(model_state_and_bytes_match_the_formulas) {
+    const int N = world_size();
+    dataset *d = dataset_builtin();
+    run_config cfg = tiny_config();
+    cfg.steps = 2;
+    gpt_shape s = gpt_shape_make(&cfg.model, 1, 0);
+    const size_t P = gpt_num_params(&s);
+    for (int stage = 0; stage <= 3; stage++) {
+        stage_outcome o = run_stage(&cfg, d, (zero_options){.stage = stage});
+        if (o.first_grads) {
+            double measured = o.state[0] + o.state[1] + o.state[2];
+            double formula = stage_stored_formula(stage, P, N);
+            double padding = stage_padding_bytes(&o, P);
+            comm_plan plan = zero_comm_plan(&s, stage);
+            double sent = 0, theory = 0;
+            for (int k = 0; k < COMM_NKINDS; k++) {
+                ck_assert(o.comm_calls[k] == plan.calls[k]);
+                sent += o.comm_bytes[k];
+                theory += ring_bytes(plan.elements[k], N);
+            }
+            printf("mpi stage %d, %d ranks: model state %.0f B = formula %.0f + uneven %.0f;"
+                   " sent %.0f B/step, ring theory %.0f\n", stage, N, measured, formula,
+                   padding, sent, theory);
+            ck_assert(fabs(measured - (formula + padding)) < 1e-6);
+            ck_assert(fabs(sent - theory) <= 8.0 * gpt_num_slabs(&s) * 3);
+        }
+        stage_outcome_free(&o);
+    }
+    dataset_free(d);
+}
+END_TEST
+
+int main(void) {
+    Suite *suite = suite_create("mpi_chapter2");
+    TCase *tc = tcase_create("zero");
+    tcase_add_test(tc, every_stage_matches_the_baseline);
+    tcase_add_test(tc, negative_control_fails);
+    tcase_add_test(tc, model_state_and_bytes_match_the_formulas);
+    suite_add_tcase(suite, tc);
+    SRunner *runner = srunner_create(suite);
+    srunner_set_fork_status(runner, CK_NOFORK);   /* forking breaks MPI */
+    srunner_run_all(runner, CK_NORMAL);
+    int failed = srunner_ntests_failed(runner);
+    srunner_free(runner);
+    return failed ? 1 : 0;
+}
