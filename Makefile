@@ -13,6 +13,18 @@ NVCC      ?= $(CUDA_HOME)/bin/nvcc
 EXTRA_CFLAGS  ?=
 EXTRA_LDFLAGS ?=
 
+# Install (as root) or name the missing Debian packages before any flags are computed
+# from pkg-config, so that a fresh machine needs nothing but `make`.
+DEPS_STAMP := build/.deps-ok
+ifeq ($(wildcard $(DEPS_STAMP)),)
+  ifneq ($(MAKECMDGOALS),clean)
+    deps_status := $(shell tools/ensure-deps >&2 && mkdir -p build && touch $(DEPS_STAMP) && echo ok)
+    ifneq ($(deps_status),ok)
+      $(error build dependencies are missing (see above))
+    endif
+  endif
+endif
+
 variant := cpu$(if $(MPI),-mpi)$(if $(GPU),-gpu)$(if $(DEBUG),-debug)$(if $(SAN),-$(SAN))
 BUILD   := build/$(variant)$(if $(O),-$(O))
 
@@ -54,7 +66,6 @@ else
 endif
 
 common_obj := $(common_src:%.c=$(BUILD)/obj/%.o) $(cuda_src:%.cu=$(BUILD)/obj/%.o)
-DEPS_STAMP := build/.deps-ok
 
 .PHONY: all baseline test bench clean deps
 .SECONDARY:

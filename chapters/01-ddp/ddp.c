@@ -96,6 +96,10 @@ int ddp_rank_main(comm *world, void *arg) {
     /* losses and the end-of-run checks go over their own group, so the statistics of
      * the gradient group hold the gradient traffic alone */
     comm *metrics = comm_split(world, 0, rank, "metrics");
+    if (rank == 0) {
+        job->backend = comm_backend_name(world);
+        if (job->header_title) report_header(cfg, job->header_title, N, job->backend);
+    }
 
     gpt_shape shape = gpt_shape_make(&cfg->model, 1, 0);
     replica rep;

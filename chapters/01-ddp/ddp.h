@@ -39,6 +39,9 @@ typedef struct {
     const run_config *cfg;
     const dataset *data;
     ddp_options opts;
+    /* when set, world rank 0 prints the run's header (report_header) with this title
+     * before the first step, once the communicator, hence its backend, is known */
+    const char *header_title;
     /* filled on world rank 0 (host memory, freed by ddp_job_release) */
     run_result result;        /* differences left to the caller */
     float *loss;              /* per step, global-batch mean */
@@ -50,6 +53,7 @@ typedef struct {
     uint64_t allreduce_calls; /* per rank per timed step, on the gradient group */
     double replica_max_diff;  /* largest |params_r - params_0| over ranks at the end */
     int world;
+    const char *backend;      /* comm_backend_name(world): "threads", "mpi", "nccl" */
 } ddp_job;
 
 /* A rank_main for launch(): trains cfg->steps steps; args is a ddp_job. */

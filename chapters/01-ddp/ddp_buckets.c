@@ -12,11 +12,18 @@ static float scaled_wire_max(comm_dtype wire) {
     return wire == COMM_F16 ? 65504.0f : wire == COMM_F8E4M3 ? 448.0f : 0.0f;
 }
 
+/* The gradients may live on a device, but the conversion to and from the wire type
+ * runs on the host (comm_convert), and the wire buffers are host memory (which every
+ * backend accepts). So compressed buckets pass through one host staging buffer, piece
+ * by piece: a piece small enough to stay in cache makes the extra copy (a memcpy on a
+ * CPU rank) nearly free, since the conversion then reads it from cache. */
+enum { STAGING_FLOATS = 1 << 16 };   /* 256 KiB */
+
 typedef struct {
     int first_slab, last_slab;   /* covers slabs first..last: contiguous in memory */
     size_t offset, numel;        /* in the gradient vector */
     int slabs_pending;           /* slabs not yet final in this backward pass */
-    void *wire_buffer;           /* the bucket in the wire type (compressed only) */
+    void *wire_buffer;           /* the bucket in the wire type, host (compressed only) */
     float scale;                 /* what the gradients were multiplied by on the wire */
     comm_request *request;       /* in flight, or NULL */
 } grad_bucket;
@@ -30,6 +37,8 @@ struct grad_buckets {
     int count;
     grad_bucket *bucket;         /* in launch order: the last slabs first */
     int *bucket_of_slab;
+    float *staging;              /* host, staging_numel floats (compressed only) */
+    size_t staging_numel;
 };
 
 grad_buckets *grad_buckets_create(comm *group, const gpt_shape *s, float *grads,
@@ -63,28 +72,42 @@ grad_buckets *grad_buckets_create(comm *group, const gpt_shape *s, float *grads,
     for (int i = 0; i < b->count; i++) {
         grad_bucket *k = &b->bucket[i];
         k->slabs_pending = k->last_slab - k->first_slab + 1;
-        if (wire != COMM_F32)
-            k->wire_buffer =
-                mem_alloc_on(MEM_DEVICE, MEM_COMM, k->numel * comm_dtype_size(wire));
+        if (wire != COMM_F32) {
+            k->wire_buffer = mem_alloc(MEM_COMM, k->numel * comm_dtype_size(wire));
+            if (k->numel > b->staging_numel) b->staging_numel = k->numel;
+        }
     }
+    if (b->staging_numel > STAGING_FLOATS) b->staging_numel = STAGING_FLOATS;
+    if (wire != COMM_F32) b->staging = mem_alloc(MEM_COMM, b->staging_numel * sizeof(float));
     return b;
 }
 
 void grad_buckets_free(grad_buckets *b) {
     if (!b) return;
     for (int i = 0; i < b->count; i++) mem_free(b->bucket[i].wire_buffer);
+    mem_free(b->staging);
     comm_free(b->scale_group);
     free(b->bucket);
     free(b->bucket_of_slab);
     free(b);
 }
 
+/* Elements of the piece of bucket k that starts at element `done`. */
+static size_t piece_numel(const grad_buckets *b, const grad_bucket *k, size_t done) {
+    const size_t left = k->numel - done;
+    return left < b->staging_numel ? left : b->staging_numel;
+}
+
 /* The power of two that brings the largest sum over ranks just under half of the wire
- * type's largest value (1 when the bucket is all zeros). Every rank gets the same. */
+ * type's largest value (1 when the bucket is all zeros). Every rank gets the same.
+ * Leaves the bucket's last piece in the staging buffer. */
 static float agreed_scale(grad_buckets *b, const grad_bucket *k) {
     float largest = 0.0f;
-    const float *g = b->grads + k->offset;
-    for (size_t i = 0; i < k->numel; i++) largest = fmaxf(largest, fabsf(g[i]));
+    for (size_t done = 0; done < k->numel; done += b->staging_numel) {
+        const size_t n = piece_numel(b, k, done);
+        ops_download(b->staging, b->grads + k->offset + done, n * sizeof(float));
+        for (size_t i = 0; i < n; i++) largest = fmaxf(largest, fabsf(b->staging[i]));
+    }
     comm_allreduce(b->scale_group, &largest, 1, COMM_F32, COMM_MAX);
     if (!(largest > 0.0f) || !isfinite(largest)) return 1.0f;
     double room = 0.5 * scaled_wire_max(b->wire) / ((double)largest * comm_size(b->group));
@@ -97,12 +120,35 @@ static void start_bucket(grad_buckets *b, grad_bucket *k) {
                                           COMM_F32, COMM_SUM);
         return;
     }
-    /* the fp32 gradients are overwritten by the result anyway: scale them in place */
-    float *g = b->grads + k->offset;
-    k->scale = scaled_wire_max(b->wire) > 0 ? agreed_scale(b, k) : 1.0f;
-    if (k->scale != 1.0f) vec_scale(g, k->scale, k->numel);
-    comm_convert(k->wire_buffer, b->wire, g, COMM_F32, k->numel);
+    const int scaled = scaled_wire_max(b->wire) > 0;
+    k->scale = scaled ? agreed_scale(b, k) : 1.0f;
+    /* a bucket of one piece is in the staging buffer already when its scale was found */
+    const int staged = scaled && k->numel <= b->staging_numel;
+    const size_t wire_size = comm_dtype_size(b->wire);
+    for (size_t done = 0; done < k->numel; done += b->staging_numel) {
+        const size_t n = piece_numel(b, k, done);
+        float *piece = b->staging;
+        if (!staged) ops_download(piece, b->grads + k->offset + done, n * sizeof(float));
+        if (k->scale != 1.0f)
+            for (size_t i = 0; i < n; i++) piece[i] *= k->scale;
+        comm_convert((char *)k->wire_buffer + done * wire_size, b->wire, piece, COMM_F32, n);
+    }
     k->request = comm_allreduce_start(b->group, k->wire_buffer, k->numel, b->wire, COMM_SUM);
+}
+
+/* The reduced bucket back from the wire type into the fp32 gradients. */
+static void finish_bucket(grad_buckets *b, const grad_bucket *k) {
+    const size_t wire_size = comm_dtype_size(b->wire);
+    const float unscale = 1.0f / k->scale;   /* a power of two: exact */
+    for (size_t done = 0; done < k->numel; done += b->staging_numel) {
+        const size_t n = piece_numel(b, k, done);
+        float *piece = b->staging;
+        comm_convert(piece, COMM_F32, (const char *)k->wire_buffer + done * wire_size,
+                     b->wire, n);
+        if (k->scale != 1.0f)
+            for (size_t i = 0; i < n; i++) piece[i] *= unscale;
+        ops_upload(b->grads + k->offset + done, piece, n * sizeof(float));
+    }
 }
 
 void grad_buckets_slab_ready(void *ctx, int slab) {
@@ -117,11 +163,7 @@ void grad_buckets_wait(grad_buckets *b) {
         if (k->request) {
             comm_wait(k->request);
             k->request = NULL;
-            if (b->wire != COMM_F32) {
-                float *g = b->grads + k->offset;
-                comm_convert(g, COMM_F32, k->wire_buffer, b->wire, k->numel);
-                if (k->scale != 1.0f) vec_scale(g, 1.0f / k->scale, k->numel);   /* exact */
-            }
+            if (b->wire != COMM_F32) finish_bucket(b, k);
         } else if (k->slabs_pending != k->last_slab - k->first_slab + 1) {
             comm_abort(b->group, "DDP bucket %d (slabs %d..%d) was never started: %d slabs "
                        "did not report ready", i, k->first_slab, k->last_slab,

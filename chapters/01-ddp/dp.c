@@ -7,12 +7,15 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "device.h"
 #include "dp_replica.h"
 #include "ops.h"
 
 /* One replica and the thread that runs it. Replica 0 lives on the master device and
  * uses the master's parameters and gradients, as DataParallel's device_ids[0] does. */
 typedef struct {
+    const comm_options *comm;  /* where replica k computes: device index k */
+    int index;
     dp_replica *model;
     float *params, *grads;     /* the master's for replica 0, copies for the others */
     size_t num_params;
@@ -25,12 +28,14 @@ typedef struct {
 
 static void *worker_main(void *arg) {
     dp_worker *w = arg;
+    launch_select_device(w->comm, w->index);   /* a new thread starts on the CPU */
     mem_stats_bind(&w->stats);
     w->loss = dp_replica_forward(w->model, w->params, &w->thread);
     gil_acquire(w->thread.lock, &w->thread.account);   /* zero_grad is Python too */
     vec_zero(w->grads, w->num_params);
     gil_release(w->thread.lock, &w->thread.account);
     dp_replica_backward(w->model, w->params, w->grads, w->dloss, &w->thread);
+    ops_synchronize();   /* the master reads the gradients once the thread has joined */
     return NULL;
 }
 
@@ -47,6 +52,10 @@ static void run_replicas_in_threads(dp_worker *workers, int n) {
 
 dp_run *dp_train(const run_config *cfg, const dataset *data, const dp_options *opts) {
     openblas_set_num_threads(1);   /* each thread's matmuls stay on its own core */
+    /* The master computes on device 0, as the replica threads do on device k; a caller
+     * that computed on the CPU does so again afterwards (as with baseline_train). */
+    const device_kind caller_device = device_current();
+    const comm_device device = launch_select_device(&cfg->comm, 0);
     mem_stats *caller_stats = mem_stats_current();
     const int N = opts->threads, T = cfg->model.ctx, per_replica = cfg->batch / N;
     const double tokens = (double)cfg->batch * T;
@@ -64,6 +73,8 @@ dp_run *dp_train(const run_config *cfg, const dataset *data, const dp_options *o
     for (int k = 0; k < N; k++) {
         dp_worker *w = &workers[k];
         mem_stats_bind(&w->stats);
+        w->comm = &cfg->comm;
+        w->index = k;
         w->model = dp_replica_create(&shape, per_replica, T);
         w->params = k == 0 ? master.params : mem_alloc_on(MEM_DEVICE, MEM_PARAMS, param_bytes);
         w->grads = k == 0 ? master.grads : mem_alloc_on(MEM_DEVICE, MEM_GRADS, param_bytes);
@@ -83,6 +94,7 @@ dp_run *dp_train(const run_config *cfg, const dataset *data, const dp_options *o
     for (int step = 1; step <= cfg->steps; step++) {
         double t0 = comm_now();
         for (int k = 1; k < N; k++) vec_copy(workers[k].params, master.params, P);
+        ops_synchronize();   /* the replicas' threads compute on streams of their own */
         double t1 = comm_now();
         for (int k = 0; k < N; k++) {
             int *tok = workers[k].tokens, *tgt = tok + per_replica * T;
@@ -159,6 +171,7 @@ dp_run *dp_train(const run_config *cfg, const dataset *data, const dp_options *o
     mem_stats_bind(caller_stats);
     free(workers);
     gil_destroy(&lock);
+    if (caller_device == DEVICE_CPU && device != COMM_DEVICE_CPU) device_select(DEVICE_CPU, 0);
     return run;
 }
 

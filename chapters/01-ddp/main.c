@@ -36,14 +36,6 @@ typedef struct {
     int grad_accum, compress, gil, strategy;
 } chapter_flags;
 
-static const char *backend_name(void) {
-#ifdef USE_MPI
-    return "mpi";
-#else
-    return "threads";
-#endif
-}
-
 static int within_tolerance(const run_result *r) {
     if (r->diff_grads > tolerance_grads) return 0;
     if (r->steps > TOLERANCE_STEPS) return 1;
@@ -177,14 +169,17 @@ int main(int argc, char **argv) {
     const int rank0_here = process_hosts_rank0();
     dataset *data = dataset_from_config(&cfg);
 
-    if (rank0_here)
-        report_header(&cfg, "Chapter 1: DataParallel (one process, a GIL) vs "
-                            "DistributedDataParallel (one rank per replica)", N, backend_name());
+    const char *title = "Chapter 1: DataParallel (one process, a GIL) vs "
+                        "DistributedDataParallel (one rank per replica)";
+    /* With DDP, world rank 0 prints the header once it knows the backend that runs (a
+     * GPU build may pick NCCL); DataParallel alone launches no ranks. */
+    if (rank0_here && f.strategy == RUN_DP) report_header(&cfg, title, N, "none");
 
     /* DDP first: under mpirun the other processes then leave, and the baseline and DP
      * below run in world rank 0's process without them polling the cores (or timing
      * out while waiting). */
-    ddp_job ddp = {.cfg = &cfg, .data = data, .opts = ddp_options_default()};
+    ddp_job ddp = {.cfg = &cfg, .data = data, .opts = ddp_options_default(),
+                   .header_title = title};
     ddp.opts.bucket_bytes = mib_to_bytes(f.bucket_mb);
     ddp.opts.first_bucket_bytes = mib_to_bytes(f.first_bucket_mb);
     ddp.opts.grad_accum = f.grad_accum;
@@ -224,7 +219,7 @@ int main(int argc, char **argv) {
     const ddp_job *ddp_shown = f.strategy != RUN_DP && status == 0 ? &ddp : NULL;
     if (cfg.json) {
         char *extra = json_extra(dp, ddp_shown, &f);
-        report_json(&cfg, "01-ddp", N, backend_name(), rows, n, extra);
+        report_json(&cfg, "01-ddp", N, ddp.backend ? ddp.backend : "none", rows, n, extra);
         free(extra);
     } else {
         report_table(&cfg, rows, n);

@@ -119,7 +119,21 @@ void megatron_block_backward(megatron_block *b, float *dx, const float *dout,
 
 /* ---- comparing with the unsplit block ---------------------------------------------- */
 
+/* Host buffers (h_) hold what is made, sliced and compared here; the device buffers
+ * (no prefix) are what the ops and the collectives work on (host memory too on a CPU
+ * rank). */
 static float *floats(size_t n) { return mem_alloc(MEM_OTHER, n * sizeof(float)); }
+static float *device_floats(size_t n) {
+    return mem_alloc_on(MEM_DEVICE, MEM_OTHER, n * sizeof(float));
+}
+static float *device_copy(const float *host, size_t n) {
+    float *d = device_floats(n);
+    ops_upload(d, host, n * sizeof(float));
+    return d;
+}
+static void download(float *host, const float *device, size_t n) {
+    ops_download(host, device, n * sizeof(float));
+}
 
 static double group_max(comm *tp, double x) {
     float v = (float)x;
@@ -140,24 +154,27 @@ void block_compare(comm *tp, const gpt_config *cfg, int B, int T, uint64_t seed,
 
     /* The unsplit block: the model's initial values, plus noise so that biases and
      * LayerNorms are not 0 and 1 (a bias added twice must show). */
-    float *w_params = floats(n_whole), *w_grads = floats(n_whole);
+    float *h_w_params = floats(n_whole), *h_w_grads = floats(n_whole);
     gpt_init_params(&whole, seed, gpt_slab_offset(&whole, 1),
-                    gpt_slab_offset(&whole, 1) + n_whole, w_params);
-    for (size_t i = 0; i < n_whole; i++) w_params[i] += 0.05f * rng_normal(seed, 911, i);
-    float *x = floats(N * C), *dout = floats(N * C);
+                    gpt_slab_offset(&whole, 1) + n_whole, h_w_params);
+    for (size_t i = 0; i < n_whole; i++) h_w_params[i] += 0.05f * rng_normal(seed, 911, i);
+    float *h_x = floats(N * C), *h_dout = floats(N * C);
     for (size_t i = 0; i < N * C; i++) {
-        x[i] = rng_normal(seed, 912, i);
-        dout[i] = rng_normal(seed, 913, i) / (float)N;
+        h_x[i] = rng_normal(seed, 912, i);
+        h_dout[i] = rng_normal(seed, 913, i) / (float)N;
     }
-    float *w_out = floats(N * C), *w_dx = floats(N * C);
+    float *w_params = device_copy(h_w_params, n_whole), *w_grads = device_floats(n_whole);
+    float *x = device_copy(h_x, N * C), *dout = device_copy(h_dout, N * C);
+    float *w_out = device_floats(N * C), *w_dx = device_floats(N * C);
     megatron_block *unsplit = megatron_block_create(&whole, B, T, NULL, NULL);
     megatron_block_forward(unsplit, w_out, x, w_params);
     megatron_block_backward(unsplit, w_dx, dout, w_params, w_grads);
 
     /* My slice of the same block, run with the tp group. */
-    float *params = floats(n_mine), *grads = floats(n_mine), *expect = floats(n_mine);
-    tp_slice_block(&mine, w_params, params, SLICE_TAKE, 1);
-    float *y = floats(N * C), *dx = floats(N * C);
+    float *h_params = floats(n_mine), *h_grads = floats(n_mine), *h_expect = floats(n_mine);
+    tp_slice_block(&mine, h_w_params, h_params, SLICE_TAKE, 1);
+    float *params = device_copy(h_params, n_mine), *grads = device_floats(n_mine);
+    float *y = device_floats(N * C), *dx = device_floats(N * C);
     megatron_block *split = megatron_block_create(&mine, B, T, tp, opts);
     comm_barrier(tp);
     comm_stats s0 = stats_of(tp);
@@ -172,7 +189,9 @@ void block_compare(comm *tp, const gpt_config *cfg, int B, int T, uint64_t seed,
 
     /* every rank compares its own slice of the gradients with the same slice of the
      * unsplit ones (replicated tensors included: each rank's copy must be right) */
-    tp_slice_block(&mine, w_grads, expect, SLICE_TAKE, 1);
+    download(h_w_grads, w_grads, n_whole);
+    tp_slice_block(&mine, h_w_grads, h_expect, SLICE_TAKE, 1);
+    download(h_grads, grads, n_mine);
     out->tp = t;
     out->B = B;
     out->T = T;
@@ -184,16 +203,24 @@ void block_compare(comm *tp, const gpt_config *cfg, int B, int T, uint64_t seed,
     out->params_per_rank = n_mine;
     out->params_whole = n_whole;
     out->replicated_per_rank = 6 * C;
-    out->diff_out = group_max(tp, max_abs_diff(y, w_out, N * C));
-    out->diff_dx = group_max(tp, max_abs_diff(dx, w_dx, N * C));
-    out->diff_grads = group_max(tp, max_abs_diff(grads, expect, n_mine));
+    float *h_y = floats(N * C), *h_dx = floats(N * C);
+    float *h_w_out = floats(N * C), *h_w_dx = floats(N * C);
+    download(h_y, y, N * C);
+    download(h_dx, dx, N * C);
+    download(h_w_out, w_out, N * C);
+    download(h_w_dx, w_dx, N * C);
+    out->diff_out = group_max(tp, max_abs_diff(h_y, h_w_out, N * C));
+    out->diff_dx = group_max(tp, max_abs_diff(h_dx, h_w_dx, N * C));
+    out->diff_grads = group_max(tp, max_abs_diff(h_grads, h_expect, n_mine));
     /* bytes: the largest rank's (they are equal for the ring) */
     out->bytes_forward = group_max(tp, out->bytes_forward);
     out->bytes_backward = group_max(tp, out->bytes_backward);
 
     megatron_block_free(split);
     megatron_block_free(unsplit);
-    float *all[] = {w_params, w_grads, x, dout, w_out, w_dx, params, grads, expect, y, dx};
+    float *all[] = {w_params, w_grads, x, dout, w_out, w_dx, params, grads, y, dx,
+                    h_w_params, h_w_grads, h_x, h_dout, h_params, h_grads, h_expect, h_y,
+                    h_dx, h_w_out, h_w_dx};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) mem_free(all[i]);
 }
 

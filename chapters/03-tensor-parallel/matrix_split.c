@@ -58,12 +58,12 @@ void column_parallel_gather(comm *tp, float *out, const float *out_local, int N,
         return;
     }
     /* all-gather stacks the ranks' [N, OC_local] blocks; interleave them into rows */
-    float *stacked = mem_alloc(MEM_COMM, (size_t)t * piece * sizeof(float));
+    float *stacked = mem_alloc_on(MEM_DEVICE, MEM_COMM, (size_t)t * piece * sizeof(float));
     comm_allgather(tp, out_local, stacked, (size_t)t * piece, COMM_F32);
     for (int r = 0; r < t; r++)
         for (int n = 0; n < N; n++)
-            memcpy(out + (size_t)n * t * OC_local + (size_t)r * OC_local,
-                   stacked + r * piece + (size_t)n * OC_local, OC_local * sizeof(float));
+            vec_copy(out + (size_t)n * t * OC_local + (size_t)r * OC_local,
+                     stacked + r * piece + (size_t)n * OC_local, (size_t)OC_local);
     mem_free(stacked);
 }
 
@@ -131,24 +131,41 @@ static void print_vector(const char *label, const float *y, int n) {
     printf(" ]\n");
 }
 
+/* n floats on the rank's device (host memory on a CPU rank), for the ops. */
+static float *device_floats(size_t n) {
+    return mem_alloc_on(MEM_DEVICE, MEM_OTHER, sizeof(float) * (n ? n : 1));
+}
+
+static float *device_copy(const float *host, size_t n) {
+    float *d = device_floats(n);
+    ops_upload(d, host, sizeof(float) * n);
+    return d;
+}
+
 void part1_matrix_split(comm *tp, const run_config *cfg, split_report *out) {
     const int t = group_size(tp), me = tp ? comm_rank(tp) : 0;
     const int rows = SPLIT_ROWS, cols = SPLIT_COLS;
     const int talk = comm_world_rank(tp) == 0 && !cfg->json;
-    float *W = mem_alloc(MEM_OTHER, sizeof(float) * rows * cols);
-    float *x = mem_alloc(MEM_OTHER, sizeof(float) * cols);
-    float *y_whole = mem_alloc(MEM_OTHER, sizeof(float) * rows);
-    float *y = mem_alloc(MEM_OTHER, sizeof(float) * rows);
-    for (int i = 0; i < rows * cols; i++) W[i] = rng_normal(cfg->seed, 901, i);
-    for (int j = 0; j < cols; j++) x[j] = rng_normal(cfg->seed, 902, j);
+    /* W and x are made on the host (h_) and uploaded; the ops and the collectives work
+     * on the device copies (no prefix), and results come back to host buffers to be
+     * compared and printed */
+    float *h_W = mem_alloc(MEM_OTHER, sizeof(float) * rows * cols);
+    float *h_x = mem_alloc(MEM_OTHER, sizeof(float) * cols);
+    float *h_y_whole = mem_alloc(MEM_OTHER, sizeof(float) * rows);
+    float *h_y = mem_alloc(MEM_OTHER, sizeof(float) * rows);
+    for (int i = 0; i < rows * cols; i++) h_W[i] = rng_normal(cfg->seed, 901, i);
+    for (int j = 0; j < cols; j++) h_x[j] = rng_normal(cfg->seed, 902, j);
+    float *W = device_copy(h_W, (size_t)rows * cols), *x = device_copy(h_x, cols);
+    float *y_whole = device_floats(rows), *y = device_floats(rows);
     linear_forward(y_whole, x, W, NULL, 1, cols, rows);   /* y = W x, one row of inputs */
+    ops_download(h_y_whole, y_whole, sizeof(float) * rows);
 
     out->rows = rows;
     out->cols = cols;
     if (talk) {
         printf("Part 1. y = W x, split by hand: W is %d x %d, x has %d entries, %d ranks\n",
                rows, cols, cols, t);
-        print_vector("  whole, on one rank:   y = ", y_whole, rows);
+        print_vector("  whole, on one rank:   y = ", h_y_whole, rows);
         printf("\n  a) W split by rows: each rank owns some OUTPUTS (Megatron: column-parallel,"
                " as Y = X A with A = W^T)\n");
         for (int r = 0; r < t; r++) {
@@ -162,38 +179,44 @@ void part1_matrix_split(comm *tp, const run_config *cfg, split_report *out) {
 
     /* a) by rows: my outputs in full, then all-gather the pieces */
     size_t row_off, row_len = comm_shard(rows, t, me, &row_off);
-    float *y_piece = mem_alloc(MEM_OTHER, sizeof(float) * (row_len ? row_len : 1));
+    float *y_piece = device_floats(row_len);
     column_parallel_forward(y_piece, x, W + row_off * cols, NULL, 1, cols, (int)row_len);
     double before = allgather_bytes(tp);
     if (t > 1) comm_allgather(tp, y_piece, y, rows, COMM_F32);
     else vec_copy(y, y_piece, rows);
     out->bytes_gather = group_max(tp, allgather_bytes(tp) - before);
     out->formula_gather = (double)(t - 1) / t * rows * sizeof(float);
-    out->diff_column = group_max(tp, max_abs_diff(y, y_whole, rows));
+    ops_download(h_y, y, sizeof(float) * rows);
+    out->diff_column = group_max(tp, max_abs_diff(h_y, h_y_whole, rows));
     if (talk) {
         printf("     all-gather y: %.0f bytes sent per rank (ring: (t-1)/t x %d floats x 4 B"
                " = %.0f)\n", out->bytes_gather, rows, out->formula_gather);
-        print_vector("     gathered y = ", y, rows);
+        print_vector("     gathered y = ", h_y, rows);
         printf("     largest difference from the whole product: %.2e (each y[i] is the"
                " very same dot product)\n", out->diff_column);
     }
 
     /* b) by columns: my inputs, a partial y of full length, then all-reduce the shares */
     size_t col_off, col_len = comm_shard(cols, t, me, &col_off);
-    float *W_cols = mem_alloc(MEM_OTHER, sizeof(float) * rows * (col_len ? col_len : 1));
+    float *h_W_cols = mem_alloc(MEM_OTHER, sizeof(float) * rows * (col_len ? col_len : 1));
     for (int i = 0; i < rows; i++)
-        memcpy(W_cols + i * col_len, W + (size_t)i * cols + col_off, col_len * sizeof(float));
-    float *partial = mem_alloc(MEM_OTHER, sizeof(float) * rows * t);
+        memcpy(h_W_cols + i * col_len, h_W + (size_t)i * cols + col_off,
+               col_len * sizeof(float));
+    float *W_cols = device_copy(h_W_cols, (size_t)rows * col_len);
+    float *partial = device_floats((size_t)rows * t);
+    float *h_partial = mem_alloc(MEM_OTHER, sizeof(float) * rows * t);
     /* the shares themselves, to print them (this gather is not part of the method) */
     if (col_len > 0) linear_forward(y, x + col_off, W_cols, NULL, 1, (int)col_len, rows);
     else vec_zero(y, rows);
     if (t > 1) comm_allgather(tp, y, partial, (size_t)rows * t, COMM_F32);
     else vec_copy(partial, y, rows);
+    ops_download(h_partial, partial, sizeof(float) * rows * t);
     before = allreduce_bytes(tp);
     row_parallel_forward(tp, y, x + col_off, W_cols, NULL, 1, (int)col_len, rows);
     out->bytes_reduce = group_max(tp, allreduce_bytes(tp) - before);
     out->formula_reduce = 2.0 * (t - 1) / t * rows * sizeof(float);
-    out->diff_row = group_max(tp, max_abs_diff(y, y_whole, rows));
+    ops_download(h_y, y, sizeof(float) * rows);
+    out->diff_row = group_max(tp, max_abs_diff(h_y, h_y_whole, rows));
     if (talk) {
         printf("\n  b) W split by columns and x to match: each rank owns some INPUTS"
                " (row-parallel)\n");
@@ -204,20 +227,16 @@ void part1_matrix_split(comm *tp, const run_config *cfg, split_report *out) {
             snprintf(label, sizeof label, "     rank %d holds W[:, %zu:%zu] = %d x %zu floats"
                      " and x[%zu:%zu]; its share of y = ", r, off, off + len, rows, len, off,
                      off + len);
-            print_vector(label, partial + (size_t)r * rows, rows);
+            print_vector(label, h_partial + (size_t)r * rows, rows);
         }
         printf("     all-reduce (sum) y: %.0f bytes sent per rank (ring: 2(t-1)/t x %d floats"
                " x 4 B = %.0f)\n", out->bytes_reduce, rows, out->formula_reduce);
-        print_vector("     summed y   = ", y, rows);
+        print_vector("     summed y   = ", h_y, rows);
         printf("     largest difference from the whole product: %.2e (the same products,"
                " added in another order)\n\n", out->diff_row);
         fflush(stdout);
     }
-    mem_free(partial);
-    mem_free(W_cols);
-    mem_free(y_piece);
-    mem_free(y);
-    mem_free(y_whole);
-    mem_free(x);
-    mem_free(W);
+    float *all[] = {partial, W_cols, y_piece, y, y_whole, x, W,
+                    h_partial, h_W_cols, h_y, h_y_whole, h_x, h_W};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) mem_free(all[i]);
 }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "ops.h"
 #include "tensor_parallel.h"
 
 static void copy_floats(float *whole, float *part, size_t n, slice_direction dir) {
@@ -77,7 +78,7 @@ double tp_gather_whole(comm *tp, const gpt_shape *mine, const float *local, floa
     const size_t n = gpt_num_params(mine);   /* the same on every rank of the group */
     float *all = mem_alloc(MEM_OTHER, (size_t)t * n * sizeof(float));
     if (t > 1) comm_allgather(tp, local, all, (size_t)t * n, COMM_F32);
-    else memcpy(all, local, n * sizeof(float));
+    else ops_download(all, local, n * sizeof(float));
     double drift = 0.0;
     if (me == 0) {
         /* rank 0 first, with its replicated copies; then the others' own slices */
