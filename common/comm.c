@@ -770,3 +770,31 @@ int comm_trace_write(const char *path, char **parts, int nparts) {
           "],\"displayTimeUnit\":\"ms\"}\n", f);
     return fclose(f) == 0 ? 0 : -1;
 }
+
+/* ---- rank threads of in-process backends ------------------------------------------ */
+
+_Thread_local jmp_buf *comm_thread_escape;
+
+_Noreturn void comm_leave_thread(void) {
+    if (comm_thread_escape) longjmp(*comm_thread_escape, 1);
+    fprintf(stderr, "comm: stopping a thread that launch() did not start: exiting\n");
+    exit(1);
+}
+
+int comm_run_rank_thread(comm *world, rank_main_fn fn, void *args) {
+    jmp_buf stopped_here;
+    comm_thread_escape = &stopped_here;
+    if (setjmp(stopped_here)) {
+        comm_thread_escape = NULL;
+        return -1;
+    }
+    int status = fn(world, args);
+    comm_thread_escape = NULL;
+    if (status != 0) {
+        atomic_store(&world->job->failed, 1);
+        fprintf(stderr, "rank %d failed: rank_main returned %d\n", comm_world_rank(world),
+                status);
+        atomic_store(&world->job->stop, 1);
+    }
+    return status;
+}

@@ -18,6 +18,7 @@
 #ifndef COMM_INTERNAL_H
 #define COMM_INTERNAL_H
 #include <pthread.h>
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 
@@ -240,5 +241,14 @@ comm *nccl_world(comm_job *job, comm_rank_state *rs, int world_rank, int world_s
                  const unsigned char id[NCCL_ID_BYTES]);
 int nccl_run_rank(comm *world, rank_main_fn fn, void *args);
 #endif
+
+/* ---- rank threads of in-process backends (threads, NCCL) --------------------------- */
+/* Where a thread goes when the job stops: back to the setjmp of the function that
+ * started its work (comm_run_rank_thread for rank threads). */
+extern _Thread_local jmp_buf *comm_thread_escape;
+_Noreturn void comm_leave_thread(void);
+/* Runs fn as one rank: a stop on this thread returns -1 here, and a non-zero return
+ * of fn stops the whole job with a message naming the rank. */
+int comm_run_rank_thread(comm *world, rank_main_fn fn, void *args);
 
 #endif

@@ -101,16 +101,6 @@ typedef struct {
 
 static const comm_backend threads_backend;
 
-/* Where a thread goes when the job stops: back into threads_run_rank (rank threads)
- * or run_request (communication threads). */
-static _Thread_local jmp_buf *escape;
-
-static _Noreturn void leave_thread(void) {
-    if (escape) longjmp(*escape, 1);
-    fprintf(stderr, "comm: stopping a thread that launch() did not start: exiting\n");
-    exit(1);
-}
-
 static int mod(int a, int n) { return ((a % n) + n) % n; }
 static member *member_of(comm *c, int rank) {
     return &((threads_comm *)c->impl)->g->members[rank];
@@ -234,7 +224,7 @@ static void wait_step(comm *c, const comm_call *call, int peer, int step) {
                     NULL, 0);
         atomic_fetch_sub(&m->waiters, 1);
         if (reached(m, target)) return;
-        if (comm_job_stopping(c->job)) leave_thread();
+        if (comm_job_stopping(c->job)) comm_leave_thread();
         double waited = comm_now() - start;
         if (waited > c->job->opts.timeout_seconds) comm_fail_timeout(c, call, peer, waited);
     }
@@ -247,7 +237,7 @@ static void enter(comm *c, const comm_call *call, const void *send, void *recv,
                   void *scratch) {
     int left = mod(c->rank - 1, c->size);
     member *me = member_of(c, c->rank);
-    if (comm_job_stopping(c->job)) leave_thread();
+    if (comm_job_stopping(c->job)) comm_leave_thread();
     me->call = *call;
     me->send = send;
     me->recv = recv;
@@ -460,7 +450,7 @@ static size_t scratch_bytes(const comm *c, const comm_call *call) {
 }
 
 static void execute(comm *c, const comm_call *call, void *scratch) {
-    if (comm_job_stopping(c->job)) leave_thread();
+    if (comm_job_stopping(c->job)) comm_leave_thread();
     if (c->size == 1) {   /* alone: only out-of-place copies remain */
         size_t bytes = call->count * comm_dtype_size(call->dt);
         if ((call->kind == COMM_KIND_REDUCE_SCATTER || call->kind == COMM_KIND_ALLGATHER) &&
@@ -484,9 +474,9 @@ static void execute(comm *c, const comm_call *call, void *scratch) {
 /* ---- asynchronous requests: a communication thread per (rank, group) --------------- */
 static int run_request(comm *c, comm_request *req) {
     jmp_buf stopped_here;
-    escape = &stopped_here;
+    comm_thread_escape = &stopped_here;
     if (setjmp(stopped_here)) {
-        escape = NULL;
+        comm_thread_escape = NULL;
         return 1;
     }
     comm_flight_set(c, req->flight, FLIGHT_RUNNING);
@@ -496,7 +486,7 @@ static int run_request(comm *c, comm_request *req) {
 #endif
     execute(c, &req->call, req->impl);
     comm_flight_set(c, req->flight, FLIGHT_DONE);
-    escape = NULL;
+    comm_thread_escape = NULL;
     return 0;
 }
 
@@ -568,14 +558,14 @@ static void threads_wait(comm *c, comm_request *req) {
     while (!req->done) {
         if (comm_job_stopping(c->job)) {
             pthread_mutex_unlock(&tc->lock);
-            leave_thread();
+            comm_leave_thread();
         }
         timed_wait(&tc->done, &tc->lock, POLL_SECONDS);
     }
     pthread_mutex_unlock(&tc->lock);
     mem_free(req->impl);
     req->impl = NULL;
-    if (comm_job_stopping(c->job)) leave_thread();
+    if (comm_job_stopping(c->job)) comm_leave_thread();
 }
 
 /* A blocking call = start + wait; when nothing is queued the rank's own thread runs
@@ -608,7 +598,7 @@ static void threads_run(comm *c, const comm_call *call) {
 /* ---- point to point: a mailbox per receiver ----------------------------------------- */
 static void threads_send(comm *c, const comm_call *call) {
     size_t bytes = call->count * comm_dtype_size(call->dt);
-    if (comm_job_stopping(c->job)) leave_thread();
+    if (comm_job_stopping(c->job)) comm_leave_thread();
     /* Plain malloc: the receiver frees it, and the memory accounting is per rank. */
     message *msg = malloc(sizeof *msg + bytes);
     if (!msg) comm_fail(c, "out of memory sending %zu bytes", bytes);
@@ -643,7 +633,7 @@ static void threads_recv(comm *c, const comm_call *call) {
         double waited = comm_now() - start;
         if (comm_job_stopping(c->job) || waited > c->job->opts.timeout_seconds) {
             pthread_mutex_unlock(&box->lock);
-            if (comm_job_stopping(c->job)) leave_thread();
+            if (comm_job_stopping(c->job)) comm_leave_thread();
             comm_fail_timeout(c, call, call->root, waited);
         }
         timed_wait(&box->arrived, &box->lock, POLL_SECONDS);
@@ -784,7 +774,7 @@ static void threads_stop(comm *c, double grace_seconds) {
     (void)grace_seconds;   /* the other ranks notice within POLL_SECONDS */
     atomic_store(&c->job->failed, 1);
     atomic_store(&c->job->stop, 1);
-    leave_thread();
+    comm_leave_thread();
 }
 
 static const comm_backend threads_backend = {
@@ -828,21 +818,7 @@ void threads_job_free(comm_job *job) {
 }
 
 int threads_run_rank(comm *world, rank_main_fn fn, void *args) {
-    jmp_buf stopped_here;
     prctl(PR_SET_TIMERSLACK, 1000UL);
     bind_device(world->impl);   /* launch has selected this rank's device by now */
-    escape = &stopped_here;
-    if (setjmp(stopped_here)) {
-        escape = NULL;
-        return -1;
-    }
-    int status = fn(world, args);
-    escape = NULL;
-    if (status != 0) {
-        atomic_store(&world->job->failed, 1);
-        fprintf(stderr, "rank %d failed: rank_main returned %d\n", comm_world_rank(world),
-                status);
-        atomic_store(&world->job->stop, 1);
-    }
-    return status;
+    return comm_run_rank_thread(world, fn, args);
 }

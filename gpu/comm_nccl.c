@@ -64,15 +64,6 @@ typedef struct {
 
 static const comm_backend nccl_backend;
 
-/* Where a stopped rank thread goes: back into nccl_run_rank. */
-static _Thread_local jmp_buf *escape;
-
-static _Noreturn void leave_rank(void) {
-    if (escape) longjmp(*escape, 1);
-    fprintf(stderr, "comm: stopping a rank that nccl_run_rank did not start: exiting\n");
-    exit(1);
-}
-
 /* ---- helpers ------------------------------------------------------------------------ */
 
 static ncclDataType_t nccl_type(int dt) {
@@ -152,7 +143,7 @@ static void wait_event(comm *c, const comm_call *call, cudaEvent_t done) {
             (async != ncclSuccess && async != ncclInProgress))
             comm_fail(c, "NCCL error in %s on '%s': %s", what, c->name,
                       ncclGetErrorString(async));
-        if (comm_job_stopping(c->job)) leave_rank();
+        if (comm_job_stopping(c->job)) comm_leave_thread();
         double now = comm_now();
         if (now - t0 > c->job->opts.timeout_seconds)
             comm_fail_timeout(c, call, -1, now - t0);
@@ -281,7 +272,7 @@ static void execute(comm *c, const comm_call *call) {
 /* ---- the backend -------------------------------------------------------------------- */
 
 static void nccl_run(comm *c, const comm_call *call) {
-    if (comm_job_stopping(c->job)) leave_rank();
+    if (comm_job_stopping(c->job)) comm_leave_thread();
     execute(c, call);
 }
 
@@ -293,7 +284,7 @@ static void mark_done(void *arg) {
 }
 
 static void nccl_start(comm *c, comm_request *req) {
-    if (comm_job_stopping(c->job)) leave_rank();
+    if (comm_job_stopping(c->job)) comm_leave_thread();
     nccl_group *g = c->impl;
     const comm_call *call = &req->call;
     if ((call->send && !on_device(call->send)) || (call->recv && !on_device(call->recv))) {
@@ -338,7 +329,7 @@ static int member_before(const int *all, int a, int b) {
 
 static comm *nccl_split(comm *c, int color, int key, const char *name, uint64_t seq) {
     nccl_group *g = c->impl;
-    if (comm_job_stopping(c->job)) leave_rank();
+    if (comm_job_stopping(c->job)) comm_leave_thread();
     /* Everyone's (color, key, world rank), to name the new group's members. */
     int mine[3] = {color, key, comm_world_rank(c)};
     int *all = malloc(3 * (size_t)c->size * sizeof *all);
@@ -423,7 +414,7 @@ static void nccl_stop(comm *c, double grace_seconds) {
 #endif
         _exit(1);
     }
-    leave_rank();   /* the other rank threads notice job->stop in their waits */
+    comm_leave_thread();   /* the other rank threads notice job->stop in their waits */
 }
 
 static const comm_backend nccl_backend = {
@@ -471,19 +462,5 @@ comm *nccl_world(comm_job *job, comm_rank_state *rs, int world_rank, int world_s
 }
 
 int nccl_run_rank(comm *world, rank_main_fn fn, void *args) {
-    jmp_buf stopped_here;
-    escape = &stopped_here;
-    if (setjmp(stopped_here)) {
-        escape = NULL;
-        return -1;
-    }
-    int status = fn(world, args);
-    escape = NULL;
-    if (status != 0) {
-        atomic_store(&world->job->failed, 1);
-        fprintf(stderr, "rank %d failed: rank_main returned %d\n", comm_world_rank(world),
-                status);
-        atomic_store(&world->job->stop, 1);
-    }
-    return status;
+    return comm_run_rank_thread(world, fn, args);
 }
