@@ -12,12 +12,16 @@
 static const char *program_name = "program";
 
 _Noreturn void cli_fail(const char *fmt, ...) {
-    va_list args;
-    va_start(args, fmt);
-    fprintf(stderr, "%s: error: ", program_name);
-    vfprintf(stderr, fmt, args);
-    fputc('\n', stderr);
-    va_end(args);
+    /* Under mpirun every process parses the same flags: one of them says why. */
+    const char *mpi_rank = getenv("OMPI_COMM_WORLD_RANK");
+    if (!mpi_rank || strcmp(mpi_rank, "0") == 0) {
+        va_list args;
+        va_start(args, fmt);
+        fprintf(stderr, "%s: error: ", program_name);
+        vfprintf(stderr, fmt, args);
+        fputc('\n', stderr);
+        va_end(args);
+    }
     exit(2);
 }
 
