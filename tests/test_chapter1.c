@@ -21,6 +21,7 @@
 #include "../chapters/01-ddp/ddp_buckets.h"
 #include "../chapters/01-ddp/dp.h"
 #include "train.h"
+#include "check_run.h"
 
 static const double tol_grads = 1e-6, tol_loss = 1e-5, tol_params = 1e-4;
 
@@ -395,9 +396,5 @@ static Suite *chapter1_suite(void) {
 }
 
 int main(void) {
-    SRunner *sr = srunner_create(chapter1_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(chapter1_suite(), 0);
 }

@@ -11,6 +11,7 @@
 #include "../chapters/02-zero/estimate.h"
 #include "../chapters/02-zero/stage_run.h"
 #include "../chapters/02-zero/tables.h"
+#include "check_run.h"
 
 /* A model whose slabs do not divide by 3 or 4 (embedding 256*25 + 7*25 = 6575, block
  * 12*625 + 13*25 = 7825, final LayerNorm 50), and a batch of 5 sequences, uneven on 2,
@@ -327,9 +328,5 @@ int main(void) {
     tcase_add_test(tc, estimate_agrees_with_hand_computed_cases);
     tcase_add_test(tc, checkpointing_keeps_results_and_saves_activations);
     suite_add_tcase(suite, tc);
-    SRunner *runner = srunner_create(suite);
-    srunner_run_all(runner, CK_NORMAL);
-    int failed = srunner_ntests_failed(runner);
-    srunner_free(runner);
-    return failed ? 1 : 0;
+    return check_run(suite, 0);
 }

@@ -13,6 +13,7 @@
 #include "ops.h"
 #include "rng.h"
 #include "vocab_parallel.h"
+#include "check_run.h"
 
 enum { MAX_RANKS = 4 };
 
@@ -474,9 +475,5 @@ int main(void) {
     tcase_add_test(training, training_with_tp3_and_a_padded_vocabulary_matches_the_baseline);
     tcase_add_test(training, training_with_tp2_times_dp2_matches_the_baseline);
     suite_add_tcase(suite, training);
-    SRunner *runner = srunner_create(suite);
-    srunner_run_all(runner, CK_NORMAL);
-    int failed = srunner_ntests_failed(runner);
-    srunner_free(runner);
-    return failed ? 1 : 0;
+    return check_run(suite, 0);
 }

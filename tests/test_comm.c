@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "check_run.h"
 
 /* tests/comm_faults.c */
 int comm_fault_main(comm *world, void *scenario);
@@ -421,9 +422,5 @@ int main(int argc, char **argv) {
     tcase_set_timeout(faults, 60);
     tcase_add_loop_test(faults, test_faults, 0, (int)(sizeof fault_cases / sizeof *fault_cases));
     suite_add_tcase(s, faults);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return check_run(s, 0);
 }

@@ -11,6 +11,7 @@
 #include "model.h"
 #include "ops.h"
 #include "train.h"
+#include "check_run.h"
 
 static const gpt_config tiny = {.vocab = 256, .ctx = 6, .layers = 2, .heads = 2, .dim = 8};
 
@@ -209,9 +210,5 @@ int main(void) {
     tcase_add_test(tc, tensor_parallel_slices_initialise_like_the_whole);
     tcase_add_test(tc, batches_are_the_same_however_they_are_sliced);
     suite_add_tcase(suite, tc);
-    SRunner *runner = srunner_create(suite);
-    srunner_run_all(runner, CK_NORMAL);
-    int failed = srunner_ntests_failed(runner);
-    srunner_free(runner);
-    return failed ? 1 : 0;
+    return check_run(suite, 0);
 }

@@ -13,6 +13,7 @@
 #include "compare.h"
 #include "../chapters/01-ddp/ddp.h"
 #include "train.h"
+#include "check_run.h"
 
 static const double tol_grads = 1e-6, tol_loss = 1e-5, tol_params = 1e-4;
 
@@ -153,10 +154,5 @@ int main(void) {
     tcase_add_test(tc, ddp_on_mpi_without_allreduce_fails_the_comparison);
     tcase_add_test(tc, ddp_on_2_mpi_ranks_accumulation_and_buckets);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);   /* MPI and fork() do not mix */
-    srunner_run_all(sr, process_hosts_rank0() ? CK_NORMAL : CK_SILENT);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s, 1);
 }

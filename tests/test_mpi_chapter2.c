@@ -10,6 +10,7 @@
 #include "../chapters/02-zero/estimate.h"
 #include "../chapters/02-zero/stage_run.h"
 #include "../chapters/02-zero/tables.h"
+#include "check_run.h"
 
 static int world_size(void) {
     int n = launch_mpi_world_size();
@@ -124,10 +125,5 @@ int main(void) {
     tcase_add_test(tc, negative_control_fails);
     tcase_add_test(tc, model_state_and_bytes_match_the_formulas);
     suite_add_tcase(suite, tc);
-    SRunner *runner = srunner_create(suite);
-    srunner_set_fork_status(runner, CK_NOFORK);   /* forking breaks MPI */
-    srunner_run_all(runner, CK_NORMAL);
-    int failed = srunner_ntests_failed(runner);
-    srunner_free(runner);
-    return failed ? 1 : 0;
+    return check_run(suite, 1);
 }

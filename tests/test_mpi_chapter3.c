@@ -17,6 +17,7 @@
 #include "ops.h"
 #include "rng.h"
 #include "vocab_parallel.h"
+#include "check_run.h"
 
 static const double tol_grads = 1e-6, tol_loss = 1e-5, tol_params = 1e-4;
 static const gpt_config mpi_cfg = {.vocab = 256, .ctx = 8, .layers = 2, .heads = 12, .dim = 24};
@@ -220,10 +221,5 @@ int main(void) {
     tcase_add_test(tc, block_without_f_backward_fails);
     tcase_add_test(tc, vocab_parallel_cross_entropy_matches_the_plain_one);
     suite_add_tcase(suite, tc);
-    SRunner *runner = srunner_create(suite);
-    srunner_set_fork_status(runner, CK_NOFORK);   /* forking breaks MPI */
-    srunner_run_all(runner, CK_NORMAL);
-    int failed = srunner_ntests_failed(runner);
-    srunner_free(runner);
-    return failed ? 1 : 0;
+    return check_run(suite, 1);
 }

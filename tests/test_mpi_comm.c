@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "check_run.h"
 
 /* tests/comm_faults.c */
 int comm_fault_main(comm *world, void *scenario);
@@ -155,10 +156,5 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_accounting);
     tcase_add_test(tc, test_trace);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);   /* MPI and fork do not mix */
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return check_run(s, 1);
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "ops.h"
+#include "check_run.h"
 
 /* ---- helpers --------------------------------------------------------------------- */
 
@@ -864,9 +865,5 @@ static Suite *ops_suite(void) {
 
 int main(void) {
     openblas_set_num_threads(1);   /* one thread, as the program runs it */
-    SRunner *sr = srunner_create(ops_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(ops_suite(), 0);
 }
