@@ -47,8 +47,8 @@ typedef struct {
 static int train_rank(comm *world, void *p) {
     train_case *c = p;
     const int rank = comm_rank(world), t = c->tp;
-    comm *tp = comm_split(world, rank / t, rank % t, "tp");
-    comm *dp = comm_split(world, rank % t, rank / t, "dp");
+    comm *tp, *dp;
+    tp_mesh_split(world, t, &tp, &dp);
     tp_train_run run;
     tp_train(world, tp, dp, &c->cfg, c->data, c->baseline, &run);
     if (rank == 0) {

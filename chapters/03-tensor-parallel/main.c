@@ -193,8 +193,8 @@ static int rank_main(comm *world, void *argp) {
     chapter_args *a = argp;
     const int t = a->tp, rank = comm_rank(world), root = rank == 0;
     const run_config *cfg = &a->cfg;
-    comm *tp = comm_split(world, rank / t, rank % t, "tp");
-    comm *dp = comm_split(world, rank % t, rank / t, "dp");
+    comm *tp, *dp;
+    tp_mesh_split(world, t, &tp, &dp);
     if (root && !cfg->json) {
         char title[128];
         snprintf(title, sizeof title, "Chapter 3: tensor parallelism (Megatron-LM), TP = %d"

@@ -127,8 +127,12 @@ typedef struct {
     double bytes_tp_per_step, bytes_dp_per_step;   /* per rank, measured */
 } tp_train_run;
 
-/* world = tp x dp ranks, rank = dp_index * tp + tp_rank (TP neighbours adjacent, as
- * on one NVLink island). Every rank trains; world rank 0 gathers and compares. */
+/* Cuts world into tp groups of t adjacent ranks (as on one NVLink island) and dp
+ * groups of the ranks with the same tp rank: rank = dp_index * t + tp_rank. */
+void tp_mesh_split(comm *world, int t, comm **tp, comm **dp);
+
+/* world = tp x dp ranks, laid out by tp_mesh_split. Every rank trains; world rank 0
+ * gathers and compares. */
 void tp_train(comm *world, comm *tp, comm *dp, const run_config *cfg,
               const dataset *data, const baseline_run *baseline, tp_train_run *out);
 void tp_train_run_free(tp_train_run *r);

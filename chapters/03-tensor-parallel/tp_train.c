@@ -86,6 +86,12 @@ double tp_bytes_formula(const gpt_config *m, int B_local, int T, int tp, int dp,
 
 /* ---- training ----------------------------------------------------------------------- */
 
+void tp_mesh_split(comm *world, int t, comm **tp, comm **dp) {
+    const int rank = comm_rank(world);
+    *tp = comm_split(world, rank / t, rank % t, "tp");
+    *dp = comm_split(world, rank % t, rank / t, "dp");
+}
+
 void tp_train(comm *world, comm *tp, comm *dp, const run_config *cfg,
               const dataset *data, const baseline_run *baseline, tp_train_run *out) {
     const int t = comm_size(tp), d = comm_size(dp);
