@@ -29,7 +29,7 @@ variant := cpu$(if $(MPI),-mpi)$(if $(GPU),-gpu)$(if $(DEBUG),-debug)$(if $(SAN)
 BUILD   := build/$(variant)$(if $(O),-$(O))
 
 PKGS     := openblas check
-CFLAGS   := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread -Icommon \
+CFLAGS   := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread -Icommon -Icommon/parallel \
             $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(EXTRA_CFLAGS)
 LDLIBS   := $(shell pkg-config --libs openblas 2>/dev/null) -lm -pthread $(EXTRA_LDFLAGS)
 CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
@@ -47,7 +47,7 @@ else ifeq ($(SAN),thread)
   LDLIBS += -fsanitize=thread
 endif
 
-common_src := $(filter-out common/comm_mpi.c common/device_cpu.c,$(wildcard common/*.c))
+common_src := $(filter-out common/comm_mpi.c common/device_cpu.c,$(wildcard common/*.c common/parallel/*.c))
 ifdef MPI
   CFLAGS += -DUSE_MPI $(shell pkg-config --cflags ompi-c 2>/dev/null)
   LDLIBS += $(shell pkg-config --libs ompi-c 2>/dev/null)
@@ -56,7 +56,7 @@ endif
 ifdef GPU
   CFLAGS += -DUSE_CUDA -I$(CUDA_HOME)/include -Igpu
   LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcublas -lcudart -lstdc++
-  NVCCFLAGS := -O3 -std=c++17 -Icommon -Igpu -gencode arch=compute_90,code=sm_90 \
+  NVCCFLAGS := -O3 -std=c++17 -Icommon -Icommon/parallel -Igpu -gencode arch=compute_90,code=sm_90 \
                -gencode arch=compute_90,code=compute_90 $(if $(MPI),-DUSE_MPI)
   common_src += $(wildcard gpu/*.c)
   cuda_src   := $(wildcard gpu/*.cu)
