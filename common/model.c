@@ -8,6 +8,7 @@
 #include "alloc.h"
 #include "ops.h"
 #include "rng.h"
+#include "tp_linear.h"
 #include "vocab_parallel.h"
 
 /* ---- shape and layout ------------------------------------------------------------ */
@@ -43,6 +44,7 @@ gpt_shape gpt_shape_make(const gpt_config *cfg, int tp_size, int tp_rank) {
     s.hidden_local = 4 * cfg->dim / tp_size;
     s.vocab_start = 0;
     s.vocab_local = cfg->vocab;
+    gpt_shape_set_stage(&s, 0, cfg->layers);
     return s;
 }
 
@@ -52,7 +54,19 @@ void gpt_shape_split_vocab(gpt_shape *s) {
     s->vocab_start = s->tp_rank * s->vocab_local;
 }
 
-int gpt_num_slabs(const gpt_shape *s) { return s->cfg.layers + 2; }
+void gpt_shape_set_stage(gpt_shape *s, int layer_begin, int layer_end) {
+    s->layer_begin = layer_begin;
+    s->layer_end = layer_end;
+    s->has_embed = layer_begin == 0;
+    s->has_head = layer_end == s->cfg.layers;
+}
+
+void gpt_shape_split_stages(gpt_shape *s, int stages, int stage) {
+    const long L = s->cfg.layers;
+    gpt_shape_set_stage(s, (int)(stage * L / stages), (int)((stage + 1) * L / stages));
+}
+
+int gpt_stage_layers(const gpt_shape *s) { return s->layer_end - s->layer_begin; }
 
 static size_t block_numel(const gpt_shape *s) {
     size_t C = s->cfg.dim, Cl = s->dim_local, Hl = s->hidden_local;
@@ -60,20 +74,68 @@ static size_t block_numel(const gpt_shape *s) {
            (C * Hl + C);
 }
 
+static size_t wte_numel(const gpt_shape *s) { return (size_t)s->vocab_local * s->cfg.dim; }
+static size_t embed_numel(const gpt_shape *s) {
+    return wte_numel(s) + (size_t)s->cfg.ctx * s->cfg.dim;
+}
+
+int gpt_embed_slab(const gpt_shape *s) { return s->has_embed ? 0 : -1; }
+
+int gpt_block_slab(const gpt_shape *s, int layer) {
+    if (layer < s->layer_begin || layer >= s->layer_end) return -1;
+    return s->has_embed + layer - s->layer_begin;
+}
+
+int gpt_final_slab(const gpt_shape *s) {
+    return s->has_head ? s->has_embed + gpt_stage_layers(s) : -1;
+}
+
+int gpt_head_slab(const gpt_shape *s) {
+    return s->has_head && !s->has_embed ? gpt_final_slab(s) + 1 : -1;
+}
+
+int gpt_num_slabs(const gpt_shape *s) {
+    return s->has_embed + gpt_stage_layers(s) + s->has_head + (gpt_head_slab(s) >= 0);
+}
+
+gpt_slab_kind gpt_slab_kind_of(const gpt_shape *s, int slab) {
+    if (slab == gpt_embed_slab(s)) return GPT_SLAB_EMBED;
+    if (slab == gpt_final_slab(s)) return GPT_SLAB_FINAL;
+    if (slab == gpt_head_slab(s)) return GPT_SLAB_HEAD;
+    return GPT_SLAB_BLOCK;
+}
+
 size_t gpt_slab_numel(const gpt_shape *s, int slab) {
-    size_t C = s->cfg.dim;
-    if (slab == 0) return (size_t)s->vocab_local * C + (size_t)s->cfg.ctx * C;
-    if (slab == gpt_final_slab(s)) return 2 * C;
-    return block_numel(s);
+    switch (gpt_slab_kind_of(s, slab)) {
+    case GPT_SLAB_EMBED: return embed_numel(s);
+    case GPT_SLAB_FINAL: return 2 * (size_t)s->cfg.dim;
+    case GPT_SLAB_HEAD: return wte_numel(s);
+    default: return block_numel(s);
+    }
 }
 
 size_t gpt_slab_offset(const gpt_shape *s, int slab) {
-    if (slab == 0) return 0;
-    return gpt_slab_numel(s, 0) + (size_t)(slab - 1) * block_numel(s);
+    const size_t blocks_start = s->has_embed ? embed_numel(s) : 0;
+    const int first_block = s->has_embed, after_blocks = first_block + gpt_stage_layers(s);
+    if (slab <= first_block) return slab == 0 ? 0 : blocks_start;
+    if (slab <= after_blocks) return blocks_start + (size_t)(slab - first_block) * block_numel(s);
+    return blocks_start + (size_t)gpt_stage_layers(s) * block_numel(s) +
+           2 * (size_t)s->cfg.dim;   /* the HEAD copy, after the final LayerNorm */
 }
 
 size_t gpt_num_params(const gpt_shape *s) {
-    return gpt_slab_offset(s, gpt_final_slab(s)) + gpt_slab_numel(s, gpt_final_slab(s));
+    const int last = gpt_num_slabs(s) - 1;
+    return last < 0 ? 0 : gpt_slab_offset(s, last) + gpt_slab_numel(s, last);
+}
+
+float *gpt_tied_weight(const gpt_shape *s, float *vec) {
+    if (s->has_embed) return vec + gpt_slab_offset(s, gpt_embed_slab(s));
+    if (s->has_head) return vec + gpt_slab_offset(s, gpt_head_slab(s));
+    return NULL;
+}
+
+size_t gpt_tied_weight_numel(const gpt_shape *s) {
+    return s->has_embed || s->has_head ? wte_numel(s) : 0;
 }
 
 gpt_block_tensors gpt_block_view(const gpt_shape *s, float *slab) {
@@ -105,26 +167,19 @@ typedef struct {
     uint64_t global_index;  /* index in the unsplit tensor */
 } init_site;
 
-/* Streams: 1 wte, 2 wpe, then 16 per layer (+0 qkv, +1 proj, +2 fc, +3 fc2). */
-static init_site locate(const gpt_shape *s, size_t index) {
-    const size_t C = s->cfg.dim, V_local = s->vocab_local;
-    if (index < V_local * C) {
-        size_t global_row = s->vocab_start + index / C;   /* vocab-parallel slice */
-        if (global_row >= (size_t)s->cfg.vocab) return (init_site){INIT_ZERO, 0, 0};
-        return (init_site){INIT_NORMAL, 1, global_row * C + index % C};
-    }
-    index -= V_local * C;
-    if (index < (size_t)s->cfg.ctx * C) return (init_site){INIT_NORMAL, 2, index};
-    index -= (size_t)s->cfg.ctx * C;
-    size_t per_block = block_numel(s);
-    size_t layer = index / per_block;
-    if (layer >= (size_t)s->cfg.layers) {   /* final LayerNorm: weight then bias */
-        index -= layer * per_block;
-        return (init_site){index < C ? INIT_ONE : INIT_ZERO, 0, 0};
-    }
-    index -= layer * per_block;
+/* The tied weight's element `index` (of this rank's vocab_local rows). */
+static init_site locate_wte(const gpt_shape *s, size_t index) {
+    const size_t C = s->cfg.dim;
+    size_t global_row = s->vocab_start + index / C;   /* vocab-parallel slice */
+    if (global_row >= (size_t)s->cfg.vocab) return (init_site){INIT_ZERO, 0, 0};
+    return (init_site){INIT_NORMAL, 1, global_row * C + index % C};
+}
+
+/* Element `index` of block `layer` (in the whole model), this rank's TP slice. */
+static init_site locate_in_block(const gpt_shape *s, int layer, size_t index) {
+    const size_t C = s->cfg.dim;
     const size_t Cl = s->dim_local, Hl = s->hidden_local, r = s->tp_rank;
-    const uint64_t base = 16 * (layer + 1);
+    const uint64_t base = 16 * ((uint64_t)layer + 1);
     if (index < C) return (init_site){INIT_ONE, 0, 0};               /* ln1_w */
     index -= C;
     if (index < C) return (init_site){INIT_ZERO, 0, 0};              /* ln1_b */
@@ -162,12 +217,29 @@ static init_site locate(const gpt_shape *s, size_t index) {
     return (init_site){INIT_ZERO, 0, 0};                             /* fc2_b */
 }
 
+/* Streams: 1 wte (and its HEAD copy), 2 wpe, then 16 per layer (+0 qkv, +1 proj,
+ * +2 fc, +3 fc2): the same value for the same element of the unsplit model, whatever
+ * stage or slice holds it. `index` is in slab `slab` of the stage's vector. */
+static init_site locate(const gpt_shape *s, int slab, size_t index) {
+    switch (gpt_slab_kind_of(s, slab)) {
+    case GPT_SLAB_EMBED:
+        if (index < wte_numel(s)) return locate_wte(s, index);
+        return (init_site){INIT_NORMAL, 2, index - wte_numel(s)};
+    case GPT_SLAB_HEAD: return locate_wte(s, index);
+    case GPT_SLAB_FINAL:   /* weight then bias */
+        return (init_site){index < (size_t)s->cfg.dim ? INIT_ONE : INIT_ZERO, 0, 0};
+    default: return locate_in_block(s, s->layer_begin + slab - s->has_embed, index);
+    }
+}
+
 void gpt_init_params(const gpt_shape *s, uint64_t seed, size_t begin, size_t end,
                      float *out) {
     const float std = 0.02f;
     const float residual_std = 0.02f / sqrtf(2.0f * (float)s->cfg.layers);
+    int slab = 0;
     for (size_t i = begin; i < end; i++) {
-        init_site site = locate(s, i);
+        while (i >= gpt_slab_offset(s, slab) + gpt_slab_numel(s, slab)) slab++;
+        init_site site = locate(s, slab, i - gpt_slab_offset(s, slab));
         float value = 0.0f;
         switch (site.kind) {
         case INIT_ZERO: value = 0.0f; break;
@@ -189,15 +261,23 @@ typedef struct {
     float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu;
 } block_acts;
 
+/* One micro-batch's activations on this stage. */
+typedef struct {
+    int *tokens, *targets;   /* on the device */
+    float **x;               /* x[i]: input of the stage's block i; x[n]: its output */
+    block_acts *acts;        /* one per block (none when checkpointing: see below) */
+    float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;   /* last stage only */
+} micro_slot;
+
 struct gpt_model {
     gpt_shape shape;
     gpt_model_options opts;
     int B, T;
-    int *tokens, *targets;   /* on the device */
-    float **x;               /* x[l]: input of block l; x[L]: output of the last block */
-    block_acts *acts;        /* one per layer, or a single shared one when checkpointing */
-    float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
-    /* backward scratch, shared by all layers */
+    int max_slots;
+    micro_slot *slots;       /* [max_slots]; a slot's x is NULL until its first use */
+    micro_slot *slot;        /* the current one */
+    block_acts *recompute;   /* checkpointing: one block's activations, rebuilt in backward */
+    /* backward scratch, shared by all blocks and slots */
     float *dx;               /* gradient of the residual stream, walked back in place */
     float *d_x_mid, *d_ln, *d_atty, *d_qkv, *d_att, *d_fch, *d_fch_gelu;
 };
@@ -228,6 +308,42 @@ static void block_acts_free(block_acts *a) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) mem_free(all[i]);
 }
 
+static void slot_alloc(gpt_model *m, micro_slot *k) {
+    const gpt_shape *s = &m->shape;
+    const size_t N = (size_t)m->B * m->T, C = s->cfg.dim;
+    const int blocks = gpt_stage_layers(s);
+    k->tokens = mem_alloc_on(MEM_DEVICE, MEM_ACTIVATIONS, N * sizeof(int));
+    k->targets = mem_alloc_on(MEM_DEVICE, MEM_ACTIVATIONS, N * sizeof(int));
+    k->x = calloc((size_t)blocks + 1, sizeof *k->x);
+    if (!k->x) { fprintf(stderr, "error: out of memory\n"); exit(1); }
+    for (int i = 0; i <= blocks; i++) k->x[i] = alloc_acts(N * C);
+    if (!m->opts.checkpoint_activations) {
+        k->acts = calloc((size_t)blocks, sizeof *k->acts);
+        for (int i = 0; i < blocks; i++) block_acts_alloc(&k->acts[i], s, m->B, m->T);
+    }
+    if (s->has_head) {
+        k->lnf = alloc_acts(N * C);
+        k->lnf_mean = alloc_acts(N);
+        k->lnf_rstd = alloc_acts(N);
+        k->logits = alloc_acts(N * (size_t)s->vocab_local);
+        k->losses = alloc_acts(N);
+    }
+}
+
+static void slot_free(gpt_model *m, micro_slot *k) {
+    if (!k->x) return;
+    const int blocks = gpt_stage_layers(&m->shape);
+    for (int i = 0; i <= blocks; i++) mem_free(k->x[i]);
+    if (k->acts)
+        for (int i = 0; i < blocks; i++) block_acts_free(&k->acts[i]);
+    float *rest[] = {k->lnf, k->lnf_mean, k->lnf_rstd, k->logits, k->losses};
+    for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++) mem_free(rest[i]);
+    mem_free(k->tokens);
+    mem_free(k->targets);
+    free(k->x);
+    free(k->acts);
+}
+
 gpt_model *gpt_model_create(const gpt_shape *s, int B, int T,
                             const gpt_model_options *opts) {
     gpt_model *m = calloc(1, sizeof *m);
@@ -236,19 +352,14 @@ gpt_model *gpt_model_create(const gpt_shape *s, int B, int T,
     if (opts) m->opts = *opts;
     m->B = B;
     m->T = T;
-    const size_t N = (size_t)B * T, C = s->cfg.dim, L = s->cfg.layers;
-    m->tokens = mem_alloc_on(MEM_DEVICE, MEM_ACTIVATIONS, N * sizeof(int));
-    m->targets = mem_alloc_on(MEM_DEVICE, MEM_ACTIVATIONS, N * sizeof(int));
-    m->x = calloc(L + 1, sizeof *m->x);
-    for (size_t l = 0; l <= L; l++) m->x[l] = alloc_acts(N * C);
-    size_t n_acts = m->opts.checkpoint_activations ? 1 : L;
-    m->acts = calloc(n_acts, sizeof *m->acts);
-    for (size_t l = 0; l < n_acts; l++) block_acts_alloc(&m->acts[l], s, B, T);
-    m->lnf = alloc_acts(N * C);
-    m->lnf_mean = alloc_acts(N);
-    m->lnf_rstd = alloc_acts(N);
-    m->logits = alloc_acts(N * (size_t)s->vocab_local);
-    m->losses = alloc_acts(N);
+    m->max_slots = m->opts.max_slots > 0 ? m->opts.max_slots : 1;
+    m->slots = calloc((size_t)m->max_slots, sizeof *m->slots);
+    const size_t N = (size_t)B * T, C = s->cfg.dim;
+    gpt_use_slot(m, 0);
+    if (m->opts.checkpoint_activations) {
+        m->recompute = calloc(1, sizeof *m->recompute);
+        block_acts_alloc(m->recompute, s, B, T);
+    }
     m->dx = alloc_acts(N * C);
     m->d_x_mid = alloc_acts(N * C);
     m->d_ln = alloc_acts(N * C);
@@ -262,39 +373,50 @@ gpt_model *gpt_model_create(const gpt_shape *s, int B, int T,
 
 void gpt_model_free(gpt_model *m) {
     if (!m) return;
-    const int L = m->shape.cfg.layers;
-    for (int l = 0; l <= L; l++) mem_free(m->x[l]);
-    int n_acts = m->opts.checkpoint_activations ? 1 : L;
-    for (int l = 0; l < n_acts; l++) block_acts_free(&m->acts[l]);
-    float *rest[] = {m->lnf, m->lnf_mean, m->lnf_rstd, m->logits, m->losses, m->dx,
-                     m->d_x_mid, m->d_ln, m->d_atty, m->d_qkv, m->d_att, m->d_fch,
+    for (int k = 0; k < m->max_slots; k++) slot_free(m, &m->slots[k]);
+    if (m->recompute) block_acts_free(m->recompute);
+    float *rest[] = {m->dx, m->d_x_mid, m->d_ln, m->d_atty, m->d_qkv, m->d_att, m->d_fch,
                      m->d_fch_gelu};
     for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++) mem_free(rest[i]);
-    mem_free(m->tokens);
-    mem_free(m->targets);
-    free(m->x);
-    free(m->acts);
+    free(m->recompute);
+    free(m->slots);
     free(m);
 }
 
 const gpt_shape *gpt_model_shape(const gpt_model *m) { return &m->shape; }
 
+void gpt_use_slot(gpt_model *m, int slot) {
+    if (slot < 0 || slot >= m->max_slots) {
+        fprintf(stderr, "error: micro-batch slot %d of a model made for %d\n", slot,
+                m->max_slots);
+        abort();
+    }
+    m->slot = &m->slots[slot];
+    if (!m->slot->x) slot_alloc(m, m->slot);
+}
+
 void gpt_set_batch(gpt_model *m, const int *tokens, const int *targets) {
     size_t bytes = (size_t)m->B * m->T * sizeof(int);
-    ops_upload(m->tokens, tokens, bytes);
-    ops_upload(m->targets, targets, bytes);
+    ops_upload(m->slot->tokens, tokens, bytes);
+    ops_upload(m->slot->targets, targets, bytes);
 }
+
+float *gpt_stage_input(gpt_model *m) { return m->slot->x[0]; }
+const float *gpt_stage_output(gpt_model *m) {
+    return m->slot->x[gpt_stage_layers(&m->shape)];
+}
+float *gpt_stage_output_grad(gpt_model *m) { return m->dx; }
+const float *gpt_stage_input_grad(gpt_model *m) { return m->dx; }
+
+/* Block `layer` of the whole model as the stage's i-th block. */
+static int local_block(const gpt_model *m, int layer) { return layer - m->shape.layer_begin; }
 
 static block_acts *acts_of(gpt_model *m, int layer) {
-    return &m->acts[m->opts.checkpoint_activations ? 0 : layer];
+    return m->opts.checkpoint_activations ? m->recompute : &m->slot->acts[local_block(m, layer)];
 }
 
-/* Megatron's g operator in forward and f operator in backward: sum the partial
- * results of the tensor-parallel ranks. Nothing to do without TP. */
-static void tp_allreduce(gpt_model *m, float *buf, size_t count) {
-    if (m->opts.tp && comm_size(m->opts.tp) > 1)
-        comm_allreduce(m->opts.tp, buf, count, COMM_F32, COMM_SUM);
-}
+/* The group f's backward all-reduces over (NULL for the negative control). */
+static comm *f_group(const gpt_model *m) { return m->opts.drop_f_backward ? NULL : m->opts.tp; }
 
 /* ---- forward ---------------------------------------------------------------------- */
 
@@ -302,63 +424,72 @@ void gpt_embed_forward(gpt_model *m, const float *embed) {
     const gpt_shape *s = &m->shape;
     const int N = m->B * m->T, C = s->cfg.dim;
     const float *wte = embed, *wpe = embed + (size_t)s->vocab_local * C;
-    embedding_forward(m->x[0], m->tokens, wte, N, C, s->vocab_start, s->vocab_local);
+    float *x = m->slot->x[0];
+    embedding_forward(x, m->slot->tokens, wte, N, C, s->vocab_start, s->vocab_local);
     /* vocab-parallel: each rank embedded only its tokens; the sum is the embedding */
-    if (s->vocab_parallel) tp_allreduce(m, m->x[0], (size_t)N * C);
-    position_forward(m->x[0], wpe, m->B, m->T, C);
+    if (s->vocab_parallel) megatron_g_forward(m->opts.tp, x, (size_t)N * C);
+    position_forward(x, wpe, m->B, m->T, C);
 }
 
+/* Megatron's block: attention heads and MLP units split over the tp group.
+ *   ln1 -> f -> QKV (column-parallel) -> attention on my heads -> proj (row) -> g -> + x
+ *   ln2 -> f -> fc (column-parallel) -> GELU -> fc2 (row-parallel) -> g -> + x_mid */
 void gpt_block_forward(gpt_model *m, int layer, const float *block) {
     const gpt_shape *s = &m->shape;
     const int B = m->B, T = m->T, N = B * T, C = s->cfg.dim;
     const int Cl = s->dim_local, Hl = s->hidden_local;
     gpt_block_tensors p = gpt_block_view(s, (float *)block);
     block_acts *a = acts_of(m, layer);
-    const float *x_in = m->x[layer];
-    float *x_out = m->x[layer + 1];
-    /* Row-parallel biases are added by one TP rank only, so the sum counts them once. */
-    const int adds_bias = s->tp_rank == 0;
+    const float *x_in = m->slot->x[local_block(m, layer)];
+    float *x_out = m->slot->x[local_block(m, layer) + 1];
+    comm *tp = m->opts.tp;
 
     layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x_in, p.ln1_w, p.ln1_b, N, C);
-    linear_forward(a->qkv, a->ln1, p.qkv_w, p.qkv_b, N, C, 3 * Cl);
+    column_parallel_forward(a->qkv, a->ln1, p.qkv_w, p.qkv_b, N, C, 3 * Cl);
     attention_forward(a->atty, a->att, a->qkv, B, T, Cl, s->heads_local);
-    linear_forward(a->x_mid, a->atty, p.proj_w, adds_bias ? p.proj_b : NULL, N, Cl, C);
-    tp_allreduce(m, a->x_mid, (size_t)N * C);
+    row_parallel_forward(tp, a->x_mid, a->atty, p.proj_w, p.proj_b, N, Cl, C);
     vec_add(a->x_mid, x_in, (size_t)N * C);
 
     layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->x_mid, p.ln2_w, p.ln2_b, N, C);
-    linear_forward(a->fch, a->ln2, p.fc_w, p.fc_b, N, C, Hl);
+    column_parallel_forward(a->fch, a->ln2, p.fc_w, p.fc_b, N, C, Hl);
     gelu_forward(a->fch_gelu, a->fch, (size_t)N * Hl);
-    linear_forward(x_out, a->fch_gelu, p.fc2_w, adds_bias ? p.fc2_b : NULL, N, Hl, C);
-    tp_allreduce(m, x_out, (size_t)N * C);
+    row_parallel_forward(tp, x_out, a->fch_gelu, p.fc2_w, p.fc2_b, N, Hl, C);
     vec_add(x_out, a->x_mid, (size_t)N * C);
 }
 
 float gpt_head_forward(gpt_model *m, const float *final_ln, const float *embed) {
     const gpt_shape *s = &m->shape;
+    micro_slot *k = m->slot;
     const int N = m->B * m->T, C = s->cfg.dim, V = s->cfg.vocab;
-    layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->x[s->cfg.layers], final_ln,
+    layernorm_forward(k->lnf, k->lnf_mean, k->lnf_rstd, k->x[gpt_stage_layers(s)], final_ln,
                       final_ln + C, N, C);
     if (!s->vocab_parallel) {
-        linear_forward(m->logits, m->lnf, embed, NULL, N, C, V);   /* tied: wte is [V, C] */
-        crossentropy_forward(m->losses, m->logits, m->logits, m->targets, N, V);
-        return (float)(vec_sum(m->losses, (size_t)N) / N);
+        linear_forward(k->logits, k->lnf, embed, NULL, N, C, V);   /* tied: wte is [V, C] */
+        crossentropy_forward(k->losses, k->logits, k->logits, k->targets, N, V);
+        return (float)(vec_sum(k->losses, (size_t)N) / N);
     }
     /* Vocab-parallel head: this rank's wte rows give its columns of the logits, and the
      * loss is assembled from per-row maxima and sums: the full logits never meet. The
      * lnf input is replicated (Megatron's f: identity forward, all-reduce backward). */
-    linear_forward(m->logits, m->lnf, embed, NULL, N, C, s->vocab_local);
-    vocab_parallel_crossentropy_forward(m->opts.tp, m->losses, m->logits, m->logits,
-                                        m->targets, vocab_slice_of(s, N));
-    return (float)(vec_sum(m->losses, (size_t)N) / N);   /* the same on every tp rank */
+    column_parallel_forward(k->logits, k->lnf, embed, NULL, N, C, s->vocab_local);
+    vocab_parallel_crossentropy_forward(m->opts.tp, k->losses, k->logits, k->logits,
+                                        k->targets, vocab_slice_of(s, N));
+    return (float)(vec_sum(k->losses, (size_t)N) / N);   /* the same on every tp rank */
+}
+
+/* The tied weight the head multiplies by, inside params. */
+static const float *head_weight(const gpt_shape *s, const float *params) {
+    return gpt_tied_weight(s, (float *)params);
 }
 
 float gpt_forward(gpt_model *m, const float *params) {
     const gpt_shape *s = &m->shape;
-    gpt_embed_forward(m, params);
-    for (int l = 0; l < s->cfg.layers; l++)
-        gpt_block_forward(m, l, params + gpt_slab_offset(s, gpt_block_slab(l)));
-    return gpt_head_forward(m, params + gpt_slab_offset(s, gpt_final_slab(s)), params);
+    if (s->has_embed) gpt_embed_forward(m, params + gpt_slab_offset(s, gpt_embed_slab(s)));
+    for (int l = s->layer_begin; l < s->layer_end; l++)
+        gpt_block_forward(m, l, params + gpt_slab_offset(s, gpt_block_slab(s, l)));
+    if (!s->has_head) return 0.0f;
+    return gpt_head_forward(m, params + gpt_slab_offset(s, gpt_final_slab(s)),
+                            head_weight(s, params));
 }
 
 /* ---- backward --------------------------------------------------------------------- */
@@ -366,22 +497,22 @@ float gpt_forward(gpt_model *m, const float *params) {
 void gpt_head_backward(gpt_model *m, const float *final_ln, const float *embed,
                        float *final_ln_grad, float *embed_grad, float dloss) {
     const gpt_shape *s = &m->shape;
+    micro_slot *k = m->slot;
     const int N = m->B * m->T, C = s->cfg.dim, V = s->cfg.vocab;
     /* logits hold the probabilities now; turn them into d logits in place */
     if (!s->vocab_parallel) {
-        crossentropy_backward(m->logits, m->logits, m->targets, dloss, N, V);
-        linear_backward(m->d_ln, embed_grad, NULL, m->logits, m->lnf, embed, N, C, V);
+        crossentropy_backward(k->logits, k->logits, k->targets, dloss, N, V);
+        linear_backward(m->d_ln, embed_grad, NULL, k->logits, k->lnf, embed, N, C, V);
     } else {
-        vocab_parallel_crossentropy_backward(m->logits, m->logits, m->targets, dloss,
+        vocab_parallel_crossentropy_backward(k->logits, k->logits, k->targets, dloss,
                                              vocab_slice_of(s, N));
-        linear_backward(m->d_ln, embed_grad, NULL, m->logits, m->lnf, embed, N, C,
-                        s->vocab_local);
-        /* d(lnf) summed over this rank's vocabulary only: f's backward all-reduce */
-        tp_allreduce(m, m->d_ln, (size_t)N * C);
+        /* d(lnf) summed over every rank's vocabulary: f's backward all-reduce */
+        column_parallel_backward(f_group(m), m->d_ln, embed_grad, NULL, k->logits, k->lnf,
+                                 embed, N, C, s->vocab_local);
     }
     vec_zero(m->dx, (size_t)N * C);
     layernorm_backward(m->dx, final_ln_grad, final_ln_grad + C, m->d_ln,
-                       m->x[s->cfg.layers], final_ln, m->lnf_mean, m->lnf_rstd, N, C);
+                       k->x[gpt_stage_layers(s)], final_ln, k->lnf_mean, k->lnf_rstd, N, C);
 }
 
 void gpt_block_backward(gpt_model *m, int layer, const float *block, float *block_grad) {
@@ -392,25 +523,26 @@ void gpt_block_backward(gpt_model *m, int layer, const float *block, float *bloc
     gpt_block_tensors p = gpt_block_view(s, (float *)block);
     gpt_block_tensors g = gpt_block_view(s, block_grad);
     block_acts *a = acts_of(m, layer);
-    const float *x_in = m->x[layer];
+    const float *x_in = m->slot->x[local_block(m, layer)];
     float *dx = m->dx;   /* in: d(block output); out: d(block input) */
 
     /* MLP branch: out = x_mid + fc2(gelu(fc(ln2(x_mid)))) */
     vec_copy(m->d_x_mid, dx, (size_t)N * C);
-    linear_backward(m->d_fch_gelu, g.fc2_w, g.fc2_b, dx, a->fch_gelu, p.fc2_w, N, Hl, C);
+    row_parallel_backward(m->d_fch_gelu, g.fc2_w, g.fc2_b, dx, a->fch_gelu, p.fc2_w, N, Hl, C);
     gelu_backward(m->d_fch, a->fch, m->d_fch_gelu, (size_t)N * Hl);
-    linear_backward(m->d_ln, g.fc_w, g.fc_b, m->d_fch, a->ln2, p.fc_w, N, C, Hl);
-    tp_allreduce(m, m->d_ln, (size_t)N * C);
+    column_parallel_backward(f_group(m), m->d_ln, g.fc_w, g.fc_b, m->d_fch, a->ln2, p.fc_w,
+                             N, C, Hl);
     layernorm_backward(m->d_x_mid, g.ln2_w, g.ln2_b, m->d_ln, a->x_mid, p.ln2_w,
                        a->ln2_mean, a->ln2_rstd, N, C);
 
     /* attention branch: x_mid = x_in + proj(attention(qkv(ln1(x_in)))) */
     vec_copy(dx, m->d_x_mid, (size_t)N * C);
-    linear_backward(m->d_atty, g.proj_w, g.proj_b, m->d_x_mid, a->atty, p.proj_w, N, Cl, C);
+    row_parallel_backward(m->d_atty, g.proj_w, g.proj_b, m->d_x_mid, a->atty, p.proj_w, N,
+                          Cl, C);
     attention_backward(m->d_qkv, m->d_att, m->d_atty, a->qkv, a->att, B, T, Cl,
                        s->heads_local);
-    linear_backward(m->d_ln, g.qkv_w, g.qkv_b, m->d_qkv, a->ln1, p.qkv_w, N, C, 3 * Cl);
-    tp_allreduce(m, m->d_ln, (size_t)N * C);
+    column_parallel_backward(f_group(m), m->d_ln, g.qkv_w, g.qkv_b, m->d_qkv, a->ln1,
+                             p.qkv_w, N, C, 3 * Cl);
     layernorm_backward(dx, g.ln1_w, g.ln1_b, m->d_ln, x_in, p.ln1_w, a->ln1_mean,
                        a->ln1_rstd, N, C);
 }
@@ -418,24 +550,35 @@ void gpt_block_backward(gpt_model *m, int layer, const float *block, float *bloc
 void gpt_embed_backward(gpt_model *m, float *embed_grad) {
     const gpt_shape *s = &m->shape;
     const int N = m->B * m->T, C = s->cfg.dim;
-    embedding_backward(embed_grad, m->dx, m->tokens, N, C, s->vocab_start, s->vocab_local);
+    embedding_backward(embed_grad, m->dx, m->slot->tokens, N, C, s->vocab_start,
+                       s->vocab_local);
     position_backward(embed_grad + (size_t)s->vocab_local * C, m->dx, m->B, m->T, C);
+}
+
+static void slab_ready(gpt_slab_ready_fn fn, void *ctx, int slab) {
+    if (fn) fn(ctx, slab);
 }
 
 void gpt_backward(gpt_model *m, const float *params, float *grads, float dloss,
                   gpt_slab_ready_fn on_slab_ready, void *ctx) {
     const gpt_shape *s = &m->shape;
-    const int final_slab = gpt_final_slab(s);
-    const size_t final_offset = gpt_slab_offset(s, final_slab);
-    gpt_head_backward(m, params + final_offset, params, grads + final_offset, grads, dloss);
-    if (on_slab_ready) on_slab_ready(ctx, final_slab);
-    for (int l = s->cfg.layers - 1; l >= 0; l--) {
-        size_t offset = gpt_slab_offset(s, gpt_block_slab(l));
-        gpt_block_backward(m, l, params + offset, grads + offset);
-        if (on_slab_ready) on_slab_ready(ctx, gpt_block_slab(l));
+    if (s->has_head) {
+        const int final_slab = gpt_final_slab(s);
+        const size_t final_offset = gpt_slab_offset(s, final_slab);
+        gpt_head_backward(m, params + final_offset, head_weight(s, params),
+                          grads + final_offset, gpt_tied_weight(s, grads), dloss);
+        if (gpt_head_slab(s) >= 0) slab_ready(on_slab_ready, ctx, gpt_head_slab(s));
+        slab_ready(on_slab_ready, ctx, final_slab);
     }
-    gpt_embed_backward(m, grads);
-    if (on_slab_ready) on_slab_ready(ctx, 0);
+    for (int l = s->layer_end - 1; l >= s->layer_begin; l--) {
+        size_t offset = gpt_slab_offset(s, gpt_block_slab(s, l));
+        gpt_block_backward(m, l, params + offset, grads + offset);
+        slab_ready(on_slab_ready, ctx, gpt_block_slab(s, l));
+    }
+    if (s->has_embed) {
+        gpt_embed_backward(m, grads + gpt_slab_offset(s, gpt_embed_slab(s)));
+        slab_ready(on_slab_ready, ctx, gpt_embed_slab(s));
+    }
 }
 
 double gpt_flops_per_step(const gpt_config *cfg, int B, int T) {

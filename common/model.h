@@ -21,7 +21,19 @@ typedef struct {
     int vocab, ctx, layers, heads, dim;
 } gpt_config;
 
-/* One rank's slice of the model. */
+/* One rank's slice of the model: its tensor-parallel slice of every tensor and, in a
+ * pipeline, its stage's contiguous range of blocks.
+ *
+ * Slabs of a stage, in vector order (the whole model is the one stage that holds all):
+ *   EMBED   token + position embedding              first stage
+ *   BLOCK   one per block in [layer_begin, layer_end)
+ *   FINAL   final LayerNorm                          last stage
+ *   HEAD    a copy of the token embedding, the tied  last stage, when it is not also
+ *           LM head's weight                         the first
+ * The two copies of the tied weight start equal (both initialise from the token
+ * embedding's values) and stay equal: after backward their gradients are summed over
+ * the embedding group {first stage, last stage} (Megatron-LM does the same), and the
+ * optimizer then makes the same update on both. */
 typedef struct {
     gpt_config cfg;
     int tp_size, tp_rank;
@@ -32,22 +44,43 @@ typedef struct {
      * vocabulary, or with gpt_shape_split_vocab a 1/tp slice of it, padded so that
      * every rank holds vocab_local rows (padding rows are zero and never a target). */
     int vocab_parallel, vocab_start, vocab_local;
+    /* The pipeline stage: blocks [layer_begin, layer_end); the first stage embeds, the
+     * last one holds the final LayerNorm and the head. */
+    int layer_begin, layer_end;
+    int has_embed, has_head;
 } gpt_shape;
 
 /* Checks the config (and that tp divides heads); on failure writes why to err. */
 int gpt_config_check(const gpt_config *cfg, int tp_size, char *err, size_t err_len);
+/* The whole model (every block, both ends), TP rank tp_rank of tp_size. */
 gpt_shape gpt_shape_make(const gpt_config *cfg, int tp_size, int tp_rank);
 /* Splits the embedding and LM head over the vocabulary (Megatron's vocab-parallel
  * embedding): rank r holds rows [r * ceil(V/tp), (r+1) * ceil(V/tp)). */
 void gpt_shape_split_vocab(gpt_shape *s);
+/* Makes s the stage that holds blocks [layer_begin, layer_end). */
+void gpt_shape_set_stage(gpt_shape *s, int layer_begin, int layer_end);
+/* Stage `stage` of `stages` balanced contiguous stages: blocks
+ * [stage * L / stages, (stage + 1) * L / stages). Needs stages <= L. */
+void gpt_shape_split_stages(gpt_shape *s, int stages, int stage);
+int gpt_stage_layers(const gpt_shape *s);               /* layer_end - layer_begin */
 
-/* Slabs and sizes (elements, this rank's slice). */
-int gpt_num_slabs(const gpt_shape *s);                  /* layers + 2 */
+/* Slabs and sizes (elements, this rank's slice of this stage). */
+typedef enum { GPT_SLAB_EMBED, GPT_SLAB_BLOCK, GPT_SLAB_FINAL, GPT_SLAB_HEAD } gpt_slab_kind;
+int gpt_num_slabs(const gpt_shape *s);
+gpt_slab_kind gpt_slab_kind_of(const gpt_shape *s, int slab);
 size_t gpt_slab_numel(const gpt_shape *s, int slab);
-size_t gpt_slab_offset(const gpt_shape *s, int slab);   /* in the whole vector */
+size_t gpt_slab_offset(const gpt_shape *s, int slab);   /* in the stage's vector */
 size_t gpt_num_params(const gpt_shape *s);
-static inline int gpt_block_slab(int layer) { return layer + 1; }
-static inline int gpt_final_slab(const gpt_shape *s) { return s->cfg.layers + 1; }
+/* Slab numbers: the embedding is slab 0 on the first stage; a block's slab follows;
+ * -1 where the stage does not hold that part. */
+int gpt_embed_slab(const gpt_shape *s);
+int gpt_block_slab(const gpt_shape *s, int layer);      /* layer: in the whole model */
+int gpt_final_slab(const gpt_shape *s);
+int gpt_head_slab(const gpt_shape *s);                  /* the HEAD copy, or -1 */
+/* The tied weight wte [vocab_local, dim] inside vec (parameters or gradients), on the
+ * first and the last stage: the embedding's rows, or the HEAD copy. NULL elsewhere. */
+float *gpt_tied_weight(const gpt_shape *s, float *vec);
+size_t gpt_tied_weight_numel(const gpt_shape *s);
 
 /* Pointers to the tensors inside one block slab (parameters or gradients alike). */
 typedef struct {
@@ -63,26 +96,50 @@ gpt_block_tensors gpt_block_view(const gpt_shape *s, float *slab);
 void gpt_init_params(const gpt_shape *s, uint64_t seed, size_t begin, size_t end,
                      float *out);
 
-/* A model instance: activations and scratch for micro-batches of B x T on one rank.
- * It holds no parameters: every call is given the slabs to use, so a strategy decides
- * where parameters live (replicated, gathered just in time, sharded). */
+/* A model instance: activations and scratch for micro-batches of B x T on one rank,
+ * for the blocks of its stage. It holds no parameters: every call is given the slabs
+ * to use, so a strategy decides where parameters live (replicated, gathered just in
+ * time, sharded).
+ *
+ * Micro-batches in flight: a pipeline stage runs the forward of several micro-batches
+ * before their backward. Each has its own activations (a slot); the backward scratch
+ * is shared. gpt_use_slot(m, k) makes the following calls work on slot k, which is
+ * allocated on its first use and kept: after the first step the slots a schedule
+ * needs exist, and the activation memory measured is what it really holds. */
 typedef struct gpt_model gpt_model;
 
 typedef struct {
     int checkpoint_activations;   /* keep only block inputs; recompute in backward */
     comm *tp;                     /* tensor-parallel group; NULL when tp_size is 1 */
+    int drop_f_backward;          /* negative control: f's backward all-reduce skipped */
+    int max_slots;                /* micro-batches in flight at most (0: 1) */
 } gpt_model_options;
 
 gpt_model *gpt_model_create(const gpt_shape *s, int B, int T,
                             const gpt_model_options *opts);
 void gpt_model_free(gpt_model *m);
 const gpt_shape *gpt_model_shape(const gpt_model *m);
+void gpt_use_slot(gpt_model *m, int slot);   /* 0 <= slot < max_slots */
 
-/* Uploads one micro-batch: tokens and next-token targets, B*T each, on the host. */
+/* Uploads one micro-batch: tokens and next-token targets, B*T each, on the host. The
+ * first stage needs the tokens, the last the targets; giving both is harmless. */
 void gpt_set_batch(gpt_model *m, const int *tokens, const int *targets);
 
-/* The pieces of one step, for strategies that act between layers (FSDP, pipeline).
- * Forward: embed, blocks 0..L-1, head. Backward: head, blocks L-1..0, embed. */
+/* The stage's boundary, [B*T, dim] on the device, for the current slot:
+ *   input        write the previous stage's output here before gpt_forward
+ *   output       the activations to send to the next stage, after gpt_forward
+ *   output_grad  write d(output) from the next stage here before gpt_backward
+ *   input_grad   d(input) to send to the previous stage, after gpt_backward
+ * (output_grad and input_grad are the backward scratch: use them at once.) */
+float *gpt_stage_input(gpt_model *m);
+const float *gpt_stage_output(gpt_model *m);
+float *gpt_stage_output_grad(gpt_model *m);
+const float *gpt_stage_input_grad(gpt_model *m);
+
+/* The pieces of one step, for strategies that act between layers (FSDP).
+ * Forward: embed, blocks, head. Backward: head, blocks in reverse, embed. `layer` is
+ * the block's number in the whole model. `embed` for the head is the tied weight's
+ * slab (gpt_head_slab on a last stage that is not the first, else the embedding). */
 void gpt_embed_forward(gpt_model *m, const float *embed);
 void gpt_block_forward(gpt_model *m, int layer, const float *block);
 /* Returns the mean loss over this micro-batch's tokens. */
@@ -93,11 +150,13 @@ void gpt_head_backward(gpt_model *m, const float *final_ln, const float *embed,
 void gpt_block_backward(gpt_model *m, int layer, const float *block, float *block_grad);
 void gpt_embed_backward(gpt_model *m, float *embed_grad);
 
-/* The whole step on a contiguous parameter vector. */
+/* The stage's whole step on its contiguous parameter vector. gpt_forward returns the
+ * micro-batch's mean loss on the last stage, 0 elsewhere. */
 float gpt_forward(gpt_model *m, const float *params);
 /* Accumulates into grads. on_slab_ready(ctx, slab) is called as soon as a slab's
- * gradients are final for this micro-batch (blocks from last to first; the tied
- * embedding comes last), so DDP can start its all-reduce during backward. */
+ * gradients are final for this micro-batch (head, final LayerNorm, blocks from last
+ * to first; the tied embedding comes last), so DDP can start its all-reduce during
+ * backward. */
 typedef void (*gpt_slab_ready_fn)(void *ctx, int slab);
 void gpt_backward(gpt_model *m, const float *params, float *grads, float dloss,
                   gpt_slab_ready_fn on_slab_ready, void *ctx);

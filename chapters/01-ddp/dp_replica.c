@@ -154,7 +154,7 @@ float dp_replica_forward(dp_replica *r, const float *params, dp_thread *t) {
     LIGHT(t, embedding_forward(r->x[0], r->tokens, wte, N, C, 0, V));
     LIGHT(t, position_forward(r->x[0], wpe, r->B, r->T, C));
     for (int l = 0; l < L; l++)
-        block_forward(r, l, params + gpt_slab_offset(s, gpt_block_slab(l)), t);
+        block_forward(r, l, params + gpt_slab_offset(s, gpt_block_slab(s, l)), t);
     const float *final_ln = params + gpt_slab_offset(s, gpt_final_slab(s));
     LIGHT(t, layernorm_forward(r->lnf, r->lnf_mean, r->lnf_rstd, r->x[L], final_ln,
                                final_ln + C, N, C));
@@ -206,7 +206,7 @@ void dp_replica_backward(dp_replica *r, const float *params, float *grads, float
     LIGHT(t, layernorm_backward(r->dx, final_ln_grad, final_ln_grad + C, r->d_ln, r->x[L],
                                 final_ln, r->lnf_mean, r->lnf_rstd, N, C));
     for (int l = L - 1; l >= 0; l--) {
-        size_t offset = gpt_slab_offset(s, gpt_block_slab(l));
+        size_t offset = gpt_slab_offset(s, gpt_block_slab(s, l));
         block_backward(r, l, params + offset, grads + offset, t);
     }
     LIGHT(t, embedding_backward(grads, r->dx, r->tokens, N, C, 0, V));

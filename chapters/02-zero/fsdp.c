@@ -43,7 +43,7 @@ static void unit_gather(zero_rank *z, unit_params *u, int unit, int async) {
         gather_start(z, &u->slab[0], 0, async);
     } else if (unit <= layers) {
         u->count = 1;
-        gather_start(z, &u->slab[0], gpt_block_slab(unit - 1), async);
+        gather_start(z, &u->slab[0], gpt_block_slab(&z->shape, unit - 1), async);
     } else {
         u->count = 2;
         gather_start(z, &u->slab[0], gpt_final_slab(&z->shape), async);
@@ -98,7 +98,7 @@ static void backward(zero_rank *z, unit_params *head, float dloss) {
      * the end, so its whole buffer lives through the backward pass. */
     float *embed_grad = zero_slab_grad_alloc(z, 0);
     float *final_grad = zero_slab_grad_alloc(z, final);
-    if (prefetch) gather_start(z, &next, gpt_block_slab(layers - 1), 1);
+    if (prefetch) gather_start(z, &next, gpt_block_slab(&z->shape, layers - 1), 1);
     gpt_head_backward(m, head->slab[0].whole, head->slab[1].whole, final_grad, embed_grad,
                       dloss);
     unit_free(head);
@@ -108,11 +108,11 @@ static void backward(zero_rank *z, unit_params *head, float dloss) {
     zero_reduce_into_shard(z, final, final_grad);
 
     for (int layer = layers - 1; layer >= 0; layer--) {
-        const int slab = gpt_block_slab(layer);
+        const int slab = gpt_block_slab(&z->shape, layer);
         gathered_slab current;
         if (prefetch) current = next;
         else gather_start(z, &current, slab, 0);
-        if (prefetch && layer > 0) gather_start(z, &next, gpt_block_slab(layer - 1), 1);
+        if (prefetch && layer > 0) gather_start(z, &next, gpt_block_slab(&z->shape, layer - 1), 1);
         float *block_grad = zero_slab_grad_alloc(z, slab);
         gpt_block_backward(m, layer, gather_ready(&current), block_grad);
         gather_free(&current);

@@ -137,7 +137,7 @@ static float forward_backward_stage2(zero_rank *z, float dloss) {
     gpt_head_backward(m, whole_slab(z, final), whole_slab(z, 0), final_grad, embed_grad, dloss);
     zero_reduce_into_shard(z, final, final_grad);
     for (int layer = s->cfg.layers - 1; layer >= 0; layer--) {
-        const int slab = gpt_block_slab(layer);
+        const int slab = gpt_block_slab(s, layer);
         float *block_grad = zero_slab_grad_alloc(z, slab);
         gpt_block_backward(m, layer, whole_slab(z, slab), block_grad);
         zero_reduce_into_shard(z, slab, block_grad);   /* ... and the block's buffer is gone */

@@ -15,40 +15,8 @@
 #include "comm.h"
 #include "model.h"
 #include "report.h"
+#include "tp_linear.h"
 #include "train.h"
-
-/* ---- Megatron's conjugate operators ----------------------------------------------- */
-/* f sits where a replicated activation enters a column-parallel layer: identity in
- * forward, all-reduce (sum) of the input gradient in backward.
- * g sits where a row-parallel layer's partial sums leave: all-reduce in forward,
- * identity in backward. A NULL or size-1 group makes both the identity. */
-void megatron_f_backward(comm *tp, float *grad, size_t n);
-void megatron_g_forward(comm *tp, float *x, size_t n);
-
-/* ---- linear layers split over the tp group (rows: N, weights [out, in]) ----------- */
-/* Column-parallel: this rank holds OC_local output rows of W (and their bias).
- * out_local[N, OC_local] = inp @ W_local^T + b_local; inp is replicated (f forward). */
-void column_parallel_forward(float *out_local, const float *inp, const float *w_local,
-                             const float *b_local, int N, int IC, int OC_local);
-/* dw, db accumulate this rank's slice; dinp[N, IC] is the full input gradient: the
- * partial dout_local @ W_local of every rank, summed (f backward). */
-void column_parallel_backward(comm *tp, float *dinp, float *dw, float *db,
-                              const float *dout_local, const float *inp,
-                              const float *w_local, int N, int IC, int OC_local);
-/* out[N, OC] from column-parallel slices: all-gather, then put the columns in order. */
-void column_parallel_gather(comm *tp, float *out, const float *out_local, int N,
-                            int OC_local);
-
-/* Row-parallel: this rank holds IC_local input columns of W and the matching slice of
- * the input. out[N, OC] = sum over ranks of inp_local @ W_local^T (g forward), plus
- * the bias, which tp rank 0 alone adds so that the sum counts it once. */
-void row_parallel_forward(comm *tp, float *out, const float *inp_local,
-                          const float *w_local, const float *bias, int N, int IC_local,
-                          int OC);
-/* dinp_local = dout @ W_local: no communication (g backward is the identity). */
-void row_parallel_backward(float *dinp_local, float *dw, float *db, const float *dout,
-                           const float *inp_local, const float *w_local, int N,
-                           int IC_local, int OC);
 
 /* ---- part 1: y = W x by hand --------------------------------------------------------- */
 typedef struct {

@@ -67,9 +67,9 @@ void tp_slice_model(const gpt_shape *part, float *whole, float *part_vec,
                     part_vec + gpt_slab_offset(part, gpt_final_slab(part)), 2 * C, dir);
     }
     for (int l = 0; l < part->cfg.layers; l++) {
-        int slab = gpt_block_slab(l);
-        tp_slice_block(part, whole + gpt_slab_offset(&ws, slab),
-                       part_vec + gpt_slab_offset(part, slab), dir, with_replicated);
+        tp_slice_block(part, whole + gpt_slab_offset(&ws, gpt_block_slab(&ws, l)),
+                       part_vec + gpt_slab_offset(part, gpt_block_slab(part, l)), dir,
+                       with_replicated);
     }
 }
 
