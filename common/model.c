@@ -128,6 +128,15 @@ size_t gpt_num_params(const gpt_shape *s) {
     return last < 0 ? 0 : gpt_slab_offset(s, last) + gpt_slab_numel(s, last);
 }
 
+int gpt_slab_in_whole(const gpt_shape *s, int slab) {
+    switch (gpt_slab_kind_of(s, slab)) {
+    case GPT_SLAB_EMBED:
+    case GPT_SLAB_HEAD: return 0;
+    case GPT_SLAB_FINAL: return s->cfg.layers + 1;
+    default: return 1 + s->layer_begin + slab - s->has_embed;
+    }
+}
+
 float *gpt_tied_weight(const gpt_shape *s, float *vec) {
     if (s->has_embed) return vec + gpt_slab_offset(s, gpt_embed_slab(s));
     if (s->has_head) return vec + gpt_slab_offset(s, gpt_head_slab(s));

@@ -77,6 +77,9 @@ int gpt_embed_slab(const gpt_shape *s);
 int gpt_block_slab(const gpt_shape *s, int layer);      /* layer: in the whole model */
 int gpt_final_slab(const gpt_shape *s);
 int gpt_head_slab(const gpt_shape *s);                  /* the HEAD copy, or -1 */
+/* The slab of the whole model (the same TP slice) that a stage's slab is: a HEAD copy
+ * is the first gpt_tied_weight_numel elements of the whole model's embedding slab. */
+int gpt_slab_in_whole(const gpt_shape *s, int slab);
 /* The tied weight wte [vocab_local, dim] inside vec (parameters or gradients), on the
  * first and the last stage: the embedding's rows, or the HEAD copy. NULL elsewhere. */
 float *gpt_tied_weight(const gpt_shape *s, float *vec);

@@ -1,0 +1,110 @@
+#include "pp_stage.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "ops.h"
+
+/* Tags keep activations and gradients apart: a stage may have one of each in flight
+ * to the same neighbour. */
+enum { TAG_ACTIVATION = 1, TAG_GRADIENT = 2 };
+
+void pp_stage_init(pp_stage *st, comm *pp, const gpt_shape *whole, int stage, int stages,
+                   int micro_batch, int T, int max_in_flight, uint64_t seed,
+                   const gpt_model_options *model_opts) {
+    *st = (pp_stage){.stage = stage, .stages = stages, .shape = *whole, .pp = pp,
+                     .micro_batch = micro_batch, .T = T};
+    gpt_shape_split_stages(&st->shape, stages, stage);
+    replica_init(&st->rep, &st->shape, seed, 1);
+    gpt_model_options opts = model_opts ? *model_opts : (gpt_model_options){0};
+    opts.max_slots = max_in_flight;
+    st->model = gpt_model_create(&st->shape, micro_batch, T, &opts);
+}
+
+void pp_stage_free(pp_stage *st) {
+    gpt_model_free(st->model);
+    replica_free(&st->rep);
+    st->model = NULL;
+}
+
+int pp_stage_is_first(const pp_stage *st) { return st->stage == 0; }
+int pp_stage_is_last(const pp_stage *st) { return st->stage == st->stages - 1; }
+int pp_stage_rank_of(const pp_stage *st, int stage) { return stage % comm_size(st->pp); }
+
+static size_t boundary_numel(const pp_stage *st) {
+    return (size_t)st->micro_batch * st->T * st->shape.cfg.dim;
+}
+
+void pp_recv_input(pp_stage *st, int slot) {
+    gpt_use_slot(st->model, slot);
+    comm_recv(st->pp, gpt_stage_input(st->model), boundary_numel(st), COMM_F32,
+              pp_stage_rank_of(st, st->stage - 1), TAG_ACTIVATION);
+}
+
+void pp_send_output(pp_stage *st, int slot) {
+    gpt_use_slot(st->model, slot);
+    comm_send(st->pp, gpt_stage_output(st->model), boundary_numel(st), COMM_F32,
+              pp_stage_rank_of(st, st->stage + 1), TAG_ACTIVATION);
+}
+
+void pp_recv_output_grad(pp_stage *st, int slot) {
+    gpt_use_slot(st->model, slot);
+    comm_recv(st->pp, gpt_stage_output_grad(st->model), boundary_numel(st), COMM_F32,
+              pp_stage_rank_of(st, st->stage + 1), TAG_GRADIENT);
+}
+
+void pp_send_input_grad(pp_stage *st) {
+    const float *dx = gpt_stage_input_grad(st->model);
+    if (st->drop_input_grad) vec_zero((float *)dx, boundary_numel(st));
+    comm_send(st->pp, dx, boundary_numel(st), COMM_F32, pp_stage_rank_of(st, st->stage - 1),
+              TAG_GRADIENT);
+}
+
+float pp_forward(pp_stage *st, int slot, const dataset *data, const run_config *cfg,
+                 int step, int first) {
+    gpt_use_slot(st->model, slot);
+    if (pp_stage_is_first(st) || pp_stage_is_last(st))
+        load_batch(st->model, data, cfg, step, first, st->micro_batch);
+    return gpt_forward(st->model, st->rep.params);
+}
+
+void pp_backward(pp_stage *st, int slot, float dloss, gpt_slab_ready_fn on_slab_ready,
+                 void *ctx) {
+    gpt_use_slot(st->model, slot);
+    gpt_backward(st->model, st->rep.params, st->rep.grads, dloss, on_slab_ready, ctx);
+}
+
+void pp_stage_reduce_tied_grads(pp_stage *st, comm *embedding) {
+    if (!embedding || comm_size(embedding) < 2) return;
+    comm_allreduce(embedding, gpt_tied_weight(&st->shape, st->rep.grads),
+                   gpt_tied_weight_numel(&st->shape), COMM_F32, COMM_SUM);
+}
+
+double pp_gather_whole(comm *pp, pp_stage *chunks, int v, pp_vector which, float *whole) {
+    gpt_shape unsplit = chunks[0].shape;
+    gpt_shape_set_stage(&unsplit, 0, unsplit.cfg.layers);
+    const size_t n = gpt_num_params(&unsplit);
+    const size_t tied = gpt_tied_weight_numel(&unsplit);
+    /* every element is set by exactly one stage and 0 elsewhere, so the sum over the
+     * group is exact; the HEAD copy travels beside it to be compared */
+    float *sum = mem_alloc(MEM_OTHER, (n + tied) * sizeof(float));
+    float *head = sum + n;
+    for (int c = 0; c < v; c++) {
+        const pp_stage *st = &chunks[c];
+        const float *vec = which == PP_PARAMS ? st->rep.params : st->rep.grads;
+        for (int slab = 0; slab < gpt_num_slabs(&st->shape); slab++) {
+            const int is_head = gpt_slab_kind_of(&st->shape, slab) == GPT_SLAB_HEAD;
+            float *to = is_head ? head : sum + gpt_slab_offset(&unsplit,
+                                                             gpt_slab_in_whole(&st->shape, slab));
+            ops_download(to, vec + gpt_slab_offset(&st->shape, slab),
+                         gpt_slab_numel(&st->shape, slab) * sizeof(float));
+        }
+    }
+    comm_allreduce(pp, sum, n + tied, COMM_F32, COMM_SUM);
+    double drift = 0;
+    if (chunks[0].stages > 1) drift = max_abs_diff(head, sum, tied);   /* sum starts with wte */
+    memcpy(whole, sum, n * sizeof(float));
+    mem_free(sum);
+    return drift;
+}
