@@ -122,6 +122,10 @@ $(BUILD)/tests/$(1): $(BUILD)/obj/tests/$(1).o $(test_helpers:%.c=$(BUILD)/obj/%
 	$$(CC) $$^ -o $$@ $$(LDLIBS) $$(CHECK_LIBS)
 endef
 $(foreach t,$(test_src:tests/%.c=%),$(eval $(call test_program,$(t))))
+# ... and sees that chapter's headers by name (#include "dp.h").
+chapter_dir = $(wildcard chapters/0$(1)-*)
+$(foreach t,$(test_src:tests/%.c=%),$(if $(call chapter_of,$(t)),$(eval \
+  $(BUILD)/obj/tests/$(t).o: CFLAGS += -I$(call chapter_dir,$(call chapter_of,$(t))))))
 
 .PHONY: tests
 tests: $(test_bins)

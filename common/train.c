@@ -8,6 +8,7 @@
 #include "alloc.h"
 #include "device.h"
 #include "ops.h"
+#include "train_loop.h"
 
 static float *device_floats(mem_tag tag, size_t n) {
     return mem_alloc_on(MEM_DEVICE, tag, n * sizeof(float));
@@ -69,6 +70,36 @@ dataset *dataset_from_config(const run_config *cfg) {
     return d;
 }
 
+/* The baseline's step: the whole batch on one rank. */
+typedef struct {
+    const run_config *cfg;
+    const dataset *data;
+    replica rep;
+    gpt_model *model;
+    baseline_run *out;
+} baseline_step;
+
+static float baseline_grads(void *arg, int step) {
+    baseline_step *b = arg;
+    const int B = b->cfg->batch, T = b->cfg->model.ctx;
+    load_batch(b->model, b->data, b->cfg, step, 0, B);
+    vec_zero(b->rep.grads, b->rep.num_params);
+    float loss = gpt_forward(b->model, b->rep.params);
+    gpt_backward(b->model, b->rep.params, b->rep.grads, 1.0f / (float)(B * T), NULL, NULL);
+    return loss;
+}
+
+static void baseline_keep_grads(void *arg) {
+    baseline_step *b = arg;
+    ops_download(b->out->first_grads, b->rep.grads, b->rep.num_params * sizeof(float));
+}
+
+static void baseline_update(void *arg, int step) {
+    (void)step;
+    baseline_step *b = arg;
+    replica_adamw(&b->rep, &b->cfg->adamw);
+}
+
 baseline_run *baseline_train(const run_config *cfg, const dataset *data) {
     openblas_set_num_threads(1);   /* one core, like one rank of a strategy */
     /* On the device the flags choose (GPU 0, as rank 0), on this thread; a thread that
@@ -80,49 +111,34 @@ baseline_run *baseline_train(const run_config *cfg, const dataset *data) {
     mem_stats stats = {0};
     mem_stats_bind(&stats);
 
-    baseline_run *b = calloc(1, sizeof *b);
-    const int B = cfg->batch, T = cfg->model.ctx;
+    baseline_run *out = calloc(1, sizeof *out);
     gpt_shape shape = gpt_shape_make(&cfg->model, 1, 0);
-    replica rep;
-    replica_init(&rep, &shape, cfg->seed, 1);
-    gpt_model *model = gpt_model_create(&shape, B, T, NULL);
-    b->num_params = rep.num_params;
-    b->loss = calloc((size_t)cfg->steps, sizeof(float));
-    b->first_grads = malloc(rep.num_params * sizeof(float));
-    b->final_params = malloc(rep.num_params * sizeof(float));
+    baseline_step b = {.cfg = cfg, .data = data, .out = out};
+    replica_init(&b.rep, &shape, cfg->seed, 1);
+    b.model = gpt_model_create(&shape, cfg->batch, cfg->model.ctx, NULL);
+    out->num_params = b.rep.num_params;
+    out->first_grads = malloc(b.rep.num_params * sizeof(float));
+    out->final_params = malloc(b.rep.num_params * sizeof(float));
 
-    const double tokens = (double)B * T;
-    double timed = 0.0;
-    for (int step = 1; step <= cfg->steps; step++) {
-        double start = comm_now();
-        load_batch(model, data, cfg, step, 0, B);
-        vec_zero(rep.grads, rep.num_params);
-        float loss = gpt_forward(model, rep.params);
-        gpt_backward(model, rep.params, rep.grads, 1.0f / (float)tokens, NULL, NULL);
-        if (step == 1) ops_download(b->first_grads, rep.grads, rep.num_params * sizeof(float));
-        replica_adamw(&rep, &cfg->adamw);
-        ops_synchronize();
-        double seconds = comm_now() - start;
-        b->loss[step - 1] = loss;
-        /* the first step pays for page faults and warm-up; time the rest */
-        if (step > 1 || cfg->steps == 1) {
-            timed += seconds;
-            b->result.timed_steps++;
-        }
-        report_step(cfg, "baseline", step, loss, seconds, tokens);
-    }
-    ops_download(b->final_params, rep.params, rep.num_params * sizeof(float));
+    train_strategy strategy = {.name = "baseline", .ctx = &b, .compute_grads = baseline_grads,
+                               .keep_first_grads = baseline_keep_grads,
+                               .update = baseline_update};
+    train_outcome run;
+    train_loop(NULL, cfg, (double)cfg->batch * cfg->model.ctx, &strategy, &run);
+    ops_download(out->final_params, b.rep.params, b.rep.num_params * sizeof(float));
+    out->loss = run.loss;   /* kept: the outcome's other arrays go */
+    run.loss = NULL;
+    out->result = run.result;
+    out->result.loss = out->loss;
+    out->result.diff_loss = out->result.diff_grads = out->result.diff_params = 0;
+    out->result.bytes_formula = 0;
+    train_outcome_free(&run);
 
-    b->result = (run_result){
-        .strategy = "baseline", .steps = cfg->steps, .loss = b->loss,
-        .diff_loss = 0, .diff_grads = 0, .diff_params = 0,
-        .seconds = timed, .timed_steps = b->result.timed_steps, .tokens_per_step = tokens,
-        .bytes_formula = 0, .memory = stats};
-    gpt_model_free(model);
-    replica_free(&rep);
+    gpt_model_free(b.model);
+    replica_free(&b.rep);
     mem_stats_bind(caller_stats);
     if (caller_device == DEVICE_CPU && device != COMM_DEVICE_CPU) device_select(DEVICE_CPU, 0);
-    return b;
+    return out;
 }
 
 void baseline_free(baseline_run *b) {

@@ -17,9 +17,9 @@
 #include <unistd.h>
 
 #include "compare.h"
-#include "../chapters/01-ddp/ddp.h"
-#include "../chapters/01-ddp/ddp_buckets.h"
-#include "../chapters/01-ddp/dp.h"
+#include "ddp.h"
+#include "grad_buckets.h"
+#include "dp.h"
 #include "train.h"
 #include "check_run.h"
 

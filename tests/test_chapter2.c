@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../chapters/02-zero/estimate.h"
-#include "../chapters/02-zero/stage_run.h"
-#include "../chapters/02-zero/tables.h"
+#include "estimate.h"
+#include "stage_run.h"
+#include "tables.h"
 #include "check_run.h"
 
 /* A model whose slabs do not divide by 3 or 4 (embedding 256*25 + 7*25 = 6575, block

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../chapters/03-tensor-parallel/tensor_parallel.h"
+#include "tensor_parallel.h"
 #include "alloc.h"
 #include "compare.h"
 #include "ops.h"

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 
 #include "compare.h"
-#include "../chapters/01-ddp/ddp.h"
+#include "ddp.h"
 #include "train.h"
 #include "check_run.h"
 

@@ -7,9 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../chapters/02-zero/estimate.h"
-#include "../chapters/02-zero/stage_run.h"
-#include "../chapters/02-zero/tables.h"
+#include "estimate.h"
+#include "stage_run.h"
+#include "tables.h"
 #include "check_run.h"
 
 static int world_size(void) {

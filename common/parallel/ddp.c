@@ -6,8 +6,9 @@
 
 #include "alloc.h"
 #include "compare.h"
-#include "ddp_buckets.h"
+#include "grad_buckets.h"
 #include "ops.h"
+#include "train_loop.h"
 
 ddp_options ddp_options_default(void) {
     return (ddp_options){.bucket_bytes = 25u << 20, .first_bucket_bytes = 1u << 20,
@@ -37,33 +38,58 @@ void ddp_check_batch_or_exit(int batch, int ranks, int grad_accum) {
     cli_fail("%s", err);
 }
 
-/* One rank's forward and backward over the micro-steps of one step; returns the mean
- * loss of its sequences. The buckets' all-reduces start during the last backward. */
-static float local_step(ddp_job *job, comm *world, gpt_model *model, replica *rep,
-                        grad_buckets *buckets, int step) {
-    const run_config *cfg = job->cfg;
-    const int K = job->opts.grad_accum;
-    const int per_rank = cfg->batch / comm_size(world), micro = per_rank / K;
+/* One rank's DDP state for the training loop. */
+typedef struct {
+    ddp_job *job;
+    comm *world;
+    gpt_model *model;
+    replica rep;
+    grad_buckets *buckets;
+} ddp_rank;
+
+/* One rank's forward and backward over the micro-steps of one step; returns its share
+ * of the global mean loss. The buckets' all-reduces start during the last backward. */
+static float ddp_compute_grads(void *arg, int step) {
+    ddp_rank *d = arg;
+    const run_config *cfg = d->job->cfg;
+    comm *world = d->world;
+    const int K = d->job->opts.grad_accum, N = comm_size(world);
+    const int per_rank = cfg->batch / N, micro = per_rank / K;
     const int first = comm_rank(world) * per_rank;
     /* every token's loss weighs 1/(global batch tokens): the SUM over ranks is the mean */
     const float dloss = 1.0f / ((float)cfg->batch * (float)cfg->model.ctx);
     float loss = 0.0f;
-    vec_zero(rep->grads, rep->num_params);
+    vec_zero(d->rep.grads, d->rep.num_params);
     for (int k = 0; k < K; k++) {
         trace_begin(world, "forward");
-        load_batch(model, job->data, cfg, step, first + k * micro, micro);
-        loss += gpt_forward(model, rep->params) / (float)K;
+        load_batch(d->model, d->job->data, cfg, step, first + k * micro, micro);
+        loss += gpt_forward(d->model, d->rep.params) / (float)K;
         trace_end(world);
-        const int sync = job->opts.allreduce && k == K - 1;
+        const int sync = d->job->opts.allreduce && k == K - 1;
         trace_begin(world, sync ? "backward (all-reduce in buckets)" : "backward (no sync)");
-        gpt_backward(model, rep->params, rep->grads, dloss,
-                     sync ? grad_buckets_slab_ready : NULL, buckets);
+        gpt_backward(d->model, d->rep.params, d->rep.grads, dloss,
+                     sync ? grad_buckets_slab_ready : NULL, d->buckets);
         trace_end(world);
     }
     trace_begin(world, "wait for gradients");
-    grad_buckets_wait(buckets);
+    grad_buckets_wait(d->buckets);
     trace_end(world);
-    return loss;
+    /* every rank's sequences are equally many: the global mean is the mean of means */
+    return loss / (float)N;
+}
+
+static void ddp_keep_first_grads(void *arg) {
+    ddp_rank *d = arg;
+    if (comm_rank(d->world) == 0)
+        ops_download(d->job->first_grads, d->rep.grads, d->rep.num_params * sizeof(float));
+}
+
+static void ddp_update(void *arg, int step) {
+    (void)step;
+    ddp_rank *d = arg;
+    trace_begin(d->world, "optimizer");
+    replica_adamw(&d->rep, &d->job->cfg->adamw);
+    trace_end(d->world);
 }
 
 /* Rank 0 keeps the bucket plan for the tables. */
@@ -93,8 +119,8 @@ int ddp_rank_main(comm *world, void *arg) {
     const run_config *cfg = job->cfg;
     const int N = comm_size(world), rank = comm_rank(world);
     const int micro = cfg->batch / N / job->opts.grad_accum;
-    /* losses and the end-of-run checks go over their own group, so the statistics of
-     * the gradient group hold the gradient traffic alone */
+    /* the end-of-run checks go over their own group, so the statistics of the gradient
+     * group hold the gradient traffic alone */
     comm *metrics = comm_split(world, 0, rank, "metrics");
     if (rank == 0) {
         job->backend = comm_backend_name(world);
@@ -102,80 +128,47 @@ int ddp_rank_main(comm *world, void *arg) {
     }
 
     gpt_shape shape = gpt_shape_make(&cfg->model, 1, 0);
-    replica rep;
-    replica_init(&rep, &shape, cfg->seed, 1);
-    gpt_model *model = gpt_model_create(&shape, micro, cfg->model.ctx, NULL);
-    grad_buckets *buckets =
-        grad_buckets_create(world, &shape, rep.grads, job->opts.first_bucket_bytes,
-                            job->opts.bucket_bytes, job->opts.wire);
-    float *loss = calloc((size_t)cfg->steps, sizeof(float));
+    ddp_rank d = {.job = job, .world = world};
+    replica_init(&d.rep, &shape, cfg->seed, 1);
+    d.model = gpt_model_create(&shape, micro, cfg->model.ctx, NULL);
+    d.buckets = grad_buckets_create(world, &shape, d.rep.grads, job->opts.first_bucket_bytes,
+                                    job->opts.bucket_bytes, job->opts.wire);
     if (rank == 0) {
-        job->first_grads = malloc(rep.num_params * sizeof(float));
-        record_buckets(job, buckets);
+        job->first_grads = malloc(d.rep.num_params * sizeof(float));
+        record_buckets(job, d.buckets);
     }
 
-    const double tokens = (double)cfg->batch * cfg->model.ctx;
-    double timed = 0.0;
-    int timed_steps = 0;
-    for (int step = 1; step <= cfg->steps; step++) {
-        double start = comm_now();
-        float local_loss = local_step(job, world, model, &rep, buckets, step);
-        if (step == 1 && rank == 0)
-            ops_download(job->first_grads, rep.grads, rep.num_params * sizeof(float));
-        trace_begin(world, "optimizer");
-        replica_adamw(&rep, &cfg->adamw);
-        ops_synchronize();
-        trace_end(world);
-        double seconds = comm_now() - start;
-
-        /* every rank's sequences are equally many: the global mean is the mean of means */
-        float loss_sum = local_loss;
-        comm_allreduce(metrics, &loss_sum, 1, COMM_F32, COMM_SUM);
-        loss[step - 1] = loss_sum / (float)N;
-        if (rank == 0) report_step(cfg, "ddp", step, loss[step - 1], seconds, tokens);
-
-        /* the first step pays for page faults and warm-up; measure the rest */
-        if (step == 1 && cfg->steps > 1) {
-            comm_stats_reset(world);
-        } else {
-            timed += seconds;
-            timed_steps++;
-        }
-    }
-
-    run_result r = {.strategy = "ddp", .steps = cfg->steps, .seconds = timed,
-                    .timed_steps = timed_steps, .tokens_per_step = tokens,
-                    .diff_loss = -1, .diff_grads = -1, .diff_params = -1};
-    comm_stats gradient_stats = grad_buckets_stats(buckets);
-    r.comm_seconds = comm_stats_total_seconds(&gradient_stats);
-    r.hidden_seconds = gradient_stats.hidden_seconds;
-    r.bytes_sent_per_step = (double)comm_stats_total_sent(&gradient_stats) / timed_steps;
+    train_strategy strategy = {.name = "ddp", .ctx = &d, .compute_grads = ddp_compute_grads,
+                               .keep_first_grads = ddp_keep_first_grads,
+                               .update = ddp_update};
+    train_outcome run;
+    train_loop(world, cfg, (double)cfg->batch * cfg->model.ctx, &strategy, &run);
+    run_result r = run.result;
     r.bytes_formula = job->opts.allreduce
-        ? 2.0 * (N - 1) / N * (double)rep.num_params * (double)comm_dtype_size(job->opts.wire)
+        ? 2.0 * (N - 1) / N * (double)d.rep.num_params * (double)comm_dtype_size(job->opts.wire)
         : 0.0;
-    r.memory = *mem_stats_current();
-    run_result_take_max(metrics, &r);
+    comm_stats gradient_stats = grad_buckets_stats(d.buckets);
     float async = (float)gradient_stats.async_seconds;
     comm_allreduce(metrics, &async, 1, COMM_F32, COMM_MAX);
-    double divergence = replica_divergence(metrics, &rep);
+    double divergence = replica_divergence(metrics, &d.rep);
 
     if (rank == 0) {
         job->result = r;
-        job->loss = loss;
-        job->result.loss = loss;
-        job->final_params = malloc(rep.num_params * sizeof(float));
-        ops_download(job->final_params, rep.params, rep.num_params * sizeof(float));
+        job->loss = run.loss;
+        run.loss = NULL;
+        job->result.loss = job->loss;
+        job->final_params = malloc(d.rep.num_params * sizeof(float));
+        ops_download(job->final_params, d.rep.params, d.rep.num_params * sizeof(float));
         job->async_seconds = async;
         job->allreduce_calls =   /* the buckets' alone, without fp8 / fp16 scale agreements */
-            comm_stats_get(world).calls[COMM_KIND_ALLREDUCE] / (uint64_t)timed_steps;
+            comm_stats_get(world).calls[COMM_KIND_ALLREDUCE] / (uint64_t)r.timed_steps;
         job->replica_max_diff = divergence;
         job->world = N;
-    } else {
-        free(loss);
     }
-    grad_buckets_free(buckets);
-    gpt_model_free(model);
-    replica_free(&rep);
+    train_outcome_free(&run);
+    grad_buckets_free(d.buckets);
+    gpt_model_free(d.model);
+    replica_free(&d.rep);
     comm_free(metrics);
     return 0;
 }

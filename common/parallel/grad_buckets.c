@@ -1,4 +1,4 @@
-#include "ddp_buckets.h"
+#include "grad_buckets.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -13,8 +13,8 @@
  * |g| over ranks (a one-float all-reduce MAX) times the rank count, brought just under
  * half the type's largest value. A power of two scales without rounding. The MAX runs
  * on a group of its own so that it does not queue behind the buckets in flight. */
-#ifndef DDP_BUCKETS_H
-#define DDP_BUCKETS_H
+#ifndef GRAD_BUCKETS_H
+#define GRAD_BUCKETS_H
 #include <stddef.h>
 
 #include "comm.h"

@@ -1,0 +1,46 @@
+/* One training loop for every strategy. A strategy provides its step in parts; the
+ * loop does the rest the same way for all of them:
+ *
+ *   for step = 1 .. steps:
+ *       loss = compute_grads(step)      forward, backward, gradient reduction
+ *       if step == 1: keep_first_grads  (not timed) for the comparison with the baseline
+ *       update()                        the optimizer, and what the strategy does after it
+ *       a progress line with the global-batch loss (world rank 0)
+ *       after step 1: after_warmup(), communication statistics and memory peaks reset
+ *
+ * Step 1 is the warm-up: it pays for first touches of memory and for the comparison,
+ * so it is timed only when it is the only step. The global loss of each step is summed
+ * over a group of the loop's own, so the strategy's groups count their traffic alone. */
+#ifndef TRAIN_LOOP_H
+#define TRAIN_LOOP_H
+
+#include "cli.h"
+#include "comm.h"
+#include "report.h"
+
+typedef struct {
+    const char *name;   /* in tables and JSON: "ddp", "zero1", "tp", "pp-1f1b", ... */
+    void *ctx;
+    /* Returns this rank's share of the step's global-batch mean loss: the shares of all
+     * ranks add up to it (a rank's mean loss x its tokens / the global batch's tokens;
+     * 0 on a rank whose loss another rank already counts). */
+    float (*compute_grads)(void *ctx, int step);
+    void (*keep_first_grads)(void *ctx);   /* may be NULL */
+    void (*update)(void *ctx, int step);
+    void (*after_warmup)(void *ctx);       /* may be NULL */
+} train_strategy;
+
+typedef struct {
+    run_result result;   /* the largest rank's time, communication and memory; no
+                            differences (-1) and no bytes formula (-1) yet */
+    float *loss;         /* [steps] global-batch mean, on every rank */
+    double *step_seconds;   /* [steps] this rank's */
+} train_outcome;
+
+/* Collective over world; world NULL is one rank without a communicator (the baseline,
+ * DataParallel's master thread). tokens_per_step: of the global batch. */
+void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
+                const train_strategy *strategy, train_outcome *out);
+void train_outcome_free(train_outcome *out);
+
+#endif
