@@ -27,12 +27,6 @@ typedef struct {
     int status;                     /* world rank 0: 1 when a stage missed a tolerance */
 } chapter_args;
 
-static void print_steps(const run_config *cfg, const stage_outcome *o) {
-    for (int s = 0; s < cfg->steps; s++)
-        report_step(cfg, o->result.strategy, s + 1, o->loss[s], o->step_seconds[s],
-                    o->result.tokens_per_step);
-}
-
 /* The worst stage against the tolerances, over the checked differences or all three. */
 static double worst_stage(const stage_outcome *runs, int n, int all_three,
                           const char **name) {
@@ -77,7 +71,6 @@ static int rank_main(comm *world, void *argument) {
         if (is_root) {
             compare_to_baseline(&runs[i].result, a->baseline, runs[i].loss,
                                 runs[i].first_grads, runs[i].final_params);
-            print_steps(&a->cfg, &runs[i]);
         }
     }
     if (is_root) {

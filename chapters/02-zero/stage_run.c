@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "train_loop.h"
 
 const char *stage_strategy_name(int stage) {
     static const char *const names[ZERO_STAGES] = {"zero0", "zero1", "zero2", "zero3"};
@@ -36,16 +37,44 @@ static void max_over_ranks(comm *group, double *values, int n) {
     free(all);
 }
 
+/* One rank's ZeRO step for the training loop. */
+typedef struct {
+    zero_rank *z;
+    const run_config *cfg;
+    const dataset *data;
+    int first, count;   /* this rank's sequences of every global batch */
+    float *first_grads;
+} zero_step;
+
+static float zero_compute_grads(void *arg, int step) {
+    zero_step *st = arg;
+    const int T = st->cfg->model.ctx;
+    const double global_tokens = (double)st->cfg->batch * T;
+    load_batch(st->z->model, st->data, st->cfg, step, st->first, st->count);
+    /* Each rank's gradient is d(sum of its tokens' losses)/(B*T): summed over ranks,
+     * that is the gradient of the global-batch mean, as in the baseline. */
+    float loss = zero_forward_backward(st->z, (float)(1.0 / global_tokens));
+    return (float)(loss * st->count * T / global_tokens);
+}
+
+static void zero_keep_first_grads(void *arg) {
+    zero_step *st = arg;
+    zero_gather_grads(st->z, st->first_grads);
+}
+
+static void zero_update(void *arg, int step) {
+    (void)step;
+    zero_step *st = arg;
+    zero_optimizer_step(st->z, &st->cfg->adamw);
+}
+
 void stage_train(comm *world, const run_config *cfg, const dataset *data,
                  const zero_options *opts, stage_outcome *out) {
     const int N = comm_size(world), rank = comm_rank(world);
-    const int T = cfg->model.ctx, steps = cfg->steps;
-    const double global_tokens = (double)cfg->batch * T;
+    const int T = cfg->model.ctx;
     memset(out, 0, sizeof *out);
     out->opts = *opts;
     out->world_size = N;
-    out->loss = calloc((size_t)steps, sizeof(float));
-    out->step_seconds = calloc((size_t)steps, sizeof(double));
     gpt_shape shape = gpt_shape_make(&cfg->model, 1, 0);
     const size_t P = gpt_num_params(&shape);
     if (rank == 0) {
@@ -60,51 +89,31 @@ void stage_train(comm *world, const run_config *cfg, const dataset *data,
     const mem_stats at_start = *mem;
     mem_stats_reset_peaks(mem);
 
-    zero_rank *z = zero_rank_create(world, &shape, count, T, cfg->seed, opts);
+    zero_step step = {.z = zero_rank_create(world, &shape, count, T, cfg->seed, opts),
+                      .cfg = cfg, .data = data, .first = (int)first, .count = count,
+                      .first_grads = out->first_grads};
     out->shard_len_largest = shard_largest_len(&shape, N);
-    /* Each rank's gradient is d(sum of its tokens' losses)/(B*T): summed over ranks,
-     * that is the gradient of the global-batch mean, as in the baseline. */
-    const float dloss = 1.0f / (float)global_tokens;   /* as the baseline computes it */
-    float *loss_sums = calloc((size_t)steps, sizeof(float));
-    double timed = 0;
-    int timed_steps = 0;
-    for (int step = 1; step <= steps; step++) {
-        double start = comm_now();
-        load_batch(z->model, data, cfg, step, (int)first, count);
-        float loss = zero_forward_backward(z, dloss);
-        double seconds = comm_now() - start;
-        if (step == 1) zero_gather_grads(z, out->first_grads);   /* checking: not timed */
-        start = comm_now();
-        zero_optimizer_step(z, &cfg->adamw);
-        ops_synchronize();
-        seconds += comm_now() - start;
-        loss_sums[step - 1] = loss * (float)count * (float)T;
-        out->step_seconds[step - 1] = seconds;
-        /* step 1 pays for first touches and warm-up, and carries the gradient check */
-        if (step > 1 || steps == 1) {
-            timed += seconds;
-            timed_steps++;
-        }
-        if (step == 1 && steps > 1) {
-            comm_stats_reset(world);
-            mem_stats_reset_peaks(mem);
-        }
-    }
+    train_strategy strategy = {.name = stage_strategy_name(opts->stage), .ctx = &step,
+                               .compute_grads = zero_compute_grads,
+                               .keep_first_grads = zero_keep_first_grads,
+                               .update = zero_update};
+    train_outcome run;
+    train_loop(world, cfg, (double)cfg->batch * T, &strategy, &run);
+    out->result = run.result;
+    out->loss = run.loss;
+    out->result.loss = out->loss;
+    out->step_seconds = run.step_seconds;   /* this rank's; rank 0's are kept */
+    const int timed_steps = run.result.timed_steps;
 
     /* measurements, before any checking traffic */
     const mem_stats at_end = *mem;
     const mem_tag state_tags[3] = {MEM_PARAMS, MEM_GRADS, MEM_OPTIMIZER};
     for (int i = 0; i < 3; i++)
         out->state[i] = (double)(at_end.current[state_tags[i]] - at_start.current[state_tags[i]]);
-    run_result *r = &out->result;
-    *r = (run_result){.strategy = stage_strategy_name(opts->stage), .steps = steps,
-                      .loss = out->loss, .diff_loss = -1, .diff_grads = -1,
-                      .diff_params = -1, .seconds = timed, .timed_steps = timed_steps,
-                      .tokens_per_step = global_tokens, .memory = at_end};
-    run_result_add_comm(r, world, timed_steps);
     comm_plan plan = zero_comm_plan(&shape, opts->stage);
-    r->bytes_formula = 0;
-    for (int k = 0; k < COMM_NKINDS; k++) r->bytes_formula += ring_bytes(plan.elements[k], N);
+    out->result.bytes_formula = 0;
+    for (int k = 0; k < COMM_NKINDS; k++)
+        out->result.bytes_formula += ring_bytes(plan.elements[k], N);
     comm_stats stats = comm_stats_all(world);
     for (int k = 0; k < COMM_NKINDS; k++) {
         out->comm_calls[k] = (double)stats.calls[k] / timed_steps;
@@ -115,11 +124,10 @@ void stage_train(comm *world, const run_config *cfg, const dataset *data,
     out->hidden_seconds = stats.hidden_seconds / timed_steps;
 
     /* checking: the whole parameters, then free everything of this stage */
-    zero_gather_params(z, out->final_params);
-    zero_rank_free(z);
+    zero_gather_params(step.z, out->final_params);
+    zero_rank_free(step.z);
 
     /* the largest rank of everything the tables show */
-    run_result_take_max(world, r);
     enum { PER_KIND = 3 * COMM_NKINDS };
     double values[PER_KIND + 5];
     for (int k = 0; k < COMM_NKINDS; k++) {
@@ -139,12 +147,6 @@ void stage_train(comm *world, const run_config *cfg, const dataset *data,
     for (int i = 0; i < 3; i++) out->state[i] = values[PER_KIND + i];
     out->async_seconds = values[PER_KIND + 3];
     out->hidden_seconds = values[PER_KIND + 4];
-
-    /* the global-batch loss of every step: one reduction at the end, so that the
-     * timed steps carry only the stage's own collectives */
-    comm_allreduce(world, loss_sums, (size_t)steps, COMM_F32, COMM_SUM);
-    for (int s = 0; s < steps; s++) out->loss[s] = (float)(loss_sums[s] / global_tokens);
-    free(loss_sums);
 }
 
 void stage_outcome_free(stage_outcome *o) {

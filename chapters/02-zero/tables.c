@@ -125,7 +125,7 @@ void print_comm_table(const run_config *cfg, const char *backend, int bytes_mode
                1e3 * blocked);
         if (stage0_elements > 0) printf("   %.2fx zero0", elements / stage0_elements);
         printf("\n");
-        if (o->async_seconds > 0)
+        if (o->opts.stage == 3 && o->async_seconds > 0)
             printf("%-13s prefetch: %.2f ms of all-gather in flight per step, %.2f ms of it"
                    " hidden behind compute\n", "", 1e3 * o->async_seconds,
                    1e3 * o->hidden_seconds);

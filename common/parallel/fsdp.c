@@ -14,8 +14,8 @@ static void gather_start(zero_rank *z, gathered_slab *g, int slab, int async) {
     const float *piece = z->params + l->shard_pos[slab];
     g->whole = mem_alloc_on(MEM_DEVICE, MEM_PARAMS, n * sizeof(float));
     g->pending = NULL;
-    if (async) g->pending = comm_allgather_start(z->world, piece, g->whole, n, COMM_F32);
-    else comm_allgather(z->world, piece, g->whole, n, COMM_F32);
+    if (async) g->pending = comm_allgather_start(z->group, piece, g->whole, n, COMM_F32);
+    else comm_allgather(z->group, piece, g->whole, n, COMM_F32);
 }
 
 static float *gather_ready(gathered_slab *g) {
@@ -127,11 +127,11 @@ static void backward(zero_rank *z, unit_params *head, float dloss) {
 
 float fsdp_forward_backward(zero_rank *z, float dloss) {
     unit_params head;
-    trace_begin(z->world, "forward");
+    trace_begin(z->group, "forward");
     float loss = forward(z, &head);
-    trace_end(z->world);
-    trace_begin(z->world, "backward");
+    trace_end(z->group);
+    trace_begin(z->group, "backward");
     backward(z, &head, dloss);
-    trace_end(z->world);
+    trace_end(z->group);
     return loss;
 }

@@ -12,7 +12,7 @@
 #ifndef FSDP_H
 #define FSDP_H
 
-#include "zero.h"
+#include "zero_state.h"
 
 /* Stage 3's forward and backward on z (created with opts.stage = 3); on return the
  * reduced gradient of this rank's shard is in z->grads. Returns the local mean loss. */

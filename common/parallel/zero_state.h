@@ -1,5 +1,5 @@
-/* ZeRO on one rank: what it stores, and one training step at stages 0, 1 and 2
- * (fsdp.h holds stage 3, on the same state).
+/* ZeRO on one rank: what it stores at each stage (zero.h runs the stages' steps on it,
+ * fsdp.h stage 3).
  *
  *   stage  parameters  gradients  Adam m, v   gradient reduction         after the update
  *   0      whole       whole      whole       all-reduce                 -
@@ -12,10 +12,11 @@
  * Every rank takes B/N sequences of the global batch and back-propagates with
  * dloss = 1/(B*T), the baseline's; summing the ranks' gradients then gives exactly the
  * baseline's gradient (up to float rounding). */
-#ifndef ZERO_H
-#define ZERO_H
+#ifndef ZERO_STATE_H
+#define ZERO_STATE_H
 
 #include "comm.h"
+#include "grad_buckets.h"
 #include "model.h"
 #include "ops.h"
 #include "shard.h"
@@ -36,11 +37,12 @@ typedef struct {
 } zero_options;
 
 typedef struct {
-    comm *world;
+    comm *group;    /* the data-parallel group the state is sharded over */
     gpt_shape shape;
     zero_options opts;
     shard_layout layout;
     gpt_model *model;
+    grad_buckets *buckets;   /* stage 0: DDP's all-reduce, one bucket */
     /* Each vector is either whole (num_params elements, slab-ordered like the model)
      * or this rank's shard (layout.shard_len elements); see the table above. */
     float *params, *grads, *adam_m, *adam_v;
@@ -50,23 +52,16 @@ typedef struct {
 
 /* Allocates what the stage stores (tagged params, grads, optimizer) and initialises
  * the parameters this rank owns from the seed; whole copies are then all-gathered. */
-zero_rank *zero_rank_create(comm *world, const gpt_shape *s, int local_batch, int T,
+zero_rank *zero_rank_create(comm *group, const gpt_shape *s, int local_batch, int T,
                             uint64_t seed, const zero_options *opts);
 void zero_rank_free(zero_rank *z);
-
-/* Forward and backward on the micro-batch loaded into z->model, and the stage's
- * gradient reduction: on return the reduced gradient of this rank's part is in
- * z->grads. Returns this rank's mean loss. */
-float zero_forward_backward(zero_rank *z, float dloss);
-/* AdamW on the part this rank updates, then (stages 1, 2) the parameter all-gather. */
-void zero_optimizer_step(zero_rank *z, const adamw_config *cfg);
 
 /* For checking only (collective): the whole reduced gradient / the whole parameter
  * vector, copied to host memory on ranks that pass a non-NULL buffer. */
 void zero_gather_grads(zero_rank *z, float *host);
 void zero_gather_params(zero_rank *z, float *host);
 
-/* Pieces shared with fsdp.c. */
+/* Pieces the stages share. */
 /* Where this rank's piece of a slab lives in a whole vector or in a shard. */
 float *zero_piece(const zero_rank *z, float *vector, int is_whole, int slab);
 /* A zeroed full-size gradient buffer for one slab, tagged grads. */

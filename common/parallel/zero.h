@@ -1,0 +1,24 @@
+/* ZeRO's training step at stages 0, 1 and 2, and stage 3 through fsdp.h, on the state
+ * of zero_state.h:
+ *
+ *   stage 0   backward, then the gradient all-reduced (DDP's buckets, one bucket)
+ *   stage 1   backward, then a reduce-scatter per slab: each rank gets its piece
+ *   stage 2   a reduce-scatter per slab as soon as backward finishes the slab
+ *   stage 3   FSDP: parameters gathered per block just in time
+ *   then      AdamW on this rank's pieces; stages 1 and 2 all-gather the parameters */
+#ifndef ZERO_H
+#define ZERO_H
+
+#include "zero_state.h"
+
+/* Forward and backward on the micro-batch loaded into z->model, and the stage's
+ * gradient reduction: on return the reduced gradient of this rank's part is in
+ * z->grads. Returns this rank's mean loss. */
+float zero_forward_backward(zero_rank *z, float dloss);
+/* Stages 0 and 1, for a caller that ran backward itself (a pipeline stage's
+ * micro-batches): reduces the whole gradient vector as the stage does. */
+void zero_reduce_grads(zero_rank *z);
+/* AdamW on the part this rank updates, then (stages 1, 2) the parameter all-gather. */
+void zero_optimizer_step(zero_rank *z, const adamw_config *cfg);
+
+#endif
