@@ -372,6 +372,7 @@ static const double tol_loss = 1e-5, tol_grads = 1e-6, tol_params = 1e-4;
 typedef struct {
     run_config cfg;
     int tp;
+    tp_options opts;
     const dataset *data;
     const baseline_run *baseline;
     run_result result;
@@ -381,17 +382,16 @@ typedef struct {
 static int train_rank(comm *world, void *p) {
     train_case *c = p;
     const int rank = comm_rank(world), t = c->tp;
-    comm *tp, *dp;
-    tp_mesh_split(world, t, &tp, &dp);
+    mesh m;
+    mesh_create(&m, world, (mesh_shape){.tp = t, .pp = 1, .dp = comm_size(world) / t});
     tp_train_run run;
-    tp_train(world, tp, dp, &c->cfg, c->data, c->baseline, &run);
+    tp_train(world, &m, &c->cfg, &c->opts, c->data, c->baseline, &run);
     if (rank == 0) {
         c->result = run.result;
         c->drift = run.replica_drift;
     }
     tp_train_run_free(&run);
-    comm_free(dp);
-    comm_free(tp);
+    mesh_free(&m);
     return 0;
 }
 
@@ -415,6 +415,13 @@ static void check_training(int ranks, int t) {
     ck_assert(r->diff_grads <= tol_grads);
     ck_assert(r->diff_params <= tol_params);
     ck_assert(c.drift == 0.0);
+    /* the ring's volume, measured against the formula the chapter prints: uneven
+     * ring chunks may differ by a few bytes per collective (relative tolerance 1e-3) */
+    const double bytes_error = fabs(r->bytes_sent_per_step / r->bytes_formula - 1.0);
+    printf("  bytes per rank per step: %.0f measured, %.0f formula (relative error %.1e)\n",
+           r->bytes_sent_per_step, r->bytes_formula, bytes_error);
+    ck_assert_msg(bytes_error <= 1e-3, "bytes sent %.0f differ from the formula %.0f",
+                  r->bytes_sent_per_step, r->bytes_formula);
     baseline_free(b);
     dataset_free(d);
 }
@@ -428,6 +435,30 @@ START_TEST(training_with_tp3_and_a_padded_vocabulary_matches_the_baseline) {
 }
 END_TEST
 START_TEST(training_with_tp2_times_dp2_matches_the_baseline) { check_training(4, 2); }
+END_TEST
+
+/* The negative control of the drift figure and of f: without f's backward all-reduce
+ * every TP rank's LayerNorm gradients hold only its own heads' part, the replicated
+ * copies drift apart and the gradients leave the baseline's. */
+START_TEST(training_without_f_backward_drifts_and_fails) {
+    train_case c = {.cfg = run_config_default(), .tp = 2, .opts = {.drop_f_backward = 1}};
+    c.cfg.model = train_cfg;
+    c.cfg.batch = 4;
+    c.cfg.steps = 2;
+    c.cfg.quiet = 1;
+    dataset *d = dataset_builtin();
+    baseline_run *b = baseline_train(&c.cfg, d);
+    c.data = d;
+    c.baseline = b;
+    ck_assert_int_eq(run_ranks(2, train_rank, &c), 0);
+    printf("training tp=2 without f backward: grads differ by %.2e, replicas drift %.2e\n",
+           c.result.diff_grads, c.drift);
+    ck_assert_msg(c.drift > 0, "the replicated copies did not drift");
+    ck_assert_msg(c.result.diff_grads > 100 * tol_grads, "grads differ by only %g",
+                  c.result.diff_grads);
+    baseline_free(b);
+    dataset_free(d);
+}
 END_TEST
 
 /* ---- sizes are checked before any rank starts ------------------------------------------- */
@@ -474,6 +505,7 @@ int main(void) {
     tcase_add_test(training, training_with_tp4_matches_the_baseline);
     tcase_add_test(training, training_with_tp3_and_a_padded_vocabulary_matches_the_baseline);
     tcase_add_test(training, training_with_tp2_times_dp2_matches_the_baseline);
+    tcase_add_test(training, training_without_f_backward_drifts_and_fails);
     suite_add_tcase(suite, training);
     return check_run(suite, 0);
 }

@@ -10,8 +10,9 @@
  * slice the row layer wants. So each half of the block costs one all-reduce forward
  * (g) and one backward (f), where two unpaired split layers would cost two each.
  *
- * The training in part 3 uses the model's own block (common/model.c), which does the
- * same; this one is written out so that f and g can be seen, and switched off. */
+ * The block is the model's own (gpt_block_forward in common/model.c, written with the
+ * split layers of common/parallel/tp_linear.c), the very code part 3 trains with: here
+ * it runs alone, as a one-block pipeline stage, against the same block unsplit. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -20,101 +21,38 @@
 #include "rng.h"
 #include "tensor_parallel.h"
 
-struct megatron_block {
-    gpt_shape shape;
-    int B, T;
-    comm *tp;
-    megatron_block_options opts;
-    /* kept from forward for backward */
-    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *x_mid;
-    float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu;
-    const float *x;
-    /* backward scratch */
-    float *d_x_mid, *d_ln, *d_atty, *d_qkv, *d_att, *d_fch, *d_fch_gelu;
-};
+/* One block as a stage of its own: block 1 of a three-block model holds neither the
+ * embedding nor the head, so its boundary is the block's input and output. */
+enum { DEMO_LAYERS = 3, DEMO_LAYER = 1 };
 
-static float *acts(size_t n) { return mem_alloc_on(MEM_DEVICE, MEM_ACTIVATIONS, n * 4); }
-
-megatron_block *megatron_block_create(const gpt_shape *s, int B, int T, comm *tp,
-                                      const megatron_block_options *opts) {
-    megatron_block *b = calloc(1, sizeof *b);
-    b->shape = *s;
-    b->B = B;
-    b->T = T;
-    b->tp = tp;
-    if (opts) b->opts = *opts;
-    const size_t N = (size_t)B * T, C = s->cfg.dim, Cl = s->dim_local, Hl = s->hidden_local;
-    const size_t att = (size_t)B * s->heads_local * T * T;
-    b->ln1 = acts(N * C), b->ln1_mean = acts(N), b->ln1_rstd = acts(N);
-    b->qkv = acts(N * 3 * Cl), b->att = acts(att), b->atty = acts(N * Cl);
-    b->x_mid = acts(N * C);
-    b->ln2 = acts(N * C), b->ln2_mean = acts(N), b->ln2_rstd = acts(N);
-    b->fch = acts(N * Hl), b->fch_gelu = acts(N * Hl);
-    b->d_x_mid = acts(N * C), b->d_ln = acts(N * C), b->d_atty = acts(N * Cl);
-    b->d_qkv = acts(N * 3 * Cl), b->d_att = acts(att);
-    b->d_fch = acts(N * Hl), b->d_fch_gelu = acts(N * Hl);
-    return b;
+static gpt_shape block_stage(const gpt_config *cfg, int t, int r) {
+    gpt_config three = *cfg;
+    three.layers = DEMO_LAYERS;
+    gpt_shape s = gpt_shape_make(&three, t, r);
+    gpt_shape_set_stage(&s, DEMO_LAYER, DEMO_LAYER + 1);
+    return s;
 }
 
-void megatron_block_free(megatron_block *b) {
-    if (!b) return;
-    float *all[] = {b->ln1, b->ln1_mean, b->ln1_rstd, b->qkv, b->att, b->atty, b->x_mid,
-                    b->ln2, b->ln2_mean, b->ln2_rstd, b->fch, b->fch_gelu, b->d_x_mid,
-                    b->d_ln, b->d_atty, b->d_qkv, b->d_att, b->d_fch, b->d_fch_gelu};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) mem_free(all[i]);
-    free(b);
+static gpt_model *block_model(const gpt_shape *s, int B, int T, comm *tp,
+                              const megatron_block_options *opts) {
+    gpt_model_options o = {.tp = tp, .drop_f_backward = opts && opts->drop_f_backward};
+    return gpt_model_create(s, B, T, &o);
 }
 
-void megatron_block_forward(megatron_block *b, float *out, const float *x,
-                            const float *params) {
-    const gpt_shape *s = &b->shape;
-    const int N = b->B * b->T, C = s->cfg.dim, Cl = s->dim_local, Hl = s->hidden_local;
-    gpt_block_tensors p = gpt_block_view(s, (float *)params);
-    b->x = x;
-
-    /* attention: my heads */
-    layernorm_forward(b->ln1, b->ln1_mean, b->ln1_rstd, x, p.ln1_w, p.ln1_b, N, C);
-    column_parallel_forward(b->qkv, b->ln1, p.qkv_w, p.qkv_b, N, C, 3 * Cl);
-    attention_forward(b->atty, b->att, b->qkv, b->B, b->T, Cl, s->heads_local);
-    row_parallel_forward(b->tp, b->x_mid, b->atty, p.proj_w, p.proj_b, N, Cl, C);
-    vec_add(b->x_mid, x, (size_t)N * C);
-
-    /* MLP: my hidden units */
-    layernorm_forward(b->ln2, b->ln2_mean, b->ln2_rstd, b->x_mid, p.ln2_w, p.ln2_b, N, C);
-    column_parallel_forward(b->fch, b->ln2, p.fc_w, p.fc_b, N, C, Hl);
-    gelu_forward(b->fch_gelu, b->fch, (size_t)N * Hl);
-    row_parallel_forward(b->tp, out, b->fch_gelu, p.fc2_w, p.fc2_b, N, Hl, C);
-    vec_add(out, b->x_mid, (size_t)N * C);
+/* out[N, C] = block(x), through the stage's boundary. */
+static void block_forward(gpt_model *m, float *out, const float *x, const float *params,
+                          size_t n) {
+    vec_copy(gpt_stage_input(m), x, n);
+    gpt_forward(m, params);
+    vec_copy(out, gpt_stage_output(m), n);
 }
 
-void megatron_block_backward(megatron_block *b, float *dx, const float *dout,
-                             const float *params, float *grads) {
-    const gpt_shape *s = &b->shape;
-    const int N = b->B * b->T, C = s->cfg.dim, Cl = s->dim_local, Hl = s->hidden_local;
-    gpt_block_tensors p = gpt_block_view(s, (float *)params);
-    gpt_block_tensors g = gpt_block_view(s, grads);
-    comm *f_group = b->opts.drop_f_backward ? NULL : b->tp;   /* negative control */
-
-    /* MLP: out = x_mid + fc2(gelu(fc(ln2(x_mid)))) */
-    vec_copy(b->d_x_mid, dout, (size_t)N * C);
-    row_parallel_backward(b->d_fch_gelu, g.fc2_w, g.fc2_b, dout, b->fch_gelu, p.fc2_w, N,
-                          Hl, C);
-    gelu_backward(b->d_fch, b->fch, b->d_fch_gelu, (size_t)N * Hl);
-    column_parallel_backward(f_group, b->d_ln, g.fc_w, g.fc_b, b->d_fch, b->ln2, p.fc_w, N,
-                             C, Hl);
-    layernorm_backward(b->d_x_mid, g.ln2_w, g.ln2_b, b->d_ln, b->x_mid, p.ln2_w,
-                       b->ln2_mean, b->ln2_rstd, N, C);
-
-    /* attention: x_mid = x + proj(attention(qkv(ln1(x)))) */
-    vec_copy(dx, b->d_x_mid, (size_t)N * C);
-    row_parallel_backward(b->d_atty, g.proj_w, g.proj_b, b->d_x_mid, b->atty, p.proj_w, N,
-                          Cl, C);
-    attention_backward(b->d_qkv, b->d_att, b->d_atty, b->qkv, b->att, b->B, b->T, Cl,
-                       s->heads_local);
-    column_parallel_backward(f_group, b->d_ln, g.qkv_w, g.qkv_b, b->d_qkv, b->ln1, p.qkv_w,
-                             N, C, 3 * Cl);
-    layernorm_backward(dx, g.ln1_w, g.ln1_b, b->d_ln, b->x, p.ln1_w, b->ln1_mean,
-                       b->ln1_rstd, N, C);
+/* dx[N, C] = d(block input) for d(block output) = dout; grads accumulate. */
+static void block_backward(gpt_model *m, float *dx, const float *dout, const float *params,
+                           float *grads, size_t n) {
+    vec_copy(gpt_stage_output_grad(m), dout, n);
+    gpt_backward(m, params, grads, 0.0f, NULL, NULL);   /* no head: dloss unused */
+    vec_copy(dx, gpt_stage_input_grad(m), n);
 }
 
 /* ---- comparing with the unsplit block ---------------------------------------------- */
@@ -147,16 +85,13 @@ void block_compare(comm *tp, const gpt_config *cfg, int B, int T, uint64_t seed,
                    const megatron_block_options *opts, block_report *out) {
     const int t = comm_size(tp), r = comm_rank(tp);
     const size_t N = (size_t)B * T, C = cfg->dim;
-    gpt_config one = *cfg;
-    one.layers = 1;
-    gpt_shape whole = gpt_shape_make(&one, 1, 0), mine = gpt_shape_make(&one, t, r);
-    const size_t n_whole = gpt_slab_numel(&whole, 1), n_mine = gpt_slab_numel(&mine, 1);
+    gpt_shape whole = block_stage(cfg, 1, 0), mine = block_stage(cfg, t, r);
+    const size_t n_whole = gpt_slab_numel(&whole, 0), n_mine = gpt_slab_numel(&mine, 0);
 
     /* The unsplit block: the model's initial values, plus noise so that biases and
      * LayerNorms are not 0 and 1 (a bias added twice must show). */
     float *h_w_params = floats(n_whole), *h_w_grads = floats(n_whole);
-    gpt_init_params(&whole, seed, gpt_slab_offset(&whole, 1),
-                    gpt_slab_offset(&whole, 1) + n_whole, h_w_params);
+    gpt_init_params(&whole, seed, 0, n_whole, h_w_params);
     for (size_t i = 0; i < n_whole; i++) h_w_params[i] += 0.05f * rng_normal(seed, 911, i);
     float *h_x = floats(N * C), *h_dout = floats(N * C);
     for (size_t i = 0; i < N * C; i++) {
@@ -166,24 +101,24 @@ void block_compare(comm *tp, const gpt_config *cfg, int B, int T, uint64_t seed,
     float *w_params = device_copy(h_w_params, n_whole), *w_grads = device_floats(n_whole);
     float *x = device_copy(h_x, N * C), *dout = device_copy(h_dout, N * C);
     float *w_out = device_floats(N * C), *w_dx = device_floats(N * C);
-    megatron_block *unsplit = megatron_block_create(&whole, B, T, NULL, NULL);
-    megatron_block_forward(unsplit, w_out, x, w_params);
-    megatron_block_backward(unsplit, w_dx, dout, w_params, w_grads);
+    gpt_model *unsplit = block_model(&whole, B, T, NULL, NULL);
+    block_forward(unsplit, w_out, x, w_params, N * C);
+    block_backward(unsplit, w_dx, dout, w_params, w_grads, N * C);
 
     /* My slice of the same block, run with the tp group. */
     float *h_params = floats(n_mine), *h_grads = floats(n_mine), *h_expect = floats(n_mine);
     tp_slice_block(&mine, h_w_params, h_params, SLICE_TAKE, 1);
     float *params = device_copy(h_params, n_mine), *grads = device_floats(n_mine);
     float *y = device_floats(N * C), *dx = device_floats(N * C);
-    megatron_block *split = megatron_block_create(&mine, B, T, tp, opts);
+    gpt_model *split = block_model(&mine, B, T, tp, opts);
     comm_barrier(tp);
     comm_stats s0 = stats_of(tp);
     trace_begin(tp, "block forward");
-    megatron_block_forward(split, y, x, params);
+    block_forward(split, y, x, params, N * C);
     trace_end(tp);
     comm_stats s1 = stats_of(tp);
     trace_begin(tp, "block backward");
-    megatron_block_backward(split, dx, dout, params, grads);
+    block_backward(split, dx, dout, params, grads, N * C);
     trace_end(tp);
     comm_stats s2 = stats_of(tp);
 
@@ -216,8 +151,8 @@ void block_compare(comm *tp, const gpt_config *cfg, int B, int T, uint64_t seed,
     out->bytes_forward = group_max(tp, out->bytes_forward);
     out->bytes_backward = group_max(tp, out->bytes_backward);
 
-    megatron_block_free(split);
-    megatron_block_free(unsplit);
+    gpt_model_free(split);
+    gpt_model_free(unsplit);
     float *all[] = {w_params, w_grads, x, dout, w_out, w_dx, params, grads, y, dx,
                     h_w_params, h_w_grads, h_x, h_dout, h_params, h_grads, h_expect, h_y,
                     h_dx, h_w_out, h_w_dx};

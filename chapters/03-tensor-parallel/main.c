@@ -193,8 +193,9 @@ static int rank_main(comm *world, void *argp) {
     chapter_args *a = argp;
     const int t = a->tp, rank = comm_rank(world), root = rank == 0;
     const run_config *cfg = &a->cfg;
-    comm *tp, *dp;
-    tp_mesh_split(world, t, &tp, &dp);
+    mesh m;
+    mesh_create(&m, world, (mesh_shape){.tp = t, .pp = 1, .dp = comm_size(world) / t});
+    comm *tp = m.tp;
     if (root && !cfg->json) {
         char title[128];
         snprintf(title, sizeof title, "Chapter 3: tensor parallelism (Megatron-LM), TP = %d"
@@ -222,7 +223,7 @@ static int rank_main(comm *world, void *argp) {
     comm_barrier(world);
     if (runs_part(a, PART_TRAIN)) {
         if (root && !cfg->json) print_part3_intro(a, comm_size(world));
-        tp_train(world, tp, dp, cfg, a->data, a->baseline, &run);
+        tp_train(world, &m, cfg, NULL, a->data, a->baseline, &run);
         if (root && !cfg->json) {
             run_result rows[2] = {a->baseline->result, run.result};
             report_table(cfg, rows, 2);
@@ -235,8 +236,7 @@ static int rank_main(comm *world, void *argp) {
                    runs_part(a, PART_TRAIN) ? &run : NULL);
     fflush(stdout);
     if (runs_part(a, PART_TRAIN)) tp_train_run_free(&run);
-    comm_free(dp);
-    comm_free(tp);
+    mesh_free(&m);
     return root && !ok ? 1 : 0;
 }
 

@@ -3,7 +3,6 @@
  *   matrix_split.c  part 1: y = W x split by outputs (column-parallel) and by inputs
  *                   (row-parallel), and Megatron's f and g operators
  *   block_demo.c    part 2: one transformer block built from those layers
- *   tp_slices.c     the map between the unsplit model and a TP rank's slice
  *   tp_train.c      part 3: the whole model trained with TP (x DP), checked against
  *                   the single-device baseline
  *   link_projection.c  part 3's arithmetic: TP's all-reduces on NVLink, IB, Ethernet
@@ -15,7 +14,9 @@
 #include "comm.h"
 #include "model.h"
 #include "report.h"
+#include "mesh.h"
 #include "tp_linear.h"
+#include "tp_slices.h"
 #include "train.h"
 
 /* ---- part 1: y = W x by hand --------------------------------------------------------- */
@@ -28,22 +29,12 @@ typedef struct {
 void part1_matrix_split(comm *tp, const run_config *cfg, split_report *out);
 
 /* ---- part 2: one Megatron block -------------------------------------------------------- */
+/* The model's own block (common/model.c: gpt_block_forward / gpt_block_backward), run
+ * as a one-block pipeline stage so that its input and output gradient can be given and
+ * its output and input gradient read. */
 typedef struct {
     int drop_f_backward;   /* test only: the negative control, f backward = identity */
 } megatron_block_options;
-
-typedef struct megatron_block megatron_block;
-megatron_block *megatron_block_create(const gpt_shape *s, int B, int T, comm *tp,
-                                      const megatron_block_options *opts);
-void megatron_block_free(megatron_block *b);
-/* out[N, C] = block(x): x and out are replicated over tp, params is this rank's slice
- * of one block slab (gpt_block_view layout). */
-void megatron_block_forward(megatron_block *b, float *out, const float *x,
-                            const float *params);
-/* dx[N, C] = d(block input) (overwritten); grads accumulates the slab's gradients.
- * Uses the activations of the last forward. */
-void megatron_block_backward(megatron_block *b, float *dx, const float *dout,
-                             const float *params, float *grads);
 
 typedef struct {
     int tp, B, T;
@@ -59,22 +50,6 @@ typedef struct {
 void block_compare(comm *tp, const gpt_config *cfg, int B, int T, uint64_t seed,
                    const megatron_block_options *opts, block_report *out);
 void part2_block(comm *tp, const run_config *cfg, block_report *out);
-
-/* ---- the unsplit model <-> a TP rank's slice ------------------------------------------- */
-typedef enum { SLICE_TAKE, SLICE_PUT } slice_direction;   /* whole -> part, part -> whole */
-/* Copies rank part->tp_rank's pieces of one block slab between the unsplit layout and
- * the slice. with_replicated: also copy LayerNorms and row-parallel biases. */
-void tp_slice_block(const gpt_shape *part, float *whole_block, float *part_block,
-                    slice_direction dir, int with_replicated);
-/* The same for the whole parameter (or gradient) vector, embedding included. */
-void tp_slice_model(const gpt_shape *part, float *whole, float *part_vec,
-                    slice_direction dir, int with_replicated);
-/* Gathers every tp rank's slice and reassembles the unsplit vector on tp rank 0
- * (whole: gpt_num_params of the unsplit shape; may be NULL on the other ranks).
- * Replicated tensors are taken from rank 0; the return value (on rank 0) is the
- * largest difference between rank 0's copies and the other ranks' (0 when the ranks
- * stayed in step). Collective over tp. */
-double tp_gather_whole(comm *tp, const gpt_shape *mine, const float *local, float *whole);
 
 /* ---- part 3: training the whole model ------------------------------------------------ */
 /* Checks a TP size against the model and the world before any rank starts: heads,
@@ -95,13 +70,13 @@ typedef struct {
     double bytes_tp_per_step, bytes_dp_per_step;   /* per rank, measured */
 } tp_train_run;
 
-/* Cuts world into tp groups of t adjacent ranks (as on one NVLink island) and dp
- * groups of the ranks with the same tp rank: rank = dp_index * t + tp_rank. */
-void tp_mesh_split(comm *world, int t, comm **tp, comm **dp);
-
-/* world = tp x dp ranks, laid out by tp_mesh_split. Every rank trains; world rank 0
- * gathers and compares. */
-void tp_train(comm *world, comm *tp, comm *dp, const run_config *cfg,
+/* world = tp x dp ranks on the mesh m (pp 1): TP inside each group of t consecutive
+ * ranks, DDP's overlapped gradient buckets across the groups. Every rank trains;
+ * world rank 0 gathers and compares. */
+typedef struct {
+    int drop_f_backward;   /* negative control: f's backward all-reduce left out */
+} tp_options;
+void tp_train(comm *world, const mesh *m, const run_config *cfg, const tp_options *opts,
               const dataset *data, const baseline_run *baseline, tp_train_run *out);
 void tp_train_run_free(tp_train_run *r);
 /* The textbook bytes each rank sends per step (ring all-reduce). */

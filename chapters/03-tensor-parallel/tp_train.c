@@ -16,7 +16,9 @@
 
 #include "alloc.h"
 #include "compare.h"
+#include "grad_buckets.h"
 #include "ops.h"
+#include "train_loop.h"
 
 /* ---- sizes ------------------------------------------------------------------------- */
 
@@ -79,124 +81,145 @@ double tp_bytes_formula(const gpt_config *m, int B_local, int T, int tp, int dp,
     /* all-reduces of N x C floats: 2 per block forward, 2 backward, the vocab-parallel
      * embedding (forward) and the LM head's f (backward); of N and 2N floats: the loss */
     double tp_floats = (4.0 * m->layers + 2.0) * N * m->dim + 3.0 * N;
-    /* data parallel: every gradient of the slice, and the step's loss */
-    double dp_floats = (double)params_per_rank + 1.0;
+    /* data parallel: every gradient of the slice (the loss travels on a group of the
+     * training loop's own) */
+    double dp_floats = (double)params_per_rank;
     return 4.0 * (ring_tp * tp_floats + ring_dp * dp_floats);
 }
 
 /* ---- training ----------------------------------------------------------------------- */
 
-void tp_mesh_split(comm *world, int t, comm **tp, comm **dp) {
-    const int rank = comm_rank(world);
-    *tp = comm_split(world, rank / t, rank % t, "tp");
-    *dp = comm_split(world, rank % t, rank / t, "dp");
+/* One rank's TP (x DP) state for the training loop. */
+typedef struct {
+    comm *world;
+    const mesh *m;
+    const run_config *cfg;
+    const dataset *data;
+    gpt_shape shape;
+    replica rep;
+    gpt_model *model;
+    grad_buckets *buckets;   /* DP across the TP groups; NULL without DP */
+    int B;                   /* sequences per TP group */
+    tp_train_run *out;
+    mem_stats *stats, side;  /* the comparison's copies are charged to `side` */
+    double drift;
+} tp_rank;
+
+static float tp_compute_grads(void *arg, int step) {
+    tp_rank *r = arg;
+    const double tokens = (double)r->cfg->batch * r->cfg->model.ctx;
+    load_batch(r->model, r->data, r->cfg, step, r->m->me.dp * r->B, r->B);
+    vec_zero(r->rep.grads, r->rep.num_params);
+    trace_begin(r->world, "forward");
+    float loss = gpt_forward(r->model, r->rep.params);
+    trace_end(r->world);
+    /* data parallel over the groups: each slab's gradient is summed over the groups
+     * while backward goes on (DDP's buckets on the dp group) */
+    trace_begin(r->world, "backward");
+    gpt_backward(r->model, r->rep.params, r->rep.grads, (float)(1.0 / tokens),
+                 r->buckets ? grad_buckets_slab_ready : NULL, r->buckets);
+    trace_end(r->world);
+    if (r->buckets) {
+        trace_begin(r->world, "wait for dp gradients");
+        grad_buckets_wait(r->buckets);
+        trace_end(r->world);
+    }
+    /* the TP ranks of a group share one loss: its first rank counts it */
+    return r->m->me.tp == 0 ? loss / (float)r->m->shape.dp : 0.0f;
 }
 
-void tp_train(comm *world, comm *tp, comm *dp, const run_config *cfg,
+/* The unsplit gradients of step 1, for the comparison; not timed. */
+static void tp_keep_first_grads(void *arg) {
+    tp_rank *r = arg;
+    if (r->m->me.dp != 0) return;
+    mem_stats_bind(&r->side);
+    double d = tp_gather_whole(r->m->tp, &r->shape, r->rep.grads, r->out->first_grads);
+    mem_stats_bind(r->stats);
+    if (d > r->drift) r->drift = d;
+}
+
+static void tp_update(void *arg, int step) {
+    (void)step;
+    tp_rank *r = arg;
+    trace_begin(r->world, "optimizer");
+    replica_adamw(&r->rep, &r->cfg->adamw);
+    trace_end(r->world);
+}
+
+void tp_train(comm *world, const mesh *m, const run_config *cfg, const tp_options *opts,
               const dataset *data, const baseline_run *baseline, tp_train_run *out) {
-    const int t = comm_size(tp), d = comm_size(dp);
-    const int tp_rank = comm_rank(tp), dp_rank = comm_rank(dp);
+    const int t = m->shape.tp, d = m->shape.dp;
     const int root = comm_world_rank(world) == 0;
-    const int B = cfg->batch / d, T = cfg->model.ctx, steps = cfg->steps;
-    const double tokens = (double)cfg->batch * T;
+    const int T = cfg->model.ctx;
     memset(out, 0, sizeof *out);
     out->tp = t;
     out->dp = d;
-
-    gpt_shape shape = gpt_shape_make(&cfg->model, t, tp_rank);
-    gpt_shape_split_vocab(&shape);
-    out->vocab_local = shape.vocab_local;
-    out->vocab_padding = shape.vocab_local * t - cfg->model.vocab;
-    mem_stats *stats = mem_stats_current();
-    mem_stats_reset_peaks(stats);
-    replica rep;
-    replica_init(&rep, &shape, cfg->seed, 1);
-    out->params_per_rank = rep.num_params;
-    gpt_model_options opts = {.tp = t > 1 ? tp : NULL};
-    gpt_model *model = gpt_model_create(&shape, B, T, &opts);
+    tp_rank r = {.world = world, .m = m, .cfg = cfg, .data = data, .B = cfg->batch / d,
+                 .out = out, .stats = mem_stats_current()};
+    r.shape = gpt_shape_make(&cfg->model, t, m->me.tp);
+    gpt_shape_split_vocab(&r.shape);
+    out->vocab_local = r.shape.vocab_local;
+    out->vocab_padding = r.shape.vocab_local * t - cfg->model.vocab;
+    mem_stats_reset_peaks(r.stats);
+    replica_init(&r.rep, &r.shape, cfg->seed, 1);
+    out->params_per_rank = r.rep.num_params;
+    gpt_model_options model_opts = {.tp = t > 1 ? m->tp : NULL,
+                                     .drop_f_backward = opts && opts->drop_f_backward};
+    r.model = gpt_model_create(&r.shape, r.B, T, &model_opts);
+    if (d > 1)
+        r.buckets = grad_buckets_create(m->dp, &r.shape, r.rep.grads, 1u << 20, 25u << 20,
+                                        COMM_F32);
 
     /* The unsplit copies for the comparison are charged to a side account, so the
      * memory table shows what TP itself needs. */
-    mem_stats side = {0};
     gpt_shape whole = gpt_shape_make(&cfg->model, 1, 0);
     const size_t n_whole = gpt_num_params(&whole);
-    mem_stats_bind(&side);
-    out->loss = mem_alloc(MEM_OTHER, (size_t)steps * sizeof(float));
+    mem_stats_bind(&r.side);
     if (root) {
         out->first_grads = mem_alloc(MEM_OTHER, n_whole * sizeof(float));
         out->final_params = mem_alloc(MEM_OTHER, n_whole * sizeof(float));
     }
-    mem_stats_bind(stats);
+    mem_stats_bind(r.stats);
 
-    double timed = 0.0, drift = 0.0;
-    int timed_steps = 0;
-    comm_barrier(world);
-    for (int step = 1; step <= steps; step++) {
-        double start = comm_now();
-        load_batch(model, data, cfg, step, dp_rank * B, B);
-        vec_zero(rep.grads, rep.num_params);
-        trace_begin(world, "forward");
-        float loss = gpt_forward(model, rep.params);
-        trace_end(world);
-        trace_begin(world, "backward");
-        gpt_backward(model, rep.params, rep.grads, (float)(1.0 / tokens), NULL, NULL);
-        trace_end(world);
-        if (d > 1) {   /* data parallel over the groups: sum the slices' gradients */
-            trace_begin(world, "dp all-reduce");
-            comm_allreduce(dp, rep.grads, rep.num_params, COMM_F32, COMM_SUM);
-            comm_allreduce(dp, &loss, 1, COMM_F32, COMM_AVG);
-            trace_end(world);
-        }
-        if (step == 1 && dp_rank == 0) {   /* for the comparison; not timed */
-            mem_stats_bind(&side);
-            double d1 = tp_gather_whole(tp, &shape, rep.grads, out->first_grads);
-            mem_stats_bind(stats);
-            if (d1 > drift) drift = d1;
-        }
-        trace_begin(world, "optimizer");
-        replica_adamw(&rep, &cfg->adamw);
-        trace_end(world);
-        ops_synchronize();
-        double seconds = comm_now() - start;
-        out->loss[step - 1] = loss;
-        if (step > 1 || steps == 1) {   /* step 1 pays for warm-up: time the rest */
-            timed += seconds;
-            timed_steps++;
-        }
-        if (step == 1 && steps > 1) comm_stats_reset(world);
-        if (root) report_step(cfg, d > 1 ? "tp+dp" : "tp", step, loss, seconds, tokens);
-    }
+    const char *name = d > 1 ? "tp+dp" : "tp";
+    train_strategy strategy = {.name = name, .ctx = &r, .compute_grads = tp_compute_grads,
+                               .keep_first_grads = tp_keep_first_grads, .update = tp_update};
+    train_outcome run;
+    train_loop(world, cfg, (double)cfg->batch * T, &strategy, &run);
+    out->result = run.result;
+    out->loss = run.loss;
+    run.loss = NULL;
+    out->result.loss = out->loss;
+    const int timed_steps = run.result.timed_steps;
+    train_outcome_free(&run);
 
-    run_result *r = &out->result;
-    *r = (run_result){.strategy = d > 1 ? "tp+dp" : "tp", .steps = steps, .loss = out->loss,
-                      .seconds = timed, .timed_steps = timed_steps,
-                      .tokens_per_step = tokens, .memory = *stats};
-    run_result_add_comm(r, world, timed_steps);
-    comm_stats tp_stats = comm_stats_get(tp), dp_stats = comm_stats_get(dp);
+    comm_stats tp_stats = comm_stats_get(m->tp);
+    comm_stats dp_stats = grad_buckets_stats(r.buckets);
     out->allreduces_per_step = (double)tp_stats.calls[COMM_KIND_ALLREDUCE] / timed_steps;
     out->bytes_tp_per_step = (double)comm_stats_total_sent(&tp_stats) / timed_steps;
     out->bytes_dp_per_step = (double)comm_stats_total_sent(&dp_stats) / timed_steps;
-    r->bytes_formula = cfg->comm.allreduce == ALLREDUCE_RING
-                           ? tp_bytes_formula(&cfg->model, B, T, t, d, rep.num_params)
-                           : -1;
+    out->result.bytes_formula = cfg->comm.allreduce == ALLREDUCE_RING
+                                    ? tp_bytes_formula(&cfg->model, r.B, T, t, d, r.rep.num_params)
+                                    : -1;
 
-    if (dp_rank == 0) {
-        mem_stats_bind(&side);
-        double d2 = tp_gather_whole(tp, &shape, rep.params, out->final_params);
-        mem_stats_bind(stats);
-        if (d2 > drift) drift = d2;
+    if (m->me.dp == 0) {
+        mem_stats_bind(&r.side);
+        double d2 = tp_gather_whole(m->tp, &r.shape, r.rep.params, out->final_params);
+        mem_stats_bind(r.stats);
+        if (d2 > r.drift) r.drift = d2;
     }
-    out->replica_drift = drift;
-    run_result_take_max(world, r);
+    out->replica_drift = r.drift;
     if (root && baseline)
-        compare_to_baseline(r, baseline, out->loss, out->first_grads, out->final_params);
+        compare_to_baseline(&out->result, baseline, out->loss, out->first_grads,
+                            out->final_params);
 
-    gpt_model_free(model);
-    replica_free(&rep);
+    grad_buckets_free(r.buckets);
+    gpt_model_free(r.model);
+    replica_free(&r.rep);
 }
 
 void tp_train_run_free(tp_train_run *r) {
-    mem_free(r->loss);
+    free(r->loss);
     mem_free(r->first_grads);
     mem_free(r->final_params);
     memset(r, 0, sizeof *r);

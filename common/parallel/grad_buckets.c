@@ -176,6 +176,7 @@ void grad_buckets_wait(grad_buckets *b) {
 int grad_buckets_count(const grad_buckets *b) { return b->count; }
 
 comm_stats grad_buckets_stats(const grad_buckets *b) {
+    if (!b) return (comm_stats){0};
     comm_stats s = comm_stats_get(b->group);
     if (b->scale_group) {
         comm_stats extra = comm_stats_get(b->scale_group);

@@ -37,7 +37,7 @@ void grad_buckets_slab_ready(void *ctx, int slab);
 void grad_buckets_wait(grad_buckets *b);
 
 /* This rank's traffic for the gradients: the buckets' all-reduces and, for fp16 and
- * fp8, the scale agreements (which run on a group of their own). */
+ * fp8, the scale agreements (which run on a group of their own). Zero for NULL. */
 comm_stats grad_buckets_stats(const grad_buckets *b);
 
 /* The plan, for tables and tests: buckets in launch order. */

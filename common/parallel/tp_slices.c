@@ -11,11 +11,13 @@
  * Embedding: wte rows [vocab_start, vocab_start + vocab_local) when vocab-parallel
  * (padding rows have no unsplit place), else replicated; wpe and the final LayerNorm
  * replicated. */
+#include "tp_slices.h"
+
 #include <string.h>
 
 #include "alloc.h"
 #include "ops.h"
-#include "tensor_parallel.h"
+#include "train.h"
 
 static void copy_floats(float *whole, float *part, size_t n, slice_direction dir) {
     if (dir == SLICE_TAKE) memcpy(part, whole, n * sizeof(float));
