@@ -395,17 +395,27 @@ static int train_rank(comm *world, void *p) {
     return 0;
 }
 
-static void check_training(int ranks, int t) {
-    train_case c = {.cfg = run_config_default(), .tp = t};
+/* Trains on `ranks` thread ranks with TP size t and compares with the baseline. */
+static train_case train_against_baseline(int ranks, int t, int steps, tp_options opts) {
+    train_case c = {.cfg = run_config_default(), .tp = t, .opts = opts};
     c.cfg.model = train_cfg;
     c.cfg.batch = 4;
-    c.cfg.steps = 5;
+    c.cfg.steps = steps;
     c.cfg.quiet = 1;
     dataset *d = dataset_builtin();
     baseline_run *b = baseline_train(&c.cfg, d);
     c.data = d;
     c.baseline = b;
     ck_assert_int_eq(run_ranks(ranks, train_rank, &c), 0);
+    baseline_free(b);
+    dataset_free(d);
+    c.data = NULL;
+    c.baseline = NULL;
+    return c;
+}
+
+static void check_training(int ranks, int t) {
+    train_case c = train_against_baseline(ranks, t, 5, (tp_options){0});
     const run_result *r = &c.result;
     printf("training tp=%d dp=%d, 5 steps: max diff loss %.2e (tol %.0e), grads of step 1"
            " %.2e (tol %.0e), params %.2e (tol %.0e); replicas drift %.1e\n", t, ranks / t,
@@ -422,8 +432,6 @@ static void check_training(int ranks, int t) {
            r->bytes_sent_per_step, r->bytes_formula, bytes_error);
     ck_assert_msg(bytes_error <= 1e-3, "bytes sent %.0f differ from the formula %.0f",
                   r->bytes_sent_per_step, r->bytes_formula);
-    baseline_free(b);
-    dataset_free(d);
 }
 
 START_TEST(training_with_tp2_matches_the_baseline) { check_training(2, 2); }
@@ -441,23 +449,12 @@ END_TEST
  * every TP rank's LayerNorm gradients hold only its own heads' part, the replicated
  * copies drift apart and the gradients leave the baseline's. */
 START_TEST(training_without_f_backward_drifts_and_fails) {
-    train_case c = {.cfg = run_config_default(), .tp = 2, .opts = {.drop_f_backward = 1}};
-    c.cfg.model = train_cfg;
-    c.cfg.batch = 4;
-    c.cfg.steps = 2;
-    c.cfg.quiet = 1;
-    dataset *d = dataset_builtin();
-    baseline_run *b = baseline_train(&c.cfg, d);
-    c.data = d;
-    c.baseline = b;
-    ck_assert_int_eq(run_ranks(2, train_rank, &c), 0);
+    train_case c = train_against_baseline(2, 2, 2, (tp_options){.drop_f_backward = 1});
     printf("training tp=2 without f backward: grads differ by %.2e, replicas drift %.2e\n",
            c.result.diff_grads, c.drift);
     ck_assert_msg(c.drift > 0, "the replicated copies did not drift");
     ck_assert_msg(c.result.diff_grads > 100 * tol_grads, "grads differ by only %g",
                   c.result.diff_grads);
-    baseline_free(b);
-    dataset_free(d);
 }
 END_TEST
 
