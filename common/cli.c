@@ -33,10 +33,9 @@ run_config run_config_default(void) {
         .seed = 1234,
         .adamw = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                   .weight_decay = 0.01f, .warmup_steps = 10},
-        .device = "auto",
         .comm = comm_options_default(),
     };
-    cfg.comm.device = COMM_DEVICE_AUTO;   /* settled by cli_parse */
+    cfg.comm.device = DEVICE_AUTO;   /* settled by cli_parse */
     return cfg;
 }
 
@@ -162,7 +161,7 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
         {"json", OPT_FLAG, &cfg->json, "print one JSON object instead of tables", NULL, 0},
         {"quiet", OPT_FLAG, &cfg->quiet, "no per-step progress lines", NULL, 0},
         {"device", OPT_CHOICE, &sv.device, "where ranks compute", device_names, 0},
-        {"tf32", OPT_FLAG, &cfg->tf32, "let cuBLAS use TF32 (GPU)", NULL, 0},
+        {"tf32", OPT_FLAG, &cfg->comm.tf32, "let cuBLAS use TF32 (GPU)", NULL, 0},
         {"allreduce", OPT_CHOICE, &sv.allreduce, "all-reduce algorithm (threads)", allreduce_names, 0},
         {"link", OPT_CHOICE, &sv.link, "modelled wire between ranks (threads)", link_names, 0},
         {"link-scale", OPT_FLOAT, &sv.link_scale, "slow every link down by this factor", NULL, 1e-9},
@@ -221,21 +220,17 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
     cfg->comm.timeout_seconds = sv.timeout;
     /* The device is settled here, before any rank starts: auto becomes what this machine
      * has, and a GPU that is not there is one clear line. */
-    const comm_device requested = sv.device == 1   ? COMM_DEVICE_CPU
-                                  : sv.device == 2 ? COMM_DEVICE_CUDA
-                                                   : COMM_DEVICE_AUTO;
-#ifndef USE_CUDA
-    if (requested == COMM_DEVICE_CUDA)
+    const device_kind requested = sv.device == 1   ? DEVICE_CPU
+                                  : sv.device == 2 ? DEVICE_CUDA
+                                                   : DEVICE_AUTO;
+    char why[160];
+    if (requested == DEVICE_CUDA && !device_gpu_backend())
         cli_fail("--device cuda: this build has no GPU support (build with GPU=1, or use"
                  " --device cpu)");
-#endif
-    cfg->comm.device = comm_device_resolve(requested);
-    if (requested == COMM_DEVICE_CUDA && cfg->comm.device == COMM_DEVICE_CUDA &&
-        device_gpu_count() == 0)
-        cli_fail("--device cuda: no GPU is visible to this process (use --device cpu or"
-                 " auto)");
-    cfg->device = comm_device_name(cfg->comm.device);
-    cfg->comm.tf32 = cfg->tf32;
+    if (requested == DEVICE_CUDA && device_gpu_count() == 0)
+        cli_fail("--device cuda: no GPU is visible to this process (CUDA says: %s); use"
+                 " --device cpu or auto", device_no_gpu_reason(why, sizeof why));
+    cfg->comm.device = device_resolve(requested);
 
     char err[256];
     if (!gpt_config_check(&cfg->model, 1, err, sizeof err)) cli_fail("%s", err);

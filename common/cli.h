@@ -19,9 +19,9 @@ typedef struct {
     const char *data_path;   /* NULL: built-in corpus */
     int json;             /* --json: one JSON object on stdout, no table */
     int quiet;            /* --quiet: no per-step lines */
-    const char *device;   /* --device cpu|cuda|auto */
-    int tf32;
-    comm_options comm;    /* ranks, allreduce, link, link-scale, comm-timeout, trace */
+    comm_options comm;    /* ranks, allreduce, link, link-scale, comm-timeout, trace,
+                             device (--device, resolved: never auto after cli_parse)
+                             and tf32 (--tf32) */
 } run_config;
 
 typedef enum { OPT_INT, OPT_FLOAT, OPT_STRING, OPT_FLAG, OPT_CHOICE } cli_type;

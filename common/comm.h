@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "alloc.h"
+#include "device.h"
 
 typedef struct comm comm;
 typedef struct comm_request comm_request;
@@ -155,11 +156,6 @@ typedef int (*rank_main_fn)(comm *world, void *args);
  *   LINK_ETHERNET   25 Gb/s  = 3.125 GB/s, 30 us   (GB = 1e9 bytes) */
 typedef enum { LINK_NONE, LINK_NVLINK, LINK_IB, LINK_ETHERNET } comm_link;
 
-/* Where ranks compute. comm_options_default() gives CPU, so that programs which build
- * their options by hand keep the CPU path; the command line's default is auto. AUTO
- * means CUDA when a GPU is visible (GPU=1 builds only), else CPU. */
-typedef enum { COMM_DEVICE_CPU, COMM_DEVICE_CUDA, COMM_DEVICE_AUTO } comm_device;
-
 typedef struct {
     int ranks;                       /* threads backend; MPI takes mpirun's -np */
     comm_allreduce_algo allreduce;   /* threads backend */
@@ -167,8 +163,11 @@ typedef struct {
     double link_scale;               /* 1 = as the link is; 10 = ten times slower */
     double timeout_seconds;          /* every blocking wait (<= 0: the default) */
     const char *trace_path;          /* NULL: no trace */
-    comm_device device;              /* CUDA ranks: one GPU each through NCCL when there
-                                        are GPUs enough, else sharing GPUs (threads) */
+    device_kind device;              /* where ranks compute (device.h): CPU by default,
+                                        so that options built by hand keep the CPU path
+                                        (the command line's default is auto). CUDA
+                                        ranks: one GPU each through NCCL when there are
+                                        GPUs enough, else sharing GPUs (threads) */
     int tf32;                        /* CUDA: let cuBLAS use TF32 tensor cores */
 } comm_options;
 
@@ -196,14 +195,11 @@ int launch_mpi(const comm_options *opts, rank_main_fn fn, void *args);
 int launch_mpi_world_size(void);
 
 /* ---- devices ------------------------------------------------------------------------ */
-/* AUTO made concrete for this machine: CUDA when this is a GPU=1 build and a GPU is
- * visible, else CPU. CPU and CUDA come back as they are. */
-comm_device comm_device_resolve(comm_device requested);
-const char *comm_device_name(comm_device device);   /* "cpu", "cuda", "auto" */
 /* Makes the calling thread compute where opts says, as launch does for each rank:
  * rank `index` of this process gets GPU index % GPUs; applies opts->tf32. Returns the
- * device chosen. For code that computes outside launch (a baseline, a helper thread). */
-comm_device launch_select_device(const comm_options *opts, int index);
+ * device chosen (device_select_for_rank). For code that computes outside launch (a
+ * baseline, a helper thread). */
+device_kind launch_select_device(const comm_options *opts, int index);
 /* One line on what launch will run for `world` ranks, for the header of a run, e.g.
  * "device: cuda (1 GPU: NVIDIA H200); communicator: threads over a shared GPU (4 ranks
  * on 1 GPU: device copies and reduction kernels)". */

@@ -4,7 +4,7 @@
  * sequence numbers, accounting, the flight recorder, the trace and failure reports.
  * A backend only moves bytes, behind the comm_backend table below.
  *
- * Adding a backend (e.g. NCCL in gpu/):
+ * Adding a backend (e.g. NCCL in gpu/, reached through comm_gpu_hooks below):
  *   1. Write the functions of a comm_backend (all are required) and one static table.
  *   2. At launch, make a job with comm_job_create(), and for each rank of this process
  *      its world comm with comm_create(); keep your state in comm->impl (and, if
@@ -21,8 +21,11 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "comm.h"
+#include "device.h"
 
 /* The threads backend pipelines in slices of this many elements (1 MiB of fp32): the
  * ring all-reduce moves slabs of N slices, broadcast and reduce one slice per step.
@@ -206,41 +209,88 @@ int threads_run_rank(comm *world, rank_main_fn fn, void *args);
 int mpi_launch(const comm_options *opts, rank_main_fn fn, void *args);
 #endif
 
-#ifdef USE_CUDA
-/* ---- GPU buffers in the host-side backends (gpu/comm_gpu.c) ------------------------
- * The threads backend (ranks sharing GPUs) and the MPI backend (processes sharing GPUs)
- * move bytes with host code. On ranks that compute on CUDA they call these instead of
- * memcpy and comm_reduce_buffers. A comm_gpu is one (rank, group)'s GPU, stream and
- * staging buffer. Pointers may be host or device memory, mixed; all-host work runs on
- * the host as on the CPU path. Every call has finished its work when it returns, so
- * that a peer may read the result as soon as the step is published. */
-typedef struct comm_gpu comm_gpu;
-comm_gpu *comm_gpu_open(void);     /* on a thread that has selected its GPU */
-void comm_gpu_close(comm_gpu *g);  /* any thread */
-int comm_gpu_is_device(const void *ptr);   /* memory a host loop must not touch */
-void comm_gpu_copy(comm_gpu *g, void *dst, const void *src, size_t bytes);
-void comm_gpu_reduce(comm_gpu *g, void *dst, const void *a, const void *b, size_t count,
-                     comm_dtype dt, comm_op op);
-void comm_gpu_divide(comm_gpu *g, void *buf, size_t count, comm_dtype dt, int divisor);
-/* The compute the calling rank has queued on its stream produced the buffers a call
- * is given: a blocking call waits for it; an async start marks it (on the rank's
- * thread) and the thread that runs the call waits for the mark (which it releases).
- * No-ops on a thread that computes on the CPU. */
-void comm_gpu_compute_done(void);
-void *comm_gpu_compute_mark(void);
-void comm_gpu_wait_mark(void *mark);
-
-/* ---- the NCCL backend's launcher hooks (gpu/comm_nccl.c) ----------------------------
+/* ---- GPU buffers and NCCL: the GPU backend's hooks -----------------------------------
+ * gpu/ fills one comm_gpu_hooks (device_gpu_backend()->comm); the functions below call
+ * through it, so the backends here name no gpu/ header. Only CUDA ranks reach them.
+ *
+ * GPU buffers in the host-side backends: the threads backend (ranks sharing GPUs) and
+ * the MPI backend (processes sharing GPUs) move bytes with host code; on ranks that
+ * compute on CUDA they call these instead of memcpy and comm_reduce_buffers. A comm_gpu
+ * is one (rank, group)'s GPU, stream and staging buffer. Pointers may be host or device
+ * memory, mixed; all-host work runs on the host as on the CPU path. Every call has
+ * finished its work when it returns, so that a peer may read the result as soon as the
+ * step is published. copy has memmove semantics (an in-place all-gather may overlap).
+ *
+ * compute_done / compute_mark / wait_mark: the compute the calling rank has queued on
+ * its stream produced the buffers a call is given: a blocking call waits for it; an
+ * async start marks it (on the rank's thread) and the thread that runs the call waits
+ * for the mark (which it releases). No-ops on a thread that computes on the CPU.
+ *
+ * The NCCL backend's launcher hooks:
  *   nccl_unique_id  once per job: by the launching thread, or MPI rank 0 + MPI_Bcast
  *   nccl_world      on each rank's own thread after device_select(DEVICE_CUDA, gpu);
  *                   every rank of the world must call it at the same time
  *   nccl_run_rank   runs rank_main so that a failure can stop the rank (threads) */
 #define NCCL_ID_BYTES 128
-void nccl_unique_id(unsigned char id[NCCL_ID_BYTES]);
-comm *nccl_world(comm_job *job, comm_rank_state *rs, int world_rank, int world_size,
-                 const unsigned char id[NCCL_ID_BYTES]);
-int nccl_run_rank(comm *world, rank_main_fn fn, void *args);
-#endif
+typedef struct comm_gpu comm_gpu;
+typedef struct comm_gpu_hooks {
+    comm_gpu *(*open)(void);          /* on a thread that has selected its GPU */
+    void (*close)(comm_gpu *g);       /* any thread */
+    int (*is_device)(const void *ptr);   /* memory a host loop must not touch */
+    void (*copy)(comm_gpu *g, void *dst, const void *src, size_t bytes);
+    void (*reduce)(comm_gpu *g, void *dst, const void *a, const void *b, size_t count,
+                   comm_dtype dt, comm_op op);
+    void (*divide)(comm_gpu *g, void *buf, size_t count, comm_dtype dt, int divisor);
+    void (*compute_done)(void);
+    void *(*compute_mark)(void);
+    void (*wait_mark)(void *mark);
+    void (*nccl_unique_id)(unsigned char id[NCCL_ID_BYTES]);
+    comm *(*nccl_world)(comm_job *job, comm_rank_state *rs, int world_rank, int world_size,
+                        const unsigned char id[NCCL_ID_BYTES]);
+    int (*nccl_run_rank)(comm *world, rank_main_fn fn, void *args);
+} comm_gpu_hooks;
+
+static inline const comm_gpu_hooks *comm_gpu_hooks_get(void) {
+    const device_backend *gpu = device_gpu_backend();
+    if (!gpu) {
+        fprintf(stderr, "comm: a GPU buffer operation in a build without GPU support\n");
+        abort();
+    }
+    return gpu->comm;
+}
+static inline comm_gpu *comm_gpu_open(void) { return comm_gpu_hooks_get()->open(); }
+static inline void comm_gpu_close(comm_gpu *g) {
+    if (g) comm_gpu_hooks_get()->close(g);
+}
+static inline int comm_gpu_is_device(const void *ptr) {
+    return comm_gpu_hooks_get()->is_device(ptr);
+}
+static inline void comm_gpu_copy(comm_gpu *g, void *dst, const void *src, size_t bytes) {
+    comm_gpu_hooks_get()->copy(g, dst, src, bytes);
+}
+static inline void comm_gpu_reduce(comm_gpu *g, void *dst, const void *a, const void *b,
+                                   size_t count, comm_dtype dt, comm_op op) {
+    comm_gpu_hooks_get()->reduce(g, dst, a, b, count, dt, op);
+}
+static inline void comm_gpu_divide(comm_gpu *g, void *buf, size_t count, comm_dtype dt,
+                                   int divisor) {
+    comm_gpu_hooks_get()->divide(g, buf, count, dt, divisor);
+}
+static inline void comm_gpu_compute_done(void) { comm_gpu_hooks_get()->compute_done(); }
+static inline void *comm_gpu_compute_mark(void) { return comm_gpu_hooks_get()->compute_mark(); }
+static inline void comm_gpu_wait_mark(void *mark) {
+    if (mark) comm_gpu_hooks_get()->wait_mark(mark);
+}
+static inline void nccl_unique_id(unsigned char id[NCCL_ID_BYTES]) {
+    comm_gpu_hooks_get()->nccl_unique_id(id);
+}
+static inline comm *nccl_world(comm_job *job, comm_rank_state *rs, int world_rank,
+                               int world_size, const unsigned char id[NCCL_ID_BYTES]) {
+    return comm_gpu_hooks_get()->nccl_world(job, rs, world_rank, world_size, id);
+}
+static inline int nccl_run_rank(comm *world, rank_main_fn fn, void *args) {
+    return comm_gpu_hooks_get()->nccl_run_rank(world, fn, args);
+}
 
 /* ---- rank threads of in-process backends (threads, NCCL) --------------------------- */
 /* Where a thread goes when the job stops: back to the setjmp of the function that

@@ -570,11 +570,12 @@ int mpi_launch(const comm_options *opts, rank_main_fn fn, void *args) {
     MPI_Comm_rank(node, &local_rank);
     MPI_Comm_size(node, &local_size);
     MPI_Comm_free(&node);
-    const comm_device device = launch_select_device(&job->opts, local_rank);
+    const device_kind device =
+        device_select_for_rank(job->opts.device, job->opts.tf32, local_rank);
     comm *world = NULL;
 #ifdef USE_CUDA
     /* NCCL when every node has a GPU per process; all processes must agree */
-    int nccl = device == COMM_DEVICE_CUDA && local_size <= device_gpu_count();
+    int nccl = device == DEVICE_CUDA && local_size <= device_gpu_count();
     MPI_Allreduce(MPI_IN_PLACE, &nccl, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (nccl) {
         unsigned char id[NCCL_ID_BYTES];
@@ -582,7 +583,7 @@ int mpi_launch(const comm_options *opts, rank_main_fn fn, void *args) {
         MPI_Bcast(id, NCCL_ID_BYTES, MPI_BYTE, 0, MPI_COMM_WORLD);
         MPI_Comm_free(&data);
         world = nccl_world(job, rs, rank, size, id);
-    } else if (device == COMM_DEVICE_CUDA) {
+    } else if (device == DEVICE_CUDA) {
         job->impl = comm_gpu_open();   /* device buffers go through host copies */
     }
 #else

@@ -13,9 +13,6 @@
 #include <string.h>
 
 #include "device.h"
-#ifdef USE_CUDA
-#include "ops_cuda.h"
-#endif
 
 /* How long ranks get to notice a failure before the process gives up on them: a rank
  * stops at its next comm call, so only one busy outside comm takes this long. */
@@ -33,67 +30,43 @@ static void one_blas_thread(void) {
 }
 
 /* ---- devices -------------------------------------------------------------------------- */
-comm_device comm_device_resolve(comm_device requested) {
-    if (requested != COMM_DEVICE_AUTO) return requested;
-    return device_gpu_count() > 0 ? COMM_DEVICE_CUDA : COMM_DEVICE_CPU;
-}
-
-const char *comm_device_name(comm_device device) {
-    return device == COMM_DEVICE_CUDA ? "cuda" : device == COMM_DEVICE_AUTO ? "auto" : "cpu";
-}
-
-comm_device launch_select_device(const comm_options *opts, int index) {
-    const comm_device device = comm_device_resolve(opts->device);
-    if (device != COMM_DEVICE_CUDA) {
-        device_select(DEVICE_CPU, 0);
-        return COMM_DEVICE_CPU;
-    }
-#ifdef USE_CUDA
-    const int gpus = device_gpu_count();
-    if (gpus == 0) {
-        fprintf(stderr, "error: --device cuda, but no GPU is visible (use --device cpu)\n");
-        exit(2);
-    }
-    device_select(DEVICE_CUDA, index % gpus);
-    cuda_set_tf32(opts->tf32);
-#else
-    (void)index;
-    fprintf(stderr, "error: --device cuda: this build has no GPU support (rebuild with GPU=1)\n");
-    exit(2);
-#endif
-    return COMM_DEVICE_CUDA;
+device_kind launch_select_device(const comm_options *opts, int index) {
+    return device_select_for_rank(opts->device, opts->tf32, index);
 }
 
 /* NCCL needs a GPU of its own for every rank of the process. */
 static int nccl_fits(const comm_options *opts, int local_ranks) {
-#ifdef USE_CUDA
-    return comm_device_resolve(opts->device) == COMM_DEVICE_CUDA &&
-           local_ranks <= device_gpu_count();
-#else
-    (void)opts, (void)local_ranks;
-    return 0;
-#endif
+    return device_resolve(opts->device) == DEVICE_CUDA && local_ranks <= device_gpu_count();
+}
+
+/* "device: cpu", with the reason when a GPU build found no GPU to run on. */
+static void describe_cpu(int mpi, char *out, size_t size) {
+    const char *communicator = mpi ? "mpi (ranks are Open MPI processes)"
+                                   : "threads (ranks are threads of this process)";
+    char why[160] = "";
+    if (device_gpu_backend() && device_gpu_count() == 0) {
+        device_no_gpu_reason(why, sizeof why);
+        snprintf(out, size, "device: cpu (no GPU visible: running on the CPU; CUDA says: %s);"
+                 " communicator: %s", why, communicator);
+        return;
+    }
+    snprintf(out, size, "device: cpu; communicator: %s", communicator);
 }
 
 void launch_describe(const comm_options *opts, int world, char *out, size_t size) {
-    const comm_device device = comm_device_resolve(opts->device);
     int mpi = 0, local = world;
 #ifdef USE_MPI
     mpi = launch_mpi_world_size() > 0;
     const char *local_size = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     if (mpi && local_size) local = atoi(local_size);
 #endif
-    if (device != COMM_DEVICE_CUDA) {
-        snprintf(out, size, "device: cpu; communicator: %s",
-                 mpi ? "mpi (ranks are Open MPI processes)"
-                     : "threads (ranks are threads of this process)");
+    if (device_resolve(opts->device) != DEVICE_CUDA) {
+        describe_cpu(mpi, out, size);
         return;
     }
     const int gpus = device_gpu_count();
     char name[96] = "no GPU visible";
-#ifdef USE_CUDA
-    if (gpus > 0) cuda_device_name(0, name, sizeof name);
-#endif
+    if (gpus > 0) device_gpu_name(0, name, sizeof name);
     char communicator[160];
     if (nccl_fits(opts, local))
         snprintf(communicator, sizeof communicator, "nccl (one GPU per rank, %s)",
@@ -152,13 +125,12 @@ static void *rank_thread_main(void *arg) {
     comm_rank_state *rs = &rt->job->ranks[rt->index];
     mem_stats_bind(&rs->mem);
     launch_select_device(&rt->job->opts, rt->index);
-#ifdef USE_CUDA
     if (rt->nccl_id) {   /* every rank thread joins at once: ncclCommInitRank waits */
         rt->world = nccl_world(rt->job, rs, rt->index, rt->job->nranks, rt->nccl_id);
         rt->status = nccl_run_rank(rt->world, rt->fn, rt->args);
-    } else
-#endif
-    rt->status = threads_run_rank(rt->world, rt->fn, rt->args);
+    } else {
+        rt->status = threads_run_rank(rt->world, rt->fn, rt->args);
+    }
     atomic_store(&rs->status, rt->status);
     atomic_store(&rs->finished, 1);
     pthread_mutex_lock(&rt->state->lock);
@@ -203,13 +175,11 @@ int launch_threads(const comm_options *opts, rank_main_fn fn, void *args) {
 
     comm_job *job = comm_job_create(opts, n, 0);
     const unsigned char *nccl_id = NULL;
-#ifdef USE_CUDA
     unsigned char id[NCCL_ID_BYTES];
     if (nccl_fits(opts, n)) {
         nccl_unique_id(id);
         nccl_id = id;
     }
-#endif
     if (!nccl_id) threads_job_init(job);
     launch_state state = {.finished = 0};
     pthread_mutex_init(&state.lock, NULL);

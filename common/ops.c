@@ -1,26 +1,21 @@
-/* The public ops.h functions: each runs the CUDA version when this rank computes on a
- * GPU (GPU=1 builds that found one) and the CPU version otherwise. The choice is made
- * per call because the device is per thread (= per rank). */
+/* The public ops.h functions: each runs the GPU backend's version when this thread
+ * computes on a GPU (device_ops() is its table) and the CPU version otherwise. The
+ * choice is made per call because the device is per thread (= per rank); on the CPU it
+ * costs one call and a branch, and the CPU op is called directly. */
 #include "ops.h"
 
 #include "device.h"
 #include "ops_cpu.h"
-#ifdef USE_CUDA
-#include "ops_cuda.h"
-#endif
 
-#ifdef USE_CUDA
-#define DISPATCH(name, ...)                        \
-    do {                                           \
-        if (device_current() == DEVICE_CUDA) {     \
-            cuda_##name(__VA_ARGS__);              \
-            return;                                \
-        }                                          \
-        cpu_##name(__VA_ARGS__);                   \
+#define DISPATCH(name, ...)                          \
+    do {                                             \
+        const ops_table *gpu_ops_ = device_ops();    \
+        if (gpu_ops_) {                              \
+            gpu_ops_->name(__VA_ARGS__);             \
+            return;                                  \
+        }                                            \
+        cpu_##name(__VA_ARGS__);                     \
     } while (0)
-#else
-#define DISPATCH(name, ...) cpu_##name(__VA_ARGS__)
-#endif
 
 void embedding_forward(float *out, const int *tokens, const float *wte, int N, int C,
                        int vocab_start, int vocab_len) {
@@ -118,10 +113,8 @@ void vec_scale(float *x, float alpha, size_t n) {
 }
 
 double vec_sum(const float *x, size_t n) {
-#ifdef USE_CUDA
-    if (device_current() == DEVICE_CUDA) return cuda_vec_sum(x, n);
-#endif
-    return cpu_vec_sum(x, n);
+    const ops_table *gpu_ops = device_ops();
+    return gpu_ops ? gpu_ops->vec_sum(x, n) : cpu_vec_sum(x, n);
 }
 
 void ops_upload(void *device_dst, const void *host_src, size_t bytes) {
@@ -133,11 +126,7 @@ void ops_download(void *host_dst, const void *device_src, size_t bytes) {
 }
 
 void ops_synchronize(void) {
-#ifdef USE_CUDA
-    if (device_current() == DEVICE_CUDA) {
-        cuda_ops_synchronize();
-        return;
-    }
-#endif
-    cpu_ops_synchronize();
+    const ops_table *gpu_ops = device_ops();
+    if (gpu_ops) gpu_ops->ops_synchronize();
+    else cpu_ops_synchronize();
 }

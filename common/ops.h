@@ -10,8 +10,9 @@
  *   - input gradients are OVERWRITTEN, except layernorm_backward's dinp, which is
  *     accumulated because it always meets a residual stream.
  *
- * The CPU implementation is ops_cpu.c (OpenBLAS for matmuls); gpu/ holds the CUDA one
- * behind the same functions. */
+ * The CPU implementation is ops_cpu.c (OpenBLAS for matmuls). A GPU backend hands ops.c
+ * an ops_table of its own versions (end of this file); ops.c calls it on threads that
+ * compute on that GPU. */
 #ifndef OPS_H
 #define OPS_H
 #include <stddef.h>
@@ -94,5 +95,47 @@ double vec_sum(const float *x, size_t n);                  /* on the host, in do
 void ops_upload(void *device_dst, const void *host_src, size_t bytes);
 void ops_download(void *host_dst, const void *device_src, size_t bytes);
 void ops_synchronize(void);   /* wait for queued device work (no-op on the CPU) */
+
+/* ---- what a GPU backend provides: every op above, same signature and semantics -------
+ * (adamw_update receives the learning rate already scheduled: step counted from 1.) */
+typedef struct ops_table {
+    void (*embedding_forward)(float *out, const int *tokens, const float *wte, int N, int C,
+                              int vocab_start, int vocab_len);
+    void (*embedding_backward)(float *dwte, const float *dout, const int *tokens, int N,
+                               int C, int vocab_start, int vocab_len);
+    void (*position_forward)(float *out, const float *wpe, int B, int T, int C);
+    void (*position_backward)(float *dwpe, const float *dout, int B, int T, int C);
+    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
+                              const float *weight, const float *bias, int N, int C);
+    void (*layernorm_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
+                               const float *inp, const float *weight, const float *mean,
+                               const float *rstd, int N, int C);
+    void (*linear_forward)(float *out, const float *inp, const float *weight,
+                           const float *bias, int N, int IC, int OC);
+    void (*linear_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, int N, int IC, int OC);
+    void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C,
+                              int NH);
+    void (*attention_backward)(float *dqkv, float *datt, const float *dout,
+                               const float *qkv, const float *att, int B, int T, int C,
+                               int NH);
+    void (*gelu_forward)(float *out, const float *inp, size_t n);
+    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
+    void (*crossentropy_forward)(float *losses, float *probs, const float *logits,
+                                 const int *targets, int N, int V);
+    void (*crossentropy_backward)(float *dlogits, const float *probs, const int *targets,
+                                  float dloss, int N, int V);
+    void (*adamw_update)(float *params, const float *grads, float *m, float *v, size_t n,
+                         const adamw_config *cfg, int step);
+    void (*vec_zero)(float *x, size_t n);
+    void (*vec_copy)(float *dst, const float *src, size_t n);
+    void (*vec_add)(float *y, const float *x, size_t n);
+    void (*residual_forward)(float *out, const float *a, const float *b, size_t n);
+    void (*vec_scale)(float *x, float alpha, size_t n);
+    double (*vec_sum)(const float *x, size_t n);
+    void (*ops_upload)(void *device_dst, const void *host_src, size_t bytes);
+    void (*ops_download)(void *host_dst, const void *device_src, size_t bytes);
+    void (*ops_synchronize)(void);
+} ops_table;
 
 #endif

@@ -87,7 +87,7 @@ void report_json(const run_config *cfg, const char *chapter, int world,
                  const char *backend, const run_result *runs, int n, const char *extra) {
     const gpt_config *m = &cfg->model;
     printf("{\"chapter\": \"%s\", \"world\": %d, \"backend\": \"%s\", \"device\": \"%s\",\n",
-           chapter, world, backend, strcmp(cfg->device, "cuda") == 0 ? "cuda" : "cpu");
+           chapter, world, backend, cfg->comm.device == DEVICE_CUDA ? "cuda" : "cpu");
     printf(" \"config\": {\"layers\": %d, \"heads\": %d, \"dim\": %d, \"ctx\": %d, "
            "\"batch\": %d, \"vocab\": %d, \"steps\": %d, \"seed\": %llu},\n",
            m->layers, m->heads, m->dim, m->ctx, cfg->batch, m->vocab, cfg->steps,

@@ -106,7 +106,7 @@ baseline_run *baseline_train(const run_config *cfg, const dataset *data) {
      * computed on the CPU does so again afterwards (helper threads it starts later, as
      * chapter 1's DataParallel does, compute on the CPU too). */
     const device_kind caller_device = device_current();
-    const comm_device device = launch_select_device(&cfg->comm, 0);
+    const device_kind device = launch_select_device(&cfg->comm, 0);
     mem_stats *caller_stats = mem_stats_current();
     mem_stats stats = {0};
     mem_stats_bind(&stats);
@@ -137,7 +137,7 @@ baseline_run *baseline_train(const run_config *cfg, const dataset *data) {
     gpt_model_free(b.model);
     replica_free(&b.rep);
     mem_stats_bind(caller_stats);
-    if (caller_device == DEVICE_CPU && device != COMM_DEVICE_CPU) device_select(DEVICE_CPU, 0);
+    if (caller_device == DEVICE_CPU && device != DEVICE_CPU) device_select(DEVICE_CPU, 0);
     return out;
 }
 

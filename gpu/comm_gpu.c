@@ -9,12 +9,14 @@
  * input (host memory, another GPU) staged in first and the result staged out. Every
  * call waits for its own stream before returning: the backend publishes the step right
  * after, and a peer then reads the result. Work that touches host memory only runs on
- * the host, as on the CPU path (a rank's stack scalars, its host vectors). */
+ * the host, as on the CPU path (a rank's stack scalars, its host vectors).
+ *
+ * common/ reaches these through the hooks of comm_internal.h (gpu/backend.c). */
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm_gpu.h"
 #include "comm_gpu_kernels.h"
-#include "comm_internal.h"
 #include "cuda_check.h"
 #include "device.h"
 #include "ops_cuda.h"
@@ -38,9 +40,9 @@ static int location(const void *ptr) {
                : -1;
 }
 
-int comm_gpu_is_device(const void *ptr) { return location(ptr) >= 0; }
+int comm_cuda_is_device(const void *ptr) { return location(ptr) >= 0; }
 
-comm_gpu *comm_gpu_open(void) {
+comm_gpu *comm_cuda_open(void) {
     comm_gpu *g = calloc(1, sizeof *g);
     if (!g) { fprintf(stderr, "comm: out of memory\n"); exit(1); }
     g->gpu = cuda_thread_gpu();   /* exits with a message unless the thread chose a GPU */
@@ -49,7 +51,7 @@ comm_gpu *comm_gpu_open(void) {
     return g;
 }
 
-void comm_gpu_close(comm_gpu *g) {
+void comm_cuda_close(comm_gpu *g) {
     if (!g) return;
     /* best effort: at the end of a job the process may be on its way out */
     cudaSetDevice(g->gpu);
@@ -74,7 +76,7 @@ static char *stage(comm_gpu *g, size_t bytes) {
     return g->stage;
 }
 
-void comm_gpu_copy(comm_gpu *g, void *dst, const void *src, size_t bytes) {
+void comm_cuda_copy(comm_gpu *g, void *dst, const void *src, size_t bytes) {
     if (bytes == 0 || dst == src) return;
     if (location(dst) < 0 && location(src) < 0) {
         memmove(dst, src, bytes);   /* an in-place all-gather may overlap */
@@ -87,8 +89,8 @@ void comm_gpu_copy(comm_gpu *g, void *dst, const void *src, size_t bytes) {
 
 static size_t aligned(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
 
-void comm_gpu_reduce(comm_gpu *g, void *dst, const void *a, const void *b, size_t count,
-                     comm_dtype dt, comm_op op) {
+void comm_cuda_reduce(comm_gpu *g, void *dst, const void *a, const void *b, size_t count,
+                      comm_dtype dt, comm_op op) {
     if (count == 0) return;
     const int on_dst = location(dst), on_a = location(a), on_b = location(b);
     if (on_dst < 0 && on_a < 0 && on_b < 0) {
@@ -119,7 +121,7 @@ void comm_gpu_reduce(comm_gpu *g, void *dst, const void *a, const void *b, size_
     finish(g);
 }
 
-void comm_gpu_divide(comm_gpu *g, void *buf, size_t count, comm_dtype dt, int divisor) {
+void comm_cuda_divide(comm_gpu *g, void *buf, size_t count, comm_dtype dt, int divisor) {
     if (count == 0) return;
     const int on = location(buf);
     if (on < 0) {
@@ -138,11 +140,11 @@ void comm_gpu_divide(comm_gpu *g, void *buf, size_t count, comm_dtype dt, int di
     finish(g);
 }
 
-void comm_gpu_compute_done(void) {
+void comm_cuda_compute_done(void) {
     if (device_current() == DEVICE_CUDA) cuda_ops_synchronize();
 }
 
-void *comm_gpu_compute_mark(void) {
+void *comm_cuda_compute_mark(void) {
     if (device_current() != DEVICE_CUDA) return NULL;
     cudaEvent_t mark;
     CUDA_CHECK(cudaEventCreateWithFlags(&mark, cudaEventDisableTiming));
@@ -150,7 +152,7 @@ void *comm_gpu_compute_mark(void) {
     return mark;
 }
 
-void comm_gpu_wait_mark(void *mark) {
+void comm_cuda_wait_mark(void *mark) {
     if (!mark) return;
     CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)mark));
     CUDA_CHECK(cudaEventDestroy((cudaEvent_t)mark));

@@ -24,8 +24,9 @@
  * the timeout); creating, splitting and freeing a group are collective and cannot time
  * out.
  *
- * Launcher hooks: nccl_unique_id, nccl_world, nccl_run_rank (comm_internal.h), called
- * by common/launch.c (threads) and common/comm_mpi.c (processes). */
+ * Launcher hooks: nccl_backend_unique_id, _world, _run_rank (comm_gpu.h), reached by
+ * common/launch.c (threads) and common/comm_mpi.c (processes) through the hooks table
+ * of comm_internal.h (gpu/backend.c). */
 #include <nccl.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -38,7 +39,7 @@
 #include <mpi.h>
 #endif
 
-#include "comm_internal.h"
+#include "comm_gpu.h"
 #include "cuda_check.h"
 #include "device.h"
 #include "ops_cuda.h"
@@ -432,14 +433,14 @@ static const comm_backend nccl_backend = {
 
 /* ---- launcher hooks ------------------------------------------------------------------ */
 
-void nccl_unique_id(unsigned char id[NCCL_ID_BYTES]) {
+void nccl_backend_unique_id(unsigned char id[NCCL_ID_BYTES]) {
     ncclUniqueId uid;
     NCCL_CHECK(ncclGetUniqueId(&uid));
     memcpy(id, &uid, sizeof uid);
 }
 
-comm *nccl_world(comm_job *job, comm_rank_state *rs, int world_rank, int world_size,
-                 const unsigned char id[NCCL_ID_BYTES]) {
+comm *nccl_backend_world(comm_job *job, comm_rank_state *rs, int world_rank,
+                         int world_size, const unsigned char id[NCCL_ID_BYTES]) {
     const int gpu = cuda_thread_gpu();   /* exits unless device_select chose a GPU */
     ncclUniqueId uid;
     memcpy(&uid, id, sizeof uid);
@@ -461,6 +462,6 @@ comm *nccl_world(comm_job *job, comm_rank_state *rs, int world_rank, int world_s
     return c;
 }
 
-int nccl_run_rank(comm *world, rank_main_fn fn, void *args) {
+int nccl_backend_run_rank(comm *world, rank_main_fn fn, void *args) {
     return comm_run_rank_thread(world, fn, args);
 }

@@ -1,11 +1,9 @@
-/* The GPU build's device layer (replaces common/device_cpu.c).
+/* The GPU build's device layer: what gpu/backend.c's table gives common/device.c.
  *
  * Ranks are threads (or processes), and each one picks its device for itself, so the
  * choice and the CUDA objects that go with it (the GPU index, a stream, a cuBLAS
  * handle, the ops' scratch) are per-thread state. A thread's objects are destroyed
  * when it exits, so repeated launches of rank threads do not leak handles. */
-#include "device.h"
-
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +19,6 @@ typedef struct {
     size_t scratch_bytes;
 } thread_gpu;
 
-static _Thread_local device_kind current_kind = DEVICE_CPU;
 static _Thread_local thread_gpu *current_gpu;
 
 /* The key exists only for its destructor, which runs at thread exit. */
@@ -48,37 +45,27 @@ static void make_gpu_key(void) {
     }
 }
 
-device_kind device_current(void) { return current_kind; }
-
-int device_gpu_count(void) {
+int cuda_gpu_count(char *why, size_t why_size) {
     int count = 0;
     /* No driver (error 35 on a machine without a GPU), no device, a broken install:
      * all mean "no GPU here". Clear the sticky error so later calls start clean. */
-    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess) {
         (void)cudaGetLastError();
+        snprintf(why, why_size, "%s (CUDA error %d)", cudaGetErrorString(err), (int)err);
         return 0;
     }
+    if (count == 0) snprintf(why, why_size, "the driver reports no CUDA device");
     return count;
 }
 
-void device_select(device_kind kind, int gpu_index) {
-    if (kind == DEVICE_CPU) {
-        current_kind = DEVICE_CPU;   /* keep the CUDA objects: the rank may come back */
-        return;
-    }
-    int count = device_gpu_count();
-    if (gpu_index < 0 || gpu_index >= count) {
-        fprintf(stderr, "error: GPU %d requested, but %d GPU%s visible\n", gpu_index,
-                count, count == 1 ? " is" : "s are");
-        exit(2);
-    }
+void cuda_select(int gpu_index) {
     CUDA_CHECK(cudaSetDevice(gpu_index));
     if (current_gpu && current_gpu->gpu != gpu_index) {
         /* A thread moving to another GPU: its objects belong to the old one. */
-        int new_gpu = gpu_index;
         thread_gpu_destroy(current_gpu);
         current_gpu = NULL;
-        CUDA_CHECK(cudaSetDevice(new_gpu));
+        CUDA_CHECK(cudaSetDevice(gpu_index));
     }
     if (!current_gpu) {
         pthread_once(&gpu_key_once, make_gpu_key);
@@ -96,10 +83,7 @@ void device_select(device_kind kind, int gpu_index) {
         current_gpu = g;
         pthread_setspecific(gpu_key, g);
     }
-    current_kind = DEVICE_CUDA;
 }
-
-const char *device_name(device_kind kind) { return kind == DEVICE_CUDA ? "cuda" : "cpu"; }
 
 static thread_gpu *require_gpu(const char *what) {
     if (!current_gpu) {
@@ -140,7 +124,7 @@ void *cuda_thread_scratch(size_t bytes) {
     return g->scratch;
 }
 
-void *device_malloc(size_t bytes) {
+void *cuda_device_malloc(size_t bytes) {
     thread_gpu *g = require_gpu("device_malloc");
     void *ptr = NULL;
     /* a unique pointer even for 0 bytes, as malloc gives: mem_free looks buffers up */
@@ -162,7 +146,7 @@ void *device_malloc(size_t bytes) {
     return ptr;
 }
 
-void device_free(void *ptr) {
+void cuda_device_free(void *ptr) {
     if (!ptr) return;
     /* Work queued on this thread's stream may still read or write the buffer. */
     if (current_gpu) CUDA_CHECK(cudaStreamSynchronize(current_gpu->stream));

@@ -1,9 +1,10 @@
 /* The CUDA implementation of ops.h (gpu/ops_cuda.cu), plus the per-thread CUDA state
- * that gpu/device_cuda.c keeps for each rank.
+ * and the device layer that gpu/device_cuda.c keeps for each rank.
  *
  * Every cuda_<name> has exactly the signature and the semantics of <name> in ops.h
- * (accumulate vs overwrite, in-place cross-entropy, vocab slices); common/ops.c calls
- * them when the calling thread's device is DEVICE_CUDA. Pointers are device memory of
+ * (accumulate vs overwrite, in-place cross-entropy, vocab slices); gpu/backend.c puts
+ * them into the ops_table that common/ops.c calls when the calling thread's device is
+ * DEVICE_CUDA. Pointers are device memory of
  * the calling thread's GPU, except the host side of upload/download. Work is queued on
  * the calling thread's stream; only vec_sum, upload, download and synchronize wait. */
 #ifndef OPS_CUDA_H
@@ -66,6 +67,12 @@ void cuda_ops_synchronize(void);
  * the flag is a property of the run; it takes effect at the next matmul of any rank. */
 void cuda_set_tf32(int on);
 int cuda_tf32_enabled(void);
+
+/* ---- the device layer (gpu/device_cuda.c): device.h's backend functions -------------- */
+int cuda_gpu_count(char *why, size_t why_size);   /* 0, with CUDA's reason, when none */
+void cuda_select(int gpu);                        /* the calling thread's GPU */
+void *cuda_device_malloc(size_t bytes);           /* zero-filled */
+void cuda_device_free(void *ptr);
 
 /* ---- per-thread CUDA state (gpu/device_cuda.c) ----------------------------------------
  */

@@ -34,11 +34,6 @@ END_TEST
 #include "ops_cuda.h"
 #include "rng.h"
 
-/* The NCCL backend's launcher hooks (gpu/comm_nccl.c). */
-void nccl_unique_id(unsigned char id[128]);
-comm *nccl_world(comm_job *job, comm_rank_state *rs, int world_rank, int world_size,
-                 const unsigned char id[128]);
-
 #define TOL_FP32 1e-5
 #define TOL_TF32 1e-3
 

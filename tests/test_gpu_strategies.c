@@ -52,7 +52,7 @@ END_TEST
 enum { SEGMENTS = 16 };   /* results kept per rank, COUNT floats each */
 
 typedef struct {
-    comm_device device;
+    device_kind device;
     int skip_send_recv;          /* NCCL pairs a blocking send with nothing: skip it */
     float *results[MAX_RANKS];   /* [SEGMENTS * COUNT] per rank, on the host */
     char backend[16];
@@ -191,7 +191,7 @@ static int collectives_main(comm *world, void *arg) {
     return 0;
 }
 
-static void run_collectives(collective_run *run, comm_device device, int ranks) {
+static void run_collectives(collective_run *run, device_kind device, int ranks) {
     memset(run, 0, sizeof *run);
     run->device = device;
     /* NCCL's send waits for its receive, which comm.h's buffered send does not */
@@ -215,8 +215,8 @@ START_TEST(collectives_on_gpu_match_cpu) {
         "async allreduce", "async allgather", "send/recv", "host buffer allreduce"};
     for (int ranks = 1; ranks <= MAX_RANKS; ranks++) {
         collective_run cpu, gpu;
-        run_collectives(&cpu, COMM_DEVICE_CPU, ranks);
-        run_collectives(&gpu, COMM_DEVICE_CUDA, ranks);
+        run_collectives(&cpu, DEVICE_CPU, ranks);
+        run_collectives(&gpu, DEVICE_CUDA, ranks);
         const int gpus = device_gpu_count();
         const char *expect = ranks <= gpus ? "nccl" : "threads";
         printf("%d rank%s on %d GPU%s: %s backend (%s)\n", ranks, ranks == 1 ? "" : "s",
@@ -320,7 +320,7 @@ static run_config small_config(void) {
     run_config cfg = run_config_default();   /* 4 layers, dim 128, ctx 64, batch 8 */
     cfg.steps = 3;
     cfg.quiet = 1;
-    cfg.comm.device = COMM_DEVICE_CPU;
+    cfg.comm.device = DEVICE_CPU;
     cfg.comm.timeout_seconds = 120;
     return cfg;
 }
@@ -365,7 +365,7 @@ START_TEST(ddp_on_gpu_matches_cpu_baseline) {
     run_config cfg = small_config();
     dataset *data = dataset_builtin();
     baseline_run *base = baseline_train(&cfg, data);   /* on the CPU */
-    cfg.comm.device = COMM_DEVICE_CUDA;
+    cfg.comm.device = DEVICE_CUDA;
     static const int rank_counts[] = {1, 2, 4};
     for (int k = 0; k < 3; k++) {
         for (int async = 0; async <= 1; async++) {
@@ -400,7 +400,7 @@ START_TEST(baseline_on_gpu_matches_cpu) {
     baseline_run *cpu = baseline_train(&cfg, data);
     for (int tf32 = 0; tf32 <= 1; tf32++) {
         run_config on_gpu = cfg;
-        on_gpu.comm.device = COMM_DEVICE_CUDA;
+        on_gpu.comm.device = DEVICE_CUDA;
         on_gpu.comm.tf32 = tf32;
         baseline_run *gpu = baseline_train(&on_gpu, data);
         expect_near_baseline(tf32 ? "baseline on the GPU, TF32" : "baseline on the GPU, FP32",

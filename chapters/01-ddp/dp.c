@@ -55,7 +55,7 @@ dp_run *dp_train(const run_config *cfg, const dataset *data, const dp_options *o
     /* The master computes on device 0, as the replica threads do on device k; a caller
      * that computed on the CPU does so again afterwards (as with baseline_train). */
     const device_kind caller_device = device_current();
-    const comm_device device = launch_select_device(&cfg->comm, 0);
+    const device_kind device = launch_select_device(&cfg->comm, 0);
     mem_stats *caller_stats = mem_stats_current();
     const int N = opts->threads, T = cfg->model.ctx, per_replica = cfg->batch / N;
     const double tokens = (double)cfg->batch * T;
@@ -171,7 +171,7 @@ dp_run *dp_train(const run_config *cfg, const dataset *data, const dp_options *o
     mem_stats_bind(caller_stats);
     free(workers);
     gil_destroy(&lock);
-    if (caller_device == DEVICE_CPU && device != COMM_DEVICE_CPU) device_select(DEVICE_CPU, 0);
+    if (caller_device == DEVICE_CPU && device != DEVICE_CPU) device_select(DEVICE_CPU, 0);
     return run;
 }
 
