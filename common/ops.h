@@ -91,6 +91,23 @@ void residual_forward(float *out, const float *a, const float *b, size_t n);
 void vec_scale(float *x, float alpha, size_t n);           /* x *= alpha */
 double vec_sum(const float *x, size_t n);                  /* on the host, in double */
 
+/* ---- watching the ops ---------------------------------------------------------------- */
+/* An observer sees every op the calling thread runs, just before and just after it:
+ * chapter 1's DataParallel takes a global interpreter lock there, as Python takes its
+ * GIL around each op; a profiler can time each kind. Per thread, like the device. */
+typedef enum {
+    OP_EMBEDDING, OP_LAYERNORM, OP_LINEAR, OP_ATTENTION, OP_GELU, OP_CROSSENTROPY,
+    OP_ADAMW, OP_VECTOR, OP_TRANSFER, OP_KINDS
+} op_kind;
+typedef struct {
+    void (*begin)(void *ctx, op_kind kind);
+    void (*end)(void *ctx, op_kind kind);
+    void *ctx;
+} ops_observer;
+void ops_observe(const ops_observer *observer);   /* NULL: none */
+/* Matrix multiplications and attention: the ops a framework runs as C/CUDA kernels. */
+int op_is_kernel(op_kind kind);
+
 /* ---- moving data between the host and the current device ----------------------- */
 void ops_upload(void *device_dst, const void *host_src, size_t bytes);
 void ops_download(void *host_dst, const void *device_src, size_t bytes);

@@ -8,20 +8,21 @@
 
 #include "alloc.h"
 #include "device.h"
-#include "dp_replica.h"
+#include "gil.h"
 #include "ops.h"
+#include "train_loop.h"
 
 /* One replica and the thread that runs it. Replica 0 lives on the master device and
  * uses the master's parameters and gradients, as DataParallel's device_ids[0] does. */
 typedef struct {
     const comm_options *comm;  /* where replica k computes: device index k */
     int index;
-    dp_replica *model;
+    gpt_model *model;          /* the model's own code, run op by op under the lock */
     float *params, *grads;     /* the master's for replica 0, copies for the others */
     size_t num_params;
     float dloss;
     float loss;
-    dp_thread thread;
+    gil_thread thread;
     mem_stats stats;           /* this replica's device */
     int *tokens;               /* host staging for its slice of the batch */
 } dp_worker;
@@ -30,11 +31,12 @@ static void *worker_main(void *arg) {
     dp_worker *w = arg;
     launch_select_device(w->comm, w->index);   /* a new thread starts on the CPU */
     mem_stats_bind(&w->stats);
-    w->loss = dp_replica_forward(w->model, w->params, &w->thread);
-    gil_acquire(w->thread.lock, &w->thread.account);   /* zero_grad is Python too */
-    vec_zero(w->grads, w->num_params);
-    gil_release(w->thread.lock, &w->thread.account);
-    dp_replica_backward(w->model, w->params, w->grads, w->dloss, &w->thread);
+    const ops_observer under_the_lock = gil_op_observer(&w->thread);
+    ops_observe(&under_the_lock);
+    w->loss = gpt_forward(w->model, w->params);
+    vec_zero(w->grads, w->num_params);   /* zero_grad is Python too */
+    gpt_backward(w->model, w->params, w->grads, w->dloss, NULL, NULL);
+    ops_observe(NULL);
     ops_synchronize();   /* the master reads the gradients once the thread has joined */
     return NULL;
 }
@@ -50,6 +52,104 @@ static void run_replicas_in_threads(dp_worker *workers, int n) {
     free(threads);
 }
 
+enum { REPLICATE, SCATTER, PARALLEL, GATHER, OPTIMIZER, PHASES };
+
+/* The master's view of one DataParallel step, for the training loop. */
+typedef struct {
+    const run_config *cfg;
+    const dataset *data;
+    int N, per_replica;
+    replica master;
+    dp_worker *workers;
+    dp_run *run;
+    double phase[PHASES];      /* seconds since warm-up, per phase */
+} dp_master;
+
+static double lap(double *since) {
+    double now = comm_now(), seconds = now - *since;
+    *since = now;
+    return seconds;
+}
+
+static float dp_compute_grads(void *arg, int step) {
+    dp_master *m = arg;
+    const int T = m->cfg->model.ctx, per = m->per_replica;
+    const size_t P = m->master.num_params;
+    double t = comm_now();
+    for (int k = 1; k < m->N; k++) vec_copy(m->workers[k].params, m->master.params, P);
+    ops_synchronize();   /* the replicas' threads compute on streams of their own */
+    m->phase[REPLICATE] += lap(&t);
+    for (int k = 0; k < m->N; k++) {
+        int *tok = m->workers[k].tokens, *tgt = tok + per * T;
+        dataset_batch(m->data, m->cfg->seed, step, k * per, per, T, tok, tgt);
+        gpt_set_batch(m->workers[k].model, tok, tgt);
+    }
+    m->phase[SCATTER] += lap(&t);
+    run_replicas_in_threads(m->workers, m->N);
+    m->phase[PARALLEL] += lap(&t);
+    for (int k = 1; k < m->N; k++) vec_add(m->master.grads, m->workers[k].grads, P);
+    m->phase[GATHER] += lap(&t);
+    float loss = 0.0f;
+    for (int k = 0; k < m->N; k++) loss += m->workers[k].loss;
+    return loss / (float)m->N;
+}
+
+static void dp_keep_first_grads(void *arg) {
+    dp_master *m = arg;
+    ops_download(m->run->first_grads, m->master.grads, m->master.num_params * sizeof(float));
+}
+
+static void dp_update(void *arg, int step) {
+    (void)step;
+    dp_master *m = arg;
+    double t = comm_now();
+    replica_adamw(&m->master, &m->cfg->adamw);
+    ops_synchronize();
+    m->phase[OPTIMIZER] += lap(&t);
+}
+
+/* the first step pays for page faults and warm-up; measure the rest */
+static void dp_after_warmup(void *arg) {
+    dp_master *m = arg;
+    for (int i = 0; i < PHASES; i++) m->phase[i] = 0;
+    for (int k = 0; k < m->N; k++) m->workers[k].thread.account = (gil_account){0};
+}
+
+/* What the tables show, per timed step. */
+static void summarise(dp_master *m, int timed_steps) {
+    dp_run *run = m->run;
+    const int N = m->N;
+    const double param_bytes = (double)m->master.num_params * sizeof(float);
+    const double batch_bytes = sizeof(int) * 2.0 * m->per_replica * m->cfg->model.ctx;
+    run->replicate_seconds = m->phase[REPLICATE] / timed_steps;
+    run->scatter_seconds = m->phase[SCATTER] / timed_steps;
+    run->parallel_seconds = m->phase[PARALLEL] / timed_steps;
+    run->gather_seconds = m->phase[GATHER] / timed_steps;
+    run->optimizer_seconds = m->phase[OPTIMIZER] / timed_steps;
+    for (int k = 0; k < N; k++) {
+        const gil_account *a = &m->workers[k].thread.account;
+        run->gil_wait_seconds += a->wait_seconds / timed_steps;
+        run->gil_held_seconds += a->held_seconds / timed_steps;
+        run->gil_acquisitions += (double)a->acquisitions / timed_steps;
+    }
+    if (run->parallel_seconds > 0)
+        run->gil_busy_fraction = run->gil_held_seconds / run->parallel_seconds;
+    run->params_out_bytes = (N - 1) * param_bytes;
+    run->batch_out_bytes = (N - 1) * batch_bytes;
+    run->grads_in_bytes = (N - 1) * param_bytes;
+
+    run_result *r = &run->result;
+    /* the master's link is busy while it copies parameters, batches and gradients */
+    r->comm_seconds = m->phase[REPLICATE] + m->phase[SCATTER] + m->phase[GATHER];
+    r->hidden_seconds = 0;
+    r->bytes_sent_per_step = run->params_out_bytes + run->batch_out_bytes;
+    r->bytes_formula = (N - 1) * param_bytes;
+    /* the master's device holds the most: the optimizer state on top of a replica */
+    r->memory = m->workers[0].stats;
+    for (int k = 1; k < N; k++)
+        if (m->workers[k].stats.peak_total > r->memory.peak_total) r->memory = m->workers[k].stats;
+}
+
 dp_run *dp_train(const run_config *cfg, const dataset *data, const dp_options *opts) {
     openblas_set_num_threads(1);   /* each thread's matmuls stay on its own core */
     /* The master computes on device 0, as the replica threads do on device k; a caller
@@ -58,118 +158,61 @@ dp_run *dp_train(const run_config *cfg, const dataset *data, const dp_options *o
     const device_kind device = launch_select_device(&cfg->comm, 0);
     mem_stats *caller_stats = mem_stats_current();
     const int N = opts->threads, T = cfg->model.ctx, per_replica = cfg->batch / N;
-    const double tokens = (double)cfg->batch * T;
     dp_run *run = calloc(1, sizeof *run);
     run->opts = *opts;
     gil lock;
     gil_init(&lock);
 
     gpt_shape shape = gpt_shape_make(&cfg->model, 1, 0);
-    dp_worker *workers = calloc((size_t)N, sizeof *workers);
-    replica master;
-    mem_stats_bind(&workers[0].stats);
-    replica_init(&master, &shape, cfg->seed, 1);
-    const size_t P = master.num_params, param_bytes = P * sizeof(float);
+    dp_master m = {.cfg = cfg, .data = data, .N = N, .per_replica = per_replica, .run = run};
+    m.workers = calloc((size_t)N, sizeof *m.workers);
+    mem_stats_bind(&m.workers[0].stats);
+    replica_init(&m.master, &shape, cfg->seed, 1);
+    const size_t P = m.master.num_params, param_bytes = P * sizeof(float);
     for (int k = 0; k < N; k++) {
-        dp_worker *w = &workers[k];
+        dp_worker *w = &m.workers[k];
         mem_stats_bind(&w->stats);
         w->comm = &cfg->comm;
         w->index = k;
-        w->model = dp_replica_create(&shape, per_replica, T);
-        w->params = k == 0 ? master.params : mem_alloc_on(MEM_DEVICE, MEM_PARAMS, param_bytes);
-        w->grads = k == 0 ? master.grads : mem_alloc_on(MEM_DEVICE, MEM_GRADS, param_bytes);
+        w->model = gpt_model_create(&shape, per_replica, T, NULL);
+        w->params = k == 0 ? m.master.params : mem_alloc_on(MEM_DEVICE, MEM_PARAMS, param_bytes);
+        w->grads = k == 0 ? m.master.grads : mem_alloc_on(MEM_DEVICE, MEM_GRADS, param_bytes);
         w->num_params = P;
-        w->dloss = 1.0f / (float)tokens;   /* the master's sum is then the mean */
-        w->thread = (dp_thread){.lock = &lock, .release_in_kernels = opts->release_gil};
+        w->dloss = 1.0f / (float)(cfg->batch * T);   /* the master's sum is then the mean */
+        w->thread = (gil_thread){.lock = &lock, .release_in_kernels = opts->release_gil};
         w->tokens = malloc(sizeof(int) * 2 * (size_t)per_replica * T);
     }
     mem_stats_bind(caller_stats);
 
-    run->loss = calloc((size_t)cfg->steps, sizeof(float));
     run->first_grads = malloc(param_bytes);
     run->final_params = malloc(param_bytes);
-    const size_t batch_bytes = sizeof(int) * 2 * (size_t)per_replica * T;
-    double phase[5] = {0}, timed = 0.0;
-    int timed_steps = 0;
-    for (int step = 1; step <= cfg->steps; step++) {
-        double t0 = comm_now();
-        for (int k = 1; k < N; k++) vec_copy(workers[k].params, master.params, P);
-        ops_synchronize();   /* the replicas' threads compute on streams of their own */
-        double t1 = comm_now();
-        for (int k = 0; k < N; k++) {
-            int *tok = workers[k].tokens, *tgt = tok + per_replica * T;
-            dataset_batch(data, cfg->seed, step, k * per_replica, per_replica, T, tok, tgt);
-            dp_replica_set_batch(workers[k].model, tok, tgt);
-        }
-        double t2 = comm_now();
-        run_replicas_in_threads(workers, N);
-        double t3 = comm_now();
-        for (int k = 1; k < N; k++) vec_add(master.grads, workers[k].grads, P);
-        if (step == 1) ops_download(run->first_grads, master.grads, param_bytes);
-        double t4 = comm_now();
-        replica_adamw(&master, &cfg->adamw);
-        ops_synchronize();
-        double t5 = comm_now();
-
-        float loss = 0.0f;
-        for (int k = 0; k < N; k++) loss += workers[k].loss;
-        run->loss[step - 1] = loss / (float)N;
-        report_step(cfg, "dp", step, run->loss[step - 1], t5 - t0, tokens);
-        /* the first step pays for page faults and warm-up; measure the rest */
-        if (step == 1 && cfg->steps > 1) {
-            for (int k = 0; k < N; k++) workers[k].thread.account = (gil_account){0};
-            continue;
-        }
-        double times[5] = {t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4};
-        for (int i = 0; i < 5; i++) phase[i] += times[i];
-        timed += t5 - t0;
-        timed_steps++;
-    }
-    ops_download(run->final_params, master.params, param_bytes);
-
-    run->replicate_seconds = phase[0] / timed_steps;
-    run->scatter_seconds = phase[1] / timed_steps;
-    run->parallel_seconds = phase[2] / timed_steps;
-    run->gather_seconds = phase[3] / timed_steps;
-    run->optimizer_seconds = phase[4] / timed_steps;
-    for (int k = 0; k < N; k++) {
-        run->gil_wait_seconds += workers[k].thread.account.wait_seconds / timed_steps;
-        run->gil_held_seconds += workers[k].thread.account.held_seconds / timed_steps;
-        run->gil_acquisitions += (double)workers[k].thread.account.acquisitions / timed_steps;
-    }
-    if (run->parallel_seconds > 0)
-        run->gil_busy_fraction = run->gil_held_seconds / run->parallel_seconds;
-    run->params_out_bytes = (double)(N - 1) * param_bytes;
-    run->batch_out_bytes = (double)(N - 1) * batch_bytes;
-    run->grads_in_bytes = (double)(N - 1) * param_bytes;
-
-    /* the master's device holds the most: the optimizer state on top of a replica */
-    mem_stats largest = workers[0].stats;
-    for (int k = 1; k < N; k++)
-        if (workers[k].stats.peak_total > largest.peak_total) largest = workers[k].stats;
-    run->result = (run_result){
-        .strategy = "dp", .steps = cfg->steps, .loss = run->loss,
-        .diff_loss = -1, .diff_grads = -1, .diff_params = -1,
-        .seconds = timed, .timed_steps = timed_steps, .tokens_per_step = tokens,
-        /* the master's link is busy while it copies parameters, batches and gradients */
-        .comm_seconds = phase[0] + phase[1] + phase[3], .hidden_seconds = 0,
-        .bytes_sent_per_step = run->params_out_bytes + run->batch_out_bytes,
-        .bytes_formula = (double)(N - 1) * param_bytes, .memory = largest};
+    train_strategy strategy = {.name = "dp", .ctx = &m, .compute_grads = dp_compute_grads,
+                               .keep_first_grads = dp_keep_first_grads, .update = dp_update,
+                               .after_warmup = dp_after_warmup};
+    train_outcome outcome;
+    train_loop(NULL, cfg, (double)cfg->batch * T, &strategy, &outcome);
+    ops_download(run->final_params, m.master.params, param_bytes);
+    run->result = outcome.result;
+    run->loss = outcome.loss;
+    outcome.loss = NULL;
+    run->result.loss = run->loss;
+    train_outcome_free(&outcome);
+    summarise(&m, run->result.timed_steps);
 
     for (int k = 0; k < N; k++) {
-        dp_worker *w = &workers[k];
+        dp_worker *w = &m.workers[k];
         mem_stats_bind(&w->stats);
-        dp_replica_free(w->model);
+        gpt_model_free(w->model);
         if (k > 0) {
             mem_free(w->params);
             mem_free(w->grads);
         }
         free(w->tokens);
     }
-    mem_stats_bind(&workers[0].stats);
-    replica_free(&master);
+    mem_stats_bind(&m.workers[0].stats);
+    replica_free(&m.master);
     mem_stats_bind(caller_stats);
-    free(workers);
+    free(m.workers);
     gil_destroy(&lock);
     if (caller_device == DEVICE_CPU && device != DEVICE_CPU) device_select(DEVICE_CPU, 0);
     return run;

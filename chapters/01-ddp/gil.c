@@ -32,3 +32,18 @@ void gil_release(gil *g, gil_account *a) {
     pthread_cond_broadcast(&g->turn_changed);
     pthread_mutex_unlock(&g->mutex);
 }
+
+static void op_begin(void *ctx, op_kind kind) {
+    gil_thread *t = ctx;
+    gil_acquire(t->lock, &t->account);   /* Python has to reach the op */
+    if (op_is_kernel(kind) && t->release_in_kernels) gil_release(t->lock, &t->account);
+}
+
+static void op_end(void *ctx, op_kind kind) {
+    gil_thread *t = ctx;
+    if (!op_is_kernel(kind) || !t->release_in_kernels) gil_release(t->lock, &t->account);
+}
+
+ops_observer gil_op_observer(gil_thread *t) {
+    return (ops_observer){.begin = op_begin, .end = op_end, .ctx = t};
+}

@@ -9,6 +9,8 @@
 #define GIL_H
 #include <pthread.h>
 
+#include "ops.h"
+
 typedef struct {
     pthread_mutex_t mutex;
     pthread_cond_t turn_changed;
@@ -23,6 +25,21 @@ typedef struct {
     double held_since;
     long acquisitions;
 } gil_account;
+
+/* A thread that runs a replica: the lock it must take and what it spent on it. */
+typedef struct {
+    gil *lock;
+    int release_in_kernels;   /* --gil release: matmuls and attention run without it */
+    gil_account account;
+} gil_thread;
+
+/* The model's ops, each taken under the lock as Python calls them (ops_observe): the
+ * light ops (LayerNorm, GELU, residual adds, embedding, loss) keep the lock while they
+ * run; the kernels (matmuls, attention) are called with it and, with
+ * release_in_kernels, let it go while they run, like C++ code between
+ * Py_BEGIN/END_ALLOW_THREADS. The ops and their order are the model's own
+ * (common/model.c): only the lock around each op is new. */
+ops_observer gil_op_observer(gil_thread *t);
 
 void gil_init(gil *g);
 void gil_destroy(gil *g);
