@@ -200,6 +200,9 @@ int launch_mpi_world_size(void);
  * device chosen (device_select_for_rank). For code that computes outside launch (a
  * baseline, a helper thread). */
 device_kind launch_select_device(const comm_options *opts, int index);
+/* The backend launch() will run `world` ranks on: "threads", "mpi" or "nccl" (what
+ * comm_backend_name() will then say), known before any rank starts. */
+const char *launch_backend_name(const comm_options *opts, int world);
 /* One line on what launch will run for `world` ranks, for the header of a run, e.g.
  * "device: cuda (1 GPU: NVIDIA H200); communicator: threads over a shared GPU (4 ranks
  * on 1 GPU: device copies and reduction kernels)". */

@@ -83,6 +83,17 @@ void launch_describe(const comm_options *opts, int world, char *out, size_t size
              gpus == 1 ? "" : "s", name, opts->tf32 ? ", TF32 matmuls" : "", communicator);
 }
 
+const char *launch_backend_name(const comm_options *opts, int world) {
+    int mpi = 0, local = world;
+#ifdef USE_MPI
+    mpi = launch_mpi_world_size() > 0;
+    const char *local_size = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (mpi && local_size) local = atoi(local_size);
+#endif
+    if (nccl_fits(opts, local)) return "nccl";
+    return mpi ? "mpi" : "threads";
+}
+
 /* ---- launching ---------------------------------------------------------------------- */
 int launch(const comm_options *opts, rank_main_fn fn, void *args) {
 #ifdef USE_MPI

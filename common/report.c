@@ -34,8 +34,7 @@ void report_step(const run_config *cfg, const char *strategy, int step, float lo
     fflush(stdout);
 }
 
-void report_header(const run_config *cfg, const char *title, int world,
-                   const char *backend) {
+void report_header(const run_config *cfg, const char *title, int world, int launches) {
     if (cfg->json) return;
     const gpt_config *m = &cfg->model;
     gpt_shape s = gpt_shape_make(m, 1, 0);
@@ -44,12 +43,16 @@ void report_header(const run_config *cfg, const char *title, int world,
            " global batch %d x %d tokens; %d steps\n",
            m->layers, m->heads, m->dim, m->ctx, m->vocab, gpt_num_params(&s), cfg->batch,
            m->ctx, cfg->steps);
-    printf("ranks: %d (%s backend); data: %s; seed %llu\n", world, backend,
+    const char *backend = launches ? launch_backend_name(&cfg->comm, world) : NULL;
+    if (backend) printf("ranks: %d (%s backend)", world, backend);
+    else if (world > 1) printf("ranks: %d threads of one process (no communicator)", world);
+    else printf("ranks: 1 (no communicator)");
+    printf("; data: %s; seed %llu\n",
            cfg->data_path ? cfg->data_path : "built-in sentences",
            (unsigned long long)cfg->seed);
     char where[320];   /* what launch will really run: device and communicator */
     launch_describe(&cfg->comm, world, where, sizeof where);
-    if (strcmp(backend, "none") == 0) where[strcspn(where, ";")] = 0;   /* no launch */
+    if (!launches) where[strcspn(where, ";")] = 0;   /* no communicator to describe */
     printf("%s\n\n", where);
 }
 

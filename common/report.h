@@ -31,8 +31,10 @@ double run_comm_fraction(const run_result *r);
 /* "  step   3/10  loss 5.1234  12.3 ms  41k tok/s" unless --quiet or --json. */
 void report_step(const run_config *cfg, const char *strategy, int step, float loss,
                  double seconds, double tokens);
-void report_header(const run_config *cfg, const char *title, int world,
-                   const char *backend);
+/* The run's header: title, model, ranks with the backend launch() will really use
+ * (launches = 0: the program runs one process without a communicator, as the
+ * baseline and DataParallel do), data, device and communicator. */
+void report_header(const run_config *cfg, const char *title, int world, int launches);
 void report_table(const run_config *cfg, const run_result *runs, int n);
 /* One JSON object as DESIGN.md defines it; extra (may be NULL) is inserted as more
  * keys of the top-level object, e.g. "\"bubble\": 0.2". */

@@ -12,7 +12,7 @@ int main(int argc, char **argv) {
     if (cfg.comm.ranks != 1)
         cli_fail("the baseline runs on 1 rank, not %d (./run 1)", cfg.comm.ranks);
     dataset *data = dataset_from_config(&cfg);
-    report_header(&cfg, "Single-device baseline", 1, "none");
+    report_header(&cfg, "Single-device baseline", 1, 0);
     baseline_run *b = baseline_train(&cfg, data);
     if (cfg.json) {
         report_json(&cfg, "00-baseline", 1, "none", &b->result, 1, NULL);

@@ -173,7 +173,7 @@ int main(int argc, char **argv) {
                         "DistributedDataParallel (one rank per replica)";
     /* With DDP, world rank 0 prints the header once it knows the backend that runs (a
      * GPU build may pick NCCL); DataParallel alone launches no ranks. */
-    if (rank0_here && f.strategy == RUN_DP) report_header(&cfg, title, N, "none");
+    if (rank0_here && f.strategy == RUN_DP) report_header(&cfg, title, N, 0);
 
     /* DDP first: under mpirun the other processes then leave, and the baseline and DP
      * below run in world rank 0's process without them polling the cores (or timing

@@ -10,12 +10,6 @@
 #include "stage_run.h"
 #include "tables.h"
 
-#ifdef USE_MPI
-#define BACKEND_NAME "mpi"
-#else
-#define BACKEND_NAME "threads"
-#endif
-
 static const char *const stage_choices[] = {"all", "0", "1", "2", "3", NULL};
 
 typedef struct {
@@ -147,8 +141,7 @@ int main(int argc, char **argv) {
     a.data = data;
     baseline_run *baseline = NULL;
     if (process_hosts_rank0()) {
-        report_header(&cfg, "ZeRO stages 1-3 and FSDP vs single-device training", ranks,
-                      BACKEND_NAME);
+        report_header(&cfg, "ZeRO stages 1-3 and FSDP vs single-device training", ranks, 1);
         baseline = baseline_train(&cfg, data);
     }
     a.baseline = baseline;

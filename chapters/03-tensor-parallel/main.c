@@ -200,7 +200,7 @@ static int rank_main(comm *world, void *argp) {
         char title[128];
         snprintf(title, sizeof title, "Chapter 3: tensor parallelism (Megatron-LM), TP = %d"
                  " over %d ranks", t, comm_size(world));
-        report_header(cfg, title, comm_size(world), comm_backend_name(world));
+        report_header(cfg, title, comm_size(world), 1);
     }
 
     split_report split;

@@ -124,7 +124,7 @@ int ddp_rank_main(comm *world, void *arg) {
     comm *metrics = comm_split(world, 0, rank, "metrics");
     if (rank == 0) {
         job->backend = comm_backend_name(world);
-        if (job->header_title) report_header(cfg, job->header_title, N, job->backend);
+        if (job->header_title) report_header(cfg, job->header_title, N, 1);
     }
 
     gpt_shape shape = gpt_shape_make(&cfg->model, 1, 0);
