@@ -270,12 +270,22 @@ typedef struct {
     float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu;
 } block_acts;
 
+/* What a block's weight gradients need from its backward when they are computed
+ * later (gpt_backward_weights): the output gradient of each of its four linears. */
+typedef struct {
+    float *d_fc2_out, *d_fch, *d_proj_out, *d_qkv;
+} block_douts;
+
 /* One micro-batch's activations on this stage. */
 typedef struct {
     int *tokens, *targets;   /* on the device */
     float **x;               /* x[i]: input of the stage's block i; x[n]: its output */
     block_acts *acts;        /* one per block (none when checkpointing: see below) */
     float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;   /* last stage only */
+    float *d_out;            /* d(output) received from the next stage */
+    float *d_in;             /* d(input), to send to the previous stage (first stage
+                                with split backward: what the embedding's W needs) */
+    block_douts *douts;      /* split backward only: per block, allocated on first use */
 } micro_slot;
 
 struct gpt_model {
@@ -330,6 +340,8 @@ static void slot_alloc(gpt_model *m, micro_slot *k) {
         k->acts = calloc((size_t)blocks, sizeof *k->acts);
         for (int i = 0; i < blocks; i++) block_acts_alloc(&k->acts[i], s, m->B, m->T);
     }
+    if (!s->has_head) k->d_out = alloc_acts(N * C);
+    if (!s->has_embed) k->d_in = alloc_acts(N * C);
     if (s->has_head) {
         k->lnf = alloc_acts(N * C);
         k->lnf_mean = alloc_acts(N);
@@ -345,8 +357,16 @@ static void slot_free(gpt_model *m, micro_slot *k) {
     for (int i = 0; i <= blocks; i++) mem_free(k->x[i]);
     if (k->acts)
         for (int i = 0; i < blocks; i++) block_acts_free(&k->acts[i]);
-    float *rest[] = {k->lnf, k->lnf_mean, k->lnf_rstd, k->logits, k->losses};
+    if (k->douts)
+        for (int i = 0; i < blocks; i++) {
+            block_douts *d = &k->douts[i];
+            float *kept[] = {d->d_fc2_out, d->d_fch, d->d_proj_out, d->d_qkv};
+            for (size_t j = 0; j < sizeof kept / sizeof kept[0]; j++) mem_free(kept[j]);
+        }
+    float *rest[] = {k->lnf, k->lnf_mean, k->lnf_rstd, k->logits, k->losses, k->d_out,
+                     k->d_in};
     for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++) mem_free(rest[i]);
+    free(k->douts);
     mem_free(k->tokens);
     mem_free(k->targets);
     free(k->x);
@@ -414,8 +434,8 @@ float *gpt_stage_input(gpt_model *m) { return m->slot->x[0]; }
 const float *gpt_stage_output(gpt_model *m) {
     return m->slot->x[gpt_stage_layers(&m->shape)];
 }
-float *gpt_stage_output_grad(gpt_model *m) { return m->dx; }
-const float *gpt_stage_input_grad(gpt_model *m) { return m->dx; }
+float *gpt_stage_output_grad(gpt_model *m) { return m->slot->d_out; }
+const float *gpt_stage_input_grad(gpt_model *m) { return m->slot->d_in; }
 
 /* Block `layer` of the whole model as the stage's i-th block. */
 static int local_block(const gpt_model *m, int layer) { return layer - m->shape.layer_begin; }
@@ -503,57 +523,96 @@ float gpt_forward(gpt_model *m, const float *params) {
 
 /* ---- backward --------------------------------------------------------------------- */
 
-void gpt_head_backward(gpt_model *m, const float *final_ln, const float *embed,
-                       float *final_ln_grad, float *embed_grad, float dloss) {
+/* The backward passes below run whole, or as the input half of a split backward
+ * (`split`): then every linear computes only its input gradient and keeps its output
+ * gradient for gpt_backward_weights, which computes the weight gradients from it. The
+ * LayerNorms' own gradients, cheap and needed by nobody downstream, stay in the input
+ * half. Either way the numbers are the same, bit for bit. */
+
+static void head_backward(gpt_model *m, const float *final_ln, const float *embed,
+                          float *final_ln_grad, float *embed_grad, float dloss, int split) {
     const gpt_shape *s = &m->shape;
     micro_slot *k = m->slot;
-    const int N = m->B * m->T, C = s->cfg.dim, V = s->cfg.vocab;
-    /* logits hold the probabilities now; turn them into d logits in place */
+    const int N = m->B * m->T, C = s->cfg.dim;
+    float *dwte = split ? NULL : embed_grad;
+    /* logits hold the probabilities now; turn them into d logits in place (kept there
+     * for the LM head's weight gradient) */
     if (!s->vocab_parallel) {
-        crossentropy_backward(k->logits, k->logits, k->targets, dloss, N, V);
-        linear_backward(m->d_ln, embed_grad, NULL, k->logits, k->lnf, embed, N, C, V);
+        crossentropy_backward(k->logits, k->logits, k->targets, dloss, N, s->cfg.vocab);
     } else {
         vocab_parallel_crossentropy_backward(k->logits, k->logits, k->targets, dloss,
                                              vocab_slice_of(s, N));
-        /* d(lnf) summed over every rank's vocabulary: f's backward all-reduce */
-        column_parallel_backward(f_group(m), m->d_ln, embed_grad, NULL, k->logits, k->lnf,
-                                 embed, N, C, s->vocab_local);
     }
+    /* vocab-parallel: d(lnf) summed over every rank's vocabulary, f's backward
+     * all-reduce; a whole head's d(lnf) is complete as it is */
+    column_parallel_backward(s->vocab_parallel ? f_group(m) : NULL, m->d_ln, dwte, NULL,
+                             k->logits, k->lnf, embed, N, C, s->vocab_local);
     vec_zero(m->dx, (size_t)N * C);
     layernorm_backward(m->dx, final_ln_grad, final_ln_grad + C, m->d_ln,
                        k->x[gpt_stage_layers(s)], final_ln, k->lnf_mean, k->lnf_rstd, N, C);
 }
 
-void gpt_block_backward(gpt_model *m, int layer, const float *block, float *block_grad) {
+void gpt_head_backward(gpt_model *m, const float *final_ln, const float *embed,
+                       float *final_ln_grad, float *embed_grad, float dloss) {
+    head_backward(m, final_ln, embed, final_ln_grad, embed_grad, dloss, 0);
+}
+
+static float *kept(float *keep, float *scratch) { return keep ? keep : scratch; }
+
+static void block_backward(gpt_model *m, int layer, const float *block, float *block_grad,
+                           block_douts *keep) {
     const gpt_shape *s = &m->shape;
     const int B = m->B, T = m->T, N = B * T, C = s->cfg.dim;
     const int Cl = s->dim_local, Hl = s->hidden_local;
     if (m->opts.checkpoint_activations) gpt_block_forward(m, layer, block);  /* recompute */
     gpt_block_tensors p = gpt_block_view(s, (float *)block);
     gpt_block_tensors g = gpt_block_view(s, block_grad);
+    gpt_block_tensors w = keep ? (gpt_block_tensors){0} : g;   /* the linears' grads now */
     block_acts *a = acts_of(m, layer);
     const float *x_in = m->slot->x[local_block(m, layer)];
     float *dx = m->dx;   /* in: d(block output); out: d(block input) */
+    float *d_fch = kept(keep ? keep->d_fch : NULL, m->d_fch);
+    float *d_qkv = kept(keep ? keep->d_qkv : NULL, m->d_qkv);
 
     /* MLP branch: out = x_mid + fc2(gelu(fc(ln2(x_mid)))) */
     vec_copy(m->d_x_mid, dx, (size_t)N * C);
-    row_parallel_backward(m->d_fch_gelu, g.fc2_w, g.fc2_b, dx, a->fch_gelu, p.fc2_w, N, Hl, C);
-    gelu_backward(m->d_fch, a->fch, m->d_fch_gelu, (size_t)N * Hl);
-    column_parallel_backward(f_group(m), m->d_ln, g.fc_w, g.fc_b, m->d_fch, a->ln2, p.fc_w,
-                             N, C, Hl);
+    if (keep) vec_copy(keep->d_fc2_out, dx, (size_t)N * C);
+    row_parallel_backward(m->d_fch_gelu, w.fc2_w, w.fc2_b, dx, a->fch_gelu, p.fc2_w, N, Hl, C);
+    gelu_backward(d_fch, a->fch, m->d_fch_gelu, (size_t)N * Hl);
+    column_parallel_backward(f_group(m), m->d_ln, w.fc_w, w.fc_b, d_fch, a->ln2, p.fc_w, N, C,
+                             Hl);
     layernorm_backward(m->d_x_mid, g.ln2_w, g.ln2_b, m->d_ln, a->x_mid, p.ln2_w,
                        a->ln2_mean, a->ln2_rstd, N, C);
 
     /* attention branch: x_mid = x_in + proj(attention(qkv(ln1(x_in)))) */
     vec_copy(dx, m->d_x_mid, (size_t)N * C);
-    row_parallel_backward(m->d_atty, g.proj_w, g.proj_b, m->d_x_mid, a->atty, p.proj_w, N,
+    if (keep) vec_copy(keep->d_proj_out, m->d_x_mid, (size_t)N * C);
+    row_parallel_backward(m->d_atty, w.proj_w, w.proj_b, m->d_x_mid, a->atty, p.proj_w, N,
                           Cl, C);
-    attention_backward(m->d_qkv, m->d_att, m->d_atty, a->qkv, a->att, B, T, Cl,
-                       s->heads_local);
-    column_parallel_backward(f_group(m), m->d_ln, g.qkv_w, g.qkv_b, m->d_qkv, a->ln1,
-                             p.qkv_w, N, C, 3 * Cl);
+    attention_backward(d_qkv, m->d_att, m->d_atty, a->qkv, a->att, B, T, Cl, s->heads_local);
+    column_parallel_backward(f_group(m), m->d_ln, w.qkv_w, w.qkv_b, d_qkv, a->ln1, p.qkv_w,
+                             N, C, 3 * Cl);
     layernorm_backward(dx, g.ln1_w, g.ln1_b, m->d_ln, x_in, p.ln1_w, a->ln1_mean,
                        a->ln1_rstd, N, C);
+}
+
+void gpt_block_backward(gpt_model *m, int layer, const float *block, float *block_grad) {
+    block_backward(m, layer, block, block_grad, NULL);
+}
+
+/* The weight gradients of a block's four linears, from what its input half kept. */
+static void block_weight_grads(gpt_model *m, int layer, const float *block, float *block_grad,
+                               const block_douts *d) {
+    const gpt_shape *s = &m->shape;
+    const int N = m->B * m->T, C = s->cfg.dim, Cl = s->dim_local, Hl = s->hidden_local;
+    gpt_block_tensors p = gpt_block_view(s, (float *)block);
+    gpt_block_tensors g = gpt_block_view(s, block_grad);
+    block_acts *a = acts_of(m, layer);
+    row_parallel_backward(NULL, g.fc2_w, g.fc2_b, d->d_fc2_out, a->fch_gelu, p.fc2_w, N, Hl, C);
+    column_parallel_backward(NULL, NULL, g.fc_w, g.fc_b, d->d_fch, a->ln2, p.fc_w, N, C, Hl);
+    row_parallel_backward(NULL, g.proj_w, g.proj_b, d->d_proj_out, a->atty, p.proj_w, N, Cl, C);
+    column_parallel_backward(NULL, NULL, g.qkv_w, g.qkv_b, d->d_qkv, a->ln1, p.qkv_w, N, C,
+                             3 * Cl);
 }
 
 void gpt_embed_backward(gpt_model *m, float *embed_grad) {
@@ -568,24 +627,95 @@ static void slab_ready(gpt_slab_ready_fn fn, void *ctx, int slab) {
     if (fn) fn(ctx, slab);
 }
 
-void gpt_backward(gpt_model *m, const float *params, float *grads, float dloss,
-                  gpt_slab_ready_fn on_slab_ready, void *ctx) {
+static size_t boundary_numel(const gpt_model *m) {
+    return (size_t)m->B * m->T * m->shape.cfg.dim;
+}
+
+/* The split backward's kept output gradients for the current slot. */
+static block_douts *slot_douts(gpt_model *m) {
+    micro_slot *k = m->slot;
     const gpt_shape *s = &m->shape;
+    const size_t N = (size_t)m->B * m->T, C = s->cfg.dim;
+    if (m->opts.checkpoint_activations) {
+        fprintf(stderr, "error: a split backward needs every block's activations until its"
+                " weight gradients: it does not combine with activation checkpointing\n");
+        abort();
+    }
+    if (!k->douts) {
+        const int blocks = gpt_stage_layers(s);
+        k->douts = calloc((size_t)blocks, sizeof *k->douts);
+        for (int i = 0; i < blocks; i++)
+            k->douts[i] = (block_douts){.d_fc2_out = alloc_acts(N * C),
+                                        .d_fch = alloc_acts(N * s->hidden_local),
+                                        .d_proj_out = alloc_acts(N * C),
+                                        .d_qkv = alloc_acts(N * 3 * s->dim_local)};
+        if (!k->d_in) k->d_in = alloc_acts(N * C);   /* the embedding's W needs it */
+    }
+    return k->douts;
+}
+
+/* Both halves share this walk; split: the input half, keeping what the weights need. */
+static void backward_walk(gpt_model *m, const float *params, float *grads, float dloss,
+                          gpt_slab_ready_fn on_slab_ready, void *ctx, int split) {
+    const gpt_shape *s = &m->shape;
+    block_douts *douts = split ? slot_douts(m) : NULL;
     if (s->has_head) {
         const int final_slab = gpt_final_slab(s);
         const size_t final_offset = gpt_slab_offset(s, final_slab);
-        gpt_head_backward(m, params + final_offset, head_weight(s, params),
-                          grads + final_offset, gpt_tied_weight(s, grads), dloss);
-        if (gpt_head_slab(s) >= 0) slab_ready(on_slab_ready, ctx, gpt_head_slab(s));
-        slab_ready(on_slab_ready, ctx, final_slab);
+        head_backward(m, params + final_offset, head_weight(s, params), grads + final_offset,
+                      gpt_tied_weight(s, grads), dloss, split);
+        if (!split && gpt_head_slab(s) >= 0) slab_ready(on_slab_ready, ctx, gpt_head_slab(s));
+        if (!split) slab_ready(on_slab_ready, ctx, final_slab);
+    } else {
+        vec_copy(m->dx, m->slot->d_out, boundary_numel(m));
     }
     for (int l = s->layer_end - 1; l >= s->layer_begin; l--) {
         size_t offset = gpt_slab_offset(s, gpt_block_slab(s, l));
-        gpt_block_backward(m, l, params + offset, grads + offset);
+        block_backward(m, l, params + offset, grads + offset,
+                       douts ? &douts[local_block(m, l)] : NULL);
+        if (!split) slab_ready(on_slab_ready, ctx, gpt_block_slab(s, l));
+    }
+    if (m->slot->d_in) vec_copy(m->slot->d_in, m->dx, boundary_numel(m));
+    if (s->has_embed && !split) {
+        gpt_embed_backward(m, grads + gpt_slab_offset(s, gpt_embed_slab(s)));
+        slab_ready(on_slab_ready, ctx, gpt_embed_slab(s));
+    }
+}
+
+void gpt_backward(gpt_model *m, const float *params, float *grads, float dloss,
+                  gpt_slab_ready_fn on_slab_ready, void *ctx) {
+    backward_walk(m, params, grads, dloss, on_slab_ready, ctx, 0);
+}
+
+void gpt_backward_input(gpt_model *m, const float *params, float *grads, float dloss) {
+    backward_walk(m, params, grads, dloss, NULL, NULL, 1);
+}
+
+void gpt_backward_weights(gpt_model *m, const float *params, float *grads,
+                          gpt_slab_ready_fn on_slab_ready, void *ctx) {
+    const gpt_shape *s = &m->shape;
+    micro_slot *k = m->slot;
+    const int N = m->B * m->T, C = s->cfg.dim;
+    if (!k->douts) {
+        fprintf(stderr, "error: gpt_backward_weights without gpt_backward_input first\n");
+        abort();
+    }
+    if (s->has_head) {   /* the tied LM head: d wte += d logits^T @ lnf */
+        column_parallel_backward(NULL, NULL, gpt_tied_weight(s, grads), NULL, k->logits,
+                                 k->lnf, head_weight(s, params), N, C, s->vocab_local);
+        if (gpt_head_slab(s) >= 0) slab_ready(on_slab_ready, ctx, gpt_head_slab(s));
+        slab_ready(on_slab_ready, ctx, gpt_final_slab(s));
+    }
+    for (int l = s->layer_end - 1; l >= s->layer_begin; l--) {
+        size_t offset = gpt_slab_offset(s, gpt_block_slab(s, l));
+        block_weight_grads(m, l, params + offset, grads + offset, &k->douts[local_block(m, l)]);
         slab_ready(on_slab_ready, ctx, gpt_block_slab(s, l));
     }
     if (s->has_embed) {
-        gpt_embed_backward(m, grads + gpt_slab_offset(s, gpt_embed_slab(s)));
+        float *embed_grad = grads + gpt_slab_offset(s, gpt_embed_slab(s));
+        embedding_backward(embed_grad, k->d_in, k->tokens, N, C, s->vocab_start,
+                           s->vocab_local);
+        position_backward(embed_grad + (size_t)s->vocab_local * C, k->d_in, m->B, m->T, C);
         slab_ready(on_slab_ready, ctx, gpt_embed_slab(s));
     }
 }

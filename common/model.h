@@ -164,6 +164,15 @@ typedef void (*gpt_slab_ready_fn)(void *ctx, int slab);
 void gpt_backward(gpt_model *m, const float *params, float *grads, float dloss,
                   gpt_slab_ready_fn on_slab_ready, void *ctx);
 
+/* The same backward in two halves, as zero-bubble pipeline schedules run it:
+ * gpt_backward_input computes d(input) (what the previous stage waits for) and keeps the
+ * output gradient of every linear; gpt_backward_weights then computes the weight
+ * gradients from them (and calls on_slab_ready as gpt_backward does). Together they
+ * give gpt_backward's numbers bit for bit. Not with activation checkpointing. */
+void gpt_backward_input(gpt_model *m, const float *params, float *grads, float dloss);
+void gpt_backward_weights(gpt_model *m, const float *params, float *grads,
+                          gpt_slab_ready_fn on_slab_ready, void *ctx);
+
 /* FLOPs of one forward+backward over B*T tokens: 6 x (non-embedding params + LM head)
  * x tokens + attention (12 L T^2 C x B, causal-halved not taken). */
 double gpt_flops_per_step(const gpt_config *cfg, int B, int T);

@@ -41,8 +41,9 @@ void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *
 /* bias may be NULL. */
 void linear_forward(float *out, const float *inp, const float *weight, const float *bias,
                     int N, int IC, int OC);
-/* dinp = dout @ weight (skipped when dinp is NULL); dweight += dout^T @ inp;
- * dbias += column sums of dout (skipped when dbias is NULL). */
+/* dinp = dout @ weight; dweight += dout^T @ inp; dbias += column sums of dout. Each
+ * is skipped when its pointer is NULL (a pipeline's zero-bubble schedule computes
+ * d(input) first and the weight gradients later). */
 void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                      const float *inp, const float *weight, int N, int IC, int OC);
 

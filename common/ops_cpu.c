@@ -255,9 +255,9 @@ void cpu_linear_backward(float *dinp, float *dweight, float *dbias, const float 
     if (dinp)   /* dinp[N,IC] = dout[N,OC] @ weight[OC,IC] */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC,
                     weight, IC, 0.0f, dinp, IC);
-    /* dweight[OC,IC] += dout^T @ inp */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp,
-                IC, 1.0f, dweight, IC);
+    if (dweight)   /* dweight[OC,IC] += dout^T @ inp */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp,
+                    IC, 1.0f, dweight, IC);
     if (dbias) add_column_sums(dbias, dout, N, OC, (size_t)OC);
 }
 

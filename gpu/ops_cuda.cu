@@ -623,8 +623,8 @@ void cuda_linear_backward(float *dinp, float *dweight, float *dbias, const float
     if (dinp) gemm(h, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, 1.0f, weight, IC, dout, OC, 0.0f,
                    dinp, IC);
     // dweight^T[IC,OC] += inp^T[IC,N] dout[N,OC]  (accumulated: beta = 1)
-    gemm(h, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dweight,
-         IC);
+    if (dweight) gemm(h, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f,
+                      dweight, IC);
     if (dbias) column_sums(dbias, (float *)nullptr, plain_rows{dout}, N, OC);
 }
 

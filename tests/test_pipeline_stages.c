@@ -14,6 +14,7 @@
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "check_run.h"
 #include "compare.h"
@@ -186,11 +187,61 @@ START_TEST(stage_holds_only_its_blocks) {
 }
 END_TEST
 
+/* The zero-bubble split (B: input gradient now, W: weight gradients later) gives the
+ * whole backward's numbers bit for bit, on every kind of stage. */
+START_TEST(split_backward_is_the_whole_backward_bit_for_bit) {
+    run_config cfg = small_config();
+    dataset *data = dataset_builtin();
+    const gpt_shape whole = gpt_shape_make(&cfg.model, 1, 0);
+    const int stages[][2] = {{0, 4}, {0, 2}, {1, 3}, {2, 4}};
+    const int B = 2, T = cfg.model.ctx;
+    const size_t NC = (size_t)B * T * cfg.model.dim;
+    for (size_t k = 0; k < sizeof stages / sizeof stages[0]; k++) {
+        gpt_shape s = whole;
+        gpt_shape_set_stage(&s, stages[k][0], stages[k][1]);
+        replica rep;
+        replica_init(&rep, &s, cfg.seed, 0);
+        gpt_model *m = gpt_model_create(&s, B, T, &(gpt_model_options){.max_slots = 2});
+        float *grads[2], *d_in[2], *d_out = malloc(NC * sizeof(float));
+        for (size_t i = 0; i < NC; i++) d_out[i] = 1e-3f * (float)((i * 7919) % 101) - 0.05f;
+        for (int split = 0; split < 2; split++) {
+            gpt_use_slot(m, split);
+            load_batch(m, data, &cfg, 1, 0, B);
+            if (!s.has_embed)   /* some input activations: the whole model's embedding */
+                for (size_t i = 0; i < NC; i++) gpt_stage_input(m)[i] = d_out[(i * 31) % NC] * 40;
+            gpt_forward(m, rep.params);
+            if (!s.has_head) memcpy(gpt_stage_output_grad(m), d_out, NC * sizeof(float));
+            grads[split] = calloc(rep.num_params, sizeof(float));
+            if (split) {
+                gpt_backward_input(m, rep.params, grads[split], 1e-3f);
+                gpt_backward_weights(m, rep.params, grads[split], NULL, NULL);
+            } else {
+                gpt_backward(m, rep.params, grads[split], 1e-3f, NULL, NULL);
+            }
+            d_in[split] = malloc(NC * sizeof(float));
+            if (!s.has_embed) memcpy(d_in[split], gpt_stage_input_grad(m), NC * sizeof(float));
+        }
+        double dg = max_abs_diff(grads[0], grads[1], rep.num_params);
+        double dx = s.has_embed ? 0 : max_abs_diff(d_in[0], d_in[1], NC);
+        printf("split backward, blocks [%d, %d): max |diff| grads %.1e, d input %.1e (must be"
+               " 0)\n", stages[k][0], stages[k][1], dg, dx);
+        ck_assert_msg(dg == 0.0 && dx == 0.0, "blocks [%d, %d): grads %g, d input %g",
+                      stages[k][0], stages[k][1], dg, dx);
+        for (int i = 0; i < 2; i++) free(grads[i]), free(d_in[i]);
+        free(d_out);
+        gpt_model_free(m);
+        replica_free(&rep);
+    }
+    dataset_free(data);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("pipeline_stages");
     TCase *tc = tcase_create("stages");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, stage_holds_only_its_blocks);
+    tcase_add_test(tc, split_backward_is_the_whole_backward_bit_for_bit);
     tcase_add_test(tc, stages_match_the_baseline);
     tcase_add_test(tc, negative_controls_fail_the_comparison);
     suite_add_tcase(s, tc);

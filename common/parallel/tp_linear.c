@@ -28,11 +28,11 @@ void column_parallel_backward(comm *tp, float *dinp, float *dw, float *db,
                               const float *w_local, int N, int IC, int OC_local) {
     if (OC_local > 0) {
         linear_backward(dinp, dw, db, dout_local, inp, w_local, N, IC, OC_local);
-    } else {
+    } else if (dinp) {
         vec_zero(dinp, (size_t)N * IC);   /* a rank with no outputs adds nothing */
     }
     /* the input fed every rank's outputs: its gradient is the sum of the ranks' parts */
-    megatron_f_backward(tp, dinp, (size_t)N * IC);
+    if (dinp) megatron_f_backward(tp, dinp, (size_t)N * IC);
 }
 
 void column_parallel_gather(comm *tp, float *out, const float *out_local, int N,

@@ -30,7 +30,8 @@ void megatron_g_forward(comm *tp, float *x, size_t n);
 void column_parallel_forward(float *out_local, const float *inp, const float *w_local,
                              const float *b_local, int N, int IC, int OC_local);
 /* dw, db accumulate this rank's slice; dinp[N, IC] is the full input gradient: the
- * partial dout_local @ W_local of every rank, summed (f backward). */
+ * partial dout_local @ W_local of every rank, summed (f backward). Any of dinp, dw,
+ * db may be NULL: not computed (no all-reduce without dinp). */
 void column_parallel_backward(comm *tp, float *dinp, float *dw, float *db,
                               const float *dout_local, const float *inp,
                               const float *w_local, int N, int IC, int OC_local);
@@ -44,7 +45,8 @@ void column_parallel_gather(comm *tp, float *out, const float *out_local, int N,
 void row_parallel_forward(comm *tp, float *out, const float *inp_local,
                           const float *w_local, const float *bias, int N, int IC_local,
                           int OC);
-/* dinp_local = dout @ W_local: no communication (g backward is the identity). */
+/* dinp_local = dout @ W_local: no communication (g backward is the identity). Any of
+ * dinp_local, dw, db may be NULL: not computed. */
 void row_parallel_backward(float *dinp_local, float *dw, float *db, const float *dout,
                            const float *inp_local, const float *w_local, int N,
                            int IC_local, int OC);
