@@ -44,9 +44,10 @@ run_config run_config_default(void) {
 static const char *const allreduce_names[] = {"ring", "naive", NULL};
 static const char *const link_names[] = {"none", "nvlink", "ib", "ethernet", NULL};
 static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
+static const char *const send_mode_names[] = {"buffered", "rendezvous", NULL};
 
 typedef struct {
-    int allreduce, link, device;
+    int allreduce, link, device, send_mode;
     double lr, weight_decay, link_scale, timeout;
     const char *seed_text;
 } shared_values;
@@ -139,6 +140,7 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
     const char *base = strrchr(program, '/');
     program_name = base ? base + 1 : program;
     shared_values sv = {.allreduce = cfg->comm.allreduce, .link = cfg->comm.link,
+                        .send_mode = cfg->comm.send_mode,
                         .lr = cfg->adamw.lr, .weight_decay = cfg->adamw.weight_decay,
                         .link_scale = cfg->comm.link_scale,
                         .timeout = cfg->comm.timeout_seconds};
@@ -165,6 +167,7 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
         {"allreduce", OPT_CHOICE, &sv.allreduce, "all-reduce algorithm (threads)", allreduce_names, 0},
         {"link", OPT_CHOICE, &sv.link, "modelled wire between ranks (threads)", link_names, 0},
         {"link-scale", OPT_FLOAT, &sv.link_scale, "slow every link down by this factor", NULL, 1e-9},
+        {"send-mode", OPT_CHOICE, &sv.send_mode, "comm_send: copy and go, or wait for the receiver as NCCL (threads)", send_mode_names, 0},
         {"comm-timeout", OPT_FLOAT, &sv.timeout, "seconds before a stuck collective is reported", NULL, 0.001},
         {"trace", OPT_STRING, &cfg->comm.trace_path, "write a Chrome/Perfetto trace here", NULL, 0},
         {0},
@@ -217,6 +220,7 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
     cfg->comm.allreduce = (comm_allreduce_algo)sv.allreduce;
     cfg->comm.link = (comm_link)sv.link;
     cfg->comm.link_scale = sv.link_scale;
+    cfg->comm.send_mode = (comm_send_mode)sv.send_mode;
     cfg->comm.timeout_seconds = sv.timeout;
     /* The device is settled here, before any rank starts: auto becomes what this machine
      * has, and a GPU that is not there is one clear line. */

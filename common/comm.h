@@ -81,8 +81,11 @@ void comm_reduce(comm *c, void *buf, size_t count, comm_dtype dt, comm_op op, in
 void comm_barrier(comm *c);
 
 /* ---- point to point (not collective; messages of one tag arrive in order) -------- */
-/* Buffered: comm_send returns once buf has been copied, without waiting for the
- * receiver, so two ranks may send to each other before receiving. The receiver's
+/* Buffered (the default, comm_options.send_mode): comm_send returns once buf has been
+ * copied, without waiting for the receiver, so two ranks may send to each other before
+ * receiving. Rendezvous (threads backend): comm_send returns when the receiver has
+ * taken the message, as NCCL's send does, so an order of sends and receives that
+ * would deadlock on GPUs stops here too, with the timeout's report. The receiver's
  * count and dtype must match the sender's. Tags are 0..32767. */
 void comm_send(comm *c, const void *buf, size_t count, comm_dtype dt, int peer, int tag);
 void comm_recv(comm *c, void *buf, size_t count, comm_dtype dt, int peer, int tag);
@@ -156,6 +159,10 @@ typedef int (*rank_main_fn)(comm *world, void *args);
  *   LINK_ETHERNET   25 Gb/s  = 3.125 GB/s, 30 us   (GB = 1e9 bytes) */
 typedef enum { LINK_NONE, LINK_NVLINK, LINK_IB, LINK_ETHERNET } comm_link;
 
+/* What comm_send waits for on the threads backend (see comm_send). MPI and NCCL keep
+ * their own: MPI buffers, NCCL's send is a rendezvous. */
+typedef enum { COMM_SEND_BUFFERED, COMM_SEND_RENDEZVOUS } comm_send_mode;
+
 typedef struct {
     int ranks;                       /* threads backend; MPI takes mpirun's -np */
     comm_allreduce_algo allreduce;   /* threads backend */
@@ -169,9 +176,11 @@ typedef struct {
                                         ranks: one GPU each through NCCL when there are
                                         GPUs enough, else sharing GPUs (threads) */
     int tf32;                        /* CUDA: let cuBLAS use TF32 tensor cores */
+    comm_send_mode send_mode;        /* threads backend: buffered (0) or rendezvous */
 } comm_options;
 
-/* Defaults: 1 rank, ring, no link model, scale 1, 60 s timeout, no trace. */
+/* Defaults: 1 rank, ring, no link model, scale 1, 60 s timeout, no trace, buffered
+ * sends. */
 comm_options comm_options_default(void);
 
 /* Runs fn on every rank (threads or MPI processes, as built) and returns the exit

@@ -60,6 +60,9 @@ typedef struct message {
     int source, tag;
     size_t bytes;
     double arrival;             /* when the modelled link delivers the last byte */
+    int rendezvous;             /* the sender waits until taken (under the box's lock) */
+    int taken;
+    _Atomic int refs;           /* sender (rendezvous) and receiver: the last one frees */
     char data[];
 } message;
 
@@ -596,14 +599,40 @@ static void threads_run(comm *c, const comm_call *call) {
 }
 
 /* ---- point to point: a mailbox per receiver ----------------------------------------- */
+static void message_release(message *msg) {
+    if (atomic_fetch_sub(&msg->refs, 1) == 1) free(msg);
+}
+
+/* Rendezvous: the sender holds until the receiver has taken msg (or the deadline). A
+ * message still in the box when the job stops is freed with the group. */
+static void wait_taken(comm *c, const comm_call *call, mailbox *box, message *msg) {
+    double start = comm_now();
+    pthread_mutex_lock(&box->lock);
+    while (!msg->taken) {
+        double waited = comm_now() - start;
+        if (comm_job_stopping(c->job) || waited > c->job->opts.timeout_seconds) {
+            pthread_mutex_unlock(&box->lock);
+            message_release(msg);
+            if (comm_job_stopping(c->job)) comm_leave_thread();
+            comm_fail_timeout(c, call, call->root, waited);
+        }
+        timed_wait(&box->arrived, &box->lock, POLL_SECONDS);
+    }
+    pthread_mutex_unlock(&box->lock);
+    message_release(msg);
+}
+
 static void threads_send(comm *c, const comm_call *call) {
     size_t bytes = call->count * comm_dtype_size(call->dt);
     if (comm_job_stopping(c->job)) comm_leave_thread();
     /* Plain malloc: the receiver frees it, and the memory accounting is per rank. */
     message *msg = malloc(sizeof *msg + bytes);
     if (!msg) comm_fail(c, "out of memory sending %zu bytes", bytes);
+    int rendezvous = c->job->opts.send_mode == COMM_SEND_RENDEZVOUS;
     *msg = (message){.source = c->rank, .tag = call->tag, .bytes = bytes,
-                     .arrival = comm_now() + comm_link_seconds(c->job, bytes)};
+                     .arrival = comm_now() + comm_link_seconds(c->job, bytes),
+                     .rendezvous = rendezvous};
+    atomic_init(&msg->refs, rendezvous ? 2 : 1);
     compute_done(c);
     if (bytes) move_bytes(c, msg->data, call->send, bytes, 0);
     mailbox *box = &((threads_comm *)c->impl)->g->boxes[call->root];
@@ -614,6 +643,7 @@ static void threads_send(comm *c, const comm_call *call) {
     pthread_cond_broadcast(&box->arrived);
     pthread_mutex_unlock(&box->lock);
     comm_count(NULL, c, COMM_KIND_SENDRECV, bytes);
+    if (rendezvous) wait_taken(c, call, box, msg);
 }
 
 static void threads_recv(comm *c, const comm_call *call) {
@@ -646,8 +676,19 @@ static void threads_recv(comm *c, const comm_call *call) {
     compute_done(c);   /* queued compute may still read the old contents */
     if (bytes) move_bytes(c, call->recv, msg->data, bytes, 0);
     comm_count(c, NULL, COMM_KIND_SENDRECV, bytes);
-    sleep_until(msg->arrival);
-    free(msg);
+    if (!msg->rendezvous) {
+        sleep_until(msg->arrival);
+        message_release(msg);
+        return;
+    }
+    /* Rendezvous: the bytes start moving once both ranks are here; both finish then. */
+    double link = comm_link_seconds(c->job, bytes), sent_at = msg->arrival - link;
+    sleep_until((start > sent_at ? start : sent_at) + link);
+    pthread_mutex_lock(&box->lock);
+    msg->taken = 1;
+    pthread_cond_broadcast(&box->arrived);
+    pthread_mutex_unlock(&box->lock);
+    message_release(msg);
 }
 
 /* ---- groups ------------------------------------------------------------------------- */

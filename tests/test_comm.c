@@ -1,7 +1,8 @@
 /* The communicator, threads backend: every operation against a serial reference
  * (world sizes 1..5, counts 0, 1, 7, 1000003, fp32 exact and 16/8-bit rounding), groups,
  * async overlap, send/recv order, accounting, link model, trace, and the faults
- * (mismatch, timeout, abort), which run in a child process and must end with a message.
+ * (mismatch, timeout, abort), which run in a child process and must end with a message;
+ * buffered and rendezvous sends (a send-before-recv cycle completes only buffered).
  *
  *   test_comm                         the Check suite
  *   test_comm SCENARIO [ranks] [s]    run one fault scenario (see tests/comm_faults.c) */
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "comm.h"
@@ -348,9 +350,11 @@ static const fault_case fault_cases[] = {
     {"fail", {"rank 1 failed: rank_main returned 3", NULL}},
 };
 
-START_TEST(test_faults) {
-    const fault_case *fc = &fault_cases[_i];
-    double timeout = 1.0;
+/* Runs launch_threads(o, fn, arg) in a child process, so that a hang cannot hang the
+ * test, with the child's stderr in text. Returns its exit status (-1: it did not exit)
+ * and the seconds it took. */
+static int run_in_child(const comm_options *o, rank_main_fn fn, void *arg, char *text,
+                        size_t size, double *seconds) {
     int fds[2];
     ck_assert_int_eq(pipe(fds), 0);
     fflush(stdout);
@@ -362,30 +366,106 @@ START_TEST(test_faults) {
         close(fds[0]);
         close(fds[1]);
         alarm(30);   /* a hang must not hang the test */
-        comm_options o = options(3);
-        o.timeout_seconds = timeout;
-        int status = launch_threads(&o, comm_fault_main, (void *)fc->scenario);
+        int status = launch_threads(o, fn, arg);
         fflush(stderr);
         _exit(status);
     }
     close(fds[1]);
-    static char text[1 << 16];
     size_t len = 0;
     ssize_t got;
-    while ((got = read(fds[0], text + len, sizeof text - 1 - len)) > 0) len += (size_t)got;
+    while ((got = read(fds[0], text + len, size - 1 - len)) > 0) len += (size_t)got;
     text[len] = 0;
     close(fds[0]);
     int status;
     waitpid(pid, &status, 0);
-    double seconds = comm_now() - t0;
+    *seconds = comm_now() - t0;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+START_TEST(test_faults) {
+    const fault_case *fc = &fault_cases[_i];
+    double timeout = 1.0, seconds;
+    comm_options o = options(3);
+    o.timeout_seconds = timeout;
+    static char text[1 << 16];
+    int status = run_in_child(&o, comm_fault_main, (void *)fc->scenario, text, sizeof text,
+                              &seconds);
     printf("fault '%s' (3 ranks, timeout %.0f s): exit %d after %.2f s; stderr:\n%s",
-           fc->scenario, timeout, WIFEXITED(status) ? WEXITSTATUS(status) : -1, seconds, text);
-    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) != 0, "'%s' must exit non-zero",
-                  fc->scenario);
+           fc->scenario, timeout, status, seconds, text);
+    ck_assert_msg(status > 0, "'%s' must exit non-zero", fc->scenario);
     ck_assert_msg(seconds < timeout + 5, "'%s' took %.1f s", fc->scenario, seconds);
     for (int i = 0; i < 4 && fc->expect[i]; i++)
         ck_assert_msg(strstr(text, fc->expect[i]), "'%s': stderr lacks \"%s\"", fc->scenario,
                       fc->expect[i]);
+}
+END_TEST
+
+/* ---- send modes: buffered sends copy and go; rendezvous sends wait as NCCL's ------- */
+/* Both ranks send before they receive: fine when sends are buffered, a deadlock when
+ * each send waits for the other rank's receive. */
+static int send_cycle_main(comm *world, void *arg) {
+    (void)arg;
+    int r = comm_rank(world), peer = 1 - r;
+    float out[16], in[16];
+    for (int i = 0; i < 16; i++) out[i] = (float)(100 * r + i);
+    comm_send(world, out, 16, COMM_F32, peer, 3);
+    comm_recv(world, in, 16, COMM_F32, peer, 3);
+    for (int i = 0; i < 16; i++)
+        if (in[i] != (float)(100 * peer + i)) return 1;
+    return 0;
+}
+
+/* Rank 1 receives late: a rendezvous send must wait that long, a buffered one not. The
+ * order (0 sends first, 1 receives first, then back) is safe in both modes. */
+static int late_receiver_main(comm *world, void *arg) {
+    double *send_seconds = arg, delay = 0.2;
+    int r = comm_rank(world);
+    float x[4] = {1, 2, 3, 4}, y[4] = {0};
+    if (r == 0) {
+        double t0 = comm_now();
+        comm_send(world, x, 4, COMM_F32, 1, 0);
+        *send_seconds = comm_now() - t0;
+        comm_recv(world, y, 4, COMM_F32, 1, 0);
+    } else {
+        struct timespec pause = {.tv_nsec = (long)(delay * 1e9)};
+        nanosleep(&pause, NULL);
+        comm_recv(world, y, 4, COMM_F32, 0, 0);
+        comm_send(world, y, 4, COMM_F32, 0, 0);
+    }
+    return y[3] == 4 ? 0 : 1;
+}
+
+START_TEST(test_send_modes) {
+    static char text[1 << 16];
+    double timeout = 1.0, seconds;
+    comm_options o = options(2);
+    o.timeout_seconds = timeout;
+    int status = run_in_child(&o, send_cycle_main, NULL, text, sizeof text, &seconds);
+    printf("send-before-recv cycle, 2 ranks, buffered: exit %d after %.2f s%s%s\n", status,
+           seconds, *text ? "; stderr:\n" : "", text);
+    ck_assert_msg(status == 0, "a buffered send-before-recv cycle must complete");
+    o.send_mode = COMM_SEND_RENDEZVOUS;
+    status = run_in_child(&o, send_cycle_main, NULL, text, sizeof text, &seconds);
+    printf("send-before-recv cycle, 2 ranks, rendezvous (timeout %.0f s): exit %d after %.2f s;"
+           " stderr:\n%s", timeout, status, seconds, text);
+    ck_assert_msg(status > 0, "a rendezvous send-before-recv cycle must fail, not hang");
+    ck_assert_msg(seconds < timeout + 5, "the cycle took %.1f s to be reported", seconds);
+    const char *expect[] = {"TIMEOUT", "in send(16 x f32, peer", "tag 3",
+                            "stuck in send(16 x f32, peer 0, tag 3)",
+                            "stuck in send(16 x f32, peer 1, tag 3)"};
+    for (size_t i = 0; i < sizeof expect / sizeof *expect; i++)
+        ck_assert_msg(strstr(text, expect[i]), "rendezvous cycle: stderr lacks \"%s\"", expect[i]);
+
+    for (int mode = 0; mode < 2; mode++) {   /* the wait itself, and that it is only a wait */
+        double send_seconds = -1;
+        comm_options w = options(2);
+        w.send_mode = mode ? COMM_SEND_RENDEZVOUS : COMM_SEND_BUFFERED;
+        ck_assert_int_eq(launch_threads(&w, late_receiver_main, &send_seconds), 0);
+        printf("%s send to a receiver 0.2 s late returned after %.3f s\n",
+               mode ? "rendezvous" : "buffered", send_seconds);
+        if (mode) ck_assert_msg(send_seconds >= 0.19, "a rendezvous send returned early");
+        else ck_assert_msg(send_seconds < 0.19, "a buffered send waited for the receiver");
+    }
 }
 END_TEST
 
@@ -421,6 +501,7 @@ int main(int argc, char **argv) {
     TCase *faults = tcase_create("faults");
     tcase_set_timeout(faults, 60);
     tcase_add_loop_test(faults, test_faults, 0, (int)(sizeof fault_cases / sizeof *fault_cases));
+    tcase_add_test(faults, test_send_modes);
     suite_add_tcase(s, faults);
     return check_run(s, 0);
 }

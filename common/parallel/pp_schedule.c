@@ -1,0 +1,434 @@
+/* Pipeline schedules: each rank's plan of passes, a dry run that times them, and the
+ * messages placed between the passes (see pp_schedule.h for the why). */
+#include "pp_schedule.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+
+static const char *const schedule_names[PP_NSCHEDULES] = {"naive", "gpipe", "1f1b",
+                                                          "interleaved", "zb-h1"};
+static const char *const op_names[PP_NKINDS] = {"F", "B", "Bi", "W", "send-act",
+                                                "recv-act", "send-grad", "recv-grad"};
+
+const char *pp_schedule_name(pp_schedule_kind kind) {
+    return kind >= 0 && kind < PP_NSCHEDULES ? schedule_names[kind] : "?";
+}
+
+int pp_schedule_from_name(const char *name) {
+    for (int k = 0; k < PP_NSCHEDULES; k++)
+        if (strcmp(name, schedule_names[k]) == 0) return k;
+    return -1;
+}
+
+const char *pp_op_kind_name(pp_op_kind kind) {
+    return kind >= 0 && kind < PP_NKINDS ? op_names[kind] : "?";
+}
+
+int pp_op_is_compute(pp_op_kind kind) { return kind <= PP_BACKWARD_WEIGHT; }
+
+int pp_virtual_stage(const pp_schedule *s, int rank, int chunk) {
+    return chunk * s->stages + rank;
+}
+
+/* ---- what can run ---------------------------------------------------------------- */
+int pp_validate(pp_schedule_kind kind, int stages, int micro, int chunks, int layers,
+                int batch, char *err, size_t err_size) {
+    const char *name = pp_schedule_name(kind);
+    if (kind < 0 || kind >= PP_NSCHEDULES)
+        snprintf(err, err_size, "unknown schedule %d", (int)kind);
+    else if (stages < 1)
+        snprintf(err, err_size, "--pp %d: needs at least 1 stage", stages);
+    else if (micro < 1)
+        snprintf(err, err_size, "--micro %d: needs at least 1 micro-batch", micro);
+    else if (chunks < 1)
+        snprintf(err, err_size, "--virtual %d: needs at least 1 chunk per rank", chunks);
+    else if (stages > layers)
+        snprintf(err, err_size, "--pp %d: more stages than the %d layers (each stage needs"
+                 " a block: use --pp 1 to %d)", stages, layers, layers);
+    else if (batch % micro != 0)
+        snprintf(err, err_size, "--micro %d does not divide --batch %d (each micro-batch"
+                 " holds batch / micro sequences)", micro, batch);
+    else if (kind == PP_NAIVE && micro != 1)
+        snprintf(err, err_size, "--micro %d: the naive pipeline runs the whole batch at"
+                 " once (use --micro 1, or gpipe / 1f1b)", micro);
+    else if (kind != PP_INTERLEAVED && chunks != 1)
+        snprintf(err, err_size, "--virtual %d: only the interleaved schedule has chunks"
+                 " (use --virtual 1 with %s)", chunks, name);
+    else if (kind == PP_INTERLEAVED && chunks < 2)
+        snprintf(err, err_size, "--virtual %d: interleaved 1F1B needs at least 2 chunks per"
+                 " rank (with 1 it is 1f1b)", chunks);
+    else if (kind == PP_INTERLEAVED && stages < 2)
+        snprintf(err, err_size, "--pp %d: interleaving needs at least 2 stages (chunks"
+                 " alternate between ranks)", stages);
+    else if (kind == PP_INTERLEAVED && (long)chunks * stages > layers)
+        snprintf(err, err_size, "--virtual %d x --pp %d = %d chunks, more than the %d layers"
+                 " (each chunk needs a block: v x p <= %d)", chunks, stages, chunks * stages,
+                 layers, layers);
+    else if (kind == PP_INTERLEAVED && micro % stages != 0)
+        snprintf(err, err_size, "--micro %d: interleaved 1F1B takes micro-batches in groups"
+                 " of --pp %d (use a multiple of %d: %d, %d, ...)", micro, stages, stages,
+                 stages, 2 * stages);
+    else
+        return 1;
+    return 0;
+}
+
+/* ---- the plan: each rank's forwards and backwards in order ----------------------- */
+typedef struct {
+    pp_op_kind kind;   /* PP_FORWARD, or the backward kind of the schedule */
+    int micro, chunk;
+} pass;
+
+typedef struct {
+    pass *passes;
+    int count;
+} rank_plan;
+
+static void plan_add(rank_plan *plan, pp_op_kind kind, int micro, int chunk) {
+    plan->passes[plan->count++] = (pass){kind, micro, chunk};
+}
+
+/* GPipe: every forward, then every backward, the last micro-batch first. */
+static void plan_gpipe(rank_plan *plan, int m) {
+    for (int i = 0; i < m; i++) plan_add(plan, PP_FORWARD, i, 0);
+    for (int i = m - 1; i >= 0; i--) plan_add(plan, PP_BACKWARD, i, 0);
+}
+
+/* 1F1B: warm-up forwards, then one forward and one backward, then the drain. */
+static void plan_1f1b(rank_plan *plan, int p, int r, int m, pp_op_kind backward) {
+    int warmup = p - r - 1 < m ? p - r - 1 : m;
+    for (int i = 0; i < warmup; i++) plan_add(plan, PP_FORWARD, i, 0);
+    for (int i = 0; i < m - warmup; i++) {
+        plan_add(plan, PP_FORWARD, warmup + i, 0);
+        plan_add(plan, backward, i, 0);
+    }
+    for (int i = m - warmup; i < m; i++) plan_add(plan, backward, i, 0);
+}
+
+/* Megatron-LM's interleaved order: the k-th chunk pass of a rank takes micro-batch
+ * group k / (p v), member k % p, chunk (k / p) % v (backwards: the chunks reversed). */
+static pass interleaved_pass(int k, int p, int v, int backward) {
+    int chunk = (k / p) % v;
+    return (pass){backward ? PP_BACKWARD : PP_FORWARD, (k / (p * v)) * p + k % p,
+                  backward ? v - 1 - chunk : chunk};
+}
+
+static void plan_interleaved(rank_plan *plan, int p, int r, int m, int v) {
+    int total = m * v, warmup = 2 * (p - r - 1) + (v - 1) * p;
+    if (warmup > total || m == p) warmup = total;   /* m = p: all forwards first (Megatron) */
+    for (int k = 0; k < warmup; k++) plan->passes[plan->count++] = interleaved_pass(k, p, v, 0);
+    for (int k = 0; k < total - warmup; k++) {
+        plan->passes[plan->count++] = interleaved_pass(warmup + k, p, v, 0);
+        plan->passes[plan->count++] = interleaved_pass(k, p, v, 1);
+    }
+    for (int k = total - warmup; k < total; k++)
+        plan->passes[plan->count++] = interleaved_pass(k, p, v, 1);
+}
+
+static void plan_rank(rank_plan *plan, pp_schedule_kind kind, int p, int r, int m, int v) {
+    switch (kind) {
+    case PP_NAIVE:
+    case PP_GPIPE: plan_gpipe(plan, m); break;
+    case PP_1F1B: plan_1f1b(plan, p, r, m, PP_BACKWARD); break;
+    case PP_INTERLEAVED: plan_interleaved(plan, p, r, m, v); break;
+    default: plan_1f1b(plan, p, r, m, PP_BACKWARD_INPUT); break;
+    }
+}
+
+/* ---- the dry run: unit pass times, free messages, integer clock ------------------- */
+typedef struct {
+    pp_op op;
+    double start, end;
+} timed_pass;
+
+typedef struct {
+    int p, m, v, stages_total;          /* stages_total = S = p v */
+    double *forward_start, *forward_end;     /* [m][S], INFINITY until run */
+    double *backward_start, *backward_end;   /* B or Bi */
+    timed_pass **timed;                 /* [p][passes run] */
+    int *ntimed;
+} dry_run;
+
+static int slot(const dry_run *d, int micro, int vstage) {
+    return micro * d->stages_total + vstage;
+}
+
+static double pass_time(pp_op_kind kind) { return kind == PP_BACKWARD ? 2.0 : 1.0; }
+
+/* Is the input of this pass (activation or output gradient) there at time t? */
+static int input_ready(const dry_run *d, const pass *ps, int rank, double t) {
+    int s = ps->chunk * d->p + rank;
+    if (ps->kind == PP_FORWARD) return s == 0 || d->forward_end[slot(d, ps->micro, s - 1)] <= t;
+    if (s == d->stages_total - 1) return d->forward_end[slot(d, ps->micro, s)] <= t;
+    return d->backward_end[slot(d, ps->micro, s + 1)] <= t;
+}
+
+static void run_pass(dry_run *d, int rank, pp_op_kind kind, int micro, int chunk, double t) {
+    timed_pass *tp = &d->timed[rank][d->ntimed[rank]++];
+    *tp = (timed_pass){{kind, micro, chunk, -1}, t, t + pass_time(kind)};
+    int i = slot(d, micro, chunk * d->p + rank);
+    if (kind == PP_FORWARD) {
+        d->forward_start[i] = tp->start;
+        d->forward_end[i] = tp->end;
+    } else if (kind != PP_BACKWARD_WEIGHT) {
+        d->backward_start[i] = tp->start;
+        d->backward_end[i] = tp->end;
+    }
+}
+
+/* One rank's state in the dry run. zb-h1 keeps the W passes it owes in a queue. */
+typedef struct {
+    rank_plan plan;
+    int next;                  /* next pass of the plan */
+    double busy_until;
+    int in_flight;             /* forwards whose last backward has not run */
+    pass *owed_w;              /* B done, W not yet: a FIFO */
+    int owed_head, owed_tail;
+} dry_rank;
+
+/* What rank r does when it is free at time t; returns 0 when it stays idle. */
+static int dry_step(dry_run *d, dry_rank *dr, int r, double t, int w_cap) {
+    const pass *ps = dr->next < dr->plan.count ? &dr->plan.passes[dr->next] : NULL;
+    int owed = dr->owed_tail - dr->owed_head;
+    int ready = ps && input_ready(d, ps, r, t);
+    int must_free = ps && ps->kind == PP_FORWARD && dr->in_flight >= w_cap && owed > 0;
+    if (ready && !must_free) {
+        run_pass(d, r, ps->kind, ps->micro, ps->chunk, t);
+        dr->next++;
+        if (ps->kind == PP_FORWARD) dr->in_flight++;
+        else if (ps->kind == PP_BACKWARD) dr->in_flight--;
+        else dr->owed_w[dr->owed_tail++] = *ps;
+    } else if (owed > 0) {   /* zb-h1: a W fills the wait */
+        const pass *w = &dr->owed_w[dr->owed_head++];
+        run_pass(d, r, PP_BACKWARD_WEIGHT, w->micro, w->chunk, t);
+        dr->in_flight--;
+    } else {
+        return 0;
+    }
+    dr->busy_until = d->timed[r][d->ntimed[r] - 1].end;
+    return 1;
+}
+
+static double *filled(size_t n, double value) {
+    double *a = mem_alloc(MEM_OTHER, n * sizeof *a);
+    for (size_t i = 0; i < n; i++) a[i] = value;
+    return a;
+}
+
+static void dry_run_init(dry_run *d, int p, int m, int v) {
+    size_t n = (size_t)m * p * v;
+    *d = (dry_run){.p = p, .m = m, .v = v, .stages_total = p * v};
+    d->forward_start = filled(n, INFINITY);
+    d->forward_end = filled(n, INFINITY);
+    d->backward_start = filled(n, INFINITY);
+    d->backward_end = filled(n, INFINITY);
+    d->timed = mem_alloc(MEM_OTHER, (size_t)p * sizeof *d->timed);
+    d->ntimed = mem_alloc(MEM_OTHER, (size_t)p * sizeof *d->ntimed);
+    for (int r = 0; r < p; r++)
+        d->timed[r] = mem_alloc(MEM_OTHER, 3 * (size_t)m * v * sizeof **d->timed);
+}
+
+static void dry_run_free(dry_run *d) {
+    for (int r = 0; r < d->p; r++) mem_free(d->timed[r]);
+    mem_free(d->timed);
+    mem_free(d->ntimed);
+    mem_free(d->forward_start);
+    mem_free(d->forward_end);
+    mem_free(d->backward_start);
+    mem_free(d->backward_end);
+}
+
+/* Times every pass of every rank. Pass times are whole numbers, so the clock ticks by
+ * one; ranks free at the same tick decide in rank order, which is safe because a pass
+ * started at this tick ends later. */
+static void dry_run_execute(dry_run *d, pp_schedule_kind kind) {
+    int p = d->p, m = d->m, v = d->v, w_cap = p;
+    dry_rank *ranks = mem_alloc(MEM_OTHER, (size_t)p * sizeof *ranks);
+    for (int r = 0; r < p; r++) {
+        ranks[r].plan.passes = mem_alloc(MEM_OTHER, 2 * (size_t)m * v * sizeof(pass));
+        ranks[r].owed_w = mem_alloc(MEM_OTHER, (size_t)m * v * sizeof(pass));
+        plan_rank(&ranks[r].plan, kind, p, r, m, v);
+    }
+    int active = p;
+    double limit = 4.0 * (3.0 * m * v + 2.0 * p * v) + 16;   /* far past any makespan */
+    for (double t = 0; active > 0; t += 1) {
+        if (t > limit) {
+            fprintf(stderr, "pp_schedule: internal error: the dry run of %s did not finish\n",
+                    pp_schedule_name(kind));
+            abort();
+        }
+        active = 0;
+        for (int r = 0; r < p; r++) {
+            dry_rank *dr = &ranks[r];
+            if (dr->busy_until <= t) dry_step(d, dr, r, t, w_cap);
+            if (dr->next < dr->plan.count || dr->owed_tail > dr->owed_head ||
+                dr->busy_until > t)
+                active++;
+        }
+    }
+    for (int r = 0; r < p; r++) {
+        mem_free(ranks[r].plan.passes);
+        mem_free(ranks[r].owed_w);
+    }
+    mem_free(ranks);
+}
+
+/* ---- messages placed between the passes ------------------------------------------ */
+typedef struct {
+    pp_op op;
+    double time;         /* on the global clock */
+    int order;           /* among equal times: smaller first */
+    long long message;   /* among equal (time, order): the same on both ranks */
+} keyed_op;
+
+static int keyed_cmp(const void *a, const void *b) {
+    const keyed_op *x = a, *y = b;
+    if (x->time != y->time) return x->time < y->time ? -1 : 1;
+    if (x->order != y->order) return x->order - y->order;
+    return (x->message > y->message) - (x->message < y->message);
+}
+
+typedef struct {
+    keyed_op *ops;
+    int count;
+} keyed_list;
+
+/* The message a pass sends: activation to stage s+1 after F, gradient to s-1 after
+ * B / Bi (W sends nothing). Returns 0 when there is none. */
+static int outgoing(const dry_run *d, const timed_pass *tp, int rank, int *to_stage,
+                    int *is_grad) {
+    int s = tp->op.chunk * d->p + rank;
+    if (tp->op.kind == PP_FORWARD && s + 1 < d->stages_total) {
+        *to_stage = s + 1;
+        *is_grad = 0;
+        return 1;
+    }
+    if ((tp->op.kind == PP_BACKWARD || tp->op.kind == PP_BACKWARD_INPUT) && s > 0) {
+        *to_stage = s - 1;
+        *is_grad = 1;
+        return 1;
+    }
+    return 0;
+}
+
+/* The end of the pass rank is in the middle of at time t, or -1 when it is between
+ * passes (or idle) then. Its passes are in time order. */
+static double busy_until_at(const dry_run *d, int rank, double t) {
+    const timed_pass *tp = d->timed[rank];
+    int lo = 0, hi = d->ntimed[rank];   /* first pass starting at or after t */
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (tp[mid].start < t) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo > 0 && tp[lo - 1].end > t ? tp[lo - 1].end : -1;
+}
+
+/* When a rendezvous message can pass without holding up the dry run's timing: the
+ * first moment from the end of its producer on which both ranks are between passes.
+ * Failing that (the sender is still busy when the receiver needs it), the moment the
+ * receiver needs it: later ranks then wait, but the order stays deadlock-free. */
+static double meeting_time(const dry_run *d, int sender, int receiver, double produced,
+                           double needed) {
+    double t = produced;
+    while (t < needed) {
+        double a = busy_until_at(d, sender, t), b = busy_until_at(d, receiver, t);
+        if (a < 0 && b < 0) return t;
+        t = a > b ? a : b;
+    }
+    return needed;
+}
+
+static void place_message(const dry_run *d, keyed_list *lists, const timed_pass *tp, int rank,
+                          pp_comm_order order) {
+    int to, grad;
+    if (!outgoing(d, tp, rank, &to, &grad)) return;
+    int from_stage = tp->op.chunk * d->p + rank, peer = to % d->p, micro = tp->op.micro;
+    double consumer_start = grad ? d->backward_start[slot(d, micro, to)]
+                                 : d->forward_start[slot(d, micro, to)];
+    double when = meeting_time(d, rank, peer, tp->end, consumer_start);
+    long long id = ((long long)micro * d->stages_total + from_stage) * 2 + grad;
+    keyed_op send = {{grad ? PP_SEND_GRAD : PP_SEND_ACT, micro, tp->op.chunk, peer}, when, 0, id};
+    keyed_op recv = {{grad ? PP_RECV_GRAD : PP_RECV_ACT, micro, to / d->p, rank}, when, 0, id};
+    if (order == PP_COMM_EAGER) {   /* send right after, receive right before */
+        send.time = tp->end;
+        recv.time = consumer_start;
+        recv.order = 1;               /* sends first */
+    }
+    lists[rank].ops[lists[rank].count++] = send;
+    lists[peer].ops[lists[peer].count++] = recv;
+}
+
+static void build_op_lists(pp_schedule *s, const dry_run *d) {
+    int p = s->stages, compute_order = s->order == PP_COMM_EAGER ? 2 : 1;
+    keyed_list *lists = mem_alloc(MEM_OTHER, (size_t)p * sizeof *lists);
+    for (int r = 0; r < p; r++)   /* each pass: itself, at most one send, one receive */
+        lists[r].ops = mem_alloc(MEM_OTHER, 3 * (size_t)d->ntimed[r] * sizeof(keyed_op));
+    for (int r = 0; r < p; r++)
+        for (int i = 0; i < d->ntimed[r]; i++) {
+            const timed_pass *tp = &d->timed[r][i];
+            lists[r].ops[lists[r].count++] = (keyed_op){tp->op, tp->start, compute_order, 0};
+            place_message(d, lists, tp, r, s->order);
+        }
+    for (int r = 0; r < p; r++) {
+        qsort(lists[r].ops, (size_t)lists[r].count, sizeof(keyed_op), keyed_cmp);
+        pp_rank_ops *out = &s->ranks[r];
+        out->ops = mem_alloc(MEM_OTHER, ((size_t)lists[r].count + 1) * sizeof(pp_op));
+        out->count = lists[r].count;
+        for (int i = 0; i < out->count; i++) out->ops[i] = lists[r].ops[i].op;
+        mem_free(lists[r].ops);
+    }
+    mem_free(lists);
+}
+
+pp_schedule *pp_schedule_make(pp_schedule_kind kind, int stages, int micro, int chunks,
+                              pp_comm_order order) {
+    char err[256];
+    if (!pp_validate(kind, stages, micro, chunks, stages * chunks, micro, err, sizeof err)) {
+        fprintf(stderr, "pp_schedule_make: %s\n", err);
+        return NULL;
+    }
+    pp_schedule *s = mem_alloc(MEM_OTHER, sizeof *s);
+    *s = (pp_schedule){.kind = kind, .stages = stages, .micro = micro, .chunks = chunks,
+                       .order = order};
+    s->ranks = mem_alloc(MEM_OTHER, (size_t)stages * sizeof *s->ranks);
+    dry_run d;
+    dry_run_init(&d, stages, micro, chunks);
+    dry_run_execute(&d, kind);
+    build_op_lists(s, &d);
+    dry_run_free(&d);
+    return s;
+}
+
+void pp_schedule_free(pp_schedule *s) {
+    if (!s) return;
+    for (int r = 0; r < s->stages; r++) mem_free(s->ranks[r].ops);
+    mem_free(s->ranks);
+    mem_free(s);
+}
+
+/* ---- measures of a schedule -------------------------------------------------------- */
+int pp_peak_in_flight(const pp_schedule *s, int rank) {
+    int held = 0, peak = 0;
+    const pp_rank_ops *ops = &s->ranks[rank];
+    for (int i = 0; i < ops->count; i++) {
+        pp_op_kind k = ops->ops[i].kind;
+        if (k == PP_FORWARD && ++held > peak) peak = held;
+        if (k == PP_BACKWARD || k == PP_BACKWARD_WEIGHT) held--;
+    }
+    return peak;
+}
+
+pp_bubble pp_bubble_formula(pp_schedule_kind kind, int stages, int micro, int chunks) {
+    double p = stages, work;   /* work: a rank's busy time in units of one F + B */
+    switch (kind) {
+    case PP_INTERLEAVED: work = (double)chunks * micro; break;   /* bubble shrinks v-fold */
+    case PP_ZB_H1: work = 3.0 * micro; break;   /* idle (p-1)(F+B-W) = p-1 of busy 3m */
+    default: work = micro; break;
+    }
+    return (pp_bubble){(p - 1) / (work + p - 1), (p - 1) / work};
+}

@@ -1,0 +1,127 @@
+/* Pipeline schedules as per-rank lists of operations.
+ *
+ * A schedule for p stages (ranks), m micro-batches and v chunks per rank is, for each
+ * rank, the exact sequence of what it does: compute passes and the point-to-point
+ * messages between them. The executor (real ranks) and the simulator (pp_sim.h) run
+ * the same lists, so what the simulator shows is what the ranks do.
+ *
+ * Virtual stages: the model is cut into S = p x v consecutive pieces; chunk c of rank
+ * r is virtual stage c*p + r (Narayanan et al. 2021). Without interleaving v = 1 and
+ * the virtual stage is the rank. Activations go from virtual stage s to s + 1,
+ * gradients from s + 1 back to s; nothing is sent before stage 0 or after stage S - 1.
+ *
+ * The schedules:
+ *   naive        m = 1: the whole batch forward through every stage, then backward.
+ *   gpipe        all m forwards, then all m backwards (last micro-batch first).
+ *   1f1b         PipeDream-flush as in Megatron-LM: rank r runs min(p-r-1, m) warm-up
+ *                forwards, then one forward and one backward in turn, then drains;
+ *                at most p - r micro-batches in flight on rank r.
+ *   interleaved  Megatron-LM's interleaved 1F1B: micro-batches taken in groups of p
+ *                through chunk 0, then chunk 1, ...; warm-up 2(p-r-1) + (v-1)p chunk
+ *                forwards (all of them when m = p). Needs v >= 2 and m a multiple of p
+ *                (the classic form).
+ *   zb-h1        Qi et al. 2023: the backward split into B (input gradient, which the
+ *                previous stage waits for) and W (weight gradient, which nobody waits
+ *                for). F and B keep 1F1B's order; a W runs where the rank would
+ *                otherwise wait, or when p micro-batches are in flight (1F1B's peak,
+ *                rank 0's), so the drain fills with W passes.
+ *
+ * Communication order. On GPUs a send blocks until the receiver has posted the matching
+ * receive (NCCL), so the order of sends and receives on each rank decides whether the
+ * pipeline deadlocks. Placing every send right after the pass that produced it and
+ * every receive right before the pass that needs it (PP_COMM_EAGER) deadlocks 1F1B:
+ * rank 0 sends activation 1 while rank 1 sends gradient 0, and each waits for the
+ * other's receive. PP_COMM_ORDERED (the default) gives every message one time on a
+ * global clock, taken from a dry run of the schedule (unit pass times, free messages):
+ * the first moment after the pass that makes it at which both of its ranks are between
+ * passes, or failing that the moment the receiver needs it. Every rank does its passes
+ * and messages in the order of that clock (ties by message). Then the earliest
+ * unfinished operation of all ranks can always complete: a message's two ranks have
+ * both done everything before it. So the lists cannot deadlock, whatever the real
+ * pass times; with NCCL-like streams (pp_sim.h) they also keep the dry run's timing. */
+#ifndef PP_SCHEDULE_H
+#define PP_SCHEDULE_H
+#include <stddef.h>
+
+typedef enum { PP_NAIVE, PP_GPIPE, PP_1F1B, PP_INTERLEAVED, PP_ZB_H1, PP_NSCHEDULES } pp_schedule_kind;
+
+/* "naive", "gpipe", "1f1b", "interleaved", "zb-h1"; and back (-1: unknown). */
+const char *pp_schedule_name(pp_schedule_kind kind);
+int pp_schedule_from_name(const char *name);
+
+typedef enum {
+    PP_FORWARD,
+    PP_BACKWARD,          /* B and W together */
+    PP_BACKWARD_INPUT,    /* B: d(input), what the previous stage waits for */
+    PP_BACKWARD_WEIGHT,   /* W: d(weights) */
+    PP_SEND_ACT,          /* output activations to the next virtual stage */
+    PP_RECV_ACT,          /* input activations from the previous one */
+    PP_SEND_GRAD,         /* d(input) to the previous virtual stage */
+    PP_RECV_GRAD,         /* d(output) from the next one */
+    PP_NKINDS
+} pp_op_kind;
+
+/* "F", "B", "Bi", "W", "send-act", "recv-act", "send-grad", "recv-grad". */
+const char *pp_op_kind_name(pp_op_kind kind);
+int pp_op_is_compute(pp_op_kind kind);
+
+/* One operation of a rank. For a send or receive, micro and chunk name the pass whose
+ * activation or gradient travels, on the side of this rank (a send of the activation of
+ * chunk c arrives at the receiver's chunk of virtual stage + 1). */
+typedef struct {
+    pp_op_kind kind;
+    int micro;            /* 0..m-1 */
+    int chunk;            /* local chunk 0..v-1 */
+    int peer;             /* the other rank of a send or receive; -1 for compute */
+} pp_op;
+
+typedef struct {
+    pp_op *ops;
+    int count;
+} pp_rank_ops;
+
+typedef enum { PP_COMM_ORDERED, PP_COMM_EAGER } pp_comm_order;
+
+typedef struct {
+    pp_schedule_kind kind;
+    int stages, micro, chunks;   /* p, m, v (v = 1 unless interleaved) */
+    pp_comm_order order;
+    pp_rank_ops *ranks;          /* [stages] */
+} pp_schedule;
+
+/* One clear message in err (and 0) for a combination that cannot run; 1 when it can.
+ * Checks p, m, v >= 1; p <= layers; v x p <= layers; m dividing the batch; naive with
+ * m = 1; v > 1 only for interleaved; interleaved's p >= 2, v >= 2 and m a multiple of p. */
+int pp_validate(pp_schedule_kind kind, int stages, int micro, int chunks, int layers,
+                int batch, char *err, size_t err_size);
+
+/* The op lists (allocated with the accounting allocator, MEM_OTHER), or NULL with a
+ * message on stderr when pp_validate refuses (p, m, v) for any model. */
+pp_schedule *pp_schedule_make(pp_schedule_kind kind, int stages, int micro, int chunks,
+                              pp_comm_order order);
+void pp_schedule_free(pp_schedule *s);
+
+int pp_virtual_stage(const pp_schedule *s, int rank, int chunk);   /* chunk*p + rank */
+
+/* The largest number of (micro-batch, chunk) passes rank holds activations for at
+ * once: from its forward until its backward (zb-h1: until its W) has run. */
+int pp_peak_in_flight(const pp_schedule *s, int rank);
+
+/* The textbook bubble for unit forward time and backward twice that (zb-h1: B and W
+ * one each): fraction = idle / (idle + busy) per rank, over_ideal = idle / busy.
+ *   naive, gpipe, 1f1b: (p-1)/(m+p-1)      interleaved: (p-1)/(v m + p-1)
+ *   zb-h1: idle (p-1)(T_F + T_B - T_W) = (p-1) against busy 3m: (p-1)/(3m + p-1) */
+typedef struct {
+    double fraction, over_ideal;
+} pp_bubble;
+pp_bubble pp_bubble_formula(pp_schedule_kind kind, int stages, int micro, int chunks);
+
+/* A compute pass as it ran (simulated or measured); times in any one unit. */
+typedef struct {
+    int rank;
+    pp_op_kind kind;
+    int micro, chunk;
+    double start, end;
+} pp_span;
+
+#endif

@@ -1,0 +1,53 @@
+/* An event simulator for pipeline op lists (pp_schedule.h): it runs every rank's list
+ * as the ranks would, with modelled pass times, and reports where the time went.
+ *
+ * Times: a stage's forward of one micro-batch takes `forward`, its backward `backward`
+ * (zb-h1: B `backward_input`, W `backward_weight`); a chunk of an interleaved rank holds
+ * 1/v of the stage, so its passes take 1/v of those. A message takes link_alpha +
+ * message_bytes x link_seconds_per_byte (0 by default).
+ *
+ * Sends are unbuffered by default, as NCCL's: a send waits until the receiver has
+ * posted the matching receive, and both finish together. Messages between two ranks
+ * pair up in the order they are posted, as on NCCL; a receive that pairs with a send of
+ * another message (wrong kind, micro-batch or chunk) is an error. When nothing can move
+ * the lists have deadlocked: the simulator says which ranks wait in which operation,
+ * and returns (it never hangs).
+ *
+ * Two ways a rank runs its list:
+ *   streams (default), as a GPU: passes run in list order on a compute stream, sends
+ *     and receives in list order on a communication stream (NCCL's). A pass waits for
+ *     the receive that brings its input, a send for the pass that made its data; the
+ *     two streams otherwise overlap. A send blocks its stream, not the rank.
+ *   sequential, as a CPU rank calling comm_send / comm_recv: one operation at a time,
+ *     so a rank in a blocking send or receive computes nothing meanwhile. */
+#ifndef PP_SIM_H
+#define PP_SIM_H
+#include "pp_schedule.h"
+
+typedef struct {
+    double forward, backward, backward_input, backward_weight;
+    double link_alpha, link_seconds_per_byte, message_bytes;
+    int buffered;   /* 1: a send returns at once (the threads backend's default) */
+    int sequential; /* 1: one operation at a time (a CPU rank); 0: two streams */
+} pp_sim_options;
+
+/* forward 1, backward 2, B 1, W 1, free messages, unbuffered sends, streams. */
+pp_sim_options pp_sim_options_default(void);
+
+typedef struct {
+    int ok;                 /* 0: deadlock or mismatched messages, said in error */
+    char error[2048];
+    int stages;
+    double makespan;        /* when the last rank finished */
+    double *busy, *idle;    /* [stages]: computing; the rest of the makespan */
+    double bubble_fraction;     /* idle over total rank-time (p x makespan) */
+    double bubble_over_ideal;   /* idle over busy */
+    pp_span *spans;         /* every compute pass, rank by rank in the rank's order */
+    int nspans;
+} pp_sim_result;
+
+/* Runs the lists. Returns result->ok; free the result with pp_sim_result_free. */
+int pp_simulate(const pp_schedule *s, const pp_sim_options *opts, pp_sim_result *result);
+void pp_sim_result_free(pp_sim_result *result);
+
+#endif
