@@ -1,0 +1,101 @@
+#include "train_run.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+
+typedef struct {
+    const run_config *cfg;
+    const dataset *data;
+    const pipeline_options *opts;
+    const baseline_run *baseline;
+    pp_outcome *out;
+} launched;
+
+/* The last step's passes of every rank, on every rank (padded to the longest list). */
+static void gather_spans(pipeline_rank *r, pp_outcome *out) {
+    comm *g = r->metrics;
+    const int p = comm_size(g);
+    int most = r->exec.nspans;
+    comm_allreduce(g, &most, 1, COMM_F32, COMM_MAX);   /* small integers: exact */
+    pp_span *mine = calloc((size_t)most, sizeof *mine);
+    memcpy(mine, r->exec.spans, (size_t)r->exec.nspans * sizeof *mine);
+    for (int i = r->exec.nspans; i < most; i++) mine[i].rank = -1;   /* padding */
+    pp_span *all = calloc((size_t)most * p, sizeof *all);
+    comm_allgather(g, mine, all, (size_t)most * p * sizeof *all / 4, COMM_F32);
+    out->spans = malloc((size_t)most * p * sizeof *out->spans);
+    out->nspans = 0;
+    for (int i = 0; i < most * p; i++)
+        if (all[i].rank >= 0) out->spans[out->nspans++] = all[i];
+    free(mine);
+    free(all);
+}
+
+static int rank_main(comm *world, void *arg) {
+    launched *a = arg;
+    const run_config *cfg = a->cfg;
+    const int p = comm_size(world), root = comm_rank(world) == 0;
+    mesh m;
+    mesh_create(&m, world, (mesh_shape){.tp = 1, .pp = p, .dp = 1});
+    pipeline_rank r;
+    pipeline_rank_init(&r, world, &m, cfg, a->data, a->opts);
+    train_strategy strategy = pipeline_strategy(&r);
+    train_outcome run;
+    train_loop(world, cfg, (double)cfg->batch * cfg->model.ctx, &strategy, &run);
+
+    pp_outcome o = {.opts = *a->opts, .stages = p, .result = run.result, .loss = run.loss};
+    o.result.loss = o.loss;
+    run.loss = NULL;
+    train_outcome_free(&run);
+    pipeline_measures_alloc(&o.measured, p);
+    pipeline_measure(&r, &o.measured);
+    gather_spans(&r, &o);
+    const gpt_shape whole = gpt_shape_make(&cfg->model, 1, 0);
+    float *final_params = root ? malloc(gpt_num_params(&whole) * sizeof(float)) : NULL;
+    o.tied_drift = pipeline_gather_params(&r, final_params);
+
+    if (root) {
+        o.formula = pp_bubble_formula(a->opts->schedule, p, a->opts->micro, a->opts->chunks);
+        o.in_flight_formula = calloc((size_t)p, sizeof(int));
+        for (int k = 0; k < p; k++) o.in_flight_formula[k] = pp_peak_in_flight(r.schedule, k);
+        o.bytes_formula = 2.0 * cfg->batch * cfg->model.ctx * cfg->model.dim * sizeof(float);
+        o.result.bytes_formula = p > 1 ? o.bytes_formula * a->opts->chunks : 0;
+        if (a->baseline)
+            compare_to_baseline(&o.result, a->baseline, o.loss, r.first_grads, final_params);
+        *a->out = o;
+    } else {
+        pp_outcome_free(&o);
+    }
+    free(final_params);
+    pipeline_rank_free(&r);
+    mesh_free(&m);
+    return 0;
+}
+
+int pp_run_launch(const run_config *cfg, const dataset *data, const pipeline_options *opts,
+                  const baseline_run *baseline, pp_outcome *out) {
+    memset(out, 0, sizeof *out);
+    launched a = {cfg, data, opts, baseline, out};
+    return launch(&cfg->comm, rank_main, &a);
+}
+
+void pp_outcome_free(pp_outcome *o) {
+    free(o->loss);
+    free(o->in_flight_formula);
+    free(o->spans);
+    pipeline_measures_free(&o->measured);
+    memset(o, 0, sizeof *o);
+}
+
+double pp_worst_fraction_of_tolerance(const run_result *r) {
+    const double diffs[3] = {r->diff_grads, r->diff_loss, r->diff_params};
+    const double tols[3] = {PP_TOL_GRADS, PP_TOL_LOSS, PP_TOL_PARAMS};
+    double worst = 0;
+    for (int i = 0; i < 3; i++) {
+        if (isnan(diffs[i])) return INFINITY;
+        if (diffs[i] >= 0 && diffs[i] / tols[i] > worst) worst = diffs[i] / tols[i];
+    }
+    return worst;
+}

@@ -1,0 +1,214 @@
+#include "pipeline.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "ops.h"
+#include "tp_slices.h"
+
+const char *pipeline_strategy_name(pp_schedule_kind kind) {
+    static const char *const names[PP_NSCHEDULES] = {"pp-naive", "pp-gpipe", "pp-1f1b",
+                                                     "pp-interleaved", "pp-zb-h1"};
+    return kind >= 0 && kind < PP_NSCHEDULES ? names[kind] : "pp-?";
+}
+
+/* This rank's slice of the whole model (TP), before the pipeline cuts it. */
+static gpt_shape tp_whole_shape(const run_config *cfg, const mesh *m) {
+    gpt_shape s = gpt_shape_make(&cfg->model, m->shape.tp, m->me.tp);
+    if (m->shape.tp > 1) gpt_shape_split_vocab(&s);
+    return s;
+}
+
+void pipeline_rank_init(pipeline_rank *r, comm *world, const mesh *m, const run_config *cfg,
+                        const dataset *data, const pipeline_options *opts) {
+    const int p = m->shape.pp, d = m->shape.dp, v = opts->chunks;
+    const int per_pipeline = cfg->batch / d, micro_batch = per_pipeline / opts->micro;
+    memset(r, 0, sizeof *r);
+    r->cfg = cfg;
+    r->mesh = m;
+    r->opts = *opts;
+    r->schedule = pp_schedule_make(opts->schedule, p, opts->micro, v, PP_COMM_ORDERED);
+    if (!r->schedule) comm_abort(world, "no %s schedule for pp %d, micro %d, virtual %d",
+                                 pp_schedule_name(opts->schedule), p, opts->micro, v);
+    const gpt_shape whole = tp_whole_shape(cfg, m);
+    const gpt_model_options model_opts = {.tp = m->shape.tp > 1 ? m->tp : NULL};
+    r->chunks = calloc((size_t)v, sizeof *r->chunks);
+    for (int c = 0; c < v; c++) {
+        pp_stage_init(&r->chunks[c], m->pp, &whole, c * p + m->me.pp, v * p, micro_batch,
+                      cfg->model.ctx, opts->micro, cfg->seed, &model_opts);
+        r->chunks[c].drop_input_grad = opts->drop_input_grad && m->me.pp == p - 1 && c == v - 1;
+    }
+    const float dloss = 1.0f / ((float)cfg->batch * (float)cfg->model.ctx);
+    pp_executor_init(&r->exec, r->schedule, m->me.pp, r->chunks, cfg, data,
+                     m->me.dp * per_pipeline, dloss, opts->stage_seconds);
+    if (d > 1) {
+        r->dp = calloc((size_t)v, sizeof *r->dp);
+        for (int c = 0; c < v; c++)
+            r->dp[c] = grad_buckets_create(m->dp, &r->chunks[c].shape, r->chunks[c].rep.grads,
+                                           1u << 20, 25u << 20, COMM_F32);
+    }
+    r->metrics = comm_split(world, mesh_group_index(&m->shape, MESH_PP, comm_rank(world)),
+                            m->me.pp, "pp-metrics");
+    r->busy = calloc((size_t)cfg->steps, sizeof(double));
+    r->finish = calloc((size_t)cfg->steps, sizeof(double));
+    gpt_shape unsplit = gpt_shape_make(&cfg->model, 1, 0);
+    if (comm_rank(world) == 0) r->first_grads = malloc(gpt_num_params(&unsplit) * sizeof(float));
+}
+
+void pipeline_rank_free(pipeline_rank *r) {
+    for (int c = 0; c < r->opts.chunks; c++) {
+        if (r->dp) grad_buckets_free(r->dp[c]);
+        pp_stage_free(&r->chunks[c]);
+    }
+    pp_executor_free(&r->exec);
+    pp_schedule_free(r->schedule);
+    comm_free(r->metrics);
+    free(r->dp);
+    free(r->chunks);
+    free(r->busy);
+    free(r->finish);
+    free(r->first_grads);
+    memset(r, 0, sizeof *r);
+}
+
+/* The first virtual stage is chunk 0 of pipeline rank 0; the last, chunk v-1 of the
+ * last rank: they hold the tied embedding. */
+static void reduce_tied_grads(pipeline_rank *r) {
+    const mesh *m = r->mesh;
+    if (m->me.pp == 0) pp_stage_reduce_tied_grads(&r->chunks[0], m->embedding);
+    if (m->me.pp == m->shape.pp - 1 && m->shape.pp > 1)
+        pp_stage_reduce_tied_grads(&r->chunks[r->opts.chunks - 1], m->embedding);
+}
+
+static float pipeline_compute_grads(void *arg, int step) {
+    pipeline_rank *r = arg;
+    const mesh *m = r->mesh;
+    for (int c = 0; c < r->opts.chunks; c++)
+        vec_zero(r->chunks[c].rep.grads, r->chunks[c].rep.num_params);
+    comm_barrier(m->pp);   /* the pipeline starts together: its timeline has one origin */
+    const double start = comm_now();
+    trace_begin(m->pp, "pipeline schedule");
+    float loss = pp_execute_step(&r->exec, step, start);
+    trace_end(m->pp);
+    r->busy[step - 1] = r->exec.busy_seconds;
+    r->finish[step - 1] = r->exec.finish_seconds;
+    trace_begin(m->pp, "tied embedding + dp gradients");
+    reduce_tied_grads(r);
+    if (r->dp)
+        for (int c = 0; c < r->opts.chunks; c++) {
+            for (int slab = gpt_num_slabs(&r->chunks[c].shape) - 1; slab >= 0; slab--)
+                grad_buckets_slab_ready(r->dp[c], slab);
+            grad_buckets_wait(r->dp[c]);
+        }
+    trace_end(m->pp);
+    /* the loss lives on the last stage, the same on its TP ranks: one of them counts it */
+    const int counts = m->me.pp == m->shape.pp - 1 && m->me.tp == 0;
+    return counts ? loss / (float)m->shape.dp : 0.0f;
+}
+
+/* The whole model's vector from every rank's stages and slices, on world rank 0 (only
+ * the ranks of data-parallel replica 0 take part; the others hold the same). */
+static double gather_whole(pipeline_rank *r, pp_vector which, float *whole) {
+    const mesh *m = r->mesh;
+    if (m->me.dp != 0) return 0;
+    const gpt_shape mine = tp_whole_shape(r->cfg, m);
+    float *slice = malloc(gpt_num_params(&mine) * sizeof(float));
+    double drift = pp_gather_whole(m->pp, r->chunks, r->opts.chunks, which, slice);
+    if (m->shape.tp > 1) {
+        double tp_drift = tp_gather_whole(m->tp, &mine, slice, whole);
+        if (tp_drift > drift) drift = tp_drift;
+    } else if (whole) {
+        memcpy(whole, slice, gpt_num_params(&mine) * sizeof(float));
+    }
+    free(slice);
+    return drift;
+}
+
+static void pipeline_keep_first_grads(void *arg) {
+    pipeline_rank *r = arg;
+    gather_whole(r, PP_GRADS, r->first_grads);
+}
+
+static void pipeline_update(void *arg, int step) {
+    (void)step;
+    pipeline_rank *r = arg;
+    trace_begin(r->mesh->pp, "optimizer");
+    for (int c = 0; c < r->opts.chunks; c++) replica_adamw(&r->chunks[c].rep, &r->cfg->adamw);
+    trace_end(r->mesh->pp);
+}
+
+train_strategy pipeline_strategy(pipeline_rank *r) {
+    return (train_strategy){.name = pipeline_strategy_name(r->opts.schedule), .ctx = r,
+                            .compute_grads = pipeline_compute_grads,
+                            .keep_first_grads = pipeline_keep_first_grads,
+                            .update = pipeline_update};
+}
+
+double pipeline_gather_params(pipeline_rank *r, float *whole) {
+    return gather_whole(r, PP_PARAMS, whole);
+}
+
+/* ---- what was measured ---------------------------------------------------------------- */
+
+void pipeline_measures_alloc(pipeline_measures *pm, int stages) {
+    memset(pm, 0, sizeof *pm);
+    pm->busy_ms = calloc((size_t)stages, sizeof(double));
+    pm->idle_ms = calloc((size_t)stages, sizeof(double));
+    pm->peak_activations = calloc((size_t)stages, sizeof(double));
+    pm->in_flight = calloc((size_t)stages, sizeof(int));
+    pm->bytes_sent = calloc((size_t)stages, sizeof(double));
+}
+
+void pipeline_measures_free(pipeline_measures *pm) {
+    free(pm->busy_ms);
+    free(pm->idle_ms);
+    free(pm->peak_activations);
+    free(pm->in_flight);
+    free(pm->bytes_sent);
+    memset(pm, 0, sizeof *pm);
+}
+
+/* Per stage: busy, finish-time sum (for the makespan), activations, in flight, bytes. */
+enum { M_BUSY, M_ACTIVATIONS, M_IN_FLIGHT, M_BYTES, M_OVERRUN, M_COUNT };
+
+void pipeline_measure(pipeline_rank *r, pipeline_measures *pm) {
+    const int p = r->mesh->shape.pp, steps = r->cfg->steps;
+    const int first = steps > 1 ? 1 : 0, timed = steps - first;   /* step 1 warms up */
+    /* the makespan of each step: its last rank's finish */
+    double *finish = malloc(sizeof(double) * (size_t)steps * p);
+    comm_allgather(r->metrics, r->finish, finish, (size_t)steps * p * 2, COMM_F32);
+    double makespan = 0;
+    for (int s = first; s < steps; s++) {
+        double latest = 0;
+        for (int k = 0; k < p; k++)
+            if (finish[k * steps + s] > latest) latest = finish[k * steps + s];
+        makespan += latest;
+    }
+    free(finish);
+    double mine[M_COUNT] = {0};
+    for (int s = first; s < steps; s++) mine[M_BUSY] += r->busy[s];
+    mine[M_ACTIVATIONS] = (double)mem_stats_current()->peak[MEM_ACTIVATIONS];
+    for (int c = 0; c < r->opts.chunks; c++) mine[M_IN_FLIGHT] += r->exec.slots_used[c];
+    comm_stats pp_stats = comm_stats_get(r->mesh->pp);
+    mine[M_BYTES] = (double)comm_stats_total_sent(&pp_stats) / (timed > 0 ? timed : 1);
+    mine[M_OVERRUN] = r->exec.overrun_seconds;
+    double *all = malloc(sizeof mine * (size_t)p);
+    comm_allgather(r->metrics, mine, all, (size_t)p * 2 * M_COUNT, COMM_F32);
+    double busy = 0, idle = 0;
+    for (int k = 0; k < p; k++) {
+        const double *them = all + k * M_COUNT;
+        pm->busy_ms[k] = 1e3 * them[M_BUSY] / (timed > 0 ? timed : 1);
+        pm->idle_ms[k] = 1e3 * (makespan - them[M_BUSY]) / (timed > 0 ? timed : 1);
+        pm->peak_activations[k] = them[M_ACTIVATIONS];
+        pm->in_flight[k] = (int)them[M_IN_FLIGHT];
+        pm->bytes_sent[k] = them[M_BYTES];
+        if (them[M_OVERRUN] * 1e3 / steps > pm->overrun_ms) pm->overrun_ms = 1e3 * them[M_OVERRUN] / steps;
+        busy += them[M_BUSY];
+        idle += makespan - them[M_BUSY];
+    }
+    free(all);
+    pm->bubble_fraction = busy + idle > 0 ? idle / (busy + idle) : 0;
+    pm->bubble_over_ideal = busy > 0 ? idle / busy : 0;
+}

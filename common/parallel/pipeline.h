@@ -1,0 +1,74 @@
+/* Pipeline parallelism as a strategy for the training loop, on one rank of a mesh
+ * (mesh.h): its pipeline stage(s), the schedule's executor, and what a step does.
+ *
+ *   step:  all ranks of the pipeline start together (a barrier on the pp group)
+ *          the schedule's op lists run: forwards, backwards, sends, receives
+ *          the tied embedding's gradient is summed over the first and last stage
+ *          with data parallelism: each stage's gradients summed over the dp group
+ *          AdamW on this rank's stages
+ *
+ * The mesh's TP size cuts every stage's blocks Megatron-style (their f and g run on
+ * the tp group inside each pass); its DP size gives each pipeline 1/d of the batch. */
+#ifndef PIPELINE_H
+#define PIPELINE_H
+
+#include "grad_buckets.h"
+#include "mesh.h"
+#include "pp_execute.h"
+#include "pp_schedule.h"
+#include "pp_stage.h"
+#include "train_loop.h"
+
+typedef struct {
+    pp_schedule_kind schedule;
+    int micro;                /* micro-batches per step (per pipeline) */
+    int chunks;               /* v: model chunks per rank (interleaved), else 1 */
+    double stage_seconds;     /* the compute model (pp_execute.h); 0: off */
+    int drop_input_grad;      /* negative control: one rank sends zeros as d(input) */
+} pipeline_options;
+
+typedef struct {
+    const run_config *cfg;
+    const mesh *mesh;
+    pipeline_options opts;
+    pp_schedule *schedule;
+    pp_stage *chunks;         /* [v] */
+    pp_executor exec;
+    grad_buckets **dp;        /* [v]: each stage's gradient reduction, NULL without DP */
+    comm *metrics;            /* the bubble's own numbers, apart from the pp traffic */
+    float *first_grads;       /* step 1's gradients, whole model, on world rank 0 */
+    double *busy, *finish;    /* [steps]: this rank's compute and finish, per step */
+} pipeline_rank;
+
+/* Collective over world (the mesh's). */
+void pipeline_rank_init(pipeline_rank *r, comm *world, const mesh *m, const run_config *cfg,
+                        const dataset *data, const pipeline_options *opts);
+void pipeline_rank_free(pipeline_rank *r);
+/* The step for train_loop: name, e.g. "pp-1f1b". */
+train_strategy pipeline_strategy(pipeline_rank *r);
+/* "pp-naive", "pp-gpipe", "pp-1f1b", "pp-interleaved", "pp-zb-h1". */
+const char *pipeline_strategy_name(pp_schedule_kind kind);
+
+/* What the run measured, for the tables: after it, collective over the mesh's pp
+ * group; every rank gets the pipeline's numbers. Arrays have one entry per stage
+ * (pipeline rank). */
+typedef struct {
+    double bubble_fraction;      /* idle over total rank-time, timed steps */
+    double bubble_over_ideal;    /* idle over busy */
+    double *busy_ms, *idle_ms;   /* per step */
+    double *peak_activations;    /* bytes, the accounting allocator's peak */
+    int *in_flight;              /* the most micro-batches held at once (all chunks) */
+    double *bytes_sent;          /* per step on the pp group: activations and gradients */
+    double overrun_ms;           /* compute model: passes longer than modelled, per step */
+} pipeline_measures;
+
+void pipeline_measures_alloc(pipeline_measures *pm, int stages);
+void pipeline_measures_free(pipeline_measures *pm);
+void pipeline_measure(pipeline_rank *r, pipeline_measures *pm);
+
+/* Collective over world: the whole model's parameters on world rank 0's host
+ * (`whole`: gpt_num_params of the unsplit model; NULL elsewhere). Returns the largest
+ * difference between the tied weight's two copies. */
+double pipeline_gather_params(pipeline_rank *r, float *whole);
+
+#endif

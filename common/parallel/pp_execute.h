@@ -1,0 +1,55 @@
+/* Runs a pipeline schedule's op lists (pp_schedule.h) on real ranks: the passes on this
+ * rank's stages (pp_stage.h), the sends and receives between them, in the list's order.
+ *
+ * Micro-batch slots: a micro-batch takes a free activation slot of its chunk when it
+ * first arrives (its receive or its forward) and gives it back when nothing of it is
+ * left to do (its backward, or W, and the send of its input gradient). So a stage's
+ * slots, hence its measured activation memory, are the micro-batches it really holds
+ * at once: m for GPipe, p - r on rank r for 1F1B.
+ *
+ * The compute model (stage_seconds > 0): a forward of one micro-batch through a whole
+ * stage lasts stage_seconds, a backward twice that (zero-bubble: B and W once each);
+ * a chunk of an interleaved rank holds 1/v of the stage and takes 1/v of those. The
+ * rank computes, then sleeps out the rest, so idle time means the same on any machine
+ * (several ranks share a core here). */
+#ifndef PP_EXECUTE_H
+#define PP_EXECUTE_H
+
+#include "pp_schedule.h"
+#include "pp_stage.h"
+
+typedef struct {
+    const pp_schedule *schedule;
+    int rank;                 /* in the pipeline group */
+    pp_stage *chunks;         /* [v] this rank's stages, chunk c = virtual stage c*p + rank */
+    const run_config *cfg;
+    const dataset *data;
+    int first_sequence;       /* this pipeline's first sequence of the global batch */
+    float dloss;              /* d(objective)/d(one token's loss) */
+    double stage_seconds;     /* the compute model; 0: off */
+    gpt_slab_ready_fn on_slab_ready;   /* per chunk, when its slabs are final (may be NULL) */
+    void **slab_ready_ctx;             /* [v] */
+    /* slots */
+    int *slot_of;             /* [v x m]: the slot micro-batch i holds on chunk c, or -1 */
+    int *uses_left;           /* [v x m]: passes and sends still to come before it is free */
+    int *slot_busy;           /* [v x m]: which slots are taken */
+    int *slots_used;          /* [v]: the most slots ever taken at once */
+    /* the last step, measured (seconds from its start) */
+    pp_span *spans;           /* [ops of this rank] */
+    int nspans;
+    double busy_seconds, finish_seconds;
+    double overrun_seconds;   /* compute model: passes that took longer than modelled */
+} pp_executor;
+
+void pp_executor_init(pp_executor *e, const pp_schedule *schedule, int rank, pp_stage *chunks,
+                      const run_config *cfg, const dataset *data, int first_sequence,
+                      float dloss, double stage_seconds);
+void pp_executor_free(pp_executor *e);
+
+/* Runs one step's lists from time `start` (comm_now(), the same moment on every rank of
+ * the pipeline: after a barrier). Gradients accumulate in the chunks' replicas. Returns
+ * the mean loss of this pipeline's micro-batches on the rank of the last stage, 0 on
+ * the others. */
+float pp_execute_step(pp_executor *e, int step, double start);
+
+#endif
