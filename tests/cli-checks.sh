@@ -39,6 +39,19 @@ for program in "$build"/baseline "$build"/chapter*; do
     expect_error "$program" "too short; a sequence of --ctx 64 needs at least 65 bytes" --data "$short"
     expect_error "$program" "--preset huge: unknown preset" --preset huge
 done
+# chapter 4: pipeline sizes and schedules
+chapter4="$build"/chapter4
+if [ -x "$chapter4" ]; then
+    expect_error "$chapter4" "--pp 5: more stages than the 4 layers" --simulate --pp 5
+    expect_error "$chapter4" "--pp 0: must be an integer from 1" --simulate --pp 0
+    expect_error "$chapter4" "--micro 3 does not divide --batch 8" --simulate --pp 2 --micro 3
+    expect_error "$chapter4" "--micro 0: must be an integer from 1" --simulate --micro 0
+    expect_error "$chapter4" "--virtual 3 x --pp 2 = 6 chunks, more than the 4 layers" --simulate --pp 2 --schedule interleaved --virtual 3
+    expect_error "$chapter4" "--virtual 0: must be an integer from 1" --simulate --virtual 0
+    expect_error "$chapter4" "--micro 2: interleaved 1F1B takes micro-batches in groups of --pp 4" --simulate --pp 4 --layers 8 --micro 2 --schedule interleaved
+    expect_error "$chapter4" "--stage-ms -1: must be at least 0" --simulate --stage-ms -1
+    expect_error "$chapter4" "--schedule fast: unknown value (valid: naive, gpipe, 1f1b, interleaved, zb-h1, all)" --simulate --schedule fast
+fi
 # ./run itself
 expect_error ./run "N 'x' must be a positive whole number" x
 expect_error ./run "N '0' must be a positive whole number" 0

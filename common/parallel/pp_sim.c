@@ -79,7 +79,7 @@ static double compute_time(const sim *m, pp_op_kind kind) {
 }
 
 static double message_time(const sim *m) {
-    return m->o->link_alpha + m->o->message_bytes * m->o->link_seconds_per_byte;
+    return m->o->link_alpha + m->o->message_bytes * m->o->link_time_per_byte;
 }
 
 static void describe(const pp_op *op, char *out, size_t size) {

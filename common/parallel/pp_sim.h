@@ -4,7 +4,7 @@
  * Times: a stage's forward of one micro-batch takes `forward`, its backward `backward`
  * (zb-h1: B `backward_input`, W `backward_weight`); a chunk of an interleaved rank holds
  * 1/v of the stage, so its passes take 1/v of those. A message takes link_alpha +
- * message_bytes x link_seconds_per_byte (0 by default).
+ * message_bytes x link_time_per_byte (0 by default), in the same unit.
  *
  * Sends are unbuffered by default, as NCCL's: a send waits until the receiver has
  * posted the matching receive, and both finish together. Messages between two ranks
@@ -26,7 +26,7 @@
 
 typedef struct {
     double forward, backward, backward_input, backward_weight;
-    double link_alpha, link_seconds_per_byte, message_bytes;
+    double link_alpha, link_time_per_byte, message_bytes;
     int buffered;   /* 1: a send returns at once (the threads backend's default) */
     int sequential; /* 1: one operation at a time (a CPU rank); 0: two streams */
 } pp_sim_options;

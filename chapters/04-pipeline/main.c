@@ -1,0 +1,107 @@
+/* Chapter 4: pipeline parallelism. The model is cut by layers into stages, one per
+ * rank; micro-batches and the order of forwards and backwards (the schedule) decide
+ * how long ranks wait for each other (the bubble).
+ *
+ *   ./run 4 --simulate [--schedule all] [--micro 8] [--virtual 2] [--stage-ms 1]
+ *           [--link ethernet] [--svg pipe.svg] [--json]
+ *   ./run 1 --simulate --pp 64 --micro 3072 --schedule 1f1b
+ *
+ * --simulate runs each schedule's op lists (the ones real ranks will run) on the event
+ * simulator: forward 1, backward 2 (zb-h1: B 1 + W 1) in units of --stage-ms, messages
+ * free unless --link is given. Training on real ranks comes next. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "simulate.h"
+#include "train.h"
+
+static const char *const schedule_choices[] = {"naive", "gpipe", "1f1b", "interleaved",
+                                               "zb-h1", "all", NULL};
+enum { SCHEDULE_ALL = PP_NSCHEDULES };
+static const char *const order_choices[] = {"ordered", "eager", NULL};
+static const char *const link_labels[] = {"none", "nvlink", "ib", "ethernet"};
+
+typedef struct {
+    run_config cfg;
+    int pp, micro, chunks, schedule, simulate, order;
+    double stage_ms;
+    const char *svg_path;
+} chapter_args;
+
+/* The wire as comm.h models it: latency, bandwidth (GB = 1e9 B), both x --link-scale. */
+static void link_model(const comm_options *o, double *alpha_ms, double *ms_per_byte) {
+    static const double latency_s[] = {0, 2e-6, 5e-6, 30e-6};
+    static const double bytes_per_s[] = {0, 900e9, 50e9, 3.125e9};
+    *alpha_ms = *ms_per_byte = 0;
+    if (o->link == LINK_NONE) return;
+    *alpha_ms = 1e3 * latency_s[o->link] * o->link_scale;
+    *ms_per_byte = 1e3 / bytes_per_s[o->link] * o->link_scale;
+}
+
+/* Settles which schedules run; a bad size is one line and exit 2. With --schedule all,
+ * a schedule that cannot take these sizes is skipped with the reason. */
+static void choose_schedules(const chapter_args *a, pipeline_sim_config *c) {
+    const gpt_config *m = &a->cfg.model;
+    char err[256];
+    /* What every schedule needs (p, m against the model and batch) is checked once. */
+    if (!pp_validate(PP_GPIPE, c->pp, c->micro, 1, m->layers, a->cfg.batch, err, sizeof err))
+        cli_fail("%s", err);
+    for (int k = 0; k < PP_NSCHEDULES; k++) {
+        if (a->schedule != SCHEDULE_ALL && a->schedule != k) continue;
+        static char reasons[PP_NSCHEDULES][256];
+        int micro = pipeline_micro_for(c, k), chunks = pipeline_chunks_for(c, k);
+        int fits = pp_validate(k, c->pp, micro, chunks, m->layers, a->cfg.batch, reasons[k],
+                               sizeof reasons[k]);
+        if (!fits && a->schedule != SCHEDULE_ALL) cli_fail("%s", reasons[k]);
+        c->runs[k] = fits;
+        c->skipped[k] = fits ? NULL : reasons[k];
+    }
+}
+
+static pipeline_sim_config sim_config(const chapter_args *a) {
+    const run_config *cfg = &a->cfg;
+    pipeline_sim_config c = {
+        .pp = a->pp ? a->pp : cfg->comm.ranks, .micro = a->micro, .chunks = a->chunks,
+        .stage_ms = a->stage_ms > 0 ? a->stage_ms : 1.0, .order = (pp_comm_order)a->order,
+        .svg_path = a->svg_path, .json = cfg->json,
+        .link_name = cfg->comm.link == LINK_NONE ? NULL : link_labels[cfg->comm.link],
+    };
+    /* one micro-batch's activations: batch/m sequences x ctx x dim fp32 */
+    c.message_bytes = 4.0 * cfg->batch / a->micro * cfg->model.ctx * cfg->model.dim;
+    link_model(&cfg->comm, &c.link_alpha_ms, &c.link_ms_per_byte);
+    return c;
+}
+
+int main(int argc, char **argv) {
+    chapter_args a = {.cfg = run_config_default(), .micro = 8, .chunks = 2,
+                      .schedule = SCHEDULE_ALL};
+    const cli_option options[] = {
+        {"pp", OPT_INT, &a.pp, "pipeline stages (default: the rank count)", NULL, 1},
+        {"micro", OPT_INT, &a.micro, "micro-batches per step (must divide --batch)", NULL, 1},
+        {"virtual", OPT_INT, &a.chunks, "model chunks per rank for the interleaved schedule",
+         NULL, 1},
+        {"schedule", OPT_CHOICE, &a.schedule, "pipeline schedule", schedule_choices, 0},
+        {"stage-ms", OPT_FLOAT, &a.stage_ms, "modelled forward time of one micro-batch on a"
+         " stage, backward twice that (default 1 in --simulate)", NULL, 0},
+        {"simulate", OPT_FLAG, &a.simulate, "run the schedules on the event simulator, no"
+         " training", NULL, 0},
+        {"comm-order", OPT_CHOICE, &a.order, "sends and receives as the schedule orders them,"
+         " or eagerly (deadlocks 1f1b when sends wait for receives)", order_choices, 0},
+        {"svg", OPT_STRING, &a.svg_path, "write the schedule drawn per rank as an SVG here"
+         " (with several schedules: FILE-<schedule>.svg)", NULL, 0},
+        {0},
+    };
+    cli_parse(argc, argv, &a.cfg, options, argv[0],
+              "Pipeline parallelism: naive, GPipe, 1F1B, interleaved 1F1B and ZB-H1"
+              " schedules, their bubbles and pictures.");
+    pipeline_sim_config c = sim_config(&a);
+    choose_schedules(&a, &c);
+    dataset_free(dataset_from_config(&a.cfg));   /* --data is checked before anything runs */
+    if (!a.simulate) {
+        fprintf(stderr, "chapter4: training the pipeline on real ranks is not built yet;"
+                " run with --simulate to see the schedules\n");
+        return 1;
+    }
+    return pipeline_simulate(&c);
+}
