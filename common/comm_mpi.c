@@ -11,7 +11,7 @@
  *    per process the world is NCCL's (gpu/comm_nccl.c: rank 0 makes the id, MPI_Bcast
  *    shares it); with processes sharing GPUs it stays MPI and device buffers are staged
  *    through host copies (this Open MPI cannot read device memory).
- * Bytes are counted as the textbook volume (comm.c, bytes_modelled = 1). */
+ * Bytes are counted as the textbook volume (comm_accounting.c, bytes_modelled = 1). */
 #include "comm_internal.h"
 
 #include <limits.h>
