@@ -47,6 +47,8 @@ for program in "$build"/baseline "$build"/chapter*; do
     expect_error "$program" "--steps 4294967297: must be an integer from 1 to 1000000000" --steps 4294967297
     expect_error "$program" "--layers 99999999999999999999: must be an integer from 1" --layers 99999999999999999999
     expect_error "$program" "--ctx -2147483648: must be an integer from 1" --ctx -2147483648
+    expect_error "$program" "--lr -1: must be at least 0" --lr -1
+    expect_error "$program" "--lr 1e999: not a number" --lr 1e999
 done
 # the largest seed is valid (the refusals above are not a blanket "no")
 expect_ok() {
@@ -68,6 +70,8 @@ expect_ok() {
 # ./run itself
 expect_error ./run "N 'x' must be a positive whole number" x
 expect_error ./run "N '0' must be a positive whole number" 0
+expect_error ./run "N '-1' must be a positive whole number" -1
+expect_error ./run "--ranks 99999999999999999999: must be an integer from 1" 99999999999999999999
 rm -f "$short"
 echo "cli-checks: $passed passed, $failed failed"
 [ $failed -eq 0 ]
