@@ -2,6 +2,7 @@
 
 #include "device.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -84,9 +85,9 @@ static void parse_value(const cli_option *o, const char *text) {
     switch (o->type) {
     case OPT_INT: {
         long v = strtol(text, &end, 10);
-        if (errno || end == text || *end)
+        if (end == text || *end)
             cli_fail("--%s %s: not an integer (%s)", o->name, text, o->help);
-        if (v < (long)o->min_value || v > 1000000000L)
+        if (errno || v < (long)o->min_value || v > 1000000000L)   /* errno: overflowed */
             cli_fail("--%s %s: must be an integer from %.0f to 1000000000", o->name, text,
                      o->min_value);
         *(int *)o->target = (int)v;
@@ -208,11 +209,13 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
     }
 
     if (sv.seed_text) {
+        /* Digits only: strtoull would skip blanks and wrap " -1" round to 2^64 - 1. */
         char *end = NULL;
         errno = 0;
         unsigned long long seed = strtoull(sv.seed_text, &end, 10);
-        if (errno || end == sv.seed_text || *end || sv.seed_text[0] == '-')
-            cli_fail("--seed %s: must be a non-negative integer", sv.seed_text);
+        if (errno || !isdigit((unsigned char)sv.seed_text[0]) || *end)
+            cli_fail("--seed %s: must be an integer from 0 to %llu", sv.seed_text,
+                     (unsigned long long)UINT64_MAX);
         cfg->seed = seed;
     }
     cfg->adamw.lr = (float)sv.lr;

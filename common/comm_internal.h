@@ -1,8 +1,9 @@
 /* Internals shared by the comm front end (comm.c) and its backends.
  *
- * comm.c owns everything that does not depend on how bytes move: argument checks,
- * sequence numbers, accounting, the flight recorder, the trace and failure reports.
- * A backend only moves bytes, behind the comm_backend table below.
+ * The front end owns everything that does not depend on how bytes move: argument
+ * checks and sequence numbers (comm.c), the wire's element types (comm_codec.c), the
+ * flight recorder and failure reports (comm_failure.c), accounting and the trace
+ * (comm_accounting.c). A backend only moves bytes, behind the comm_backend table below.
  *
  * Adding a backend (e.g. NCCL in gpu/, reached through comm_gpu_hooks below):
  *   1. Write the functions of a comm_backend (all are required) and one static table.
@@ -10,7 +11,8 @@
  *      its world comm with comm_create(); keep your state in comm->impl (and, if
  *      useful, in job->impl / comm_rank_state.impl).
  *   3. Bytes: either call comm_count() with what each copy really moved (threads), or
- *      set bytes_modelled = 1 and comm.c counts the textbook ring volume (MPI, NCCL).
+ *      set bytes_modelled = 1 and comm_accounting.c counts the textbook ring volume
+ *      (MPI, NCCL).
  *   4. Never block forever: when a wait passes job->opts.timeout_seconds call
  *      comm_fail_timeout(); when ranks disagree about a collective call
  *      comm_fail_mismatch(); a rank that sees comm_job_stopping() must stop.
@@ -169,7 +171,11 @@ void comm_count(comm *copier, comm *owner, int kind, uint64_t bytes);
 /* Modelled link: how long `bytes` take on the job's link (0 for LINK_NONE). */
 double comm_link_seconds(const comm_job *job, size_t bytes);
 
+/* Records a call in the rank's flight recorder; returns its id for comm_flight_set. */
+uint64_t comm_flight_begin(comm *c, const comm_call *call, int state);
 void comm_flight_set(comm *c, uint64_t id, int state);
+/* Counts a call's textbook volume on backends whose bytes are modelled (else nothing). */
+void comm_count_modelled(comm *c, const comm_call *call);
 
 /* Failures. Each prints one report (only the first failure of a job prints) and
  * stops through backend->stop; none returns. `peer` names the rank waited for (group

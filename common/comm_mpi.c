@@ -11,7 +11,7 @@
  *    per process the world is NCCL's (gpu/comm_nccl.c: rank 0 makes the id, MPI_Bcast
  *    shares it); with processes sharing GPUs it stays MPI and device buffers are staged
  *    through host copies (this Open MPI cannot read device memory).
- * Bytes are counted as the textbook volume (comm.c, bytes_modelled = 1). */
+ * Bytes are counted as the textbook volume (comm_accounting.c, bytes_modelled = 1). */
 #include "comm_internal.h"
 
 #include <limits.h>
@@ -288,21 +288,49 @@ static void release(mpi_request *r) {
     r->tmp = NULL;
 }
 
-/* Polls a request until done; the deadline replaces MPI_Wait's forever. */
-static void poll_request(comm *c, MPI_Request *request, MPI_Status *status, const comm_call *call) {
+/* Asks ready() until it says done; the deadline replaces MPI's waiting forever. ready
+ * returns an MPI error code and sets *done. */
+typedef int (*ready_fn)(void *state, int *done);
+static void poll_until(comm *c, const comm_call *call, ready_fn ready, void *state) {
     double start = comm_now();
     struct timespec nap = {.tv_nsec = 20000};
     char what[96];
     comm_call_describe(call, what, sizeof what);
     for (long spins = 0;; spins++) {
         int done = 0;
-        check_mpi(c, MPI_Test(request, &done, status), what);
+        check_mpi(c, ready(state, &done), what);
         if (done) return;
         double waited = comm_now() - start;
         if (waited > c->job->opts.timeout_seconds)
             comm_fail_timeout(c, call, call->kind == COMM_KIND_SENDRECV ? call->root : -1, waited);
         if (spins > 1000) nanosleep(&nap, NULL);   /* long waits: let the core go */
     }
+}
+
+typedef struct {
+    MPI_Request *request;
+    MPI_Status *status;
+} test_state;
+static int request_done(void *state, int *done) {
+    test_state *s = state;
+    return MPI_Test(s->request, done, s->status);
+}
+static void poll_request(comm *c, MPI_Request *request, MPI_Status *status, const comm_call *call) {
+    test_state s = {request, status};
+    poll_until(c, call, request_done, &s);
+}
+
+/* A message from call->root with call->tag, matched (so no other thread can take it)
+ * but not yet received. */
+typedef struct {
+    int source, tag;
+    MPI_Comm comm;
+    MPI_Message message;
+    MPI_Status status;
+} probe_state;
+static int message_arrived(void *state, int *done) {
+    probe_state *s = state;
+    return MPI_Improbe(s->source, s->tag, s->comm, done, &s->message, &s->status);
 }
 
 /* ---- device buffers: processes sharing GPUs (GPU=1) ---------------------------------- */
@@ -445,8 +473,18 @@ static void mpi_recv(comm *c, const comm_call *call) {
     const int staged = gpu_of(c) && bytes && comm_gpu_is_device(call->recv);
     if (staged) into = host_block(c, bytes);
 #endif
-    check_mpi(c, MPI_Irecv(into, int_count(c, bytes), MPI_BYTE, call->root, call->tag,
-                           ((mpi_comm *)c->impl)->data, &request), "recv");
+    /* The size is checked before the bytes are taken: a receive that expects another
+     * size than was sent is the two ranks' calls disagreeing, and is reported so. */
+    probe_state probe = {.source = call->root, .tag = call->tag,
+                         .comm = ((mpi_comm *)c->impl)->data};
+    poll_until(c, call, message_arrived, &probe);
+    int got = 0;
+    MPI_Get_count(&probe.status, MPI_BYTE, &got);
+    if ((size_t)got != bytes)
+        comm_fail(c, "recv on '%s': rank %d sent %d bytes with tag %d, rank %d expects %zu",
+                  c->name, c->world_ranks[call->root], got, call->tag, comm_world_rank(c), bytes);
+    check_mpi(c, MPI_Imrecv(into, int_count(c, bytes), MPI_BYTE, &probe.message, &request),
+              "recv");
     poll_request(c, &request, &status, call);
 #ifdef USE_CUDA
     if (staged) {
@@ -455,11 +493,6 @@ static void mpi_recv(comm *c, const comm_call *call) {
         free(into);
     }
 #endif
-    int got = 0;
-    MPI_Get_count(&status, MPI_BYTE, &got);
-    if ((size_t)got != bytes)
-        comm_fail(c, "recv on '%s': rank %d sent %d bytes with tag %d, rank %d expects %zu",
-                  c->name, c->world_ranks[call->root], got, call->tag, comm_world_rank(c), bytes);
 }
 
 static comm *wrap(comm_job *job, comm_rank_state *rs, MPI_Comm data, const char *name) {

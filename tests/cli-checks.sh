@@ -38,6 +38,17 @@ for program in "$build"/baseline "$build"/chapter*; do
     expect_error "$program" "--data /nonexistent: cannot open" --data /nonexistent
     expect_error "$program" "too short; a sequence of --ctx 64 needs at least 65 bytes" --data "$short"
     expect_error "$program" "--preset huge: unknown preset" --preset huge
+    # negative and overflowing integers: refused, never wrapped round
+    expect_error "$program" "--seed -1: must be an integer from 0 to 18446744073709551615" --seed -1
+    expect_error "$program" "--seed  -1: must be an integer from 0" --seed " -1"
+    expect_error "$program" "--seed 18446744073709551616: must be an integer from 0" --seed 18446744073709551616
+    expect_error "$program" "--seed 12abc: must be an integer from 0" --seed 12abc
+    expect_error "$program" "--warmup -1: must be an integer from 0 to 1000000000" --warmup -1
+    expect_error "$program" "--steps 4294967297: must be an integer from 1 to 1000000000" --steps 4294967297
+    expect_error "$program" "--layers 99999999999999999999: must be an integer from 1" --layers 99999999999999999999
+    expect_error "$program" "--ctx -2147483648: must be an integer from 1" --ctx -2147483648
+    expect_error "$program" "--lr -1: must be at least 0" --lr -1
+    expect_error "$program" "--lr 1e999: not a number" --lr 1e999
 done
 # chapter 4: pipeline sizes and schedules
 chapter4="$build"/chapter4
@@ -52,9 +63,28 @@ if [ -x "$chapter4" ]; then
     expect_error "$chapter4" "--stage-ms -1: must be at least 0" --simulate --stage-ms -1
     expect_error "$chapter4" "--schedule fast: unknown value (valid: naive, gpipe, 1f1b, interleaved, zb-h1, all)" --simulate --schedule fast
 fi
+# the largest seed is valid (the refusals above are not a blanket "no")
+expect_ok() {
+    local program=$1
+    shift
+    local out status
+    out=$("$program" "$@" 2>&1)
+    status=$?
+    if [ $status -eq 0 ]; then
+        passed=$((passed + 1))
+        echo "ok   $(basename "$program") $*  ->  exit 0"
+    else
+        failed=$((failed + 1))
+        echo "FAIL $(basename "$program") $*  (status $status): $out"
+    fi
+}
+[ -x "$build"/baseline ] && expect_ok "$build"/baseline --seed 18446744073709551615 --steps 1 \
+    --layers 1 --dim 16 --heads 2 --ctx 8 --batch 1 --quiet
 # ./run itself
 expect_error ./run "N 'x' must be a positive whole number" x
 expect_error ./run "N '0' must be a positive whole number" 0
+expect_error ./run "N '-1' must be a positive whole number" -1
+expect_error ./run "--ranks 99999999999999999999: must be an integer from 1" 99999999999999999999
 rm -f "$short"
 echo "cli-checks: $passed passed, $failed failed"
 [ $failed -eq 0 ]

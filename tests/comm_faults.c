@@ -340,22 +340,42 @@ int comm_test_async_main(comm *world, void *arg) {
     float *full = mem_alloc(MEM_GRADS, count * 4), *b = mem_alloc(MEM_GRADS, count * 4);
     for (size_t i = 0; i < count; i++) a[i] = b[i] = (float)(r + 1) * (float)(i % 5);
     comm_stats_reset(world);
+    const double t_start = comm_now();
     comm_request *req = comm_allreduce_start(world, a, count, COMM_F32, COMM_SUM);
-    double t0 = comm_now();
+    const double t_started = comm_now();
     volatile double work = 0;
-    while (comm_now() - t0 < 0.05) work += 1;   /* 50 ms of "backward pass" */
+    while (comm_now() - t_started < 0.05) work += 1;   /* 50 ms of "backward pass" */
+    const double t_wait = comm_now();
     comm_wait(req);
+    const double t_end = comm_now();
     float total = (float)(n * (n + 1) / 2);
     for (size_t i = 0; i < count; i++)
         if (a[i] != total * (float)(i % 5)) failures++;
     comm_stats s = comm_stats_get(world);
+    const double in_flight = s.async_seconds, hidden = s.hidden_seconds;
+    const double blocked = s.seconds[COMM_KIND_ALLREDUCE];
     if (r == 0)
         printf("async all-reduce of 4 MiB behind 50 ms of compute, %d ranks: in flight %.2f ms, "
-               "hidden %.2f ms, blocked in wait %.3f ms\n", n, 1e3 * s.async_seconds,
-               1e3 * s.hidden_seconds, 1e3 * s.seconds[COMM_KIND_ALLREDUCE]);
-    if (!(s.async_seconds > 0 && s.hidden_seconds > 0 &&
-          s.hidden_seconds <= s.async_seconds + 1e-9 && s.calls[COMM_KIND_ALLREDUCE] == 1))
+               "hidden %.2f ms, blocked in wait %.3f ms\n", n, 1e3 * in_flight, 1e3 * hidden,
+               1e3 * blocked);
+    /* The accounting, bracketed by this rank's own clock readings: in flight is [start,
+     * done], hidden the part of it before the wait began, blocked the wait. Either the
+     * all-reduce was done before the wait (hidden is all of the flight, which fits
+     * between start and the end of the wait) or it was still running (hidden runs from
+     * the start to the wait, so covers the 50 ms of compute, and is less than the
+     * flight). What was not hidden was waited for. */
+    const int done_before_wait = hidden == in_flight;
+    const int hidden_ok = done_before_wait
+        ? in_flight > 0 && in_flight <= t_end - t_start
+        : hidden >= t_wait - t_started && hidden <= t_end - t_start && hidden < in_flight;
+    const int blocked_ok = blocked >= 0 && blocked <= t_end - t_wait &&
+                           in_flight - hidden <= blocked + 1e-9;
+    if (!hidden_ok || !blocked_ok || s.calls[COMM_KIND_ALLREDUCE] != 1) {
+        fprintf(stderr, "rank %d: async accounting: in flight %.6f s, hidden %.6f s, blocked "
+                "%.6f s; the wait began %.6f s after the start and ended %.6f s after it\n", r,
+                in_flight, hidden, blocked, t_wait - t_start, t_end - t_start);
         failures++;
+    }
 
     /* three requests and a blocking call behind them, waited for out of order. On the
      * threads backend (as on NCCL) requests also run in order, so the all-gather may read

@@ -666,6 +666,40 @@ START_TEST(test_adamw) {
 }
 END_TEST
 
+/* The warm-up schedule itself (every strategy shares it, so comparing them with the
+ * baseline cannot see it): step t of W warm-up steps trains with lr * t / W, from
+ * step 1 (never with lr 0), and with lr from step W on. The learning rate a step
+ * used is read back from two one-element parameters: one with no gradient, which
+ * only weight decay moves (p -= lr_t * wd * p), and one with a constant gradient and
+ * no decay, which Adam moves by lr_t * mhat / sqrt(vhat) = lr_t. The values are chosen
+ * so the decay measurement is exact in fp32; tolerance 1e-6 relative. */
+START_TEST(test_adamw_warmup) {
+    enum { warmup = 4, steps = 7 };
+    const adamw_config decay = {.lr = 0.5f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                                .weight_decay = 1.0f, .warmup_steps = warmup};
+    adamw_config adam = decay;
+    adam.weight_decay = 0.0f;
+    float p_decay = 1.0f, g_zero = 0.0f, m0 = 0.0f, v0 = 0.0f;
+    float p_adam = 0.0f, g_one = 1.0f, m1 = 0.0f, v1 = 0.0f;
+    double worst = 0.0, first_lr = 0.0;
+    for (int step = 1; step <= steps; step++) {
+        const double want = decay.lr * (step < warmup ? (double)step / warmup : 1.0);
+        const float before_decay = p_decay, before_adam = p_adam;
+        adamw_update(&p_decay, &g_zero, &m0, &v0, 1, &decay, step);
+        adamw_update(&p_adam, &g_one, &m1, &v1, 1, &adam, step);
+        const double lr_decay = (double)(before_decay - p_decay) / before_decay;
+        const double lr_adam = (double)(before_adam - p_adam);
+        printf("warm-up step %d: lr used %.7f (decay) %.7f (adam), schedule %.7f\n", step,
+               lr_decay, lr_adam, want);
+        worst = fmax(worst, fmax(fabs(lr_decay - want), fabs(lr_adam - want)) / decay.lr);
+        if (step == 1) first_lr = fmin(lr_decay, lr_adam);
+    }
+    ck_assert_msg(first_lr > 0, "step 1 trained with lr %g: the warm-up starts at 0",
+                  first_lr);
+    report("warm-up schedule lr * min(t, W) / W (relative to lr)", worst, 1e-6);
+}
+END_TEST
+
 /* ---- conventions: accumulate vs overwrite ---------------------------------------- */
 
 static int all_close_twice(const float *once, const float *twice, size_t n) {
@@ -856,6 +890,7 @@ static Suite *ops_suite(void) {
     tcase_add_test(tc, test_crossentropy);
     tcase_add_test(tc, test_crossentropy_inplace);
     tcase_add_test(tc, test_adamw);
+    tcase_add_test(tc, test_adamw_warmup);
     tcase_add_test(tc, test_accumulate_overwrite);
     tcase_add_test(tc, test_determinism);
     tcase_add_test(tc, test_vectors);

@@ -1,0 +1,208 @@
+/* Accounting and the trace: the one place where calls, bytes and seconds are counted
+ * (measured copies, or the textbook volume for MPI and NCCL), the per-rank totals, and
+ * the spans written out as Chrome trace JSON. */
+#include "comm_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- accounting ---------------------------------------------------------------------- */
+void comm_count(comm *copier, comm *owner, int kind, uint64_t bytes) {
+    if (kind < 0 || kind >= COMM_NKINDS) return;
+    if (copier) atomic_fetch_add_explicit(&copier->counters.received[kind], bytes,
+                                          memory_order_relaxed);
+    if (owner) atomic_fetch_add_explicit(&owner->counters.sent[kind], bytes,
+                                         memory_order_relaxed);
+}
+
+/* The textbook volume a rank moves (MPI, NCCL): rings for all-reduce, reduce-scatter
+ * and all-gather, a pipelined chain from (broadcast) or to (reduce) the root. */
+void comm_count_modelled(comm *c, const comm_call *call) {
+    if (!c->backend->bytes_modelled) return;
+    uint64_t n = (uint64_t)c->size, bytes = call->count * comm_dtype_size(call->dt);
+    uint64_t sent = 0, received = 0;
+    int pos;
+    switch (call->kind) {
+    case COMM_KIND_ALLREDUCE: sent = received = 2 * (n - 1) * bytes / n; break;
+    case COMM_KIND_REDUCE_SCATTER:
+    case COMM_KIND_ALLGATHER: sent = received = (n - 1) * bytes / n; break;
+    case COMM_KIND_BROADCAST:
+        pos = (c->rank - call->root + c->size) % c->size;
+        received = pos > 0 ? bytes : 0;
+        sent = pos < c->size - 1 ? bytes : 0;
+        break;
+    case COMM_KIND_REDUCE:
+        pos = (c->rank - call->root - 1 + 2 * c->size) % c->size;
+        received = pos > 0 ? bytes : 0;
+        sent = pos < c->size - 1 ? bytes : 0;
+        break;
+    case COMM_KIND_SENDRECV:
+        if (call->op) received = bytes; else sent = bytes;
+        break;
+    }
+    atomic_fetch_add(&c->counters.sent[call->kind], sent);
+    atomic_fetch_add(&c->counters.received[call->kind], received);
+}
+
+static void add_stats(comm_stats *s, const comm *c) {
+    const comm_counters *k = &c->counters;
+    for (int i = 0; i < COMM_NKINDS; i++) {
+        s->calls[i] += k->calls[i];
+        s->bytes_sent[i] += atomic_load(&k->sent[i]);
+        s->bytes_received[i] += atomic_load(&k->received[i]);
+        s->seconds[i] += k->seconds[i];
+    }
+    s->async_seconds += k->async_seconds;
+    s->hidden_seconds += k->hidden_seconds;
+}
+
+comm_stats comm_stats_get(const comm *c) {
+    comm_stats s = {0};
+    add_stats(&s, c);
+    return s;
+}
+
+comm_stats comm_stats_all(const comm *c) {
+    comm_stats s = {0};
+    for (const comm *g = c->rs->groups; g; g = g->next_of_rank) add_stats(&s, g);
+    return s;
+}
+
+void comm_stats_reset(comm *c) {
+    for (comm *g = c->rs->groups; g; g = g->next_of_rank) {
+        comm_counters *k = &g->counters;
+        for (int i = 0; i < COMM_NKINDS; i++) {
+            k->calls[i] = 0;
+            k->seconds[i] = 0;
+            atomic_store(&k->sent[i], 0);
+            atomic_store(&k->received[i], 0);
+        }
+        k->async_seconds = k->hidden_seconds = 0;
+    }
+}
+
+uint64_t comm_stats_total_sent(const comm_stats *s) {
+    uint64_t total = 0;
+    for (int i = 0; i < COMM_NKINDS; i++) total += s->bytes_sent[i];
+    return total;
+}
+
+double comm_stats_total_seconds(const comm_stats *s) {
+    double total = 0;
+    for (int i = 0; i < COMM_NKINDS; i++) total += s->seconds[i];
+    return total;
+}
+
+/* ---- trace ------------------------------------------------------------------------- */
+void comm_trace_span(comm *c, int tid, const char *name, double t0, double t1,
+                     uint64_t bytes) {
+    comm_rank_state *rs = c->rs;
+    pthread_mutex_lock(&rs->lock);
+    if (rs->nevents == rs->cap_events) {
+        size_t cap = rs->cap_events ? 2 * rs->cap_events : 256;
+        comm_trace_event *grown = realloc(rs->events, cap * sizeof *grown);
+        if (!grown) { pthread_mutex_unlock(&rs->lock); return; }   /* drop the event */
+        rs->events = grown;
+        rs->cap_events = cap;
+    }
+    comm_trace_event *e = &rs->events[rs->nevents++];
+    *e = (comm_trace_event){.tid = tid, .t0 = t0, .t1 = t1, .bytes = bytes};
+    snprintf(e->name, sizeof e->name, "%s", name);
+    snprintf(e->group, sizeof e->group, "%s", bytes || tid >= 1000 ? c->name : "");
+    pthread_mutex_unlock(&rs->lock);
+}
+
+void trace_begin(comm *c, const char *name) {
+    comm_rank_state *rs = c->rs;
+    if (!c->job->opts.trace_path) return;
+    if (rs->depth < 32) {
+        snprintf(rs->open_spans[rs->depth].name, sizeof rs->open_spans[0].name, "%s", name);
+        rs->open_spans[rs->depth].t0 = comm_now();
+    }
+    rs->depth++;
+}
+
+void trace_end(comm *c) {
+    comm_rank_state *rs = c->rs;
+    if (!c->job->opts.trace_path || rs->depth == 0) return;
+    rs->depth--;
+    if (rs->depth < 32)
+        comm_trace_span(c, rs->world_rank, rs->open_spans[rs->depth].name,
+                        rs->open_spans[rs->depth].t0, comm_now(), 0);
+}
+
+static void json_string(char *out, size_t size, const char *s) {
+    size_t n = 0;
+    for (; *s && n + 7 < size; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') { out[n++] = '\\'; out[n++] = (char)ch; }
+        else if (ch < 0x20) n += (size_t)snprintf(out + n, size - n, "\\u%04x", ch);
+        else out[n++] = (char)ch;
+    }
+    out[n] = 0;
+}
+
+/* Appends to a growing string; returns 0 when out of memory. */
+static int append(char **out, size_t *len, size_t *cap, const char *text) {
+    size_t n = strlen(text);
+    if (*len + n + 1 > *cap) {
+        size_t cap2 = 2 * (*len + n + 1);
+        char *grown = realloc(*out, cap2);
+        if (!grown) return 0;
+        *out = grown;
+        *cap = cap2;
+    }
+    memcpy(*out + *len, text, n + 1);
+    *len += n;
+    return 1;
+}
+
+char *comm_trace_rank_json(const comm_job *job, const comm_rank_state *rs) {
+    size_t cap = 4096, len = 0;
+    char *out = malloc(cap), line[512];
+    if (!out) return NULL;
+    out[0] = 0;
+    int r = rs->world_rank;
+    snprintf(line, sizeof line,
+             "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,"
+             "\"args\":{\"name\":\"rank %d\"}},\n"
+             "{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,"
+             "\"args\":{\"sort_index\":%d}},\n"
+             "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,"
+             "\"args\":{\"name\":\"rank %d async comm\"}},\n"
+             "{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,"
+             "\"args\":{\"sort_index\":%d}},\n",
+             r, r, r, 2 * r, 1000 + r, r, 1000 + r, 2 * r + 1);
+    int ok = append(&out, &len, &cap, line);
+    for (size_t i = 0; ok && i < rs->nevents; i++) {
+        const comm_trace_event *e = &rs->events[i];
+        char name[100], group[70], args[160] = "";
+        json_string(name, sizeof name, e->name);
+        json_string(group, sizeof group, e->group);
+        if (e->group[0])
+            snprintf(args, sizeof args, ",\"args\":{\"group\":\"%s\",\"bytes\":%llu}", group,
+                     (unsigned long long)e->bytes);
+        snprintf(line, sizeof line,
+                 "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,"
+                 "\"ts\":%.3f,\"dur\":%.3f%s},\n",
+                 name, e->group[0] ? "comm" : "compute", e->tid, 1e6 * (e->t0 - job->t0),
+                 1e6 * (e->t1 - e->t0), args);
+        ok = append(&out, &len, &cap, line);
+    }
+    return out;
+}
+
+int comm_trace_write(const char *path, char **parts, int nparts) {
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "comm: cannot write trace %s\n", path);
+        return -1;
+    }
+    fputs("{\"traceEvents\":[\n", f);
+    for (int i = 0; i < nparts; i++)
+        if (parts[i]) fputs(parts[i], f);
+    fputs("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"args\":{\"name\":\"ranks\"}}\n"
+          "],\"displayTimeUnit\":\"ms\"}\n", f);
+    return fclose(f) == 0 ? 0 : -1;
+}

@@ -1,0 +1,46 @@
+#!/bin/bash
+# make test's own counting (tools/suite-count.sh) on made-up suites: skips are not
+# passes, failures and hangs are failures, a suite that ran nothing is not a pass.
+# Usage: tests/harness-checks.sh
+set -u
+cd "$(dirname "$0")/.."
+. tools/suite-count.sh
+checks_passed=0
+checks_failed=0
+
+# expect_counts "PASSED FAILED SKIPPED" LABEL COMMAND...: the counts one suite adds
+expect_counts() {
+    local want=$1 label=$2
+    shift 2
+    passed=0 failed=0 skipped=0 failures=""
+    run_suite "$label" "$@" >/dev/null 2>&1
+    local got="$passed $failed $skipped"
+    if [ "$got" = "$want" ]; then
+        checks_passed=$((checks_passed + 1))
+        echo "ok   $label: passed failed skipped = $got"
+    else
+        checks_failed=$((checks_failed + 1))
+        echo "FAIL $label: passed failed skipped = $got, expected $want"
+    fi
+}
+
+limit=2
+expect_counts "0 0 1" "exit 77 with a SKIP line" bash -c 'echo "SKIP: no GPU"; exit 77'
+expect_counts "0 0 1" "exit 77 alone" bash -c 'exit 77'
+expect_counts "5 0 2" "Check suite, two tests left out" \
+    bash -c 'echo "SKIP: a: needs 2 ranks"; echo "SKIP: b: needs 4"; echo "100%: Checks: 5, Failures: 0, Errors: 0"'
+expect_counts "3 2 0" "Check suite with a failure and an error" \
+    bash -c 'echo "60%: Checks: 5, Failures: 1, Errors: 1"; exit 1'
+expect_counts "5 1 0" "Check suite passing, then crashing" \
+    bash -c 'echo "100%: Checks: 5, Failures: 0, Errors: 0"; kill -ABRT $$'
+expect_counts "0 1 0" "Check suite that ran nothing" \
+    bash -c 'echo "100%: Checks: 0, Failures: 0, Errors: 0"'
+expect_counts "0 0 1" "Check suite whose only test was left out" \
+    bash -c 'echo "SKIP: a: needs 2 ranks"; echo "100%: Checks: 0, Failures: 0, Errors: 0"'
+expect_counts "40 2 0" "script with its own tally" bash -c 'echo "x-checks: 40 passed, 2 failed"; exit 1'
+expect_counts "1 0 0" "plain command passing" true
+expect_counts "0 1 0" "plain command failing" false
+expect_counts "0 1 0" "hang (limit $limit s)" \
+    bash -c 'echo "100%: Checks: 5, Failures: 0, Errors: 0"; sleep 60'
+echo "harness-checks: $checks_passed passed, $checks_failed failed"
+[ $checks_failed -eq 0 ]
