@@ -121,10 +121,12 @@ void report_json(const run_config *cfg, const char *chapter, int world,
                r->bytes_sent_per_step);
         json_number(r->bytes_formula < 0 ? NAN : r->bytes_formula);
         printf(",\n   \"memory_per_rank\": {\"params\": %zu, \"grads\": %zu, "
-               "\"optimizer\": %zu, \"activations\": %zu, \"comm\": %zu, \"peak\": %zu}}",
+               "\"optimizer\": %zu, \"activations\": %zu, \"comm\": %zu, \"peak\": %zu}",
                r->memory.peak[MEM_PARAMS], r->memory.peak[MEM_GRADS],
                r->memory.peak[MEM_OPTIMIZER], r->memory.peak[MEM_ACTIVATIONS],
                r->memory.peak[MEM_COMM], r->memory.peak_total);
+        if (r->json_extra) printf(",\n   %s", r->json_extra);
+        printf("}");
     }
     printf("]%s%s}\n", extra ? ",\n " : "", extra ? extra : "");
 }

@@ -22,6 +22,7 @@ typedef struct {
     double bytes_sent_per_step;     /* per rank */
     double bytes_formula;           /* the textbook value for the same; < 0: none */
     mem_stats memory;               /* largest rank */
+    const char *json_extra;         /* more keys for this run's JSON object, or NULL */
 } run_result;
 
 double run_ms_per_step(const run_result *r);

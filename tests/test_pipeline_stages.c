@@ -73,7 +73,7 @@ static int rank_main(comm *world, void *arg) {
         for (int k = j->micro - 1; k >= 0; k--) {   /* ... then all backwards */
             if (!pp_stage_is_last(&st)) pp_recv_output_grad(&st, k);
             pp_backward(&st, k, dloss, NULL, NULL);
-            if (!pp_stage_is_first(&st)) pp_send_input_grad(&st);
+            if (!pp_stage_is_first(&st)) pp_send_input_grad(&st, gpt_stage_input_grad(st.model));
             st.drop_input_grad = 0;
         }
         if (j->inject != FAULT_NO_TIED_REDUCE) pp_stage_reduce_tied_grads(&st, grid.embedding);

@@ -14,6 +14,7 @@
 
 #include "cli.h"
 #include "simulate.h"
+#include "training.h"
 #include "train.h"
 
 static const char *const schedule_choices[] = {"naive", "gpipe", "1f1b", "interleaved",
@@ -63,7 +64,7 @@ static pipeline_sim_config sim_config(const chapter_args *a) {
     const run_config *cfg = &a->cfg;
     pipeline_sim_config c = {
         .pp = a->pp ? a->pp : cfg->comm.ranks, .micro = a->micro, .chunks = a->chunks,
-        .stage_ms = a->stage_ms > 0 ? a->stage_ms : 1.0, .order = (pp_comm_order)a->order,
+        .stage_ms = a->stage_ms > 0 ? a->stage_ms : 1.0,   /* the simulator's unit */ .order = (pp_comm_order)a->order,
         .svg_path = a->svg_path, .json = cfg->json,
         .link_name = cfg->comm.link == LINK_NONE ? NULL : link_labels[cfg->comm.link],
     };
@@ -75,7 +76,7 @@ static pipeline_sim_config sim_config(const chapter_args *a) {
 
 int main(int argc, char **argv) {
     chapter_args a = {.cfg = run_config_default(), .micro = 8, .chunks = 2,
-                      .schedule = SCHEDULE_ALL};
+                      .schedule = SCHEDULE_ALL, .stage_ms = -1};
     const cli_option options[] = {
         {"pp", OPT_INT, &a.pp, "pipeline stages (default: the rank count)", NULL, 1},
         {"micro", OPT_INT, &a.micro, "micro-batches per step (must divide --batch)", NULL, 1},
@@ -98,10 +99,8 @@ int main(int argc, char **argv) {
     pipeline_sim_config c = sim_config(&a);
     choose_schedules(&a, &c);
     dataset_free(dataset_from_config(&a.cfg));   /* --data is checked before anything runs */
-    if (!a.simulate) {
-        fprintf(stderr, "chapter4: training the pipeline on real ranks is not built yet;"
-                " run with --simulate to see the schedules\n");
-        return 1;
-    }
-    return pipeline_simulate(&c);
+    if (a.simulate) return pipeline_simulate(&c);
+    /* on real ranks the compute model is on unless --stage-ms 0 says real time */
+    c.stage_ms = a.stage_ms >= 0 ? a.stage_ms : PIPELINE_TRAIN_STAGE_MS;
+    return pipeline_train(&c, &a.cfg);
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "alloc.h"
 #include "ops.h"
 
 void pp_executor_init(pp_executor *e, const pp_schedule *schedule, int rank, pp_stage *chunks,
@@ -15,11 +16,14 @@ void pp_executor_init(pp_executor *e, const pp_schedule *schedule, int rank, pp_
                        .data = data, .first_sequence = first_sequence, .dloss = dloss,
                        .stage_seconds = stage_seconds};
     e->slot_of = malloc(sizeof(int) * (size_t)v * m);
-    e->uses_left = calloc((size_t)v * m, sizeof(int));
+    e->outbox = calloc((size_t)v * m, sizeof *e->outbox);
+    e->grad_sent = calloc((size_t)v * m, sizeof *e->grad_sent);
+    e->inbox = calloc((size_t)v * m, sizeof *e->inbox);
+    e->spare = calloc(2 * (size_t)v * m, sizeof *e->spare);
     e->slot_busy = calloc((size_t)v * m, sizeof(int));
     e->slots_used = calloc((size_t)v, sizeof(int));
     e->spans = calloc((size_t)schedule->ranks[rank].count, sizeof *e->spans);
-    if (!e->slot_of || !e->uses_left || !e->slot_busy || !e->slots_used || !e->spans) {
+    if (!e->slot_of || !e->grad_sent || !e->inbox || !e->outbox || !e->spare || !e->slot_busy || !e->slots_used || !e->spans) {
         fprintf(stderr, "error: out of memory for the pipeline schedule\n");
         exit(1);
     }
@@ -27,7 +31,11 @@ void pp_executor_init(pp_executor *e, const pp_schedule *schedule, int rank, pp_
 
 void pp_executor_free(pp_executor *e) {
     free(e->slot_of);
-    free(e->uses_left);
+    for (int i = 0; i < e->spares; i++) mem_free(e->spare[i]);
+    free(e->outbox);
+    free(e->grad_sent);
+    free(e->inbox);
+    free(e->spare);
     free(e->slot_busy);
     free(e->slots_used);
     free(e->spans);
@@ -43,19 +51,39 @@ static int slot_for(pp_executor *e, int chunk, int micro) {
     while (busy[slot]) slot++;   /* the lowest free slot: at most m are ever needed */
     busy[slot] = 1;
     e->slot_of[at] = slot;
-    /* what is left of it: its backward (or W), and the send of its input gradient */
-    e->uses_left[at] = 1 + !pp_stage_is_first(&e->chunks[chunk]);
     int taken = 0;
     for (int s = 0; s < m; s++) taken += busy[s];
     if (taken > e->slots_used[chunk]) e->slots_used[chunk] = taken;
     return slot;
 }
 
-static void slot_done_with(pp_executor *e, int chunk, int micro) {
+/* A boundary buffer (one micro-batch's activations or their gradient) in transit. */
+static float *box_take(pp_executor *e, const pp_stage *st) {
+    return e->spares > 0 ? e->spare[--e->spares]
+                         : mem_alloc_on(MEM_DEVICE, MEM_COMM, st->boundary_numel * sizeof(float));
+}
+
+static void box_give(pp_executor *e, float *box) { e->spare[e->spares++] = box; }
+
+/* Its activations are no longer needed; its input gradient goes to the outbox. */
+static void slot_release(pp_executor *e, int chunk, int micro) {
     const int m = e->schedule->micro, at = chunk * m + micro;
-    if (--e->uses_left[at] > 0) return;
+    pp_stage *st = &e->chunks[chunk];
+    if (!pp_stage_is_first(st) && !e->grad_sent[at]) {
+        float *box = box_take(e, st);
+        vec_copy(box, gpt_stage_input_grad(st->model), st->boundary_numel);
+        e->outbox[at] = box;
+    }
     e->slot_busy[chunk * m + e->slot_of[at]] = 0;
     e->slot_of[at] = -1;
+}
+
+static void send_from_outbox(pp_executor *e, int chunk, int micro) {
+    const int at = chunk * e->schedule->micro + micro;
+    pp_send_input_grad(&e->chunks[chunk], e->outbox[at]);
+    e->grad_sent[at] = 1;
+    box_give(e, e->outbox[at]);
+    e->outbox[at] = NULL;
 }
 
 /* ---- the compute model ------------------------------------------------------------------ */
@@ -79,22 +107,30 @@ static float run_compute(pp_executor *e, const pp_op *op, int step) {
     const int slot = slot_for(e, op->chunk, op->micro);
     float loss = 0;
     switch (op->kind) {
-    case PP_FORWARD:
+    case PP_FORWARD: {
+        float **box = &e->inbox[op->chunk * e->schedule->micro + op->micro];
+        if (*box) {
+            gpt_use_slot(st->model, slot);
+            vec_copy(gpt_stage_input(st->model), *box, st->boundary_numel);
+            box_give(e, *box);
+            *box = NULL;
+        }
         loss = pp_forward(st, slot, e->data, e->cfg, step,
                           e->first_sequence + op->micro * st->micro_batch);
         break;
+    }
     case PP_BACKWARD:
         pp_backward(st, slot, e->dloss, NULL, NULL);
-        slot_done_with(e, op->chunk, op->micro);
+        slot_release(e, op->chunk, op->micro);
         break;
-    case PP_BACKWARD_INPUT:
+    case PP_BACKWARD_INPUT:   /* d(input) is ready: its send may come before W */
         gpt_use_slot(st->model, slot);
         gpt_backward_input(st->model, st->rep.params, st->rep.grads, e->dloss);
         break;
-    default:   /* PP_BACKWARD_WEIGHT */
+    default:   /* PP_BACKWARD_WEIGHT: the activations' last use */
         gpt_use_slot(st->model, slot);
         gpt_backward_weights(st->model, st->rep.params, st->rep.grads, NULL, NULL);
-        slot_done_with(e, op->chunk, op->micro);
+        slot_release(e, op->chunk, op->micro);
         break;
     }
     ops_synchronize();
@@ -103,15 +139,23 @@ static float run_compute(pp_executor *e, const pp_op *op, int step) {
 
 static void run_message(pp_executor *e, const pp_op *op) {
     pp_stage *st = &e->chunks[op->chunk];
-    const int slot = slot_for(e, op->chunk, op->micro);
     switch (op->kind) {
-    case PP_RECV_ACT: pp_recv_input(st, slot); break;
-    case PP_SEND_ACT: pp_send_output(st, slot); break;
-    case PP_RECV_GRAD: pp_recv_output_grad(st, slot); break;
-    default:   /* PP_SEND_GRAD */
-        gpt_use_slot(st->model, slot);
-        pp_send_input_grad(st);
-        slot_done_with(e, op->chunk, op->micro);
+    case PP_RECV_ACT: {   /* into the inbox: its slot is taken by its forward */
+        float *box = box_take(e, st);
+        pp_recv_input_into(st, box);
+        e->inbox[op->chunk * e->schedule->micro + op->micro] = box;
+        break;
+    }
+    case PP_SEND_ACT: pp_send_output(st, slot_for(e, op->chunk, op->micro)); break;
+    case PP_RECV_GRAD: pp_recv_output_grad(st, slot_for(e, op->chunk, op->micro)); break;
+    default:   /* PP_SEND_GRAD: from the outbox, or (zero bubble, before W) the slot */
+        if (e->outbox[op->chunk * e->schedule->micro + op->micro]) {
+            send_from_outbox(e, op->chunk, op->micro);
+        } else {
+            gpt_use_slot(st->model, slot_for(e, op->chunk, op->micro));
+            pp_send_input_grad(st, gpt_stage_input_grad(st->model));
+            e->grad_sent[op->chunk * e->schedule->micro + op->micro] = 1;
+        }
         break;
     }
 }
@@ -119,7 +163,7 @@ static void run_message(pp_executor *e, const pp_op *op) {
 float pp_execute_step(pp_executor *e, int step, double start) {
     const pp_rank_ops *list = &e->schedule->ranks[e->rank];
     const int v = e->schedule->chunks, m = e->schedule->micro;
-    for (int i = 0; i < v * m; i++) e->slot_of[i] = -1;
+    for (int i = 0; i < v * m; i++) e->slot_of[i] = -1, e->grad_sent[i] = 0;
     e->nspans = 0;
     e->busy_seconds = 0;
     double loss = 0;

@@ -2,10 +2,11 @@
  * rank's stages (pp_stage.h), the sends and receives between them, in the list's order.
  *
  * Micro-batch slots: a micro-batch takes a free activation slot of its chunk when it
- * first arrives (its receive or its forward) and gives it back when nothing of it is
- * left to do (its backward, or W, and the send of its input gradient). So a stage's
- * slots, hence its measured activation memory, are the micro-batches it really holds
- * at once: m for GPipe, p - r on rank r for 1F1B.
+ * first arrives (its receive or its forward) and gives it back once its activations
+ * are no longer needed (after its backward, or its W). So a stage's slots, hence its
+ * measured activation memory, are the micro-batches it really holds at once: m for
+ * GPipe, p - r on rank r for 1F1B. Activations received before their forward, and an
+ * input gradient waiting to be sent, stay in boxes of their own (tagged comm).
  *
  * The compute model (stage_seconds > 0): a forward of one micro-batch through a whole
  * stage lasts stage_seconds, a backward twice that (zero-bubble: B and W once each);
@@ -31,8 +32,12 @@ typedef struct {
     void **slab_ready_ctx;             /* [v] */
     /* slots */
     int *slot_of;             /* [v x m]: the slot micro-batch i holds on chunk c, or -1 */
-    int *uses_left;           /* [v x m]: passes and sends still to come before it is free */
     int *slot_busy;           /* [v x m]: which slots are taken */
+    float **inbox;            /* [v x m]: input activations received, until the forward */
+    float **outbox;           /* [v x m]: d(input) of micro-batch i of chunk c, until sent */
+    int *grad_sent;           /* [v x m]: its d(input) has gone */
+    float **spare;            /* in- and outbox buffers not in use (at most 2 v m) */
+    int spares;
     int *slots_used;          /* [v]: the most slots ever taken at once */
     /* the last step, measured (seconds from its start) */
     pp_span *spans;           /* [ops of this rank] */

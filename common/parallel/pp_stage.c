@@ -16,6 +16,7 @@ void pp_stage_init(pp_stage *st, comm *pp, const gpt_shape *whole, int stage, in
     *st = (pp_stage){.stage = stage, .stages = stages, .shape = *whole, .pp = pp,
                      .micro_batch = micro_batch, .T = T};
     gpt_shape_split_stages(&st->shape, stages, stage);
+    st->boundary_numel = (size_t)micro_batch * T * whole->cfg.dim;
     replica_init(&st->rep, &st->shape, seed, 1);
     gpt_model_options opts = model_opts ? *model_opts : (gpt_model_options){0};
     opts.max_slots = max_in_flight;
@@ -32,32 +33,31 @@ int pp_stage_is_first(const pp_stage *st) { return st->stage == 0; }
 int pp_stage_is_last(const pp_stage *st) { return st->stage == st->stages - 1; }
 int pp_stage_rank_of(const pp_stage *st, int stage) { return stage % comm_size(st->pp); }
 
-static size_t boundary_numel(const pp_stage *st) {
-    return (size_t)st->micro_batch * st->T * st->shape.cfg.dim;
+void pp_recv_input_into(pp_stage *st, float *x) {
+    comm_recv(st->pp, x, st->boundary_numel, COMM_F32, pp_stage_rank_of(st, st->stage - 1),
+              TAG_ACTIVATION);
 }
 
 void pp_recv_input(pp_stage *st, int slot) {
     gpt_use_slot(st->model, slot);
-    comm_recv(st->pp, gpt_stage_input(st->model), boundary_numel(st), COMM_F32,
-              pp_stage_rank_of(st, st->stage - 1), TAG_ACTIVATION);
+    pp_recv_input_into(st, gpt_stage_input(st->model));
 }
 
 void pp_send_output(pp_stage *st, int slot) {
     gpt_use_slot(st->model, slot);
-    comm_send(st->pp, gpt_stage_output(st->model), boundary_numel(st), COMM_F32,
+    comm_send(st->pp, gpt_stage_output(st->model), st->boundary_numel, COMM_F32,
               pp_stage_rank_of(st, st->stage + 1), TAG_ACTIVATION);
 }
 
 void pp_recv_output_grad(pp_stage *st, int slot) {
     gpt_use_slot(st->model, slot);
-    comm_recv(st->pp, gpt_stage_output_grad(st->model), boundary_numel(st), COMM_F32,
+    comm_recv(st->pp, gpt_stage_output_grad(st->model), st->boundary_numel, COMM_F32,
               pp_stage_rank_of(st, st->stage + 1), TAG_GRADIENT);
 }
 
-void pp_send_input_grad(pp_stage *st) {
-    const float *dx = gpt_stage_input_grad(st->model);
-    if (st->drop_input_grad) vec_zero((float *)dx, boundary_numel(st));
-    comm_send(st->pp, dx, boundary_numel(st), COMM_F32, pp_stage_rank_of(st, st->stage - 1),
+void pp_send_input_grad(pp_stage *st, const float *dx) {
+    if (st->drop_input_grad) vec_zero((float *)dx, st->boundary_numel);
+    comm_send(st->pp, dx, st->boundary_numel, COMM_F32, pp_stage_rank_of(st, st->stage - 1),
               TAG_GRADIENT);
 }
 

@@ -29,6 +29,7 @@ typedef struct {
     gpt_model *model;      /* activations: one slot per micro-batch in flight */
     comm *pp;              /* pipeline group: virtual stage k is rank k % size */
     int micro_batch, T;    /* sequences per micro-batch, tokens per sequence */
+    size_t boundary_numel; /* one micro-batch's activations: micro_batch x T x dim */
     int drop_input_grad;   /* negative control: sends zeros instead of d(input) */
 } pp_stage;
 
@@ -46,9 +47,11 @@ int pp_stage_rank_of(const pp_stage *st, int stage);   /* rank in pp of a virtua
 
 /* The pieces a schedule is made of, on micro-batch slot `slot`. */
 void pp_recv_input(pp_stage *st, int slot);
+void pp_recv_input_into(pp_stage *st, float *x);   /* into a buffer of boundary_numel */
 void pp_send_output(pp_stage *st, int slot);
 void pp_recv_output_grad(pp_stage *st, int slot);
-void pp_send_input_grad(pp_stage *st);
+/* d(input) from dx (the model's gpt_stage_input_grad, or a copy kept for later). */
+void pp_send_input_grad(pp_stage *st, const float *dx);
 /* Forward of the micro-batch made of sequences [first, first + micro_batch) of step
  * `step`'s global batch (the first stage reads the tokens, the last the targets).
  * Returns the micro-batch's mean loss on the last stage, 0 elsewhere. */

@@ -1,0 +1,169 @@
+#include "training.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pp_draw.h"
+#include "report.h"
+#include "train_run.h"
+
+/* One schedule's JSON keys (pp, micro, virtual, bubbles, activations per stage). */
+static char *run_json(const pp_outcome *o) {
+    size_t cap = 512 + 24 * (size_t)o->stages, n = 0;
+    char *s = malloc(cap);
+    n += snprintf(s + n, cap - n, "\"pp\": %d, \"micro\": %d, \"virtual\": %d, "
+                  "\"bubble_fraction\": %.6f, \"bubble_over_ideal\": %.6f, "
+                  "\"bubble_formula\": %.6f, \"bubble_over_ideal_formula\": %.6f, "
+                  "\"stage_ms\": %g, \"peak_activations_per_stage\": [", o->stages,
+                  o->opts.micro, o->opts.chunks, o->measured.bubble_fraction,
+                  o->measured.bubble_over_ideal, o->formula.fraction, o->formula.over_ideal,
+                  1e3 * o->opts.stage_seconds);
+    for (int k = 0; k < o->stages; k++)
+        n += snprintf(s + n, cap - n, "%s%.0f", k ? ", " : "", o->measured.peak_activations[k]);
+    n += snprintf(s + n, cap - n, "], \"in_flight_per_stage\": [");
+    for (int k = 0; k < o->stages; k++)
+        n += snprintf(s + n, cap - n, "%s%d", k ? ", " : "", o->measured.in_flight[k]);
+    snprintf(s + n, cap - n, "]");
+    return s;
+}
+
+static void print_bubbles(const pp_outcome *runs, int n) {
+    printf("\nBubble (idle over all ranks' time, timed steps; formula for forward 1, backward 2)\n");
+    printf("  %-15s %10s %10s %8s   busy / idle ms per step, rank by rank\n", "schedule",
+           "measured", "formula", "error");
+    for (int i = 0; i < n; i++) {
+        const pp_outcome *o = &runs[i];
+        const double f = o->formula.fraction, m = o->measured.bubble_fraction;
+        printf("  %-15s %9.1f%% %9.1f%% %7.0f%%  ", o->result.strategy, 100 * m, 100 * f,
+               f > 0 ? 100 * (m - f) / f : 0.0);
+        for (int k = 0; k < o->stages; k++)
+            printf(" %.0f/%.0f", o->measured.busy_ms[k], o->measured.idle_ms[k]);
+        printf("\n");
+    }
+    if (n > 0 && runs[0].opts.stage_seconds > 0) {
+        double overrun = 0;
+        for (int i = 0; i < n; i++)
+            if (runs[i].measured.overrun_ms > overrun) overrun = runs[i].measured.overrun_ms;
+        printf("  (compute model --stage-ms %g: a forward of one micro-batch through a stage"
+               " lasts that long, a backward twice; passes ran %.1f ms/step over it at most)\n",
+               1e3 * runs[0].opts.stage_seconds, overrun);
+    } else {
+        printf("  (--stage-ms 0: real compute time; with more ranks than cores, idle time is"
+               " partly waiting for a core)\n");
+    }
+}
+
+static void print_memory(const pp_outcome *runs, int n) {
+    const int p = runs[0].stages;
+    char b[32];
+    printf("\nActivations per stage (measured peak bytes; micro-batches held at once,"
+           " measured / the schedule's most)\n  %-15s", "schedule");
+    for (int k = 0; k < p; k++) printf("       stage %-3d", k);
+    printf("\n");
+    for (int i = 0; i < n; i++) {
+        const pp_outcome *o = &runs[i];
+        printf("  %-15s", o->result.strategy);
+        for (int k = 0; k < p; k++)
+            printf(" %9s %2d/%-2d", report_bytes(o->measured.peak_activations[k], b),
+                   o->measured.in_flight[k], o->in_flight_formula[k]);
+        printf("\n");
+    }
+    printf("  (GPipe holds all m micro-batches before the first backward; 1F1B at most p - r"
+           " on stage r; each held micro-batch keeps its blocks' activations)\n");
+}
+
+static void print_traffic(const pp_outcome *runs, int n, const run_config *cfg) {
+    const gpt_shape whole = gpt_shape_make(&cfg->model, 1, 0);
+    const int p = runs[0].stages;
+    const double ddp = 2.0 * (p - 1) / p * (double)gpt_num_params(&whole) * sizeof(float);
+    char a[32], b[32], c[32];
+    printf("\nPoint-to-point traffic per step (bytes each stage sends: activations forward,"
+           " gradients backward)\n");
+    for (int i = 0; i < n; i++) {
+        const pp_outcome *o = &runs[i];
+        printf("  %-15s", o->result.strategy);
+        for (int k = 0; k < p; k++) printf(" %10s", report_bytes(o->measured.bytes_sent[k], a));
+        printf("\n");
+    }
+    printf("  per boundary: 2 x m x b x s x h x 4 B = 2 x %d x %d x %d x 4 B = %s (interleaving"
+           " crosses v times as many boundaries)\n", cfg->batch, cfg->model.ctx,
+           cfg->model.dim, report_bytes(runs[0].bytes_formula, b));
+    printf("  DDP on the same %d ranks would all-reduce 2(N-1)/N x %zu parameters x 4 B = %s"
+           " per rank per step: a pipeline sends activations, not the model, which is why it"
+           " suits slow links between machines\n", p, gpt_num_params(&whole),
+           report_bytes(ddp, c));
+}
+
+static void draw(const pp_outcome *o, const pipeline_sim_config *c, int several) {
+    printf("\n%s, the last step as it ran (ms):\n", o->result.strategy);
+    pp_draw_text(stdout, o->spans, o->nspans, o->stages, 96, 1e3);
+    if (!c->svg_path) return;
+    char path[512];
+    if (several) snprintf(path, sizeof path, "%s-%s.svg", c->svg_path, o->result.strategy + 3);
+    else snprintf(path, sizeof path, "%s", c->svg_path);
+    char title[128];
+    snprintf(title, sizeof title, "%s: p = %d, m = %d, measured", o->result.strategy,
+             o->stages, o->opts.micro);
+    if (pp_draw_svg(path, o->spans, o->nspans, o->stages, 1e3, title) == 0)
+        printf("  (drawn to %s)\n", path);
+}
+
+int pipeline_train(const pipeline_sim_config *c, const run_config *cfg) {
+    dataset *data = dataset_from_config(cfg);
+    const int root = process_hosts_rank0();
+    baseline_run *baseline = NULL;
+    if (root) {
+        report_header(cfg, "Chapter 4: pipeline parallelism against single-device training",
+                      cfg->comm.ranks, 1);
+        baseline = baseline_train(cfg, data);
+    }
+    pp_outcome runs[PP_NSCHEDULES];
+    int n = 0, status = 0;
+    for (int k = 0; k < PP_NSCHEDULES; k++) {
+        if (!c->runs[k]) continue;
+        pipeline_options opts = {.schedule = k, .micro = pipeline_micro_for(c, k),
+                                 .chunks = pipeline_chunks_for(c, k),
+                                 .stage_seconds = 1e-3 * c->stage_ms};
+        if (pp_run_launch(cfg, data, &opts, baseline, &runs[n]) != 0) status = 1;
+        if (root) runs[n].result.json_extra = run_json(&runs[n]);
+        n++;
+    }
+    if (root && n > 0) {
+        run_result rows[PP_NSCHEDULES + 1];
+        rows[0] = baseline->result;
+        for (int i = 0; i < n; i++) rows[i + 1] = runs[i].result;
+        if (cfg->json) {
+            report_json(cfg, "04-pipeline", cfg->comm.ranks,
+                        launch_backend_name(&cfg->comm, cfg->comm.ranks), rows, n + 1, NULL);
+        } else {
+            for (int k = 0; k < PP_NSCHEDULES; k++)
+                if (c->skipped[k])
+                    printf("skipped %s: %s\n", pp_schedule_name(k), c->skipped[k]);
+            report_table(cfg, rows, n + 1);
+            print_bubbles(runs, n);
+            print_memory(runs, n);
+            print_traffic(runs, n, cfg);
+            for (int i = 0; i < n; i++) draw(&runs[i], c, n > 1);
+        }
+        double worst = 0;
+        const char *name = "-";
+        for (int i = 0; i < n; i++) {
+            double f = pp_worst_fraction_of_tolerance(&runs[i].result);
+            if (f >= worst) worst = f, name = runs[i].result.strategy;
+        }
+        if (!cfg->json)
+            printf("\n%s: every schedule against the baseline (tolerances: gradients of step 1"
+                   " %.0e, loss %.0e, parameters %.0e); worst: %s at %.0f%% of its tolerance\n",
+                   worst <= 1 ? "OK" : "FAILED", PP_TOL_GRADS, PP_TOL_LOSS, PP_TOL_PARAMS, name,
+                   100 * worst);
+        if (worst > 1) status = 1;
+    }
+    for (int i = 0; i < n; i++) {
+        free((char *)runs[i].result.json_extra);
+        pp_outcome_free(&runs[i]);
+    }
+    baseline_free(baseline);
+    dataset_free(data);
+    return status;
+}

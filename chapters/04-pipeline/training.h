@@ -1,0 +1,18 @@
+/* Chapter 4 without --simulate: every chosen schedule trained on real ranks, compared
+ * with the baseline, with the measured bubble, activations and bytes per stage next to
+ * their formulas, and the last step drawn per rank. */
+#ifndef PIPELINE_TRAINING_H
+#define PIPELINE_TRAINING_H
+
+#include "cli.h"
+#include "simulate.h"
+
+/* The compute model's default on real ranks: a forward of one micro-batch through a
+ * stage lasts 5 ms (the real compute of the default model is well under that). */
+#define PIPELINE_TRAIN_STAGE_MS 5.0
+
+/* Runs the schedules of c->runs (stage_ms: the compute model, 0: off); returns the
+ * exit status (1 when a schedule missed a tolerance). */
+int pipeline_train(const pipeline_sim_config *c, const run_config *cfg);
+
+#endif
