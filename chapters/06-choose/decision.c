@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "planner.h"
+#include "report.h"
 
 #define GB 1e9
 
@@ -36,17 +37,19 @@ static void choose(plan_decision *d, const char *strategy, const plan_row *row) 
     snprintf(d->strategy, sizeof d->strategy, "%s%s", strategy, with_recompute(row));
 }
 
-/* "27.5 GB (states 16.0 + activations 11.5)" */
-static const char *row_memory(const plan_row *row, char buf[96]) {
+/* "65.61 GB (states 21.52 GB + activations 44.09 GB, recompute selective)" */
+static const char *row_memory(const plan_row *row, char buf[128]) {
     const double states = row->memory.params + row->memory.grads + row->memory.optimizer;
-    snprintf(buf, 96, "%.1f GB (states %.1f + activations %.1f, recompute %s)",
-             plan_total(row->memory) / GB, states / GB, row->memory.activations / GB,
+    char total[32], held[32], acts[32];
+    snprintf(buf, 128, "%s (states %s + activations %s, recompute %s)",
+             report_bytes(plan_total(row->memory), total), report_bytes(states, held),
+             report_bytes(row->memory.activations, acts),
              plan_recompute_names[row->mesh.recompute]);
     return buf;
 }
 
 static int try_ddp(const plan_request *r, const plan_row *ddp, plan_decision *d) {
-    char mem[96];
+    char mem[128];
     const double card = r->gpu_bytes / GB;
     if (!ddp->feasible) {
         add_step(d, "1. fits one card? global batch %d cannot give %d GPUs %d sequences each;"
@@ -62,7 +65,7 @@ static int try_ddp(const plan_request *r, const plan_row *ddp, plan_decision *d)
 static int try_zero(const plan_request *r, const plan_row *rows, int n, plan_decision *d) {
     static const char *const names[] = {"zero1", "zero2", "zero3"};
     static const char *const labels[] = {"ZeRO-1", "ZeRO-2", "FSDP (ZeRO-3)"};
-    char line[320] = "", mem[96];
+    char line[448] = "", mem[128];
     for (int i = 0; i < 3; i++) {
         const plan_row *row = plan_find_row(rows, n, names[i]);
         if (!row || !row->feasible) continue;
@@ -97,7 +100,7 @@ static void try_3d(const plan_request *r, const plan_row *rows, int n, plan_deci
                         : "no: TP must split each layer -> Megatron TP + PP + DP");
     const plan_row *mesh = plan_find_row(rows, n, "3d");
     if (mesh && mesh->fits) {
-        char mem[96];
+        char mem[128];
         add_step(d, "4. fastest fitting mesh: tp %d x pp %d x dp %d, ZeRO-%d, %s per GPU,"
                  " %.3g s per step", mesh->mesh.tp, mesh->mesh.pp, mesh->mesh.dp,
                  mesh->mesh.zero_stage, row_memory(mesh, mem), mesh->step.total);

@@ -3,6 +3,7 @@
 #include <stdio.h>
 
 #include "planner.h"
+#include "report.h"
 
 #define GB 1e9
 static const char *const max_names[] = {"ddp", "zero1", "zero2", "zero3"};
@@ -27,7 +28,7 @@ static void print_header(const plan_request *r) {
 }
 
 static void print_rows(const plan_request *r, const plan_row *rows, int n) {
-    printf("%-6s %4s %4s %5s %4s %-9s %9s %9s %9s %9s %9s %5s %10s %10s\n", "", "tp", "pp",
+    printf("%-6s %4s %4s %5s %4s %-9s %10s %10s %10s %10s %10s %5s %10s %10s\n", "", "tp", "pp",
            "dp", "zero", "recompute", "params", "grads", "optimizer", "activ.", "total", "fits",
            "step s", "tokens/s");
     for (int i = 0; i < n; i++) {
@@ -40,9 +41,11 @@ static void print_rows(const plan_request *r, const plan_row *rows, int n) {
             continue;
         }
         const plan_bytes *b = &row->memory;
-        printf("%-9s %6.1f GB %6.1f GB %6.1f GB %6.1f GB %6.1f GB %5s %10.3g %10.3g\n",
-               plan_recompute_names[row->mesh.recompute], b->params / GB, b->grads / GB,
-               b->optimizer / GB, b->activations / GB, plan_total(*b) / GB,
+        char sizes[5][32];
+        printf("%-9s %10s %10s %10s %10s %10s %5s %10.3g %10.3g\n",
+               plan_recompute_names[row->mesh.recompute], report_bytes(b->params, sizes[0]),
+               report_bytes(b->grads, sizes[1]), report_bytes(b->optimizer, sizes[2]),
+               report_bytes(b->activations, sizes[3]), report_bytes(plan_total(*b), sizes[4]),
                row->fits ? "yes" : "no", row->step.total, tokens_per_second(r, row));
     }
     printf("(memory per GPU on the GPU that holds the most; GB = 1e9 bytes. Activations:"

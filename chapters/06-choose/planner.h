@@ -42,7 +42,7 @@ const plan_row *plan_find_row(const plan_row *rows, int n, const char *name);
 /* The decision tree, walked with the numbers. */
 #define PLAN_MAX_STEPS 8
 typedef struct {
-    char steps[PLAN_MAX_STEPS][320];
+    char steps[PLAN_MAX_STEPS][512];
     int num_steps;
     int found;                   /* 0: nothing fits this cluster */
     char strategy[48];           /* "DDP", "ZeRO-1", "FSDP (ZeRO-3)", "TP + PP + DP" */

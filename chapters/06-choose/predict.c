@@ -254,8 +254,8 @@ static void print_table(const comparison *rows, int n, double gflops_2, double g
     printf("\nbytes: the largest rank, from the accounting allocator; model states must match"
            " exactly ('=' does), activations within 10%%.\nms/step: time is only reported."
            " Predicted = FLOPs / sgemm rate (+ the link model): it leaves out everything that"
-           " is not a\nGEMM (LayerNorm, softmax, GELU, Adam, copies) and the wait of ranks"
-           " sharing a core, so measured runs slower.\n");
+           " is not a\nGEMM (LayerNorm, softmax, GELU, Adam, copies) and other programs on the"
+           " same cores: a floor, so measured runs slower.\n");
     for (size_t i = 0; i < sizeof pending / sizeof pending[0]; i++)
         printf("pending: %s: its row appears here once that program prints --json\n", pending[i]);
 }
