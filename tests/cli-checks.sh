@@ -53,6 +53,7 @@ if [ -x "$planner" ]; then
     expect_error "$planner" "--mfu 2: must be a fraction of peak in (0, 1]" --mfu 2
     expect_error "$planner" "--gpu-mem x: not a number" --gpu-mem x
     expect_error "$planner" "--batch 100 does not split into --dp 64" --params 70e9 --gpus 64 --dp 64 --batch 100
+    expect_error "$planner" "--zero 3 belongs to a mesh" --params 70e9 --zero 3
 fi
 # ./run itself
 expect_error ./run "N 'x' must be a positive whole number" x

@@ -49,7 +49,11 @@ static plan_model model_from_flags(int argc, char **argv, const run_config *cfg,
 }
 
 static plan_mesh mesh_from_flags(const planner_flags *f, const plan_model *m) {
-    if (!f->tp && !f->pp && !f->dp) return (plan_mesh){0};
+    if (!f->tp && !f->pp && !f->dp) {
+        if (f->zero)
+            cli_fail("--zero %d belongs to a mesh: give --tp, --pp or --dp with it", f->zero);
+        return (plan_mesh){0};
+    }
     const int tp = f->tp ? f->tp : 1, pp = f->pp ? f->pp : 1;
     int dp = f->dp;
     if (!dp) {
@@ -117,7 +121,8 @@ int main(int argc, char **argv) {
         {"zero", OPT_CHOICE, &f.zero, "... ZeRO stage of that mesh", zero_choices, 0},
         {"recompute", OPT_CHOICE, &f.recompute, "activation recomputation (auto: the lightest"
          " that fits)", recompute_choices, 0},
-        {"max-params", OPT_FLAG, &f.max_params, "largest model per ZeRO stage on the cluster", NULL, 0},
+        {"max-params", OPT_FLAG, &f.max_params,
+         "largest model per ZeRO stage on the cluster (model parallel: --tp x --pp)", NULL, 0},
         {"course", OPT_FLAG, &f.course, "check the course text's claims by arithmetic", NULL, 0},
         {"predict-chapters", OPT_FLAG, &f.predict,
          "predict chapters 1-3 on bench256 (2 and 4 ranks) and run them to compare", NULL, 0},

@@ -74,12 +74,23 @@ static void print_time(const plan_request *r, const plan_decision *d, double tok
                                         r->cluster.gpus, r->cluster.flops_per_gpu) / 86400);
 }
 
+/* With a mesh given, its tp x pp is the model parallelism MP of the ZeRO paper's
+ * Table 2 and ZeRO shards over the rest; without one, over every GPU. */
+static int model_parallel(const plan_request *r) {
+    return r->mesh.tp ? r->mesh.tp * r->mesh.pp : 1;
+}
+
+static double max_params_of(const plan_request *r, int stage) {
+    const int mp = model_parallel(r);
+    return plan_max_params(stage, r->gpu_bytes, r->cluster.gpus / mp, mp, PLAN_MIXED_ADAM);
+}
+
 static void print_max_params(const plan_request *r) {
-    printf("\nLargest model that fits %d GPUs of %.0f GB, model states only (the ZeRO paper's"
-           " Table 2 arithmetic):\n", r->cluster.gpus, r->gpu_bytes / GB);
+    printf("\nLargest model that fits %d GPUs of %.4g GB with model parallelism %d, model"
+           " states only (the ZeRO paper's Table 2 arithmetic):\n", r->cluster.gpus,
+           r->gpu_bytes / GB, model_parallel(r));
     for (int stage = 0; stage <= 3; stage++)
-        printf("  %-6s %10.4g parameters\n", max_names[stage],
-               plan_max_params(stage, r->gpu_bytes, r->cluster.gpus, 1, PLAN_MIXED_ADAM));
+        printf("  %-6s %10.4g parameters\n", max_names[stage], max_params_of(r, stage));
 }
 
 void plan_print(const plan_request *r, const plan_row *rows, int n,
@@ -156,8 +167,7 @@ void plan_print_json(const plan_request *r, const plan_row *rows, int n,
     if (max_params) {
         printf(",\n \"max_params\": {");
         for (int stage = 0; stage <= 3; stage++)
-            printf("%s\"%s\": %.6g", stage ? ", " : "", max_names[stage],
-                   plan_max_params(stage, r->gpu_bytes, r->cluster.gpus, 1, PLAN_MIXED_ADAM));
+            printf("%s\"%s\": %.6g", stage ? ", " : "", max_names[stage], max_params_of(r, stage));
         printf("}");
     }
     printf("}\n");
