@@ -164,6 +164,11 @@ char *run_chapter_json(const char *programs_dir, int chapter, int ranks,
              " --link-scale %g%s%s", program, ranks, o->steps, link_names[o->link],
              o->link_scale, chapter == 3 ? " --part train" : "", data);
     setenv("OPENBLAS_NUM_THREADS", "1", 1);   /* what ./run sets for every program */
+    /* started by mpirun ourselves (MPI=1), the chapter must not take itself for one of
+     * mpirun's processes: it runs its ranks as threads */
+    unsetenv("OMPI_COMM_WORLD_SIZE");
+    unsetenv("OMPI_COMM_WORLD_RANK");
+    unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     FILE *pipe = popen(command, "r");
     if (!pipe) {
         fprintf(stderr, "predict: cannot start %s\n", program);
