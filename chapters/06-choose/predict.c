@@ -261,6 +261,10 @@ static void print_table(const comparison *rows, int n, double gflops_2, double g
            " Predicted = FLOPs / sgemm rate (+ the link model): it leaves out everything that"
            " is not a\nGEMM (LayerNorm, softmax, GELU, Adam, copies) and other programs on the"
            " same cores: a floor, so measured runs slower.\n");
+    double load[1];
+    if (getloadavg(load, 1) == 1)
+        printf("load average of the last minute: %.1f on %d cores (these runs add up to 4"
+               " of it; the rest is other programs)\n", load[0], cores);
     for (size_t i = 0; i < sizeof pending / sizeof pending[0]; i++)
         printf("pending: %s: its row appears here once that program prints --json\n", pending[i]);
 }
