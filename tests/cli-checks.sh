@@ -80,6 +80,22 @@ expect_ok() {
 }
 [ -x "$build"/baseline ] && expect_ok "$build"/baseline --seed 18446744073709551615 --steps 1 \
     --layers 1 --dim 16 --heads 2 --ctx 8 --batch 1 --quiet
+# chapter 6, the planner: sizes, shapes and meshes
+planner="$build"/chapter6
+if [ -x "$planner" ]; then
+    expect_error "$planner" "--params abc: not a number" --params abc
+    expect_error "$planner" "--params -5: must be at least 1" --params -5
+    expect_error "$planner" "--gpus 0: must be an integer from 1" --gpus 0
+    expect_error "$planner" "--heads 100 does not divide --dim 12288" --hidden 12288 --heads 100
+    expect_error "$planner" "--tp 8 x --pp 4 x --dp 4 = 128 does not multiply to --gpus 64" --params 70e9 --gpus 64 --tp 8 --pp 4 --dp 4
+    expect_error "$planner" "--tp 3 x --pp 1 = 3 does not divide --gpus 64" --params 70e9 --gpus 64 --tp 3
+    expect_error "$planner" "--tp 8 does not divide the 4 heads" --gpus 8 --tp 8
+    expect_error "$planner" "--params 7e+10 and --layers both given" --params 70e9 --layers 80
+    expect_error "$planner" "--mfu 2: must be a fraction of peak in (0, 1]" --mfu 2
+    expect_error "$planner" "--gpu-mem x: not a number" --gpu-mem x
+    expect_error "$planner" "--batch 100 does not split into --dp 64" --params 70e9 --gpus 64 --dp 64 --batch 100
+    expect_error "$planner" "--zero 3 belongs to a mesh" --params 70e9 --zero 3
+fi
 # ./run itself
 expect_error ./run "N 'x' must be a positive whole number" x
 expect_error ./run "N '0' must be a positive whole number" 0

@@ -1,0 +1,62 @@
+/* Chapter 6: the course's "how to choose" as a planner. The formulas live in
+ * common/parallel/plan_memory.h and plan_time.h; this chapter lays out the strategies,
+ * searches the 3D meshes, walks the decision tree and prints what it found. */
+#ifndef PLANNER_H
+#define PLANNER_H
+
+#include "plan_memory.h"
+#include "plan_time.h"
+
+/* What to plan for. */
+typedef struct {
+    plan_model model;
+    plan_cluster cluster;
+    double gpu_bytes;            /* memory of one GPU */
+    int micro_batch, global_batch;
+    int recompute;               /* -1: the lightest that fits; else a plan_recompute */
+    plan_mesh mesh;              /* an explicit mesh to evaluate too; tp = 0: none */
+} plan_request;
+
+/* One strategy on the request's cluster. */
+typedef struct {
+    char name[16];               /* ddp, zero1, zero2, zero3, tp, pp, 3d, mesh */
+    plan_mesh mesh;
+    int feasible;                /* dp x micro-batch divides the global batch */
+    plan_bytes memory;           /* per GPU, the GPU that holds the most */
+    int fits;
+    plan_step step;
+} plan_row;
+
+#define PLAN_MAX_ROWS 8
+
+/* A mesh with the request's batch and recomputation (-1: the lightest that fits). */
+plan_row plan_evaluate(const plan_request *r, const char *name, plan_mesh mesh);
+/* The fastest fitting mesh of every tp (powers of 2 inside a node, dividing the heads),
+ * pp and ZeRO stage (at most 1 with a pipeline); 0 when none fits. */
+int plan_best_mesh(const plan_request *r, plan_row *best);
+/* DDP, ZeRO-1/2/3 and TP, PP over all GPUs, the best 3D mesh, and the explicit mesh
+ * when there is one. Returns the number of rows. */
+int plan_strategies(const plan_request *r, plan_row rows[PLAN_MAX_ROWS]);
+const plan_row *plan_find_row(const plan_row *rows, int n, const char *name);
+
+/* The decision tree, walked with the numbers. */
+#define PLAN_MAX_STEPS 8
+typedef struct {
+    char steps[PLAN_MAX_STEPS][512];
+    int num_steps;
+    int found;                   /* 0: nothing fits this cluster */
+    char strategy[48];           /* "DDP", "ZeRO-1", "FSDP (ZeRO-3)", "TP + PP + DP" */
+    plan_row choice;
+} plan_decision;
+void plan_decide(const plan_request *r, const plan_row *rows, int n, plan_decision *d);
+
+/* Printing (plan_report.c). */
+void plan_print(const plan_request *r, const plan_row *rows, int n,
+                const plan_decision *d, double tokens, int max_params);
+void plan_print_json(const plan_request *r, const plan_row *rows, int n,
+                     const plan_decision *d, double tokens, int max_params);
+
+/* --course: the course text's claims checked by arithmetic (course.c). */
+void course_print(void);
+
+#endif

@@ -1,0 +1,77 @@
+/* --predict-chapters: the planner's arithmetic against this project's own runs.
+ *
+ * For bench256 (layers 4, heads 4, dim 256, ctx 64, batch 8, vocab 256) on 2 and 4
+ * ranks it predicts, per strategy, the bytes the largest rank holds and the step time,
+ * then runs the chapter programs as they are (chapter 1: ddp, chapter 2: zero1-3,
+ * chapter 3: tp) with --json and reads their memory_per_rank and ms_per_step.
+ *
+ * Model states are this project's: fp32 parameters, gradients and Adam m, v (16 bytes
+ * per parameter), sharded per slab as chapter 2 does, with the working buffers its
+ * stages hold (ZeRO-2/3: a block's and the tied embedding's full gradient; ZeRO-3:
+ * the largest gathered slab). They must match to the byte.
+ * Activations: Korthikanti's per-layer count with fp32 elements and no dropout,
+ *     4 [s b (4h + 12h/t + 4) + a s^2 b / t] bytes per layer
+ * (the 4 h whole: layer input, LayerNorm outputs, residual; the 12 h / t split: q, k,
+ * v, attention output, MLP input and GELU output; 4: LayerNorm means and 1/std; the
+ * softmax output a s^2 b / t), plus the head (final LayerNorm, logits, losses), the
+ * tokens, and one layer's backward workspace. Within 10%.
+ * Time: FLOPs per rank over this machine's measured sgemm rate (ranks beyond the cores
+ * share them), plus the link model's time for the collectives; reported only.
+ *
+ * Pipeline (chapter 4) and 3D (chapter 5) do not exist yet: their rows are listed as
+ * pending and get filled in when those programs print --json. */
+#ifndef PREDICT_H
+#define PREDICT_H
+
+#include "comm.h"
+#include "model.h"
+
+typedef struct {
+    int steps;
+    comm_link link;
+    double link_scale;
+    const char *data_path;   /* NULL: the built-in corpus */
+    int json;
+} predict_options;
+
+/* Bytes per rank and milliseconds per step, predicted or measured. */
+typedef struct {
+    double params, grads, optimizer, activations;
+    double ms_per_step;
+} chapter_figures;
+
+typedef struct {
+    int chapter;             /* whose program runs it */
+    const char *strategy;    /* its name in that program's --json */
+    int tp;                  /* tensor-parallel size (the rest is data parallel) */
+    int zero_stage;
+} chapter_strategy;
+
+extern const chapter_strategy PREDICT_STRATEGIES[];
+extern const int PREDICT_NUM_STRATEGIES;
+
+/* The prediction for one strategy of the model cfg (global batch `batch`) on `ranks`
+ * ranks, at `gflops` per core with `cores` cores. */
+chapter_figures predict_chapter_run(const gpt_config *cfg, int batch, int ranks,
+                                    const chapter_strategy *st, double gflops, int cores,
+                                    comm_link link, double link_scale);
+/* The measured figures of `strategy` in a chapter's --json output; 0 if absent. */
+int chapter_json_figures(const char *json, const char *strategy, chapter_figures *out);
+/* Runs programs_dir/chapterN on `ranks` thread ranks with --preset bench256 --json
+ * and returns its stdout (malloc'ed), or NULL with a line on stderr. */
+char *run_chapter_json(const char *programs_dir, int chapter, int ranks,
+                       const predict_options *o);
+/* This machine's single-thread sgemm rate, GFLOP/s, at bench256's MLP shape. */
+double measure_sgemm_gflops(int tokens, int dim);
+
+/* Predicts, runs and compares every strategy on 2 and 4 ranks; prints the table (or
+ * JSON). Returns 0 when every model state matched and every activation was within
+ * 10%, 1 otherwise, 2 when a program is missing. */
+int predict_chapters(const predict_options *o);
+/* The same with the chapter programs in programs_dir; worst_activation receives the
+ * largest |predicted / measured - 1| of the activations, state_mismatches the number
+ * of model-state figures that differ. */
+int predict_chapters_in(const char *programs_dir, const predict_options *o,
+                        double *worst_activation, int *state_mismatches);
+
+#endif

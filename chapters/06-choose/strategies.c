@@ -1,0 +1,103 @@
+#include <stdio.h>
+#include <string.h>
+
+#include "planner.h"
+
+static plan_row evaluate_with(const plan_request *r, const char *name, plan_mesh mesh) {
+    plan_row row = {.mesh = mesh};
+    snprintf(row.name, sizeof row.name, "%s", name);
+    row.feasible = plan_micro_batches(&mesh) > 0;
+    if (!row.feasible) return row;
+    row.memory = plan_memory_per_gpu(&r->model, &mesh, PLAN_MIXED_ADAM);
+    row.fits = plan_total(row.memory) <= r->gpu_bytes;
+    row.step = plan_step_time(&r->model, &mesh, &r->cluster);
+    return row;
+}
+
+plan_row plan_evaluate(const plan_request *r, const char *name, plan_mesh mesh) {
+    mesh.micro_batch = r->micro_batch;
+    mesh.global_batch = r->global_batch;
+    mesh.sequence_parallel = mesh.tp > 1;
+    if (r->recompute >= 0) {
+        mesh.recompute = (plan_recompute)r->recompute;
+        return evaluate_with(r, name, mesh);
+    }
+    /* recompute no more than it takes to fit: none, then selective, then full */
+    plan_row row = {0};
+    for (int mode = RECOMPUTE_NONE; mode <= RECOMPUTE_FULL; mode++) {
+        mesh.recompute = (plan_recompute)mode;
+        row = evaluate_with(r, name, mesh);
+        if (!row.feasible || row.fits) break;
+    }
+    return row;
+}
+
+static int divides_heads(const plan_request *r, int tp) { return r->model.heads % tp == 0; }
+
+int plan_best_mesh(const plan_request *r, plan_row *best) {
+    const int gpus = r->cluster.gpus;
+    int found = 0;
+    for (int tp = 1; tp <= gpus && tp <= r->cluster.gpus_per_node; tp *= 2) {
+        if (gpus % tp || !divides_heads(r, tp)) continue;
+        for (int pp = 1; pp <= gpus / tp && pp <= r->model.layers; pp++) {
+            if ((gpus / tp) % pp) continue;
+            const int dp = gpus / (tp * pp);
+            const int top_stage = pp > 1 ? 1 : 3;   /* ZeRO-2/3 do not pipeline */
+            for (int stage = 0; stage <= top_stage; stage++) {
+                if (dp == 1 && stage > 0) break;
+                plan_mesh mesh = {.tp = tp, .pp = pp, .dp = dp, .zero_stage = stage};
+                plan_row row = plan_evaluate(r, "3d", mesh);
+                if (!row.fits) continue;
+                if (!found || row.step.total < best->step.total) *best = row;
+                found = 1;
+            }
+        }
+    }
+    return found;
+}
+
+/* The largest power of 2 that divides n, the heads and fits a node. */
+static int tp_inside_node(const plan_request *r) {
+    int tp = 1;
+    while (tp * 2 <= r->cluster.gpus_per_node && r->cluster.gpus % (tp * 2) == 0 &&
+           divides_heads(r, tp * 2))
+        tp *= 2;
+    return tp;
+}
+
+/* The deepest pipeline of at most one layer per stage that divides the GPUs. */
+static int pp_deepest(const plan_request *r) {
+    int pp = r->cluster.gpus < r->model.layers ? r->cluster.gpus : r->model.layers;
+    while (r->cluster.gpus % pp) pp--;
+    return pp;
+}
+
+int plan_strategies(const plan_request *r, plan_row rows[PLAN_MAX_ROWS]) {
+    const int gpus = r->cluster.gpus;
+    int n = 0;
+    static const char *const zero_names[] = {"ddp", "zero1", "zero2", "zero3"};
+    for (int stage = 0; stage <= 3; stage++)
+        rows[n++] = plan_evaluate(r, zero_names[stage],
+                                  (plan_mesh){.tp = 1, .pp = 1, .dp = gpus, .zero_stage = stage});
+    const int tp = tp_inside_node(r), pp = pp_deepest(r);
+    rows[n++] = plan_evaluate(r, "tp", (plan_mesh){.tp = tp, .pp = 1, .dp = gpus / tp});
+    rows[n++] = plan_evaluate(r, "pp", (plan_mesh){.tp = 1, .pp = pp, .dp = gpus / pp});
+    plan_row best;
+    if (plan_best_mesh(r, &best)) {
+        rows[n++] = best;
+    } else {
+        /* nothing fits: show the most model-parallel mesh, and that it does not fit */
+        const int deepest = (gpus / tp) < r->model.layers ? gpus / tp : r->model.layers;
+        int p = deepest;
+        while ((gpus / tp) % p) p--;
+        rows[n++] = plan_evaluate(r, "3d", (plan_mesh){.tp = tp, .pp = p, .dp = gpus / (tp * p)});
+    }
+    if (r->mesh.tp > 0) rows[n++] = plan_evaluate(r, "mesh", r->mesh);
+    return n;
+}
+
+const plan_row *plan_find_row(const plan_row *rows, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(rows[i].name, name) == 0) return &rows[i];
+    return NULL;
+}

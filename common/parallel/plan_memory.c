@@ -1,0 +1,104 @@
+#include "plan_memory.h"
+
+#include <math.h>
+
+const char *const plan_recompute_names[] = {"none", "selective", "full"};
+const plan_precision PLAN_MIXED_ADAM = {2, 2, 12};
+const plan_precision PLAN_FP32_ADAM = {4, 4, 8};
+
+double plan_layer_params(int hidden) {
+    const double h = hidden;
+    return 12 * h * h + 13 * h;
+}
+
+double plan_params(const plan_model *m) {
+    const double h = m->hidden;
+    return m->layers * plan_layer_params(m->hidden) + ((double)m->vocab + m->seq) * h;
+}
+
+plan_model plan_shape_for_params(double params, int vocab, int seq) {
+    /* P ~ 12 l h^2 with l = h / 128 gives h = (128 P / 12)^(1/3) */
+    double h = cbrt(128.0 * params / 12.0);
+    int hidden = (int)fmax(1024, 1024 * round(h / 1024));
+    plan_model m = {.layers = 1, .hidden = hidden, .heads = hidden / 128, .vocab = vocab,
+                    .seq = seq};
+    const double per_layer = plan_layer_params(hidden);
+    const double rest = ((double)vocab + seq) * hidden;
+    m.layers = (int)fmax(1, round((params - rest) / per_layer));
+    return m;
+}
+
+int plan_micro_batches(const plan_mesh *mesh) {
+    const long per_pipeline = (long)mesh->dp * mesh->micro_batch;
+    if (per_pipeline <= 0 || mesh->global_batch % per_pipeline != 0) return 0;
+    return (int)(mesh->global_batch / per_pipeline);
+}
+
+int plan_layers_per_stage(const plan_model *m, int pp) {
+    return (m->layers + pp - 1) / pp;
+}
+
+double plan_params_per_gpu(const plan_model *m, int tp, int pp) {
+    const double h = m->hidden;
+    const double layers = plan_layers_per_stage(m, pp) * plan_layer_params(m->hidden) / tp;
+    return layers + (double)m->vocab * h / tp + (double)m->seq * h;
+}
+
+double plan_layer_activations(const plan_model *m, int micro_batch, int tp, int sp,
+                              plan_recompute recompute) {
+    const double s = m->seq, b = micro_batch, h = m->hidden, a = m->heads, t = tp;
+    const double sbh = s * b * h;
+    const int split_all = sp && tp > 1;   /* SP splits the 10 s b h left whole by TP */
+    if (recompute == RECOMPUTE_FULL) return split_all ? 2 * sbh / t : 2 * sbh;
+    const double linear = split_all ? 34 / t : 10 + 24 / t;
+    const double attention = recompute == RECOMPUTE_SELECTIVE ? 0 : 5 * a * s / (h * t);
+    return sbh * (linear + attention);
+}
+
+double plan_activations_per_gpu(const plan_model *m, const plan_mesh *mesh) {
+    const int micro_batches = plan_micro_batches(mesh);
+    const int in_flight = mesh->pp < micro_batches ? mesh->pp : micro_batches;
+    const double layers = plan_layers_per_stage(m, mesh->pp);
+    double bytes = layers * in_flight *
+                   plan_layer_activations(m, mesh->micro_batch, mesh->tp,
+                                          mesh->sequence_parallel, mesh->recompute);
+    if (mesh->recompute == RECOMPUTE_FULL)
+        bytes += plan_layer_activations(m, mesh->micro_batch, mesh->tp,
+                                        mesh->sequence_parallel, RECOMPUTE_NONE);
+    if (mesh->pp == 1) {
+        const double sb = (double)m->seq * mesh->micro_batch;
+        bytes += 2 * sb * m->hidden + 4 * sb * m->vocab / mesh->tp;
+    }
+    return bytes;
+}
+
+plan_bytes plan_states_bytes(double params, int zero_stage, int dp, plan_precision precision) {
+    const double shard = 1.0 / dp;
+    return (plan_bytes){
+        .params = precision.params * params * (zero_stage >= 3 ? shard : 1),
+        .grads = precision.grads * params * (zero_stage >= 2 ? shard : 1),
+        .optimizer = precision.optimizer * params * (zero_stage >= 1 ? shard : 1),
+    };
+}
+
+plan_bytes plan_model_states(const plan_model *m, const plan_mesh *mesh,
+                             plan_precision precision) {
+    const double P = plan_params_per_gpu(m, mesh->tp, mesh->pp);
+    plan_bytes b = plan_states_bytes(P, mesh->zero_stage, mesh->dp, precision);
+    const double layer = plan_layer_params(m->hidden) / mesh->tp;
+    if (mesh->zero_stage >= 2 && mesh->dp > 1) b.grads += precision.grads * layer;
+    if (mesh->zero_stage >= 3 && mesh->dp > 1) b.params += precision.params * layer;
+    return b;
+}
+
+plan_bytes plan_memory_per_gpu(const plan_model *m, const plan_mesh *mesh,
+                               plan_precision precision) {
+    plan_bytes b = plan_model_states(m, mesh, precision);
+    b.activations = plan_activations_per_gpu(m, mesh);
+    return b;
+}
+
+double plan_max_params(int zero_stage, double gpu_bytes, int dp, int mp,
+                       plan_precision precision) {
+    return mp * gpu_bytes / plan_total(plan_states_bytes(1, zero_stage, dp, precision));
+}

@@ -1,0 +1,102 @@
+/* The planner's memory arithmetic: bytes per GPU of a GPT trained on a mesh of
+ * tp x pp x dp GPUs, without training it.
+ *
+ * Sources (formulas re-derived here, numbers checked in tests/test_chapter6.c):
+ *   parameters   Narayanan et al. 2021 (arXiv:2104.04473) eq. 2:
+ *                P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h))
+ *   model states Rajbhandari et al. 2019, ZeRO (arXiv:1910.02054) sec. 3.1 and 5:
+ *                mixed-precision Adam keeps 2 (fp16 params) + 2 (fp16 grads) + K = 12
+ *                (fp32 master, m, v) bytes per parameter; stage 1 shards K, stage 2 the
+ *                gradients too, stage 3 everything, over the dp ranks
+ *   activations  Korthikanti et al. 2022 (arXiv:2205.05198) sec. 4, Table 2: bytes
+ *                per layer for s tokens, b sequences, h hidden, a heads, t-way TP:
+ *                  none                        s b h (34 + 5 a s / h)
+ *                  tensor parallel             s b h (10 + 24/t + 5 a s / (h t))
+ *                  + sequence parallel         s b h (34/t + 5 a s / (h t))
+ *                  + selective recomputation   drops the 5 a s / (h t) term
+ *                  full recomputation          2 s b h (the layer input; / t with SP)
+ * Shapes: l layers, h hidden, a heads, V vocabulary, s sequence length (tokens).
+ * GB in this project means 1e9 bytes. */
+#ifndef PLAN_MEMORY_H
+#define PLAN_MEMORY_H
+
+typedef struct {
+    int layers, hidden, heads, vocab, seq;
+} plan_model;
+
+typedef enum { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } plan_recompute;
+extern const char *const plan_recompute_names[];   /* "none", "selective", "full" */
+
+/* A mesh and the batch it trains. global_batch = dp x micro_batch x micro-batches. */
+typedef struct {
+    int tp, pp, dp;
+    int zero_stage;             /* 0 (plain data parallel) .. 3 (FSDP), over dp */
+    int micro_batch;            /* b: sequences per micro-batch */
+    int global_batch;           /* B: sequences per iteration */
+    plan_recompute recompute;
+    int sequence_parallel;      /* Megatron SP along with TP (tp > 1) */
+} plan_mesh;
+
+/* Bytes per parameter of each model state. */
+typedef struct {
+    double params, grads, optimizer;
+} plan_precision;
+extern const plan_precision PLAN_MIXED_ADAM;   /* 2 + 2 + 12: the ZeRO paper, K = 12 */
+extern const plan_precision PLAN_FP32_ADAM;    /* 4 + 4 + 8: this project's training */
+
+typedef struct {
+    double params, grads, optimizer, activations;
+} plan_bytes;
+static inline double plan_total(plan_bytes b) {
+    return b.params + b.grads + b.optimizer + b.activations;
+}
+
+/* Narayanan eq. 2: parameters of the shape (embedding V h and positions s h
+ * included, the LM head tied to the embedding). */
+double plan_params(const plan_model *m);
+/* One transformer layer: 12 h^2 weights + 13 h biases and LayerNorm gains. */
+double plan_layer_params(int hidden);
+/* A shape for a parameter count: head size 128, h / l = 128 (GPT-3 175B's aspect:
+ * 12288 / 96), h rounded to a multiple of 1024 so that 8-way TP divides the heads,
+ * then l chosen so that eq. 2 comes closest to P. */
+plan_model plan_shape_for_params(double params, int vocab, int seq);
+
+/* Micro-batches per pipeline per iteration: B / (dp b); 0 when dp b does not divide B. */
+int plan_micro_batches(const plan_mesh *mesh);
+/* Layers the largest pipeline stage holds: ceil(l / pp). */
+int plan_layers_per_stage(const plan_model *m, int pp);
+/* Parameters on one GPU of the first stage, which holds the most: its layers split
+ * tp ways, plus the embedding (V h split tp ways, positions s h whole). */
+double plan_params_per_gpu(const plan_model *m, int tp, int pp);
+
+/* Korthikanti's activation bytes of one layer for one micro-batch of b sequences. */
+double plan_layer_activations(const plan_model *m, int micro_batch, int tp, int sp,
+                              plan_recompute recompute);
+/* Activations on the GPU that holds the most (first stage of the pipeline):
+ *   layers per stage x layer activations x micro-batches in flight
+ *   (1F1B: min(pp, m) on the first stage, as Korthikanti's sec. 4.2.3 counts),
+ *   + with full recomputation, one layer recomputed in full during its backward,
+ *   + on a one-stage pipeline, the head: the final LayerNorm's input 2 s b h and the
+ *     fp32 logits of the loss 4 s b V / t (ours; Korthikanti leaves them aside). */
+double plan_activations_per_gpu(const plan_model *m, const plan_mesh *mesh);
+
+/* The ZeRO paper's model states of P parameters on one of dp ranks (its Figure 1 and
+ * Table 1): params, grads and optimizer state, each sharded from its stage on. This
+ * is the function chapter 2's estimator (chapters/02-zero/estimate.c) computes too. */
+plan_bytes plan_states_bytes(double params, int zero_stage, int dp, plan_precision precision);
+/* Model states on one GPU: the paper's sharding over dp, plus the working buffers
+ * sharding needs: ZeRO-2/3 hold one layer's full gradient before it is
+ * reduce-scattered, ZeRO-3 one layer's gathered parameters. */
+plan_bytes plan_model_states(const plan_model *m, const plan_mesh *mesh,
+                             plan_precision precision);
+/* Everything on one GPU: model states and activations. */
+plan_bytes plan_memory_per_gpu(const plan_model *m, const plan_mesh *mesh,
+                               plan_precision precision);
+
+/* The ZeRO paper's largest model (its Table 2): model states only, no working
+ * buffers, on dp data-parallel ranks each holding 1/mp of the model (model
+ * parallelism mp), gpu_bytes each. */
+double plan_max_params(int zero_stage, double gpu_bytes, int dp, int mp,
+                       plan_precision precision);
+
+#endif

@@ -1,0 +1,93 @@
+#include "plan_time.h"
+
+plan_link plan_link_of(comm_link link) {
+    /* the same figures as the threads backend's modelled wire (common/comm.c) */
+    switch (link) {
+    case LINK_NVLINK: return (plan_link){900e9, 2e-6};
+    case LINK_IB: return (plan_link){50e9, 5e-6};
+    case LINK_ETHERNET: return (plan_link){3.125e9, 30e-6};
+    default: return (plan_link){0, 0};
+    }
+}
+
+double plan_link_seconds(plan_link link, double bytes) {
+    return link.bandwidth > 0 ? link.latency + bytes / link.bandwidth : 0;
+}
+
+double plan_allreduce_seconds(plan_link link, int ranks, double bytes) {
+    return 2 * plan_gather_seconds(link, ranks, bytes);
+}
+
+double plan_gather_seconds(plan_link link, int ranks, double bytes) {
+    if (ranks <= 1 || link.bandwidth <= 0) return 0;
+    return (ranks - 1) * link.latency + (ranks - 1.0) / ranks * bytes / link.bandwidth;
+}
+
+double plan_flops_per_iteration(const plan_model *m, int global_batch,
+                                plan_recompute recompute) {
+    const double B = global_batch, s = m->seq, l = m->layers, h = m->hidden, V = m->vocab;
+    const double one_pass = 24 * B * s * l * h * h * (1 + s / (6 * h));
+    const double passes = recompute == RECOMPUTE_FULL ? 4 : 3;
+    const double attention_again = recompute == RECOMPUTE_SELECTIVE ? 4 * B * s * s * h * l : 0;
+    return passes * one_pass + attention_again + 6 * B * s * h * V;
+}
+
+/* The link a group uses: NVLink when its ranks, `stride` apart, fit in one node. */
+static plan_link group_link(const plan_cluster *c, int ranks, int stride) {
+    const int in_node = (long)ranks * stride <= c->gpus_per_node;
+    return plan_link_of(in_node ? LINK_NVLINK : c->between_nodes);
+}
+
+static double tp_seconds(const plan_model *m, const plan_mesh *mesh, const plan_cluster *c,
+                         int micro_batches) {
+    if (mesh->tp == 1) return 0;
+    const double bytes = 2.0 * m->seq * mesh->micro_batch * m->hidden;
+    const int per_layer = mesh->recompute == RECOMPUTE_FULL ? 6 : 4;
+    const double calls = (double)plan_layers_per_stage(m, mesh->pp) * micro_batches * per_layer;
+    return calls * plan_allreduce_seconds(group_link(c, mesh->tp, 1), mesh->tp, bytes);
+}
+
+static double pp_seconds(const plan_model *m, const plan_mesh *mesh, const plan_cluster *c,
+                         int micro_batches) {
+    if (mesh->pp == 1) return 0;
+    const double bytes = 2.0 * m->seq * mesh->micro_batch * m->hidden / mesh->tp;
+    /* the next stage is tp x dp ranks away */
+    plan_link link = group_link(c, 2, mesh->tp * mesh->dp);
+    return 2.0 * micro_batches * plan_link_seconds(link, bytes);
+}
+
+static double dp_seconds(const plan_model *m, const plan_mesh *mesh, const plan_cluster *c,
+                         int micro_batches) {
+    if (mesh->dp == 1) return 0;
+    const double params = plan_params_per_gpu(m, mesh->tp, mesh->pp);
+    const int layers = plan_layers_per_stage(m, mesh->pp);
+    plan_link link = group_link(c, mesh->dp, mesh->tp);
+    /* one message per layer: each carries 1/layers of the bytes */
+    const double per_layer = 2.0 * params / layers;
+    if (mesh->zero_stage < 3)
+        return layers * plan_allreduce_seconds(link, mesh->dp, per_layer);
+    return (double)micro_batches * 3 * layers * plan_gather_seconds(link, mesh->dp, per_layer);
+}
+
+plan_step plan_step_time(const plan_model *m, const plan_mesh *mesh,
+                         const plan_cluster *cluster) {
+    plan_step t = {0};
+    const int micro_batches = plan_micro_batches(mesh);
+    if (micro_batches == 0) return t;
+    t.compute = plan_flops_per_iteration(m, mesh->global_batch, mesh->recompute) /
+                (cluster->gpus * cluster->flops_per_gpu);
+    t.bubble = t.compute * (mesh->pp - 1) / micro_batches;
+    t.tp_comm = tp_seconds(m, mesh, cluster, micro_batches);
+    t.pp_comm = pp_seconds(m, mesh, cluster, micro_batches);
+    t.dp_comm = dp_seconds(m, mesh, cluster, micro_batches);
+    t.total = t.compute + t.bubble + t.tp_comm + t.pp_comm + t.dp_comm;
+    return t;
+}
+
+double plan_training_seconds_at(const plan_model *m, int global_batch,
+                                plan_recompute recompute, double tokens, int gpus,
+                                double flops_per_gpu) {
+    const double iterations = tokens / ((double)global_batch * m->seq);
+    return iterations * plan_flops_per_iteration(m, global_batch, recompute) /
+           (gpus * flops_per_gpu);
+}

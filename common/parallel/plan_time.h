@@ -1,0 +1,71 @@
+/* The planner's time arithmetic: FLOPs of an iteration, the collectives of a mesh on
+ * an alpha-beta model of the links, the pipeline bubble, and the step time they add
+ * up to.
+ *
+ * FLOPs: Narayanan et al. 2021 (arXiv:2104.04473) eq. 3 counts the GEMMs of one
+ * iteration of B sequences of s tokens, with full recomputation (a second forward):
+ *     F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h))
+ * i.e. 24 B s l h^2 (1 + s/(6h)) per pass through the layers (forward 1, backward 2,
+ * recomputation 1) plus 6 B s h V for the logits (forward and backward, never
+ * recomputed). Without recomputation the layers take 3 passes (72 instead of 96);
+ * selective recomputation repeats only the attention core, 4 B s^2 h per layer.
+ *
+ * Links: latency alpha and bandwidth beta, the communicator's figures (comm_link in
+ * common/comm.h): NVLink 900 GB/s and 2 us, InfiniBand 50 GB/s and 5 us, Ethernet
+ * 3.125 GB/s and 30 us. A ring of n ranks moving `bytes` per rank takes
+ *     all-reduce                 2 (n-1) alpha + 2 (n-1)/n bytes / beta
+ *     reduce-scatter, all-gather   (n-1) alpha +   (n-1)/n bytes / beta
+ * A group whose ranks all sit in one node of gpus_per_node GPUs uses NVLink, any
+ * other the slower link between nodes. Ranks are placed as Megatron does (tp
+ * fastest, then dp, then pp), so a TP group of at most a node stays inside it. */
+#ifndef PLAN_TIME_H
+#define PLAN_TIME_H
+
+#include "comm.h"
+#include "plan_memory.h"
+
+typedef struct {
+    double bandwidth;   /* bytes per second */
+    double latency;     /* seconds per message */
+} plan_link;
+
+/* The communicator's figures; LINK_NONE is an infinitely fast wire (0 s). */
+plan_link plan_link_of(comm_link link);
+double plan_link_seconds(plan_link link, double bytes);   /* one message */
+double plan_allreduce_seconds(plan_link link, int ranks, double bytes);
+double plan_gather_seconds(plan_link link, int ranks, double bytes);   /* or scatter */
+
+/* Eq. 3 generalised to the recomputation mode (see above). */
+double plan_flops_per_iteration(const plan_model *m, int global_batch,
+                                plan_recompute recompute);
+
+typedef struct {
+    int gpus, gpus_per_node;
+    comm_link between_nodes;     /* inside a node: NVLink */
+    double flops_per_gpu;        /* achieved FLOP/s of one GPU on the model's GEMMs */
+} plan_cluster;
+
+/* One iteration on one GPU, in seconds. Communication is counted as not overlapped
+ * with compute (an upper bound; overlap can hide the data-parallel part). */
+typedef struct {
+    double compute;     /* F / (gpus x flops_per_gpu) */
+    double bubble;      /* compute x (pp - 1) / m, 1F1B or GPipe */
+    double tp_comm;     /* 4 all-reduces of b s h fp16 values per layer and micro-batch
+                           (6 with full recomputation); with SP the same bytes as
+                           all-gather + reduce-scatter */
+    double pp_comm;     /* per micro-batch, activation out and gradient back: b s h / t
+                           fp16 values each (Megatron's scatter/gather) */
+    double dp_comm;     /* ZeRO 0-2: one all-reduce of the fp16 gradients per iteration;
+                           ZeRO-3: all-gather in forward and backward and a
+                           reduce-scatter, per micro-batch; one message per layer */
+    double total;
+} plan_step;
+
+plan_step plan_step_time(const plan_model *m, const plan_mesh *mesh,
+                         const plan_cluster *cluster);
+/* Narayanan's end-to-end estimate: iterations of `tokens` x F / (gpus x flops). */
+double plan_training_seconds_at(const plan_model *m, int global_batch,
+                                plan_recompute recompute, double tokens, int gpus,
+                                double flops_per_gpu);
+
+#endif
