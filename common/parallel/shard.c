@@ -47,3 +47,28 @@ size_t shard_largest_len(const gpt_shape *s, int world_size) {
     }
     return largest;
 }
+
+void shard_reduce_scatter_in_place(comm *group, const shard_layout *l, float *whole) {
+    for (int slab = 0; slab < l->num_slabs; slab++)
+        comm_reduce_scatter(group, whole + l->slab_offset[slab], whole + shard_piece_begin(l, slab),
+                            l->slab_numel[slab], COMM_F32, COMM_SUM);
+}
+
+void shard_allgather_in_place(comm *group, const shard_layout *l, float *whole) {
+    for (int slab = 0; slab < l->num_slabs; slab++)
+        comm_allgather(group, whole + shard_piece_begin(l, slab), whole + l->slab_offset[slab],
+                       l->slab_numel[slab], COMM_F32);
+}
+
+/* Where this rank's piece of slab lives in a whole vector or in a shard. */
+static size_t piece_at(const shard_layout *l, int is_whole, int slab) {
+    return is_whole ? shard_piece_begin(l, slab) : l->shard_pos[slab];
+}
+
+void shard_adamw(const shard_layout *l, float *params, int params_whole, const float *grads,
+                 int grads_whole, float *m, float *v, const adamw_config *cfg, int step) {
+    for (int slab = 0; slab < l->num_slabs; slab++)
+        adamw_update(params + piece_at(l, params_whole, slab),
+                     grads + piece_at(l, grads_whole, slab), m + l->shard_pos[slab],
+                     v + l->shard_pos[slab], l->piece_len[slab], cfg, step);
+}

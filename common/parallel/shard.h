@@ -9,7 +9,9 @@
 #define SHARD_H
 #include <stddef.h>
 
+#include "comm.h"
 #include "model.h"
+#include "ops.h"
 
 typedef struct {
     int num_slabs;
@@ -30,6 +32,18 @@ void shard_layout_free(shard_layout *l);
 static inline size_t shard_piece_begin(const shard_layout *l, int slab) {
     return l->slab_offset[slab] + l->piece_offset[slab];
 }
+
+/* ---- ZeRO-1's three moves on this layout, over the group it was cut for ------------ */
+/* A whole gradient vector's reduction into this rank's pieces, in place: a
+ * reduce-scatter per slab (the other pieces keep this rank's own partial sums). */
+void shard_reduce_scatter_in_place(comm *group, const shard_layout *l, float *whole);
+/* Every rank's pieces into every rank's whole vector: an all-gather per slab. */
+void shard_allgather_in_place(comm *group, const shard_layout *l, float *whole);
+/* AdamW on this rank's pieces alone, with moments m, v of shard_len elements. params
+ * and grads are whole vectors or this rank's shard, as the flags say. AdamW is element
+ * by element, so this gives exactly what the whole update would give there. */
+void shard_adamw(const shard_layout *l, float *params, int params_whole, const float *grads,
+                 int grads_whole, float *m, float *v, const adamw_config *cfg, int step);
 
 /* Elements the largest rank owns beyond an even split P/N: at most one per slab. */
 size_t shard_largest_len(const gpt_shape *s, int world_size);

@@ -19,10 +19,7 @@ void zero_reduce_grads(zero_rank *z) {
      * of an all-reduce) leaves it in place, in this rank's piece of every slab. The
      * rest of the buffer keeps this rank's own unreduced gradients, which nothing
      * reads. */
-    for (int slab = 0; slab < l->num_slabs; slab++)
-        comm_reduce_scatter(z->group, z->grads + l->slab_offset[slab],
-                            z->grads + shard_piece_begin(l, slab), l->slab_numel[slab],
-                            COMM_F32, COMM_SUM);
+    shard_reduce_scatter_in_place(z->group, l, z->grads);
 }
 
 static float forward_backward_whole_grads(zero_rank *z, float dloss) {
@@ -88,21 +85,14 @@ void zero_optimizer_step(zero_rank *z, const adamw_config *cfg) {
         adamw_update(z->params, z->grads, z->adam_m, z->adam_v, l->num_params, cfg,
                      z->adam_step);
     } else {
-        /* AdamW is element by element, so updating only our pieces with our moments
-         * gives exactly what the whole-model update would give there. */
-        for (int slab = 0; slab < l->num_slabs; slab++)
-            adamw_update(zero_piece(z, z->params, z->params_whole, slab),
-                         zero_piece(z, z->grads, z->grads_whole, slab),
-                         z->adam_m + l->shard_pos[slab], z->adam_v + l->shard_pos[slab],
-                         l->piece_len[slab], cfg, z->adam_step);
+        shard_adamw(l, z->params, z->params_whole, z->grads, z->grads_whole, z->adam_m,
+                    z->adam_v, cfg, z->adam_step);
     }
     trace_end(z->group);
     /* Stages 1 and 2 keep whole parameters for the next forward: every rank sends its
      * updated piece to all the others. */
     if ((z->opts.stage == 1 || z->opts.stage == 2) &&
         z->opts.fault != ZERO_FAULT_SKIP_PARAM_ALLGATHER)
-        for (int slab = 0; slab < l->num_slabs; slab++)
-            comm_allgather(z->group, z->params + shard_piece_begin(l, slab),
-                           z->params + l->slab_offset[slab], l->slab_numel[slab], COMM_F32);
+        shard_allgather_in_place(z->group, l, z->params);
 }
 

@@ -31,10 +31,7 @@ static void init_params(zero_rank *z, uint64_t seed) {
         ops_upload(zero_piece(z, z->params, z->params_whole, slab), host + l->shard_pos[slab],
                    l->piece_len[slab] * sizeof(float));
     free(host);
-    if (z->params_whole)
-        for (int slab = 0; slab < l->num_slabs; slab++)
-            comm_allgather(z->group, z->params + shard_piece_begin(l, slab),
-                           z->params + l->slab_offset[slab], l->slab_numel[slab], COMM_F32);
+    if (z->params_whole) shard_allgather_in_place(z->group, l, z->params);
 }
 
 zero_rank *zero_rank_create(comm *group, const gpt_shape *s, int local_batch, int T,
