@@ -55,7 +55,7 @@ static int rank_main(comm *world, void *arg) {
     mesh_create(&grid, world, (mesh_shape){.tp = 1, .pp = p, .dp = 1});
     const gpt_shape whole = gpt_shape_make(&cfg->model, 1, 0);
     pp_stage st;
-    pp_stage_init(&st, grid.pp, &whole, grid.me.pp, p, mb, T, j->micro, cfg->seed, NULL);
+    pp_stage_init(&st, grid.pp, &whole, grid.me.pp, p, mb, T, j->micro, cfg->seed, NULL, 1);
     const size_t n_whole = gpt_num_params(&whole);
     float *host = malloc(n_whole * sizeof(float));
     const float dloss = 1.0f / (float)(B * T);

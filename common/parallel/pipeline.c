@@ -37,13 +37,22 @@ void pipeline_rank_init(pipeline_rank *r, comm *world, const mesh *m, const run_
     r->chunks = calloc((size_t)v, sizeof *r->chunks);
     for (int c = 0; c < v; c++) {
         pp_stage_init(&r->chunks[c], m->pp, &whole, c * p + m->me.pp, v * p, micro_batch,
-                      cfg->model.ctx, opts->micro, cfg->seed, &model_opts);
+                      cfg->model.ctx, opts->micro, cfg->seed, &model_opts,
+                      !(opts->zero_stage == 1 && d > 1));
         r->chunks[c].drop_input_grad = opts->drop_input_grad && m->me.pp == p - 1 && c == v - 1;
     }
     const float dloss = 1.0f / ((float)cfg->batch * (float)cfg->model.ctx);
     pp_executor_init(&r->exec, r->schedule, m->me.pp, r->chunks, cfg, data,
                      m->me.dp * per_pipeline, dloss, opts->stage_seconds);
-    if (d > 1) {
+    if (d > 1 && opts->zero_stage == 1) {
+        r->zero1 = calloc((size_t)v, sizeof *r->zero1);
+        for (int c = 0; c < v; c++) {
+            pipeline_zero1 *z = &r->zero1[c];
+            shard_layout_init(&z->layout, &r->chunks[c].shape, d, m->me.dp);
+            z->adam_m = mem_alloc_on(MEM_DEVICE, MEM_OPTIMIZER, z->layout.shard_len * sizeof(float));
+            z->adam_v = mem_alloc_on(MEM_DEVICE, MEM_OPTIMIZER, z->layout.shard_len * sizeof(float));
+        }
+    } else if (d > 1) {
         r->dp = calloc((size_t)v, sizeof *r->dp);
         for (int c = 0; c < v; c++)
             r->dp[c] = grad_buckets_create(m->dp, &r->chunks[c].shape, r->chunks[c].rep.grads,
@@ -60,8 +69,14 @@ void pipeline_rank_init(pipeline_rank *r, comm *world, const mesh *m, const run_
 void pipeline_rank_free(pipeline_rank *r) {
     for (int c = 0; c < r->opts.chunks; c++) {
         if (r->dp) grad_buckets_free(r->dp[c]);
+        if (r->zero1) {
+            mem_free(r->zero1[c].adam_m);
+            mem_free(r->zero1[c].adam_v);
+            shard_layout_free(&r->zero1[c].layout);
+        }
         pp_stage_free(&r->chunks[c]);
     }
+    free(r->zero1);
     pp_executor_free(&r->exec);
     pp_schedule_free(r->schedule);
     comm_free(r->metrics);
@@ -96,12 +111,15 @@ static float pipeline_compute_grads(void *arg, int step) {
     r->finish[step - 1] = r->exec.finish_seconds;
     trace_begin(m->pp, "tied embedding + dp gradients");
     reduce_tied_grads(r);
-    if (r->dp)
-        for (int c = 0; c < r->opts.chunks; c++) {
+    for (int c = 0; c < r->opts.chunks; c++) {
+        if (r->dp) {
             for (int slab = gpt_num_slabs(&r->chunks[c].shape) - 1; slab >= 0; slab--)
                 grad_buckets_slab_ready(r->dp[c], slab);
             grad_buckets_wait(r->dp[c]);
+        } else if (r->zero1) {
+            shard_reduce_scatter_in_place(m->dp, &r->zero1[c].layout, r->chunks[c].rep.grads);
         }
+    }
     trace_end(m->pp);
     /* the loss lives on the last stage, the same on its TP ranks: one of them counts it */
     const int counts = m->me.pp == m->shape.pp - 1 && m->me.tp == 0;
@@ -109,13 +127,21 @@ static float pipeline_compute_grads(void *arg, int step) {
 }
 
 /* The whole model's vector from every rank's stages and slices, on world rank 0 (only
- * the ranks of data-parallel replica 0 take part; the others hold the same). */
+ * the ranks of data-parallel replica 0 take part; the others hold the same). Returns
+ * the largest difference between copies that must agree (tied weight, TP-replicated
+ * tensors), as seen on world rank 0. */
 static double gather_whole(pipeline_rank *r, pp_vector which, float *whole) {
     const mesh *m = r->mesh;
     if (m->me.dp != 0) return 0;
     const gpt_shape mine = tp_whole_shape(r->cfg, m);
     float *slice = malloc(gpt_num_params(&mine) * sizeof(float));
     double drift = pp_gather_whole(m->pp, r->chunks, r->opts.chunks, which, slice);
+    /* every stage now holds its TP slice of the whole model: stage 0's TP group, whose
+     * first rank is world rank 0, puts the slices together */
+    if (m->me.pp != 0) {
+        free(slice);
+        return drift;
+    }
     if (m->shape.tp > 1) {
         double tp_drift = tp_gather_whole(m->tp, &mine, slice, whole);
         if (tp_drift > drift) drift = tp_drift;
@@ -128,6 +154,11 @@ static double gather_whole(pipeline_rank *r, pp_vector which, float *whole) {
 
 static void pipeline_keep_first_grads(void *arg) {
     pipeline_rank *r = arg;
+    /* ZeRO-1: each rank holds its reduced pieces; gathering them into the whole vector
+     * changes nothing the update reads (its own pieces stay as they are) */
+    if (r->zero1)
+        for (int c = 0; c < r->opts.chunks; c++)
+            shard_allgather_in_place(r->mesh->dp, &r->zero1[c].layout, r->chunks[c].rep.grads);
     gather_whole(r, PP_GRADS, r->first_grads);
 }
 
@@ -135,7 +166,18 @@ static void pipeline_update(void *arg, int step) {
     (void)step;
     pipeline_rank *r = arg;
     trace_begin(r->mesh->pp, "optimizer");
-    for (int c = 0; c < r->opts.chunks; c++) replica_adamw(&r->chunks[c].rep, &r->cfg->adamw);
+    r->adam_step++;
+    for (int c = 0; c < r->opts.chunks; c++) {
+        replica *rep = &r->chunks[c].rep;
+        if (!r->zero1) {
+            replica_adamw(rep, &r->cfg->adamw);
+            continue;
+        }
+        const pipeline_zero1 *z = &r->zero1[c];
+        shard_adamw(&z->layout, rep->params, 1, rep->grads, 1, z->adam_m, z->adam_v,
+                    &r->cfg->adamw, r->adam_step);
+        shard_allgather_in_place(r->mesh->dp, &z->layout, rep->params);
+    }
     trace_end(r->mesh->pp);
 }
 

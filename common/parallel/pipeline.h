@@ -5,6 +5,7 @@
  *          the schedule's op lists run: forwards, backwards, sends, receives
  *          the tied embedding's gradient is summed over the first and last stage
  *          with data parallelism: each stage's gradients summed over the dp group
+ *          (ZeRO-1: reduce-scattered, each rank updating its piece, then all-gathered)
  *          AdamW on this rank's stages
  *
  * The mesh's TP size cuts every stage's blocks Megatron-style (their f and g run on
@@ -17,6 +18,7 @@
 #include "pp_execute.h"
 #include "pp_schedule.h"
 #include "pp_stage.h"
+#include "shard.h"
 #include "train_loop.h"
 
 typedef struct {
@@ -24,8 +26,16 @@ typedef struct {
     int micro;                /* micro-batches per step (per pipeline) */
     int chunks;               /* v: model chunks per rank (interleaved), else 1 */
     double stage_seconds;     /* the compute model (pp_execute.h); 0: off */
+    int zero_stage;           /* 1: ZeRO-1 across the dp group (Adam moments sharded) */
     int drop_input_grad;      /* negative control: one rank sends zeros as d(input) */
 } pipeline_options;
+
+/* ZeRO-1 of one stage over the dp group: its gradient reduce-scattered into pieces,
+ * AdamW on this rank's piece with moments of that size, the parameters all-gathered. */
+typedef struct {
+    shard_layout layout;
+    float *adam_m, *adam_v;   /* layout.shard_len each */
+} pipeline_zero1;
 
 typedef struct {
     const run_config *cfg;
@@ -35,6 +45,8 @@ typedef struct {
     pp_stage *chunks;         /* [v] */
     pp_executor exec;
     grad_buckets **dp;        /* [v]: each stage's gradient reduction, NULL without DP */
+    pipeline_zero1 *zero1;    /* [v]: instead, with --zero 1 and DP */
+    int adam_step;
     comm *metrics;            /* the bubble's own numbers, apart from the pp traffic */
     float *first_grads;       /* step 1's gradients, whole model, on world rank 0 */
     double *busy, *finish;    /* [steps]: this rank's compute and finish, per step */

@@ -12,12 +12,12 @@ enum { TAG_ACTIVATION = 1, TAG_GRADIENT = 2 };
 
 void pp_stage_init(pp_stage *st, comm *pp, const gpt_shape *whole, int stage, int stages,
                    int micro_batch, int T, int max_in_flight, uint64_t seed,
-                   const gpt_model_options *model_opts) {
+                   const gpt_model_options *model_opts, int with_optimizer) {
     *st = (pp_stage){.stage = stage, .stages = stages, .shape = *whole, .pp = pp,
                      .micro_batch = micro_batch, .T = T};
     gpt_shape_split_stages(&st->shape, stages, stage);
     st->boundary_numel = (size_t)micro_batch * T * whole->cfg.dim;
-    replica_init(&st->rep, &st->shape, seed, 1);
+    replica_init(&st->rep, &st->shape, seed, with_optimizer);
     gpt_model_options opts = model_opts ? *model_opts : (gpt_model_options){0};
     opts.max_slots = max_in_flight;
     st->model = gpt_model_create(&st->shape, micro_batch, T, &opts);

@@ -35,10 +35,11 @@ typedef struct {
 
 /* Makes virtual stage `stage` of `stages` over the pipeline group pp: blocks split as
  * gpt_shape_split_stages does, from `whole` (the model, possibly a TP slice).
- * max_in_flight: micro-batch slots to allow. model_opts may be NULL. */
+ * max_in_flight: micro-batch slots to allow. model_opts may be NULL. with_optimizer:
+ * whole AdamW moments in rep (0 when a sharded optimizer keeps them). */
 void pp_stage_init(pp_stage *st, comm *pp, const gpt_shape *whole, int stage, int stages,
                    int micro_batch, int T, int max_in_flight, uint64_t seed,
-                   const gpt_model_options *model_opts);
+                   const gpt_model_options *model_opts, int with_optimizer);
 void pp_stage_free(pp_stage *st);
 
 int pp_stage_is_first(const pp_stage *st);

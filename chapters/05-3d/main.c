@@ -1,0 +1,239 @@
+/* Chapter 5: 3D parallelism. Tensor parallelism inside each pipeline stage, pipeline
+ * stages across ranks, data-parallel replicas of the whole pipeline, on one device
+ * mesh, trained against the single-device baseline; and the course text's meshes
+ * checked by arithmetic.
+ *
+ *   make chapter5 && ./run 8                      tp 2 x pp 2 x dp 2
+ *   ./run 8 --tp 2 --pp 4 --dp 1 --schedule zb-h1 --zero 1
+ *   ./run 1 --mesh-only --world 1024 --tp 8 --pp 16 --dp 8 [--json]
+ *   ./run 1 --examples                            GPT-3 and MT-NLG */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "mesh_table.h"
+#include "report.h"
+#include "run3d.h"
+
+static const char *const schedule_choices[] = {"naive", "gpipe", "1f1b", "interleaved",
+                                               "zb-h1", NULL};
+
+typedef struct {
+    run_config cfg;
+    mesh_shape shape;           /* 0: not given */
+    int schedule, micro, chunks, zero, mesh_only, world, examples;
+} chapter_args;
+
+/* What the model and batch can take, for mesh_check's suggestions. */
+static int model_fits(const mesh_shape *m, const void *ctx) {
+    const chapter_args *a = ctx;
+    const gpt_config *g = &a->cfg.model;
+    return g->heads % m->tp == 0 && m->pp * a->chunks <= g->layers &&
+           a->cfg.batch % (m->dp * a->micro) == 0;
+}
+
+/* Sizes not given: the one missing is what the world leaves; with more missing, TP 2
+ * and PP 2 where they fit, the rest data parallel. */
+static void complete_mesh(chapter_args *a, int world) {
+    mesh_shape *m = &a->shape;
+    const int given = (m->tp > 0) + (m->pp > 0) + (m->dp > 0);
+    const long known = (long)(m->tp ? m->tp : 1) * (m->pp ? m->pp : 1) * (m->dp ? m->dp : 1);
+    if (given == 3) return;
+    if (given == 2) {
+        const int rest = world % known == 0 ? (int)(world / known) : 0;
+        if (!rest)
+            cli_fail("--tp %d --pp %d --dp %d: %ld does not divide the %d ranks", m->tp, m->pp,
+                     m->dp, known, world);
+        if (!m->tp) m->tp = rest;
+        else if (!m->pp) m->pp = rest;
+        else m->dp = rest;
+        return;
+    }
+    int left = world / (int)known;
+    if (world % known) cli_fail("%ld does not divide the %d ranks", known, world);
+    if (!m->tp) m->tp = left % 2 == 0 && a->cfg.model.heads % 2 == 0 ? 2 : 1, left /= m->tp;
+    if (!m->pp) {
+        if (!m->dp) m->pp = left % 2 == 0 && a->cfg.model.layers >= 2 ? 2 : 1;
+        else m->pp = left / m->dp;
+        left /= m->pp;
+    }
+    if (!m->dp) m->dp = left;
+}
+
+static void check_or_exit(chapter_args *a, int world) {
+    char err[512];
+    const gpt_config *g = &a->cfg.model;
+    if (!mesh_check(&a->shape, world, a->mesh_only ? NULL : model_fits, a, err, sizeof err))
+        cli_fail("%s", err);
+    if (a->mesh_only) return;
+    if (g->heads % a->shape.tp != 0)
+        cli_fail("--tp %d does not divide --heads %d (each TP rank takes whole heads)",
+                 a->shape.tp, g->heads);
+    if (a->schedule == PP_INTERLEAVED && a->chunks < 2) a->chunks = 2;
+    if (a->schedule != PP_INTERLEAVED) a->chunks = 1;
+    if (a->cfg.batch % a->shape.dp != 0)
+        cli_fail("--batch %d does not split over --dp %d replicas (try --batch %d)",
+                 a->cfg.batch, a->shape.dp, (a->cfg.batch / a->shape.dp + 1) * a->shape.dp);
+    if (a->schedule == PP_NAIVE) a->micro = 1;
+    if (!pp_validate(a->schedule, a->shape.pp, a->micro, a->chunks, g->layers,
+                     a->cfg.batch / a->shape.dp, err, sizeof err))
+        cli_fail("%s (each of the --dp %d replicas trains on %d sequences)", err, a->shape.dp,
+                 a->cfg.batch / a->shape.dp);
+}
+
+/* ---- the tables ---------------------------------------------------------------------- */
+
+static const char *what_moves[GROUP_KINDS] = {
+    "all-reduces of b s h: 2 forward + 2 backward per block and micro-batch (+ embedding, head, loss)",
+    "activations forward, gradients backward: b s h per micro-batch and boundary",
+    "each stage's gradient slice: 2 (d-1)/d x its bytes (ZeRO-1: reduce-scatter + all-gather)",
+    "the tied embedding's gradient between the first and last stage"};
+
+static void print_collectives(const mesh_outcome *o, int world) {
+    char a[32], b[32];
+    printf("\nCollectives per step, by group kind (bytes each rank sends, measured, next to the"
+           " formula for that rank; the largest rank shown)\n");
+    printf("  %-10s %8s %12s %12s   what moves\n", "group", "calls", "measured", "formula");
+    for (int k = 0; k < GROUP_KINDS; k++) {
+        int at = 0;
+        for (int w = 1; w < world; w++)
+            if (o->ranks[w].bytes[k] > o->ranks[at].bytes[k]) at = w;
+        const rank_traffic *t = &o->ranks[at];
+        printf("  %-10s %8.0f %12s %12s   %s\n", group_kind_name(k), t->calls[k],
+               report_bytes(t->bytes[k], a), report_bytes(t->formula[k], b), what_moves[k]);
+    }
+    printf("  largest |measured / formula - 1| over all ranks and kinds: %.1e\n",
+           o->worst_bytes_error);
+}
+
+static void print_memory(const mesh_outcome *o, int world) {
+    char a[32], b[32], c[32], d[32], e[32], f[32], g[32];
+    printf("\nModel state per rank (bytes held, measured | as stored: 4 B params + 4 B grads"
+           " + 8 B Adam of the rank's stage slice%s)\n", o->opts.zero_stage == 1
+           ? ", Adam sharded over dp" : "");
+    printf("  %-5s %-9s %10s %10s %10s | %10s %10s %10s %12s\n", "rank", "(tp pp dp)", "params",
+           "grads", "optimizer", "params", "grads", "optimizer", "activations");
+    for (int w = 0; w < world; w++) {
+        if (world > 16 && w == 8) {
+            printf("  ...\n");
+            w = world - 2;
+            continue;
+        }
+        const rank_traffic *t = &o->ranks[w];
+        const mesh_coord c0 = mesh_coord_of(&o->shape, w);
+        printf("  %-5d (%d %d %d)   %10s %10s %10s | %10s %10s %10s %12s\n", w, c0.tp, c0.pp,
+               c0.dp, report_bytes(t->state[0], a), report_bytes(t->state[1], b),
+               report_bytes(t->state[2], c), report_bytes(t->state_formula[0], d),
+               report_bytes(t->state_formula[1], e), report_bytes(t->state_formula[2], f),
+               report_bytes(t->activations, g));
+    }
+    printf("  (model states shrink to about 1/(t x p) of the model's 16 bytes per parameter;"
+           " the first and last stages also hold the tied embedding)\n");
+}
+
+static char *run_json(const mesh_outcome *o, int world) {
+    double largest[GROUP_KINDS] = {0}, formula[GROUP_KINDS] = {0};
+    for (int w = 0; w < world; w++)
+        for (int k = 0; k < GROUP_KINDS; k++)
+            if (o->ranks[w].bytes[k] >= largest[k])
+                largest[k] = o->ranks[w].bytes[k], formula[k] = o->ranks[w].formula[k];
+    char *s = malloc(1024);
+    snprintf(s, 1024, "\"mesh\": {\"tp\": %d, \"pp\": %d, \"dp\": %d}, \"schedule\": \"%s\", "
+             "\"micro\": %d, \"virtual\": %d, \"zero\": %d, \"bytes_per_group_kind\": {\"tp\": "
+             "%.0f, \"pp\": %.0f, \"dp\": %.0f, \"embedding\": %.0f}, \"bytes_formula_per_group_"
+             "kind\": {\"tp\": %.0f, \"pp\": %.0f, \"dp\": %.0f, \"embedding\": %.0f}, "
+             "\"worst_bytes_error\": %g", o->shape.tp, o->shape.pp, o->shape.dp,
+             pp_schedule_name(o->opts.schedule), o->opts.micro, o->opts.chunks,
+             o->opts.zero_stage, largest[0], largest[1], largest[2], largest[3], formula[0],
+             formula[1], formula[2], formula[3], o->worst_bytes_error);
+    return s;
+}
+
+static int train(chapter_args *a, int world) {
+    const run_config *cfg = &a->cfg;
+    dataset *data = dataset_from_config(cfg);
+    const int root = process_hosts_rank0();
+    baseline_run *baseline = NULL;
+    if (root) {
+        char title[160];
+        snprintf(title, sizeof title, "Chapter 5: 3D parallelism, tp %d x pp %d x dp %d (%s,"
+                 " %d micro-batches%s) against single-device training", a->shape.tp,
+                 a->shape.pp, a->shape.dp, pp_schedule_name(a->schedule), a->micro,
+                 a->zero ? ", ZeRO-1 across dp" : "");
+        report_header(cfg, title, world, 1);
+        if (!cfg->json) print_mesh(a->shape);
+        baseline = baseline_train(cfg, data);
+    }
+    pipeline_options opts = {.schedule = a->schedule, .micro = a->micro,
+                             .chunks = a->chunks, .zero_stage = a->zero};
+    mesh_outcome o;
+    int status = mesh_run_launch(cfg, data, a->shape, &opts, baseline, &o);
+    if (root && status == 0) {
+        run_result rows[2] = {baseline->result, o.result};
+        char *extra = run_json(&o, world);
+        rows[1].json_extra = extra;
+        const double worst = mesh_worst_fraction_of_tolerance(&o.result);
+        if (cfg->json) {
+            report_json(cfg, "05-3d", world, launch_backend_name(&cfg->comm, world), rows, 2,
+                        NULL);
+        } else {
+            report_table(cfg, rows, 2);
+            print_collectives(&o, world);
+            print_memory(&o, world);
+            printf("\n%s: 3D against the baseline (tolerances: gradients of step 1 %.0e, loss"
+                   " %.0e, parameters %.0e): %.0f%% of the tolerance at worst; the tied"
+                   " embedding's two copies differ by %.1e\n", worst <= 1 ? "OK" : "FAILED",
+                   MESH_TOL_GRADS, MESH_TOL_LOSS, MESH_TOL_PARAMS, 100 * worst, o.tied_drift);
+        }
+        if (worst > 1) status = 1;
+        free(extra);
+        mesh_outcome_free(&o);
+    }
+    baseline_free(baseline);
+    dataset_free(data);
+    return status;
+}
+
+int main(int argc, char **argv) {
+    chapter_args a = {.cfg = run_config_default(), .schedule = PP_1F1B, .micro = 4,
+                      .chunks = 2};
+    const cli_option options[] = {
+        {"tp", OPT_INT, &a.shape.tp, "tensor-parallel size (ranks of one TP group)", NULL, 1},
+        {"pp", OPT_INT, &a.shape.pp, "pipeline stages", NULL, 1},
+        {"dp", OPT_INT, &a.shape.dp, "data-parallel replicas", NULL, 1},
+        {"schedule", OPT_CHOICE, &a.schedule, "pipeline schedule (chapter 4's)",
+         schedule_choices, 0},
+        {"micro", OPT_INT, &a.micro, "micro-batches per step and replica", NULL, 1},
+        {"virtual", OPT_INT, &a.chunks, "model chunks per rank (interleaved)", NULL, 2},
+        {"zero", OPT_INT, &a.zero, "1: ZeRO-1 across the data-parallel group", NULL, 0},
+        {"mesh-only", OPT_FLAG, &a.mesh_only, "lay out and check the mesh of --world ranks;"
+         " no training", NULL, 0},
+        {"world", OPT_INT, &a.world, "ranks for --mesh-only (up to 1048576)", NULL, 1},
+        {"examples", OPT_FLAG, &a.examples, "the course text's meshes worked out", NULL, 0},
+        {0},
+    };
+    cli_parse(argc, argv, &a.cfg, options, argv[0],
+              "3D parallelism: TP x PP x DP on one device mesh, against single-device"
+              " training; the course's meshes checked by arithmetic.");
+    if (a.zero > 1) cli_fail("--zero %d: this chapter composes ZeRO-1 (use 0 or 1)", a.zero);
+    if (a.examples) {
+        if (process_hosts_rank0()) print_examples();
+        return 0;
+    }
+    if (a.world && !a.mesh_only) cli_fail("--world %d belongs to --mesh-only", a.world);
+    if (a.mesh_only) {
+        if (!a.world) cli_fail("--mesh-only needs --world N (e.g. --world 1024 --tp 8 --pp 16)");
+        if (a.world > 1 << 20) cli_fail("--world %d: at most 1048576 ranks", a.world);
+        complete_mesh(&a, a.world);
+        check_or_exit(&a, a.world);
+        if (a.cfg.json && a.world > 4096)
+            cli_fail("--json lists every rank: at most --world 4096 (without --json any size)");
+        return process_hosts_rank0() ? mesh_only(a.shape, a.cfg.json) : 0;
+    }
+    const int mpi = launch_mpi_world_size();
+    const int world = mpi > 0 ? mpi : a.cfg.comm.ranks;
+    complete_mesh(&a, world);
+    check_or_exit(&a, world);
+    return train(&a, world);
+}
