@@ -220,43 +220,57 @@ static pp_sim_result simulate(const pp_schedule *s, int sequential, int buffered
     return res;
 }
 
+/* Largest differences over the schedules, against the formula and between ways of
+ * running the same lists. */
+typedef struct {
+    int checked;
+    double fraction, over_ideal;       /* |simulated - formula| */
+    double closest_wrong;              /* |simulated - formula for m + 1|: the control */
+    double buffered;                   /* |makespan buffered - unbuffered| */
+    double sequential_fixed;           /* |makespan sequential - streams|, not interleaved */
+    double sequential_interleaved;     /* bubble sequential - streams, interleaved */
+} bubble_gaps;
+
+static void compare_runs(const config *c, const pp_sim_result *res, const pp_sim_result *buf,
+                         const pp_sim_result *seq, bubble_gaps *g) {
+    ck_assert(seq->makespan >= res->makespan - bubble_tolerance);
+    g->buffered = fmax(g->buffered, fabs(buf->makespan - res->makespan));
+    if (c->kind == PP_INTERLEAVED)
+        g->sequential_interleaved = fmax(g->sequential_interleaved, seq->bubble_fraction - res->bubble_fraction);
+    else
+        g->sequential_fixed = fmax(g->sequential_fixed, fabs(seq->makespan - res->makespan));
+    if (c->kind == PP_ZB_H1 && c->m < c->p) return;   /* zb-h1's formula assumes m >= p */
+    pp_bubble f = pp_bubble_formula(c->kind, c->p, c->m, c->v);
+    pp_bubble wrong = pp_bubble_formula(c->kind, c->p, c->m + 1, c->v);
+    g->fraction = fmax(g->fraction, fabs(res->bubble_fraction - f.fraction));
+    g->over_ideal = fmax(g->over_ideal, fabs(res->bubble_over_ideal - f.over_ideal));
+    if (c->p > 1) g->closest_wrong = fmin(g->closest_wrong, fabs(res->bubble_fraction - wrong.fraction));
+    g->checked++;
+}
+
 START_TEST(bubble_matches_formula) {
     config cases[1024];
-    int n = all_configs(cases, 1024), checked = 0;
-    double worst = 0, worst_over = 0, closest_wrong = INFINITY, buffered_gap = 0;
-    double sequential_gap_fixed = 0, sequential_excess_interleaved = 0;
-    for (int i = 0; i < n; i++) {
-        const config *c = &cases[i];
-        if (c->kind == PP_ZB_H1 && c->m < c->p) continue;   /* the formula assumes m >= p */
-        pp_schedule *s = pp_schedule_make(c->kind, c->p, c->m, c->v, PP_COMM_ORDERED);
+    int n = all_configs(cases, 1024);
+    bubble_gaps g = {.closest_wrong = INFINITY};
+    for (int i = 0; i < n; i++) {   /* every list runs, unbuffered, both ways */
+        pp_schedule *s = pp_schedule_make(cases[i].kind, cases[i].p, cases[i].m, cases[i].v, PP_COMM_ORDERED);
         pp_sim_result res = simulate(s, 0, 0), buf = simulate(s, 0, 1), seq = simulate(s, 1, 0);
-        pp_bubble f = pp_bubble_formula(c->kind, c->p, c->m, c->v);
-        pp_bubble wrong = pp_bubble_formula(c->kind, c->p, c->m + 1, c->v);
-        worst = fmax(worst, fabs(res.bubble_fraction - f.fraction));
-        worst_over = fmax(worst_over, fabs(res.bubble_over_ideal - f.over_ideal));
-        if (c->p > 1) closest_wrong = fmin(closest_wrong, fabs(res.bubble_fraction - wrong.fraction));
-        buffered_gap = fmax(buffered_gap, fabs(buf.makespan - res.makespan));
-        if (c->kind == PP_INTERLEAVED)
-            sequential_excess_interleaved = fmax(sequential_excess_interleaved, seq.bubble_fraction - res.bubble_fraction);
-        else
-            sequential_gap_fixed = fmax(sequential_gap_fixed, fabs(seq.makespan - res.makespan));
-        ck_assert(seq.makespan >= res.makespan - bubble_tolerance);
-        checked++;
+        compare_runs(&cases[i], &res, &buf, &seq, &g);
         pp_sim_result_free(&res);
         pp_sim_result_free(&buf);
         pp_sim_result_free(&seq);
         pp_schedule_free(s);
     }
-    printf("bubble vs formula, %d schedules: largest |fraction - formula| %.2e, |over ideal -"
-           " formula| %.2e (tolerance %.0e); negative control, formula for m + 1: closest %.3e\n",
-           checked, worst, worst_over, bubble_tolerance, closest_wrong);
+    printf("bubble vs formula, %d schedules (of %d simulated): largest |fraction - formula| %.2e,"
+           " |over ideal - formula| %.2e (tolerance %.0e); negative control, formula for m + 1:"
+           " closest %.3e\n", g.checked, n, g.fraction, g.over_ideal, bubble_tolerance, g.closest_wrong);
     printf("  buffered sends change the makespan by at most %.2e; one operation at a time (CPU"
            " ranks) changes gpipe/1f1b/zb-h1 by %.2e and adds up to %.4f to interleaved's bubble\n",
-           buffered_gap, sequential_gap_fixed, sequential_excess_interleaved);
-    ck_assert(worst <= bubble_tolerance && worst_over <= bubble_tolerance);
-    ck_assert(closest_wrong > 100 * bubble_tolerance);
-    ck_assert(buffered_gap <= bubble_tolerance);
-    ck_assert(sequential_gap_fixed <= bubble_tolerance);
+           g.buffered, g.sequential_fixed, g.sequential_interleaved);
+    ck_assert(g.fraction <= bubble_tolerance && g.over_ideal <= bubble_tolerance);
+    ck_assert(g.closest_wrong > 100 * bubble_tolerance);
+    ck_assert(g.buffered <= bubble_tolerance);
+    ck_assert(g.sequential_fixed <= bubble_tolerance);
 }
 END_TEST
 
