@@ -12,6 +12,8 @@
  * - Deadlock: the eager send/recv order of 1F1B, with unbuffered sends, is reported
  *   naming the ranks and operations; the same lists complete when sends are buffered.
  * - p = 64, m = 3072 makes and simulates in under a second of CPU time each.
+ * - The lists on real ranks (threads, rendezvous sends): every message arrives where
+ *   the list expects it; the eager lists time out with the report of both sends.
  * - The text picture of 1F1B against the expected rows; the SVG's boxes and axis. */
 #include <check.h>
 #include <math.h>
@@ -19,9 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "alloc.h"
 #include "check_run.h"
+#include "comm.h"
 #include "pp_draw.h"
 #include "pp_sim.h"
 
@@ -456,7 +460,97 @@ START_TEST(text_picture_of_1f1b) {
 }
 END_TEST
 
-int main(void) {
+/* ---- the lists on real ranks: threads, sends that wait for their receive ----------- */
+/* Each rank walks its list; a message carries (activation or gradient, micro-batch,
+ * from stage, to stage) and the receiver checks it is the one its list expects. All
+ * messages use one tag, so they pair up in order, as on NCCL. */
+static int walk_lists_main(comm *world, void *arg) {
+    const pp_schedule *s = arg;
+    int r = comm_rank(world), p = s->stages;
+    const pp_rank_ops *list = &s->ranks[r];
+    for (int i = 0; i < list->count; i++) {
+        const pp_op *op = &list->ops[i];
+        int stage = op->chunk * p + r, grad = op->kind == PP_SEND_GRAD || op->kind == PP_RECV_GRAD;
+        if (op->kind == PP_SEND_ACT || op->kind == PP_SEND_GRAD) {
+            int message[4] = {grad, op->micro, stage, grad ? stage - 1 : stage + 1};
+            comm_send(world, message, 4, COMM_F32, op->peer, 0);   /* 4 x 4 bytes */
+        } else if (op->kind == PP_RECV_ACT || op->kind == PP_RECV_GRAD) {
+            int message[4], from = grad ? stage + 1 : stage - 1;
+            comm_recv(world, message, 4, COMM_F32, op->peer, 0);
+            if (message[0] != grad || message[1] != op->micro || message[2] != from || message[3] != stage)
+                comm_abort(world, "op %d expected %s of micro %d from stage %d, got %s of micro"
+                           " %d from stage %d", i, grad ? "grad" : "act", op->micro, from,
+                           message[0] ? "grad" : "act", message[1], message[2]);
+        }
+    }
+    return 0;
+}
+
+static int walk_on_threads(const pp_schedule *s, double timeout_seconds) {
+    comm_options o = comm_options_default();
+    o.ranks = s->stages;
+    o.send_mode = COMM_SEND_RENDEZVOUS;
+    o.timeout_seconds = timeout_seconds;
+    return launch_threads(&o, walk_lists_main, (void *)s);
+}
+
+START_TEST(lists_run_on_rendezvous_threads) {
+    config cases[1024];
+    int n = all_configs(cases, 1024), ran = 0;
+    for (int i = 0; i < n; i++) {
+        const config *c = &cases[i];
+        if (c->p < 2 || c->m > 8) continue;
+        pp_schedule *s = pp_schedule_make(c->kind, c->p, c->m, c->v, PP_COMM_ORDERED);
+        ck_assert_msg(walk_on_threads(s, 10) == 0, "%s p=%d m=%d v=%d failed on threads",
+                      pp_schedule_name(c->kind), c->p, c->m, c->v);
+        pp_schedule_free(s);
+        ran++;
+    }
+    printf("op lists walked on threads with rendezvous sends: %d schedules (p 2-5, m 1-8),"
+           " every message the one expected\n", ran);
+    /* negative control: receives swapped on rank 1 take the wrong message */
+    pp_schedule *s = gpipe_with_receives_swapped();
+    printf("the same with rank 1's receives swapped (expect a failure report):\n");
+    fflush(stdout);
+    ck_assert_int_ne(walk_on_threads(s, 5), 0);
+    pp_schedule_free(s);
+}
+END_TEST
+
+/* The eager 1F1B lists on real ranks, in a child process (they must time out). */
+static const char *self_path;
+
+START_TEST(eager_lists_time_out_on_threads) {
+    char log[] = "/tmp/test_pp_eager_XXXXXX";
+    int fd = mkstemp(log);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    char command[512];
+    snprintf(command, sizeof command, "%s eager-on-threads 2>%s", self_path, log);
+    double t0 = comm_now();
+    int status = system(command);
+    double seconds = comm_now() - t0;
+    static char text[1 << 14];
+    FILE *f = fopen(log, "r");
+    size_t got = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    text[got] = 0;
+    if (f) fclose(f);
+    remove(log);
+    printf("eager 1f1b p 2 m 4 on threads, rendezvous, timeout 1 s: status %d after %.2f s;"
+           " stderr:\n%s", status, seconds, text);
+    ck_assert_msg(status != 0, "the eager lists must fail on rendezvous threads");
+    ck_assert(seconds < 10);
+    ck_assert(strstr(text, "TIMEOUT") && strstr(text, "stuck in send(4 x f32, peer 1, tag 0)") &&
+              strstr(text, "stuck in send(4 x f32, peer 0, tag 0)"));
+}
+END_TEST
+
+int main(int argc, char **argv) {
+    self_path = argv[0];
+    if (argc > 1 && strcmp(argv[1], "eager-on-threads") == 0) {
+        pp_schedule *s = pp_schedule_make(PP_1F1B, 2, 4, 1, PP_COMM_EAGER);
+        return walk_on_threads(s, 1.0);
+    }
     Suite *suite = suite_create("pp_schedule");
     TCase *lists = tcase_create("lists");
     tcase_set_timeout(lists, 120);
@@ -472,6 +566,11 @@ int main(void) {
     tcase_add_test(sim, mismatched_messages_reported);
     tcase_add_test(sim, large_pipeline_is_fast);
     suite_add_tcase(suite, sim);
+    TCase *threads = tcase_create("threads");
+    tcase_set_timeout(threads, 120);
+    tcase_add_test(threads, lists_run_on_rendezvous_threads);
+    tcase_add_test(threads, eager_lists_time_out_on_threads);
+    suite_add_tcase(suite, threads);
     TCase *draw = tcase_create("draw");
     tcase_add_test(draw, text_picture_of_1f1b);
     suite_add_tcase(suite, draw);
