@@ -71,7 +71,8 @@ static void print_header(const pipeline_sim_config *c) {
     if (c->link_name)
         printf("  messages over %s: %.4g ms + %.0f B at %.4g GB/s = %.4g ms each (the activation"
                " or gradient of a micro-batch)\n", c->link_name, c->link_alpha_ms, c->message_bytes,
-               1e-6 / c->link_ms_per_byte, c->link_alpha_ms + c->message_bytes * c->link_ms_per_byte);
+               1e-6 / c->link_ms_per_byte,
+               c->link_alpha_ms + c->message_bytes * c->link_ms_per_byte);
     else
         printf("  messages free (give --link to time them); sends wait for their receive, as"
                " NCCL's\n");
@@ -193,8 +194,8 @@ static void json_ms_list(const char *key, const double *values, int n, double sc
 }
 
 static void json_run(const pipeline_sim_config *c, const outcome *o) {
-    printf("\"schedule\": \"%s\", \"pp\": %d, \"micro\": %d, \"virtual\": %d", pp_schedule_name(o->kind),
-           c->pp, o->micro, o->chunks);
+    printf("\"schedule\": \"%s\", \"pp\": %d, \"micro\": %d, \"virtual\": %d",
+           pp_schedule_name(o->kind), c->pp, o->micro, o->chunks);
     if (!o->gpu.ok) {
         printf(", \"error\": \"%s\"", o->gpu.error);   /* the simulator's text has no quotes */
         return;

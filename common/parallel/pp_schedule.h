@@ -43,7 +43,9 @@
 #define PP_SCHEDULE_H
 #include <stddef.h>
 
-typedef enum { PP_NAIVE, PP_GPIPE, PP_1F1B, PP_INTERLEAVED, PP_ZB_H1, PP_NSCHEDULES } pp_schedule_kind;
+typedef enum {
+    PP_NAIVE, PP_GPIPE, PP_1F1B, PP_INTERLEAVED, PP_ZB_H1, PP_NSCHEDULES
+} pp_schedule_kind;
 
 /* "naive", "gpipe", "1f1b", "interleaved", "zb-h1"; and back (-1: unknown). */
 const char *pp_schedule_name(pp_schedule_kind kind);

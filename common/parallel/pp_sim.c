@@ -110,7 +110,8 @@ static int run_compute(sim *m, int r, cursor *cur, const pp_op *op) {
     double ready = ready_time(m, r, cur->pos);
     if (ready < 0) return 0;
     double t = compute_time(m, op->kind), start = ready > cur->clock ? ready : cur->clock;
-    m->res->spans[m->res->nspans++] = (pp_span){r, op->kind, op->micro, op->chunk, start, start + t};
+    m->res->spans[m->res->nspans++] =
+        (pp_span){r, op->kind, op->micro, op->chunk, start, start + t};
     cur->clock = start + t;
     m->res->busy[r] += t;
     m->ranks[r].done[cur->pos++] = cur->clock;
@@ -274,7 +275,8 @@ static void alloc_state(sim *m) {
                 sends[r * p + op->peer]++;
         }
     for (int c = 0; c < p * p; c++)
-        if (sends[c]) m->channels[c].items = mem_alloc(MEM_OTHER, (size_t)sends[c] * sizeof(posted_send));
+        if (sends[c])
+            m->channels[c].items = mem_alloc(MEM_OTHER, (size_t)sends[c] * sizeof(posted_send));
     mem_free(sends);
     for (int r = 0; r < p; r++) {
         size_t n = (size_t)s->ranks[r].count + 1;
@@ -310,7 +312,8 @@ static int ops_valid(const pp_schedule *s, char *err, size_t size) {
                          s->micro, s->chunks);
                 return 0;
             }
-            if (!pp_op_is_compute(op->kind) && (op->peer < 0 || op->peer >= s->stages || op->peer == r)) {
+            int bad_peer = op->peer < 0 || op->peer >= s->stages || op->peer == r;
+            if (!pp_op_is_compute(op->kind) && bad_peer) {
                 snprintf(err, size, "rank %d op %d (%s) names peer %d: not another rank of %d",
                          r, i, pp_op_kind_name(op->kind), op->peer, s->stages);
                 return 0;
