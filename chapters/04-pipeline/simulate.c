@@ -10,7 +10,7 @@
 #include "report.h"
 
 enum { PICTURE_COLUMNS = 100, PICTURE_MAX_COLUMNS = 150, PICTURE_MAX_RANKS = 16,
-       SVG_MAX_PASSES = 50000 };
+       SVG_MAX_SPANS = 50000 };
 
 int pipeline_micro_for(const pipeline_sim_config *c, pp_schedule_kind kind) {
     return kind == PP_NAIVE ? 1 : c->micro;
@@ -171,9 +171,9 @@ static int write_svgs(const pipeline_sim_config *c, const outcome *runs, int n) 
         if (!o->gpu.ok) continue;
         char path[1024], title[128];
         svg_path_for(c->svg_path, pp_schedule_name(o->kind), n > 1, path, sizeof path);
-        if (o->gpu.nspans > SVG_MAX_PASSES) {
-            fprintf(stderr, "chapter4: %s: %d passes are too many to draw (at most %d): try a"
-                    " smaller --micro or --pp\n", path, o->gpu.nspans, SVG_MAX_PASSES);
+        if (o->gpu.nspans > SVG_MAX_SPANS) {
+            fprintf(stderr, "chapter4: %s: %d operations are too many to draw (at most %d): try a"
+                    " smaller --micro or --pp\n", path, o->gpu.nspans, SVG_MAX_SPANS);
             status = 1;
             continue;
         }

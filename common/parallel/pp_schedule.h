@@ -118,7 +118,8 @@ typedef struct {
 } pp_bubble;
 pp_bubble pp_bubble_formula(pp_schedule_kind kind, int stages, int micro, int chunks);
 
-/* A compute pass as it ran (simulated or measured); times in any one unit. */
+/* An operation as it ran (simulated or measured); times in any one unit. Drawings show
+ * the compute passes and leave the sends and receives out. */
 typedef struct {
     int rank;
     pp_op_kind kind;
