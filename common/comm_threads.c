@@ -625,7 +625,8 @@ static void wait_taken(comm *c, const comm_call *call, mailbox *box, message *ms
 static void threads_send(comm *c, const comm_call *call) {
     size_t bytes = call->count * comm_dtype_size(call->dt);
     if (comm_job_stopping(c->job)) comm_leave_thread();
-    /* Plain malloc: the receiver frees it, and the memory accounting is per rank. */
+    /* Plain malloc: the receiver (or, rendezvous, the last of the two) frees it, and the
+     * memory accounting is per rank. */
     message *msg = malloc(sizeof *msg + bytes);
     if (!msg) comm_fail(c, "out of memory sending %zu bytes", bytes);
     int rendezvous = c->job->opts.send_mode == COMM_SEND_RENDEZVOUS;

@@ -12,6 +12,8 @@
  * - Deadlock: the eager send/recv order of 1F1B, with unbuffered sends, is reported
  *   naming the ranks and operations; the same lists complete when sends are buffered.
  * - p = 64, m = 3072 makes and simulates in under a second of CPU time each.
+ * - The lists on real ranks (threads, rendezvous sends): every message arrives where
+ *   the list expects it; the eager lists time out with the report of both sends.
  * - The text picture of 1F1B against the expected rows; the SVG's boxes and axis. */
 #include <check.h>
 #include <math.h>
@@ -19,9 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "alloc.h"
 #include "check_run.h"
+#include "comm.h"
 #include "pp_draw.h"
 #include "pp_sim.h"
 
@@ -54,6 +58,10 @@ static int all_configs(config *out, int cap) {
     return n;
 }
 
+static pp_schedule *make_config(const config *c) {
+    return pp_schedule_make(c->kind, c->p, c->m, c->v, PP_COMM_ORDERED);
+}
+
 /* ---- the reference check of an op list --------------------------------------------- */
 static int is_send_kind(pp_op_kind k) { return k == PP_SEND_ACT || k == PP_SEND_GRAD; }
 static int is_recv_kind(pp_op_kind k) { return k == PP_RECV_ACT || k == PP_RECV_GRAD; }
@@ -75,8 +83,10 @@ static int check_pass(const pp_schedule *s, int micro, int stage, char *err, siz
     int f = find_op(s, r, PP_FORWARD, micro, c);
     int b = find_op(s, r, split ? PP_BACKWARD_INPUT : PP_BACKWARD, micro, c);
     int w = split ? find_op(s, r, PP_BACKWARD_WEIGHT, micro, c) : b;
-    int recv_act = find_op(s, r, PP_RECV_ACT, micro, c), send_act = find_op(s, r, PP_SEND_ACT, micro, c);
-    int recv_grad = find_op(s, r, PP_RECV_GRAD, micro, c), send_grad = find_op(s, r, PP_SEND_GRAD, micro, c);
+    int recv_act = find_op(s, r, PP_RECV_ACT, micro, c);
+    int send_act = find_op(s, r, PP_SEND_ACT, micro, c);
+    int recv_grad = find_op(s, r, PP_RECV_GRAD, micro, c);
+    int send_grad = find_op(s, r, PP_SEND_GRAD, micro, c);
     const char *why = NULL;
     if (f < 0 || b < 0 || w < 0) why = "a pass missing or repeated";
     else if (!(f < b && b <= w)) why = "backward before forward (or W before B)";
@@ -102,7 +112,8 @@ static int check_pairing(const pp_schedule *s, int a, int b, char *err, size_t s
         while (i < from->count && !(is_send_kind(from->ops[i].kind) && from->ops[i].peer == b)) i++;
         while (j < to->count && !(is_recv_kind(to->ops[j].kind) && to->ops[j].peer == a)) j++;
         if (i == from->count && j == to->count) return 1;
-        const pp_op *x = i < from->count ? &from->ops[i] : NULL, *y = j < to->count ? &to->ops[j] : NULL;
+        const pp_op *x = i < from->count ? &from->ops[i] : NULL;
+        const pp_op *y = j < to->count ? &to->ops[j] : NULL;
         int sx = x ? x->chunk * p + a : 0, sy = y ? y->chunk * p + b : 0;
         int same = x && y && x->micro == y->micro &&
                    ((x->kind == PP_SEND_ACT && y->kind == PP_RECV_ACT && sy == sx + 1) ||
@@ -122,7 +133,8 @@ static int check_well_formed(const pp_schedule *s, char *err, size_t size) {
     for (int stage = 0; stage < p * s->chunks; stage++)
         for (int micro = 0; micro < s->micro; micro++) {
             if (!check_pass(s, micro, stage, err, size)) return 0;
-            expected_ops += (s->kind == PP_ZB_H1 ? 3 : 2) + (stage > 0) * 2 + (stage < p * s->chunks - 1) * 2;
+            int passes = s->kind == PP_ZB_H1 ? 3 : 2;   /* F, B (or Bi and W) */
+            expected_ops += passes + (stage > 0) * 2 + (stage < p * s->chunks - 1) * 2;
         }
     int ops = 0;
     for (int r = 0; r < p; r++) ops += s->ranks[r].count;
@@ -152,12 +164,13 @@ START_TEST(op_lists_are_well_formed) {
     int n = all_configs(cases, 1024), failures = 0;
     char err[256];
     for (int i = 0; i < n; i++) {
-        pp_schedule *s = pp_schedule_make(cases[i].kind, cases[i].p, cases[i].m, cases[i].v, PP_COMM_ORDERED);
+        pp_schedule *s = make_config(&cases[i]);
         ck_assert_ptr_nonnull(s);
         if (!check_well_formed(s, err, sizeof err) && failures++ < 5) printf("  %s\n", err);
         pp_schedule_free(s);
     }
-    printf("well-formed op lists: %d of %d schedules (p 1-5, m 1-8 and 12, v 1-3)\n", n - failures, n);
+    printf("well-formed op lists: %d of %d schedules (p 1-5, m 1-8 and 12, v 1-3)\n",
+           n - failures, n);
     ck_assert_int_eq(failures, 0);
 
     /* negative control: a dropped activation gradient, then two swapped receives */
@@ -183,7 +196,7 @@ START_TEST(peak_in_flight) {
     for (int i = 0; i < n; i++) {
         const config *c = &cases[i];
         if (c->kind == PP_INTERLEAVED || c->kind == PP_NAIVE) continue;
-        pp_schedule *s = pp_schedule_make(c->kind, c->p, c->m, c->v, PP_COMM_ORDERED);
+        pp_schedule *s = make_config(c);
         for (int r = 0; r < c->p; r++) {
             int peak = pp_peak_in_flight(s, r), bound = c->p - r < c->m ? c->p - r : c->m;
             if (c->kind == PP_GPIPE) ck_assert_int_eq(peak, c->m);
@@ -220,43 +233,60 @@ static pp_sim_result simulate(const pp_schedule *s, int sequential, int buffered
     return res;
 }
 
+/* Largest differences over the schedules, against the formula and between ways of
+ * running the same lists. */
+typedef struct {
+    int checked;
+    double fraction, over_ideal;       /* |simulated - formula| */
+    double closest_wrong;              /* |simulated - formula for m + 1|: the control */
+    double buffered;                   /* |makespan buffered - unbuffered| */
+    double sequential_fixed;           /* |makespan sequential - streams|, not interleaved */
+    double sequential_interleaved;     /* bubble sequential - streams, interleaved */
+} bubble_gaps;
+
+static void compare_runs(const config *c, const pp_sim_result *res, const pp_sim_result *buf,
+                         const pp_sim_result *seq, bubble_gaps *g) {
+    ck_assert(seq->makespan >= res->makespan - bubble_tolerance);
+    g->buffered = fmax(g->buffered, fabs(buf->makespan - res->makespan));
+    if (c->kind == PP_INTERLEAVED)
+        g->sequential_interleaved =
+            fmax(g->sequential_interleaved, seq->bubble_fraction - res->bubble_fraction);
+    else
+        g->sequential_fixed = fmax(g->sequential_fixed, fabs(seq->makespan - res->makespan));
+    if (c->kind == PP_ZB_H1 && c->m < c->p) return;   /* zb-h1's formula assumes m >= p */
+    pp_bubble f = pp_bubble_formula(c->kind, c->p, c->m, c->v);
+    pp_bubble wrong = pp_bubble_formula(c->kind, c->p, c->m + 1, c->v);
+    g->fraction = fmax(g->fraction, fabs(res->bubble_fraction - f.fraction));
+    g->over_ideal = fmax(g->over_ideal, fabs(res->bubble_over_ideal - f.over_ideal));
+    if (c->p > 1)
+        g->closest_wrong = fmin(g->closest_wrong, fabs(res->bubble_fraction - wrong.fraction));
+    g->checked++;
+}
+
 START_TEST(bubble_matches_formula) {
     config cases[1024];
-    int n = all_configs(cases, 1024), checked = 0;
-    double worst = 0, worst_over = 0, closest_wrong = INFINITY, buffered_gap = 0;
-    double sequential_gap_fixed = 0, sequential_excess_interleaved = 0;
-    for (int i = 0; i < n; i++) {
-        const config *c = &cases[i];
-        if (c->kind == PP_ZB_H1 && c->m < c->p) continue;   /* the formula assumes m >= p */
-        pp_schedule *s = pp_schedule_make(c->kind, c->p, c->m, c->v, PP_COMM_ORDERED);
+    int n = all_configs(cases, 1024);
+    bubble_gaps g = {.closest_wrong = INFINITY};
+    for (int i = 0; i < n; i++) {   /* every list runs, unbuffered, both ways */
+        pp_schedule *s = make_config(&cases[i]);
         pp_sim_result res = simulate(s, 0, 0), buf = simulate(s, 0, 1), seq = simulate(s, 1, 0);
-        pp_bubble f = pp_bubble_formula(c->kind, c->p, c->m, c->v);
-        pp_bubble wrong = pp_bubble_formula(c->kind, c->p, c->m + 1, c->v);
-        worst = fmax(worst, fabs(res.bubble_fraction - f.fraction));
-        worst_over = fmax(worst_over, fabs(res.bubble_over_ideal - f.over_ideal));
-        if (c->p > 1) closest_wrong = fmin(closest_wrong, fabs(res.bubble_fraction - wrong.fraction));
-        buffered_gap = fmax(buffered_gap, fabs(buf.makespan - res.makespan));
-        if (c->kind == PP_INTERLEAVED)
-            sequential_excess_interleaved = fmax(sequential_excess_interleaved, seq.bubble_fraction - res.bubble_fraction);
-        else
-            sequential_gap_fixed = fmax(sequential_gap_fixed, fabs(seq.makespan - res.makespan));
-        ck_assert(seq.makespan >= res.makespan - bubble_tolerance);
-        checked++;
+        compare_runs(&cases[i], &res, &buf, &seq, &g);
         pp_sim_result_free(&res);
         pp_sim_result_free(&buf);
         pp_sim_result_free(&seq);
         pp_schedule_free(s);
     }
-    printf("bubble vs formula, %d schedules: largest |fraction - formula| %.2e, |over ideal -"
-           " formula| %.2e (tolerance %.0e); negative control, formula for m + 1: closest %.3e\n",
-           checked, worst, worst_over, bubble_tolerance, closest_wrong);
+    printf("bubble vs formula, %d schedules (of %d simulated): largest |fraction - formula| %.2e,"
+           " |over ideal - formula| %.2e (tolerance %.0e); negative control, formula for m + 1:"
+           " closest %.3e\n", g.checked, n, g.fraction, g.over_ideal, bubble_tolerance,
+           g.closest_wrong);
     printf("  buffered sends change the makespan by at most %.2e; one operation at a time (CPU"
            " ranks) changes gpipe/1f1b/zb-h1 by %.2e and adds up to %.4f to interleaved's bubble\n",
-           buffered_gap, sequential_gap_fixed, sequential_excess_interleaved);
-    ck_assert(worst <= bubble_tolerance && worst_over <= bubble_tolerance);
-    ck_assert(closest_wrong > 100 * bubble_tolerance);
-    ck_assert(buffered_gap <= bubble_tolerance);
-    ck_assert(sequential_gap_fixed <= bubble_tolerance);
+           g.buffered, g.sequential_fixed, g.sequential_interleaved);
+    ck_assert(g.fraction <= bubble_tolerance && g.over_ideal <= bubble_tolerance);
+    ck_assert(g.closest_wrong > 100 * bubble_tolerance);
+    ck_assert(g.buffered <= bubble_tolerance);
+    ck_assert(g.sequential_fixed <= bubble_tolerance);
 }
 END_TEST
 
@@ -265,10 +295,12 @@ START_TEST(bubble_p4_m8) {
     const pp_schedule_kind kinds[] = {PP_GPIPE, PP_1F1B, PP_INTERLEAVED, PP_ZB_H1};
     double one_f1b = 0, zb = 0;
     for (int k = 0; k < 4; k++) {
-        pp_schedule *s = pp_schedule_make(kinds[k], 4, 8, kinds[k] == PP_INTERLEAVED ? 2 : 1, PP_COMM_ORDERED);
+        int v = kinds[k] == PP_INTERLEAVED ? 2 : 1;
+        pp_schedule *s = pp_schedule_make(kinds[k], 4, 8, v, PP_COMM_ORDERED);
         pp_sim_result res = simulate(s, 0, 0);
         pp_bubble f = pp_bubble_formula(kinds[k], 4, 8, s->chunks);
-        printf("p 4 m 8 %-12s bubble %.4f (formula %.4f), over ideal %.4f (formula %.4f), makespan %.1f\n",
+        printf("p 4 m 8 %-12s bubble %.4f (formula %.4f), over ideal %.4f (formula %.4f),"
+               " makespan %.1f\n",
                pp_schedule_name(kinds[k]), res.bubble_fraction, f.fraction, res.bubble_over_ideal,
                f.over_ideal, res.makespan);
         ck_assert(fabs(res.bubble_fraction - f.fraction) <= bubble_tolerance);
@@ -303,7 +335,8 @@ START_TEST(eager_order_deadlocks) {
     /* positive control: the same lists with buffered sends (the threads default) run */
     pp_sim_result res = simulate(s, 0, 1);
     pp_bubble f = pp_bubble_formula(PP_1F1B, 2, 4, 1);
-    printf("the same lists, buffered sends: bubble %.4f (formula %.4f)\n", res.bubble_fraction, f.fraction);
+    printf("the same lists, buffered sends: bubble %.4f (formula %.4f)\n", res.bubble_fraction,
+           f.fraction);
     ck_assert(fabs(res.bubble_fraction - f.fraction) <= bubble_tolerance);
     pp_sim_result_free(&res);
     pp_schedule_free(s);
@@ -374,7 +407,8 @@ START_TEST(bad_combinations_refused) {
         {PP_1F1B, 5, 4, 1, 4, 8, "--pp 5: more stages than the 4 layers"},
         {PP_INTERLEAVED, 2, 4, 3, 4, 8, "--virtual 3 x --pp 2 = 6 chunks, more than the 4 layers"},
         {PP_GPIPE, 2, 3, 1, 4, 8, "--micro 3 does not divide --batch 8"},
-        {PP_INTERLEAVED, 4, 6, 2, 8, 12, "--micro 6: interleaved 1F1B takes micro-batches in groups of --pp 4"},
+        {PP_INTERLEAVED, 4, 6, 2, 8, 12,
+         "--micro 6: interleaved 1F1B takes micro-batches in groups of --pp 4"},
         {PP_INTERLEAVED, 2, 4, 1, 4, 8, "--virtual 1: interleaved 1F1B needs at least 2 chunks"},
         {PP_1F1B, 2, 4, 2, 4, 8, "--virtual 2: only the interleaved schedule has chunks"},
         {PP_NAIVE, 2, 4, 1, 4, 8, "--micro 4: the naive pipeline runs the whole batch at once"},
@@ -410,10 +444,17 @@ START_TEST(text_picture_of_1f1b) {
     const char *expected = "  rank 0   |F0F1    B0--F2B1--  B2--|\n"
                            "  rank 1   |  F0B0--F1B1--F2B2--    |\n";
     printf("1f1b p 2 m 3 drawn:\n%s", text);
-    ck_assert_msg(strncmp(text, expected, strlen(expected)) == 0, "the rows differ from:\n%s", expected);
-    /* negative control: a span moved by one time unit changes the rows */
-    res.spans[0].start += 1;
-    res.spans[0].end += 1;
+    ck_assert_msg(strncmp(text, expected, strlen(expected)) == 0, "the rows differ from:\n%s",
+                  expected);
+    /* negative control: a pass moved by one time unit changes the rows */
+    int passes = 0, moved = -1;
+    for (int i = 0; i < res.nspans; i++) {
+        if (!pp_op_is_compute(res.spans[i].kind)) continue;
+        if (moved < 0) moved = i;
+        passes++;
+    }
+    res.spans[moved].start += 1;
+    res.spans[moved].end += 1;
     free(text);
     out = open_memstream(&text, &len);
     pp_draw_text(out, res.spans, res.nspans, 2, 24, 0);
@@ -433,8 +474,9 @@ START_TEST(text_picture_of_1f1b) {
     remove(path);
     int rects = 0;
     for (const char *p = svg; (p = strstr(p, "<rect")); p++) rects++;
-    printf("svg: %zu bytes, %d boxes for %d passes (+1 background)\n", got, rects, res.nspans);
-    ck_assert_int_eq(rects, res.nspans + 1);
+    printf("svg: %zu bytes, %d boxes for %d passes (+1 background; %d sends and receives"
+           " left out)\n", got, rects, passes, res.nspans - passes);
+    ck_assert_int_eq(rects, passes + 1);
     ck_assert(strstr(svg, "<svg") && strstr(svg, "</svg>") && strstr(svg, "rank 1") &&
               strstr(svg, "time (ms)"));
     pp_sim_result_free(&res);
@@ -442,7 +484,98 @@ START_TEST(text_picture_of_1f1b) {
 }
 END_TEST
 
-int main(void) {
+/* ---- the lists on real ranks: threads, sends that wait for their receive ----------- */
+/* Each rank walks its list; a message carries (activation or gradient, micro-batch,
+ * from stage, to stage) and the receiver checks it is the one its list expects. All
+ * messages use one tag, so they pair up in order, as on NCCL. */
+static int walk_lists_main(comm *world, void *arg) {
+    const pp_schedule *s = arg;
+    int r = comm_rank(world), p = s->stages;
+    const pp_rank_ops *list = &s->ranks[r];
+    for (int i = 0; i < list->count; i++) {
+        const pp_op *op = &list->ops[i];
+        int stage = op->chunk * p + r, grad = op->kind == PP_SEND_GRAD || op->kind == PP_RECV_GRAD;
+        if (op->kind == PP_SEND_ACT || op->kind == PP_SEND_GRAD) {
+            int message[4] = {grad, op->micro, stage, grad ? stage - 1 : stage + 1};
+            comm_send(world, message, 4, COMM_F32, op->peer, 0);   /* 4 x 4 bytes */
+        } else if (op->kind == PP_RECV_ACT || op->kind == PP_RECV_GRAD) {
+            int message[4], from = grad ? stage + 1 : stage - 1;
+            comm_recv(world, message, 4, COMM_F32, op->peer, 0);
+            int expected[4] = {grad, op->micro, from, stage};
+            if (memcmp(message, expected, sizeof expected) != 0)
+                comm_abort(world, "op %d expected %s of micro %d from stage %d, got %s of micro"
+                           " %d from stage %d", i, grad ? "grad" : "act", op->micro, from,
+                           message[0] ? "grad" : "act", message[1], message[2]);
+        }
+    }
+    return 0;
+}
+
+static int walk_on_threads(const pp_schedule *s, double timeout_seconds) {
+    comm_options o = comm_options_default();
+    o.ranks = s->stages;
+    o.send_mode = COMM_SEND_RENDEZVOUS;
+    o.timeout_seconds = timeout_seconds;
+    return launch_threads(&o, walk_lists_main, (void *)s);
+}
+
+START_TEST(lists_run_on_rendezvous_threads) {
+    config cases[1024];
+    int n = all_configs(cases, 1024), ran = 0;
+    for (int i = 0; i < n; i++) {
+        const config *c = &cases[i];
+        if (c->p < 2 || c->m > 8) continue;
+        pp_schedule *s = make_config(c);
+        ck_assert_msg(walk_on_threads(s, 10) == 0, "%s p=%d m=%d v=%d failed on threads",
+                      pp_schedule_name(c->kind), c->p, c->m, c->v);
+        pp_schedule_free(s);
+        ran++;
+    }
+    printf("op lists walked on threads with rendezvous sends: %d schedules (p 2-5, m 1-8),"
+           " every message the one expected\n", ran);
+    /* negative control: receives swapped on rank 1 take the wrong message */
+    pp_schedule *s = gpipe_with_receives_swapped();
+    printf("the same with rank 1's receives swapped (expect a failure report):\n");
+    fflush(stdout);
+    ck_assert_int_ne(walk_on_threads(s, 5), 0);
+    pp_schedule_free(s);
+}
+END_TEST
+
+/* The eager 1F1B lists on real ranks, in a child process (they must time out). */
+static const char *self_path;
+
+START_TEST(eager_lists_time_out_on_threads) {
+    char log[] = "/tmp/test_pp_eager_XXXXXX";
+    int fd = mkstemp(log);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    char command[512];
+    snprintf(command, sizeof command, "%s eager-on-threads 2>%s", self_path, log);
+    double t0 = comm_now();
+    int status = system(command);
+    double seconds = comm_now() - t0;
+    static char text[1 << 14];
+    FILE *f = fopen(log, "r");
+    size_t got = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    text[got] = 0;
+    if (f) fclose(f);
+    remove(log);
+    printf("eager 1f1b p 2 m 4 on threads, rendezvous, timeout 1 s: status %d after %.2f s;"
+           " stderr:\n%s", status, seconds, text);
+    ck_assert_msg(status != 0, "the eager lists must fail on rendezvous threads");
+    ck_assert(seconds < 10);
+    ck_assert(strstr(text, "TIMEOUT") && strstr(text, "stuck in send(4 x f32, peer 1, tag 0)") &&
+              strstr(text, "stuck in send(4 x f32, peer 0, tag 0)"));
+}
+END_TEST
+
+int main(int argc, char **argv) {
+    self_path = argv[0];
+    if (argc > 1 && strcmp(argv[1], "eager-on-threads") == 0) {
+        pp_schedule *s = pp_schedule_make(PP_1F1B, 2, 4, 1, PP_COMM_EAGER);
+        return walk_on_threads(s, 1.0);
+    }
     Suite *suite = suite_create("pp_schedule");
     TCase *lists = tcase_create("lists");
     tcase_set_timeout(lists, 120);
@@ -458,6 +591,11 @@ int main(void) {
     tcase_add_test(sim, mismatched_messages_reported);
     tcase_add_test(sim, large_pipeline_is_fast);
     suite_add_tcase(suite, sim);
+    TCase *threads = tcase_create("threads");
+    tcase_set_timeout(threads, 120);
+    tcase_add_test(threads, lists_run_on_rendezvous_threads);
+    tcase_add_test(threads, eager_lists_time_out_on_threads);
+    suite_add_tcase(suite, threads);
     TCase *draw = tcase_create("draw");
     tcase_add_test(draw, text_picture_of_1f1b);
     suite_add_tcase(suite, draw);

@@ -7,9 +7,10 @@
 
 #include "pp_draw.h"
 #include "pp_sim.h"
+#include "report.h"
 
 enum { PICTURE_COLUMNS = 100, PICTURE_MAX_COLUMNS = 150, PICTURE_MAX_RANKS = 16,
-       SVG_MAX_PASSES = 50000 };
+       SVG_MAX_SPANS = 50000 };
 
 int pipeline_micro_for(const pipeline_sim_config *c, pp_schedule_kind kind) {
     return kind == PP_NAIVE ? 1 : c->micro;
@@ -70,7 +71,8 @@ static void print_header(const pipeline_sim_config *c) {
     if (c->link_name)
         printf("  messages over %s: %.4g ms + %.0f B at %.4g GB/s = %.4g ms each (the activation"
                " or gradient of a micro-batch)\n", c->link_name, c->link_alpha_ms, c->message_bytes,
-               1e-6 / c->link_ms_per_byte, c->link_alpha_ms + c->message_bytes * c->link_ms_per_byte);
+               1e-6 / c->link_ms_per_byte,
+               c->link_alpha_ms + c->message_bytes * c->link_ms_per_byte);
     else
         printf("  messages free (give --link to time them); sends wait for their receive, as"
                " NCCL's\n");
@@ -80,6 +82,21 @@ static void print_header(const pipeline_sim_config *c) {
     printf("\n");
 }
 
+/* Bytes the busiest rank sends per step: its sends in the lists x one micro-batch's
+ * activations (or gradients). */
+static double max_bytes_sent(const pipeline_sim_config *c, const outcome *o) {
+    int most = 0;
+    for (int r = 0; r < o->lists->stages; r++) {
+        int sends = 0;
+        for (int i = 0; i < o->lists->ranks[r].count; i++) {
+            pp_op_kind k = o->lists->ranks[r].ops[i].kind;
+            sends += k == PP_SEND_ACT || k == PP_SEND_GRAD;
+        }
+        if (sends > most) most = sends;
+    }
+    return most * c->message_bytes * c->micro / o->micro;
+}
+
 static void print_peaks(const pp_schedule *s) {
     int shown = s->stages < 8 ? s->stages : 8;
     for (int r = 0; r < shown; r++) printf(" %d", pp_peak_in_flight(s, r));
@@ -87,8 +104,9 @@ static void print_peaks(const pp_schedule *s) {
 }
 
 static void print_table(const pipeline_sim_config *c, const outcome *runs, int n) {
-    printf("%-12s %4s %3s  %8s %8s  %10s %8s  %9s  %10s  %s\n", "schedule", "m", "v", "bubble",
-           "formula", "over ideal", "formula", "CPU ranks", "step", "peak in flight per rank");
+    printf("%-12s %4s %3s  %8s %8s  %10s %8s  %9s  %10s  %10s  %s\n", "schedule", "m", "v",
+           "bubble", "formula", "over ideal", "formula", "CPU ranks", "step", "sent/rank",
+           "peak in flight per rank");
     for (int i = 0; i < n; i++) {
         const outcome *o = &runs[i];
         printf("%-12s %4d %3d  ", pp_schedule_name(o->kind), o->micro, o->chunks);
@@ -96,9 +114,11 @@ static void print_table(const pipeline_sim_config *c, const outcome *runs, int n
             printf("%8s  (deadlock: see above)\n", "-");
             continue;
         }
-        printf("%8.4f %8.4f  %10.4f %8.4f  %9.4f  %7.1f ms ", o->gpu.bubble_fraction,
+        char sent[32];
+        printf("%8.4f %8.4f  %10.4f %8.4f  %9.4f  %7.1f ms  %10s ", o->gpu.bubble_fraction,
                o->formula.fraction, o->gpu.bubble_over_ideal, o->formula.over_ideal,
-               o->cpu.ok ? o->cpu.bubble_fraction : -1, o->gpu.makespan * c->stage_ms);
+               o->cpu.ok ? o->cpu.bubble_fraction : -1, o->gpu.makespan * c->stage_ms,
+               report_bytes(max_bytes_sent(c, o), sent));
         print_peaks(o->lists);
         printf("\n");
     }
@@ -106,7 +126,8 @@ static void print_table(const pipeline_sim_config *c, const outcome *runs, int n
         if (c->skipped[k]) printf("skipped %s: %s\n", pp_schedule_name(k), c->skipped[k]);
     printf("\nbubble: idle over all rank-time (GPU ranks: compute and NCCL streams); over ideal:"
            " idle over busy;\nCPU ranks: the same lists, one operation at a time;"
-           " peak: micro-batches (x chunks) whose activations a rank holds at once\n");
+           " sent/rank: activations and gradients the busiest rank sends per step;\n"
+           "peak: micro-batches (x chunks) whose activations a rank holds at once\n");
 }
 
 /* Whole columns per shortest pass (a chunk's forward, 1/v), so that cells line up: as
@@ -150,9 +171,9 @@ static int write_svgs(const pipeline_sim_config *c, const outcome *runs, int n) 
         if (!o->gpu.ok) continue;
         char path[1024], title[128];
         svg_path_for(c->svg_path, pp_schedule_name(o->kind), n > 1, path, sizeof path);
-        if (o->gpu.nspans > SVG_MAX_PASSES) {
-            fprintf(stderr, "chapter4: %s: %d passes are too many to draw (at most %d): try a"
-                    " smaller --micro or --pp\n", path, o->gpu.nspans, SVG_MAX_PASSES);
+        if (o->gpu.nspans > SVG_MAX_SPANS) {
+            fprintf(stderr, "chapter4: %s: %d operations are too many to draw (at most %d): try a"
+                    " smaller --micro or --pp\n", path, o->gpu.nspans, SVG_MAX_SPANS);
             status = 1;
             continue;
         }
@@ -173,8 +194,8 @@ static void json_ms_list(const char *key, const double *values, int n, double sc
 }
 
 static void json_run(const pipeline_sim_config *c, const outcome *o) {
-    printf("\"schedule\": \"%s\", \"pp\": %d, \"micro\": %d, \"virtual\": %d", pp_schedule_name(o->kind),
-           c->pp, o->micro, o->chunks);
+    printf("\"schedule\": \"%s\", \"pp\": %d, \"micro\": %d, \"virtual\": %d",
+           pp_schedule_name(o->kind), c->pp, o->micro, o->chunks);
     if (!o->gpu.ok) {
         printf(", \"error\": \"%s\"", o->gpu.error);   /* the simulator's text has no quotes */
         return;
@@ -185,7 +206,8 @@ static void json_run(const pipeline_sim_config *c, const outcome *o) {
     if (o->cpu.ok)
         printf(", \"cpu_ranks\": {\"bubble_fraction\": %.6g, \"bubble_over_ideal\": %.6g}",
                o->cpu.bubble_fraction, o->cpu.bubble_over_ideal);
-    printf(", \"step_ms\": %.6g", o->gpu.makespan * c->stage_ms);
+    printf(", \"step_ms\": %.6g, \"bytes_sent_per_rank_per_step\": %.0f",
+           o->gpu.makespan * c->stage_ms, max_bytes_sent(c, o));
     json_ms_list("busy_ms_per_rank", o->gpu.busy, c->pp, c->stage_ms);
     json_ms_list("idle_ms_per_rank", o->gpu.idle, c->pp, c->stage_ms);
     printf(", \"peak_in_flight_per_rank\": [");

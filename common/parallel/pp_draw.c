@@ -40,7 +40,7 @@ void pp_draw_text(FILE *out, const pp_span *spans, int nspans, int ranks, int wi
     for (int r = 0; r < ranks; r++) {
         memset(row, ' ', (size_t)width);
         for (int i = 0; i < nspans; i++) {
-            if (spans[i].rank != r) continue;
+            if (spans[i].rank != r || !pp_op_is_compute(spans[i].kind)) continue;
             int c0 = (int)lround((spans[i].start - t0) * columns_per_unit);
             int c1 = (int)lround((spans[i].end - t0) * columns_per_unit);
             if (c1 <= c0) c1 = c0 + 1;   /* every pass stays visible */
@@ -125,7 +125,8 @@ int pp_draw_svg(const char *path, const pp_span *spans, int nspans, int ranks,
         fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"12\" text-anchor=\"end\">rank %d</text>\n",
                 SVG_LEFT - 8, SVG_TOP + r * SVG_ROW + SVG_ROW / 2 + 4, r);
     double px_per_unit = SVG_WIDTH / (t1 - t0);
-    for (int i = 0; i < nspans; i++) svg_span(f, &spans[i], t0, px_per_unit);
+    for (int i = 0; i < nspans; i++)
+        if (pp_op_is_compute(spans[i].kind)) svg_span(f, &spans[i], t0, px_per_unit);
     svg_axis(f, t1 - t0, ms_per_unit > 0 ? ms_per_unit : 1, ms_per_unit > 0 ? "ms" : "units",
              SVG_TOP + ranks * SVG_ROW + 4);
     fprintf(f, "</svg>\n");

@@ -43,7 +43,9 @@
 #define PP_SCHEDULE_H
 #include <stddef.h>
 
-typedef enum { PP_NAIVE, PP_GPIPE, PP_1F1B, PP_INTERLEAVED, PP_ZB_H1, PP_NSCHEDULES } pp_schedule_kind;
+typedef enum {
+    PP_NAIVE, PP_GPIPE, PP_1F1B, PP_INTERLEAVED, PP_ZB_H1, PP_NSCHEDULES
+} pp_schedule_kind;
 
 /* "naive", "gpipe", "1f1b", "interleaved", "zb-h1"; and back (-1: unknown). */
 const char *pp_schedule_name(pp_schedule_kind kind);
@@ -116,7 +118,8 @@ typedef struct {
 } pp_bubble;
 pp_bubble pp_bubble_formula(pp_schedule_kind kind, int stages, int micro, int chunks);
 
-/* A compute pass as it ran (simulated or measured); times in any one unit. */
+/* An operation as it ran (simulated or measured); times in any one unit. Drawings show
+ * the compute passes and leave the sends and receives out. */
 typedef struct {
     int rank;
     pp_op_kind kind;

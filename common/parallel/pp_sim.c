@@ -28,7 +28,8 @@ typedef struct {   /* FIFO of the sends from one rank to another */
 typedef struct {   /* where one stream of a rank is in the rank's list */
     int pos;
     double clock;
-    int posted;        /* the send at pos is in its channel */
+    int posted;        /* the send at pos is in its channel, since posted_at */
+    double posted_at;
     int taken;         /* ... and its receiver has completed it, at taken_at */
     double taken_at;
 } cursor;
@@ -105,12 +106,16 @@ static double ready_time(const sim *m, int r, int pos) {
     return need < 0 ? 0 : m->ranks[r].done[need];
 }
 
+static void add_span(sim *m, int r, const pp_op *op, double start, double end) {
+    m->res->spans[m->res->nspans++] = (pp_span){r, op->kind, op->micro, op->chunk, start, end};
+}
+
 /* Returns 1 when the pass ran, 0 when its input is not there yet. */
 static int run_compute(sim *m, int r, cursor *cur, const pp_op *op) {
     double ready = ready_time(m, r, cur->pos);
     if (ready < 0) return 0;
     double t = compute_time(m, op->kind), start = ready > cur->clock ? ready : cur->clock;
-    m->res->spans[m->res->nspans++] = (pp_span){r, op->kind, op->micro, op->chunk, start, start + t};
+    add_span(m, r, op, start, start + t);
     cur->clock = start + t;
     m->res->busy[r] += t;
     m->ranks[r].done[cur->pos++] = cur->clock;
@@ -126,14 +131,17 @@ static int run_send(sim *m, int r, cursor *cur, const pp_op *op) {
         channel *ch = channel_of(m, r, op->peer);
         ch->items[ch->tail++] = (posted_send){r, cur->pos, cur->clock};
         cur->posted = 1;
+        cur->posted_at = cur->clock;
         if (m->o->buffered) {
             cur->posted = 0;
+            add_span(m, r, op, cur->clock, cur->clock);
             m->ranks[r].done[cur->pos++] = cur->clock;
         }
         return 1;
     }
     if (!cur->taken) return 0;
     cur->clock = cur->taken_at;
+    add_span(m, r, op, cur->posted_at, cur->clock);
     cur->posted = cur->taken = 0;
     m->ranks[r].done[cur->pos++] = cur->clock;
     return 1;
@@ -154,7 +162,7 @@ static int run_recv(sim *m, int r, cursor *cur, const pp_op *op) {
                  " is its %s", r, a, ps->rank, b);
         return -1;
     }
-    double start = ps->posted > cur->clock ? ps->posted : cur->clock;
+    double posted_at = cur->clock, start = ps->posted > cur->clock ? ps->posted : cur->clock;
     if (m->o->buffered) {   /* the bytes left when the send was posted */
         double arrival = ps->posted + message_time(m);
         cur->clock = arrival > cur->clock ? arrival : cur->clock;
@@ -165,6 +173,7 @@ static int run_recv(sim *m, int r, cursor *cur, const pp_op *op) {
         sender->taken_at = cur->clock;
     }
     ch->head++;
+    add_span(m, r, op, posted_at, cur->clock);
     m->ranks[r].done[cur->pos++] = cur->clock;
     return 1;
 }
@@ -261,20 +270,21 @@ static void find_needs(sim *m, int r) {
 
 static void alloc_state(sim *m) {
     const pp_schedule *s = m->s;
-    int p = s->stages, computes = 0;
+    int p = s->stages, ops = 0;
     m->ranks = mem_alloc(MEM_OTHER, (size_t)p * sizeof *m->ranks);
     m->channels = mem_alloc(MEM_OTHER, (size_t)p * p * sizeof *m->channels);
     int *sends = mem_alloc(MEM_OTHER, (size_t)p * p * sizeof *sends);
     for (int r = 0; r < p; r++)
         for (int i = 0; i < s->ranks[r].count; i++) {
             const pp_op *op = &s->ranks[r].ops[i];
-            if (pp_op_is_compute(op->kind)) computes++;
-            else if ((op->kind == PP_SEND_ACT || op->kind == PP_SEND_GRAD) && op->peer >= 0 &&
+            ops++;
+            if ((op->kind == PP_SEND_ACT || op->kind == PP_SEND_GRAD) && op->peer >= 0 &&
                      op->peer < p)
                 sends[r * p + op->peer]++;
         }
     for (int c = 0; c < p * p; c++)
-        if (sends[c]) m->channels[c].items = mem_alloc(MEM_OTHER, (size_t)sends[c] * sizeof(posted_send));
+        if (sends[c])
+            m->channels[c].items = mem_alloc(MEM_OTHER, (size_t)sends[c] * sizeof(posted_send));
     mem_free(sends);
     for (int r = 0; r < p; r++) {
         size_t n = (size_t)s->ranks[r].count + 1;
@@ -282,7 +292,7 @@ static void alloc_state(sim *m) {
         m->ranks[r].needs = mem_alloc(MEM_OTHER, n * sizeof(int));
         find_needs(m, r);
     }
-    m->res->spans = mem_alloc(MEM_OTHER, ((size_t)computes + 1) * sizeof(pp_span));
+    m->res->spans = mem_alloc(MEM_OTHER, ((size_t)ops + 1) * sizeof(pp_span));
     m->res->busy = mem_alloc(MEM_OTHER, (size_t)p * sizeof(double));
     m->res->idle = mem_alloc(MEM_OTHER, (size_t)p * sizeof(double));
 }
@@ -310,7 +320,8 @@ static int ops_valid(const pp_schedule *s, char *err, size_t size) {
                          s->micro, s->chunks);
                 return 0;
             }
-            if (!pp_op_is_compute(op->kind) && (op->peer < 0 || op->peer >= s->stages || op->peer == r)) {
+            int bad_peer = op->peer < 0 || op->peer >= s->stages || op->peer == r;
+            if (!pp_op_is_compute(op->kind) && bad_peer) {
                 snprintf(err, size, "rank %d op %d (%s) names peer %d: not another rank of %d",
                          r, i, pp_op_kind_name(op->kind), op->peer, s->stages);
                 return 0;

@@ -42,7 +42,9 @@ typedef struct {
     double *busy, *idle;    /* [stages]: computing; the rest of the makespan */
     double bubble_fraction;     /* idle over total rank-time (p x makespan) */
     double bubble_over_ideal;   /* idle over busy */
-    pp_span *spans;         /* every compute pass, rank by rank in the rank's order */
+    pp_span *spans;         /* every op, in the order they completed: a pass from start
+                               to end, a send or receive from the moment its rank got
+                               there to the moment it completed (waiting included) */
     int nspans;
 } pp_sim_result;
 
