@@ -11,6 +11,11 @@
 void compare_to_baseline(run_result *r, const baseline_run *b, const float *loss,
                          const float *first_grads, const float *final_params);
 
+/* The largest of r's differences against its tolerance (1 = at the limit; a NaN is
+ * infinitely far); a tolerance <= 0 leaves that difference unchecked. */
+double run_worst_fraction_of_tolerance(const run_result *r, double tol_grads,
+                                       double tol_loss, double tol_params);
+
 /* Per-rank measurements -> the row of the table: the largest rank's time,
  * communication, bytes sent and memory (each maximum taken over ranks on its own).
  * Collective over `group`; every rank gets the result. */

@@ -96,6 +96,18 @@ if [ -x "$planner" ]; then
     expect_error "$planner" "--batch 100 does not split into --dp 64" --params 70e9 --gpus 64 --dp 64 --batch 100
     expect_error "$planner" "--zero 3 belongs to a mesh" --params 70e9 --zero 3
 fi
+# chapter 5: meshes that do not fit, with meshes that would
+chapter5="$build"/chapter5
+if [ -x "$chapter5" ]; then
+    expect_error "$chapter5" "--tp 2 --pp 2 --dp 2 needs 8 ranks, not 6; with that many ranks try --tp 2 --pp 3 --dp 1" --ranks 6 --tp 2 --pp 2 --dp 2
+    expect_error "$chapter5" "--tp 3 does not divide --heads 4" --ranks 3 --tp 3 --pp 1 --dp 1
+    expect_error "$chapter5" "--pp 5: more stages than the 4 layers" --ranks 5 --tp 1 --pp 5 --dp 1
+    expect_error "$chapter5" "--batch 8 does not split over --dp 3 replicas" --ranks 3 --tp 1 --pp 1 --dp 3
+    expect_error "$chapter5" "--micro 8 does not divide --batch 4" --ranks 4 --dp 2 --micro 8
+    expect_error "$chapter5" "--mesh-only needs --world N" --mesh-only
+    expect_error "$chapter5" "--json lists every rank: at most --world 4096" --mesh-only --world 8192 --tp 8 --pp 16 --json
+    expect_error "$chapter5" "--zero 2: this chapter composes ZeRO-1" --zero 2
+fi
 # ./run itself
 expect_error ./run "N 'x' must be a positive whole number" x
 expect_error ./run "N '0' must be a positive whole number" 0

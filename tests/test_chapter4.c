@@ -89,7 +89,7 @@ START_TEST(a_dropped_activation_gradient_fails) {
     run_config cfg = small_config(3);
     baseline_run *b = baseline_train(&cfg, d);
     pp_outcome o = run(&cfg, d, b, (pipeline_options){.schedule = PP_1F1B, .micro = 4,
-                                                       .chunks = 1, .drop_input_grad = 1});
+                                                       .chunks = 1, .fault = PIPELINE_FAULT_DROP_INPUT_GRAD});
     printf("1f1b with zeros sent as the last stage's d(input): grads differ by %.2e\n",
            o.result.diff_grads);
     ck_assert_msg(o.result.diff_grads > 100 * PP_TOL_GRADS, "grads differ by only %g",

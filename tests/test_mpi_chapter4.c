@@ -62,7 +62,7 @@ START_TEST(a_dropped_activation_gradient_fails) {
     baseline_run *b = process_hosts_rank0() ? baseline_train(&cfg, d) : NULL;
     check_verdict v = {0};
     pipeline_options opts = {.schedule = PP_1F1B, .micro = 4, .chunks = 1,
-                             .drop_input_grad = 1};
+                             .fault = PIPELINE_FAULT_DROP_INPUT_GRAD};
     pp_outcome o;
     ck_assert_int_eq(pp_run_launch(&cfg, d, &opts, b, &o), 0);
     if (b) {

@@ -13,15 +13,9 @@ const char *stage_strategy_name(int stage) {
 }
 
 double stage_worst_fraction_of_tolerance(const run_result *r, int all_three) {
-    const double diffs[3] = {r->diff_grads, r->diff_loss, r->diff_params};
-    const double tols[3] = {ZERO_TOL_GRADS, ZERO_TOL_LOSS, ZERO_TOL_PARAMS};
-    const int checked = all_three || r->steps <= ZERO_TOL_STEPS ? 3 : 1;
-    double worst = 0;
-    for (int i = 0; i < checked; i++) {
-        if (isnan(diffs[i])) return INFINITY;
-        if (diffs[i] >= 0 && diffs[i] / tols[i] > worst) worst = diffs[i] / tols[i];
-    }
-    return worst;
+    const int later = all_three || r->steps <= ZERO_TOL_STEPS;   /* loss, parameters too */
+    return run_worst_fraction_of_tolerance(r, ZERO_TOL_GRADS, later ? ZERO_TOL_LOSS : 0,
+                                           later ? ZERO_TOL_PARAMS : 0);
 }
 
 /* Each value replaced by its maximum over the ranks of group. Doubles travel as pairs

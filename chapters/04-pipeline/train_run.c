@@ -90,12 +90,5 @@ void pp_outcome_free(pp_outcome *o) {
 }
 
 double pp_worst_fraction_of_tolerance(const run_result *r) {
-    const double diffs[3] = {r->diff_grads, r->diff_loss, r->diff_params};
-    const double tols[3] = {PP_TOL_GRADS, PP_TOL_LOSS, PP_TOL_PARAMS};
-    double worst = 0;
-    for (int i = 0; i < 3; i++) {
-        if (isnan(diffs[i])) return INFINITY;
-        if (diffs[i] >= 0 && diffs[i] / tols[i] > worst) worst = diffs[i] / tols[i];
-    }
-    return worst;
+    return run_worst_fraction_of_tolerance(r, PP_TOL_GRADS, PP_TOL_LOSS, PP_TOL_PARAMS);
 }

@@ -53,33 +53,49 @@ static void complete_mesh(chapter_args *a, int world) {
     int left = world / (int)known;
     if (world % known) cli_fail("%ld does not divide the %d ranks", known, world);
     if (!m->tp) m->tp = left % 2 == 0 && a->cfg.model.heads % 2 == 0 ? 2 : 1, left /= m->tp;
-    if (!m->pp) {
-        if (!m->dp) m->pp = left % 2 == 0 && a->cfg.model.layers >= 2 ? 2 : 1;
-        else m->pp = left / m->dp;
+    if (!m->pp) {   /* with dp given, what is left is the pipeline */
+        m->pp = m->dp ? left : left % 2 == 0 && a->cfg.model.layers >= 2 ? 2 : 1;
         left /= m->pp;
     }
     if (!m->dp) m->dp = left;
 }
 
+/* One line: what does not fit, and the meshes of these ranks that would. */
+static void refuse(const chapter_args *a, int world, const char *why) {
+    char try[192];
+    mesh_suggest(&a->shape, world, model_fits, a, 2, try, sizeof try);
+    if (try[0]) cli_fail("%s; with %d ranks try %s", why, world, try);
+    cli_fail("%s", why);
+}
+
 static void check_or_exit(chapter_args *a, int world) {
     char err[512];
     const gpt_config *g = &a->cfg.model;
+    if (a->schedule == PP_INTERLEAVED && a->chunks < 2) a->chunks = 2;
+    if (a->schedule != PP_INTERLEAVED) a->chunks = 1;
+    if (a->schedule == PP_NAIVE) a->micro = 1;
     if (!mesh_check(&a->shape, world, a->mesh_only ? NULL : model_fits, a, err, sizeof err))
         cli_fail("%s", err);
     if (a->mesh_only) return;
-    if (g->heads % a->shape.tp != 0)
-        cli_fail("--tp %d does not divide --heads %d (each TP rank takes whole heads)",
-                 a->shape.tp, g->heads);
-    if (a->schedule == PP_INTERLEAVED && a->chunks < 2) a->chunks = 2;
-    if (a->schedule != PP_INTERLEAVED) a->chunks = 1;
-    if (a->cfg.batch % a->shape.dp != 0)
-        cli_fail("--batch %d does not split over --dp %d replicas (try --batch %d)",
-                 a->cfg.batch, a->shape.dp, (a->cfg.batch / a->shape.dp + 1) * a->shape.dp);
-    if (a->schedule == PP_NAIVE) a->micro = 1;
+    if (g->heads % a->shape.tp != 0) {
+        snprintf(err, sizeof err, "--tp %d does not divide --heads %d (each TP rank takes"
+                 " whole heads)", a->shape.tp, g->heads);
+        refuse(a, world, err);
+    }
+    if (a->cfg.batch % a->shape.dp != 0) {
+        snprintf(err, sizeof err, "--batch %d does not split over --dp %d replicas",
+                 a->cfg.batch, a->shape.dp);
+        refuse(a, world, err);
+    }
     if (!pp_validate(a->schedule, a->shape.pp, a->micro, a->chunks, g->layers,
-                     a->cfg.batch / a->shape.dp, err, sizeof err))
-        cli_fail("%s (each of the --dp %d replicas trains on %d sequences)", err, a->shape.dp,
-                 a->cfg.batch / a->shape.dp);
+                     a->cfg.batch / a->shape.dp, err, sizeof err)) {
+        char why[768];
+        if (a->shape.dp == 1) snprintf(why, sizeof why, "%s", err);
+        else snprintf(why, sizeof why, "%s; each of the --dp %d replicas trains on %d of"
+                      " the --batch %d sequences", err, a->shape.dp,
+                      a->cfg.batch / a->shape.dp, a->cfg.batch);
+        refuse(a, world, why);
+    }
 }
 
 /* ---- the tables ---------------------------------------------------------------------- */

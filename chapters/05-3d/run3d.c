@@ -159,12 +159,5 @@ void mesh_outcome_free(mesh_outcome *o) {
 }
 
 double mesh_worst_fraction_of_tolerance(const run_result *r) {
-    const double diffs[3] = {r->diff_grads, r->diff_loss, r->diff_params};
-    const double tols[3] = {MESH_TOL_GRADS, MESH_TOL_LOSS, MESH_TOL_PARAMS};
-    double worst = 0;
-    for (int i = 0; i < 3; i++) {
-        if (isnan(diffs[i])) return INFINITY;
-        if (diffs[i] >= 0 && diffs[i] / tols[i] > worst) worst = diffs[i] / tols[i];
-    }
-    return worst;
+    return run_worst_fraction_of_tolerance(r, MESH_TOL_GRADS, MESH_TOL_LOSS, MESH_TOL_PARAMS);
 }

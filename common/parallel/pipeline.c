@@ -33,13 +33,16 @@ void pipeline_rank_init(pipeline_rank *r, comm *world, const mesh *m, const run_
     if (!r->schedule) comm_abort(world, "no %s schedule for pp %d, micro %d, virtual %d",
                                  pp_schedule_name(opts->schedule), p, opts->micro, v);
     const gpt_shape whole = tp_whole_shape(cfg, m);
-    const gpt_model_options model_opts = {.tp = m->shape.tp > 1 ? m->tp : NULL};
+    const gpt_model_options model_opts = {
+        .tp = m->shape.tp > 1 ? m->tp : NULL,
+        .drop_f_backward = opts->fault == PIPELINE_FAULT_DROP_F_BACKWARD};
     r->chunks = calloc((size_t)v, sizeof *r->chunks);
     for (int c = 0; c < v; c++) {
         pp_stage_init(&r->chunks[c], m->pp, &whole, c * p + m->me.pp, v * p, micro_batch,
                       cfg->model.ctx, opts->micro, cfg->seed, &model_opts,
                       !(opts->zero_stage == 1 && d > 1));
-        r->chunks[c].drop_input_grad = opts->drop_input_grad && m->me.pp == p - 1 && c == v - 1;
+        r->chunks[c].drop_input_grad = opts->fault == PIPELINE_FAULT_DROP_INPUT_GRAD &&
+                                       m->me.pp == p - 1 && c == v - 1;
     }
     const float dloss = 1.0f / ((float)cfg->batch * (float)cfg->model.ctx);
     pp_executor_init(&r->exec, r->schedule, m->me.pp, r->chunks, cfg, data,
@@ -92,6 +95,7 @@ void pipeline_rank_free(pipeline_rank *r) {
  * last rank: they hold the tied embedding. */
 static void reduce_tied_grads(pipeline_rank *r) {
     const mesh *m = r->mesh;
+    if (r->opts.fault == PIPELINE_FAULT_SKIP_TIED_REDUCE) return;
     if (m->me.pp == 0) pp_stage_reduce_tied_grads(&r->chunks[0], m->embedding);
     if (m->me.pp == m->shape.pp - 1 && m->shape.pp > 1)
         pp_stage_reduce_tied_grads(&r->chunks[r->opts.chunks - 1], m->embedding);
@@ -111,7 +115,7 @@ static float pipeline_compute_grads(void *arg, int step) {
     r->finish[step - 1] = r->exec.finish_seconds;
     trace_begin(m->pp, "tied embedding + dp gradients");
     reduce_tied_grads(r);
-    for (int c = 0; c < r->opts.chunks; c++) {
+    for (int c = 0; c < r->opts.chunks && r->opts.fault != PIPELINE_FAULT_SKIP_DP_REDUCE; c++) {
         if (r->dp) {
             for (int slab = gpt_num_slabs(&r->chunks[c].shape) - 1; slab >= 0; slab--)
                 grad_buckets_slab_ready(r->dp[c], slab);

@@ -21,13 +21,23 @@
 #include "shard.h"
 #include "train_loop.h"
 
+/* Negative controls for the tests: each leaves out one thing the strategy
+ * communicates, and the comparison with the baseline must then fail. */
+typedef enum {
+    PIPELINE_FAULT_NONE,
+    PIPELINE_FAULT_DROP_INPUT_GRAD,   /* the last stage sends zeros as its d(input) */
+    PIPELINE_FAULT_SKIP_TIED_REDUCE,  /* the tied embedding's two gradients not summed */
+    PIPELINE_FAULT_SKIP_DP_REDUCE,    /* each replica keeps its own gradient */
+    PIPELINE_FAULT_DROP_F_BACKWARD,   /* TP: f's backward all-reduce left out */
+} pipeline_fault;
+
 typedef struct {
     pp_schedule_kind schedule;
     int micro;                /* micro-batches per step (per pipeline) */
     int chunks;               /* v: model chunks per rank (interleaved), else 1 */
     double stage_seconds;     /* the compute model (pp_execute.h); 0: off */
     int zero_stage;           /* 1: ZeRO-1 across the dp group (Adam moments sharded) */
-    int drop_input_grad;      /* negative control: one rank sends zeros as d(input) */
+    pipeline_fault fault;
 } pipeline_options;
 
 /* ZeRO-1 of one stage over the dp group: its gradient reduce-scattered into pieces,

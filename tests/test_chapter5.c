@@ -1,0 +1,147 @@
+/* Chapter 5 against the single-device baseline: TP x PP x DP meshes (1,1,4), (2,2,1),
+ * (2,1,2), (1,2,2), (2,2,2) and a three-stage (1,3,2) train the baseline's model
+ * (gradients of step 1, loss per step, parameters after 3 steps); ZeRO-1 across dp and
+ * other schedules on (2,2,2); every rank's bytes on its tp, pp, dp and embedding groups
+ * equal their formulas; leaving out any one of the four kinds of communication fails the
+ * comparison (negative controls); model state per rank equals the as-stored formula.
+ * Tolerances as every chapter: gradients 1e-6, loss 1e-5, parameters 1e-4; bytes 1e-3
+ * relative (a ring's uneven chunks). */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "check_run.h"
+#include "run3d.h"
+
+static run_config small_config(int ranks) {
+    run_config cfg = run_config_default();
+    cfg.model = (gpt_config){.vocab = 256, .ctx = 8, .layers = 6, .heads = 2, .dim = 16};
+    cfg.batch = 8;
+    cfg.steps = 3;
+    cfg.quiet = 1;
+    cfg.comm.ranks = ranks;
+    return cfg;
+}
+
+static mesh_outcome train(mesh_shape shape, pipeline_options opts, const dataset *d,
+                          baseline_run **baseline) {
+    run_config cfg = small_config(mesh_world(&shape));
+    *baseline = baseline_train(&cfg, d);
+    mesh_outcome o;
+    ck_assert_int_eq(mesh_run_launch(&cfg, d, shape, &opts, *baseline, &o), 0);
+    return o;
+}
+
+static void check_mesh(mesh_shape shape, pipeline_options opts) {
+    dataset *d = dataset_builtin();
+    baseline_run *b;
+    mesh_outcome o = train(shape, opts, d, &b);
+    const run_result *r = &o.result;
+    printf("tp %d x pp %d x dp %d, %s m=%d zero %d: max |diff| loss %.2e grads %.2e params "
+           "%.2e; bytes vs formula %.1e; tied copies %.1e\n", shape.tp, shape.pp, shape.dp,
+           pp_schedule_name(opts.schedule), opts.micro, opts.zero_stage, r->diff_loss,
+           r->diff_grads, r->diff_params, o.worst_bytes_error, o.tied_drift);
+    ck_assert_msg(r->diff_grads <= MESH_TOL_GRADS, "grads differ by %g", r->diff_grads);
+    ck_assert_msg(r->diff_loss <= MESH_TOL_LOSS, "loss differs by %g", r->diff_loss);
+    ck_assert_msg(r->diff_params <= MESH_TOL_PARAMS, "params differ by %g", r->diff_params);
+    ck_assert_msg(o.worst_bytes_error <= 1e-3, "bytes off their formula by %g",
+                  o.worst_bytes_error);
+    ck_assert_msg(o.tied_drift == 0.0, "copies drifted by %g", o.tied_drift);
+    for (int w = 0; w < mesh_world(&shape); w++)
+        for (int i = 0; i < 3; i++)
+            ck_assert_msg(o.ranks[w].state[i] == o.ranks[w].state_formula[i],
+                          "rank %d state %d: %.0f bytes held, formula %.0f", w, i,
+                          o.ranks[w].state[i], o.ranks[w].state_formula[i]);
+    mesh_outcome_free(&o);
+    baseline_free(b);
+    dataset_free(d);
+}
+
+static pipeline_options one_f_one_b(int micro) {
+    return (pipeline_options){.schedule = PP_1F1B, .micro = micro, .chunks = 1};
+}
+
+START_TEST(dp_only_1_1_4) { check_mesh((mesh_shape){1, 1, 4}, one_f_one_b(2)); }
+END_TEST
+START_TEST(tp_pp_2_2_1) { check_mesh((mesh_shape){2, 2, 1}, one_f_one_b(4)); }
+END_TEST
+START_TEST(tp_dp_2_1_2) { check_mesh((mesh_shape){2, 1, 2}, one_f_one_b(2)); }
+END_TEST
+START_TEST(pp_dp_1_2_2) { check_mesh((mesh_shape){1, 2, 2}, one_f_one_b(4)); }
+END_TEST
+START_TEST(three_d_2_2_2) { check_mesh((mesh_shape){2, 2, 2}, one_f_one_b(4)); }
+END_TEST
+START_TEST(three_stages_1_3_2) { check_mesh((mesh_shape){1, 3, 2}, one_f_one_b(4)); }
+END_TEST
+START_TEST(zero1_and_other_schedules_on_2_2_2) {
+    pipeline_options z = one_f_one_b(4);
+    z.zero_stage = 1;
+    check_mesh((mesh_shape){2, 2, 2}, z);
+    check_mesh((mesh_shape){2, 2, 2}, (pipeline_options){.schedule = PP_ZB_H1, .micro = 4,
+                                                          .chunks = 1});
+    check_mesh((mesh_shape){2, 2, 2}, (pipeline_options){.schedule = PP_INTERLEAVED,
+                                                          .micro = 2, .chunks = 2});
+}
+END_TEST
+
+START_TEST(leaving_out_any_communication_fails) {
+    const pipeline_fault faults[] = {PIPELINE_FAULT_DROP_F_BACKWARD,
+                                     PIPELINE_FAULT_DROP_INPUT_GRAD,
+                                     PIPELINE_FAULT_SKIP_DP_REDUCE,
+                                     PIPELINE_FAULT_SKIP_TIED_REDUCE};
+    const char *names[] = {"tp: f's backward all-reduce", "pp: a d(input) as zeros",
+                           "dp: no gradient reduction", "embedding: no tied reduction"};
+    dataset *d = dataset_builtin();
+    for (int i = 0; i < 4; i++) {
+        pipeline_options opts = one_f_one_b(4);
+        opts.fault = faults[i];
+        baseline_run *b;
+        mesh_outcome o = train((mesh_shape){2, 2, 2}, opts, d, &b);
+        printf("2 x 2 x 2 without %s: grads differ by %.2e, params by %.2e\n", names[i],
+               o.result.diff_grads, o.result.diff_params);
+        ck_assert_msg(o.result.diff_grads > 100 * MESH_TOL_GRADS ||
+                          o.result.diff_params > 100 * MESH_TOL_PARAMS,
+                      "%s: grads differ by only %g", names[i], o.result.diff_grads);
+        mesh_outcome_free(&o);
+        baseline_free(b);
+    }
+    dataset_free(d);
+}
+END_TEST
+
+START_TEST(formulas_by_hand) {
+    /* tp 2 x pp 2 x dp 2, 6 layers (3 per stage), batch 8, ctx 8, dim 16, m 4: per
+     * micro-batch b = 1 sequence, b s h = 128 floats */
+    run_config cfg = small_config(8);
+    pipeline_options opts = one_f_one_b(4);
+    rank_traffic t;
+    mesh_traffic_formula(&cfg, (mesh_shape){2, 2, 2}, (mesh_coord){0, 0, 0}, &opts, &t);
+    /* TP: 4 micro x ring 1 x (4 x 3 blocks + 1 embedding) x 128 floats x 4 B */
+    ck_assert_double_eq_tol(t.formula[KIND_TP], 4 * 1.0 * (12 + 1) * 128 * 4, 1e-9);
+    /* PP: stage 0 sends 4 activations of 128 floats */
+    ck_assert_double_eq_tol(t.formula[KIND_PP], 4 * 128 * 4, 1e-9);
+    /* embedding: ring(2) = 1 x this TP rank's 128 rows of wte x 16 x 4 B */
+    ck_assert_double_eq_tol(t.formula[KIND_EMBEDDING], 128 * 16 * 4, 1e-9);
+    mesh_traffic_formula(&cfg, (mesh_shape){2, 2, 2}, (mesh_coord){1, 1, 1}, &opts, &t);
+    /* last stage: 3 blocks, the head's f and the loss's 3 b s numbers */
+    ck_assert_double_eq_tol(t.formula[KIND_TP], 4 * (12 * 128 + 128 + 3 * 8) * 4.0, 1e-9);
+    ck_assert_double_eq_tol(t.formula[KIND_PP], 4 * 128 * 4, 1e-9);   /* gradients back */
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("chapter5");
+    TCase *tc = tcase_create("3d");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, formulas_by_hand);
+    tcase_add_test(tc, dp_only_1_1_4);
+    tcase_add_test(tc, tp_pp_2_2_1);
+    tcase_add_test(tc, tp_dp_2_1_2);
+    tcase_add_test(tc, pp_dp_1_2_2);
+    tcase_add_test(tc, three_d_2_2_2);
+    tcase_add_test(tc, three_stages_1_3_2);
+    tcase_add_test(tc, zero1_and_other_schedules_on_2_2_2);
+    tcase_add_test(tc, leaving_out_any_communication_fails);
+    suite_add_tcase(s, tc);
+    return check_run(s, 0);
+}

@@ -1,0 +1,90 @@
+/* Chapter 5 on Open MPI processes: the mesh that -np gives (1: 1 x 1 x 1, 2: 1 x 2 x 1,
+ * 4: 2 x 2 x 1, 8: 2 x 2 x 2) trains the baseline's model, with ZeRO-1 across dp where
+ * there is dp, and every rank's bytes on each group kind equal their formulas; the
+ * negative control drops the TP f backward. World rank 0's process judges
+ * (check_expect), every process waits for its verdict (check_agree). */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "check_run.h"
+#include "run3d.h"
+
+static int world_size(void) {
+    int n = launch_mpi_world_size();
+    return n > 0 ? n : 1;
+}
+
+static mesh_shape mesh_for(int world) {
+    switch (world) {
+    case 2: return (mesh_shape){1, 2, 1};
+    case 4: return (mesh_shape){2, 2, 1};
+    case 8: return (mesh_shape){2, 2, 2};
+    default: return (mesh_shape){1, world, 1};
+    }
+}
+
+static run_config small_config(void) {
+    run_config cfg = run_config_default();
+    cfg.model = (gpt_config){.vocab = 256, .ctx = 8, .layers = 6, .heads = 2, .dim = 16};
+    cfg.batch = 8;
+    cfg.steps = 3;
+    cfg.quiet = 1;
+    cfg.comm.ranks = world_size();
+    cfg.comm.timeout_seconds = 60;
+    return cfg;
+}
+
+static void run_case(pipeline_options opts, int expect_match) {
+    const mesh_shape shape = mesh_for(world_size());
+    dataset *d = dataset_builtin();
+    run_config cfg = small_config();
+    baseline_run *b = process_hosts_rank0() ? baseline_train(&cfg, d) : NULL;
+    check_verdict v = {0};
+    mesh_outcome o;
+    ck_assert_int_eq(mesh_run_launch(&cfg, d, shape, &opts, b, &o), 0);
+    if (b) {
+        const run_result *r = &o.result;
+        printf("mpi tp %d x pp %d x dp %d, zero %d%s: max |diff| loss %.2e grads %.2e params "
+               "%.2e; bytes vs formula %.1e\n", shape.tp, shape.pp, shape.dp, opts.zero_stage,
+               expect_match ? "" : ", without f backward", r->diff_loss, r->diff_grads,
+               r->diff_params, o.worst_bytes_error);
+        if (expect_match) {
+            check_expect(&v, r->diff_grads <= MESH_TOL_GRADS);
+            check_expect(&v, r->diff_loss <= MESH_TOL_LOSS);
+            check_expect(&v, r->diff_params <= MESH_TOL_PARAMS);
+            check_expect(&v, o.worst_bytes_error <= 1e-3);
+        } else {
+            check_expect(&v, r->diff_grads > 100 * MESH_TOL_GRADS);
+        }
+        mesh_outcome_free(&o);
+    }
+    check_agree(&v);
+    baseline_free(b);
+    dataset_free(d);
+}
+
+START_TEST(the_mesh_matches_the_baseline) {
+    pipeline_options opts = {.schedule = PP_1F1B, .micro = 4, .chunks = 1,
+                             .zero_stage = mesh_for(world_size()).dp > 1};
+    run_case(opts, 1);
+}
+END_TEST
+
+START_TEST(without_f_backward_it_fails) {
+    run_case((pipeline_options){.schedule = PP_1F1B, .micro = 4, .chunks = 1,
+                                .fault = PIPELINE_FAULT_DROP_F_BACKWARD}, 0);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("mpi_chapter5");
+    TCase *tc = tcase_create("3d");
+    const int W = world_size();
+    check_add_test_where(tc, the_mesh_matches_the_baseline, W == 1 || W == 2 || W == 4 || W == 8,
+                         "no mesh of this chapter for this -np");
+    check_add_test_where(tc, without_f_backward_it_fails, W == 4 || W == 8,
+                         "the mesh has no tensor parallelism at this -np");
+    suite_add_tcase(s, tc);
+    return check_run(s, 1);
+}
