@@ -77,6 +77,7 @@ static pipeline_sim_config sim_config(const chapter_args *a) {
 int main(int argc, char **argv) {
     chapter_args a = {.cfg = run_config_default(), .micro = 8, .chunks = 2,
                       .schedule = SCHEDULE_ALL, .stage_ms = -1};
+    a.cfg.steps = 5;   /* five schedules, each paced by the compute model */
     const cli_option options[] = {
         {"pp", OPT_INT, &a.pp, "pipeline stages (default: the rank count)", NULL, 1},
         {"micro", OPT_INT, &a.micro, "micro-batches per step (must divide --batch)", NULL, 1},

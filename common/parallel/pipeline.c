@@ -236,7 +236,7 @@ void pipeline_measure(pipeline_rank *r, pipeline_measures *pm) {
     double mine[M_COUNT] = {0};
     for (int s = first; s < steps; s++) mine[M_BUSY] += r->busy[s];
     mine[M_ACTIVATIONS] = (double)mem_stats_current()->peak[MEM_ACTIVATIONS];
-    for (int c = 0; c < r->opts.chunks; c++) mine[M_IN_FLIGHT] += r->exec.slots_used[c];
+    mine[M_IN_FLIGHT] = r->exec.in_flight_peak;
     comm_stats pp_stats = comm_stats_get(r->mesh->pp);
     mine[M_BYTES] = (double)comm_stats_total_sent(&pp_stats) / (timed > 0 ? timed : 1);
     mine[M_OVERRUN] = r->exec.overrun_seconds;

@@ -79,7 +79,7 @@ typedef struct {
     double bubble_over_ideal;    /* idle over busy */
     double *busy_ms, *idle_ms;   /* per step */
     double *peak_activations;    /* bytes, the accounting allocator's peak */
-    int *in_flight;              /* the most micro-batches held at once (all chunks) */
+    int *in_flight;              /* the most micro-batch passes held at once (all chunks) */
     double *bytes_sent;          /* per step on the pp group: activations and gradients */
     double overrun_ms;           /* compute model: passes longer than modelled, per step */
 } pipeline_measures;

@@ -51,6 +51,7 @@ static int slot_for(pp_executor *e, int chunk, int micro) {
     while (busy[slot]) slot++;   /* the lowest free slot: at most m are ever needed */
     busy[slot] = 1;
     e->slot_of[at] = slot;
+    if (++e->in_flight > e->in_flight_peak) e->in_flight_peak = e->in_flight;
     int taken = 0;
     for (int s = 0; s < m; s++) taken += busy[s];
     if (taken > e->slots_used[chunk]) e->slots_used[chunk] = taken;
@@ -76,6 +77,7 @@ static void slot_release(pp_executor *e, int chunk, int micro) {
     }
     e->slot_busy[chunk * m + e->slot_of[at]] = 0;
     e->slot_of[at] = -1;
+    e->in_flight--;
 }
 
 static void send_from_outbox(pp_executor *e, int chunk, int micro) {

@@ -38,7 +38,8 @@ typedef struct {
     int *grad_sent;           /* [v x m]: its d(input) has gone */
     float **spare;            /* in- and outbox buffers not in use (at most 2 v m) */
     int spares;
-    int *slots_used;          /* [v]: the most slots ever taken at once */
+    int *slots_used;          /* [v]: the most slots ever taken at once, per chunk */
+    int in_flight, in_flight_peak;   /* micro-batches held now / at most, all chunks */
     /* the last step, measured (seconds from its start) */
     pp_span *spans;           /* [ops of this rank] */
     int nspans;
