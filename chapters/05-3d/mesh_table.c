@@ -39,15 +39,15 @@ void print_mesh(mesh_shape shape) {
     int *members = malloc(sizeof(int) * (size_t)W);
     printf("The mesh: tp %d x pp %d x dp %d = %d ranks, in Megatron-LM's order"
            " rank = tp + t x (dp + d x pp)\n", shape.tp, shape.pp, shape.dp, W);
-    if (W <= 32) {
-        printf("  rank:");
-        for (int r = 0; r < W; r++) printf(" %4d", r);
-        printf("\n  (tp,pp,dp):");
+    if (W <= 32) {   /* rank -> (tp, pp, dp), as digits: 101 is tp 1, pp 0, dp 1 */
+        printf("  %-12s", "rank");
+        for (int r = 0; r < W; r++) printf(" %3d", r);
+        printf("\n  %-12s", "(tp pp dp)");
         for (int r = 0; r < W; r++) {
             mesh_coord c = mesh_coord_of(&shape, r);
             printf(" %d%d%d", c.tp, c.pp, c.dp);
         }
-        printf("   (digits: tp pp dp)\n");
+        printf("\n");
     }
     for (int k = 0; k < MESH_KINDS; k++) print_groups(&shape, k, members);
     if (shape.pp > 1) {
