@@ -46,6 +46,7 @@ struct gpt_model {
     micro_slot *slots;       /* [max_slots]; a slot's x is NULL until its first use */
     micro_slot *slot;        /* the current one */
     block_acts *recompute;   /* checkpointing: one block's activations, rebuilt in backward */
+    int *host_batch;         /* host staging for tokens and targets: 2 x B*T */
     /* backward scratch, shared by all blocks and slots */
     float *dx;               /* gradient of the residual stream, walked back in place */
     float *d_x_mid, *d_ln, *d_atty, *d_qkv, *d_att, *d_fch, *d_fch_gelu;
@@ -132,6 +133,7 @@ gpt_model *gpt_model_create(const gpt_shape *s, int B, int T,
     m->B = B;
     m->T = T;
     m->max_slots = m->opts.max_slots > 0 ? m->opts.max_slots : 1;
+    m->host_batch = malloc(2 * (size_t)B * T * sizeof(int));
     m->slots = calloc((size_t)m->max_slots, sizeof *m->slots);
     const size_t N = (size_t)B * T, C = s->cfg.dim;
     gpt_use_slot(m, 0);
@@ -158,6 +160,7 @@ void gpt_model_free(gpt_model *m) {
                      m->d_fch_gelu};
     for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++) mem_free(rest[i]);
     free(m->recompute);
+    free(m->host_batch);
     free(m->slots);
     free(m);
 }
@@ -173,6 +176,8 @@ void gpt_use_slot(gpt_model *m, int slot) {
     m->slot = &m->slots[slot];
     if (!m->slot->x) slot_alloc(m, m->slot);
 }
+
+int *gpt_host_batch(gpt_model *m) { return m->host_batch; }
 
 void gpt_set_batch(gpt_model *m, const int *tokens, const int *targets) {
     size_t bytes = (size_t)m->B * m->T * sizeof(int);

@@ -127,6 +127,8 @@ void gpt_use_slot(gpt_model *m, int slot);   /* 0 <= slot < max_slots */
 /* Uploads one micro-batch: tokens and next-token targets, B*T each, on the host. The
  * first stage needs the tokens, the last the targets; giving both is harmless. */
 void gpt_set_batch(gpt_model *m, const int *tokens, const int *targets);
+/* Host memory for 2 x B*T ints, the model's own, to stage a batch in (load_batch). */
+int *gpt_host_batch(gpt_model *m);
 
 /* The stage's boundary, [B*T, dim] on the device, for the current slot:
  *   input        write the previous stage's output here before gpt_forward

@@ -47,10 +47,9 @@ void replica_adamw(replica *r, const adamw_config *cfg) {
 void load_batch(gpt_model *m, const dataset *d, const run_config *cfg, int step,
                 int first, int count) {
     const int T = cfg->model.ctx;
-    int *tokens = malloc(sizeof(int) * (size_t)count * T * 2);
+    int *tokens = gpt_host_batch(m);   /* the model's own staging: no allocation per step */
     dataset_batch(d, cfg->seed, step, first, count, T, tokens, tokens + count * T);
     gpt_set_batch(m, tokens, tokens + count * T);
-    free(tokens);
 }
 
 double max_abs_diff(const float *a, const float *b, size_t n) {

@@ -23,7 +23,8 @@ void replica_free(replica *r);
 /* One AdamW step over the whole vector. */
 void replica_adamw(replica *r, const adamw_config *cfg);
 
-/* Uploads sequences [first, first + count) of a step's global batch into m. */
+/* Uploads sequences [first, first + count) of a step's global batch into m; count is the
+ * model's micro-batch size B (the batch is staged in the model's own host buffer). */
 void load_batch(gpt_model *m, const dataset *d, const run_config *cfg, int step,
                 int first, int count);
 

@@ -18,8 +18,9 @@ typedef struct {
 static void gather_spans(pipeline_rank *r, pp_outcome *out) {
     comm *g = r->metrics;
     const int p = comm_size(g);
-    int most = r->exec.nspans;
-    comm_allreduce(g, &most, 1, COMM_F32, COMM_MAX);   /* small integers: exact */
+    float longest = (float)r->exec.nspans;   /* a count: exact in a float */
+    comm_allreduce(g, &longest, 1, COMM_F32, COMM_MAX);
+    const int most = (int)longest;
     pp_span *mine = calloc((size_t)most, sizeof *mine);
     memcpy(mine, r->exec.spans, (size_t)r->exec.nspans * sizeof *mine);
     for (int i = r->exec.nspans; i < most; i++) mine[i].rank = -1;   /* padding */
