@@ -21,9 +21,9 @@ void pp_executor_init(pp_executor *e, const pp_schedule *schedule, int rank, pp_
     e->inbox = calloc((size_t)v * m, sizeof *e->inbox);
     e->spare = calloc(2 * (size_t)v * m, sizeof *e->spare);
     e->slot_busy = calloc((size_t)v * m, sizeof(int));
-    e->slots_used = calloc((size_t)v, sizeof(int));
     e->spans = calloc((size_t)schedule->ranks[rank].count, sizeof *e->spans);
-    if (!e->slot_of || !e->grad_sent || !e->inbox || !e->outbox || !e->spare || !e->slot_busy || !e->slots_used || !e->spans) {
+    if (!e->slot_of || !e->grad_sent || !e->inbox || !e->outbox || !e->spare ||
+        !e->slot_busy || !e->spans) {
         fprintf(stderr, "error: out of memory for the pipeline schedule\n");
         exit(1);
     }
@@ -37,7 +37,6 @@ void pp_executor_free(pp_executor *e) {
     free(e->inbox);
     free(e->spare);
     free(e->slot_busy);
-    free(e->slots_used);
     free(e->spans);
 }
 
@@ -52,9 +51,6 @@ static int slot_for(pp_executor *e, int chunk, int micro) {
     busy[slot] = 1;
     e->slot_of[at] = slot;
     if (++e->in_flight > e->in_flight_peak) e->in_flight_peak = e->in_flight;
-    int taken = 0;
-    for (int s = 0; s < m; s++) taken += busy[s];
-    if (taken > e->slots_used[chunk]) e->slots_used[chunk] = taken;
     return slot;
 }
 

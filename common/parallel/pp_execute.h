@@ -28,8 +28,6 @@ typedef struct {
     int first_sequence;       /* this pipeline's first sequence of the global batch */
     float dloss;              /* d(objective)/d(one token's loss) */
     double stage_seconds;     /* the compute model; 0: off */
-    gpt_slab_ready_fn on_slab_ready;   /* per chunk, when its slabs are final (may be NULL) */
-    void **slab_ready_ctx;             /* [v] */
     /* slots */
     int *slot_of;             /* [v x m]: the slot micro-batch i holds on chunk c, or -1 */
     int *slot_busy;           /* [v x m]: which slots are taken */
@@ -38,7 +36,6 @@ typedef struct {
     int *grad_sent;           /* [v x m]: its d(input) has gone */
     float **spare;            /* in- and outbox buffers not in use (at most 2 v m) */
     int spares;
-    int *slots_used;          /* [v]: the most slots ever taken at once, per chunk */
     int in_flight, in_flight_peak;   /* micro-batches held now / at most, all chunks */
     /* the last step, measured (seconds from its start) */
     pp_span *spans;           /* [ops of this rank] */
