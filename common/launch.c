@@ -53,13 +53,22 @@ static void describe_cpu(int mpi, char *out, size_t size) {
     snprintf(out, size, "device: cpu; communicator: %s", communicator);
 }
 
-void launch_describe(const comm_options *opts, int world, char *out, size_t size) {
-    int mpi = 0, local = world;
+/* Whether launch() will run MPI processes, and how many ranks share this node's GPUs
+ * (the processes mpirun started here, or every thread rank). */
+static int ranks_on_this_node(int world, int *mpi) {
+    *mpi = 0;
+    int local = world;
 #ifdef USE_MPI
-    mpi = launch_mpi_world_size() > 0;
+    *mpi = launch_mpi_world_size() > 0;
     const char *local_size = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    if (mpi && local_size) local = atoi(local_size);
+    if (*mpi && local_size) local = atoi(local_size);
 #endif
+    return local;
+}
+
+void launch_describe(const comm_options *opts, int world, char *out, size_t size) {
+    int mpi;
+    const int local = ranks_on_this_node(world, &mpi);
     if (device_resolve(opts->device) != DEVICE_CUDA) {
         describe_cpu(mpi, out, size);
         return;
@@ -84,13 +93,8 @@ void launch_describe(const comm_options *opts, int world, char *out, size_t size
 }
 
 const char *launch_backend_name(const comm_options *opts, int world) {
-    int mpi = 0, local = world;
-#ifdef USE_MPI
-    mpi = launch_mpi_world_size() > 0;
-    const char *local_size = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    if (mpi && local_size) local = atoi(local_size);
-#endif
-    if (nccl_fits(opts, local)) return "nccl";
+    int mpi;
+    if (nccl_fits(opts, ranks_on_this_node(world, &mpi))) return "nccl";
     return mpi ? "mpi" : "threads";
 }
 
