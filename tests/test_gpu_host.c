@@ -4,6 +4,12 @@
  *    test_gpu_ops.c's shapes, simulated here (10 of 23 mantissa bits kept, rounded to
  *    nearest and, the worse case, truncated), must stay below that suite's TF32
  *    tolerance (2e-3). Negative control: keeping 7 bits (bfloat16) must exceed it.
+ *  - Copies with memmove semantics (gpu/overlap.h): the rule that sends overlapping
+ *    copies through a staging buffer, run here with host copies, must give memmove's
+ *    bytes for every shift; negative control: a plain forward copy must not.
+ *  - Grid limits (gpu/grid_limits.h): the column sums' grid never passes 65535 block
+ *    rows and still visits every row chunk exactly once, up to 2^31 - 1 rows; negative
+ *    control: one block row per chunk (the former shape) passes 65535 at 8.4M rows.
  *
  * Each check prints the largest difference it saw. */
 #include <check.h>
@@ -13,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../gpu/grid_limits.h"
+#include "../gpu/overlap.h"
 #include "check_run.h"
 #include "rng.h"
 
@@ -101,6 +109,94 @@ START_TEST(bf16_rounding_exceeds_the_tolerance) {
 }
 END_TEST
 
+/* ---- copies with memmove semantics ------------------------------------------------- */
+
+/* What comm_cuda_copy and cuda_vec_copy do, with host copies standing in for CUDA's. */
+static void staged_copy(unsigned char *dst, const unsigned char *src, size_t bytes,
+                        unsigned char *stage) {
+    if (bytes == 0 || dst == src) return;
+    if (ranges_overlap(dst, src, bytes)) {
+        memcpy(stage, src, bytes);
+        src = stage;
+    }
+    memcpy(dst, src, bytes);
+}
+
+/* A copy that ignores overlap, byte by byte forward: what an undefined copy may do. */
+static void forward_copy(unsigned char *dst, const unsigned char *src, size_t bytes,
+                         unsigned char *stage) {
+    (void)stage;
+    for (size_t i = 0; i < bytes; i++) dst[i] = src[i];
+}
+
+typedef void (*copy_fn)(unsigned char *, const unsigned char *, size_t, unsigned char *);
+
+/* Shifts of -64..64 bytes of a 100-byte range inside 256 bytes: how many differ from
+ * memmove. */
+static int shifts_unlike_memmove(copy_fn copy) {
+    enum { SIZE = 256, LEN = 100, BASE = 78 };
+    unsigned char want[SIZE], got[SIZE], stage[SIZE];
+    int differing = 0;
+    for (int shift = -64; shift <= 64; shift++) {
+        for (int i = 0; i < SIZE; i++) want[i] = got[i] = (unsigned char)(i * 7 + 3);
+        memmove(want + BASE + shift, want + BASE, LEN);
+        copy(got + BASE + shift, got + BASE, LEN, stage);
+        if (memcmp(want, got, SIZE) != 0) differing++;
+    }
+    return differing;
+}
+
+START_TEST(overlapping_copies_behave_as_memmove) {
+    unsigned char buf[64];
+    ck_assert(!ranges_overlap(buf, buf, 10));        /* the same range: nothing to do */
+    ck_assert(!ranges_overlap(buf + 10, buf, 10));   /* adjacent */
+    ck_assert(!ranges_overlap(buf, buf + 10, 10));
+    ck_assert(ranges_overlap(buf + 9, buf, 10));
+    ck_assert(ranges_overlap(buf, buf + 9, 10));
+    ck_assert(!ranges_overlap(buf + 1, buf, 0));
+    const int staged = shifts_unlike_memmove(staged_copy);
+    const int forward = shifts_unlike_memmove(forward_copy);
+    printf("  copies unlike memmove over 129 shifts: staged %d; negative control, plain"
+           " forward copy %d (must be > 0)\n", staged, forward);
+    ck_assert_int_eq(staged, 0);
+    ck_assert_int_gt(forward, 0);
+}
+END_TEST
+
+/* ---- grid limits ----------------------------------------------------------------------- */
+
+/* Walks the kernel's loop (block row y: chunks y, y + grid_y, ...) and checks that it
+ * visits chunks 0..chunks-1 once each, in increasing order per block row. */
+static int grid_covers(size_t chunks, unsigned grid_y) {
+    size_t visited = 0;
+    for (size_t y = 0; y < grid_y; y++)
+        for (size_t chunk = y; chunk < chunks; chunk += grid_y) visited++;
+    /* distinct by construction (chunk = y mod grid_y), so the count settles it */
+    return visited == chunks;
+}
+
+START_TEST(column_sums_grid_stays_within_limits) {
+    static const size_t rows[] = {1, 127, 128, 129, 8388480, 8388481, 50000000,
+                                  2147483647};
+    unsigned largest = 0;
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        const size_t chunks = column_chunks(rows[i]);
+        const unsigned grid_y = column_grid_y(chunks);
+        if (grid_y > largest) largest = grid_y;
+        ck_assert_msg(grid_y >= 1 && grid_y <= CUDA_GRID_Y_MAX, "%zu rows: grid y %u",
+                      rows[i], grid_y);
+        ck_assert_msg(grid_covers(chunks, grid_y), "%zu rows: chunks not covered once",
+                      rows[i]);
+    }
+    /* negative control: one block row per chunk, as before */
+    const size_t old_grid_y = column_chunks(8388481);
+    printf("  column sums up to 2^31-1 rows: grid y at most %u (limit %u); negative"
+           " control, one block row per chunk at 8388481 rows: %zu\n",
+           largest, CUDA_GRID_Y_MAX, old_grid_y);
+    ck_assert_uint_gt(old_grid_y, CUDA_GRID_Y_MAX);
+}
+END_TEST
+
 int main(void) {
     Suite *suite = suite_create("gpu_host");
     TCase *tf32 = tcase_create("tf32_tolerance");
@@ -108,5 +204,9 @@ int main(void) {
     tcase_add_test(tf32, tf32_rounding_fits_the_tolerance);
     tcase_add_test(tf32, bf16_rounding_exceeds_the_tolerance);
     suite_add_tcase(suite, tf32);
+    TCase *rules = tcase_create("device_rules");
+    tcase_add_test(rules, overlapping_copies_behave_as_memmove);
+    tcase_add_test(rules, column_sums_grid_stays_within_limits);
+    suite_add_tcase(suite, rules);
     return check_run(suite, 0);
 }
