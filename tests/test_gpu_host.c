@@ -10,6 +10,10 @@
  *  - Grid limits (gpu/grid_limits.h): the column sums' grid never passes 65535 block
  *    rows and still visits every row chunk exactly once, up to 2^31 - 1 rows; negative
  *    control: one block row per chunk (the former shape) passes 65535 at 8.4M rows.
+ *  - The device allocator's cache (gpu/block_cache.h): best fit on the same GPU, never
+ *    a block more than twice the size asked for, findable by pointer, drained per GPU;
+ *    a ZeRO-like step (the same buffers allocated and freed every step) allocates only
+ *    in its first step. Negative control: without the cache every step allocates.
  *
  * Each check prints the largest difference it saw. */
 #include <check.h>
@@ -19,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../gpu/block_cache.h"
 #include "../gpu/grid_limits.h"
 #include "../gpu/overlap.h"
 #include "check_run.h"
@@ -197,6 +202,100 @@ START_TEST(column_sums_grid_stays_within_limits) {
 }
 END_TEST
 
+/* ---- the device allocator's cache ------------------------------------------------ */
+
+/* What cuda_device_malloc / cuda_device_free do with the cache, with host memory
+ * standing in for device memory; counts the allocations the cache could not serve. */
+typedef struct {
+    block_cache cache;
+    int use_cache;
+    int allocations;
+} fake_device;
+
+static void *fake_malloc(fake_device *d, int gpu, size_t bytes) {
+    cached_block *b = d->use_cache ? block_cache_take(&d->cache, gpu, bytes) : NULL;
+    if (!b) {
+        b = calloc(1, sizeof *b);
+        b->capacity = block_cache_round(bytes);
+        b->ptr = malloc(b->capacity);
+        b->gpu = gpu;
+        d->allocations++;
+    }
+    block_cache_track(&d->cache, b);
+    return b->ptr;
+}
+
+static void fake_free(fake_device *d, void *ptr) {
+    cached_block *b = block_cache_release(&d->cache, ptr);
+    ck_assert_ptr_nonnull(b);
+    if (d->use_cache) {
+        block_cache_keep(&d->cache, b);
+        return;
+    }
+    free(b->ptr);
+    free(b);
+}
+
+static void fake_device_free_all(fake_device *d) {
+    for (cached_block *b = block_cache_drain(&d->cache, 0), *next; b; b = next) {
+        next = b->next;
+        free(b->ptr);
+        free(b);
+    }
+}
+
+/* Ten steps of a ZeRO-like loop: per-slab gradient buffers and a comm scratch,
+ * allocated and freed every step. Returns the allocations made. */
+static int zero_like_steps(int use_cache) {
+    static const size_t sizes[] = {4 * 197376, 4 * 197376, 4 * 197376, 4 * 65536, 4 * 1000};
+    enum { BUFFERS = sizeof sizes / sizeof sizes[0], STEPS = 10 };
+    fake_device d = {.use_cache = use_cache};
+    for (int step = 0; step < STEPS; step++) {
+        void *live[BUFFERS];
+        for (int i = 0; i < BUFFERS; i++) live[i] = fake_malloc(&d, 0, sizes[i]);
+        for (int i = BUFFERS - 1; i >= 0; i--) fake_free(&d, live[i]);
+    }
+    fake_device_free_all(&d);
+    return d.allocations;
+}
+
+START_TEST(device_cache_reuses_blocks_that_fit) {
+    fake_device d = {.use_cache = 1};
+    void *a = fake_malloc(&d, 0, 1000), *big = fake_malloc(&d, 0, 4096),
+         *other_gpu = fake_malloc(&d, 1, 1000);
+    ck_assert_ptr_null(block_cache_release(&d.cache, (char *)a + 1));   /* not handed out */
+    fake_free(&d, a);
+    fake_free(&d, big);
+    fake_free(&d, other_gpu);
+    ck_assert_uint_eq(d.cache.idle_bytes, 1024 + 4096 + 1024);
+    /* best fit on the same GPU: the 1024-byte block of GPU 0 */
+    ck_assert_ptr_eq(fake_malloc(&d, 0, 900), a);
+    /* 4096 bytes are more than twice 1024: a new block, the big one stays idle */
+    void *small = fake_malloc(&d, 0, 700);
+    ck_assert_ptr_ne(small, big);
+    ck_assert_int_eq(d.allocations, 4);
+    ck_assert_ptr_eq(fake_malloc(&d, 0, 2048), big);   /* 4096 <= 2 x 2048 */
+    /* draining GPU 0 leaves GPU 1's block */
+    fake_free(&d, a);
+    fake_free(&d, small);
+    fake_free(&d, big);
+    fake_device_free_all(&d);
+    ck_assert_uint_eq(d.cache.idle_bytes, 1024);
+    ck_assert_ptr_eq(fake_malloc(&d, 1, 1000), other_gpu);
+    fake_free(&d, other_gpu);
+    cached_block *left = block_cache_drain(&d.cache, 1);
+    ck_assert_ptr_nonnull(left);
+    free(left->ptr);
+    free(left);
+
+    const int cached = zero_like_steps(1), uncached = zero_like_steps(0);
+    printf("  device allocations over 10 ZeRO-like steps of 5 buffers: cached %d;"
+           " negative control, no cache %d\n", cached, uncached);
+    ck_assert_int_eq(cached, 5);
+    ck_assert_int_eq(uncached, 50);
+}
+END_TEST
+
 int main(void) {
     Suite *suite = suite_create("gpu_host");
     TCase *tf32 = tcase_create("tf32_tolerance");
@@ -207,6 +306,7 @@ int main(void) {
     TCase *rules = tcase_create("device_rules");
     tcase_add_test(rules, overlapping_copies_behave_as_memmove);
     tcase_add_test(rules, column_sums_grid_stays_within_limits);
+    tcase_add_test(rules, device_cache_reuses_blocks_that_fit);
     suite_add_tcase(suite, rules);
     return check_run(suite, 0);
 }
