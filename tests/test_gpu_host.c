@@ -14,6 +14,9 @@
  *    a block more than twice the size asked for, findable by pointer, drained per GPU;
  *    a ZeRO-like step (the same buffers allocated and freed every step) allocates only
  *    in its first step. Negative control: without the cache every step allocates.
+ *  - The device script's rules (gpu/check.sh --self-test): how exit statuses and SKIP
+ *    lines become verdicts, among them the negative control that a skip while a GPU
+ *    is seen is a failure, and how the benchmark ratios are formed.
  *
  * Each check prints the largest difference it saw. */
 #include <check.h>
@@ -22,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../gpu/block_cache.h"
 #include "../gpu/grid_limits.h"
@@ -296,6 +300,38 @@ START_TEST(device_cache_reuses_blocks_that_fit) {
 }
 END_TEST
 
+/* ---- the device script's own rules ------------------------------------------------ */
+
+/* The repository root: this program is <root>/build/<variant>/tests/test_gpu_host. */
+static void repository_root(char *out, size_t size) {
+    ssize_t n = readlink("/proc/self/exe", out, size - 1);
+    ck_assert_msg(n > 0, "cannot read /proc/self/exe");
+    out[n] = '\0';
+    for (int up = 0; up < 4; up++) {
+        char *slash = strrchr(out, '/');
+        ck_assert_ptr_nonnull(slash);
+        *slash = '\0';
+    }
+}
+
+START_TEST(device_script_rules_hold) {
+    char root[4096], command[4200 + 64];
+    repository_root(root, sizeof root - 64);
+    snprintf(command, sizeof command, "'%s/gpu/check.sh' --self-test", root);
+    FILE *p = popen(command, "r");
+    ck_assert_ptr_nonnull(p);
+    char line[512], last[512] = "";
+    while (fgets(line, sizeof line, p)) {
+        if (strncmp(line, "WRONG", 5) == 0) printf("  %s", line);
+        snprintf(last, sizeof last, "%s", line);
+    }
+    const int status = pclose(p);
+    printf("  gpu/check.sh --self-test: %s", last);
+    fflush(stdout);
+    ck_assert_msg(status == 0, "gpu/check.sh --self-test: %s", last);
+}
+END_TEST
+
 int main(void) {
     Suite *suite = suite_create("gpu_host");
     TCase *tf32 = tcase_create("tf32_tolerance");
@@ -307,6 +343,7 @@ int main(void) {
     tcase_add_test(rules, overlapping_copies_behave_as_memmove);
     tcase_add_test(rules, column_sums_grid_stays_within_limits);
     tcase_add_test(rules, device_cache_reuses_blocks_that_fit);
+    tcase_add_test(rules, device_script_rules_hold);
     suite_add_tcase(suite, rules);
     return check_run(suite, 0);
 }
