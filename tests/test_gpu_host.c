@@ -14,6 +14,9 @@
  *    a block more than twice the size asked for, findable by pointer, drained per GPU;
  *    a ZeRO-like step (the same buffers allocated and freed every step) allocates only
  *    in its first step. Negative control: without the cache every step allocates.
+ *  - The run header on a machine without a usable GPU: a GPU=1 build says "no GPU
+ *    visible: running on the CPU" with CUDA's reason; a CPU build, which never looks
+ *    for one, says plain "device: cpu;" (the control that the note is not always there).
  *  - The device script's rules (gpu/check.sh --self-test): how exit statuses and SKIP
  *    lines become verdicts, among them the negative control that a skip while a GPU
  *    is seen is a failure, and how the benchmark ratios are formed.
@@ -31,6 +34,8 @@
 #include "../gpu/grid_limits.h"
 #include "../gpu/overlap.h"
 #include "check_run.h"
+#include "comm.h"
+#include "device.h"
 #include "rng.h"
 
 /* ---- TF32 input rounding ------------------------------------------------------------ */
@@ -300,6 +305,28 @@ START_TEST(device_cache_reuses_blocks_that_fit) {
 }
 END_TEST
 
+/* ---- the run header without a GPU ---------------------------------------------------- */
+
+START_TEST(header_says_why_there_is_no_gpu) {
+    comm_options opts = comm_options_default();
+    opts.ranks = 2;
+    opts.device = device_resolve(DEVICE_AUTO);
+    char header[320], why[160];
+    launch_describe(&opts, 2, header, sizeof header);
+    printf("  %s\n", header);
+    if (device_gpu_count() > 0) {   /* a GPU machine: the header names it */
+        ck_assert_msg(strstr(header, "device: cuda") != NULL, "%s", header);
+    } else if (device_gpu_backend()) {
+        ck_assert_msg(strstr(header, "no GPU visible: running on the CPU") != NULL, "%s",
+                      header);
+        ck_assert_msg(strstr(header, device_no_gpu_reason(why, sizeof why)) != NULL,
+                      "%s: no reason", header);
+    } else {
+        ck_assert_msg(strncmp(header, "device: cpu;", 12) == 0, "%s", header);
+    }
+}
+END_TEST
+
 /* ---- the device script's own rules ------------------------------------------------ */
 
 /* The repository root: this program is <root>/build/<variant>/tests/test_gpu_host. */
@@ -344,6 +371,7 @@ int main(void) {
     tcase_add_test(rules, column_sums_grid_stays_within_limits);
     tcase_add_test(rules, device_cache_reuses_blocks_that_fit);
     tcase_add_test(rules, device_script_rules_hold);
+    tcase_add_test(rules, header_says_why_there_is_no_gpu);
     suite_add_tcase(suite, rules);
     return check_run(suite, 0);
 }
