@@ -46,11 +46,6 @@ esac
 reserve=10    # seconds kept back for the table
 t_begin=$(date +%s)
 deadline=$((t_begin + budget))
-out_dir=${OUT:-$root/build}
-mkdir -p "$out_dir" build
-log=$out_dir/gpu-check.log
-: >"$log"
-export NCCL_DEBUG=WARN OPENBLAS_NUM_THREADS=1
 
 rows=()       # the table: "what|result|detail"
 notes=()      # lines printed under the table
@@ -120,10 +115,16 @@ print_table() {
     echo "failures: $failures"
 }
 
-if [ $self_test = 1 ]; then
+if [ $self_test = 1 ]; then   # before the log exists: a self-test leaves it alone
     . gpu/check_self_test.sh
     exit $?
 fi
+
+out_dir=${OUT:-$root/build}
+mkdir -p "$out_dir" build
+log=$out_dir/gpu-check.log
+: >"$log"
+export NCCL_DEBUG=WARN OPENBLAS_NUM_THREADS=1
 
 finish() {
     trap - EXIT
