@@ -83,6 +83,19 @@ verdict() {
     fi
 }
 
+checks() {   # "N/M checks" from Check's summary line
+    grep -Eo 'Checks: [0-9]+, Failures: [0-9]+, Errors: [0-9]+' "$1" | tail -n 1 |
+        awk -F'[:, ]+' '{printf "%d/%d checks", $2 - $4 - $6, $2}'
+}
+
+# worst FILE PRECISION: the largest error of test_gpu_ops' "WORST <op> <precision> rel
+# E  (tol T)" lines of that precision, and the largest tolerance: "E (tol T)".
+worst() {
+    grep "^WORST [^ ]* $2 " "$1" | tr -d '()' |
+        awk '{ if ($5 + 0 > w) w = $5 + 0; if ($7 + 0 > t) t = $7 + 0 }
+             END { if (NR) printf "%.2e (tol %.0e)", w, t }'
+}
+
 # bench_lines RESULT_FILES...: one line per precision: ours against eager and fused.
 bench_lines() {
     local results precision ours eager fused
@@ -320,13 +333,6 @@ warnings=$(grep -c 'warning:' "$out_dir/build.err")
 row "build GPU=1 (sm_90 + PTX)" ok "$bin: tests, benches, chapters 1-3 ($warnings compiler warnings)"
 
 # ---- 2. test suites -----------------------------------------------------------------------
-checks() {   # "N/M checks" from Check's summary line
-    grep -Eo 'Checks: [0-9]+, Failures: [0-9]+, Errors: [0-9]+' "$1" | tail -n 1 |
-        awk -F'[:, ]+' '{printf "%d/%d checks", $2 - $4 - $6, $2}'
-}
-worst() {   # worst "rel" of the WORST lines of one precision, then their tolerance
-    grep "^WORST [^ ]* $2 " "$1" | awk '{ if ($4 > w) w = $4; t = $6 } END { if (NR) printf "%.2e (tol %s", w, t }'
-}
 for suite in test_gpu_host test_gpu_ops test_gpu_strategies; do
     limit=120
     [ $suite = test_gpu_host ] && limit=60
@@ -335,7 +341,7 @@ for suite in test_gpu_host test_gpu_ops test_gpu_strategies; do
     detail=$(checks "$out_dir/$suite.out")
     [ -n "$why" ] && detail="${detail:+$detail; }$why"
     if [ $suite = test_gpu_ops ] && grep -q '^WORST' "$out_dir/$suite.out"; then
-        detail="$detail; worst rel err fp32 $(worst "$out_dir/$suite.out" fp32), tf32 $(worst "$out_dir/$suite.out" tf32)"
+        detail="$detail; worst rel error fp32 $(worst "$out_dir/$suite.out" fp32), tf32 $(worst "$out_dir/$suite.out" tf32)"
         while read -r line; do notes+=("$line"); done < <(grep '^WORST' "$out_dir/$suite.out")
     elif [ $suite = test_gpu_strategies ]; then
         w=$(grep -Eo 'grads \(rel\) [0-9.e+-]+' "$out_dir/$suite.out" | awk '{print $3}' | sort -g | tail -n 1)

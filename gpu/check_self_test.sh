@@ -32,6 +32,18 @@ case_verdict "not run for lack of budget (200)" 200 pass 1 FAILED
 verdict 77 "$self_dir/skip" 1
 expect "the reason a GPU-seen skip gives" "$why" "skipped although a GPU is seen: no GPU to test on"
 
+cat >"$self_dir/worst" <<'R'
+WORST embedding_forward fp32               rel 0.000e+00  (tol 0e+00)
+WORST layernorm_forward fp32               rel 3.100e-07  (tol 1e-05)
+WORST linear_forward fp32                  rel 1.200e-06  (tol 1e-05)
+WORST linear_forward tf32                  rel 7.700e-04  (tol 2e-03)
+WORST linear_backward tf32                 rel 2.500e-03  (tol 2e-03)  FAILED
+R
+expect "worst fp32 error of test_gpu_ops" "$(worst "$self_dir/worst" fp32)" "1.20e-06 (tol 1e-05)"
+expect "worst tf32 error, one over tolerance" "$(worst "$self_dir/worst" tf32)" "2.50e-03 (tol 2e-03)"
+printf 'Running suite(s): x\n66%%: Checks: 3, Failures: 1, Errors: 0\n' >"$self_dir/summary"
+expect "checks from Check's summary" "$(checks "$self_dir/summary")" "2/3 checks"
+
 cat >"$self_dir/ours" <<'R'
 RESULT impl=c precision=fp32 batch=16 ms=100.000 tokens_per_s=163840 tflops=40.000 loss=10.8
 RESULT impl=c precision=tf32 batch=16 ms=50.000 tokens_per_s=327680 tflops=80.000 loss=10.8
