@@ -333,6 +333,11 @@ warnings=$(grep -c 'warning:' "$out_dir/build.err")
 row "build GPU=1 (sm_90 + PTX)" ok "$bin: tests, benches, chapters 1-3 ($warnings compiler warnings)"
 
 # ---- 2. test suites -----------------------------------------------------------------------
+first_error() {   # " (the first error line)" of a step, or nothing
+    local line
+    line=$(grep -m 1 -iE 'error|fail' "$out_dir/$1.err" 2>/dev/null | cut -c1-140)
+    [ -n "$line" ] && echo " ($line)"
+}
 for suite in test_gpu_host test_gpu_ops test_gpu_strategies; do
     limit=120
     [ $suite = test_gpu_host ] && limit=60
@@ -340,6 +345,7 @@ for suite in test_gpu_host test_gpu_ops test_gpu_strategies; do
     verdict $? "$out_dir/$suite.out" $([ $suite = test_gpu_host ] && echo 0 || echo $gpu_seen)
     detail=$(checks "$out_dir/$suite.out")
     [ -n "$why" ] && detail="${detail:+$detail; }$why"
+    [ "$verdict" = FAILED ] && detail="$detail$(first_error "$suite")"
     if [ $suite = test_gpu_ops ] && grep -q '^WORST' "$out_dir/$suite.out"; then
         detail="$detail; worst rel error fp32 $(worst "$out_dir/$suite.out" fp32), tf32 $(worst "$out_dir/$suite.out" tf32)"
         while read -r line; do notes+=("$line"); done < <(grep '^WORST' "$out_dir/$suite.out")
@@ -378,11 +384,6 @@ EOF
 # Without a GPU the "GPU" side asks for auto: the CPU, through the same code.
 gpu_device=cuda
 [ $gpu_seen = 1 ] || gpu_device=auto
-first_error() {   # " (the first error line)" of a step, or nothing
-    local line
-    line=$(grep -m 1 -iE 'error|fail' "$out_dir/$1.err" 2>/dev/null | cut -c1-140)
-    [ -n "$line" ] && echo " ($line)"
-}
 chapter() {   # label, ranks, program, flags...: exit 0 = within the chapter's tolerances
     local label=$1 ranks=$2 program=$3 result=ok how detail=""
     shift 3
