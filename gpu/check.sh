@@ -14,7 +14,7 @@
 #      (build/gpu-include), the libraries from the toolkit or PyTorch's nvidia packages
 #   2. tests/test_gpu_host, test_gpu_ops (every op against the CPU op, the worst error
 #      of each), test_gpu_strategies (collectives on GPU ranks, training vs the CPU)
-#   3. chapters 1-3 on the GPU and on the CPU, same flags: each against its own
+#   3. chapters 1-5 on the GPU and on the CPU, same flags: each against its own
 #      baseline (exit status), and the GPU run's losses against the CPU run's
 #   4. bench_gpu (GPT-2 small, FP32 and TF32) and bench/pytorch_gpt2.py (PyTorch eager,
 #      naive and fused attention), same GPU: ours / eager (target >= 1.0x) and ours /
@@ -320,7 +320,7 @@ make_args=(GPU=1 "CUDA_HOME=$cuda" "EXTRA_CFLAGS=$extra_cflags" "EXTRA_LDFLAGS=$
 [ -n "${O:-}" ] && make_args+=("O=$O")
 bin=build/cpu-gpu${O:+-$O}
 run build 240 make -j"$(nproc)" "${make_args[@]}" tests benches \
-    "$bin/chapter1" "$bin/chapter2" "$bin/chapter3"
+    "$bin/chapter1" "$bin/chapter2" "$bin/chapter3" "$bin/chapter4" "$bin/chapter5"
 status=$?
 verdict $status "$out_dir/build.out" 0
 if [ "$verdict" != ok ]; then
@@ -330,7 +330,7 @@ if [ "$verdict" != ok ]; then
     exit 1
 fi
 warnings=$(grep -c 'warning:' "$out_dir/build.err")
-row "build GPU=1 (sm_90 + PTX)" ok "$bin: tests, benches, chapters 1-3 ($warnings compiler warnings)"
+row "build GPU=1 (sm_90 + PTX)" ok "$bin: tests, benches, chapters 1-5 ($warnings compiler warnings)"
 
 # ---- 2. test suites -----------------------------------------------------------------------
 first_error() {   # " (the first error line)" of a step, or nothing
@@ -405,6 +405,8 @@ chapter ch2-zero 4 chapter2
 chapter ch2-zero 1 chapter2
 chapter ch3-tp4 4 chapter3 --part train
 chapter ch3-tp2-dp2 4 chapter3 --part train --tp 2
+chapter ch4-1f1b 4 chapter4 --schedule 1f1b
+chapter ch5-3d 8 chapter5
 
 # ---- 4. benchmark: ours against PyTorch eager -------------------------------------------
 if [ $quick = 0 ]; then
