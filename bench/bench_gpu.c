@@ -9,7 +9,7 @@
  * stream. FLOPs per step: gpt_flops_per_step (6 x parameters x tokens + attention).
  *   GPU=1 make benches && build/cpu-gpu/bench/bench_gpu [--batch 16] [--steps 10]
  *       [--warmup 3] [--precision fp32|tf32|both]
- * Without a GPU (or in a build without GPU=1) it prints "no GPU, skipped" and exits 0.
+ * Without a GPU (or in a build without GPU=1) it prints "SKIP: <why>" and exits 0.
  * Besides the table it prints one "RESULT ..." line per precision for scripts. */
 #include <math.h>
 #include <stdio.h>
@@ -101,7 +101,8 @@ int main(int argc, char **argv) {
     cli_parse(argc, argv, &cfg, options, argv[0],
               "GPT-2-small training step on one GPU: ms/step, tokens/s, TFLOP/s.");
     if (device_gpu_count() == 0) {
-        printf("no GPU, skipped\n");
+        char why[160];
+        printf("SKIP: no GPU to time: %s\n", device_no_gpu_reason(why, sizeof why));
         return 0;
     }
 #ifdef USE_CUDA

@@ -4,8 +4,9 @@
 The same model as common/model.c: token + position embeddings, pre-LayerNorm blocks of
 causal multi-head attention (the T x T scores materialised, softmax, then V: the
 algorithm of our attention kernels) and a GELU (tanh) MLP, a final LayerNorm, an LM head
-tied to the token embedding, softmax cross-entropy, and AdamW (betas 0.9/0.95, eps 1e-8,
-weight decay 0.01 on every tensor, as ours). Random tokens, copied to the GPU every
+tied to the token embedding, softmax cross-entropy, and AdamW (learning rate 1e-3 with no
+warm-up, betas 0.9/0.95, eps 1e-8, weight decay 0.01 on every tensor: bench_gpu's
+settings). Random tokens, copied to the GPU every
 step as a data loader would; untimed warm-up steps, then timed steps measured with CUDA
 events. FLOPs per step as gpt_flops_per_step: 6 x (parameters - wpe) x tokens + 12 L T C
 x tokens for attention.
@@ -15,8 +16,7 @@ x tokens for attention.
 
 --sdpa uses torch's fused scaled_dot_product_attention instead (flash/memory-efficient
 kernels: not our algorithm, shown for reference). Prints a table and one RESULT line per
-precision, like bench_gpu; without PyTorch or a GPU it prints a line saying so and
-exits 0.
+precision, like bench_gpu; without PyTorch or a GPU it prints "SKIP: <why>" and exits 0.
 """
 import argparse
 import math
@@ -120,7 +120,8 @@ def run(torch, args, tf32):
     torch.manual_seed(args.seed)
     device = torch.device("cuda")
     model = build_model(torch, args).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), eps=1e-8,
+    # bench_gpu's AdamW: run_config_default() (lr 1e-3) with warmup_steps = 0
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), eps=1e-8,
                             weight_decay=0.01)
     n = args.batch * args.ctx
     host = torch.randint(0, args.vocab, (2, args.batch, args.ctx), dtype=torch.long)
@@ -162,11 +163,12 @@ def main():
     args = parse_args()
     try:
         import torch
-    except ImportError:
-        print("no PyTorch, skipped")
+    except ImportError as e:
+        print(f"SKIP: no PyTorch ({e})")
         return 0
     if not torch.cuda.is_available():
-        print("no GPU, skipped")
+        print(f"SKIP: PyTorch {torch.__version__} sees no GPU"
+              f" (built for CUDA {torch.version.cuda})")
         return 0
     args.warmup = max(args.warmup, 1)
     impl = "pytorch-sdpa" if args.sdpa else "pytorch"

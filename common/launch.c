@@ -46,7 +46,7 @@ static void describe_cpu(int mpi, char *out, size_t size) {
     char why[160] = "";
     if (device_gpu_backend() && device_gpu_count() == 0) {
         device_no_gpu_reason(why, sizeof why);
-        snprintf(out, size, "device: cpu (no GPU visible: running on the CPU; CUDA says: %s);"
+        snprintf(out, size, "device: cpu (no GPU visible: running on the CPU, as CUDA says: %s);"
                  " communicator: %s", why, communicator);
         return;
     }

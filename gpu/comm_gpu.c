@@ -11,6 +11,10 @@
  * after, and a peer then reads the result. Work that touches host memory only runs on
  * the host, as on the CPU path (a rank's stack scalars, its host vectors).
  *
+ * Copies have memmove semantics, as the host backends' copies do (an in-place
+ * all-gather's own piece may overlap): cudaMemcpyAsync on overlapping ranges is
+ * undefined, so an overlapping copy goes through the staging buffer.
+ *
  * common/ reaches these through the hooks of comm_internal.h (gpu/backend.c). */
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +24,7 @@
 #include "cuda_check.h"
 #include "device.h"
 #include "ops_cuda.h"
+#include "overlap.h"
 
 struct comm_gpu {
     int gpu;
@@ -83,6 +88,11 @@ void comm_cuda_copy(comm_gpu *g, void *dst, const void *src, size_t bytes) {
         return;
     }
     CUDA_CHECK(cudaSetDevice(g->gpu));
+    if (ranges_overlap(dst, src, bytes)) {   /* one allocation: memmove through staging */
+        char *staged = stage(g, bytes);
+        CUDA_CHECK(cudaMemcpyAsync(staged, src, bytes, cudaMemcpyDefault, g->stream));
+        src = staged;
+    }
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, g->stream));
     finish(g);
 }

@@ -1,48 +1,91 @@
 /* The GPU build's device layer: what gpu/backend.c's table gives common/device.c.
  *
- * Ranks are threads (or processes), and each one picks its device for itself, so the
- * choice and the CUDA objects that go with it (the GPU index, a stream, a cuBLAS
- * handle, the ops' scratch) are per-thread state. A thread's objects are destroyed
- * when it exits, so repeated launches of rank threads do not leak handles. */
+ * Ranks are threads (or processes), and each one picks its GPU for itself, so the CUDA
+ * objects that go with the choice (the GPU index, a stream, a cuBLAS handle, the ops'
+ * scratch) are per-thread state. When a thread exits its objects are not destroyed but
+ * kept for the next thread on that GPU: DP's replica threads, started every step, then
+ * create no stream and no cuBLAS handle after the first step.
+ *
+ * Device memory goes through a cache (block_cache.h): a freed block waits, with an event
+ * marking where its stream was, for the next allocation of about its size. Zero-filling
+ * a block runs on a fill stream of its own, so an allocation waits for that memset only,
+ * never for the compute the thread has queued. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "block_cache.h"
 #include "cuda_check.h"
 #include "ops_cuda.h"
 
-typedef struct {
+typedef struct thread_gpu {
     int gpu;
-    cudaStream_t stream;
+    cudaStream_t stream;        /* everything the thread's ops queue */
+    cudaStream_t fill_stream;   /* zero-filling new blocks, waited for at once */
     cublasHandle_t cublas;
     void *scratch;
     size_t scratch_bytes;
+    struct thread_gpu *next;    /* in the spare list while no thread holds it */
 } thread_gpu;
 
 static _Thread_local thread_gpu *current_gpu;
+
+/* Process-wide, under one lock: the per-thread objects no thread holds now, and the
+ * device memory cache. */
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static thread_gpu *spare_gpus;
+static block_cache memory_cache;
 
 /* The key exists only for its destructor, which runs at thread exit. */
 static pthread_key_t gpu_key;
 static pthread_once_t gpu_key_once = PTHREAD_ONCE_INIT;
 
-static void thread_gpu_destroy(void *ptr) {
+/* A thread lets go of its objects: once its queued work is done they are another's. */
+static void thread_gpu_release(void *ptr) {
     thread_gpu *g = ptr;
     if (!g) return;
-    /* Best effort and unchecked: at thread exit the process may be tearing down. */
+    /* Unchecked: at thread exit the process may be tearing down. */
     cudaSetDevice(g->gpu);
     cudaStreamSynchronize(g->stream);
-    cudaFree(g->scratch);
-    cublasDestroy(g->cublas);
-    cudaStreamDestroy(g->stream);
-    free(g);
     if (current_gpu == g) current_gpu = NULL;
+    pthread_mutex_lock(&pool_lock);
+    g->next = spare_gpus;
+    spare_gpus = g;
+    pthread_mutex_unlock(&pool_lock);
 }
 
 static void make_gpu_key(void) {
-    if (pthread_key_create(&gpu_key, thread_gpu_destroy) != 0) {
+    if (pthread_key_create(&gpu_key, thread_gpu_release) != 0) {
         fprintf(stderr, "error: pthread_key_create failed\n");
         exit(1);
     }
+}
+
+static thread_gpu *take_spare(int gpu) {
+    pthread_mutex_lock(&pool_lock);
+    thread_gpu *found = NULL;
+    for (thread_gpu **link = &spare_gpus; *link; link = &(*link)->next) {
+        if ((*link)->gpu != gpu) continue;
+        found = *link;
+        *link = found->next;
+        found->next = NULL;
+        break;
+    }
+    pthread_mutex_unlock(&pool_lock);
+    return found;
+}
+
+static thread_gpu *thread_gpu_create(int gpu) {
+    thread_gpu *g = calloc(1, sizeof *g);
+    if (!g) { fprintf(stderr, "error: out of host memory\n"); exit(1); }
+    g->gpu = gpu;
+    /* Non-blocking: ranks sharing a GPU must not serialise through the legacy
+     * default stream. Everything the ops do is ordered on this stream. */
+    CUDA_CHECK(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&g->fill_stream, cudaStreamNonBlocking));
+    CUBLAS_CHECK(cublasCreate(&g->cublas));
+    CUBLAS_CHECK(cublasSetStream(g->cublas, g->stream));
+    return g;
 }
 
 int cuda_gpu_count(char *why, size_t why_size) {
@@ -59,30 +102,17 @@ int cuda_gpu_count(char *why, size_t why_size) {
     return count;
 }
 
-void cuda_select(int gpu_index) {
-    CUDA_CHECK(cudaSetDevice(gpu_index));
-    if (current_gpu && current_gpu->gpu != gpu_index) {
-        /* A thread moving to another GPU: its objects belong to the old one. */
-        thread_gpu_destroy(current_gpu);
-        current_gpu = NULL;
-        CUDA_CHECK(cudaSetDevice(gpu_index));
+void cuda_select(int gpu) {
+    CUDA_CHECK(cudaSetDevice(gpu));
+    if (current_gpu && current_gpu->gpu == gpu) return;
+    pthread_once(&gpu_key_once, make_gpu_key);
+    if (current_gpu) {   /* a thread moving to another GPU: its objects stay with the old */
+        thread_gpu_release(current_gpu);
+        CUDA_CHECK(cudaSetDevice(gpu));
     }
-    if (!current_gpu) {
-        pthread_once(&gpu_key_once, make_gpu_key);
-        thread_gpu *g = calloc(1, sizeof *g);
-        if (!g) { fprintf(stderr, "error: out of host memory\n"); exit(1); }
-        g->gpu = gpu_index;
-        /* Non-blocking: ranks sharing a GPU must not serialise through the legacy
-         * default stream. Everything this layer does is ordered on this stream. */
-        CUDA_CHECK(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
-        CUBLAS_CHECK(cublasCreate(&g->cublas));
-        CUBLAS_CHECK(cublasSetStream(g->cublas, g->stream));
-        CUBLAS_CHECK(cublasSetMathMode(g->cublas, cuda_tf32_enabled()
-                                                      ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                      : CUBLAS_DEFAULT_MATH));
-        current_gpu = g;
-        pthread_setspecific(gpu_key, g);
-    }
+    thread_gpu *g = take_spare(gpu);
+    current_gpu = g ? g : thread_gpu_create(gpu);
+    pthread_setspecific(gpu_key, current_gpu);
 }
 
 static thread_gpu *require_gpu(const char *what) {
@@ -124,31 +154,90 @@ void *cuda_thread_scratch(size_t bytes) {
     return g->scratch;
 }
 
-void *cuda_device_malloc(size_t bytes) {
-    thread_gpu *g = require_gpu("device_malloc");
-    void *ptr = NULL;
-    /* a unique pointer even for 0 bytes, as malloc gives: mem_free looks buffers up */
-    if (bytes == 0) bytes = 1;
-    cudaError_t err = cudaMalloc(&ptr, bytes);
+/* ---- device memory through the cache ---------------------------------------------- */
+
+/* A block's memory back to CUDA, once the stream that freed it is past its last use. */
+static void give_back(cached_block *b) {
+    if (b->freed_event) {
+        CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)b->freed_event));
+        CUDA_CHECK(cudaEventDestroy((cudaEvent_t)b->freed_event));
+    }
+    CUDA_CHECK(cudaFree(b->ptr));
+    free(b);
+}
+
+/* cudaMalloc, after giving the idle blocks of this GPU back when memory runs short. */
+static cached_block *allocate_block(thread_gpu *g, size_t capacity) {
+    cached_block *b = calloc(1, sizeof *b);
+    if (!b) { fprintf(stderr, "error: out of host memory\n"); exit(1); }
+    b->gpu = g->gpu;
+    b->capacity = capacity;
+    cudaError_t err = cudaMalloc(&b->ptr, capacity);
+    if (err == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();
+        pthread_mutex_lock(&pool_lock);
+        cached_block *idle = block_cache_drain(&memory_cache, g->gpu);
+        pthread_mutex_unlock(&pool_lock);
+        while (idle) {
+            cached_block *next = idle->next;
+            give_back(idle);
+            idle = next;
+        }
+        err = cudaMalloc(&b->ptr, capacity);
+    }
     if (err != cudaSuccess) {
         size_t free_bytes = 0, total_bytes = 0;
         cudaMemGetInfo(&free_bytes, &total_bytes);
         fprintf(stderr, "error: cudaMalloc of %zu bytes on GPU %d failed (%s); "
                         "%zu of %zu bytes free\n",
-                bytes, g->gpu, cudaGetErrorString(err), free_bytes, total_bytes);
+                capacity, g->gpu, cudaGetErrorString(err), free_bytes, total_bytes);
         exit(1);
     }
+    return b;
+}
+
+void *cuda_device_malloc(size_t bytes) {
+    thread_gpu *g = require_gpu("device_malloc");
+    pthread_mutex_lock(&pool_lock);
+    cached_block *b = block_cache_take(&memory_cache, g->gpu, bytes);
+    pthread_mutex_unlock(&pool_lock);
+    if (b && b->freed_event)   /* usually long past: the freeing stream moved on */
+        CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)b->freed_event));
+    if (!b) b = allocate_block(g, block_cache_round(bytes));
     /* mem_alloc_on promises zero-filled memory, like the host allocator; accumulated
-     * gradients rely on it. Ordered on this thread's stream, then waited for, so the
-     * buffer is ready for any stream. */
-    CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, g->stream));
-    CUDA_CHECK(cudaStreamSynchronize(g->stream));
-    return ptr;
+     * gradients rely on it. Waited for here, so the block is ready for any stream. */
+    CUDA_CHECK(cudaMemsetAsync(b->ptr, 0, b->capacity, g->fill_stream));
+    CUDA_CHECK(cudaStreamSynchronize(g->fill_stream));
+    pthread_mutex_lock(&pool_lock);
+    block_cache_track(&memory_cache, b);
+    pthread_mutex_unlock(&pool_lock);
+    return b->ptr;
 }
 
 void cuda_device_free(void *ptr) {
     if (!ptr) return;
-    /* Work queued on this thread's stream may still read or write the buffer. */
-    if (current_gpu) CUDA_CHECK(cudaStreamSynchronize(current_gpu->stream));
-    CUDA_CHECK(cudaFree(ptr));
+    pthread_mutex_lock(&pool_lock);
+    cached_block *b = block_cache_release(&memory_cache, ptr);
+    pthread_mutex_unlock(&pool_lock);
+    if (!b) {
+        fprintf(stderr, "error: device_free of %p, which device_malloc did not give\n", ptr);
+        abort();
+    }
+    thread_gpu *g = current_gpu;
+    if (!g || g->gpu != b->gpu) {
+        /* Freed from a thread of no GPU or another one (a job's teardown): no stream of
+         * this thread orders the block's uses, so it goes back to CUDA, which waits. */
+        if (g) CUDA_CHECK(cudaStreamSynchronize(g->stream));
+        give_back(b);
+        return;
+    }
+    /* Work queued on this thread's stream may still use the block: the event marks
+     * the point after which it is free; the next user waits for it. */
+    if (!b->freed_event)
+        CUDA_CHECK(cudaEventCreateWithFlags((cudaEvent_t *)&b->freed_event,
+                                            cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord((cudaEvent_t)b->freed_event, g->stream));
+    pthread_mutex_lock(&pool_lock);
+    block_cache_keep(&memory_cache, b);
+    pthread_mutex_unlock(&pool_lock);
 }

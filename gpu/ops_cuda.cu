@@ -22,7 +22,9 @@
 #include <cub/cub.cuh>
 
 #include "cuda_check.h"
+#include "grid_limits.h"
 #include "ops_cuda.h"
+#include "overlap.h"
 
 namespace {
 
@@ -80,12 +82,13 @@ __device__ float block_max(float v, float *shared) {
 }
 
 // ---- column sums: dst[c] += sum over rows of f(row, c), in a fixed order ---------------
-// Stage 1: a block of 32 columns x kColRows row lanes sums a chunk of kChunkRows rows
-// into partials[chunk][c]. Stage 2: one thread per column adds the chunks in order.
+// Stage 1: a block of 32 columns x kColRows row lanes sums chunks of COLUMN_CHUNK_ROWS
+// rows (block row y: chunks y, y + gridDim.y, ..., see grid_limits.h) into
+// partials[y][c]. Stage 2: one thread per column adds the block rows in order.
 // Coalesced along columns, and no atomics, so the result depends only on the shape.
 // Accumulated in double, as the CPU version does, so that many rows lose nothing.
 constexpr int kColRows = 16;
-constexpr int kChunkRows = 128;
+constexpr int kChunkRows = COLUMN_CHUNK_ROWS;
 
 // What is summed: plain dout (bias gradients), or layernorm's dout * xhat and dout.
 struct plain_rows {
@@ -110,18 +113,20 @@ __device__ inline void row_terms(const layernorm_rows &r, size_t n, int c, int C
 
 template <typename Rows>
 __global__ void column_partials_kernel(double *partial_a, double *partial_b, Rows rows,
-                                       int N, int C) {
+                                       int N, int C, size_t chunks) {
     __shared__ double sa[kColRows][33], sb[kColRows][33];
     const int c = blockIdx.x * 32 + threadIdx.x;
-    const int row0 = blockIdx.y * kChunkRows;
-    const int row_end = min(row0 + kChunkRows, N);
     double acc_a = 0.0, acc_b = 0.0;
     if (c < C) {
-        for (int n = row0 + threadIdx.y; n < row_end; n += kColRows) {
-            double a, b;
-            row_terms(rows, (size_t)n, c, C, a, b);
-            acc_a += a;
-            acc_b += b;
+        for (size_t chunk = blockIdx.y; chunk < chunks; chunk += gridDim.y) {
+            const size_t row0 = chunk * kChunkRows;
+            const size_t row_end = row0 + kChunkRows < (size_t)N ? row0 + kChunkRows : N;
+            for (size_t n = row0 + threadIdx.y; n < row_end; n += kColRows) {
+                double a, b;
+                row_terms(rows, n, c, C, a, b);
+                acc_a += a;
+                acc_b += b;
+            }
         }
     }
     sa[threadIdx.y][threadIdx.x] = acc_a;
@@ -139,11 +144,11 @@ __global__ void column_partials_kernel(double *partial_a, double *partial_b, Row
 }
 
 __global__ void column_finish_kernel(float *dst_a, float *dst_b, const double *partial_a,
-                                     const double *partial_b, int chunks, int C) {
+                                     const double *partial_b, int block_rows, int C) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     double sum_a = 0.0, sum_b = 0.0;
-    for (int p = 0; p < chunks; p++) {
+    for (int p = 0; p < block_rows; p++) {
         sum_a += partial_a[(size_t)p * C + c];
         if (dst_b) sum_b += partial_b[(size_t)p * C + c];
     }
@@ -155,16 +160,18 @@ __global__ void column_finish_kernel(float *dst_a, float *dst_b, const double *p
 template <typename Rows>
 void column_sums(float *dst_a, float *dst_b, Rows rows, int N, int C) {
     if (N <= 0 || C <= 0) return;
-    const int chunks = (N + kChunkRows - 1) / kChunkRows;
+    const size_t chunks = column_chunks((size_t)N);
+    const unsigned block_rows = column_grid_y(chunks);
     double *partial =
-        (double *)cuda_thread_scratch(sizeof(double) * 2 * (size_t)chunks * C);
+        (double *)cuda_thread_scratch(sizeof(double) * 2 * (size_t)block_rows * C);
     double *partial_a = partial,
-           *partial_b = dst_b ? partial + (size_t)chunks * C : nullptr;
-    dim3 grid((C + 31) / 32, chunks), block(32, kColRows);
-    column_partials_kernel<<<grid, block, 0, stream()>>>(partial_a, partial_b, rows, N, C);
+           *partial_b = dst_b ? partial + (size_t)block_rows * C : nullptr;
+    dim3 grid((C + 31) / 32, block_rows), block(32, kColRows);
+    column_partials_kernel<<<grid, block, 0, stream()>>>(partial_a, partial_b, rows, N, C,
+                                                         chunks);
     CUDA_CHECK_LAUNCH();
     column_finish_kernel<<<(C + kThreads - 1) / kThreads, kThreads, 0, stream()>>>(
-        dst_a, dst_b, partial_a, partial_b, chunks, C);
+        dst_a, dst_b, partial_a, partial_b, (int)block_rows, C);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -755,10 +762,16 @@ void cuda_vec_zero(float *x, size_t n) {
     CUDA_CHECK(cudaMemsetAsync(x, 0, n * sizeof(float), stream()));
 }
 
+// memmove semantics, as cpu_vec_copy: overlapping ranges go through the scratch.
 void cuda_vec_copy(float *dst, const float *src, size_t n) {
     if (n == 0 || dst == src) return;
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice,
-                               stream()));
+    const size_t bytes = n * sizeof(float);
+    if (ranges_overlap(dst, src, bytes)) {
+        float *staged = (float *)cuda_thread_scratch(bytes);
+        CUDA_CHECK(cudaMemcpyAsync(staged, src, bytes, cudaMemcpyDeviceToDevice, stream()));
+        src = staged;
+    }
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()));
 }
 
 void cuda_vec_add(float *y, const float *x, size_t n) {

@@ -71,7 +71,7 @@ int cuda_tf32_enabled(void);
 /* ---- the device layer (gpu/device_cuda.c): device.h's backend functions -------------- */
 int cuda_gpu_count(char *why, size_t why_size);   /* 0, with CUDA's reason, when none */
 void cuda_select(int gpu);                        /* the calling thread's GPU */
-void *cuda_device_malloc(size_t bytes);           /* zero-filled */
+void *cuda_device_malloc(size_t bytes);           /* zero-filled, through the cache */
 void cuda_device_free(void *ptr);
 
 /* ---- per-thread CUDA state (gpu/device_cuda.c) ----------------------------------------

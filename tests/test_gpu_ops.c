@@ -5,13 +5,22 @@
  * output, which stays meaningful where single elements cancel to near zero. FP32 ops
  * must agree to 1e-5 (the CPU side accumulates in double, so it is the reference);
  * linear also reports both against a float64 product computed here, and the TF32 path
- * must agree to 1e-3. Each op prints its largest difference.
+ * must agree to 2e-3: TF32 keeps 10 of fp32's 23 mantissa bits, and rounding the inputs
+ * alone gives about 8e-4 at these shapes (simulated on the CPU, with truncation as the
+ * worse case, by tests/test_gpu_host.c), too close to the former 1e-3.
+ *
+ * One run diagnoses every op: each comparison is printed and recorded instead of
+ * stopping the test, a test fails at its end when any of its comparisons did, and the
+ * worst relative error of every op is printed last ("WORST <op> <precision> rel ...").
+ * The precision is reset to FP32 before every test, so a TF32 test that fails cannot
+ * leave the tests after it in TF32.
  *
  * Outputs that the op must overwrite start as garbage, and outputs it must accumulate
  * into start non-zero, so that the convention of ops.h is checked as well.
  *
- * Without a GPU (or in a build without GPU=1) the suite prints "no GPU, skipped" and
- * passes. With one, it runs without fork: CUDA does not survive a fork once used. */
+ * Without a GPU (or in a build without GPU=1) there is nothing to run: the program
+ * prints "SKIP: <why>" and exits 77. With one, it runs without fork: CUDA does not
+ * survive a fork once used. */
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
@@ -21,12 +30,6 @@
 
 #include "device.h"
 
-START_TEST(no_gpu_skipped) {
-    /* nothing to compare: a passing test so that the suite reports success */
-    ck_assert_int_eq(device_gpu_count(), 0);
-}
-END_TEST
-
 #ifdef USE_CUDA
 #include "comm_internal.h"
 #include "ops.h"
@@ -35,7 +38,56 @@ END_TEST
 #include "rng.h"
 
 #define TOL_FP32 1e-5
-#define TOL_TF32 1e-3
+#define TOL_TF32 2e-3
+
+/* ---- what every comparison leaves behind ------------------------------------------- */
+
+enum { MAX_OPS = 64 };
+typedef struct {
+    char op[64];   /* the label's first word, plus " tf32" for TF32 comparisons */
+    double worst, tol;
+} op_record;
+static op_record op_records[MAX_OPS];
+static int op_count;
+static int test_failures;            /* comparisons of the running test over tolerance */
+static char first_failure[192];
+
+static void record(const char *what, double rel, double tol, int ok) {
+    char op[64];
+    snprintf(op, sizeof op, "%.*s%s", (int)strcspn(what, " ,"), what,
+             strstr(what, "tf32") ? " tf32" : " fp32");
+    op_record *r = NULL;
+    for (int i = 0; i < op_count && !r; i++)
+        if (strcmp(op_records[i].op, op) == 0) r = &op_records[i];
+    if (!r && op_count < MAX_OPS) {
+        r = &op_records[op_count++];
+        snprintf(r->op, sizeof r->op, "%s", op);
+    }
+    if (r && (rel > r->worst || isnan(rel))) r->worst = rel;
+    if (r && tol > r->tol) r->tol = tol;
+    if (!ok && test_failures++ == 0)
+        snprintf(first_failure, sizeof first_failure, "%s: relative error %.3e over %.0e",
+                 what, rel, tol);
+}
+
+/* Before every test: FP32, and no failures yet. */
+static void start_test(void) {
+    cuda_set_tf32(0);
+    test_failures = 0;
+    first_failure[0] = '\0';
+}
+
+/* The end of every test: it fails when any comparison did. */
+#define FINISH_TEST()                                                                     \
+    ck_assert_msg(test_failures == 0, "%d comparison%s over tolerance; the first: %s",   \
+                  test_failures, test_failures == 1 ? "" : "s", first_failure)
+
+static void print_worst_per_op(void) {
+    printf("worst relative error per op, gpu vs cpu:\n");
+    for (int i = 0; i < op_count; i++)
+        printf("WORST %-34s rel %.3e  (tol %.0e)%s\n", op_records[i].op, op_records[i].worst,
+               op_records[i].tol, op_records[i].worst <= op_records[i].tol ? "" : "  FAILED");
+}
 
 /* ---- helpers ----------------------------------------------------------------------- */
 
@@ -116,7 +168,7 @@ static void expect_close(const char *what, const float *gpu_dev, const float *cp
     double diff;
     double rel = rel_error(gpu, cpu, n, &diff);
     printf("  %-40s max |gpu-cpu| %.3e  rel %.3e  (tol %.0e)\n", what, diff, rel, tol);
-    ck_assert_msg(rel <= tol, "%s: relative error %.3e over %.0e", what, rel, tol);
+    record(what, rel, tol, rel <= tol);
     free(gpu);
 }
 
@@ -127,7 +179,7 @@ static void expect_identical(const char *what, const float *gpu_dev, const float
     double diff;
     rel_error(gpu, cpu, n, &diff);
     printf("  %-40s max |gpu-cpu| %.3e  (must be bit-identical)\n", what, diff);
-    ck_assert_msg(memcmp(gpu, cpu, n * sizeof(float)) == 0, "%s differs", what);
+    record(what, diff, 0.0, memcmp(gpu, cpu, n * sizeof(float)) == 0);
     free(gpu);
 }
 
@@ -176,6 +228,7 @@ START_TEST(embedding_matches_cpu) {
     }
     DEV_FREE(d_tokens);
     free(tokens);
+    FINISH_TEST();
 }
 END_TEST
 
@@ -195,6 +248,7 @@ START_TEST(position_matches_cpu) {
     expect_close("position_backward (+=)", d_dwpe, dwpe, (size_t)T * C, TOL_FP32);
     DEV_FREE(d_out, d_wpe, d_dwpe, d_dout);
     free(out), free(wpe), free(dwpe), free(dout);
+    FINISH_TEST();
 }
 END_TEST
 
@@ -236,13 +290,14 @@ START_TEST(layernorm_matches_cpu) {
     cuda_layernorm_backward(d_dinp2, d_dw2, d_db2, d_dout, d_inp, d_w, d_mean, d_rstd, N,
                             C);
     float *g1 = download(d_dw, C), *g2 = download(d_dw2, C);
-    ck_assert_msg(memcmp(g1, g2, C * sizeof(float)) == 0,
-                  "layernorm_backward not deterministic");
+    record("layernorm_backward deterministic (second run)", 0.0, 0.0,
+           memcmp(g1, g2, C * sizeof(float)) == 0);
     free(g1), free(g2);
     DEV_FREE(d_inp, d_w, d_b, d_out, d_mean, d_rstd, d_dout, d_dinp, d_dw, d_db, d_dinp2,
              d_dw2, d_db2);
     free(inp), free(w), free(b), free(out), free(mean), free(rstd), free(dout), free(dinp),
         free(dw), free(db);
+    FINISH_TEST();
 }
 END_TEST
 
@@ -285,7 +340,9 @@ static void check_linear(int N, int IC, int OC, double tol, const char *tag) {
         double rel_gpu = rel_error(gpu, ref, no, &diff_gpu),
                rel_cpu = rel_error(out, ref, no, &diff_cpu);
         printf("  %-40s gpu rel %.3e, cpu rel %.3e vs float64\n", "", rel_gpu, rel_cpu);
-        ck_assert_msg(rel_gpu <= tol, "%s vs float64: %.3e", label, rel_gpu);
+        char vs64[120];
+        snprintf(vs64, sizeof vs64, "%s vs float64", label);
+        record(vs64, rel_gpu, tol, rel_gpu <= tol);
         free(ref), free(gpu);
     }
 
@@ -319,6 +376,7 @@ static void check_linear(int N, int IC, int OC, double tol, const char *tag) {
 START_TEST(linear_matches_cpu) {
     check_linear(111, 72, 200, TOL_FP32, "fp32");
     check_linear(256, 384, 128, TOL_FP32, "fp32");
+    FINISH_TEST();
 }
 END_TEST
 
@@ -327,6 +385,7 @@ START_TEST(linear_tf32_matches_cpu) {
     check_linear(111, 72, 200, TOL_TF32, "tf32");
     check_linear(256, 384, 128, TOL_TF32, "tf32");
     cuda_set_tf32(0);
+    FINISH_TEST();
 }
 END_TEST
 
@@ -365,6 +424,7 @@ START_TEST(attention_matches_cpu) {
     check_attention(3, 37, 72, 4);    /* B <= NH: heads batched, batch rows looped */
     check_attention(5, 33, 32, 2);    /* B > NH: the other walk */
     check_attention(2, 64, 128, 4);   /* the course's bench shape per head */
+    FINISH_TEST();
 }
 END_TEST
 
@@ -386,6 +446,7 @@ START_TEST(gelu_matches_cpu) {
     expect_close("gelu_backward", d_dinp, dinp, n, TOL_FP32);
     DEV_FREE(d_inp, d_out, d_dout, d_dinp);
     free(inp), free(out), free(dout), free(dinp);
+    FINISH_TEST();
 }
 END_TEST
 
@@ -426,6 +487,7 @@ START_TEST(crossentropy_matches_cpu) {
     check_crossentropy(37, 259, 0);
     check_crossentropy(37, 259, 1);       /* as the model calls it */
     check_crossentropy(4, 50257, 1);      /* a GPT-2 sized vocabulary */
+    FINISH_TEST();
 }
 END_TEST
 
@@ -449,6 +511,7 @@ START_TEST(adamw_matches_cpu) {
     expect_close("adamw_update v", d_v, v, n, TOL_FP32);
     DEV_FREE(d_p, d_g, d_m, d_v);
     free(p), free(g), free(m), free(v);
+    FINISH_TEST();
 }
 END_TEST
 
@@ -502,6 +565,7 @@ START_TEST(vectors_match_cpu) {
     printf("  %-40s bit-identical round trip\n", "ops_upload / ops_download");
     DEV_FREE(d_x, d_y, d_out, d_z, d_bytes);
     free(x), free(y), free(out), free(z);
+    FINISH_TEST();
 }
 END_TEST
 
@@ -593,37 +657,41 @@ END_TEST
 #endif /* USE_CUDA */
 
 int main(void) {
+    char why[160];
+    if (device_gpu_count() == 0) {   /* always 0 in a build without GPU=1 */
+        printf("SKIP: no GPU to test the CUDA ops on: %s\n",
+               device_no_gpu_reason(why, sizeof why));
+        return 77;
+    }
+#ifdef USE_CUDA
     Suite *suite = suite_create("gpu_ops");
     TCase *tc = tcase_create("gpu_vs_cpu");
     suite_add_tcase(suite, tc);
+    tcase_add_checked_fixture(tc, start_test, NULL);
+    device_select(DEVICE_CUDA, 0);
+    printf("GPU ops vs CPU ops (relative error = max |gpu-cpu| / max |cpu|)\n");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, embedding_matches_cpu);
+    tcase_add_test(tc, position_matches_cpu);
+    tcase_add_test(tc, layernorm_matches_cpu);
+    tcase_add_test(tc, linear_matches_cpu);
+    tcase_add_test(tc, linear_tf32_matches_cpu);
+    tcase_add_test(tc, attention_matches_cpu);
+    tcase_add_test(tc, gelu_matches_cpu);
+    tcase_add_test(tc, crossentropy_matches_cpu);
+    tcase_add_test(tc, adamw_matches_cpu);
+    tcase_add_test(tc, vectors_match_cpu);
+    tcase_add_test(tc, ops_dispatch_to_gpu);
+    tcase_add_test(tc, nccl_world_of_one);
     SRunner *sr = srunner_create(suite);
-    if (device_gpu_count() == 0) {   /* always 0 in a build without GPU=1 */
-        printf("no GPU, skipped\n");
-        tcase_add_test(tc, no_gpu_skipped);
-    }
-#ifdef USE_CUDA
-    else {
-        device_select(DEVICE_CUDA, 0);
-        printf("GPU ops vs CPU ops (relative error = max |gpu-cpu| / max |cpu|)\n");
-        tcase_set_timeout(tc, 120);
-        tcase_add_test(tc, embedding_matches_cpu);
-        tcase_add_test(tc, position_matches_cpu);
-        tcase_add_test(tc, layernorm_matches_cpu);
-        tcase_add_test(tc, linear_matches_cpu);
-        tcase_add_test(tc, linear_tf32_matches_cpu);
-        tcase_add_test(tc, attention_matches_cpu);
-        tcase_add_test(tc, gelu_matches_cpu);
-        tcase_add_test(tc, crossentropy_matches_cpu);
-        tcase_add_test(tc, adamw_matches_cpu);
-        tcase_add_test(tc, vectors_match_cpu);
-        tcase_add_test(tc, ops_dispatch_to_gpu);
-        tcase_add_test(tc, nccl_world_of_one);
-        /* CUDA does not survive fork() once initialised in the parent */
-        srunner_set_fork_status(sr, CK_NOFORK);
-    }
-#endif
+    /* CUDA does not survive fork() once initialised in the parent */
+    srunner_set_fork_status(sr, CK_NOFORK);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
+    print_worst_per_op();
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+#else
+    return 77;   /* unreachable: a build without GPU=1 sees no GPU */
+#endif
 }
