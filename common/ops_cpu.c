@@ -235,6 +235,15 @@ void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const flo
 
 /* ---- linear ---------------------------------------------------------------------- */
 
+/* cblas_sgemm, row-major, told to the thread's watchers (a profiler wants the shapes). */
+static void sgemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, int K,
+                  float alpha, const float *A, int lda, const float *B, int ldb, float beta,
+                  float *Cm, int ldc) {
+    ops_gemm_begin(ta == CblasTrans, tb == CblasTrans, M, N, K);
+    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, Cm, ldc);
+    ops_gemm_end();
+}
+
 void cpu_linear_forward(float *out, const float *inp, const float *weight,
                         const float *bias, int N, int IC, int OC) {
     if (N <= 0 || OC <= 0) return;
@@ -245,19 +254,18 @@ void cpu_linear_forward(float *out, const float *inp, const float *weight,
             memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
         beta = 1.0f;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, weight,
-                IC, beta, out, OC);
+    sgemm(CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, weight, IC, beta, out, OC);
 }
 
 void cpu_linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                          const float *inp, const float *weight, int N, int IC, int OC) {
     if (N <= 0) return;
     if (dinp)   /* dinp[N,IC] = dout[N,OC] @ weight[OC,IC] */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC,
-                    weight, IC, 0.0f, dinp, IC);
+        sgemm(CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, weight, IC, 0.0f, dinp,
+              IC);
     if (dweight)   /* dweight[OC,IC] += dout^T @ inp */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp,
-                    IC, 1.0f, dweight, IC);
+        sgemm(CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight,
+              IC);
     if (dbias) add_column_sums(dbias, dout, N, OC, (size_t)OC);
 }
 
@@ -277,7 +285,7 @@ static void gemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N,
                  int ldc) {
     for (int i = 0; i < M; i++)
         memset(Cm + (size_t)i * ldc, 0, (size_t)N * sizeof(float));
-    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, 1.0f, Cm, ldc);
+    sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, 1.0f, Cm, ldc);
 }
 
 void cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
