@@ -84,11 +84,12 @@ static double best_sgemm_seconds(const gemm_shape *s, float *a, float *b, float 
     const int lda = s->trans_a ? s->M : s->K, ldb = s->trans_b ? s->K : s->N;
     const enum CBLAS_TRANSPOSE ta = s->trans_a ? CblasTrans : CblasNoTrans;
     const enum CBLAS_TRANSPOSE tb = s->trans_b ? CblasTrans : CblasNoTrans;
-    /* enough repeats for about a millisecond per try, at least two */
+    /* enough repeats for about a millisecond per try */
     const double flops = 2.0 * s->M * s->N * s->K;
-    const int repeats = flops > 2e7 ? 2 : (int)(2e7 / (flops + 1.0)) + 2;
+    const int repeats = flops > 2e7 ? 1 : (int)(2e7 / (flops + 1.0)) + 1;
+    const int attempts = flops > 2e8 ? 3 : 4;   /* big ones: the floor costs steps */
     double best = 1e30;
-    for (int attempt = 0; attempt < 4; attempt++) {
+    for (int attempt = 0; attempt < attempts; attempt++) {
         const double start = comm_now();
         for (int r = 0; r < repeats; r++)
             cblas_sgemm(CblasRowMajor, ta, tb, s->M, s->N, s->K, 1.0f, a, lda, b, ldb, 1.0f,
@@ -248,11 +249,11 @@ static void print_table(FILE *out, const char *strategy, int steps, int ranks,
                                1e3 * slow_floor);
     fprintf(out, "\nstep / sgemm floor of its own shapes: %.2f on rank 0", step0 / floor0);
     if (slow != first) fprintf(out, ", %.2f on rank %d", slow_step / slow_floor, slow_rank);
-    fprintf(out, " (floor: one cblas_sgemm per product, packed operands, best of 3)\n");
+    fprintf(out, " (floor: one cblas_sgemm per product, packed operands, best of 2-3 tries)\n");
 }
 
-void op_profile_report(const op_profile *p, comm *group, const char *strategy, int steps,
-                       double step_seconds, double comm_seconds, FILE *out) {
+double op_profile_report(const op_profile *p, comm *group, const char *strategy,
+                         int steps, double step_seconds, double comm_seconds, FILE *out) {
     const int size = group ? comm_size(group) : 1;
     float *all = mem_alloc(MEM_OTHER, (size_t)size * RANK_VALUES * sizeof(float));
     rank_values(p, steps, step_seconds, comm_seconds,
@@ -260,14 +261,17 @@ void op_profile_report(const op_profile *p, comm *group, const char *strategy, i
     if (group)
         comm_allgather(group, all + (size_t)comm_rank(group) * RANK_VALUES, all,
                        (size_t)size * RANK_VALUES, COMM_F32);
+    int slowest = 0;
+    for (int r = 1; r < size; r++)
+        if (all[r * RANK_VALUES + ROWS * ROW_VALUES] >
+            all[slowest * RANK_VALUES + ROWS * ROW_VALUES])
+            slowest = r;
+    const float *slow = all + (size_t)slowest * RANK_VALUES;
     if (!group || comm_world_rank(group) == 0) {
-        int slowest = 0;
-        for (int r = 1; r < size; r++)
-            if (all[r * RANK_VALUES + ROWS * ROW_VALUES] >
-                all[slowest * RANK_VALUES + ROWS * ROW_VALUES])
-                slowest = r;
-        print_table(out, strategy, steps, size, all, all + (size_t)slowest * RANK_VALUES, slowest);
+        print_table(out, strategy, steps, size, all, slow, slowest);
         fflush(out);
     }
+    const double slowest_floor = slow[ROWS * ROW_VALUES + 1];
     mem_free(all);
+    return slowest_floor;
 }

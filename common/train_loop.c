@@ -78,8 +78,9 @@ void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
                       .memory = *mem};
     fill_comm(r, world, metrics);
     if (profile)   /* --json keeps stdout one JSON object */
-        op_profile_report(profile, metrics, st->name, timed_steps, timed, r->comm_seconds,
-                          cfg->json ? stderr : stdout);
+        r->sgemm_floor_seconds =
+            op_profile_report(profile, metrics, st->name, timed_steps, timed,
+                              r->comm_seconds, cfg->json ? stderr : stdout);
     free(profile);
     if (metrics) run_result_take_max(metrics, r);
     comm_free(metrics);
