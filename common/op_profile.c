@@ -247,8 +247,13 @@ static void print_table(FILE *out, const char *strategy, int steps, int ranks,
             1e3 * floor0);
     if (slow != first) fprintf(out, " | %9.2f %6.1f%% %8.2f", 1e3 * slow_step, 100.0,
                                1e3 * slow_floor);
+    if (floor0 <= 0) {   /* a GPU's ops do not tell their shapes */
+        fprintf(out, "\nno sgemm floor: these ops reported no matrix products\n");
+        return;
+    }
     fprintf(out, "\nstep / sgemm floor of its own shapes: %.2f on rank 0", step0 / floor0);
-    if (slow != first) fprintf(out, ", %.2f on rank %d", slow_step / slow_floor, slow_rank);
+    if (slow != first && slow_floor > 0)
+        fprintf(out, ", %.2f on rank %d", slow_step / slow_floor, slow_rank);
     fprintf(out, " (floor: one cblas_sgemm per product, packed operands, best of 2-3 tries)\n");
 }
 
