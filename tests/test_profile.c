@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "cli.h"
 #include "data.h"
 #include "model.h"
 #include "op_profile.h"
@@ -131,6 +132,30 @@ START_TEST(negative_control_a_profile_blind_to_backward_fails) {
 }
 END_TEST
 
+/* --profile, parsed like any flag, reaches the training loop: the run's result carries
+ * the floor (what --json prints). Without the flag there is none: the control. */
+static double floor_of_run(int profile) {
+    char *argv[] = {"test_profile", "--steps", "2", "--layers", "1", "--dim", "16",
+                    "--heads", "2", "--ctx", "8", "--batch", "2", "--quiet", "--profile"};
+    run_config cfg = run_config_default();
+    cli_parse(profile ? 15 : 14, argv, &cfg, NULL, argv[0], "");
+    dataset *d = dataset_builtin();
+    baseline_run *b = baseline_train(&cfg, d);
+    const double floor = b->result.sgemm_floor_seconds;
+    baseline_free(b);
+    dataset_free(d);
+    return floor;
+}
+
+START_TEST(profile_flag_puts_the_floor_into_the_result) {
+    const double with = floor_of_run(1), without = floor_of_run(0);
+    printf("--profile: floor %.4f ms per step; without the flag %.4f ms (must be 0)\n",
+           1e3 * with, 1e3 * without);
+    ck_assert_double_gt(with, 0.0);
+    ck_assert_double_eq(without, 0.0);
+}
+END_TEST
+
 int main(void) {
     Suite *suite = suite_create("profile");
     TCase *tc = tcase_create("profile");
@@ -138,6 +163,7 @@ int main(void) {
     tcase_add_test(tc, profile_sees_every_op_and_product_of_a_step);
     tcase_add_test(tc, floor_sums_its_shapes);
     tcase_add_test(tc, negative_control_a_profile_blind_to_backward_fails);
+    tcase_add_test(tc, profile_flag_puts_the_floor_into_the_result);
     suite_add_tcase(suite, tc);
     return check_run(suite, 0);
 }
