@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""GPT-2 small trained in PyTorch eager on one GPU: the reference for bench/bench_gpu.c.
+"""GPT-2 small trained in PyTorch eager on one GPU: the reference for bench/bench_gpu.c
+(--device cpu: any shape on one CPU thread, the reference for bench/bench_model.c).
 
 The same model as common/model.c: token + position embeddings, pre-LayerNorm blocks of
 causal multi-head attention (the T x T scores materialised, softmax, then V: the
@@ -13,6 +14,12 @@ x tokens for attention.
 
     python3 bench/pytorch_gpt2.py [--batch 16] [--steps 10] [--warmup 3]
                                   [--precision fp32|tf32|both] [--sdpa]
+    /usr/bin/python3 bench/pytorch_gpt2.py --device cpu --layers 4 --heads 4 --dim 256 \
+        --ctx 64 --batch 8 --vocab 256 --steps 20     (bench256, one thread)
+
+On the CPU, Debian's torch runs its GEMMs in Debian's OpenBLAS, whose thread pool
+torch.set_num_threads does not reach: openblas_set_num_threads(1) is called through
+ctypes as well, so that the figure is one thread's, like ours.
 
 --sdpa uses torch's fused scaled_dot_product_attention instead (flash/memory-efficient
 kernels: not our algorithm, shown for reference). Prints a table and one RESULT line per
@@ -21,6 +28,7 @@ precision, like bench_gpu; without PyTorch or a GPU it prints "SKIP: <why>" and 
 import argparse
 import math
 import sys
+import time
 
 
 def parse_args():
@@ -36,7 +44,24 @@ def parse_args():
     p.add_argument("--ctx", type=int, default=1024)
     p.add_argument("--vocab", type=int, default=50304)
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     return p.parse_args()
+
+
+def one_cpu_thread(torch):
+    """torch's own pool and OpenBLAS's, both to one thread."""
+    import ctypes
+    import ctypes.util
+    torch.set_num_threads(1)
+    for name in ("openblas", "openblas64", "blas"):
+        path = ctypes.util.find_library(name)
+        if not path:
+            continue
+        lib = ctypes.CDLL(path)
+        if hasattr(lib, "openblas_set_num_threads"):
+            lib.openblas_set_num_threads(1)
+            return path
+    return "no OpenBLAS found: its threads are not limited"
 
 
 def build_model(torch, args):
@@ -118,14 +143,15 @@ def run(torch, args, tf32):
     # "high" lets fp32 matmuls use TF32 tensor cores, "highest" keeps full fp32
     torch.set_float32_matmul_precision("high" if tf32 else "highest")
     torch.manual_seed(args.seed)
-    device = torch.device("cuda")
+    device = torch.device(args.device)
+    on_gpu = args.device == "cuda"
     model = build_model(torch, args).to(device)
     # bench_gpu's AdamW: run_config_default() (lr 1e-3) with warmup_steps = 0
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), eps=1e-8,
                             weight_decay=0.01)
     n = args.batch * args.ctx
     host = torch.randint(0, args.vocab, (2, args.batch, args.ctx), dtype=torch.long)
-    if torch.cuda.is_available():
+    if on_gpu:
         host = host.pin_memory()
 
     def step():
@@ -137,25 +163,32 @@ def run(torch, args, tf32):
         opt.step()
         return loss
 
-    torch.cuda.reset_peak_memory_stats()
+    if on_gpu:
+        torch.cuda.reset_peak_memory_stats()
     first = step().item()
     for _ in range(args.warmup - 1):
         step()
-    torch.cuda.synchronize()
-    start = torch.cuda.Event(enable_timing=True)
-    stop = torch.cuda.Event(enable_timing=True)
-    start.record()
+    if on_gpu:
+        torch.cuda.synchronize()
+        start = torch.cuda.Event(enable_timing=True)
+        stop = torch.cuda.Event(enable_timing=True)
+        start.record()
+    wall = time.perf_counter()
     for _ in range(args.steps):
         loss = step()
-    stop.record()
-    torch.cuda.synchronize()
-    ms = start.elapsed_time(stop) / args.steps
+    if on_gpu:
+        stop.record()
+        torch.cuda.synchronize()
+        ms = start.elapsed_time(stop) / args.steps
+    else:
+        ms = 1e3 * (time.perf_counter() - wall) / args.steps
     flops, params = flops_per_step(model, args)
     result = {"ms": ms, "tokens_per_s": n / (ms * 1e-3), "tflops": flops / (ms * 1e-3) / 1e12,
               "first": first, "last": loss.item(), "params": params,
-              "peak": torch.cuda.max_memory_allocated()}
+              "peak": torch.cuda.max_memory_allocated() if on_gpu else 0}
     del model, opt
-    torch.cuda.empty_cache()
+    if on_gpu:
+        torch.cuda.empty_cache()
     return result
 
 
@@ -166,14 +199,19 @@ def main():
     except ImportError as e:
         print(f"SKIP: no PyTorch ({e})")
         return 0
-    if not torch.cuda.is_available():
+    if args.device == "cuda" and not torch.cuda.is_available():
         print(f"SKIP: PyTorch {torch.__version__} sees no GPU"
               f" (built for CUDA {torch.version.cuda})")
         return 0
     args.warmup = max(args.warmup, 1)
     impl = "pytorch-sdpa" if args.sdpa else "pytorch"
+    if args.device == "cpu":
+        where = f"one CPU thread ({one_cpu_thread(torch)})"
+        args.precision = "fp32"   # TF32 is a GPU format
+    else:
+        where = torch.cuda.get_device_name(0)
     print(f"PyTorch {torch.__version__} eager ({'fused sdpa' if args.sdpa else 'naive'}"
-          f" attention) on {torch.cuda.get_device_name(0)}: layers {args.layers}, heads"
+          f" attention) on {where}: layers {args.layers}, heads"
           f" {args.heads}, dim {args.dim}, ctx {args.ctx}, vocab {args.vocab}; batch"
           f" {args.batch} x {args.ctx} tokens; {args.warmup} warm-up + {args.steps} timed steps")
     print(f"{'precision':<10} {'ms/step':>10} {'tokens/s':>12} {'TFLOP/s':>9}"

@@ -19,6 +19,7 @@ typedef struct {
     const char *data_path;   /* NULL: built-in corpus */
     int json;             /* --json: one JSON object on stdout, no table */
     int quiet;            /* --quiet: no per-step lines */
+    int profile;          /* --profile: where each step's time goes, op by op */
     comm_options comm;    /* ranks, allreduce, link, link-scale, comm-timeout, trace,
                              device (--device, resolved: never auto after cli_parse)
                              and tf32 (--tf32) */

@@ -49,7 +49,7 @@ struct gpt_model {
     int *host_batch;         /* host staging for tokens and targets: 2 x B*T */
     /* backward scratch, shared by all blocks and slots */
     float *dx;               /* gradient of the residual stream, walked back in place */
-    float *d_x_mid, *d_ln, *d_atty, *d_qkv, *d_att, *d_fch, *d_fch_gelu;
+    float *d_ln, *d_atty, *d_qkv, *d_att, *d_fch, *d_fch_gelu;
 };
 
 static float *alloc_acts(size_t n) {
@@ -142,7 +142,6 @@ gpt_model *gpt_model_create(const gpt_shape *s, int B, int T,
         block_acts_alloc(m->recompute, s, B, T);
     }
     m->dx = alloc_acts(N * C);
-    m->d_x_mid = alloc_acts(N * C);
     m->d_ln = alloc_acts(N * C);
     m->d_atty = alloc_acts(N * s->dim_local);
     m->d_qkv = alloc_acts(N * 3 * s->dim_local);
@@ -156,7 +155,7 @@ void gpt_model_free(gpt_model *m) {
     if (!m) return;
     for (int k = 0; k < m->max_slots; k++) slot_free(m, &m->slots[k]);
     if (m->recompute) block_acts_free(m->recompute);
-    float *rest[] = {m->dx, m->d_x_mid, m->d_ln, m->d_atty, m->d_qkv, m->d_att, m->d_fch,
+    float *rest[] = {m->dx, m->d_ln, m->d_atty, m->d_qkv, m->d_att, m->d_fch,
                      m->d_fch_gelu};
     for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++) mem_free(rest[i]);
     free(m->recompute);
@@ -329,21 +328,21 @@ static void block_backward(gpt_model *m, int layer, const float *block, float *b
     float *d_fch = kept(keep ? keep->d_fch : NULL, m->d_fch);
     float *d_qkv = kept(keep ? keep->d_qkv : NULL, m->d_qkv);
 
-    /* MLP branch: out = x_mid + fc2(gelu(fc(ln2(x_mid)))) */
-    vec_copy(m->d_x_mid, dx, (size_t)N * C);
+    /* MLP branch: out = x_mid + fc2(gelu(fc(ln2(x_mid)))). The residual passes d(out)
+     * through unchanged, so dx itself becomes d(x_mid) once ln2's gradient is added
+     * onto it (after the last read of d(out)), and then d(x_in) the same way: the
+     * same sums as with a copy of dx, without the copies. */
     if (keep) vec_copy(keep->d_fc2_out, dx, (size_t)N * C);
     row_parallel_backward(m->d_fch_gelu, w.fc2_w, w.fc2_b, dx, a->fch_gelu, p.fc2_w, N, Hl, C);
     gelu_backward(d_fch, a->fch, m->d_fch_gelu, (size_t)N * Hl);
     column_parallel_backward(f_group(m), m->d_ln, w.fc_w, w.fc_b, d_fch, a->ln2, p.fc_w, N, C,
                              Hl);
-    layernorm_backward(m->d_x_mid, g.ln2_w, g.ln2_b, m->d_ln, a->x_mid, p.ln2_w,
-                       a->ln2_mean, a->ln2_rstd, N, C);
+    layernorm_backward(dx, g.ln2_w, g.ln2_b, m->d_ln, a->x_mid, p.ln2_w, a->ln2_mean,
+                       a->ln2_rstd, N, C);   /* dx: d(x_mid) now */
 
     /* attention branch: x_mid = x_in + proj(attention(qkv(ln1(x_in)))) */
-    vec_copy(dx, m->d_x_mid, (size_t)N * C);
-    if (keep) vec_copy(keep->d_proj_out, m->d_x_mid, (size_t)N * C);
-    row_parallel_backward(m->d_atty, w.proj_w, w.proj_b, m->d_x_mid, a->atty, p.proj_w, N,
-                          Cl, C);
+    if (keep) vec_copy(keep->d_proj_out, dx, (size_t)N * C);
+    row_parallel_backward(m->d_atty, w.proj_w, w.proj_b, dx, a->atty, p.proj_w, N, Cl, C);
     attention_backward(d_qkv, m->d_att, m->d_atty, a->qkv, a->att, B, T, Cl, s->heads_local);
     column_parallel_backward(f_group(m), m->d_ln, w.qkv_w, w.qkv_b, d_qkv, a->ln1, p.qkv_w,
                              N, C, 3 * Cl);

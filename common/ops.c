@@ -8,133 +8,176 @@
 #include "device.h"
 #include "ops_cpu.h"
 
-/* This thread's observer (ops_observe), or NULL. */
-static _Thread_local const ops_observer *observer;
+/* This thread's observer (ops_observe) and profiler (ops_profile), or NULL. */
+static _Thread_local const ops_observer *observer, *profiler;
 
 void ops_observe(const ops_observer *o) { observer = o; }
+void ops_profile(const ops_observer *p) { profiler = p; }
 
-int op_is_kernel(op_kind kind) { return kind == OP_LINEAR || kind == OP_ATTENTION; }
+int op_is_kernel(op_kind kind) {
+    return kind == OP_LINEAR_FORWARD || kind == OP_LINEAR_BACKWARD ||
+           kind == OP_ATTENTION_FORWARD || kind == OP_ATTENTION_BACKWARD;
+}
 
-#define DISPATCH(kind, name, ...)                            \
+/* The profiler is innermost: it times the op, not the observer's lock. */
+static void watch_begin(op_kind kind, double bytes) {
+    const ops_observer *o = observer, *p = profiler;
+    if (o) {
+        o->begin(o->ctx, kind);
+        if (o->traffic) o->traffic(o->ctx, kind, bytes);
+    }
+    if (p) {
+        p->begin(p->ctx, kind);
+        if (p->traffic) p->traffic(p->ctx, kind, bytes);
+    }
+}
+
+static void watch_end(op_kind kind) {
+    const ops_observer *o = observer, *p = profiler;
+    if (p) p->end(p->ctx, kind);
+    if (o) o->end(o->ctx, kind);
+}
+
+void ops_gemm_begin(int trans_a, int trans_b, int M, int N, int K) {
+    const ops_observer *w[2] = {observer, profiler};
+    for (int i = 0; i < 2; i++)
+        if (w[i] && w[i]->gemm_begin) w[i]->gemm_begin(w[i]->ctx, trans_a, trans_b, M, N, K);
+}
+
+void ops_gemm_end(void) {
+    const ops_observer *w[2] = {profiler, observer};
+    for (int i = 0; i < 2; i++)
+        if (w[i] && w[i]->gemm_end) w[i]->gemm_end(w[i]->ctx);
+}
+
+/* Floats to bytes, for the traffic each op reports. */
+#define F32(n) (4.0 * (double)(n))
+
+/* bytes: what the op reads and writes at least, evaluated only while watched. */
+#define DISPATCH(kind, bytes, name, ...)                     \
     do {                                                     \
-        const ops_observer *watch_ = observer;               \
-        if (watch_) watch_->begin(watch_->ctx, kind);        \
+        const int watched_ = observer || profiler;           \
+        if (watched_) watch_begin(kind, bytes);              \
         const ops_table *gpu_ops_ = device_ops();            \
         if (gpu_ops_) gpu_ops_->name(__VA_ARGS__);           \
         else cpu_##name(__VA_ARGS__);                        \
-        if (watch_) watch_->end(watch_->ctx, kind);          \
+        if (watched_) watch_end(kind);                       \
     } while (0)
 
 void embedding_forward(float *out, const int *tokens, const float *wte, int N, int C,
                        int vocab_start, int vocab_len) {
-    DISPATCH(OP_EMBEDDING, embedding_forward, out, tokens, wte, N, C, vocab_start, vocab_len);
+    DISPATCH(OP_EMBEDDING, F32(2.0 * N * C), embedding_forward, out, tokens, wte, N, C, vocab_start, vocab_len);
 }
 
 void embedding_backward(float *dwte, const float *dout, const int *tokens, int N,
                         int C, int vocab_start, int vocab_len) {
-    DISPATCH(OP_EMBEDDING, embedding_backward, dwte, dout, tokens, N, C, vocab_start, vocab_len);
+    DISPATCH(OP_EMBEDDING, F32(3.0 * N * C), embedding_backward, dwte, dout, tokens, N, C, vocab_start, vocab_len);
 }
 
 void position_forward(float *out, const float *wpe, int B, int T, int C) {
-    DISPATCH(OP_EMBEDDING, position_forward, out, wpe, B, T, C);
+    DISPATCH(OP_EMBEDDING, F32(2.0 * B * T * C), position_forward, out, wpe, B, T, C);
 }
 
 void position_backward(float *dwpe, const float *dout, int B, int T, int C) {
-    DISPATCH(OP_EMBEDDING, position_backward, dwpe, dout, B, T, C);
+    DISPATCH(OP_EMBEDDING, F32((double)B * T * C), position_backward, dwpe, dout, B, T, C);
 }
 
 void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                        const float *weight, const float *bias, int N, int C) {
-    DISPATCH(OP_LAYERNORM, layernorm_forward, out, mean, rstd, inp, weight, bias, N, C);
+    DISPATCH(OP_LAYERNORM, F32(2.0 * N * C), layernorm_forward, out, mean, rstd, inp, weight, bias, N, C);
 }
 
 void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                         const float *inp, const float *weight, const float *mean,
                         const float *rstd, int N, int C) {
-    DISPATCH(OP_LAYERNORM, layernorm_backward, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N,
+    DISPATCH(OP_LAYERNORM, F32(4.0 * N * C), layernorm_backward, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N,
              C);
 }
 
 void linear_forward(float *out, const float *inp, const float *weight,
                     const float *bias, int N, int IC, int OC) {
-    DISPATCH(OP_LINEAR, linear_forward, out, inp, weight, bias, N, IC, OC);
+    DISPATCH(OP_LINEAR_FORWARD, F32((double)N * IC + (double)N * OC + (double)OC * IC),
+             linear_forward, out, inp, weight, bias, N, IC, OC);
 }
 
 void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                      const float *inp, const float *weight, int N, int IC, int OC) {
-    DISPATCH(OP_LINEAR, linear_backward, dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+    DISPATCH(OP_LINEAR_BACKWARD, F32(2.0 * N * OC + 2.0 * N * IC + 2.0 * OC * IC),
+             linear_backward, dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
 }
 
 void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
                        int NH) {
-    DISPATCH(OP_ATTENTION, attention_forward, out, att, qkv, B, T, C, NH);
+    DISPATCH(OP_ATTENTION_FORWARD, F32(4.0 * B * T * C + (double)B * NH * T * T),
+             attention_forward, out, att, qkv, B, T, C, NH);
 }
 
 void attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
                         const float *att, int B, int T, int C, int NH) {
-    DISPATCH(OP_ATTENTION, attention_backward, dqkv, datt, dout, qkv, att, B, T, C, NH);
+    DISPATCH(OP_ATTENTION_BACKWARD, F32(7.0 * B * T * C + 2.0 * B * NH * T * T),
+             attention_backward, dqkv, datt, dout, qkv, att, B, T, C, NH);
 }
 
 void gelu_forward(float *out, const float *inp, size_t n) {
-    DISPATCH(OP_GELU, gelu_forward, out, inp, n);
+    DISPATCH(OP_GELU, F32(2.0 * n), gelu_forward, out, inp, n);
 }
 
 void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-    DISPATCH(OP_GELU, gelu_backward, dinp, inp, dout, n);
+    DISPATCH(OP_GELU, F32(3.0 * n), gelu_backward, dinp, inp, dout, n);
 }
 
 void crossentropy_forward(float *losses, float *probs, const float *logits,
                           const int *targets, int N, int V) {
-    DISPATCH(OP_CROSSENTROPY, crossentropy_forward, losses, probs, logits, targets, N, V);
+    DISPATCH(OP_CROSSENTROPY, F32(2.0 * N * V), crossentropy_forward, losses, probs, logits, targets, N, V);
 }
 
 void crossentropy_backward(float *dlogits, const float *probs, const int *targets,
                            float dloss, int N, int V) {
-    DISPATCH(OP_CROSSENTROPY, crossentropy_backward, dlogits, probs, targets, dloss, N, V);
+    DISPATCH(OP_CROSSENTROPY, F32(2.0 * N * V), crossentropy_backward, dlogits, probs, targets, dloss, N, V);
 }
 
 void adamw_update(float *params, const float *grads, float *m, float *v, size_t n,
                   const adamw_config *cfg, int step) {
     adamw_config scheduled = *cfg;
     if (step < cfg->warmup_steps) scheduled.lr = cfg->lr * (float)step / (float)cfg->warmup_steps;
-    DISPATCH(OP_ADAMW, adamw_update, params, grads, m, v, n, &scheduled, step);
+    DISPATCH(OP_ADAMW, F32(7.0 * n), adamw_update, params, grads, m, v, n, &scheduled, step);
 }
 
 void vec_zero(float *x, size_t n) {
-    DISPATCH(OP_VECTOR, vec_zero, x, n);
+    DISPATCH(OP_VECTOR, F32(n), vec_zero, x, n);
 }
 
 void vec_copy(float *dst, const float *src, size_t n) {
-    DISPATCH(OP_VECTOR, vec_copy, dst, src, n);
+    DISPATCH(OP_VECTOR, F32(2.0 * n), vec_copy, dst, src, n);
 }
 
 void vec_add(float *y, const float *x, size_t n) {
-    DISPATCH(OP_VECTOR, vec_add, y, x, n);
+    DISPATCH(OP_RESIDUAL, F32(3.0 * n), vec_add, y, x, n);
 }
 
 void residual_forward(float *out, const float *a, const float *b, size_t n) {
-    DISPATCH(OP_VECTOR, residual_forward, out, a, b, n);
+    DISPATCH(OP_RESIDUAL, F32(3.0 * n), residual_forward, out, a, b, n);
 }
 
 void vec_scale(float *x, float alpha, size_t n) {
-    DISPATCH(OP_VECTOR, vec_scale, x, alpha, n);
+    DISPATCH(OP_VECTOR, F32(2.0 * n), vec_scale, x, alpha, n);
 }
 
 double vec_sum(const float *x, size_t n) {
-    const ops_observer *watch = observer;
-    if (watch) watch->begin(watch->ctx, OP_VECTOR);
+    const int watched = observer || profiler;
+    if (watched) watch_begin(OP_VECTOR, F32(n));
     const ops_table *gpu_ops = device_ops();
     double sum = gpu_ops ? gpu_ops->vec_sum(x, n) : cpu_vec_sum(x, n);
-    if (watch) watch->end(watch->ctx, OP_VECTOR);
+    if (watched) watch_end(OP_VECTOR);
     return sum;
 }
 
 void ops_upload(void *device_dst, const void *host_src, size_t bytes) {
-    DISPATCH(OP_TRANSFER, ops_upload, device_dst, host_src, bytes);
+    DISPATCH(OP_TRANSFER, (double)bytes, ops_upload, device_dst, host_src, bytes);
 }
 
 void ops_download(void *host_dst, const void *device_src, size_t bytes) {
-    DISPATCH(OP_TRANSFER, ops_download, host_dst, device_src, bytes);
+    DISPATCH(OP_TRANSFER, (double)bytes, ops_download, host_dst, device_src, bytes);
 }
 
 void ops_synchronize(void) {

@@ -22,6 +22,8 @@ typedef struct {
     double bytes_sent_per_step;     /* per rank */
     double bytes_formula;           /* the textbook value for the same; < 0: none */
     mem_stats memory;               /* largest rank */
+    double sgemm_floor_seconds;     /* --profile: per step, cblas_sgemm alone at the
+                                       slowest rank's own shapes; 0: not measured */
     const char *json_extra;         /* more keys for this run's JSON object, or NULL */
 } run_result;
 

@@ -5,6 +5,7 @@
 
 #include "alloc.h"
 #include "compare.h"
+#include "op_profile.h"
 #include "ops.h"
 
 /* a - b, kind by kind: the strategy's traffic without the loop's own */
@@ -41,6 +42,8 @@ void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
     mem_stats *mem = mem_stats_current();
     double timed = 0;
     int timed_steps = 0;
+    op_profile *profile = cfg->profile ? calloc(1, sizeof *profile) : NULL;
+    if (profile) op_profile_start(profile);
     for (int step = 1; step <= steps; step++) {
         double start = comm_now();
         float loss = st->compute_grads(st->ctx, step);
@@ -63,8 +66,10 @@ void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
             if (st->after_warmup) st->after_warmup(st->ctx);
             if (world) comm_stats_reset(world);
             mem_stats_reset_peaks(mem);
+            if (profile) op_profile_clear(profile);
         }
     }
+    if (profile) op_profile_stop(profile);
     run_result *r = &out->result;
     *r = (run_result){.strategy = st->name, .steps = steps, .loss = out->loss,
                       .diff_loss = -1, .diff_grads = -1, .diff_params = -1,
@@ -72,6 +77,11 @@ void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
                       .tokens_per_step = tokens_per_step, .bytes_formula = -1,
                       .memory = *mem};
     fill_comm(r, world, metrics);
+    if (profile)   /* --json keeps stdout one JSON object */
+        r->sgemm_floor_seconds =
+            op_profile_report(profile, metrics, st->name, timed_steps, timed,
+                              r->comm_seconds, cfg->json ? stderr : stdout);
+    free(profile);
     if (metrics) run_result_take_max(metrics, r);
     comm_free(metrics);
 }

@@ -10,6 +10,7 @@
  * above. Each op prints the largest one it saw and the tolerance it must stay under. */
 #include <check.h>
 #include <cblas.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -568,6 +569,46 @@ START_TEST(test_gelu) {
 }
 END_TEST
 
+/* GELU's relative error against long double on a dense grid of [-12, 12] (the
+ * activations' whole useful range: beyond it the output is x or underflows), where
+ * the result is a normal float. */
+typedef void (*gelu_fn)(float *out, const float *inp, size_t n);
+
+static double gelu_dense_error(gelu_fn f) {
+    enum { n = 1 << 20 };
+    float *inp = falloc(n), *out = falloc(n);
+    for (int i = 0; i < n; i++) inp[i] = (float)(-12.0 + 24.0 * i / (n - 1));
+    f(out, inp, n);
+    double worst = 0.0;
+    for (int i = 0; i < n; i++) {
+        long double x = inp[i], u = sqrtl(2.0L / acosl(-1.0L)) * (x + 0.044715L * x * x * x);
+        long double want = x / (1.0L + expl(-2.0L * u));
+        if (fabsl(want) < FLT_MIN) continue;   /* float underflows there: no relative digits */
+        double rel = (double)fabsl(((long double)out[i] - want) / want);
+        if (!(rel <= worst)) worst = rel;
+    }
+    free(inp); free(out);
+    return worst;
+}
+
+/* The negative control: GELU computed in float, as a naive vectorised version would. */
+static void gelu_in_float(float *out, const float *inp, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i], u = 0.7978845608f * (x + 0.044715f * x * x * x);
+        out[i] = x / (1.0f + expf(-2.0f * u));
+    }
+}
+
+START_TEST(test_gelu_dense) {
+    report("gelu_forward (relative, 2^20 points in [-12, 12])", gelu_dense_error(gelu_forward),
+           1.2e-7);
+    double naive = gelu_dense_error(gelu_in_float);
+    printf("negative control: GELU in float: relative error %.1e, must exceed 1.2e-07\n",
+           naive);
+    ck_assert_double_gt(naive, 1.2e-7);
+}
+END_TEST
+
 /* ---- cross-entropy --------------------------------------------------------------- */
 
 START_TEST(test_crossentropy) {
@@ -887,6 +928,7 @@ static Suite *ops_suite(void) {
     tcase_add_test(tc, test_attention_long);
     tcase_add_test(tc, test_attention_causal);
     tcase_add_test(tc, test_gelu);
+    tcase_add_test(tc, test_gelu_dense);
     tcase_add_test(tc, test_crossentropy);
     tcase_add_test(tc, test_crossentropy_inplace);
     tcase_add_test(tc, test_adamw);

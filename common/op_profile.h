@@ -1,0 +1,55 @@
+/* Where a training step's time goes (--profile): every op this thread runs, timed by
+ * kind through the ops observer, the sgemm calls inside the ops by shape, and the
+ * floor of the step: the time cblas_sgemm alone takes at exactly those shapes.
+ *
+ *   op_profile_start (before the loop) ... op_profile_clear (after the warm-up step)
+ *   ... op_profile_stop ... op_profile_report (collective: every rank of the group)
+ *
+ * On a GPU each op is followed by a device synchronisation, so that it is the op's
+ * time and not its launch's that is counted (the step slows down a little). */
+#ifndef OP_PROFILE_H
+#define OP_PROFILE_H
+#include <stdio.h>
+
+#include "comm.h"
+#include "ops.h"
+
+#define PROFILE_MAX_SHAPES 128
+
+/* One shape of matrix product, op(A)[M,K] @ op(B)[K,N], and how often it ran. */
+typedef struct {
+    int trans_a, trans_b, M, N, K;
+    op_kind kind;   /* the op it ran in */
+    double calls;
+} gemm_shape;
+
+typedef struct {
+    double seconds[OP_KINDS], calls[OP_KINDS], bytes[OP_KINDS];
+    double gemm_seconds[OP_KINDS], gemm_flops[OP_KINDS];   /* the sgemms inside */
+    gemm_shape shapes[PROFILE_MAX_SHAPES];
+    int num_shapes;
+    double unlisted_gemm_flops;   /* shapes beyond the table: counted, not floored */
+    op_kind kind_in_flight;
+    double op_start, gemm_start;  /* of the op and the product in flight */
+    int on_gpu;
+    ops_observer observer;
+} op_profile;
+
+void op_profile_start(op_profile *p);   /* clears and watches this thread's ops */
+void op_profile_clear(op_profile *p);   /* forgets what it saw, keeps watching */
+void op_profile_stop(op_profile *p);
+
+/* The table, on `out` of world rank 0: per timed step, rank 0 and the group's slowest
+ * rank side by side, the sgemm floor of each rank's own shapes beside its times.
+ * steps: the timed steps; step_seconds and comm_seconds: this rank's over them.
+ * Collective over group (NULL: a run of one rank). Returns, on every rank, the
+ * slowest rank's floor per step in seconds. */
+double op_profile_report(const op_profile *p, comm *group, const char *strategy,
+                         int steps, double step_seconds, double comm_seconds, FILE *out);
+
+/* The floor of what p saw: the sum over its shapes of calls x one sgemm's best time
+ * at that shape (packed operands, one thread), in seconds; by_kind gets each op
+ * kind's part (may be NULL). */
+double op_profile_sgemm_floor(const op_profile *p, double by_kind[OP_KINDS]);
+
+#endif
