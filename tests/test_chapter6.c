@@ -12,7 +12,7 @@
 
 #include "../chapters/06-choose/course.h"
 #include "../chapters/06-choose/planner.h"
-#include "../chapters/06-choose/predict.h"
+#include "predict.h"
 #include "check_run.h"
 #include "comm_internal.h"
 
@@ -371,7 +371,7 @@ START_TEST(predictions_can_fail) {
     chapter_figures measured;
     ck_assert(chapter_json_figures(json, "zero2", &measured));
     /* the paper's formula alone, without the working buffers, misses ZeRO-2's gradients */
-    const chapter_strategy as_zero1 = {2, "zero2", 1, 1};
+    const chapter_strategy as_zero1 = {2, "zero2", 1, 1, 0, 0};
     chapter_figures wrong = predict_chapter_run(&bench, 8, 2, &as_zero1, 50, 2, LINK_NONE, 1);
     printf("negative control: ZeRO-2 gradients predicted as ZeRO-1's %.0f, measured %.0f\n",
            wrong.grads, measured.grads);

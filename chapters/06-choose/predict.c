@@ -11,14 +11,20 @@
 #include "alloc.h"
 #include "plan_time.h"
 
+/* tp 0: all the ranks (chapter 3's default --tp); pp -1: all the ranks */
 const chapter_strategy PREDICT_STRATEGIES[] = {
-    {1, "ddp", 1, 0}, {2, "zero1", 1, 1}, {2, "zero2", 1, 2}, {2, "zero3", 1, 3},
-    {3, "tp", 0, 0},   /* tp 0: all the ranks (chapter 3's default --tp) */
+    {1, "ddp", 1, 0, 0, 0}, {2, "zero1", 1, 1, 0, 0}, {2, "zero2", 1, 2, 0, 0},
+    {2, "zero3", 1, 3, 0, 0}, {3, "tp", 0, 0, 0, 0}, {4, "pp-1f1b", 1, 0, -1, 8},
+    {5, "3d", 2, 0, 2, 4},   /* tp 2 x pp 2 x dp 1: 4 ranks only */
 };
 const int PREDICT_NUM_STRATEGIES = sizeof PREDICT_STRATEGIES / sizeof PREDICT_STRATEGIES[0];
-static const char *const pending[] = {"pp (chapter 4, not written yet)",
-                                      "3d (chapter 5, not written yet)"};
 static const int rank_counts[] = {2, 4};
+enum { CHAPTERS = 5 };
+
+/* Whether a strategy runs on `ranks` ranks here. */
+static int runs_on(const chapter_strategy *st, int ranks) {
+    return !(st->pp > 0 && st->tp * st->pp != ranks);
+}
 
 /* ---- model states, as this project stores them ----------------------------------- */
 
@@ -66,6 +72,27 @@ static void predict_states(const gpt_config *c, int ranks, int tp, int stage,
     if (stage >= 3) f->params = 4 * (shard + fmax(s.block, s.embed));
 }
 
+/* A pipeline stage's elements: blocks [k L / p, (k+1) L / p) of the TP slice, the
+ * embedding on the first, the final LayerNorm and the tied embedding's copy on the
+ * last. */
+static double stage_elements(const gpt_config *c, int tp, int pp, int k) {
+    const double h = c->dim, t = tp, wte = ceil((double)c->vocab / t) * h;
+    const double block = tp > 1 ? 12 * h * h / t + (3 * h + 4 * h) / t + 2 * h + 4 * h
+                                : slabs_of(c).block;
+    const int blocks = (int)((long)(k + 1) * c->layers / pp - (long)k * c->layers / pp);
+    double n = blocks * block;
+    if (k == 0) n += wte + (double)c->ctx * h;
+    if (k == pp - 1) n += 2 * h + (k > 0 ? wte : 0);
+    return n;
+}
+
+static void predict_pipeline_states(const gpt_config *c, int tp, int pp, chapter_figures *f) {
+    double largest = 0;
+    for (int k = 0; k < pp; k++) largest = fmax(largest, stage_elements(c, tp, pp, k));
+    f->params = f->grads = 4 * largest;
+    f->optimizer = 8 * largest;
+}
+
 /* ---- activations -------------------------------------------------------------------- */
 
 static double predict_activations(const gpt_config *c, int B, int tp) {
@@ -74,11 +101,36 @@ static double predict_activations(const gpt_config *c, int B, int tp) {
     const double layer = tokens * (4 * h + 12 * h / t + 4) + scores;
     const double head = tokens * (h + 2) + tokens * ceil(c->vocab / t) + tokens;
     const double last_output = tokens * h, token_ids = 2 * tokens;
-    /* backward workspace: the residual gradient, its two LayerNorm-side copies, and the
+    /* backward workspace: the residual gradient, its LayerNorm-side copy, and the
      * gradients of the split buffers and of the softmax, one layer at a time */
-    const double workspace = tokens * (3 * h + 12 * h / t) + scores;
+    const double workspace = tokens * (2 * h + 12 * h / t) + scores;
     const double vocab_rows = tp > 1 ? 3 * tokens : 0;   /* max, sum, target logit */
     return 4 * (L * layer + head + last_output + token_ids + workspace + vocab_rows);
+}
+
+/* 1F1B on stage k holds min(p - k, m) micro-batches of B/m sequences; each keeps its
+ * blocks' activations, its input (and output) and tokens, the gradients it trades with
+ * its neighbours and, on the last stage, the head; one backward workspace serves all.
+ * The largest stage. */
+static double predict_pipeline_activations(const gpt_config *c, int batch, int tp, int pp,
+                                           int micro) {
+    const double s = c->ctx, b = (double)batch / micro, h = c->dim, a = c->heads, t = tp;
+    const double tokens = s * b, scores = a * s * s * b / t;
+    const double layer = tokens * (4 * h + 12 * h / t + 4) + scores;
+    const double head = tokens * (h + 2) + tokens * ceil(c->vocab / t) + tokens;
+    const double workspace = tokens * (2 * h + 12 * h / t) + scores;
+    double largest = 0;
+    for (int k = 0; k < pp; k++) {
+        const int blocks = (int)((long)(k + 1) * c->layers / pp - (long)k * c->layers / pp);
+        double slot = blocks * layer + tokens * h + 2 * tokens;   /* + its output, tokens */
+        if (k == pp - 1) slot += head;
+        else slot += tokens * h;   /* the gradient received from the next stage */
+        if (k > 0) slot += tokens * h;   /* the gradient for the previous one */
+        const int held = pp - k < micro ? pp - k : micro;
+        double bytes = held * slot + workspace + (k == pp - 1 && tp > 1 ? 3 * tokens : 0);
+        largest = fmax(largest, 4 * bytes);
+    }
+    return largest;
 }
 
 /* ---- time ------------------------------------------------------------------------- */
@@ -105,10 +157,34 @@ static double predict_ms(const gpt_config *c, int batch, int ranks, int tp, int 
     return 1e3 * seconds;
 }
 
+/* A pipeline's step: each stage's share of the FLOPs, stretched by 1F1B's
+ * (m + p - 1) / m, plus its TP all-reduces on the link model. */
+static double predict_pipeline_ms(const gpt_config *c, int batch, int ranks, int tp, int pp,
+                                  int micro, double gflops, int cores, comm_link link,
+                                  double link_scale) {
+    const double flops = gpt_flops_per_step(c, batch, c->ctx) / (tp * pp);
+    const double sharing = ranks > cores ? (double)ranks / cores : 1.0;
+    double seconds = flops / (gflops * 1e9) * sharing * (micro + pp - 1) / micro;
+    if (tp > 1) {
+        const double activation_bytes = 4.0 * batch * c->ctx * c->dim;
+        seconds += 4.0 * c->layers / pp *
+                   plan_allreduce_seconds(plan_link_of(link), tp, activation_bytes) * link_scale;
+    }
+    return 1e3 * seconds;
+}
+
 chapter_figures predict_chapter_run(const gpt_config *cfg, int batch, int ranks,
                                     const chapter_strategy *st, double gflops, int cores,
                                     comm_link link, double link_scale) {
     chapter_figures f = {0};
+    if (st->pp != 0) {
+        const int pp = st->pp > 0 ? st->pp : ranks, tp = st->tp;
+        predict_pipeline_states(cfg, tp, pp, &f);
+        f.activations = predict_pipeline_activations(cfg, batch, tp, pp, st->micro);
+        f.ms_per_step = predict_pipeline_ms(cfg, batch, ranks, tp, pp, st->micro, gflops, cores,
+                                            link, link_scale);
+        return f;
+    }
     const int tp = st->tp ? st->tp : ranks;
     predict_states(cfg, ranks, tp, st->zero_stage, &f);
     f.activations = predict_activations(cfg, batch / (ranks / tp), tp);
@@ -141,13 +217,23 @@ int chapter_json_figures(const char *json, const char *strategy, chapter_figures
            number_after(memory, end, "\"activations\": ", &out->activations);
 }
 
+/* What each chapter's run is told beyond the common flags. */
+static const char *chapter_flags(int chapter) {
+    switch (chapter) {
+    case 3: return " --part train";
+    case 4: return " --schedule 1f1b --micro 8 --stage-ms 0";
+    case 5: return " --tp 2 --pp 2 --dp 1 --micro 4";
+    default: return "";
+    }
+}
+
 char *run_chapter_json(const char *programs_dir, int chapter, int ranks,
                        const predict_options *o) {
     static const char *const link_names[] = {"none", "nvlink", "ib", "ethernet"};
     char program[1024], command[2600];
     snprintf(program, sizeof program, "%s/chapter%d", programs_dir, chapter);
     if (access(program, X_OK) != 0) {
-        fprintf(stderr, "predict: %s is not built (make chapter1 chapter2 chapter3)\n", program);
+        fprintf(stderr, "predict: %s is not built (make chapter1 ... chapter5)\n", program);
         return NULL;
     }
     char data[1100] = "";
@@ -162,7 +248,7 @@ char *run_chapter_json(const char *programs_dir, int chapter, int ranks,
     snprintf(command, sizeof command,
              "'%s' --ranks %d --preset bench256 --steps %d --json --quiet --link %s"
              " --link-scale %g%s%s", program, ranks, o->steps, link_names[o->link],
-             o->link_scale, chapter == 3 ? " --part train" : "", data);
+             o->link_scale, chapter_flags(chapter), data);
     setenv("OPENBLAS_NUM_THREADS", "1", 1);   /* what ./run sets for every program */
     /* started by mpirun ourselves (MPI=1), the chapter must not take itself for one of
      * mpirun's processes: it runs its ranks as threads */
@@ -265,8 +351,6 @@ static void print_table(const comparison *rows, int n, double gflops_2, double g
     if (getloadavg(load, 1) == 1)
         printf("load average of the last minute: %.1f on %d cores (these runs add up to 4"
                " of it; the rest is other programs)\n", load[0], cores);
-    for (size_t i = 0; i < sizeof pending / sizeof pending[0]; i++)
-        printf("pending: %s: its row appears here once that program prints --json\n", pending[i]);
 }
 
 static void print_json(const comparison *rows, int n, int ok) {
@@ -283,8 +367,7 @@ static void print_json(const comparison *rows, int n, int ok) {
                    f[k]->ms_per_step);
         printf("}%s\n", i == n - 1 ? "" : ",");
     }
-    printf(" ], \"pending\": [\"%s\", \"%s\"], \"ok\": %s}\n", pending[0], pending[1],
-           ok ? "true" : "false");
+    printf(" ], \"ok\": %s}\n", ok ? "true" : "false");
 }
 
 int predict_chapters_in(const char *programs_dir, const predict_options *o,
@@ -299,13 +382,15 @@ int predict_chapters_in(const char *programs_dir, const predict_options *o,
     for (int r = 0; r < 2; r++) {
         const int ranks = rank_counts[r];
         gflops[r] = measure_sgemm_gflops(batch / ranks * bench.ctx, bench.dim);
-        char *json[4] = {0};
-        for (int chapter = 1; chapter <= 3; chapter++) {
+        char *json[CHAPTERS + 1] = {0};
+        for (int chapter = 1; chapter <= CHAPTERS; chapter++) {
+            if (chapter == 5 && ranks != 4) continue;   /* its mesh is 2 x 2 */
             json[chapter] = run_chapter_json(programs_dir, chapter, ranks, o);
             if (!json[chapter]) return 2;
         }
         for (int s = 0; s < PREDICT_NUM_STRATEGIES; s++) {
             const chapter_strategy *st = &PREDICT_STRATEGIES[s];
+            if (!runs_on(st, ranks)) continue;
             comparison *c = &rows[n++];
             *c = (comparison){.ranks = ranks, .strategy = st, .gflops = gflops[r]};
             c->predicted = predict_chapter_run(&bench, batch, ranks, st, gflops[r], cores,
@@ -318,7 +403,7 @@ int predict_chapters_in(const char *programs_dir, const predict_options *o,
             if (!states_match(c)) (*state_mismatches)++;
             if (activation_error(c) > *worst_activation) *worst_activation = activation_error(c);
         }
-        for (int chapter = 1; chapter <= 3; chapter++) free(json[chapter]);
+        for (int chapter = 1; chapter <= CHAPTERS; chapter++) free(json[chapter]);
     }
     const int ok = *state_mismatches == 0 && *worst_activation <= 0.10;
     if (o->json)

@@ -18,8 +18,11 @@
  * Time: FLOPs per rank over this machine's measured sgemm rate (ranks beyond the cores
  * share them), plus the link model's time for the collectives; reported only.
  *
- * Pipeline (chapter 4) and 3D (chapter 5) do not exist yet: their rows are listed as
- * pending and get filled in when those programs print --json. */
+ * Pipeline (chapter 4: 1F1B, 2 stages on 2 ranks, 4 on 4) and 3D (chapter 5: tp 2 x
+ * pp 2 on 4 ranks): each stage's own blocks (the first with the embedding, the last
+ * with the final LayerNorm and its copy of the tied embedding), and the activations of
+ * the micro-batches 1F1B holds on the stage at once (p - r on stage r) plus one
+ * backward workspace; the largest rank is compared. */
 #ifndef PREDICT_H
 #define PREDICT_H
 
@@ -45,6 +48,8 @@ typedef struct {
     const char *strategy;    /* its name in that program's --json */
     int tp;                  /* tensor-parallel size (the rest is data parallel) */
     int zero_stage;
+    int pp;                  /* pipeline stages (1F1B); 0 or 1: none */
+    int micro;               /* micro-batches per step, with pp */
 } chapter_strategy;
 
 extern const chapter_strategy PREDICT_STRATEGIES[];
