@@ -4,7 +4,7 @@
  *   make chapter6 && ./run 1 --params 70e9 --gpus 64 --gpu-mem 80
  *   ./run 1 --layers 96 --hidden 12288 --heads 96 --vocab 51200 --seq 2048 --gpus 1024
  *   ./run 1 --course               the course text's claims, re-derived
- *   ./run 1 --predict-chapters     predicted against measured, chapters 1-3 on bench256 */
+ *   ./run 1 --predict-chapters     predicted against measured, chapters 1-5 on bench256 */
 #include <stdio.h>
 #include <string.h>
 
@@ -125,7 +125,7 @@ int main(int argc, char **argv) {
          "largest model per ZeRO stage on the cluster (model parallel: --tp x --pp)", NULL, 0},
         {"course", OPT_FLAG, &f.course, "check the course text's claims by arithmetic", NULL, 0},
         {"predict-chapters", OPT_FLAG, &f.predict,
-         "predict chapters 1-3 on bench256 (2 and 4 ranks) and run them to compare", NULL, 0},
+         "predict chapters 1-5 on bench256 (2 and 4 ranks) and run them to compare", NULL, 0},
         {0},
     };
     cli_parse(argc, argv, &cfg, options, argv[0],
