@@ -73,11 +73,13 @@ static void json_ladder(FILE *o, const ladder_report *r) {
 }
 
 static void json_links(FILE *o, const link_row rows[LINKS]) {
+    static const char *names[] = {"none", "nvlink", "ib", "ethernet"};
     fprintf(o, "\"links\": [");
     for (int i = 0; i < LINKS; i++)
-        fprintf(o, "%s{\"bandwidth\": %.4g, \"latency\": %.3g, \"allreduce_measured_s\": %.6e,"
-                " \"allreduce_predicted_s\": %.6e}", i ? ", " : "", rows[i].bandwidth,
-                rows[i].latency, rows[i].measured_s, rows[i].predicted_s);
+        fprintf(o, "%s{\"link\": \"%s\", \"bandwidth\": %.4g, \"latency\": %.3g,"
+                " \"allreduce_measured_s\": %.6e, \"allreduce_predicted_s\": %.6e}",
+                i ? ", " : "", names[rows[i].link], rows[i].bandwidth, rows[i].latency,
+                rows[i].measured_s, rows[i].predicted_s);
     fprintf(o, "]");
 }
 
