@@ -97,9 +97,12 @@ int ladder_run(const run_config *cfg, const dataset *data, double link_scale,
 void ladder_print(const ladder_report *r, int ranks);
 
 /* The model of a rung: step = compute + the wire time not hidden under backward.
- *   buckets: all-reduces of bucket_bytes[i] (launch order), ring on `ranks`
- *   overlapped: the buckets but the last run under the last micro-step's backward,
- *               2/3 of its compute (backward is twice the forward's GEMMs)
+ *   buckets: all-reduces of bucket_bytes[i] (launch order), ring on `ranks`, one
+ *            after the other
+ *   overlapped: under the last micro-step's backward, 2/3 of its compute (backward
+ *               is twice the forward's GEMMs); bucket i can start once backward has
+ *               produced the gradients up to it (in proportion to their bytes)
+ *   not overlapped: all of them after backward
  *   plus the loss's 4-byte all-reduce every step */
 double ladder_predicted_exposed(plan_link link, int ranks, const double *bucket_bytes,
                                 int buckets, int overlapped, double compute_s,

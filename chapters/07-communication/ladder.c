@@ -113,16 +113,18 @@ static int run_ddp(const run_config *base, const dataset *data, const rung_spec 
 double ladder_predicted_exposed(plan_link link, int ranks, const double *bucket_bytes,
                                 int buckets, int overlapped, double compute_s,
                                 int grad_accum) {
-    double total = 0, last = 0;
+    double all_bytes = 0;
+    for (int i = 0; i < buckets; i++) all_bytes += bucket_bytes[i];
+    /* bucket i is ready once backward has produced its share of the gradients; the
+     * all-reduces then run one after the other */
+    const double backward = overlapped ? 2.0 / 3.0 * compute_s / grad_accum : 0;
+    double produced = 0, wire_free = 0;
     for (int i = 0; i < buckets; i++) {
-        last = plan_allreduce_seconds(link, ranks, bucket_bytes[i]);
-        total += last;
+        produced += bucket_bytes[i];
+        const double ready = all_bytes > 0 ? backward * produced / all_bytes : backward;
+        wire_free = fmax(wire_free, ready) + plan_allreduce_seconds(link, ranks, bucket_bytes[i]);
     }
-    double exposed = total;
-    if (overlapped) {
-        const double backward_window = 2.0 / 3.0 * compute_s / grad_accum;
-        exposed = fmax(last, total - backward_window);
-    }
+    const double exposed = fmax(0, wire_free - backward);
     return exposed + plan_allreduce_seconds(link, ranks, sizeof(float));   /* the loss */
 }
 
