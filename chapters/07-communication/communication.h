@@ -67,7 +67,7 @@ typedef struct {
     int overlap, grad_accum;
     comm_dtype wire;
     int batch;                /* global, sequences: the base batch x grad_accum */
-    double tokens_per_s, ideal_tokens_per_s;
+    double tokens_per_s, ideal_tokens_per_s;   /* ideal: the compute-bound rate */
     double efficiency, predicted_efficiency;
     double comm_fraction;
     float loss;               /* after the last step */
@@ -83,7 +83,7 @@ typedef struct {
     int count;
     double link_scale;        /* the ethernet slow-down used */
     double target_start;      /* efficiency the basic rung was calibrated to */
-    double compute_ms;        /* ideal step (no all-reduce, no wire) at the base batch */
+    double compute_ms;        /* a step at the compute-bound rate, base batch */
     double baseline_tokens_per_s;   /* one rank alone, the whole base batch */
     size_t gradient_bytes;
 } ladder_report;
