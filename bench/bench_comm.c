@@ -1,8 +1,9 @@
 /* All-reduce bus bandwidth, as nccl-tests defines it: algbw = bytes / time, busbw =
  * algbw * 2(N-1)/N (the rate each rank's link runs at in a ring). Prints one table.
  *
- *   bench_comm [max_mib]                 threads backend: ring and naive, 2 and 4
- *                                        ranks, next to memcpy on this machine
+ *   bench_comm [max_mib]                 threads backend: ring, naive and recursive
+ *                                        doubling, 2 and 4 ranks, next to memcpy on
+ *                                        this machine
  *   mpirun -np N bench_comm [max_mib]    (MPI=1 build) Open MPI's MPI_Allreduce and
  *                                        this project's comm over MPI, N ranks
  * Time = the slowest rank's, best of 3 repetitions. fp32 sum, in place. */
@@ -122,24 +123,30 @@ int main(int argc, char **argv) {
     }
 
     static const int world_sizes[] = {2, 4};
-    bench runs[4];
+    static const comm_allreduce_algo algos[] = {ALLREDUCE_RING, ALLREDUCE_NAIVE,
+                                                ALLREDUCE_DOUBLING};
+    bench runs[6];
     for (int w = 0; w < 2; w++)
-        for (int algo = 0; algo < 2; algo++) {
-            bench *b = &runs[2 * w + algo];
+        for (int algo = 0; algo < 3; algo++) {
+            bench *b = &runs[3 * w + algo];
             *b = (bench){.max_bytes = max_bytes};
             opts.ranks = world_sizes[w];
-            opts.allreduce = algo ? ALLREDUCE_NAIVE : ALLREDUCE_RING;
+            opts.allreduce = algos[algo];
             if (launch(&opts, rank_main, b)) return 1;
         }
     printf("all-reduce bus bandwidth, GB/s (fp32 sum), threads backend, no link model\n");
-    printf("%8s %10s %12s %12s %12s %12s\n", "size", "memcpy", "ring N=2", "naive N=2",
-           "ring N=4", "naive N=4");
+    printf("%8s %10s", "size", "memcpy");
+    for (int w = 0; w < 2; w++)
+        printf(" %11s%d %11s%d %11s%d", "ring N=", world_sizes[w], "naive N=", world_sizes[w],
+               "doubling N=", world_sizes[w]);
+    printf("\n");
     size_t bytes = MIN_BYTES;
     for (int i = 0; i < rows; i++, bytes *= 4) {
         char label[32];
         size_label(bytes, label, sizeof label);
-        printf("%8s %10.2f %12.2f %12.2f %12.2f %12.2f\n", label, memcpy_gbps(bytes),
-               runs[0].busbw[i], runs[1].busbw[i], runs[2].busbw[i], runs[3].busbw[i]);
+        printf("%8s %10.2f", label, memcpy_gbps(bytes));
+        for (int k = 0; k < 6; k++) printf(" %12.2f", runs[k].busbw[i]);
+        printf("\n");
     }
     return 0;
 }

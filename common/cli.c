@@ -42,7 +42,7 @@ run_config run_config_default(void) {
 
 /* ---- the shared flags ------------------------------------------------------------ */
 
-static const char *const allreduce_names[] = {"ring", "naive", NULL};
+static const char *const allreduce_names[] = {"ring", "naive", "doubling", NULL};
 static const char *const link_names[] = {"none", "nvlink", "ib", "ethernet", NULL};
 static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
 static const char *const send_mode_names[] = {"buffered", "rendezvous", NULL};

@@ -50,7 +50,10 @@ float comm_f8e4m3_to_f32(uint8_t b);
 void comm_convert(void *dst, comm_dtype dst_dt, const void *src, comm_dtype src_dt,
                   size_t count);
 
-typedef enum { ALLREDUCE_RING, ALLREDUCE_NAIVE } comm_allreduce_algo;
+/* Threads backend: the ring (bandwidth-optimal, 2(N-1) steps), naive (gather to rank 0,
+ * copy back) and recursive doubling (latency-optimal: ceil(log2 N) steps, the whole
+ * buffer each; see comm_threads.c). */
+typedef enum { ALLREDUCE_RING, ALLREDUCE_NAIVE, ALLREDUCE_DOUBLING } comm_allreduce_algo;
 
 /* ---- identity and groups ------------------------------------------------------------ */
 int comm_rank(const comm *c);

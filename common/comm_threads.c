@@ -433,6 +433,87 @@ static void naive_allreduce(comm *c, const comm_call *call) {
     finish(c, call, 2);
 }
 
+/* Recursive doubling, the latency-optimal all-reduce: in round k = 1..L the ranks
+ * pair up 2^(k-1) apart and each adds its partner's whole buffer into its own, so
+ * after L = log2 N rounds everyone holds the sum: L messages instead of the ring's
+ * 2(N-1), but each carries the whole buffer (L x bytes instead of 2(N-1)/N x bytes).
+ * For N not a power of two, P = 2^floor(log2 N) ranks take part and the E = N - P
+ * others fold in first: step 1, rank 2i (i < E) adds rank 2i+1's buffer into its own;
+ * at the end rank 2i+1 copies the result back (2 rounds more). a + b == b + a in
+ * floating point, so both partners of a round compute the same bits and every rank
+ * ends with an identical result.
+ * Round k writes into location k % 2 (0: the buffer, 1: the scratch) from location
+ * (k-1) % 2 of both partners, so a partner's read never sees a half-written value;
+ * before overwriting a location a rank waits for the partner that read it. Steps:
+ * 1 fold, 1 + k round k, L + 2 result in place (and divided for AVG). */
+typedef struct {
+    int extra;          /* E: ranks folded into a partner */
+    int virtual_rank;   /* 0..P-1 for ranks taking part, -1 for the folded ones */
+    int rounds;         /* L = log2 P */
+} doubling_plan;
+
+static doubling_plan doubling_plan_of(int n, int r) {
+    int p = 1, rounds = 0;
+    while (2 * p <= n) { p *= 2; rounds++; }
+    doubling_plan d = {.extra = n - p, .rounds = rounds};
+    if (r < 2 * d.extra) d.virtual_rank = r % 2 ? -1 : r / 2;
+    else d.virtual_rank = r - d.extra;
+    return d;
+}
+
+static int doubling_real_rank(const doubling_plan *d, int virtual_rank) {
+    return virtual_rank < d->extra ? 2 * virtual_rank : virtual_rank + d->extra;
+}
+
+static char *doubling_location(member *m, int round) {
+    return round % 2 ? m->scratch : m->recv;
+}
+
+static void doubling_rounds(comm *c, const comm_call *call, const doubling_plan *d) {
+    member *me = member_of(c, c->rank);
+    for (int k = 1; k <= d->rounds; k++) {
+        int partner = doubling_real_rank(d, d->virtual_rank ^ (1 << (k - 1)));
+        wait_step(c, call, partner, k);       /* its round k-1 result is ready */
+        if (k >= 2) {                         /* the last reader of location k % 2 */
+            int previous = doubling_real_rank(d, d->virtual_rank ^ (1 << (k - 2)));
+            wait_step(c, call, previous, k);
+        }
+        pull(c, partner, doubling_location(me, k), doubling_location(me, k - 1),
+             doubling_location(member_of(c, partner), k - 1), call->count, call);
+        publish(c, 1 + k);
+    }
+    if (d->rounds) {   /* the last partner has read location (L-1) % 2 */
+        int last = doubling_real_rank(d, d->virtual_rank ^ (1 << (d->rounds - 1)));
+        wait_step(c, call, last, 1 + d->rounds);
+    }
+    if (d->rounds % 2 && call->count)
+        move_bytes(c, call->recv, me->scratch, call->count * comm_dtype_size(call->dt), 0);
+    if (call->op == COMM_AVG) divide(c, call->recv, call->count, call, c->size);
+}
+
+static void doubling_allreduce(comm *c, const comm_call *call, void *scratch) {
+    int r = c->rank;
+    doubling_plan d = doubling_plan_of(c->size, r);
+    int done = d.rounds + 2;
+    char *buf = call->recv;
+    enter(c, call, buf, buf, scratch);
+    if (d.virtual_rank < 0) {                 /* folded: hand over, then copy back */
+        wait_step(c, call, r - 1, done);
+        pull(c, r - 1, buf, NULL, member_of(c, r - 1)->recv, call->count, call);
+        publish(c, done);
+    } else {
+        if (r < 2 * d.extra) {                /* take in the folded neighbour */
+            wait_step(c, call, r + 1, 0);
+            pull(c, r + 1, buf, buf, member_of(c, r + 1)->recv, call->count, call);
+        }
+        publish(c, 1);
+        doubling_rounds(c, call, &d);
+        publish(c, done);
+        if (r < 2 * d.extra) wait_step(c, call, r + 1, done);   /* it has copied */
+    }
+    finish(c, call, done);
+}
+
 /* Step 1 = "arrived and checked": nobody leaves before its right neighbour has read
  * its call (enter), as in every collective. */
 static void barrier(comm *c, const comm_call *call) {
@@ -444,6 +525,8 @@ static void barrier(comm *c, const comm_call *call) {
 
 static size_t scratch_bytes(const comm *c, const comm_call *call) {
     size_t es = comm_dtype_size(call->dt);
+    if (call->kind == COMM_KIND_ALLREDUCE && c->job->opts.allreduce == ALLREDUCE_DOUBLING)
+        return c->size > 1 ? call->count * es : 0;   /* odd rounds' location */
     if (c->size < 3) return 0;
     if (call->kind == COMM_KIND_REDUCE_SCATTER)
         return 2 * comm_shard(call->count, c->size, 0, NULL) * es;
@@ -464,6 +547,8 @@ static void execute(comm *c, const comm_call *call, void *scratch) {
     switch (call->kind) {
     case COMM_KIND_ALLREDUCE:
         if (c->job->opts.allreduce == ALLREDUCE_NAIVE) naive_allreduce(c, call);
+        else if (c->job->opts.allreduce == ALLREDUCE_DOUBLING)
+            doubling_allreduce(c, call, scratch);
         else ring_allreduce(c, call);
         break;
     case COMM_KIND_REDUCE_SCATTER: ring_reduce_scatter(c, call, scratch); break;

@@ -107,6 +107,16 @@ if [ -x "$chapter5" ]; then
     expect_error "$chapter5" "--mesh-only needs --world N" --mesh-only
     expect_error "$chapter5" "--json lists every rank: at most --world 4096" --mesh-only --world 8192 --tp 8 --pp 16 --json
     expect_error "$chapter5" "--zero 2: this chapter composes ZeRO-1" --zero 2
+# chapter 7, communication: sweep sizes, the ladder's calibration, the plot
+chapter7="$build"/chapter7
+if [ -x "$chapter7" ]; then
+    expect_error "$chapter7" "--max-mib 2000: at most 1024" --max-mib 2000
+    expect_error "$chapter7" "--sweep-ranks 1: must be an integer from 2" --sweep-ranks 1
+    expect_error "$chapter7" "--start-efficiency 1.5: a fraction between 0 and 1" --start-efficiency 1.5
+    expect_error "$chapter7" "--svg needs the strategies part" --svg x.svg --part ladder
+    expect_error "$chapter7" "--batch 6 does not split evenly over 4 ranks" --ranks 4 --batch 6
+    expect_error "$chapter7" "--ladder-scale -1: must be at least 0" --ladder-scale -1
+    expect_error "$chapter7" "--allreduce tree: unknown value (valid: ring, naive, doubling)" --allreduce tree
 fi
 # ./run itself
 expect_error ./run "N 'x' must be a positive whole number" x

@@ -103,11 +103,28 @@ static float input_in(comm_dtype dt, int rank, size_t i) {
     return round_to(input(rank, i) * (dt == COMM_F8E4M3 ? 4.0f : 1.0f), dt);
 }
 
+/* Recursive doubling's order: ranks 2i and 2i+1 (i < E = n - P) add first, then the
+ * P partial sums pair up 1, 2, 4, ... apart, each pair rounding once. */
+static float doubling_sum(const float *v, comm_dtype dt, int n) {
+    float partial[64];
+    int p = 1;
+    while (2 * p <= n) p *= 2;
+    int extra = n - p;
+    for (int q = 0; q < p; q++)
+        partial[q] = q < extra ? round_to(v[2 * q] + v[2 * q + 1], dt) : v[q + extra];
+    for (int distance = 1; distance < p; distance *= 2)
+        for (int q = 0; q < p; q++)
+            if (!(q & distance)) partial[q] = round_to(partial[q] + partial[q + distance], dt);
+    return partial[0];
+}
+
 /* The sum of v[0..n) as the threads backend rounds it, once per hop. order 0 (ring):
  * in its slab, the chunk holding element i starts at rank chunk+1 and goes round to
- * rank chunk; order 1 (naive): rank 0 adds rank 1, then 2, ... */
+ * rank chunk; order 1 (naive): rank 0 adds rank 1, then 2, ...; order 2: recursive
+ * doubling. */
 static float ordered_sum(const float *v, comm_dtype dt, int n, size_t count, size_t i,
                          int order) {
+    if (order == 2) return doubling_sum(v, dt, n);
     int start = 0;
     if (order == 0) {
         size_t slab = (size_t)n * COMM_SLICE_ELEMENTS, first = i / slab * slab;

@@ -140,25 +140,38 @@ END_TEST
 /* ---- every collective vs the serial reference -------------------------------------- */
 typedef struct {
     size_t count;
-    int order;   /* 0 ring, 1 naive */
+    int order;   /* the all-reduce: 0 ring, 1 naive, 2 recursive doubling */
     const char *label;
 } collectives_args;
+
+static const comm_allreduce_algo algo_of_order[] = {ALLREDUCE_RING, ALLREDUCE_NAIVE,
+                                                    ALLREDUCE_DOUBLING};
+static const char *const algo_labels[] = {"threads ring", "threads naive",
+                                          "threads doubling"};
 
 static int collectives_main(comm *world, void *arg) {
     collectives_args *a = arg;
     return comm_check_collectives(world, a->count, a->order, a->label) ? 1 : 0;
 }
 
-START_TEST(test_collectives) {
-    int ranks = _i;
+static void check_collectives(int ranks, int order) {
     static const size_t counts[] = {0, 1, 7, 1000003};
-    for (size_t c = 0; c < 4; c++)
-        for (int order = 0; order < 2; order++) {
-            comm_options o = options(ranks);
-            o.allreduce = order ? ALLREDUCE_NAIVE : ALLREDUCE_RING;
-            collectives_args a = {counts[c], order, order ? "threads naive" : "threads ring"};
-            ck_assert_int_eq(launch_threads(&o, collectives_main, &a), 0);
-        }
+    for (size_t c = 0; c < 4; c++) {
+        comm_options o = options(ranks);
+        o.allreduce = algo_of_order[order];
+        collectives_args a = {counts[c], order, algo_labels[order]};
+        ck_assert_int_eq(launch_threads(&o, collectives_main, &a), 0);
+    }
+}
+
+START_TEST(test_collectives) {
+    for (int order = 0; order < 2; order++) check_collectives(_i, order);
+}
+END_TEST
+
+/* Recursive doubling at 1..8 ranks: powers of two and the folded sizes between. */
+START_TEST(test_collectives_doubling) {
+    check_collectives(_i, 2);
 }
 END_TEST
 
@@ -186,8 +199,19 @@ START_TEST(test_send_recv) {
 END_TEST
 
 /* ---- accounting: measured bytes equal the ring's volume, up to chunk rounding ------- */
+/* Recursive doubling's bytes per rank: log2 P whole buffers, one more each way for a
+ * rank that takes in a folded neighbour (P = 2^floor(log2 N), E = N - P), and one
+ * each way for a folded rank. */
+static uint64_t doubling_bytes(int n, int r, uint64_t bytes) {
+    int p = 1, rounds = 0;
+    while (2 * p <= n) { p *= 2; rounds++; }
+    int extra = n - p;
+    if (r < 2 * extra) return r % 2 ? bytes : (uint64_t)(rounds + 1) * bytes;
+    return (uint64_t)rounds * bytes;
+}
+
 static int accounting_main(comm *world, void *arg) {
-    int naive = *(int *)arg;
+    int order = *(int *)arg, naive = order == 1;
     int n = comm_size(world), r = comm_rank(world), failures = 0;
     size_t count = 1000003, es = 4, bytes = count * es;
     float *x = mem_alloc(MEM_GRADS, bytes), *shard = mem_alloc(MEM_GRADS, bytes);
@@ -201,12 +225,19 @@ static int accounting_main(comm *world, void *arg) {
     if (naive) {
         uint64_t want = r == 0 ? (uint64_t)(n - 1) * bytes : bytes;
         if (n > 1 && (sent != want || received != want)) failures++;
+    } else if (order == 2) {
+        uint64_t want = doubling_bytes(n, r, bytes);
+        if (sent != want || received != want) failures++;
+        if (r <= 1)   /* rank 1 is the folded one when N is not a power of two */
+            printf("doubling all-reduce of %zu bytes, %d ranks: rank %d sent %llu, received "
+                   "%llu bytes (formula %llu)\n", bytes, n, r, (unsigned long long)sent,
+                   (unsigned long long)received, (unsigned long long)want);
     } else {
         if (sent != 2 * bytes - es * (len_r + len_next) || received != 2 * bytes - es * (len_r + len_prev))
             failures++;
         if (fabs((double)sent - textbook) > 2.0 * (double)es) failures++;
     }
-    if (r == 0)
+    if (r == 0 && order != 2)
         printf("%s all-reduce of %zu bytes, %d ranks: rank 0 sent %llu, received %llu bytes "
                "(2(N-1)/N x bytes = %.0f)\n", naive ? "naive" : "ring", bytes, n,
                (unsigned long long)sent, (unsigned long long)received, textbook);
@@ -226,9 +257,11 @@ static int accounting_main(comm *world, void *arg) {
         s.bytes_sent[COMM_KIND_BROADCAST] != (r == n - 1 ? 0 : bytes) ||
         s.calls[COMM_KIND_BARRIER] != 1)
         failures++;
-    /* scratch for reduce-scatter (3+ ranks) is charged to this rank as comm memory */
+    /* scratch for reduce-scatter (3+ ranks) and doubling's all-reduce (2+) is charged
+     * to this rank as comm memory */
     if (comm_mem_stats(world) != mem_stats_current()) failures++;
     if (n >= 3 && comm_mem_stats(world)->current[MEM_COMM] == 0) failures++;
+    if (order == 2 && n >= 2 && comm_mem_stats(world)->peak[MEM_COMM] < bytes) failures++;
 
     /* totals over groups, and reset */
     comm *pair = comm_split(world, r / 2, r, "pair");
@@ -252,12 +285,26 @@ static int accounting_main(comm *world, void *arg) {
 }
 
 START_TEST(test_accounting) {
-    for (int naive = 0; naive < 2; naive++)
-        for (int ranks = 1; ranks <= 5; ranks++) {
+    for (int order = 0; order < 3; order++)
+        for (int ranks = 1; ranks <= (order == 2 ? 8 : 5); ranks++) {
             comm_options o = options(ranks);
-            o.allreduce = naive ? ALLREDUCE_NAIVE : ALLREDUCE_RING;
-            ck_assert_int_eq(launch_threads(&o, accounting_main, &naive), 0);
+            o.allreduce = algo_of_order[order];
+            ck_assert_int_eq(launch_threads(&o, accounting_main, &order), 0);
         }
+}
+END_TEST
+
+/* Negative control: doubling's 16-bit sums checked against the ring's rounding order
+ * must fail (at 4 ranks the two orders round differently), so the same-order check
+ * really tells the algorithms apart. */
+START_TEST(test_doubling_order_negative) {
+    comm_options o = options(4);
+    o.allreduce = ALLREDUCE_DOUBLING;
+    collectives_args a = {1000003, 0, "negative control: doubling checked in ring order"};
+    int status = launch_threads(&o, collectives_main, &a);
+    printf("negative control: doubling against the ring's rounding order -> status %d "
+           "(must be non-zero)\n", status);
+    ck_assert_int_ne(status, 0);
 }
 END_TEST
 
@@ -491,10 +538,12 @@ int main(int argc, char **argv) {
     TCase *collectives = tcase_create("collectives");
     tcase_set_timeout(collectives, 300);
     tcase_add_loop_test(collectives, test_collectives, 1, 6);   /* 1..5 ranks */
+    tcase_add_loop_test(collectives, test_collectives_doubling, 1, 9);   /* 1..8 ranks */
     tcase_add_test(collectives, test_split);
     tcase_add_test(collectives, test_async);
     tcase_add_test(collectives, test_send_recv);
     tcase_add_test(collectives, test_accounting);
+    tcase_add_test(collectives, test_doubling_order_negative);
     tcase_add_test(collectives, test_link_model);
     tcase_add_test(collectives, test_trace);
     suite_add_tcase(s, collectives);

@@ -23,6 +23,26 @@ double plan_gather_seconds(plan_link link, int ranks, double bytes) {
     return (ranks - 1) * link.latency + (ranks - 1.0) / ranks * bytes / link.bandwidth;
 }
 
+double plan_allreduce_naive_seconds(plan_link link, int ranks, double bytes) {
+    if (ranks <= 1) return 0;
+    return ranks * plan_link_seconds(link, bytes);
+}
+
+int plan_doubling_rounds(int ranks) {
+    int p = 1, rounds = 0;
+    while (2 * p <= ranks) { p *= 2; rounds++; }
+    return rounds + (p != ranks ? 2 : 0);
+}
+
+double plan_allreduce_doubling_seconds(plan_link link, int ranks, double bytes) {
+    if (ranks <= 1) return 0;
+    return plan_doubling_rounds(ranks) * plan_link_seconds(link, bytes);
+}
+
+plan_link plan_link_scaled(plan_link link, double scale) {
+    return (plan_link){link.bandwidth / scale, link.latency * scale};
+}
+
 double plan_flops_per_iteration(const plan_model *m, int global_batch,
                                 plan_recompute recompute) {
     const double B = global_batch, s = m->seq, l = m->layers, h = m->hidden, V = m->vocab;

@@ -34,6 +34,22 @@ plan_link plan_link_of(comm_link link);
 double plan_link_seconds(plan_link link, double bytes);   /* one message */
 double plan_allreduce_seconds(plan_link link, int ranks, double bytes);
 double plan_gather_seconds(plan_link link, int ranks, double bytes);   /* or scatter */
+/* The threads backend's other all-reduces (comm_threads.c) on the same model, where
+ * each copy a rank makes costs alpha + bytes / beta on its own wire:
+ *   naive: rank 0 adds the N-1 others' buffers one after the other, then all N-1
+ *          copy the sum at once:                          N (alpha + bytes / beta)
+ *          (with one port at the root the copies back queue too: 2 (N-1) of them)
+ *   recursive doubling: log2 P rounds of the whole buffer, P = 2^floor(log2 N), and
+ *          two more (fold in, copy back) when N is not a power of two:
+ *                                   (log2 P + 2 [N != P]) (alpha + bytes / beta)
+ * Latency terms: ring 2(N-1), doubling about log2 N; bandwidth terms: ring 2(N-1)/N,
+ * doubling log2 N x bytes: doubling wins small messages, the ring large ones. */
+double plan_allreduce_naive_seconds(plan_link link, int ranks, double bytes);
+double plan_allreduce_doubling_seconds(plan_link link, int ranks, double bytes);
+/* Messages one rank sends in sequence in recursive doubling (the factor above). */
+int plan_doubling_rounds(int ranks);
+/* A link slowed down `scale` times (the communicator's --link-scale). */
+plan_link plan_link_scaled(plan_link link, double scale);
 
 /* Eq. 3 generalised to the recomputation mode (see above). */
 double plan_flops_per_iteration(const plan_model *m, int global_batch,

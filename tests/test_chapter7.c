@@ -1,0 +1,179 @@
+/* Chapter 7: the alpha-beta predictions against values computed by hand, the measured
+ * all-reduces against them (the modelled wire makes every prediction a lower bound),
+ * and the efficiency ladder's losses: fp32 rungs equal the baseline's (tolerance 1e-5,
+ * the same sums in another order), compressed rungs stay within a stated bound of
+ * the fp32 rung they build on.
+ *
+ * Negative controls: the hand values tell the three algorithms apart (a formula
+ * swapped for another fails); without the wire the measured time falls below the
+ * prediction (the lower-bound check can fail); fp8's loss leaves the fp32 tolerance. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+
+#include "communication.h"
+#include "train.h"
+#include "check_run.h"
+
+static const double tol_loss = 1e-5;
+/* Compressed rungs against fp32 accumulation, same batches, 5 steps: bf16 keeps 8 bits
+ * of mantissa, fp8 e4m3 3 bits (with a per-bucket scale). Seen: bf16 9.5e-7 here and
+ * 3.3e-6 on the chapter's default model, fp8 2.1e-5 and 7.6e-5; the bounds leave 10x
+ * over the larger of each pair and say nothing about longer runs. */
+static const double bound_bf16 = 1e-4, bound_fp8 = 1e-3;
+
+static int close_to(double got, double want) {
+    return fabs(got - want) <= 1e-12 + 1e-9 * fabs(want);
+}
+
+/* ---- predictions ------------------------------------------------------------------ */
+START_TEST(test_predictions_by_hand) {
+    const plan_link eth = plan_link_of(LINK_ETHERNET);   /* 3.125e9 B/s, 30 us */
+    const double n = 1048576;                           /* 1 MiB */
+    const double hop = 30e-6 + n / 3.125e9;             /* one whole-buffer message */
+    /* ring N=4: 6 alpha + 1.5 n beta; naive N=4: 4 hops; doubling N=4: 2, N=5: 2 + 2,
+     * N=8: 3 */
+    const double ring4 = 6 * 30e-6 + 1.5 * n / 3.125e9, naive4 = 4 * hop, doubling4 = 2 * hop;
+    printf("1 MiB on ethernet, 4 ranks: ring %.6f ms (hand %.6f), naive %.6f (%.6f),"
+           " doubling %.6f (%.6f)\n", 1e3 * predict_allreduce(ALLREDUCE_RING, eth, 4, n),
+           1e3 * ring4, 1e3 * predict_allreduce(ALLREDUCE_NAIVE, eth, 4, n), 1e3 * naive4,
+           1e3 * predict_allreduce(ALLREDUCE_DOUBLING, eth, 4, n), 1e3 * doubling4);
+    fflush(stdout);
+    ck_assert(close_to(predict_allreduce(ALLREDUCE_RING, eth, 4, n), ring4));
+    ck_assert(close_to(predict_allreduce(ALLREDUCE_NAIVE, eth, 4, n), naive4));
+    ck_assert(close_to(predict_allreduce(ALLREDUCE_DOUBLING, eth, 4, n), doubling4));
+    ck_assert(close_to(predict_allreduce(ALLREDUCE_DOUBLING, eth, 5, n), 4 * hop));
+    ck_assert(close_to(predict_allreduce(ALLREDUCE_DOUBLING, eth, 8, n), 3 * hop));
+    ck_assert(close_to(predict_allreduce(ALLREDUCE_DOUBLING, eth, 1, n), 0));
+    ck_assert_int_eq(plan_doubling_rounds(6), 4);
+    ck_assert_int_eq(plan_doubling_rounds(16), 4);
+    /* 1 KiB on 8 ranks: latency-bound, doubling's 3 alphas beat the ring's 14 */
+    const double small = 1024;
+    ck_assert(close_to(predict_allreduce(ALLREDUCE_RING, eth, 8, small),
+                       14 * 30e-6 + 14.0 / 8 * small / 3.125e9));
+    ck_assert(predict_allreduce(ALLREDUCE_DOUBLING, eth, 8, small) <
+              predict_allreduce(ALLREDUCE_RING, eth, 8, small));
+    ck_assert(predict_allreduce(ALLREDUCE_RING, eth, 8, 64 * n) <
+              predict_allreduce(ALLREDUCE_DOUBLING, eth, 8, 64 * n));
+    /* scaled: latency x s, bandwidth / s */
+    plan_link slow = plan_link_scaled(eth, 10);
+    ck_assert(close_to(predict_allreduce(ALLREDUCE_RING, slow, 4, n), 10 * ring4));
+    /* negative control: at 1 KiB on 4 ranks each algorithm's value differs from the
+     * others' by more than 10%, so a formula swapped for another fails the checks */
+    const double r1 = predict_allreduce(ALLREDUCE_RING, eth, 4, small);
+    const double n1 = predict_allreduce(ALLREDUCE_NAIVE, eth, 4, small);
+    const double d1 = predict_allreduce(ALLREDUCE_DOUBLING, eth, 4, small);
+    printf("negative control, 1 KiB on 4 ranks: ring %.4f ms, naive %.4f, doubling %.4f\n",
+           1e3 * r1, 1e3 * n1, 1e3 * d1);
+    fflush(stdout);
+    ck_assert(fabs(r1 - n1) > 0.1 * n1 && fabs(r1 - d1) > 0.1 * d1 && fabs(n1 - d1) > 0.1 * d1);
+    ck_assert(close_to(d1, 2 * (30e-6 + small / 3.125e9)));
+}
+END_TEST
+
+START_TEST(test_ladder_model_by_hand) {
+    const plan_link eth = plan_link_of(LINK_ETHERNET);
+    const double buckets[2] = {2e6, 1e6}, compute = 0.03;   /* 30 ms of compute */
+    const double ring_a = 6 * 30e-6 + 1.5 * 2e6 / 3.125e9, ring_b = 6 * 30e-6 + 1.5 * 1e6 / 3.125e9;
+    const double loss = 6 * 30e-6 + 1.5 * 4 / 3.125e9;
+    double basic = ladder_predicted_exposed(eth, 4, buckets, 2, 0, compute, 1);
+    /* overlapped: 20 ms of backward; the first bucket is ready after 2/3 of it and
+     * done long before the second is ready at its end: only the second shows */
+    double overlapped = ladder_predicted_exposed(eth, 4, buckets, 2, 1, compute, 1);
+    printf("ladder model: basic %.6f ms (hand %.6f), overlapped %.6f ms (hand %.6f)\n",
+           1e3 * basic, 1e3 * (ring_a + ring_b + loss), 1e3 * overlapped, 1e3 * (ring_b + loss));
+    ck_assert(close_to(basic, ring_a + ring_b + loss));
+    ck_assert(close_to(overlapped, ring_b + loss));
+    /* a short backward, 0.2 ms of 0.3 ms compute: the first bucket starts at 2/3 of it,
+     * the second queues behind it, so only 0.2/3 ms of the wire hides */
+    double tight = ladder_predicted_exposed(eth, 4, buckets, 2, 1, 0.0003, 1);
+    printf("ladder model, short backward: %.6f ms (hand %.6f)\n", 1e3 * tight,
+           1e3 * (ring_a + ring_b - 0.0002 / 3 + loss));
+    ck_assert(close_to(tight, ring_a + ring_b - 0.0002 / 3 + loss));
+    /* not overlapped, accumulation changes nothing on the wire per step */
+    ck_assert(close_to(ladder_predicted_exposed(eth, 4, buckets, 2, 0, compute, 4), basic));
+}
+END_TEST
+
+/* ---- measured all-reduces: never faster than the wire allows ------------------------ */
+START_TEST(test_measured_at_least_predicted) {
+    comm_options wire = comm_options_default();
+    wire.link = LINK_ETHERNET;
+    wire.link_scale = 10;
+    wire.timeout_seconds = 30;
+    const size_t sizes[2] = {4096, 262144};
+    const plan_link link = plan_link_scaled(plan_link_of(LINK_ETHERNET), 10);
+    double worst = INFINITY;
+    for (int algo = 0; algo < ALGORITHMS; algo++)
+        for (int ranks = 2; ranks <= 5; ranks++) {
+            double measured[2];
+            ck_assert_int_eq(measure_allreduces(&wire, (comm_allreduce_algo)algo, ranks, sizes,
+                                                2, measured), 0);
+            for (int i = 0; i < 2; i++) {
+                double predicted = predict_allreduce((comm_allreduce_algo)algo, link, ranks,
+                                                     (double)sizes[i]);
+                worst = fmin(worst, measured[i] / predicted);
+                ck_assert_msg(measured[i] >= predicted, "%s, %d ranks, %zu bytes: %g s < %g s",
+                              algorithm_name((comm_allreduce_algo)algo), ranks, sizes[i],
+                              measured[i], predicted);
+            }
+        }
+    printf("measured / predicted, smallest over 3 algorithms x 2-5 ranks x 2 sizes: %.3f"
+           " (must be >= 1)\n", worst);
+    /* negative control: with no wire the same all-reduce beats the slow wire's bound */
+    comm_options none = wire;
+    none.link = LINK_NONE;
+    double fast;
+    ck_assert_int_eq(measure_allreduces(&none, ALLREDUCE_RING, 4, &sizes[1], 1, &fast), 0);
+    double bound = predict_allreduce(ALLREDUCE_RING, link, 4, (double)sizes[1]);
+    printf("negative control: no wire %.3f ms < slow wire's bound %.3f ms\n", 1e3 * fast,
+           1e3 * bound);
+    ck_assert(fast < bound);
+}
+END_TEST
+
+/* ---- the ladder's losses ---------------------------------------------------------------- */
+START_TEST(test_ladder_losses) {
+    run_config cfg = run_config_default();
+    cfg.model = (gpt_config){.vocab = 256, .ctx = 8, .layers = 2, .heads = 2, .dim = 16};
+    cfg.batch = 8;
+    cfg.steps = 5;
+    cfg.quiet = 1;
+    cfg.comm.ranks = 4;
+    cfg.comm.timeout_seconds = 60;
+    dataset *data = dataset_from_config(&cfg);
+    ladder_report r;
+    ck_assert_int_eq(ladder_run(&cfg, data, 1, 0.3, 0, 1, &r), 0);
+    ck_assert_int_eq(r.count, LADDER_RUNGS);
+    for (int i = 0; i < r.count; i++) {
+        const ladder_rung *g = &r.rungs[i];
+        const double bound = g->wire == COMM_F32 ? tol_loss
+                           : g->wire == COMM_BF16 ? bound_bf16 : bound_fp8;
+        printf("rung %-9s batch %2d: loss %.6f, max |d loss| vs %s %.2e (bound %.0e)\n",
+               g->name, g->batch, g->loss, g->reference, g->diff_loss, bound);
+        ck_assert(g->diff_loss >= 0 && g->diff_loss <= bound);
+        ck_assert(g->efficiency > 0 && g->predicted_efficiency > 0 &&
+                  g->predicted_efficiency <= 1);
+    }
+    /* negative control: fp8 on the wire changes the loss by more than fp32's tolerance */
+    ck_assert(r.rungs[LADDER_RUNGS - 1].wire == COMM_F8E4M3);
+    printf("negative control: fp8 rung's |d loss| %.2e > fp32 tolerance %.0e\n",
+           r.rungs[LADDER_RUNGS - 1].diff_loss, tol_loss);
+    ck_assert(r.rungs[LADDER_RUNGS - 1].diff_loss > tol_loss);
+    dataset_free(data);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("chapter7");
+    TCase *model = tcase_create("model");
+    tcase_add_test(model, test_predictions_by_hand);
+    tcase_add_test(model, test_ladder_model_by_hand);
+    suite_add_tcase(s, model);
+    TCase *runs = tcase_create("runs");
+    tcase_set_timeout(runs, 300);
+    tcase_add_test(runs, test_measured_at_least_predicted);
+    tcase_add_test(runs, test_ladder_losses);
+    suite_add_tcase(s, runs);
+    return check_run(s, 0);
+}
