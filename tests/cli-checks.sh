@@ -107,6 +107,7 @@ if [ -x "$chapter5" ]; then
     expect_error "$chapter5" "--mesh-only needs --world N" --mesh-only
     expect_error "$chapter5" "--json lists every rank: at most --world 4096" --mesh-only --world 8192 --tp 8 --pp 16 --json
     expect_error "$chapter5" "--zero 2: this chapter composes ZeRO-1" --zero 2
+fi
 # chapter 7, communication: sweep sizes, the ladder's calibration, the plot
 chapter7="$build"/chapter7
 if [ -x "$chapter7" ]; then
