@@ -96,8 +96,8 @@ void comm_recv(comm *c, void *buf, size_t count, comm_dtype dt, int peer, int ta
 /* ---- asynchronous collectives: start now, wait later ------------------------------ */
 /* Buffers must stay untouched until comm_wait returns. Requests complete in the order
  * they were started within a group. Threads and NCCL also run them in that order, so a
- * request may read what an earlier one writes; MPI does not promise this: wait first. A blocking call issued while requests are pending
- * runs after them. Threads backend: a communication thread per rank and group executes
+ * request may read what an earlier one writes; MPI does not promise this: wait first.
+ * A blocking call issued while requests are pending runs after them. Threads backend: a communication thread per rank and group executes
  * the queue, so compute overlaps communication. MPI: the MPI_I* calls; the mismatch
  * check at start is a small blocking exchange. */
 comm_request *comm_allreduce_start(comm *c, void *buf, size_t count, comm_dtype dt,

@@ -66,12 +66,14 @@ void ops_gemm_end(void) {
 
 void embedding_forward(float *out, const int *tokens, const float *wte, int N, int C,
                        int vocab_start, int vocab_len) {
-    DISPATCH(OP_EMBEDDING, F32(2.0 * N * C), embedding_forward, out, tokens, wte, N, C, vocab_start, vocab_len);
+    DISPATCH(OP_EMBEDDING, F32(2.0 * N * C), embedding_forward,
+             out, tokens, wte, N, C, vocab_start, vocab_len);
 }
 
 void embedding_backward(float *dwte, const float *dout, const int *tokens, int N,
                         int C, int vocab_start, int vocab_len) {
-    DISPATCH(OP_EMBEDDING, F32(3.0 * N * C), embedding_backward, dwte, dout, tokens, N, C, vocab_start, vocab_len);
+    DISPATCH(OP_EMBEDDING, F32(3.0 * N * C), embedding_backward,
+             dwte, dout, tokens, N, C, vocab_start, vocab_len);
 }
 
 void position_forward(float *out, const float *wpe, int B, int T, int C) {
@@ -84,14 +86,15 @@ void position_backward(float *dwpe, const float *dout, int B, int T, int C) {
 
 void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                        const float *weight, const float *bias, int N, int C) {
-    DISPATCH(OP_LAYERNORM, F32(2.0 * N * C), layernorm_forward, out, mean, rstd, inp, weight, bias, N, C);
+    DISPATCH(OP_LAYERNORM, F32(2.0 * N * C), layernorm_forward,
+             out, mean, rstd, inp, weight, bias, N, C);
 }
 
 void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                         const float *inp, const float *weight, const float *mean,
                         const float *rstd, int N, int C) {
-    DISPATCH(OP_LAYERNORM, F32(4.0 * N * C), layernorm_backward, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N,
-             C);
+    DISPATCH(OP_LAYERNORM, F32(4.0 * N * C), layernorm_backward,
+             dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
 }
 
 void linear_forward(float *out, const float *inp, const float *weight,
@@ -128,12 +131,14 @@ void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
 
 void crossentropy_forward(float *losses, float *probs, const float *logits,
                           const int *targets, int N, int V) {
-    DISPATCH(OP_CROSSENTROPY, F32(2.0 * N * V), crossentropy_forward, losses, probs, logits, targets, N, V);
+    DISPATCH(OP_CROSSENTROPY, F32(2.0 * N * V), crossentropy_forward,
+             losses, probs, logits, targets, N, V);
 }
 
 void crossentropy_backward(float *dlogits, const float *probs, const int *targets,
                            float dloss, int N, int V) {
-    DISPATCH(OP_CROSSENTROPY, F32(2.0 * N * V), crossentropy_backward, dlogits, probs, targets, dloss, N, V);
+    DISPATCH(OP_CROSSENTROPY, F32(2.0 * N * V), crossentropy_backward,
+             dlogits, probs, targets, dloss, N, V);
 }
 
 void adamw_update(float *params, const float *grads, float *m, float *v, size_t n,

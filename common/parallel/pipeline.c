@@ -52,8 +52,9 @@ void pipeline_rank_init(pipeline_rank *r, comm *world, const mesh *m, const run_
         for (int c = 0; c < v; c++) {
             pipeline_zero1 *z = &r->zero1[c];
             shard_layout_init(&z->layout, &r->chunks[c].shape, d, m->me.dp);
-            z->adam_m = mem_alloc_on(MEM_DEVICE, MEM_OPTIMIZER, z->layout.shard_len * sizeof(float));
-            z->adam_v = mem_alloc_on(MEM_DEVICE, MEM_OPTIMIZER, z->layout.shard_len * sizeof(float));
+            const size_t bytes = z->layout.shard_len * sizeof(float);
+            z->adam_m = mem_alloc_on(MEM_DEVICE, MEM_OPTIMIZER, bytes);
+            z->adam_v = mem_alloc_on(MEM_DEVICE, MEM_OPTIMIZER, bytes);
         }
     } else if (d > 1) {
         r->dp = calloc((size_t)v, sizeof *r->dp);
