@@ -64,7 +64,8 @@ static pipeline_sim_config sim_config(const chapter_args *a) {
     const run_config *cfg = &a->cfg;
     pipeline_sim_config c = {
         .pp = a->pp ? a->pp : cfg->comm.ranks, .micro = a->micro, .chunks = a->chunks,
-        .stage_ms = a->stage_ms > 0 ? a->stage_ms : 1.0,   /* the simulator's unit */ .order = (pp_comm_order)a->order,
+        .stage_ms = a->stage_ms > 0 ? a->stage_ms : 1.0,   /* the simulator's unit */
+        .order = (pp_comm_order)a->order,
         .svg_path = a->svg_path, .json = cfg->json,
         .link_name = cfg->comm.link == LINK_NONE ? NULL : link_labels[cfg->comm.link],
     };

@@ -29,7 +29,8 @@ static char *run_json(const pp_outcome *o) {
 }
 
 static void print_bubbles(const pp_outcome *runs, int n) {
-    printf("\nBubble (idle over all ranks' time, timed steps; formula for forward 1, backward 2)\n");
+    printf("\nBubble (idle over all ranks' time, timed steps; formula for forward 1,"
+           " backward 2)\n");
     printf("  %-15s %10s %10s %8s   busy / idle ms per step, rank by rank\n", "schedule",
            "measured", "formula", "error");
     for (int i = 0; i < n; i++) {

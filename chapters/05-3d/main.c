@@ -101,7 +101,8 @@ static void check_or_exit(chapter_args *a, int world) {
 /* ---- the tables ---------------------------------------------------------------------- */
 
 static const char *what_moves[GROUP_KINDS] = {
-    "all-reduces of b s h: 2 forward + 2 backward per block and micro-batch (+ embedding, head, loss)",
+    "all-reduces of b s h: 2 forward + 2 backward per block and micro-batch"
+    " (+ embedding, head, loss)",
     "activations forward, gradients backward: b s h per micro-batch and boundary",
     "each stage's gradient slice: 2 (d-1)/d x its bytes (ZeRO-1: reduce-scatter + all-gather)",
     "the tied embedding's gradient between the first and last stage"};

@@ -1,5 +1,6 @@
 #include "pipeline.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -251,7 +252,7 @@ void pipeline_measure(pipeline_rank *r, pipeline_measures *pm) {
         pm->peak_activations[k] = them[M_ACTIVATIONS];
         pm->in_flight[k] = (int)them[M_IN_FLIGHT];
         pm->bytes_sent[k] = them[M_BYTES];
-        if (them[M_OVERRUN] * 1e3 / steps > pm->overrun_ms) pm->overrun_ms = 1e3 * them[M_OVERRUN] / steps;
+        pm->overrun_ms = fmax(pm->overrun_ms, 1e3 * them[M_OVERRUN] / steps);
         busy += them[M_BUSY];
         idle += makespan - them[M_BUSY];
     }

@@ -55,7 +55,8 @@ zero_rank *zero_rank_create(comm *group, const gpt_shape *s, int local_batch, in
     gpt_model_options model_opts = {.checkpoint_activations = opts->checkpoint_activations};
     z->model = gpt_model_create(s, local_batch, T, &model_opts);
     /* stage 0 is DDP: its all-reduce is DDP's, in one bucket, after backward */
-    if (opts->stage == 0) z->buckets = grad_buckets_create(group, s, z->grads, SIZE_MAX, SIZE_MAX, COMM_F32);
+    if (opts->stage == 0)
+        z->buckets = grad_buckets_create(group, s, z->grads, SIZE_MAX, SIZE_MAX, COMM_F32);
     return z;
 }
 
