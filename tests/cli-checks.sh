@@ -82,7 +82,20 @@ for program in "$build"/baseline "$build"/chapter[1234]; do
         # shellcheck disable=SC2086
         expect_error "$program" "this run needs at least .* and this machine has" $size
     done
+    expect_status "$program" 1 "training diverged: the loss is nan at step 2 on rank 0 (strategy" $tiny --lr 1e30
 done
+# a run that failed prints no verdict: chapter 1's DDP diverges, and no table follows
+if [ -x "$build"/chapter1 ]; then
+    # shellcheck disable=SC2086
+    verdict=$("$build"/chapter1 $tiny --ranks 2 --lr 1e30 2>/dev/null | grep -c "tolerance")
+    if [ "$verdict" -eq 0 ]; then
+        passed=$((passed + 1))
+        echo "ok   chapter1 --ranks 2 --lr 1e30: no verdict after the failed run"
+    else
+        failed=$((failed + 1))
+        echo "FAIL chapter1 --ranks 2 --lr 1e30: printed a verdict after the failed run"
+    fi
+fi
 [ -x "$build"/baseline ] && expect_error "$build"/baseline "the baseline has no ranks or communication to trace" --trace "$scratch/t.json"
 chapter1="$build"/chapter1
 if [ -x "$chapter1" ]; then

@@ -199,7 +199,9 @@ int main(int argc, char **argv) {
     ddp.opts.wire = compress_types[f.compress];
     int status = 0;
     if (f.strategy != RUN_DP) status = launch(&cfg.comm, ddp_rank_main, &ddp);
-    if (!rank0_here) {   /* other MPI processes: their part is done */
+    if (!rank0_here || status != 0) {   /* other MPI processes: their part is done; a
+                                            failed DDP run has nothing to compare */
+        ddp_job_release(&ddp);
         dataset_free(data);
         return status;
     }
