@@ -182,6 +182,10 @@ void comm_count_modelled(comm *c, const comm_call *call);
  * rank), or -1. */
 _Noreturn void comm_fail_timeout(comm *c, const comm_call *call, int peer,
                                  double waited);
+/* A transfer the link model would hold longer than the timeout: reported as what it
+ * is (a slow modelled wire), once, instead of a run that looks hung. */
+_Noreturn void comm_fail_slow_link(comm *c, const comm_call *call, size_t bytes,
+                                   double seconds);
 _Noreturn void comm_fail_mismatch(comm *c, int other, const comm_call *mine,
                                   const comm_call *theirs);
 _Noreturn void comm_fail(comm *c, const char *fmt, ...)

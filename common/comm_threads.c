@@ -177,6 +177,14 @@ static void sleep_until(double t) {
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL)) {}
 }
 
+/* The modelled time of one transfer; longer than the timeout, it would only look like
+ * a hang (every rank asleep on the wire, none waiting long enough to report). */
+static double link_seconds_within_timeout(comm *c, const comm_call *call, size_t bytes) {
+    const double seconds = comm_link_seconds(c->job, bytes);
+    if (seconds > c->job->opts.timeout_seconds) comm_fail_slow_link(c, call, bytes, seconds);
+    return seconds;
+}
+
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
@@ -275,7 +283,7 @@ static void pull(comm *c, int peer, void *dst, const void *own, const void *thei
                                  (comm_op)call->op);
     else if (bytes) memcpy(dst, theirs, bytes);
     comm_count(c, member_of(c, peer)->owner, call->kind, bytes);
-    if (c->job->opts.link != LINK_NONE) sleep_until(t0 + comm_link_seconds(c->job, bytes));
+    if (c->job->opts.link != LINK_NONE) sleep_until(t0 + link_seconds_within_timeout(c, call, bytes));
 }
 
 /* ---- the algorithms ---------------------------------------------------------------- */
@@ -630,7 +638,7 @@ static void threads_send(comm *c, const comm_call *call) {
     if (!msg) comm_fail(c, "out of memory sending %zu bytes", bytes);
     int rendezvous = c->job->opts.send_mode == COMM_SEND_RENDEZVOUS;
     *msg = (message){.source = c->rank, .tag = call->tag, .bytes = bytes,
-                     .arrival = comm_now() + comm_link_seconds(c->job, bytes),
+                     .arrival = comm_now() + link_seconds_within_timeout(c, call, bytes),
                      .rendezvous = rendezvous};
     atomic_init(&msg->refs, rendezvous ? 2 : 1);
     compute_done(c);

@@ -84,6 +84,13 @@ for program in "$build"/baseline "$build"/chapter[1234]; do
     done
     expect_status "$program" 1 "training diverged: the loss is nan at step 2 on rank 0 (strategy" $tiny --lr 1e30
 done
+# a modelled wire slower than the timeout is reported as such, not a silent wait
+for program in "$build"/chapter[1234]; do
+    [ -x "$program" ] || continue
+    # shellcheck disable=SC2086
+    expect_status "$program" 1 "the modelled link is slower than the timeout: a .* takes .* s on --link ethernet x --link-scale 10000, more than --comm-timeout 0.05 s" \
+        $tiny --layers 2 --ranks 2 --link ethernet --link-scale 1e4 --comm-timeout 0.05
+done
 # a run that failed prints no verdict: chapter 1's DDP diverges, and no table follows
 if [ -x "$build"/chapter1 ]; then
     # shellcheck disable=SC2086
