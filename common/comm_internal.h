@@ -68,6 +68,7 @@ struct comm_request {
     uint64_t flight;      /* flight recorder entry */
     int done;             /* backend-owned completion flag */
     comm_request *next;   /* backend queue link */
+    comm_request *prev_unwaited, *next_unwaited;   /* comm.c: started, not yet waited */
     void *impl;           /* backend data */
     void *ready;          /* threads, CUDA ranks: the compute queued before the start */
 };
@@ -109,6 +110,7 @@ struct comm {
     uint64_t seq;         /* collectives issued on this group (comm.c) */
     comm_counters counters;
     comm *next_of_rank;   /* every comm of a rank, for comm_stats_all */
+    comm_request *unwaited;   /* requests a rank stopped by a failure never waited */
     void *impl;           /* backend state */
 };
 
