@@ -10,20 +10,29 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static const char *program_name = "program";
 
 _Noreturn void cli_fail(const char *fmt, ...) {
-    /* Under mpirun every process parses the same flags: one of them says why. */
+    /* Under mpirun every process parses the same flags: one of them says why, in one
+     * write (mpirun forwards what it reads; a line in pieces could be split by its
+     * banners). The others leave a moment later, so that the line is out before
+     * mpirun notices their exit and starts a banner. */
     const char *mpi_rank = getenv("OMPI_COMM_WORLD_RANK");
     if (!mpi_rank || strcmp(mpi_rank, "0") == 0) {
+        char line[1024];
+        int n = snprintf(line, sizeof line, "%s: error: ", program_name);
         va_list args;
         va_start(args, fmt);
-        fprintf(stderr, "%s: error: ", program_name);
-        vfprintf(stderr, fmt, args);
-        fputc('\n', stderr);
+        if (n >= 0 && (size_t)n < sizeof line) vsnprintf(line + n, sizeof line - (size_t)n, fmt, args);
         va_end(args);
+        fprintf(stderr, "%s\n", line);
+        fflush(stderr);
+    } else {
+        struct timespec moment = {.tv_nsec = 200 * 1000 * 1000};
+        nanosleep(&moment, NULL);
     }
     exit(2);
 }

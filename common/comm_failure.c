@@ -118,6 +118,7 @@ _Noreturn void comm_fail_timeout(comm *c, const comm_call *call, int peer, doubl
                 comm_world_rank(c), waited, what, c->name, c->rank, c->size, waiting,
                 c->job->nranks > 1 ? "where every rank is" : "its state (every rank reports its own)");
         for (int r = 0; r < c->job->nranks; r++) flight_report(&c->job->ranks[r]);
+        if (c->backend->name_silent_ranks) c->backend->name_silent_ranks(c);
         reported(c->job);
     }
     stop_rank(c, 1.0);

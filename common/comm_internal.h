@@ -88,6 +88,9 @@ typedef struct comm_backend {
     /* Stops this rank (never returns) after making sure every rank will stop.
      * grace_seconds: how long to let other ranks print before ending them (MPI). */
     void (*stop)(comm *c, double grace_seconds);
+    /* May be NULL. After this rank reported a timeout: name the ranks that did not (MPI,
+     * where each process reports only itself). */
+    void (*name_silent_ranks)(comm *c);
 } comm_backend;
 
 /* Accounting: one per comm (a rank's view of one group). Bytes may be added by the
