@@ -116,6 +116,19 @@ for program in "$programs"/chapter[1234]; do
     expect_status "$program" 1 "the modelled link is slower than the timeout: a .* takes .* s on --link ethernet x --link-scale 10000, more than --comm-timeout 0.05 s" \
         $tiny --layers 2 --ranks 2 --link ethernet --link-scale 1e4 --comm-timeout 0.05
 done
+# MPIRUN_ARGS reaches mpirun: --output-filename makes a folder per rank
+if [ "$mpi" = mpi ] && [ -x "$programs"/baseline ]; then
+    # shellcheck disable=SC2086
+    MPIRUN_ARGS="--output-filename $scratch/by-rank" "$programs"/baseline $tiny >/dev/null 2>&1
+    status=$?
+    if [ $status -eq 0 ] && [ -f "$scratch/by-rank/1/rank.0/stdout" ]; then
+        passed=$((passed + 1))
+        echo "ok   MPIRUN_ARGS=\"--output-filename DIR\" ./run 1: exit 0, DIR/1/rank.0/stdout written"
+    else
+        failed=$((failed + 1))
+        echo "FAIL MPIRUN_ARGS=\"--output-filename DIR\" ./run 1: exit $status, no DIR/1/rank.0/stdout"
+    fi
+fi
 # a run that failed prints no verdict: chapter 1's DDP diverges, and no table follows
 if [ -x "$programs"/chapter1 ]; then
     # shellcheck disable=SC2086
