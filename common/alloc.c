@@ -7,15 +7,37 @@
 #include <string.h>
 
 /* Each allocation is preceded by a header so that mem_free knows what to give back
- * and to whom, even when another thread frees it. */
-typedef struct {
+ * and to whom, even when another thread frees it. Host buffers are also on one list of
+ * the live ones, so that what a stopped rank still held can be given back. */
+typedef struct alloc_header {
     mem_stats *owner;
     size_t bytes;
     void *device_ptr;   /* non-NULL for device buffers: the header stays on the host */
+    struct alloc_header *prev, *next;   /* live host buffers */
     int tag;
     int place;
-    char pad[64 - 2 * sizeof(size_t) - sizeof(void *) - 2 * sizeof(int)];
+    char pad[64 - 2 * sizeof(size_t) - 3 * sizeof(void *) - 2 * sizeof(int)];
 } alloc_header;
+
+static alloc_header *live_host_buffers;
+static pthread_mutex_t live_host_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void live_add(alloc_header *h) {
+    pthread_mutex_lock(&live_host_lock);
+    h->prev = NULL;
+    h->next = live_host_buffers;
+    if (h->next) h->next->prev = h;
+    live_host_buffers = h;
+    pthread_mutex_unlock(&live_host_lock);
+}
+
+static void live_remove(alloc_header *h) {
+    pthread_mutex_lock(&live_host_lock);
+    if (h->prev) h->prev->next = h->next;
+    else live_host_buffers = h->next;
+    if (h->next) h->next->prev = h->prev;
+    pthread_mutex_unlock(&live_host_lock);
+}
 
 _Static_assert(sizeof(alloc_header) == 64, "header keeps 64-byte alignment");
 
@@ -90,6 +112,7 @@ void *mem_alloc_on(mem_place place, mem_tag tag, size_t bytes) {
     header->tag = tag;
     header->place = MEM_HOST;
     charge(stats, tag, bytes);
+    live_add(header);
     return header + 1;
 }
 
@@ -115,7 +138,20 @@ void mem_free(void *ptr) {
         }
     }
     alloc_header *header = (alloc_header *)ptr - 1;
+    live_remove(header);
     header->owner->current[header->tag] -= header->bytes;
     header->owner->current_total -= header->bytes;
     free(header);
+}
+
+void mem_free_all_charged_to(mem_stats *stats) {
+    for (;;) {
+        void *ptr = NULL;
+        pthread_mutex_lock(&live_host_lock);
+        for (alloc_header *h = live_host_buffers; h && !ptr; h = h->next)
+            if (h->owner == stats) ptr = h + 1;
+        pthread_mutex_unlock(&live_host_lock);
+        if (!ptr) return;
+        mem_free(ptr);
+    }
 }

@@ -36,6 +36,11 @@ void *mem_alloc(mem_tag tag, size_t bytes);
 void *mem_alloc_on(mem_place place, mem_tag tag, size_t bytes);
 void mem_free(void *ptr);   /* NULL is fine; charged back to the stats that paid */
 
+/* Frees every host buffer still charged to stats: what a rank that was stopped in the
+ * middle of its work (a failure elsewhere) could not free itself. Quadratic in the
+ * buffers left, which is fine for a path taken once, at the end. */
+void mem_free_all_charged_to(mem_stats *stats);
+
 const char *mem_tag_name(mem_tag tag);
 
 #endif

@@ -9,19 +9,30 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 static const char *program_name = "program";
 
 _Noreturn void cli_fail(const char *fmt, ...) {
-    /* Under mpirun every process parses the same flags: one of them says why. */
+    /* Under mpirun every process parses the same flags: one of them says why, in one
+     * write (mpirun forwards what it reads; a line in pieces could be split by its
+     * banners). The others leave a moment later, so that the line is out before
+     * mpirun notices their exit and starts a banner. */
     const char *mpi_rank = getenv("OMPI_COMM_WORLD_RANK");
     if (!mpi_rank || strcmp(mpi_rank, "0") == 0) {
+        char line[1024];
+        int n = snprintf(line, sizeof line, "%s: error: ", program_name);
         va_list args;
         va_start(args, fmt);
-        fprintf(stderr, "%s: error: ", program_name);
-        vfprintf(stderr, fmt, args);
-        fputc('\n', stderr);
+        if (n >= 0 && (size_t)n < sizeof line) vsnprintf(line + n, sizeof line - (size_t)n, fmt, args);
         va_end(args);
+        fprintf(stderr, "%s\n", line);
+        fflush(stderr);
+    } else {
+        struct timespec moment = {.tv_nsec = 200 * 1000 * 1000};
+        nanosleep(&moment, NULL);
     }
     exit(2);
 }
@@ -85,11 +96,12 @@ static void parse_value(const cli_option *o, const char *text) {
     switch (o->type) {
     case OPT_INT: {
         long v = strtol(text, &end, 10);
+        const long most = 1000000000L;
         if (end == text || *end)
             cli_fail("--%s %s: not an integer (%s)", o->name, text, o->help);
-        if (errno || v < (long)o->min_value || v > 1000000000L)   /* errno: overflowed */
-            cli_fail("--%s %s: must be an integer from %.0f to 1000000000", o->name, text,
-                     o->min_value);
+        if (errno || v < (long)o->min_value || v > most)   /* errno: overflowed */
+            cli_fail("--%s %s: must be an integer from %.0f to %ld", o->name, text,
+                     o->min_value, most);
         *(int *)o->target = (int)v;
         break;
     }
@@ -124,6 +136,21 @@ static void parse_value(const cli_option *o, const char *text) {
         *(int *)o->target = 1;
         break;
     }
+}
+
+void cli_check_at_most(const char *flag, double value, double most, const char *why) {
+    if (value > most) cli_fail("--%s %g: must be at most %g (%s)", flag, value, most, why);
+}
+
+void check_writable(const char *flag, const char *path) {
+    struct stat st;
+    const int existed = stat(path, &st) == 0;
+    if (existed && S_ISDIR(st.st_mode))
+        cli_fail("--%s %s: is a directory; give a file name", flag, path);
+    FILE *f = fopen(path, "a");   /* "a": an existing file is not truncated yet */
+    if (!f) cli_fail("--%s %s: cannot write there (%s)", flag, path, strerror(errno));
+    fclose(f);
+    if (!existed) unlink(path);
 }
 
 static void apply_preset(const char *name, run_config *cfg) {
@@ -219,6 +246,11 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
                      (unsigned long long)UINT64_MAX);
         cfg->seed = seed;
     }
+    cli_check_at_most("ranks", cfg->comm.ranks, THREADS_MAX_RANKS,
+                      "the threads backend's most; more ranks run under MPI=1");
+    cli_check_at_most("comm-timeout", sv.timeout, COMM_TIMEOUT_MAX_SECONDS, "a week");
+    cli_check_at_most("link-scale", sv.link_scale, LINK_SCALE_MAX,
+                      "a message on ethernet then takes 0.3 s");
     cfg->adamw.lr = (float)sv.lr;
     cfg->adamw.weight_decay = (float)sv.weight_decay;
     cfg->comm.allreduce = (comm_allreduce_algo)sv.allreduce;
@@ -242,6 +274,7 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
 
     char err[256];
     if (!gpt_config_check(&cfg->model, 1, err, sizeof err)) cli_fail("%s", err);
+    if (cfg->comm.trace_path) check_writable("trace", cfg->comm.trace_path);
     int mpi_ranks = launch_mpi_world_size();
     if (mpi_ranks > 0) cfg->comm.ranks = mpi_ranks;
 }

@@ -48,6 +48,14 @@ run_config run_config_default(void);
 void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
                const char *program, const char *description);
 
+/* --flag's value must be at most `most` (why: what the bound is), else cli_fail: for
+ * values whose results would overflow or whose waits would never end. */
+void cli_check_at_most(const char *flag, double value, double most, const char *why);
+
+/* The file an output flag names (--trace, --svg) can be written: a clear line and exit
+ * 2 now, not a lost result after training. Leaves no file behind that was not there. */
+void check_writable(const char *flag, const char *path);
+
 /* One error line "<program>: error: ..." and exit status 2. */
 _Noreturn void cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

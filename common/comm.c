@@ -56,6 +56,11 @@ static void comm_destroy(comm *c) {
     while (*link && *link != c) link = &(*link)->next_of_rank;
     if (*link) *link = c->next_of_rank;
     c->backend->free(c);
+    while (c->unwaited) {   /* their buffers went with the rank's memory (alloc.h) */
+        comm_request *req = c->unwaited;
+        c->unwaited = req->next_unwaited;
+        free(req);
+    }
     free(c->world_ranks);
     free(c);
 }
@@ -64,6 +69,9 @@ void comm_job_free(comm_job *job) {
     for (int r = 0; r < job->nranks; r++)
         while (job->ranks[r].groups) comm_destroy(job->ranks[r].groups);
     for (int r = 0; r < job->nranks; r++) {
+        /* a rank stopped by a failure left its model and buffers behind */
+        if (atomic_load(&job->ranks[r].finished) && atomic_load(&job->ranks[r].status) < 0)
+            mem_free_all_charged_to(&job->ranks[r].mem);
         pthread_mutex_destroy(&job->ranks[r].lock);
         free(job->ranks[r].events);
     }
@@ -184,6 +192,9 @@ static comm_request *start(comm *c, comm_call call) {
     req->flight = comm_flight_begin(c, &call, FLIGHT_QUEUED);
     c->counters.calls[call.kind]++;
     comm_count_modelled(c, &call);
+    req->next_unwaited = c->unwaited;
+    if (c->unwaited) c->unwaited->prev_unwaited = req;
+    c->unwaited = req;
     c->backend->start(c, req);
     return req;
 }
@@ -203,6 +214,9 @@ void comm_wait(comm_request *req) {
     c->counters.hidden_seconds += hidden > 0 ? hidden : 0;
     trace_call(c, 1000 + comm_world_rank(c), "", &req->call, req->t_start, done);
     trace_call(c, comm_world_rank(c), "wait ", &req->call, t0, t1);
+    if (req->prev_unwaited) req->prev_unwaited->next_unwaited = req->next_unwaited;
+    else c->unwaited = req->next_unwaited;
+    if (req->next_unwaited) req->next_unwaited->prev_unwaited = req->prev_unwaited;
     free(req);
 }
 

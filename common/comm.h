@@ -166,6 +166,12 @@ typedef enum { LINK_NONE, LINK_NVLINK, LINK_IB, LINK_ETHERNET } comm_link;
  * their own: MPI buffers, NCCL's send is a rendezvous. */
 typedef enum { COMM_SEND_BUFFERED, COMM_SEND_RENDEZVOUS } comm_send_mode;
 
+/* Bounds of the options. A week of timeout keeps every deadline a finite time_t; a
+ * link 10^4 times slower than ethernet already takes 0.3 s per message. */
+#define THREADS_MAX_RANKS 4096
+#define COMM_TIMEOUT_MAX_SECONDS (7 * 24 * 3600.0)
+#define LINK_SCALE_MAX 1e4
+
 typedef struct {
     int ranks;                       /* threads backend; MPI takes mpirun's -np */
     comm_allreduce_algo allreduce;   /* threads backend */

@@ -118,9 +118,26 @@ _Noreturn void comm_fail_timeout(comm *c, const comm_call *call, int peer, doubl
                 comm_world_rank(c), waited, what, c->name, c->rank, c->size, waiting,
                 c->job->nranks > 1 ? "where every rank is" : "its state (every rank reports its own)");
         for (int r = 0; r < c->job->nranks; r++) flight_report(&c->job->ranks[r]);
+        if (c->backend->name_silent_ranks) c->backend->name_silent_ranks(c);
         reported(c->job);
     }
     stop_rank(c, 1.0);
+}
+
+_Noreturn void comm_fail_slow_link(comm *c, const comm_call *call, size_t bytes,
+                                   double seconds) {
+    static const char *const links[] = {"none", "nvlink", "ib", "ethernet"};
+    if (comm_claim_failure(c->job)) {
+        char what[96];
+        comm_call_describe(call, what, sizeof what);
+        fprintf(stderr, "comm: the modelled link is slower than the timeout: a %zu-byte"
+                " transfer of %s on group '%s' takes %.3g s on --link %s x --link-scale %g,"
+                " more than --comm-timeout %g s; lower --link-scale or raise --comm-timeout\n",
+                bytes, what, c->name, seconds, links[c->job->opts.link],
+                c->job->opts.link_scale, c->job->opts.timeout_seconds);
+        reported(c->job);
+    }
+    stop_rank(c, 0.5);
 }
 
 _Noreturn void comm_fail_mismatch(comm *c, int other, const comm_call *mine,

@@ -68,6 +68,7 @@ struct comm_request {
     uint64_t flight;      /* flight recorder entry */
     int done;             /* backend-owned completion flag */
     comm_request *next;   /* backend queue link */
+    comm_request *prev_unwaited, *next_unwaited;   /* comm.c: started, not yet waited */
     void *impl;           /* backend data */
     void *ready;          /* threads, CUDA ranks: the compute queued before the start */
 };
@@ -87,6 +88,9 @@ typedef struct comm_backend {
     /* Stops this rank (never returns) after making sure every rank will stop.
      * grace_seconds: how long to let other ranks print before ending them (MPI). */
     void (*stop)(comm *c, double grace_seconds);
+    /* May be NULL. After this rank reported a timeout: name the ranks that did not (MPI,
+     * where each process reports only itself). */
+    void (*name_silent_ranks)(comm *c);
 } comm_backend;
 
 /* Accounting: one per comm (a rank's view of one group). Bytes may be added by the
@@ -109,6 +113,7 @@ struct comm {
     uint64_t seq;         /* collectives issued on this group (comm.c) */
     comm_counters counters;
     comm *next_of_rank;   /* every comm of a rank, for comm_stats_all */
+    comm_request *unwaited;   /* requests a rank stopped by a failure never waited */
     void *impl;           /* backend state */
 };
 
@@ -182,6 +187,10 @@ void comm_count_modelled(comm *c, const comm_call *call);
  * rank), or -1. */
 _Noreturn void comm_fail_timeout(comm *c, const comm_call *call, int peer,
                                  double waited);
+/* A transfer the link model would hold longer than the timeout: reported as what it
+ * is (a slow modelled wire), once, instead of a run that looks hung. */
+_Noreturn void comm_fail_slow_link(comm *c, const comm_call *call, size_t bytes,
+                                   double seconds);
 _Noreturn void comm_fail_mismatch(comm *c, int other, const comm_call *mine,
                                   const comm_call *theirs);
 _Noreturn void comm_fail(comm *c, const char *fmt, ...)

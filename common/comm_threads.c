@@ -177,6 +177,14 @@ static void sleep_until(double t) {
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL)) {}
 }
 
+/* The modelled time of one transfer; longer than the timeout, it would only look like
+ * a hang (every rank asleep on the wire, none waiting long enough to report). */
+static double link_seconds_within_timeout(comm *c, const comm_call *call, size_t bytes) {
+    const double seconds = comm_link_seconds(c->job, bytes);
+    if (seconds > c->job->opts.timeout_seconds) comm_fail_slow_link(c, call, bytes, seconds);
+    return seconds;
+}
+
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
@@ -275,7 +283,7 @@ static void pull(comm *c, int peer, void *dst, const void *own, const void *thei
                                  (comm_op)call->op);
     else if (bytes) memcpy(dst, theirs, bytes);
     comm_count(c, member_of(c, peer)->owner, call->kind, bytes);
-    if (c->job->opts.link != LINK_NONE) sleep_until(t0 + comm_link_seconds(c->job, bytes));
+    if (c->job->opts.link != LINK_NONE) sleep_until(t0 + link_seconds_within_timeout(c, call, bytes));
 }
 
 /* ---- the algorithms ---------------------------------------------------------------- */
@@ -716,7 +724,7 @@ static void threads_send(comm *c, const comm_call *call) {
     if (!msg) comm_fail(c, "out of memory sending %zu bytes", bytes);
     int rendezvous = c->job->opts.send_mode == COMM_SEND_RENDEZVOUS;
     *msg = (message){.source = c->rank, .tag = call->tag, .bytes = bytes,
-                     .arrival = comm_now() + comm_link_seconds(c->job, bytes),
+                     .arrival = comm_now() + link_seconds_within_timeout(c, call, bytes),
                      .rendezvous = rendezvous};
     atomic_init(&msg->refs, rendezvous ? 2 : 1);
     compute_done(c);
@@ -755,10 +763,13 @@ static void threads_recv(comm *c, const comm_call *call) {
         timed_wait(&box->arrived, &box->lock, POLL_SECONDS);
     }
     pthread_mutex_unlock(&box->lock);
-    if (msg->bytes != bytes)
+    if (msg->bytes != bytes) {
+        const size_t sent = msg->bytes;
+        message_release(msg);   /* out of the box: nobody else would free it */
         comm_fail(c, "recv on '%s': rank %d sent %zu bytes with tag %d, rank %d expects %zu",
-                  c->name, c->world_ranks[call->root], msg->bytes, call->tag,
+                  c->name, c->world_ranks[call->root], sent, call->tag,
                   comm_world_rank(c), bytes);
+    }
     compute_done(c);   /* queued compute may still read the old contents */
     if (bytes) move_bytes(c, call->recv, msg->data, bytes, 0);
     comm_count(c, NULL, COMM_KIND_SENDRECV, bytes);
@@ -877,15 +888,20 @@ static comm *threads_split(comm *c, int color, int key, const char *name, uint64
     return result;
 }
 
+/* The worker finishes what is queued (or, after a failure, abandons it), then leaves. */
+static void stop_worker(threads_comm *tc) {
+    if (!tc->has_worker) return;
+    pthread_mutex_lock(&tc->lock);
+    tc->closing = 1;
+    pthread_cond_signal(&tc->wake);
+    pthread_mutex_unlock(&tc->lock);
+    pthread_join(tc->worker, NULL);
+    tc->has_worker = 0;
+}
+
 static void threads_free(comm *c) {
     threads_comm *tc = c->impl;
-    if (tc->has_worker) {   /* the worker finishes what is queued, then leaves */
-        pthread_mutex_lock(&tc->lock);
-        tc->closing = 1;
-        pthread_cond_signal(&tc->wake);
-        pthread_mutex_unlock(&tc->lock);
-        pthread_join(tc->worker, NULL);
-    }
+    stop_worker(tc);
     mem_free(tc->scratch);
 #ifdef USE_CUDA
     comm_gpu_close(tc->gpu);
@@ -940,6 +956,10 @@ comm *threads_world(comm_job *job, int rank) {
 
 void threads_job_free(comm_job *job) {
     threads_job *tj = job->impl;
+    /* Every communication thread ends before any comm is freed: after a failure one may
+     * still be copying out of another rank's comm and buffers. */
+    for (int r = 0; r < job->nranks; r++)
+        for (comm *c = job->ranks[r].groups; c; c = c->next_of_rank) stop_worker(c->impl);
     comm_job_free(job);   /* frees every comm, and with the last one each group */
     free(tj);
 }

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "rng.h"
 
@@ -50,24 +51,58 @@ dataset *dataset_builtin(void) {
     return d;
 }
 
+/* Only a regular file has a size known before reading: a device (/dev/zero) or a FIFO
+ * could grow without end or block forever, a directory has no bytes. */
+static int check_data_file(const char *path, const struct stat *st, char *err,
+                           size_t err_len) {
+    if (S_ISDIR(st->st_mode)) {
+        snprintf(err, err_len, "--data %s: is a directory; give a text file", path);
+        return 0;
+    }
+    if (!S_ISREG(st->st_mode)) {
+        snprintf(err, err_len, "--data %s: not a regular file (a device, FIFO or socket);"
+                 " give a text file", path);
+        return 0;
+    }
+    if ((unsigned long long)st->st_size > DATASET_MAX_BYTES) {
+        snprintf(err, err_len, "--data %s: %lld bytes is more than the %llu bytes (1 GiB) a"
+                 " data file may have", path, (long long)st->st_size, DATASET_MAX_BYTES);
+        return 0;
+    }
+    return 1;
+}
+
 dataset *dataset_load(const char *path, int ctx, char *err, size_t err_len) {
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        snprintf(err, err_len, "--data %s: cannot open (%s)", path, strerror(errno));
+        return NULL;
+    }
+    if (!check_data_file(path, &st, err, err_len)) return NULL;
+    const size_t length = (size_t)st.st_size;
+    if (length < (size_t)ctx + 1) {
+        snprintf(err, err_len, "--data %s: %zu bytes is too short; a sequence of --ctx %d"
+                 " needs at least %d bytes", path, length, ctx, ctx + 1);
+        return NULL;
+    }
     FILE *f = fopen(path, "rb");
     if (!f) {
         snprintf(err, err_len, "--data %s: cannot open (%s)", path, strerror(errno));
         return NULL;
     }
     dataset *d = calloc(1, sizeof *d);
-    size_t capacity = 1 << 16;
-    d->bytes = malloc(capacity);
-    size_t got;
-    while ((got = fread(d->bytes + d->length, 1, capacity - d->length, f)) > 0) {
-        d->length += got;
-        if (d->length == capacity) d->bytes = realloc(d->bytes, capacity *= 2);
+    if (d) d->bytes = malloc(length);
+    if (!d || !d->bytes) {
+        snprintf(err, err_len, "--data %s: out of memory for its %zu bytes", path, length);
+        fclose(f);
+        dataset_free(d);
+        return NULL;
     }
+    d->length = fread(d->bytes, 1, length, f);
     fclose(f);
-    if (d->length < (size_t)ctx + 1) {
-        snprintf(err, err_len, "--data %s: %zu bytes is too short; a sequence of --ctx %d"
-                 " needs at least %d bytes", path, d->length, ctx, ctx + 1);
+    if (d->length != length) {
+        snprintf(err, err_len, "--data %s: read %zu of its %zu bytes (it changed while"
+                 " being read?)", path, d->length, length);
         dataset_free(d);
         return NULL;
     }

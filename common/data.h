@@ -18,8 +18,12 @@ typedef struct {
 
 /* The built-in corpus: simple English-like sentences from a small grammar. */
 dataset *dataset_builtin(void);
-/* Reads a file; returns NULL and writes why to err when it cannot be used for
- * sequences of ctx tokens (too short needs at least ctx + 1 bytes). */
+/* A data file is read whole into memory: at most this many bytes. */
+#define DATASET_MAX_BYTES (1ULL << 30)
+
+/* Reads a regular file of at most DATASET_MAX_BYTES; returns NULL and writes why to err
+ * when it cannot be used for sequences of ctx tokens (too short needs at least ctx + 1
+ * bytes; a directory, device or FIFO is refused before it is opened). */
 dataset *dataset_load(const char *path, int ctx, char *err, size_t err_len);
 void dataset_free(dataset *d);
 

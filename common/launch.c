@@ -182,8 +182,9 @@ int launch_threads(const comm_options *opts, rank_main_fn fn, void *args) {
     comm_options defaults = comm_options_default();
     if (!opts) opts = &defaults;
     int n = opts->ranks;
-    if (n < 1 || n > 4096) {
-        fprintf(stderr, "error: %d ranks: the threads backend runs 1 to 4096\n", n);
+    if (n < 1 || n > THREADS_MAX_RANKS) {
+        fprintf(stderr, "error: %d ranks: the threads backend runs 1 to %d\n", n,
+                THREADS_MAX_RANKS);
         return 2;
     }
     one_blas_thread();

@@ -2,6 +2,7 @@
  * vector, and every parameter's initial value (model.h). */
 #include "model.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 
@@ -19,6 +20,22 @@ int gpt_config_check(const gpt_config *cfg, int tp_size, char *err, size_t err_l
                      sizes[i].value);
             return 0;
         }
+    }
+    if (cfg->dim > INT_MAX / 4) {   /* the MLP's width 4 x dim is an int */
+        snprintf(err, err_len, "--dim %d: at most %d (the MLP is 4 x dim wide)", cfg->dim,
+                 INT_MAX / 4);
+        return 0;
+    }
+    /* Every element count is a size_t: keep the largest products far from 2^64. */
+    const double C = cfg->dim, params = (double)cfg->layers * (12 * C * C + 13 * C) +
+                                        ((double)cfg->vocab + cfg->ctx + 2) * C;
+    const double attention = (double)cfg->heads * cfg->ctx * cfg->ctx;
+    if (params > 1e18 || attention > 1e18) {
+        snprintf(err, err_len, "--layers %d --dim %d --vocab %d --ctx %d --heads %d: %.3g"
+                 " parameters and %.3g attention scores a sequence overflow this program's"
+                 " counts (at most 1e18 each)", cfg->layers, cfg->dim, cfg->vocab, cfg->ctx,
+                 cfg->heads, params, attention);
+        return 0;
     }
     if (cfg->dim % cfg->heads != 0) {
         snprintf(err, err_len, "--heads %d does not divide --dim %d (try heads = 1, 2, 4 or"

@@ -1,5 +1,7 @@
 #include "train_loop.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,6 +33,34 @@ static void fill_comm(run_result *r, comm *world, comm *metrics) {
         r->timed_steps > 0 ? (double)comm_stats_total_sent(&s) / r->timed_steps : 0;
 }
 
+/* The lowest rank of `metrics` whose own share of the loss is not finite (the global
+ * loss is not finite, so every rank takes part in finding it). */
+static int first_rank_not_finite(comm *metrics, float own_loss) {
+    const int size = comm_size(metrics);
+    float mark = isfinite(own_loss) ? 0.0f : (float)(size - comm_rank(metrics));
+    comm_allreduce(metrics, &mark, 1, COMM_F32, COMM_MAX);
+    return mark > 0 ? size - (int)mark : 0;
+}
+
+/* Training that has diverged teaches nothing and compares with nothing: one line, and
+ * the run stops (every rank, through the communicator's failure path). */
+static void stop_if_diverged(comm *metrics, const run_config *cfg, const char *strategy,
+                             int step, float own_loss, float loss) {
+    if (isfinite(loss)) return;
+    char why[256];
+    const int rank = metrics ? first_rank_not_finite(metrics, own_loss) : 0;
+    snprintf(why, sizeof why, "training diverged: the loss is %s at step %d on rank %d"
+             " (strategy %s); try a smaller --lr than %g", isnan(loss) ? "nan" : "inf", step,
+             rank, strategy, (double)cfg->adamw.lr);
+    if (!metrics) {
+        fflush(stdout);
+        fprintf(stderr, "error: %s\n", why);
+        exit(1);
+    }
+    if (comm_rank(metrics) == 0) comm_abort(metrics, "%s", why);
+    /* the others stop at their next collective, which sees the failure */
+}
+
 void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
                 const train_strategy *st, train_outcome *out) {
     const int steps = cfg->steps;
@@ -54,7 +84,9 @@ void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
         ops_synchronize();
         seconds += comm_now() - start;
 
+        const float own_loss = loss;
         if (metrics) comm_allreduce(metrics, &loss, 1, COMM_F32, COMM_SUM);
+        stop_if_diverged(metrics, cfg, st->name, step, own_loss, loss);
         out->loss[step - 1] = loss;
         out->step_seconds[step - 1] = seconds;
         if (reports) report_step(cfg, st->name, step, loss, seconds, tokens_per_step);

@@ -1,32 +1,66 @@
 #!/bin/bash
 # Bad input must give one clear error line naming the value, and exit status 2, before
-# any rank starts. Usage: tests/cli-checks.sh BUILD_DIR
+# any rank starts. Usage: tests/cli-checks.sh BUILD_DIR [mpi]
+# With "mpi" (BUILD_DIR an MPI=1 build), every program runs as 2 Open MPI processes
+# through ./run, and the checks whose answer depends on the rank count are left out.
 set -u
+cd "$(dirname "$0")/.."
 build=${1:-build/cpu}
+mpi=${2:-}
 passed=0
 failed=0
 short=$(mktemp)
 head -c 20 /etc/hostname >"$short" 2>/dev/null || printf 'too short' >"$short"
+scratch=$(mktemp -d)   # a FIFO, a directory, an unwritable place for outputs
+mkfifo "$scratch/fifo"
+programs=$build
+if [ "$mpi" = mpi ]; then   # a wrapper per program: ./run 2 with RUN_LAST naming it
+    programs=$scratch/mpi
+    mkdir -p "$programs"
+    for program in "$build"/baseline "$build"/chapter*; do
+        [ -x "$program" ] || continue
+        name=$(basename "$program")
+        ranks=2
+        [ "$name" = baseline ] && ranks=1   # the baseline runs on one rank only
+        printf '%s\nmpi\n' "$program" >"$programs/$name.last"
+        printf '#!/bin/bash\nRUN_LAST=%q exec %q %d "$@"\n' "$programs/$name.last" "$PWD/run" \
+            $ranks >"$programs/$name"
+        chmod +x "$programs/$name"
+    done
+fi
+# a model small enough that a run of a few steps takes well under a second
+tiny="--layers 1 --dim 16 --heads 2 --ctx 8 --batch 8 --steps 3 --quiet"
 
-# expect_error PROGRAM PATTERN ARGS...: exit 2, exactly one stderr line matching PATTERN
-expect_error() {
-    local program=$1 pattern=$2
-    shift 2
+# expect_status PROGRAM STATUS PATTERN ARGS...: exit STATUS, exactly one stderr line
+# matching PATTERN (grep's basic expressions)
+expect_status() {
+    local program=$1 want=$2 pattern=$3
+    shift 3
     local err status
     err=$("$program" "$@" 2>&1 >/dev/null)
     status=$?
     local lines
     lines=$(printf '%s\n' "$err" | grep -c .)
-    if [ $status -eq 2 ] && [ "$lines" -eq 1 ] && printf '%s' "$err" | grep -q -- "$pattern"; then
+    if [ $status -eq "$want" ] && [ "$lines" -eq 1 ] && printf '%s' "$err" | grep -q -- "$pattern"; then
         passed=$((passed + 1))
         echo "ok   $(basename "$program") $*  ->  $err"
     else
         failed=$((failed + 1))
-        echo "FAIL $(basename "$program") $*  (status $status, $lines lines): $err"
+        echo "FAIL $(basename "$program") $*  (status $status, expected $want; $lines lines): $err"
     fi
 }
+# expect_error PROGRAM PATTERN ARGS...: bad input, refused with exit 2
+expect_error() {
+    local program=$1
+    shift
+    expect_status "$program" 2 "$@"
+}
 
-for program in "$build"/baseline "$build"/chapter*; do
+# Under MPI each case starts mpirun (about 1.5 s): the flag cases run on chapter 1 only,
+# which parses them with the same code as every program.
+every_program=("$programs"/baseline "$programs"/chapter*)
+[ "$mpi" = mpi ] && every_program=("$programs"/chapter1)
+for program in "${every_program[@]}"; do
     [ -x "$program" ] || continue
     expect_error "$program" "unknown flag '--bogus'" --bogus 1
     expect_error "$program" "--steps abc: not an integer" --steps abc
@@ -49,10 +83,80 @@ for program in "$build"/baseline "$build"/chapter*; do
     expect_error "$program" "--ctx -2147483648: must be an integer from 1" --ctx -2147483648
     expect_error "$program" "--lr -1: must be at least 0" --lr -1
     expect_error "$program" "--lr 1e999: not a number" --lr 1e999
+    # data that is not a regular file: refused by its kind, before it is opened
+    expect_error "$program" "--data /dev/zero: not a regular file" --data /dev/zero
+    expect_error "$program" "--data $scratch/fifo: not a regular file" --data "$scratch/fifo"
+    expect_error "$program" "--data $scratch: is a directory" --data "$scratch"
+    # waits that would never end, or end in a time_t overflow
+    expect_error "$program" "--comm-timeout 1e+300: must be at most 604800" --comm-timeout 1e300
+    expect_error "$program" "--comm-timeout 1e+19: must be at most 604800" --comm-timeout 1e19
+    expect_error "$program" "--link-scale 1e+06: must be at most 10000" --link ethernet --link-scale 1e6 --comm-timeout 5
+    expect_error "$program" "--ranks 5000: must be at most 4096" --ranks 5000 --batch 5000
+    # sizes whose products overflow
+    expect_error "$program" "--dim 1000000000: at most 536870911" --dim 1000000000 --vocab 1000000000
+    expect_error "$program" "attention scores a sequence overflow" --ctx 1000000000
+    expect_error "$program" "--trace $scratch/no/t.json: cannot write there" --trace "$scratch/no/t.json"
 done
+# programs that train: a run that cannot fit in memory is refused before it starts,
+# and training that diverges stops at the first non-finite loss
+for program in "$programs"/baseline "$programs"/chapter[1234]; do
+    [ -x "$program" ] || continue
+    for size in "--dim 1000000" "--layers 100000" "--batch 1000000"; do
+        # shellcheck disable=SC2086
+        expect_error "$program" "this run needs at least .* and this machine has" $size
+    done
+    expect_status "$program" 1 "training diverged: the loss is nan at step 2 on rank 0 (strategy" $tiny --layers 2 --lr 1e30
+done
+# a modelled wire slower than the timeout is reported as such, not a silent wait
+# (the link model is the threads backend's)
+for program in "$programs"/chapter[1234]; do
+    [ -z "$mpi" ] || continue
+    [ -x "$program" ] || continue
+    # shellcheck disable=SC2086
+    expect_status "$program" 1 "the modelled link is slower than the timeout: a .* takes .* s on --link ethernet x --link-scale 10000, more than --comm-timeout 0.05 s" \
+        $tiny --layers 2 --ranks 2 --link ethernet --link-scale 1e4 --comm-timeout 0.05
+done
+# MPIRUN_ARGS reaches mpirun: --output-filename makes a folder per rank
+if [ "$mpi" = mpi ] && [ -x "$programs"/baseline ]; then
+    # shellcheck disable=SC2086
+    MPIRUN_ARGS="--output-filename $scratch/by-rank" "$programs"/baseline $tiny >/dev/null 2>&1
+    status=$?
+    if [ $status -eq 0 ] && [ -f "$scratch/by-rank/1/rank.0/stdout" ]; then
+        passed=$((passed + 1))
+        echo "ok   MPIRUN_ARGS=\"--output-filename DIR\" ./run 1: exit 0, DIR/1/rank.0/stdout written"
+    else
+        failed=$((failed + 1))
+        echo "FAIL MPIRUN_ARGS=\"--output-filename DIR\" ./run 1: exit $status, no DIR/1/rank.0/stdout"
+    fi
+fi
+# a run that failed prints no verdict: chapter 1's DDP diverges, and no table follows
+if [ -x "$programs"/chapter1 ]; then
+    # shellcheck disable=SC2086
+    verdict=$("$programs"/chapter1 $tiny --ranks 2 --lr 1e30 2>/dev/null | grep -c "tolerance")
+    if [ "$verdict" -eq 0 ]; then
+        passed=$((passed + 1))
+        echo "ok   chapter1 --ranks 2 --lr 1e30: no verdict after the failed run"
+    else
+        failed=$((failed + 1))
+        echo "FAIL chapter1 --ranks 2 --lr 1e30: printed a verdict after the failed run"
+    fi
+fi
+[ -x "$programs"/baseline ] && expect_error "$programs"/baseline "the baseline has no ranks or communication to trace" --trace "$scratch/t.json"
+chapter1="$programs"/chapter1
+if [ -x "$chapter1" ] && [ -z "$mpi" ]; then   # --ranks is mpirun's -np under MPI
+    expect_error "$chapter1" "(try --batch 268435456)" --ranks 4096 --grad-accum 65536 --batch 8
+    expect_error "$chapter1" "--ranks 4096 x --grad-accum 300000 = 1228800000 sequences a step at least: more than the largest --batch 1000000000" --ranks 4096 --grad-accum 300000
+fi
+chapter2="$programs"/chapter2
+if [ -x "$chapter2" ]; then
+    expect_error "$chapter2" "--estimate 1e+308: must be at most 1e+15" --estimate 1e308 --world 1000000000
+    expect_error "$chapter2" "--gpu-mem 1e+300: must be at most 1e+06" --estimate 7e9 --world 8 --gpu-mem 1e300
+fi
+chapter3="$programs"/chapter3
+[ -x "$chapter3" ] && [ -z "$mpi" ] && expect_error "$chapter3" "TP sizes that work on 4 ranks: 1, 2\$" --ranks 4 --heads 6 --dim 96 --tp 4
 # chapter 4: pipeline sizes and schedules
-chapter4="$build"/chapter4
-if [ -x "$chapter4" ]; then
+chapter4="$programs"/chapter4
+if [ -x "$chapter4" ] && [ -z "$mpi" ]; then
     expect_error "$chapter4" "--pp 5: more stages than the 4 layers" --simulate --pp 5
     expect_error "$chapter4" "--pp 0: must be an integer from 1" --simulate --pp 0
     expect_error "$chapter4" "--micro 3 does not divide --batch 8" --simulate --pp 2 --micro 3
@@ -78,11 +182,11 @@ expect_ok() {
         echo "FAIL $(basename "$program") $*  (status $status): $out"
     fi
 }
-[ -x "$build"/baseline ] && expect_ok "$build"/baseline --seed 18446744073709551615 --steps 1 \
+[ -x "$programs"/baseline ] && expect_ok "$programs"/baseline --seed 18446744073709551615 --steps 1 \
     --layers 1 --dim 16 --heads 2 --ctx 8 --batch 1 --quiet
 # chapter 6, the planner: sizes, shapes and meshes
-planner="$build"/chapter6
-if [ -x "$planner" ]; then
+planner="$programs"/chapter6
+if [ -x "$planner" ] && [ -z "$mpi" ]; then
     expect_error "$planner" "--params abc: not a number" --params abc
     expect_error "$planner" "--params -5: must be at least 1" --params -5
     expect_error "$planner" "--gpus 0: must be an integer from 1" --gpus 0
@@ -124,6 +228,27 @@ expect_error ./run "N 'x' must be a positive whole number" x
 expect_error ./run "N '0' must be a positive whole number" 0
 expect_error ./run "N '-1' must be a positive whole number" -1
 expect_error ./run "--ranks 99999999999999999999: must be an integer from 1" 99999999999999999999
+# ./run itself (once, on threads: RUN_LAST names this build's baseline, whatever was
+# built last)
+if [ -z "$mpi" ] && [ -x "$build"/baseline ]; then
+    printf '%s\nthreads\n' "$build/baseline" >"$scratch/last"
+    export RUN_LAST=$scratch/last
+    expect_error ./run "N 'x' must be a positive whole number" x
+    expect_error ./run "N '0' must be a positive whole number" 0
+    expect_error ./run "N '-1' must be a positive whole number" -1
+    expect_error ./run "--ranks 99999999999999999999: must be an integer from 1" 99999999999999999999
+fi
+# negative control: the checker fails a program that takes bad input without a word
+before_passed=$passed before_failed=$failed
+expect_error /bin/true "anything" --bogus 1 >/dev/null
+if [ $failed -eq $((before_failed + 1)) ] && [ $passed -eq $before_passed ]; then
+    passed=$((before_passed + 1)) failed=$before_failed
+    echo "ok   negative control: /bin/true --bogus 1 (exit 0, no line) is counted as a failure"
+else
+    passed=$before_passed failed=$((before_failed + 1))
+    echo "FAIL negative control: /bin/true --bogus 1 was not counted as a failure"
+fi
 rm -f "$short"
+rm -rf "$scratch"
 echo "cli-checks: $passed passed, $failed failed"
 [ $failed -eq 0 ]

@@ -53,6 +53,7 @@ expect_fault mismatch-count "collective MISMATCH on group 'world' #2" \
 expect_fault mismatch-root "collective MISMATCH on group 'world' #2" \
     "rank 0 calls broadcast(16 x f32, root 0) but rank 1 calls broadcast(16 x f32, root 1)"
 expect_fault hang "TIMEOUT" "in allreduce(16 x f32, sum) #2 on group 'world'" \
+    "comm: rank 2 had returned from rank_main: it skipped a collective the others are in" \
     "stuck in allreduce #2 on group 'world'"
 expect_fault async-hang "TIMEOUT" "in allreduce(16 x f32, sum) #2 on group 'world'"
 expect_fault recv-hang "TIMEOUT: rank 0 waited" "in recv(16 x f32, peer 2, tag 7)" \

@@ -469,9 +469,19 @@ START_TEST(sizes_that_do_not_divide_are_refused_with_what_would_work) {
     ck_assert(tp_check_sizes(&cfg, 4, 2, err, sizeof err));
     ck_assert(!tp_check_sizes(&cfg, 3, 3, err, sizeof err));
     printf("refused: %s\n", err);
-    ck_assert(strstr(err, "--tp 3 does not divide --heads 4") && strstr(err, "1, 2, 4"));
+    /* only what passes every check is offered: 1, 2 and 4 divide the heads, not 3 ranks */
+    ck_assert(strstr(err, "--tp 3 does not divide --heads 4") &&
+              strstr(err, "TP sizes that work on 3 ranks: none"));
     ck_assert(!tp_check_sizes(&cfg, 3, 0, err, sizeof err));
     ck_assert(strstr(err, "size 3 (the rank count) does not divide --heads 4"));
+    /* 6 heads on 4 ranks: 3 and 6 divide the heads but not the ranks */
+    cfg.model.heads = 6;
+    cfg.model.dim = 96;
+    ck_assert(!tp_check_sizes(&cfg, 4, 4, err, sizeof err));
+    printf("refused: %s\n", err);
+    const char *offered = strstr(err, "TP sizes that work on 4 ranks: ");
+    ck_assert(offered && strcmp(offered + strlen("TP sizes that work on 4 ranks: "), "1, 2") == 0);
+    cfg.model.dim = 128;
     cfg.model.heads = 8;
     cfg.batch = 12;
     ck_assert(!tp_check_sizes(&cfg, 6, 4, err, sizeof err));

@@ -8,6 +8,7 @@
 
 #include "alloc.h"
 #include "data.h"
+#include "fits.h"
 #include "model.h"
 #include "ops.h"
 #include "train.h"
@@ -142,6 +143,48 @@ START_TEST(allocator_counts_exactly_the_parameters) {
 }
 END_TEST
 
+/* fits.c's estimate, the bound a run is refused by, against what the allocator really
+ * holds for the baseline's replica and model. It must never exceed it (a run refused
+ * that would have fitted), and it should be close (tolerance: 1% below). */
+START_TEST(memory_estimate_is_what_the_allocator_holds) {
+    const gpt_config cfgs[] = {tiny, {.vocab = 256, .ctx = 64, .layers = 4, .heads = 4, .dim = 128}};
+    double worst = 0, state_only_worst = 0;
+    for (int k = 0; k < 2; k++)
+        for (int B = 1; B <= 8; B *= 8) {
+            mem_stats stats = {0};
+            mem_stats *before = mem_stats_current();
+            mem_stats_bind(&stats);
+            gpt_shape s = gpt_shape_make(&cfgs[k], 1, 0);
+            replica r;
+            replica_init(&r, &s, 1, 1);
+            gpt_model *m = gpt_model_create(&s, B, cfgs[k].ctx, NULL);
+            run_config cfg = run_config_default();
+            cfg.model = cfgs[k];
+            cfg.batch = B;
+            const double estimate = fits_estimate_bytes(&cfg, 0, 0);
+            const double held = (double)stats.current_total;
+            const double below = (held - estimate) / held;
+            printf("memory estimate: dim %d, batch %d: %.0f bytes estimated, %.0f held (%.3f%%"
+                   " below)\n", cfgs[k].dim, B, estimate, held, 100 * below);
+            ck_assert_msg(estimate <= held, "the estimate exceeds what a run holds");
+            if (below > worst) worst = below;
+            const double state_only = 16.0 * (double)r.num_params;   /* no activations */
+            if ((held - state_only) / held > state_only_worst)
+                state_only_worst = (held - state_only) / held;
+            gpt_model_free(m);
+            replica_free(&r);
+            mem_stats_bind(before);
+        }
+    printf("memory estimate: at most %.3f%% below what the allocator holds (tolerance 1%%)\n",
+           100 * worst);
+    ck_assert(worst <= 0.01);
+    /* negative control: an estimate of model state alone fails the same tolerance */
+    printf("negative control: model state alone is %.1f%% below what is held\n",
+           100 * state_only_worst);
+    ck_assert(state_only_worst > 0.01);
+}
+END_TEST
+
 /* A TP slice initialises to exactly the matching rows/columns of the whole block. */
 START_TEST(tensor_parallel_slices_initialise_like_the_whole) {
     const gpt_config c = {.vocab = 256, .ctx = 4, .layers = 2, .heads = 4, .dim = 8};
@@ -208,6 +251,7 @@ int main(void) {
     tcase_add_test(tc, loss_falls_on_builtin_data);
     tcase_add_test(tc, allocator_counts_exactly_the_parameters);
     tcase_add_test(tc, tensor_parallel_slices_initialise_like_the_whole);
+    tcase_add_test(tc, memory_estimate_is_what_the_allocator_holds);
     tcase_add_test(tc, batches_are_the_same_however_they_are_sliced);
     suite_add_tcase(suite, tc);
     return check_run(suite, 0);

@@ -2,6 +2,7 @@
  *   make baseline && ./run 1 [--steps 100] [--preset bench256] [--data FILE] [--json] */
 #include <stdio.h>
 
+#include "fits.h"
 #include "report.h"
 #include "train.h"
 
@@ -11,6 +12,10 @@ int main(int argc, char **argv) {
               "Trains the tiny GPT-2 on one rank: the baseline of every chapter.");
     if (cfg.comm.ranks != 1)
         cli_fail("the baseline runs on 1 rank, not %d (./run 1)", cfg.comm.ranks);
+    if (cfg.comm.trace_path)
+        cli_fail("--trace %s: the baseline has no ranks or communication to trace; a"
+                 " chapter's --trace draws its ranks", cfg.comm.trace_path);
+    fits_check_or_exit(&cfg, 0);
     dataset *data = dataset_from_config(&cfg);
     report_header(&cfg, "Single-device baseline", 1, 0);
     baseline_run *b = baseline_train(&cfg, data);

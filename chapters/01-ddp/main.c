@@ -14,6 +14,7 @@
 #include "compare.h"
 #include "ddp.h"
 #include "dp.h"
+#include "fits.h"
 #include "report.h"
 #include "train.h"
 
@@ -144,6 +145,16 @@ static size_t mib_to_bytes(double mib) {
     return bytes >= (double)SIZE_MAX ? SIZE_MAX : bytes < 1 ? 1 : (size_t)bytes;
 }
 
+/* A batch of at least one sequence per rank and micro-step must itself be a valid
+ * --batch, or the advice "use --batch N" would name a value the parser refuses. */
+static void check_accumulation_fits(int ranks, int grad_accum) {
+    const double smallest_batch = (double)ranks * grad_accum;
+    if (smallest_batch > 1e9)
+        cli_fail("--ranks %d x --grad-accum %d = %.0f sequences a step at least: more than"
+                 " the largest --batch 1000000000; use fewer ranks or micro-steps", ranks,
+                 grad_accum, smallest_batch);
+}
+
 int main(int argc, char **argv) {
     run_config cfg = run_config_default();
     cfg.steps = 5;   /* a few seconds on a laptop; --steps for more */
@@ -164,7 +175,9 @@ int main(int argc, char **argv) {
     cli_parse(argc, argv, &cfg, options, argv[0],
               "DataParallel (threads + a GIL) against DistributedDataParallel (ranks +"
               " bucketed all-reduce), each compared with single-device training.");
+    check_accumulation_fits(cfg.comm.ranks, f.grad_accum);
     ddp_check_batch_or_exit(cfg.batch, cfg.comm.ranks, f.grad_accum);   /* DP needs it too */
+    fits_check_or_exit(&cfg, 1.0);   /* DDP: a whole replica per rank */
     const int N = cfg.comm.ranks;
     const int rank0_here = process_hosts_rank0();
     dataset *data = dataset_from_config(&cfg);
@@ -186,7 +199,9 @@ int main(int argc, char **argv) {
     ddp.opts.wire = compress_types[f.compress];
     int status = 0;
     if (f.strategy != RUN_DP) status = launch(&cfg.comm, ddp_rank_main, &ddp);
-    if (!rank0_here) {   /* other MPI processes: their part is done */
+    if (!rank0_here || status != 0) {   /* other MPI processes: their part is done; a
+                                            failed DDP run has nothing to compare */
+        ddp_job_release(&ddp);
         dataset_free(data);
         return status;
     }

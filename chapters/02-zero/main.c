@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "estimate.h"
+#include "fits.h"
 #include "stage_run.h"
 #include "tables.h"
 
@@ -118,6 +119,8 @@ int main(int argc, char **argv) {
         cli_fail("--%s needs --estimate PARAMS (e.g. --estimate 7.5e9 --world 64)",
                  world > 0 ? "world" : "gpu-mem");
     if (estimate >= 0) {
+        cli_check_at_most("estimate", estimate, 1e15, "a million billion parameters");
+        cli_check_at_most("gpu-mem", gpu_mem, 1e6, "a petabyte a device");
         if (world == 0) cli_fail("--estimate %g needs --world N (e.g. --world 64)", estimate);
         /* under mpirun every process gets here; one table is enough */
         if (process_hosts_rank0()) estimate_print(estimate, world, gpu_mem > 0 ? gpu_mem : 80.0);
@@ -127,6 +130,7 @@ int main(int argc, char **argv) {
     if (cfg.batch < ranks)
         cli_fail("--batch %d gives %d ranks fewer than one sequence each; use --batch %d"
                  " or more, or fewer ranks", cfg.batch, ranks, ranks);
+    fits_check_or_exit(&cfg, 1.0);   /* stage 0 (DDP) runs first: a replica per rank */
 
     chapter_args a = {.cfg = cfg,
                       .opts = {.prefetch = prefetch, .checkpoint_activations = checkpoint}};

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "compare.h"
+#include "fits.h"
 #include "report.h"
 #include "tensor_parallel.h"
 
@@ -258,6 +259,7 @@ int main(int argc, char **argv) {
         exit(2);   /* the other MPI processes: one line is enough */
     }
     if (a.tp == 0) a.tp = world;
+    fits_check_or_exit(&a.cfg, 1.0 / a.tp);   /* a TP group holds one copy of the model */
 
     dataset *data = dataset_from_config(&a.cfg);
     a.data = data;

@@ -42,19 +42,15 @@ int tp_check_sizes(const run_config *cfg, int world, int tp, char *err, size_t e
     if (explicit_tp) snprintf(what, sizeof what, "--tp %d", tp);
     else snprintf(what, sizeof what, "tensor-parallel size %d (the rank count)", tp);
     if (m->heads % tp != 0 || m->dim % tp != 0) {
-        char divisors[128] = "", hint[192] = "";
-        for (int t = 1; t <= m->heads; t++)
-            if (m->heads % t == 0)
-                snprintf(divisors + strlen(divisors), sizeof divisors - strlen(divisors),
-                         "%s%d", divisors[0] ? ", " : "", t);
-        if (!explicit_tp && strncmp(works, "none", 4) == 0)   /* TP came from the ranks */
-            snprintf(hint, sizeof hint, " (./run that many ranks)");
-        else if (!explicit_tp)
-            snprintf(hint, sizeof hint, " (./run that many ranks, or keep %d ranks with --tp"
-                     " one of %s)", world, works);
+        /* Only sizes that pass every check here are offered: dividing the heads is not
+         * enough when they do not divide the ranks too. */
+        char hint[192] = "";
+        if (!explicit_tp)   /* TP came from the ranks */
+            snprintf(hint, sizeof hint, " (%sor ./run a multiple of a divisor of the %d"
+                     " heads)", strncmp(works, "none", 4) ? "give --tp, " : "", m->heads);
         snprintf(err, err_len, "%s does not divide --heads %d (each rank takes heads/tp"
-                 " whole heads and dim/tp of --dim %d): TP sizes that work: %s%s", what,
-                 m->heads, m->dim, divisors, hint);
+                 " whole heads and dim/tp of --dim %d): TP sizes that work on %d ranks: %s%s",
+                 what, m->heads, m->dim, world, works, hint);
         return 0;
     }
     if (world % tp != 0) {

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "fits.h"
 #include "simulate.h"
 #include "training.h"
 #include "train.h"
@@ -101,7 +102,9 @@ int main(int argc, char **argv) {
     pipeline_sim_config c = sim_config(&a);
     choose_schedules(&a, &c);
     dataset_free(dataset_from_config(&a.cfg));   /* --data is checked before anything runs */
+    if (a.svg_path) check_writable("svg", a.svg_path);
     if (a.simulate) return pipeline_simulate(&c);
+    fits_check_or_exit(&a.cfg, 1.0 / c.pp);   /* a stage holds 1/p of the model */
     /* on real ranks the compute model is on unless --stage-ms 0 says real time */
     c.stage_ms = a.stage_ms >= 0 ? a.stage_ms : PIPELINE_TRAIN_STAGE_MS;
     return pipeline_train(&c, &a.cfg);

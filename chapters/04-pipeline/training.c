@@ -126,11 +126,12 @@ int pipeline_train(const pipeline_sim_config *c, const run_config *cfg) {
         pipeline_options opts = {.schedule = k, .micro = pipeline_micro_for(c, k),
                                  .chunks = pipeline_chunks_for(c, k),
                                  .stage_seconds = 1e-3 * c->stage_ms};
-        if (pp_run_launch(cfg, data, &opts, baseline, &runs[n]) != 0) status = 1;
+        status = pp_run_launch(cfg, data, &opts, baseline, &runs[n]);
         if (root) runs[n].result.json_extra = run_json(&runs[n]);
         n++;
+        if (status != 0) break;   /* a failed run (reported) gets no table and no verdict */
     }
-    if (root && n > 0) {
+    if (root && n > 0 && status == 0) {
         run_result rows[PP_NSCHEDULES + 1];
         rows[0] = baseline->result;
         for (int i = 0; i < n; i++) rows[i + 1] = runs[i].result;

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "fits.h"
 #include "mesh_table.h"
 #include "report.h"
 #include "run3d.h"
@@ -252,5 +253,6 @@ int main(int argc, char **argv) {
     const int world = mpi > 0 ? mpi : a.cfg.comm.ranks;
     complete_mesh(&a, world);
     check_or_exit(&a, world);
+    fits_check_or_exit(&a.cfg, 1.0 / (a.shape.tp * a.shape.pp));   /* a rank: its slice */
     return train(&a, world);
 }

@@ -131,6 +131,11 @@ int main(int argc, char **argv) {
     cli_parse(argc, argv, &cfg, options, argv[0],
               "How to choose: memory per GPU, time and the decision tree for any model and"
               " cluster, without training.");
+    cli_check_at_most("params", f.params, 1e15, "a million billion parameters");
+    cli_check_at_most("gpu-mem", f.gpu_mem, 1e6, "a petabyte a GPU");
+    cli_check_at_most("gpu-tflops", f.gpu_tflops, 1e6, "a million TFLOP/s");
+    cli_check_at_most("peak-tflops", f.peak_tflops, 1e6, "a million TFLOP/s");
+    cli_check_at_most("tokens", f.tokens, 1e18, "a billion billion tokens");
     if (cfg.data_path) dataset_free(dataset_from_config(&cfg));   /* refuse a bad file */
     if (!process_hosts_rank0()) return 0;   /* under mpirun: one process answers */
 

@@ -1,0 +1,74 @@
+#include "fits.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "report.h"
+
+double fits_activation_bytes(const gpt_config *m, double sequences) {
+    const double T = m->ctx, C = m->dim, H = m->heads, L = m->layers, V = m->vocab;
+    const double tokens = sequences * T;
+    /* per block: ln1, qkv (3C), atty, x_mid, ln2, fch and fch_gelu (4C each), the block
+     * input x: 16C, four LayerNorm statistics, and the attention matrix (H x T a token) */
+    const double per_block = 16 * C + 4 + H * T;
+    /* final LayerNorm, logits and losses; backward scratch (dx, d_x_mid, d_ln, d_atty,
+     * d_qkv, d_att, d_fch, d_fch_gelu) shared by the blocks; tokens and targets */
+    const double once = (2 * C + 3 + V) + (14 * C + H * T) + 2;
+    return 4.0 * tokens * (L * per_block + once);
+}
+
+static double params_of(const gpt_config *m) {
+    const double C = m->dim, L = m->layers;
+    return (double)m->vocab * C + (double)m->ctx * C + L * (12 * C * C + 13 * C) + 2 * C;
+}
+
+double fits_estimate_bytes(const run_config *cfg, int ranks_here, double model_share_per_rank) {
+    const double state = 16.0 * params_of(&cfg->model);   /* params, grads, m, v */
+    const double acts = fits_activation_bytes(&cfg->model, cfg->batch);
+    const double ranks = cfg->comm.ranks > 0 ? cfg->comm.ranks : 1;
+    return state * (1 + ranks_here * model_share_per_rank) + acts * (1 + ranks_here / ranks);
+}
+
+/* cgroup v2's memory.max, when it holds a number ("max" means none). */
+static double cgroup_limit_bytes(void) {
+    FILE *f = fopen("/sys/fs/cgroup/memory.max", "r");
+    double limit = 0;
+    if (f) {
+        if (fscanf(f, "%lf", &limit) != 1) limit = 0;
+        fclose(f);
+    }
+    return limit;
+}
+
+double fits_machine_bytes(void) {
+    const double physical = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
+    const double limit = cgroup_limit_bytes();
+    return limit > 0 && limit < physical ? limit : physical;
+}
+
+static int ranks_on_this_machine(const run_config *cfg) {
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (launch_mpi_world_size() > 0 && local) return atoi(local);
+    return cfg->comm.ranks;
+}
+
+void fits_check_or_exit(const run_config *cfg, double model_share_per_rank) {
+    const gpt_config *m = &cfg->model;
+    /* Token indices are ints: a batch's tokens must be counted by one. */
+    if ((double)cfg->batch * m->ctx > INT_MAX)
+        cli_fail("--batch %d x --ctx %d = %.0f tokens a step: more than %d", cfg->batch,
+                 m->ctx, (double)cfg->batch * m->ctx, INT_MAX);
+    const double needed = fits_estimate_bytes(cfg, ranks_on_this_machine(cfg),
+                                              model_share_per_rank);
+    const double have = fits_machine_bytes();
+    if (needed > have) {
+        char a[32], b[32];
+        cli_fail("this run needs at least %s of memory (%.3g parameters x 16 B of model"
+                 " state, and activations for --batch %d x --ctx %d, on %d rank%s), and this"
+                 " machine has %s: use a smaller model, batch or fewer ranks",
+                 report_bytes(needed, a), params_of(m), cfg->batch, m->ctx, cfg->comm.ranks,
+                 cfg->comm.ranks == 1 ? "" : "s", report_bytes(have, b));
+    }
+}
