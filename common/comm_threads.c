@@ -22,7 +22,7 @@
  * kernel) instead of memcpy and the host loops. Before a rank publishes its buffers
  * the compute it queued has finished: a blocking call waits for the rank's stream, an
  * async one marks it with an event that the communication thread waits for. */
-#include "comm_internal.h"
+#include "comm_threads_internal.h"
 
 #include <limits.h>
 #include <linux/futex.h>
@@ -41,76 +41,7 @@
 #define POLL_SECONDS 0.05   /* how often a sleeping wait looks around */
 #define YIELDS 20           /* sched_yield()s before sleeping */
 
-/* ---- a group's shared state -------------------------------------------------------- */
-typedef struct group group;
-
-typedef struct {
-    _Alignas(64) _Atomic uint32_t progress;
-    _Atomic uint32_t waiters;   /* ranks sleeping on progress: wake them */
-    comm_call call;             /* the collective it is in, and its buffers for it */
-    const void *send;           /* (valid from step 0 of that collective) */
-    void *recv, *scratch;
-    comm *owner;                /* its comm: peers count the bytes they copy from it */
-    int split_color, split_key;
-    group *split_result;
-} member;
-
-typedef struct message {
-    struct message *next;
-    int source, tag;
-    size_t bytes;
-    double arrival;             /* when the modelled link delivers the last byte */
-    int rendezvous;             /* the sender waits until taken (under the box's lock) */
-    int taken;
-    _Atomic int refs;           /* sender (rendezvous) and receiver: the last one frees */
-    char data[];
-} message;
-
-typedef struct {
-    pthread_mutex_t lock;
-    pthread_cond_t arrived;
-    message *head;
-} mailbox;
-
-struct group {
-    int size;
-    _Atomic int refs;           /* members that have not freed their comm */
-    member *members;            /* [size], one cache line each */
-    mailbox *boxes;             /* [size]: messages to each member */
-};
-
-/* ---- one rank's view of a group ---------------------------------------------------- */
-typedef struct {
-    group *g;
-    uint32_t base;              /* progress value at the end of the last collective */
-    double spin_seconds;
-    void *scratch;              /* for collectives run on the rank's own thread */
-    size_t scratch_bytes;
-    pthread_mutex_t lock;       /* the queue of started requests: */
-    pthread_cond_t wake, done;
-    comm_request *head, *tail;
-    int pending;                /* started, not finished */
-    int closing, has_worker;
-    pthread_t worker;
-#ifdef USE_CUDA
-    comm_gpu *gpu;              /* the rank computes on a GPU: buffers may be device memory */
-#endif
-} threads_comm;
-
-typedef struct {
-    group *world;
-    double spin_seconds;
-} threads_job;
-
 static const comm_backend threads_backend;
-
-static int mod(int a, int n) { return ((a % n) + n) % n; }
-static member *member_of(comm *c, int rank) {
-    return &((threads_comm *)c->impl)->g->members[rank];
-}
-static char *at(const void *base, size_t index, const comm_call *call) {
-    return (char *)base + index * comm_dtype_size((comm_dtype)call->dt);
-}
 
 /* ---- moving bytes: host code, or the rank's GPU ------------------------------------ */
 #ifdef USE_CUDA
@@ -118,7 +49,8 @@ static comm_gpu *gpu_of(comm *c) { return ((threads_comm *)c->impl)->gpu; }
 #endif
 
 /* memmove: an in-place all-gather's own piece may overlap (a plain copy otherwise) */
-static void move_bytes(comm *c, void *dst, const void *src, size_t bytes, int may_overlap) {
+void threads_move_bytes(comm *c, void *dst, const void *src, size_t bytes,
+                        int may_overlap) {
 #ifdef USE_CUDA
     if (gpu_of(c)) {
         comm_gpu_copy(gpu_of(c), dst, src, bytes);
@@ -130,7 +62,8 @@ static void move_bytes(comm *c, void *dst, const void *src, size_t bytes, int ma
     else memcpy(dst, src, bytes);
 }
 
-static void divide(comm *c, void *buf, size_t count, const comm_call *call, int divisor) {
+void threads_divide(comm *c, void *buf, size_t count, const comm_call *call,
+                    int divisor) {
 #ifdef USE_CUDA
     if (gpu_of(c)) {
         comm_gpu_divide(gpu_of(c), buf, count, (comm_dtype)call->dt, divisor);
@@ -201,7 +134,7 @@ static int reached(member *m, uint32_t target) {
     return (int32_t)(atomic_load(&m->progress) - target) >= 0;
 }
 
-static void publish(comm *c, int step) {
+void threads_publish(comm *c, int step) {
     member *me = member_of(c, c->rank);
     atomic_store(&me->progress, step_value(c, step));
     if (atomic_load(&me->waiters))
@@ -210,7 +143,7 @@ static void publish(comm *c, int step) {
 }
 
 /* Returns once rank `peer` has published `step` of this collective (or gone further). */
-static void wait_step(comm *c, const comm_call *call, int peer, int step) {
+void threads_wait_step(comm *c, const comm_call *call, int peer, int step) {
     member *m = member_of(c, peer);
     uint32_t target = step_value(c, step);
     if (reached(m, target)) return;
@@ -244,8 +177,8 @@ static void wait_step(comm *c, const comm_call *call, int peer, int step) {
 /* Publishes the call and buffers, then checks the left neighbour's call. Its call
  * stays put meanwhile: no rank leaves a collective before its right neighbour has
  * completed a step after this check (finish waits for that). */
-static void enter(comm *c, const comm_call *call, const void *send, void *recv,
-                  void *scratch) {
+void threads_enter(comm *c, const comm_call *call, const void *send, void *recv,
+                   void *scratch) {
     int left = mod(c->rank - 1, c->size);
     member *me = member_of(c, c->rank);
     if (comm_job_stopping(c->job)) comm_leave_thread();
@@ -253,22 +186,22 @@ static void enter(comm *c, const comm_call *call, const void *send, void *recv,
     me->send = send;
     me->recv = recv;
     me->scratch = scratch;
-    publish(c, 0);
-    wait_step(c, call, left, 0);
+    threads_publish(c, 0);
+    threads_wait_step(c, call, left, 0);
     const comm_call *theirs = &member_of(c, left)->call;
     if (!comm_call_matches(call, theirs)) comm_fail_mismatch(c, left, call, theirs);
 }
 
 /* Waits until the right neighbour is done with our buffers, then closes the books. */
-static void finish(comm *c, const comm_call *call, int steps) {
-    wait_step(c, call, mod(c->rank + 1, c->size), steps);
+void threads_finish(comm *c, const comm_call *call, int steps) {
+    threads_wait_step(c, call, mod(c->rank + 1, c->size), steps);
     ((threads_comm *)c->impl)->base += 1 + (uint32_t)steps;
 }
 
 /* The one place where data crosses between ranks: copy (or reduce) `count` elements
  * out of rank `peer`'s buffer, count the bytes, and hold for the modelled link. */
-static void pull(comm *c, int peer, void *dst, const void *own, const void *theirs,
-                 size_t count, const comm_call *call) {
+void threads_pull(comm *c, int peer, void *dst, const void *own, const void *theirs,
+                  size_t count, const comm_call *call) {
     double t0 = comm_now();
     size_t bytes = count * comm_dtype_size((comm_dtype)call->dt);
 #ifdef USE_CUDA
@@ -276,295 +209,15 @@ static void pull(comm *c, int peer, void *dst, const void *own, const void *thei
         if (own)
             comm_gpu_reduce(gpu_of(c), dst, own, theirs, count, (comm_dtype)call->dt,
                             (comm_op)call->op);
-        else if (bytes) move_bytes(c, dst, theirs, bytes, 0);
+        else if (bytes) threads_move_bytes(c, dst, theirs, bytes, 0);
     } else
 #endif
     if (own) comm_reduce_buffers(dst, own, theirs, count, (comm_dtype)call->dt,
                                  (comm_op)call->op);
     else if (bytes) memcpy(dst, theirs, bytes);
     comm_count(c, member_of(c, peer)->owner, call->kind, bytes);
-    if (c->job->opts.link != LINK_NONE) sleep_until(t0 + link_seconds_within_timeout(c, call, bytes));
-}
-
-/* ---- the algorithms ---------------------------------------------------------------- */
-/* Ring all-reduce, in place. The buffer goes round the ring in slabs of N x
- * COMM_SLICE_ELEMENTS, each in 2(N-1) steps, so that a chunk is still in cache
- * when the next rank copies it (NCCL pipelines the same way). In a slab of `count`
- * elements, chunk i is comm_shard(count, N, i).
- * Reduce-scatter, steps s = 1..N-1: rank r adds its left neighbour's chunk r-s-1 into
- * its own copy. The left neighbour added into that chunk one step earlier, so after
- * step s it holds the sum over s+1 ranks, and after N-1 steps rank r owns the full
- * sum of chunk r. All-gather, steps N-1+s: rank r copies chunk r-s, which its left
- * neighbour completed one step earlier. Each rank copies 2(N-1) chunks, 2(N-1)/N of
- * the buffer, from its neighbour. */
-static void ring_allreduce(comm *c, const comm_call *call) {
-    int n = c->size, r = c->rank, left = mod(r - 1, n), right = mod(r + 1, n);
-    size_t slab = (size_t)n * COMM_SLICE_ELEMENTS;
-    int slabs = call->count ? (int)((call->count + slab - 1) / slab) : 1, steps = 2 * n - 2;
-    enter(c, call, call->recv, call->recv, NULL);
-    for (int p = 0; p < slabs; p++) {
-        size_t first = (size_t)p * slab, count = call->count - first;
-        if (count > slab) count = slab;
-        char *buf = at(call->recv, first, call);
-        const char *theirs = at(member_of(c, left)->recv, first, call);
-        int step = p * steps;   /* steps of the earlier slabs */
-        for (int s = 1; s <= n - 1; s++) {                       /* reduce-scatter */
-            size_t off, len = comm_shard(count, n, mod(r - s - 1, n), &off);
-            wait_step(c, call, left, step + s - 1);
-            pull(c, left, at(buf, off, call), at(buf, off, call), at(theirs, off, call), len,
-                 call);
-            if (s == n - 1 && call->op == COMM_AVG) divide(c, at(buf, off, call), len, call, n);
-            publish(c, step + s);
-        }
-        for (int s = 1; s <= n - 1; s++) {                       /* all-gather */
-            size_t off, len = comm_shard(count, n, mod(r - s, n), &off);
-            wait_step(c, call, left, step + n - 2 + s);
-            wait_step(c, call, right, step + s);   /* it has read our partial sum */
-            pull(c, left, at(buf, off, call), NULL, at(theirs, off, call), len, call);
-            publish(c, step + n - 1 + s);
-        }
-    }
-    finish(c, call, slabs * steps);
-}
-
-/* Ring reduce-scatter out of a read-only send buffer: the first half of the
- * all-reduce, with the partial sums in a two-slot scratch (the right neighbour reads
- * slot s%2 at step s+1) and the last step writing straight into recv. */
-static void ring_reduce_scatter(comm *c, const comm_call *call, char *scratch) {
-    int n = c->size, r = c->rank, left = mod(r - 1, n), right = mod(r + 1, n);
-    size_t slot = comm_shard(call->count, n, 0, NULL) * comm_dtype_size(call->dt);
-    enter(c, call, call->send, call->recv, scratch);
-    for (int s = 1; s <= n - 1; s++) {
-        size_t off, len = comm_shard(call->count, n, mod(r - s - 1, n), &off);
-        wait_step(c, call, left, s - 1);
-        member *l = member_of(c, left);
-        const char *theirs = s == 1 ? at(l->send, off, call)
-                                    : (char *)l->scratch + (size_t)((s - 1) % 2) * slot;
-        char *out = s == n - 1 ? call->recv : scratch + (size_t)(s % 2) * slot;
-        if (s >= 3) wait_step(c, call, right, s - 1);   /* it has read this slot */
-        pull(c, left, out, at(call->send, off, call), theirs, len, call);
-        publish(c, s);
-    }
-    if (call->op == COMM_AVG)
-        divide(c, call->recv, comm_shard(call->count, n, r, NULL), call, n);
-    finish(c, call, n - 1);
-}
-
-/* Ring all-gather: step s, rank r copies chunk r-s from its left neighbour. */
-static void ring_allgather(comm *c, const comm_call *call) {
-    int n = c->size, r = c->rank, left = mod(r - 1, n);
-    size_t off, len = comm_shard(call->count, n, r, &off);
-    if (len && call->send != at(call->recv, off, call))
-        move_bytes(c, at(call->recv, off, call), call->send, len * comm_dtype_size(call->dt),
-                   1);
-    enter(c, call, call->send, call->recv, NULL);
-    for (int s = 1; s <= n - 1; s++) {
-        len = comm_shard(call->count, n, mod(r - s, n), &off);
-        wait_step(c, call, left, s - 1);
-        const char *theirs = member_of(c, left)->recv;
-        pull(c, left, at(call->recv, off, call), NULL, at(theirs, off, call), len, call);
-        publish(c, s);
-    }
-    finish(c, call, n - 1);
-}
-
-static int slice_count(const comm_call *call) {
-    return call->count ? (int)((call->count + COMM_SLICE_ELEMENTS - 1) / COMM_SLICE_ELEMENTS) : 1;
-}
-
-/* Pipelined chain from the root: the next rank copies slice 0 from the root, then
- * slice 1 while its right neighbour copies slice 0 from it, and so on. */
-static void chain_broadcast(comm *c, const comm_call *call) {
-    int n = c->size, left = mod(c->rank - 1, n), slices = slice_count(call);
-    size_t slice = COMM_SLICE_ELEMENTS;
-    enter(c, call, call->recv, call->recv, NULL);
-    if (c->rank == call->root) publish(c, slices);     /* the root has every slice */
-    else
-        for (int i = 0; i < slices; i++) {
-            size_t off = (size_t)i * slice, len = call->count - off;
-            if (len > slice) len = slice;
-            wait_step(c, call, left, i + 1);
-            const char *theirs = member_of(c, left)->recv;
-            pull(c, left, at(call->recv, off, call), NULL, at(theirs, off, call), len, call);
-            publish(c, i + 1);
-        }
-    finish(c, call, slices);
-}
-
-/* Pipelined chain to the root: the rank after the root starts from its own data, each
- * next rank adds its own slice to what arrives and passes the sum on through a
- * two-slot scratch (buffers of non-roots stay unchanged), the root adds last. */
-static void chain_reduce(comm *c, const comm_call *call, char *scratch) {
-    int n = c->size, left = mod(c->rank - 1, n), right = mod(c->rank + 1, n);
-    int pos = mod(c->rank - call->root - 1, n), slices = slice_count(call);
-    size_t slice = COMM_SLICE_ELEMENTS, stride = slice * comm_dtype_size(call->dt);
-    char *buf = call->recv;
-    enter(c, call, buf, buf, scratch);
-    if (pos == 0) publish(c, slices);                  /* first of the chain: all ready */
-    else
-        for (int i = 0; i < slices; i++) {
-            size_t off = (size_t)i * slice, len = call->count - off;
-            if (len > slice) len = slice;
-            wait_step(c, call, left, i + 1);
-            member *l = member_of(c, left);
-            const char *theirs = pos == 1 ? at(l->send, off, call)
-                                          : (char *)l->scratch + (size_t)(i % 2) * stride;
-            char *out = pos == n - 1 ? at(buf, off, call) : scratch + (size_t)(i % 2) * stride;
-            if (pos < n - 1 && i >= 2) wait_step(c, call, right, i - 1);  /* slot is free */
-            pull(c, left, out, at(buf, off, call), theirs, len, call);
-            publish(c, i + 1);
-        }
-    if (pos == n - 1 && call->op == COMM_AVG) divide(c, buf, call->count, call, n);
-    finish(c, call, slices);
-}
-
-/* The naive all-reduce of the lesson: rank 0 adds every other rank's whole buffer into
- * its own, then every rank copies the result from rank 0. Rank 0 moves (N-1) times the
- * buffer each way: the bottleneck the ring removes. */
-static void naive_allreduce(comm *c, const comm_call *call) {
-    char *buf = call->recv;
-    enter(c, call, buf, buf, NULL);
-    if (c->rank == 0) {
-        for (int q = 1; q < c->size; q++) {
-            wait_step(c, call, q, 0);
-            pull(c, q, buf, buf, member_of(c, q)->recv, call->count, call);
-        }
-        if (call->op == COMM_AVG) divide(c, buf, call->count, call, c->size);
-        publish(c, 1);
-        for (int q = 1; q < c->size; q++) wait_step(c, call, q, 2);   /* all copied */
-        publish(c, 2);
-    } else {
-        wait_step(c, call, 0, 1);
-        pull(c, 0, buf, NULL, member_of(c, 0)->recv, call->count, call);
-        publish(c, 2);
-    }
-    finish(c, call, 2);
-}
-
-/* Recursive doubling, the latency-optimal all-reduce: in round k = 1..L the ranks
- * pair up 2^(k-1) apart and each adds its partner's whole buffer into its own, so
- * after L = log2 N rounds everyone holds the sum: L messages instead of the ring's
- * 2(N-1), but each carries the whole buffer (L x bytes instead of 2(N-1)/N x bytes).
- * For N not a power of two, P = 2^floor(log2 N) ranks take part and the E = N - P
- * others fold in first: step 1, rank 2i (i < E) adds rank 2i+1's buffer into its own;
- * at the end rank 2i+1 copies the result back (2 rounds more). a + b == b + a in
- * floating point, so both partners of a round compute the same bits and every rank
- * ends with an identical result.
- * Round k writes into location k % 2 (0: the buffer, 1: the scratch) from location
- * (k-1) % 2 of both partners, so a partner's read never sees a half-written value;
- * before overwriting a location a rank waits for the partner that read it. Steps:
- * 1 fold, 1 + k round k, L + 2 result in place (and divided for AVG). */
-typedef struct {
-    int extra;          /* E: ranks folded into a partner */
-    int virtual_rank;   /* 0..P-1 for ranks taking part, -1 for the folded ones */
-    int rounds;         /* L = log2 P */
-} doubling_plan;
-
-static doubling_plan doubling_plan_of(int n, int r) {
-    int p = 1, rounds = 0;
-    while (2 * p <= n) { p *= 2; rounds++; }
-    doubling_plan d = {.extra = n - p, .rounds = rounds};
-    if (r < 2 * d.extra) d.virtual_rank = r % 2 ? -1 : r / 2;
-    else d.virtual_rank = r - d.extra;
-    return d;
-}
-
-static int doubling_real_rank(const doubling_plan *d, int virtual_rank) {
-    return virtual_rank < d->extra ? 2 * virtual_rank : virtual_rank + d->extra;
-}
-
-static char *doubling_location(member *m, int round) {
-    return round % 2 ? m->scratch : m->recv;
-}
-
-static void doubling_rounds(comm *c, const comm_call *call, const doubling_plan *d) {
-    member *me = member_of(c, c->rank);
-    for (int k = 1; k <= d->rounds; k++) {
-        int partner = doubling_real_rank(d, d->virtual_rank ^ (1 << (k - 1)));
-        wait_step(c, call, partner, k);       /* its round k-1 result is ready */
-        if (k >= 2) {                         /* the last reader of location k % 2 */
-            int previous = doubling_real_rank(d, d->virtual_rank ^ (1 << (k - 2)));
-            wait_step(c, call, previous, k);
-        }
-        pull(c, partner, doubling_location(me, k), doubling_location(me, k - 1),
-             doubling_location(member_of(c, partner), k - 1), call->count, call);
-        publish(c, 1 + k);
-    }
-    if (d->rounds) {   /* the last partner has read location (L-1) % 2 */
-        int last = doubling_real_rank(d, d->virtual_rank ^ (1 << (d->rounds - 1)));
-        wait_step(c, call, last, 1 + d->rounds);
-    }
-    if (d->rounds % 2 && call->count)
-        move_bytes(c, call->recv, me->scratch, call->count * comm_dtype_size(call->dt), 0);
-    if (call->op == COMM_AVG) divide(c, call->recv, call->count, call, c->size);
-}
-
-static void doubling_allreduce(comm *c, const comm_call *call, void *scratch) {
-    int r = c->rank;
-    doubling_plan d = doubling_plan_of(c->size, r);
-    int done = d.rounds + 2;
-    char *buf = call->recv;
-    enter(c, call, buf, buf, scratch);
-    if (d.virtual_rank < 0) {                 /* folded: hand over, then copy back */
-        wait_step(c, call, r - 1, done);
-        pull(c, r - 1, buf, NULL, member_of(c, r - 1)->recv, call->count, call);
-        publish(c, done);
-    } else {
-        if (r < 2 * d.extra) {                /* take in the folded neighbour */
-            wait_step(c, call, r + 1, 0);
-            pull(c, r + 1, buf, buf, member_of(c, r + 1)->recv, call->count, call);
-        }
-        publish(c, 1);
-        doubling_rounds(c, call, &d);
-        publish(c, done);
-        if (r < 2 * d.extra) wait_step(c, call, r + 1, done);   /* it has copied */
-    }
-    finish(c, call, done);
-}
-
-/* Step 1 = "arrived and checked": nobody leaves before its right neighbour has read
- * its call (enter), as in every collective. */
-static void barrier(comm *c, const comm_call *call) {
-    enter(c, call, NULL, NULL, NULL);
-    publish(c, 1);
-    for (int q = 0; q < c->size; q++) wait_step(c, call, q, 1);
-    finish(c, call, 1);
-}
-
-static size_t scratch_bytes(const comm *c, const comm_call *call) {
-    size_t es = comm_dtype_size(call->dt);
-    if (call->kind == COMM_KIND_ALLREDUCE && c->job->opts.allreduce == ALLREDUCE_DOUBLING)
-        return c->size > 1 ? call->count * es : 0;   /* odd rounds' location */
-    if (c->size < 3) return 0;
-    if (call->kind == COMM_KIND_REDUCE_SCATTER)
-        return 2 * comm_shard(call->count, c->size, 0, NULL) * es;
-    if (call->kind == COMM_KIND_REDUCE)
-        return 2 * (call->count < COMM_SLICE_ELEMENTS ? call->count : COMM_SLICE_ELEMENTS) * es;
-    return 0;
-}
-
-static void execute(comm *c, const comm_call *call, void *scratch) {
-    if (comm_job_stopping(c->job)) comm_leave_thread();
-    if (c->size == 1) {   /* alone: only out-of-place copies remain */
-        size_t bytes = call->count * comm_dtype_size(call->dt);
-        if ((call->kind == COMM_KIND_REDUCE_SCATTER || call->kind == COMM_KIND_ALLGATHER) &&
-            bytes && call->send != call->recv)
-            move_bytes(c, call->recv, call->send, bytes, 1);
-        return;
-    }
-    switch (call->kind) {
-    case COMM_KIND_ALLREDUCE:
-        if (c->job->opts.allreduce == ALLREDUCE_NAIVE) naive_allreduce(c, call);
-        else if (c->job->opts.allreduce == ALLREDUCE_DOUBLING)
-            doubling_allreduce(c, call, scratch);
-        else ring_allreduce(c, call);
-        break;
-    case COMM_KIND_REDUCE_SCATTER: ring_reduce_scatter(c, call, scratch); break;
-    case COMM_KIND_ALLGATHER: ring_allgather(c, call); break;
-    case COMM_KIND_BROADCAST: chain_broadcast(c, call); break;
-    case COMM_KIND_REDUCE: chain_reduce(c, call, scratch); break;
-    default: barrier(c, call); break;
-    }
+    if (c->job->opts.link != LINK_NONE)
+        sleep_until(t0 + link_seconds_within_timeout(c, call, bytes));
 }
 
 /* ---- asynchronous requests: a communication thread per (rank, group) --------------- */
@@ -580,7 +233,7 @@ static int run_request(comm *c, comm_request *req) {
     comm_gpu_wait_mark(req->ready);   /* the compute that made the buffers */
     req->ready = NULL;
 #endif
-    execute(c, &req->call, req->impl);
+    threads_execute(c, &req->call, req->impl);
     comm_flight_set(c, req->flight, FLIGHT_DONE);
     comm_thread_escape = NULL;
     return 0;
@@ -623,7 +276,7 @@ static void *worker_main(void *arg) {
 
 static void threads_start(comm *c, comm_request *req) {
     threads_comm *tc = c->impl;
-    size_t bytes = scratch_bytes(c, &req->call);
+    size_t bytes = threads_scratch_bytes(c, &req->call);
 #ifdef USE_CUDA
     if (tc->gpu) {   /* peers read the scratch: keep it beside the buffers, on the GPU */
         req->impl = bytes ? mem_alloc_on(MEM_DEVICE, MEM_COMM, bytes) : NULL;
@@ -672,7 +325,7 @@ static void threads_run(comm *c, const comm_call *call) {
     int busy = tc->pending > 0;
     pthread_mutex_unlock(&tc->lock);
     if (!busy) {
-        size_t bytes = scratch_bytes(c, call);
+        size_t bytes = threads_scratch_bytes(c, call);
         if (bytes > tc->scratch_bytes) {
             mem_free(tc->scratch);
 #ifdef USE_CUDA
@@ -683,7 +336,7 @@ static void threads_run(comm *c, const comm_call *call) {
             tc->scratch_bytes = bytes;
         }
         compute_done(c);
-        execute(c, call, tc->scratch);
+        threads_execute(c, call, tc->scratch);
         return;
     }
     comm_request req = {.c = c, .call = *call};
@@ -728,7 +381,7 @@ static void threads_send(comm *c, const comm_call *call) {
                      .rendezvous = rendezvous};
     atomic_init(&msg->refs, rendezvous ? 2 : 1);
     compute_done(c);
-    if (bytes) move_bytes(c, msg->data, call->send, bytes, 0);
+    if (bytes) threads_move_bytes(c, msg->data, call->send, bytes, 0);
     mailbox *box = &((threads_comm *)c->impl)->g->boxes[call->root];
     pthread_mutex_lock(&box->lock);
     message **link = &box->head;
@@ -771,7 +424,7 @@ static void threads_recv(comm *c, const comm_call *call) {
                   comm_world_rank(c), bytes);
     }
     compute_done(c);   /* queued compute may still read the old contents */
-    if (bytes) move_bytes(c, call->recv, msg->data, bytes, 0);
+    if (bytes) threads_move_bytes(c, call->recv, msg->data, bytes, 0);
     comm_count(c, NULL, COMM_KIND_SENDRECV, bytes);
     if (!msg->rendezvous) {
         sleep_until(msg->arrival);
@@ -859,7 +512,7 @@ static comm *threads_split(comm *c, int color, int key, const char *name, uint64
     int n = c->size, members = 0, index = -1;
     me->split_color = color;
     me->split_key = key;
-    barrier(c, &call);
+    threads_barrier(c, &call);
     int *order = malloc((size_t)n * sizeof *order);
     if (!order) comm_fail(c, "out of memory");
     for (int q = 0; q < n && color >= 0; q++) {
@@ -874,7 +527,7 @@ static comm *threads_split(comm *c, int color, int key, const char *name, uint64
     for (int i = 0; i < members; i++)
         if (order[i] == c->rank) index = i;
     if (index == 0) me->split_result = group_create(members);
-    barrier(c, &call);
+    threads_barrier(c, &call);
     comm *result = NULL;
     if (color >= 0) {
         int *world = malloc((size_t)members * sizeof *world);

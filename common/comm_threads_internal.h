@@ -1,0 +1,105 @@
+/* What the threads backend's files share (comm_threads.c: progress, requests,
+ * mailboxes, groups; comm_threads_algorithms.c: the collective algorithms over them). */
+#ifndef COMM_THREADS_INTERNAL_H
+#define COMM_THREADS_INTERNAL_H
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "comm_internal.h"
+
+/* ---- a group's shared state -------------------------------------------------------- */
+typedef struct group group;
+
+typedef struct {
+    _Alignas(64) _Atomic uint32_t progress;
+    _Atomic uint32_t waiters;   /* ranks sleeping on progress: wake them */
+    comm_call call;             /* the collective it is in, and its buffers for it */
+    const void *send;           /* (valid from step 0 of that collective) */
+    void *recv, *scratch;
+    comm *owner;                /* its comm: peers count the bytes they copy from it */
+    int split_color, split_key;
+    group *split_result;
+} member;
+
+typedef struct message {
+    struct message *next;
+    int source, tag;
+    size_t bytes;
+    double arrival;             /* when the modelled link delivers the last byte */
+    int rendezvous;             /* the sender waits until taken (under the box's lock) */
+    int taken;
+    _Atomic int refs;           /* sender (rendezvous) and receiver: the last one frees */
+    char data[];
+} message;
+
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t arrived;
+    message *head;
+} mailbox;
+
+struct group {
+    int size;
+    _Atomic int refs;           /* members that have not freed their comm */
+    member *members;            /* [size], one cache line each */
+    mailbox *boxes;             /* [size]: messages to each member */
+};
+
+/* ---- one rank's view of a group ---------------------------------------------------- */
+typedef struct {
+    group *g;
+    uint32_t base;              /* progress value at the end of the last collective */
+    double spin_seconds;
+    void *scratch;              /* for collectives run on the rank's own thread */
+    size_t scratch_bytes;
+    pthread_mutex_t lock;       /* the queue of started requests: */
+    pthread_cond_t wake, done;
+    comm_request *head, *tail;
+    int pending;                /* started, not finished */
+    int closing, has_worker;
+    pthread_t worker;
+#ifdef USE_CUDA
+    comm_gpu *gpu;              /* the rank computes on a GPU: buffers may be device memory */
+#endif
+} threads_comm;
+
+typedef struct {
+    group *world;
+    double spin_seconds;
+} threads_job;
+
+
+static inline int mod(int a, int n) { return ((a % n) + n) % n; }
+static inline member *member_of(comm *c, int rank) {
+    return &((threads_comm *)c->impl)->g->members[rank];
+}
+static inline char *at(const void *base, size_t index, const comm_call *call) {
+    return (char *)base + index * comm_dtype_size((comm_dtype)call->dt);
+}
+
+
+/* ---- what the algorithms use (comm_threads.c) -------------------------------------- */
+void threads_move_bytes(comm *c, void *dst, const void *src, size_t bytes, int may_overlap);
+void threads_divide(comm *c, void *buf, size_t count, const comm_call *call, int divisor);
+/* Step k of this rank's collective is done: its peers may read what it wrote. */
+void threads_publish(comm *c, int step);
+/* Until rank `peer` of the group has published `step` (a stop or the timeout ends it). */
+void threads_wait_step(comm *c, const comm_call *call, int peer, int step);
+/* Publishes the call and its buffers (step 0) and checks the left neighbour's call. */
+void threads_enter(comm *c, const comm_call *call, const void *send, void *recv,
+                   void *scratch);
+/* Waits until the right neighbour, which reads this rank's buffers, is done. */
+void threads_finish(comm *c, const comm_call *call, int steps);
+/* Copies `count` elements of a peer's buffer `theirs` into dst (or, with own, their
+ * reduction with own), counting the bytes and holding for the modelled link. */
+void threads_pull(comm *c, int peer, void *dst, const void *own, const void *theirs,
+                  size_t count, const comm_call *call);
+
+/* ---- the algorithms (comm_threads_algorithms.c) ------------------------------------ */
+/* Scratch one collective needs on a rank, and the collective run on this thread. */
+size_t threads_scratch_bytes(const comm *c, const comm_call *call);
+void threads_execute(comm *c, const comm_call *call, void *scratch);
+void threads_barrier(comm *c, const comm_call *call);
+
+#endif
