@@ -223,11 +223,6 @@ if [ -x "$chapter7" ]; then
     expect_error "$chapter7" "--ladder-scale -1: must be at least 0" --ladder-scale -1
     expect_error "$chapter7" "--allreduce tree: unknown value (valid: ring, naive, doubling)" --allreduce tree
 fi
-# ./run itself
-expect_error ./run "N 'x' must be a positive whole number" x
-expect_error ./run "N '0' must be a positive whole number" 0
-expect_error ./run "N '-1' must be a positive whole number" -1
-expect_error ./run "--ranks 99999999999999999999: must be an integer from 1" 99999999999999999999
 # ./run itself (once, on threads: RUN_LAST names this build's baseline, whatever was
 # built last)
 if [ -z "$mpi" ] && [ -x "$build"/baseline ]; then
