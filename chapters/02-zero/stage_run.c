@@ -62,16 +62,8 @@ static void zero_update(void *arg, int step) {
     zero_optimizer_step(st->z, &st->cfg->adamw);
 }
 
-/* Each rank saves its pieces (shard.h) of every vector, whole or not. */
-static void zero_checkpoint_state(void *arg, ckpt_state *out) {
-    zero_rank *z = ((zero_step *)arg)->z;
-    memset(out, 0, sizeof *out);
-    out->parts[0] = (ckpt_part){.shape = z->shape, .layout = &z->layout, .params = z->params,
-                                .adam_m = z->adam_m, .adam_v = z->adam_v,
-                                .params_sharded = !z->params_whole,
-                                .moments_sharded = !z->optimizer_whole};
-    out->count = 1;
-    out->adam_steps[0] = &z->adam_step;
+static void zero_step_checkpoint_state(void *arg, ckpt_state *out) {
+    zero_checkpoint_state(((zero_step *)arg)->z, out);
 }
 
 void stage_train(comm *world, const run_config *cfg, const dataset *data,
@@ -103,7 +95,7 @@ void stage_train(comm *world, const run_config *cfg, const dataset *data,
                                .compute_grads = zero_compute_grads,
                                .keep_first_grads = zero_keep_first_grads,
                                .update = zero_update,
-                               .checkpoint_state = zero_checkpoint_state};
+                               .checkpoint_state = zero_step_checkpoint_state};
     train_outcome run;
     train_loop(world, cfg, (double)cfg->batch * T, &strategy, &run);
     out->result = run.result;
