@@ -16,6 +16,7 @@
 
 #include "alloc.h"
 #include "check_run.h"
+#include "checkpoint_layouts.h"
 #include "checkpoint.h"
 #include "crc32.h"
 #include "data.h"
@@ -47,172 +48,27 @@ static char *scratch_dir(const char *name) {
     return p;
 }
 
-/* ---- synthetic layouts: every value names its place (gpt_init_params) ------------- */
-
-typedef struct {
-    const char *name;
-    int tp, pp, dp;
-    int params_sharded, moments_sharded;   /* over the dp group, per slab (shard.h) */
-} layout_spec;
-
-static const layout_spec layouts[] = {
-    {"baseline", 1, 1, 1, 0, 0}, {"zero3 x4", 1, 1, 4, 1, 1}, {"zero1 x3", 1, 1, 3, 0, 1},
-    {"tp2 x dp2", 2, 1, 2, 0, 0}, {"pp2", 1, 2, 1, 0, 0}, {"tp2 pp2 dp2 zero1", 2, 2, 2, 0, 1},
-};
-enum { NUM_LAYOUTS = sizeof layouts / sizeof layouts[0] };
-
-static int world_of(const layout_spec *l) { return l->tp * l->pp * l->dp; }
-
-/* Seeds of the three vectors: parameters, m, v. */
-static uint64_t vector_seed(uint64_t seed, int kind) { return seed + 1000 * (uint64_t)kind; }
-
-typedef struct {
-    const layout_spec *spec;
-    const run_config *cfg;
-    const char *dir;
-    uint64_t seed;      /* the values saved / expected */
-    int save;           /* 1: save step 5; 0: load and compare */
-    int crash;          /* save with the test hook */
-    float worst[64];    /* per rank: largest |loaded - expected| */
-    int adam_step[64];
-} layout_job;
-
-typedef struct {
-    gpt_shape shape;
-    shard_layout layout;
-    int has_layout;
-    float *vec[3];
-    ckpt_state state;
-    int adam_step;
-} rank_state;
-
-/* The values of vector `kind` this rank holds (whole, or its shard) into host. */
-static void expected_values(const rank_state *rs, int kind, int sharded, uint64_t seed,
-                            float *host) {
-    if (!sharded) {
-        gpt_init_params(&rs->shape, vector_seed(seed, kind), 0, gpt_num_params(&rs->shape), host);
-        return;
-    }
-    for (int slab = 0; slab < gpt_num_slabs(&rs->shape); slab++) {
-        const size_t begin = shard_piece_begin(&rs->layout, slab);
-        gpt_init_params(&rs->shape, vector_seed(seed, kind), begin,
-                        begin + rs->layout.piece_len[slab], host + rs->layout.shard_pos[slab]);
-    }
-}
-
-static void rank_state_init(rank_state *rs, const layout_job *job, int rank) {
-    const layout_spec *l = job->spec;
-    memset(rs, 0, sizeof *rs);
-    const int tp_rank = rank % l->tp, stage = rank / l->tp % l->pp, dp_rank = rank / (l->tp * l->pp);
-    rs->shape = gpt_shape_make(&job->cfg->model, l->tp, tp_rank);
-    if (l->tp > 1) gpt_shape_split_vocab(&rs->shape);
-    gpt_shape_split_stages(&rs->shape, l->pp, stage);
-    rs->has_layout = l->params_sharded || l->moments_sharded;
-    if (rs->has_layout) shard_layout_init(&rs->layout, &rs->shape, l->dp, dp_rank);
-    ckpt_part *p = &rs->state.parts[0];
-    *p = (ckpt_part){.shape = rs->shape, .layout = rs->has_layout ? &rs->layout : NULL,
-                     .params_sharded = l->params_sharded, .moments_sharded = l->moments_sharded,
-                     .writes = dp_rank == 0};
-    for (int k = 0; k < 3; k++) {
-        const int sharded = k == 0 ? l->params_sharded : l->moments_sharded;
-        const size_t n = ckpt_vector_len(p, sharded);
-        rs->vec[k] = mem_alloc_on(MEM_DEVICE, MEM_PARAMS, n * sizeof(float));
-        float *host = calloc(n, sizeof(float));
-        if (job->save) expected_values(rs, k, sharded, job->seed, host);
-        ops_upload(rs->vec[k], host, n * sizeof(float));
-        free(host);
-    }
-    p->params = rs->vec[0];
-    p->adam_m = rs->vec[1];
-    p->adam_v = rs->vec[2];
-    rs->state.count = 1;
-    rs->adam_step = job->save ? 5 : 0;
-    rs->state.adam_steps[0] = &rs->adam_step;
-}
-
-static float compare_loaded(const rank_state *rs, const layout_job *job) {
-    float worst = 0;
-    const ckpt_part *p = &rs->state.parts[0];
-    for (int k = 0; k < 3; k++) {
-        const int sharded = k == 0 ? p->params_sharded : p->moments_sharded;
-        const size_t n = ckpt_vector_len(p, sharded);
-        float *want = calloc(n, sizeof(float)), *got = calloc(n, sizeof(float));
-        expected_values(rs, k, sharded, job->seed, want);
-        ops_download(got, rs->vec[k], n * sizeof(float));
-        const float d = (float)max_abs_diff(want, got, n);
-        if (d > worst) worst = d;
-        free(want);
-        free(got);
-    }
-    return worst;
-}
-
-static int layout_rank(comm *world, void *arg) {
-    layout_job *job = arg;
-    const int rank = comm_rank(world);
-    rank_state rs;
-    rank_state_init(&rs, job, rank);
-    run_config cfg = *job->cfg;
-    cfg.save_dir = job->dir;
-    cfg.save_test_crash = job->crash;
-    if (job->save) {
-        checkpoint_save(world, &cfg, job->spec->name, &rs.state, 5);
-    } else {
-        checkpoint_load(job->dir, &rs.state);
-        job->worst[rank] = compare_loaded(&rs, job);
-        job->adam_step[rank] = rs.adam_step;
-    }
-    for (int k = 0; k < 3; k++) mem_free(rs.vec[k]);
-    if (rs.has_layout) shard_layout_free(&rs.layout);
-    return 0;
-}
-
-static void run_layout(layout_job *job) {
-    comm_options opts = job->cfg->comm;
-    opts.ranks = world_of(job->spec);
-    ck_assert_int_eq(launch_threads(&opts, layout_rank, job), 0);
-}
-
-static void save_layout(const layout_spec *l, const run_config *cfg, const char *dir,
-                        uint64_t seed) {
-    layout_job job = {.spec = l, .cfg = cfg, .dir = dir, .seed = seed, .save = 1};
-    run_layout(&job);
-}
-
-/* Loads dir into layout l; returns the largest difference from the values of `seed`. */
-static float load_layout(const layout_spec *l, const run_config *cfg, const char *dir,
-                         uint64_t seed) {
-    layout_job job = {.spec = l, .cfg = cfg, .dir = dir, .seed = seed};
-    run_layout(&job);
-    float worst = 0;
-    for (int r = 0; r < world_of(l); r++) {
-        if (job.worst[r] > worst) worst = job.worst[r];
-        ck_assert_int_eq(job.adam_step[r], 5);
-    }
-    return worst;
-}
-
 START_TEST(every_layout_loads_into_every_other_exactly) {
     run_config cfg = tiny_config();
-    char paths[NUM_LAYOUTS][256];
-    for (int a = 0; a < NUM_LAYOUTS; a++) {
+    char paths[8][256];
+    for (int a = 0; a < checkpoint_num_layouts; a++) {
         char name[32];
         snprintf(name, sizeof name, "layout-%d", a);
         snprintf(paths[a], sizeof paths[a], "%s", scratch_dir(name));
-        save_layout(&layouts[a], &cfg, paths[a], 77);
+        layout_save(&checkpoint_layouts[a], &cfg, paths[a], 77, 0);
     }
     float worst = 0;
-    for (int a = 0; a < NUM_LAYOUTS; a++) {
-        for (int b = 0; b < NUM_LAYOUTS; b++) {
-            const float d = load_layout(&layouts[b], &cfg, paths[a], 77);
+    for (int a = 0; a < checkpoint_num_layouts; a++) {
+        for (int b = 0; b < checkpoint_num_layouts; b++) {
+            const float d = layout_load(&checkpoint_layouts[b], &cfg, paths[a], 77);
             printf("reshard %-18s -> %-18s largest difference %g (tolerance 0: a copy)\n",
-                   layouts[a].name, layouts[b].name, d);
+                   checkpoint_layouts[a].name, checkpoint_layouts[b].name, d);
             if (d > worst) worst = d;
         }
     }
     ck_assert_float_eq(worst, 0);
     /* negative control: the same comparison against other values must fail */
-    const float control = load_layout(&layouts[3], &cfg, paths[1], 78);
+    const float control = layout_load(&checkpoint_layouts[3], &cfg, paths[1], 78);
     printf("negative control: zero3 checkpoint of seed 77 against seed 78's values: %g\n",
            control);
     ck_assert_float_gt(control, 1e-3f);
@@ -295,7 +151,7 @@ static double compare_whole_file(const char *path, const run_config *cfg, uint64
     double worst = 0;
     const char *prefix[3] = {"", "optimizer.m.", "optimizer.v."};
     for (int k = 0; k < 3; k++) {
-        gpt_init_params(&whole, vector_seed(seed, k), 0, P, want);
+        gpt_init_params(&whole, layout_vector_seed(seed, k), 0, P, want);
         ckpt_tensor tensors[CKPT_MAX_TENSORS];
         for (int slab = 0; slab < gpt_num_slabs(&whole); slab++) {
             const int n = ckpt_slab_tensors(&whole, slab, tensors);
@@ -328,7 +184,7 @@ START_TEST(numpy_reader_assembles_the_unsplit_tensors) {
     }
     run_config cfg = tiny_config();
     const char *dir = scratch_dir("numpy");
-    save_layout(&layouts[5], &cfg, dir, 91);   /* TP 2 x PP 2 x DP 2, moments sharded */
+    layout_save(&checkpoint_layouts[5], &cfg, dir, 91, 0);   /* TP 2 x PP 2 x DP 2, ZeRO-1 */
     char out[300], cmd[900];
     snprintf(out, sizeof out, "%s/whole.safetensors", dir);
     snprintf(cmd, sizeof cmd, "%s tools/checkpoint_read.py %s --out %s", python, dir, out);
@@ -370,17 +226,13 @@ static void copy_tree(const char *from, const char *to) {
 START_TEST(a_save_killed_half_way_leaves_the_previous_checkpoint) {
     run_config cfg = tiny_config();
     const char *dir = scratch_dir("crash");
-    save_layout(&layouts[1], &cfg, dir, 77);   /* a good checkpoint at step 5 */
+    layout_save(&checkpoint_layouts[1], &cfg, dir, 77, 0);   /* a good checkpoint at step 5 */
     char latest_before[4200], err[1024];
     ck_assert(checkpoint_resolve(dir, latest_before, sizeof latest_before, err, sizeof err));
     fflush(stdout);
     const pid_t child = fork();
     if (child == 0) {
-        layout_job job = {.spec = &layouts[1], .cfg = &cfg, .dir = dir, .seed = 55, .save = 1,
-                          .crash = 1};
-        comm_options opts = cfg.comm;
-        opts.ranks = 4;
-        launch_threads(&opts, layout_rank, &job);
+        layout_save(&checkpoint_layouts[1], &cfg, dir, 55, 1);
         _exit(0);   /* not reached: the hook ends the process with status 3 */
     }
     int status = 0;
@@ -396,12 +248,12 @@ START_TEST(a_save_killed_half_way_leaves_the_previous_checkpoint) {
     ck_assert(checkpoint_resolve(dir, latest_after, sizeof latest_after, err, sizeof err));
     ck_assert_str_eq(latest_before, latest_after);
     ck_assert_int_eq(check_error(dir, &cfg, err, sizeof err), 5);
-    const float d = load_layout(&layouts[0], &cfg, dir, 77);
+    const float d = layout_load(&checkpoint_layouts[0], &cfg, dir, 77);
     printf("after the killed save, the previous checkpoint loads: largest difference %g\n", d);
     ck_assert_float_eq(d, 0);
     /* and the next save clears the leftovers */
-    save_layout(&layouts[1], &cfg, dir, 56);
-    ck_assert_float_eq(load_layout(&layouts[0], &cfg, dir, 56), 0);
+    layout_save(&checkpoint_layouts[1], &cfg, dir, 56, 0);
+    ck_assert_float_eq(layout_load(&checkpoint_layouts[0], &cfg, dir, 56), 0);
 }
 END_TEST
 
@@ -418,7 +270,7 @@ static void flip_byte(const char *path, long offset_from_end) {
 START_TEST(damaged_or_foreign_checkpoints_are_refused_with_the_file_named) {
     run_config cfg = tiny_config();
     const char *good = scratch_dir("good");
-    save_layout(&layouts[3], &cfg, good, 77);
+    layout_save(&checkpoint_layouts[3], &cfg, good, 77, 0);
     char err[1024], bad[300], file[400], good_step[300];
     ck_assert_int_eq(check_error(good, &cfg, err, sizeof err), 5);
     snprintf(good_step, sizeof good_step, "%s/step-000005", good);
@@ -458,7 +310,7 @@ START_TEST(damaged_or_foreign_checkpoints_are_refused_with_the_file_named) {
     ck_assert(strstr(err, "--steps 5"));
 
     /* the good one still loads after all that */
-    ck_assert_float_eq(load_layout(&layouts[4], &cfg, good, 77), 0);
+    ck_assert_float_eq(layout_load(&checkpoint_layouts[4], &cfg, good, 77), 0);
 }
 END_TEST
 
@@ -467,7 +319,7 @@ END_TEST
 START_TEST(header_parser_survives_truncation_and_random_bytes) {
     run_config cfg = tiny_config();
     const char *dir = scratch_dir("fuzz");
-    save_layout(&layouts[0], &cfg, dir, 77);
+    layout_save(&checkpoint_layouts[0], &cfg, dir, 77, 0);
     char path[400];
     snprintf(path, sizeof path, "%s/step-000005/rank-00000.safetensors", dir);
     size_t len;
