@@ -68,7 +68,8 @@ void checkpoint_save(comm *world, const run_config *cfg, const char *strategy,
  * its step; on any problem writes one line to err naming the file and returns -1. */
 int checkpoint_check(const char *dir, const run_config *cfg, char *err, size_t err_len);
 
-/* In cli_parse: --save-every needs --save, and --resume names a sound checkpoint of
+/* In cli_parse: --save-every needs --save, --save is a directory this process can
+ * create or write, and --resume names a sound checkpoint of
  * this model whose step is below --steps (cli_fail otherwise). */
 void checkpoint_cli_check(const run_config *cfg);
 

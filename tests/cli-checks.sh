@@ -212,6 +212,7 @@ if [ -x "$build"/baseline ] && "$build"/baseline $small --steps 2 --save "$ckpt/
         [ -x "$program" ] || continue
         expect_error "$program" "--resume $ckpt/none: no checkpoint there" --resume "$ckpt/none"
         expect_error "$program" "--save-every 2: needs --save DIR" --save-every 2
+        expect_error "$program" "--save /nonexistent/ckpt: cannot create it" --save /nonexistent/ckpt
         expect_error "$program" "saved from another model (--dim 16 there, 32 here)" $small --dim 32 --resume "$ckpt/good"
         expect_error "$program" "--steps 2: the checkpoint in $ckpt/good/step-000002 is at step 2" $small --steps 2 --resume "$ckpt/good"
         expect_error "$program" "flipped/rank-00000.safetensors: CRC-32" $small --steps 4 --resume "$ckpt/flipped"
