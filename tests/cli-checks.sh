@@ -203,7 +203,9 @@ fi
 # checkpoints: a --resume that cannot be used is one line before any rank starts
 ckpt=$(mktemp -d)
 small="--layers 1 --dim 16 --heads 2 --ctx 8 --batch 2 --quiet"
-if [ -x "$build"/baseline ] && "$build"/baseline $small --steps 2 --save "$ckpt/good" >/dev/null 2>&1; then
+if [ -n "$mpi" ]; then
+    :   # checked on the threads build only: they stop before any rank starts
+elif [ -x "$build"/baseline ] && "$build"/baseline $small --steps 2 --save "$ckpt/good" >/dev/null 2>&1; then
     cp -r "$ckpt/good/step-000002" "$ckpt/flipped"
     printf 'X' | dd of="$ckpt/flipped/rank-00000.safetensors" bs=1 seek=900 conv=notrunc 2>/dev/null
     cp -r "$ckpt/good/step-000002" "$ckpt/cut"
