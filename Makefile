@@ -154,5 +154,17 @@ benches: $(bench_bins)
 bench: | $(DEPS_STAMP)
 	@tools/run-bench
 
+# ---- fuzzing: fuzz/*.c are libFuzzer targets over the parsers (clang; `make fuzz
+# SAN=address` adds AddressSanitizer + UBSan) ------------------------------------------
+fuzz_sources := common/json.c common/safetensors.c common/crc32.c
+fuzz_bins := $(patsubst fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard fuzz/*.c))
+$(BUILD)/fuzz/%: fuzz/%.c $(fuzz_sources)
+	@mkdir -p $(dir $@)
+	clang -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -O1 -Icommon \
+	    -fsanitize=fuzzer$(if $(filter address,$(SAN)),$(comma)address$(comma)undefined -fno-sanitize-recover=undefined) $^ -o $@
+comma := ,
+.PHONY: fuzz
+fuzz: $(fuzz_bins)
+
 clean:
 	rm -rf build

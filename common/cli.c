@@ -1,4 +1,5 @@
 #include "cli.h"
+#include "checkpoint.h"
 
 #include "device.h"
 
@@ -199,6 +200,10 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
         {"send-mode", OPT_CHOICE, &sv.send_mode, "comm_send: copy and go, or wait for the receiver as NCCL (threads)", send_mode_names, 0},
         {"comm-timeout", OPT_FLOAT, &sv.timeout, "seconds before a stuck collective is reported", NULL, 0.001},
         {"trace", OPT_STRING, &cfg->comm.trace_path, "write a Chrome/Perfetto trace here", NULL, 0},
+        {"save", OPT_STRING, &cfg->save_dir, "save a checkpoint into this directory at the end", NULL, 0},
+        {"save-every", OPT_INT, &cfg->save_every, "with --save: also every K steps", NULL, 1},
+        {"resume", OPT_STRING, &cfg->resume_dir, "continue from this checkpoint (or its latest)", NULL, 0},
+        {"save-test-crash", OPT_FLAG, &cfg->save_test_crash, "test hook: the save dies after half the files", NULL, 0},
         {0},
     };
     const cli_option *tables[2] = {shared, extra};
@@ -275,6 +280,7 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
     char err[256];
     if (!gpt_config_check(&cfg->model, 1, err, sizeof err)) cli_fail("%s", err);
     if (cfg->comm.trace_path) check_writable("trace", cfg->comm.trace_path);
+    checkpoint_cli_check(cfg);
     int mpi_ranks = launch_mpi_world_size();
     if (mpi_ranks > 0) cfg->comm.ranks = mpi_ranks;
 }

@@ -23,6 +23,11 @@ typedef struct {
     comm_options comm;    /* ranks, allreduce, link, link-scale, comm-timeout, trace,
                              device (--device, resolved: never auto after cli_parse)
                              and tf32 (--tf32) */
+    /* checkpoints (checkpoint.h): NULL / 0 when not asked for */
+    const char *save_dir;     /* --save DIR: at the end, and every save_every steps */
+    int save_every;
+    const char *resume_dir;   /* --resume DIR: checked before any rank starts */
+    int save_test_crash;      /* test hook: a save stops after half the files */
 } run_config;
 
 typedef enum { OPT_INT, OPT_FLOAT, OPT_STRING, OPT_FLAG, OPT_CHOICE } cli_type;

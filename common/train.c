@@ -38,6 +38,14 @@ void replica_free(replica *r) {
     memset(r, 0, sizeof *r);
 }
 
+void replica_checkpoint_state(replica *r, int writes, ckpt_state *out) {
+    memset(out, 0, sizeof *out);
+    out->parts[0] = (ckpt_part){.shape = r->shape, .params = r->params, .adam_m = r->adam_m,
+                                .adam_v = r->adam_v, .writes = writes};
+    out->count = 1;
+    out->adam_steps[0] = &r->adam_step;
+}
+
 void replica_adamw(replica *r, const adamw_config *cfg) {
     r->adam_step++;
     adamw_update(r->params, r->grads, r->adam_m, r->adam_v, r->num_params, cfg,
@@ -93,6 +101,10 @@ static void baseline_keep_grads(void *arg) {
     ops_download(b->out->first_grads, b->rep.grads, b->rep.num_params * sizeof(float));
 }
 
+static void baseline_checkpoint_state(void *arg, ckpt_state *out) {
+    replica_checkpoint_state(&((baseline_step *)arg)->rep, 1, out);
+}
+
 static void baseline_update(void *arg, int step) {
     (void)step;
     baseline_step *b = arg;
@@ -121,7 +133,8 @@ baseline_run *baseline_train(const run_config *cfg, const dataset *data) {
 
     train_strategy strategy = {.name = "baseline", .ctx = &b, .compute_grads = baseline_grads,
                                .keep_first_grads = baseline_keep_grads,
-                               .update = baseline_update};
+                               .update = baseline_update,
+                               .checkpoint_state = baseline_checkpoint_state};
     train_outcome run;
     train_loop(NULL, cfg, (double)cfg->batch * cfg->model.ctx, &strategy, &run);
     ops_download(out->final_params, b.rep.params, b.rep.num_params * sizeof(float));
@@ -138,6 +151,12 @@ baseline_run *baseline_train(const run_config *cfg, const dataset *data) {
     mem_stats_bind(caller_stats);
     if (caller_device == DEVICE_CPU && device != DEVICE_CPU) device_select(DEVICE_CPU, 0);
     return out;
+}
+
+baseline_run *baseline_reference(const run_config *cfg, const dataset *data) {
+    run_config reference = *cfg;
+    reference.save_dir = NULL;
+    return baseline_train(&reference, data);
 }
 
 void baseline_free(baseline_run *b) {

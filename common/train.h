@@ -4,6 +4,7 @@
 #define TRAIN_H
 #include <stddef.h>
 
+#include "checkpoint.h"
 #include "cli.h"
 #include "data.h"
 #include "model.h"
@@ -20,6 +21,9 @@ typedef struct {
 
 void replica_init(replica *r, const gpt_shape *s, uint64_t seed, int with_optimizer);
 void replica_free(replica *r);
+/* The replica as one checkpoint part; writes: whether this rank's copy is the one
+ * saved (one replica of each TP slice and stage is). */
+void replica_checkpoint_state(replica *r, int writes, ckpt_state *out);
 /* One AdamW step over the whole vector. */
 void replica_adamw(replica *r, const adamw_config *cfg);
 
@@ -41,6 +45,9 @@ typedef struct {
 } baseline_run;
 
 baseline_run *baseline_train(const run_config *cfg, const dataset *data);
+/* The baseline a strategy is compared with: it resumes from --resume as the strategy
+ * does, but never saves (the strategy's checkpoint is the run's). */
+baseline_run *baseline_reference(const run_config *cfg, const dataset *data);
 void baseline_free(baseline_run *b);
 
 /* The data set the flags ask for (exits 2 with a clear line if --data can't be used). */

@@ -61,11 +61,31 @@ static void stop_if_diverged(comm *metrics, const run_config *cfg, const char *s
     /* the others stop at their next collective, which sees the failure */
 }
 
+/* The strategy's state for checkpoints, when the flags ask for one. */
+static void checkpoint_state_of(const run_config *cfg, const train_strategy *st,
+                                ckpt_state *state) {
+    memset(state, 0, sizeof *state);
+    if (!cfg->save_dir && !cfg->resume_dir) return;
+    if (!st->checkpoint_state) {
+        fprintf(stderr, "--save/--resume: strategy %s has no checkpoints\n", st->name);
+        exit(2);
+    }
+    st->checkpoint_state(st->ctx, state);
+}
+
+static int save_due(const run_config *cfg, int step) {
+    return cfg->save_dir &&
+           (step == cfg->steps || (cfg->save_every > 0 && step % cfg->save_every == 0));
+}
+
 void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
                 const train_strategy *st, train_outcome *out) {
-    const int steps = cfg->steps;
     const int reports = !world || comm_world_rank(world) == 0;
     comm *metrics = world ? comm_split(world, 0, comm_rank(world), "metrics") : NULL;
+    ckpt_state state;
+    checkpoint_state_of(cfg, st, &state);
+    const int done = cfg->resume_dir ? checkpoint_load(cfg->resume_dir, &state) : 0;
+    const int steps = cfg->steps - done;   /* this run's: done + 1 .. cfg->steps */
     memset(out, 0, sizeof *out);
     out->loss = calloc((size_t)steps, sizeof(float));
     out->step_seconds = calloc((size_t)steps, sizeof(double));
@@ -74,11 +94,12 @@ void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
     int timed_steps = 0;
     op_profile *profile = cfg->profile ? calloc(1, sizeof *profile) : NULL;
     if (profile) op_profile_start(profile);
-    for (int step = 1; step <= steps; step++) {
+    for (int i = 1; i <= steps; i++) {
+        const int step = done + i;
         double start = comm_now();
         float loss = st->compute_grads(st->ctx, step);
         double seconds = comm_now() - start;
-        if (step == 1 && st->keep_first_grads) st->keep_first_grads(st->ctx);
+        if (i == 1 && st->keep_first_grads) st->keep_first_grads(st->ctx);
         start = comm_now();
         st->update(st->ctx, step);
         ops_synchronize();
@@ -87,19 +108,21 @@ void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
         const float own_loss = loss;
         if (metrics) comm_allreduce(metrics, &loss, 1, COMM_F32, COMM_SUM);
         stop_if_diverged(metrics, cfg, st->name, step, own_loss, loss);
-        out->loss[step - 1] = loss;
-        out->step_seconds[step - 1] = seconds;
+        out->loss[i - 1] = loss;
+        out->step_seconds[i - 1] = seconds;
         if (reports) report_step(cfg, st->name, step, loss, seconds, tokens_per_step);
-        if (step > 1 || steps == 1) {
+        if (i > 1 || steps == 1) {
             timed += seconds;
             timed_steps++;
         }
-        if (step == 1 && steps > 1) {
+        if (i == 1 && steps > 1) {
             if (st->after_warmup) st->after_warmup(st->ctx);
             if (world) comm_stats_reset(world);
             mem_stats_reset_peaks(mem);
             if (profile) op_profile_clear(profile);
         }
+        /* over the metrics group, whose traffic the strategy's statistics leave out */
+        if (save_due(cfg, step)) checkpoint_save(metrics, cfg, st->name, &state, step);
     }
     if (profile) op_profile_stop(profile);
     run_result *r = &out->result;

@@ -9,11 +9,16 @@
  *       after step 1: after_warmup(), communication statistics and memory peaks reset
  *
  * Step 1 is the warm-up: it pays for first touches of memory and for the comparison,
- * so it is timed only when it is the only step. The global loss of each step is summed
+ * so it is timed only when it is the only step.
+ *
+ * Checkpoints (checkpoint.h): with --resume the loop first loads the strategy's state
+ * and runs steps saved + 1 .. --steps (the outcome's arrays hold those steps); with
+ * --save it saves after the last step and every --save-every steps, untimed. The global loss of each step is summed
  * over a group of the loop's own, so the strategy's groups count their traffic alone. */
 #ifndef TRAIN_LOOP_H
 #define TRAIN_LOOP_H
 
+#include "checkpoint.h"
 #include "cli.h"
 #include "comm.h"
 #include "report.h"
@@ -28,13 +33,15 @@ typedef struct {
     void (*keep_first_grads)(void *ctx);   /* may be NULL */
     void (*update)(void *ctx, int step);
     void (*after_warmup)(void *ctx);       /* may be NULL */
+    /* What this rank holds, for --save and --resume; NULL: the strategy has none. */
+    void (*checkpoint_state)(void *ctx, ckpt_state *out);
 } train_strategy;
 
 typedef struct {
     run_result result;   /* the largest rank's time, communication and memory; no
                             differences (-1) and no bytes formula (-1) yet */
-    float *loss;         /* [steps] global-batch mean, on every rank */
-    double *step_seconds;   /* [steps] this rank's */
+    float *loss;         /* [steps run] global-batch mean, on every rank */
+    double *step_seconds;   /* [steps run] this rank's */
 } train_outcome;
 
 /* Collective over world; world NULL is one rank without a communicator (the baseline,

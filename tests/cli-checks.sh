@@ -200,6 +200,32 @@ if [ -x "$planner" ] && [ -z "$mpi" ]; then
     expect_error "$planner" "--batch 100 does not split into --dp 64" --params 70e9 --gpus 64 --dp 64 --batch 100
     expect_error "$planner" "--zero 3 belongs to a mesh" --params 70e9 --zero 3
 fi
+# checkpoints: a --resume that cannot be used is one line before any rank starts
+ckpt=$(mktemp -d)
+small="--layers 1 --dim 16 --heads 2 --ctx 8 --batch 2 --quiet"
+if [ -n "$mpi" ]; then
+    :   # checked on the threads build only: they stop before any rank starts
+elif [ -x "$build"/baseline ] && "$build"/baseline $small --steps 2 --save "$ckpt/good" >/dev/null 2>&1; then
+    cp -r "$ckpt/good/step-000002" "$ckpt/flipped"
+    printf 'X' | dd of="$ckpt/flipped/rank-00000.safetensors" bs=1 seek=900 conv=notrunc 2>/dev/null
+    cp -r "$ckpt/good/step-000002" "$ckpt/cut"
+    truncate -s 500 "$ckpt/cut/rank-00000.safetensors"
+    for program in "$build"/baseline "$build"/chapter2; do
+        [ -x "$program" ] || continue
+        expect_error "$program" "--resume $ckpt/none: no checkpoint there" --resume "$ckpt/none"
+        expect_error "$program" "--save-every 2: needs --save DIR" --save-every 2
+        expect_error "$program" "--save /nonexistent/ckpt: cannot create it" --save /nonexistent/ckpt
+        expect_error "$program" "saved from another model (--dim 16 there, 32 here)" $small --dim 32 --resume "$ckpt/good"
+        expect_error "$program" "--steps 2: the checkpoint in $ckpt/good/step-000002 is at step 2" $small --steps 2 --resume "$ckpt/good"
+        expect_error "$program" "flipped/rank-00000.safetensors: CRC-32" $small --steps 4 --resume "$ckpt/flipped"
+        expect_error "$program" "cut/rank-00000.safetensors: 500 bytes, the index says" $small --steps 4 --resume "$ckpt/cut"
+        expect_error "$program" "saved with --seed 1234, this run has --seed 7" $small --seed 7 --steps 4 --resume "$ckpt/good"
+    done
+else
+    failed=$((failed + 1))
+    echo "FAIL baseline --save: could not write the checkpoint the checks need"
+fi
+rm -rf "$ckpt"
 # chapter 5: meshes that do not fit, with meshes that would
 chapter5="$build"/chapter5
 if [ -x "$chapter5" ]; then

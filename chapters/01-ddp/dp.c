@@ -65,6 +65,11 @@ typedef struct {
     double phase[PHASES];      /* seconds since warm-up, per phase */
 } dp_master;
 
+/* The master's replica is the model (the workers copy it every step). */
+static void dp_checkpoint_state(void *arg, ckpt_state *out) {
+    replica_checkpoint_state(&((dp_master *)arg)->master, 1, out);
+}
+
 static double lap(double *since) {
     double now = comm_now(), seconds = now - *since;
     *since = now;
@@ -188,7 +193,8 @@ dp_run *dp_train(const run_config *cfg, const dataset *data, const dp_options *o
     run->final_params = malloc(param_bytes);
     train_strategy strategy = {.name = "dp", .ctx = &m, .compute_grads = dp_compute_grads,
                                .keep_first_grads = dp_keep_first_grads, .update = dp_update,
-                               .after_warmup = dp_after_warmup};
+                               .after_warmup = dp_after_warmup,
+                               .checkpoint_state = dp_checkpoint_state};
     train_outcome outcome;
     train_loop(NULL, cfg, (double)cfg->batch * T, &strategy, &outcome);
     ops_download(run->final_params, m.master.params, param_bytes);

@@ -205,7 +205,7 @@ int main(int argc, char **argv) {
         dataset_free(data);
         return status;
     }
-    baseline_run *baseline = baseline_train(&cfg, data);
+    baseline_run *baseline = baseline_reference(&cfg, data);
 
     /* DataParallel is one process by nature: it runs here, after DDP has finished, with
      * N threads of its own (under MPI: in world rank 0's process). */

@@ -146,7 +146,7 @@ int main(int argc, char **argv) {
     baseline_run *baseline = NULL;
     if (process_hosts_rank0()) {
         report_header(&cfg, "ZeRO stages 1-3 and FSDP vs single-device training", ranks, 1);
-        baseline = baseline_train(&cfg, data);
+        baseline = baseline_reference(&cfg, data);
     }
     a.baseline = baseline;
     int status = launch(&cfg.comm, rank_main, &a);

@@ -62,6 +62,10 @@ static void zero_update(void *arg, int step) {
     zero_optimizer_step(st->z, &st->cfg->adamw);
 }
 
+static void zero_step_checkpoint_state(void *arg, ckpt_state *out) {
+    zero_checkpoint_state(((zero_step *)arg)->z, out);
+}
+
 void stage_train(comm *world, const run_config *cfg, const dataset *data,
                  const zero_options *opts, stage_outcome *out) {
     const int N = comm_size(world), rank = comm_rank(world);
@@ -90,7 +94,8 @@ void stage_train(comm *world, const run_config *cfg, const dataset *data,
     train_strategy strategy = {.name = stage_strategy_name(opts->stage), .ctx = &step,
                                .compute_grads = zero_compute_grads,
                                .keep_first_grads = zero_keep_first_grads,
-                               .update = zero_update};
+                               .update = zero_update,
+                               .checkpoint_state = zero_step_checkpoint_state};
     train_outcome run;
     train_loop(world, cfg, (double)cfg->batch * T, &strategy, &run);
     out->result = run.result;

@@ -267,7 +267,7 @@ int main(int argc, char **argv) {
     if (runs_part(&a, PART_TRAIN) && process_hosts_rank0()) {
         run_config quiet = a.cfg;
         quiet.quiet = 1;   /* its table row and final loss are shown in part 3 */
-        baseline = baseline_train(&quiet, data);
+        baseline = baseline_reference(&quiet, data);
         baseline->result.strategy = "baseline";
     }
     a.baseline = baseline;

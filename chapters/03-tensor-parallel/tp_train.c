@@ -101,6 +101,12 @@ typedef struct {
     double drift;
 } tp_rank;
 
+/* One data-parallel replica of each TP slice is saved. */
+static void tp_checkpoint_state(void *arg, ckpt_state *out) {
+    tp_rank *r = arg;
+    replica_checkpoint_state(&r->rep, r->m->me.dp == 0, out);
+}
+
 static float tp_compute_grads(void *arg, int step) {
     tp_rank *r = arg;
     const double tokens = (double)r->cfg->batch * r->cfg->model.ctx;
@@ -179,7 +185,8 @@ void tp_train(comm *world, const mesh *m, const run_config *cfg, const tp_option
 
     const char *name = d > 1 ? "tp+dp" : "tp";
     train_strategy strategy = {.name = name, .ctx = &r, .compute_grads = tp_compute_grads,
-                               .keep_first_grads = tp_keep_first_grads, .update = tp_update};
+                               .keep_first_grads = tp_keep_first_grads, .update = tp_update,
+                               .checkpoint_state = tp_checkpoint_state};
     train_outcome run;
     train_loop(world, cfg, (double)cfg->batch * T, &strategy, &run);
     out->result = run.result;

@@ -117,7 +117,7 @@ int pipeline_train(const pipeline_sim_config *c, const run_config *cfg) {
     if (root) {
         report_header(cfg, "Chapter 4: pipeline parallelism against single-device training",
                       cfg->comm.ranks, 1);
-        baseline = baseline_train(cfg, data);
+        baseline = baseline_reference(cfg, data);
     }
     pp_outcome runs[PP_NSCHEDULES];
     int n = 0, status = 0;

@@ -181,7 +181,7 @@ static int train(chapter_args *a, int world) {
                  a->zero ? ", ZeRO-1 across dp" : "");
         report_header(cfg, title, world, 1);
         if (!cfg->json) print_mesh(a->shape);
-        baseline = baseline_train(cfg, data);
+        baseline = baseline_reference(cfg, data);
     }
     pipeline_options opts = {.schedule = a->schedule, .micro = a->micro,
                              .chunks = a->chunks, .zero_stage = a->zero};

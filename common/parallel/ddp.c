@@ -92,6 +92,11 @@ static void ddp_update(void *arg, int step) {
     trace_end(d->world);
 }
 
+static void ddp_checkpoint_state(void *arg, ckpt_state *out) {
+    ddp_rank *d = arg;
+    replica_checkpoint_state(&d->rep, comm_rank(d->world) == 0, out);   /* one replica */
+}
+
 /* Rank 0 keeps the bucket plan for the tables. */
 static void record_buckets(ddp_job *job, const grad_buckets *buckets) {
     job->num_buckets = grad_buckets_count(buckets);
@@ -140,7 +145,8 @@ int ddp_rank_main(comm *world, void *arg) {
 
     train_strategy strategy = {.name = "ddp", .ctx = &d, .compute_grads = ddp_compute_grads,
                                .keep_first_grads = ddp_keep_first_grads,
-                               .update = ddp_update};
+                               .update = ddp_update,
+                               .checkpoint_state = ddp_checkpoint_state};
     train_outcome run;
     train_loop(world, cfg, (double)cfg->batch * cfg->model.ctx, &strategy, &run);
     run_result r = run.result;

@@ -187,11 +187,33 @@ static void pipeline_update(void *arg, int step) {
     trace_end(r->mesh->pp);
 }
 
+/* Every chunk is a part: with ZeRO-1 each dp rank saves its pieces (the moments are
+ * sharded), else dp rank 0's replica is saved. */
+static void pipeline_checkpoint_state(void *arg, ckpt_state *out) {
+    pipeline_rank *r = arg;
+    memset(out, 0, sizeof *out);
+    out->adam_steps[0] = &r->adam_step;
+    for (int c = 0; c < r->opts.chunks && c < CKPT_MAX_PARTS; c++) {
+        replica *rep = &r->chunks[c].rep;
+        ckpt_part *p = &out->parts[out->count++];
+        *p = (ckpt_part){.shape = rep->shape, .params = rep->params, .adam_m = rep->adam_m,
+                         .adam_v = rep->adam_v, .writes = r->mesh->me.dp == 0};
+        if (r->zero1) {
+            p->layout = &r->zero1[c].layout;
+            p->adam_m = r->zero1[c].adam_m;
+            p->adam_v = r->zero1[c].adam_v;
+            p->moments_sharded = 1;
+        }
+        out->adam_steps[c + 1] = &rep->adam_step;
+    }
+}
+
 train_strategy pipeline_strategy(pipeline_rank *r) {
     return (train_strategy){.name = pipeline_strategy_name(r->opts.schedule), .ctx = r,
                             .compute_grads = pipeline_compute_grads,
                             .keep_first_grads = pipeline_keep_first_grads,
-                            .update = pipeline_update};
+                            .update = pipeline_update,
+                            .checkpoint_state = pipeline_checkpoint_state};
 }
 
 double pipeline_gather_params(pipeline_rank *r, float *whole) {

@@ -2,6 +2,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "alloc.h"
 #include "grad_buckets.h"
@@ -70,6 +71,16 @@ void zero_rank_free(zero_rank *z) {
     mem_free(z->adam_v);
     shard_layout_free(&z->layout);
     free(z);
+}
+
+void zero_checkpoint_state(zero_rank *z, ckpt_state *out) {
+    memset(out, 0, sizeof *out);
+    out->parts[0] = (ckpt_part){.shape = z->shape, .layout = &z->layout, .params = z->params,
+                                .adam_m = z->adam_m, .adam_v = z->adam_v,
+                                .params_sharded = !z->params_whole,
+                                .moments_sharded = !z->optimizer_whole};
+    out->count = 1;
+    out->adam_steps[0] = &z->adam_step;
 }
 
 float *zero_slab_grad_alloc(zero_rank *z, int slab) {

@@ -15,6 +15,7 @@
 #ifndef ZERO_STATE_H
 #define ZERO_STATE_H
 
+#include "checkpoint.h"
 #include "comm.h"
 #include "grad_buckets.h"
 #include "model.h"
@@ -60,6 +61,10 @@ void zero_rank_free(zero_rank *z);
  * vector, copied to host memory on ranks that pass a non-NULL buffer. */
 void zero_gather_grads(zero_rank *z, float *host);
 void zero_gather_params(zero_rank *z, float *host);
+
+/* The state as one checkpoint part (checkpoint.h): each rank saves its pieces of
+ * every vector, whole or not. */
+void zero_checkpoint_state(zero_rank *z, ckpt_state *out);
 
 /* Pieces the stages share. */
 /* Where this rank's piece of a slab lives in a whole vector or in a shard. */

@@ -1,0 +1,108 @@
+/* Sharded checkpoints that load into any layout.
+ *
+ * A checkpoint is a directory DIR/step-NNNNNN (DIR/latest names the newest):
+ *   rank-RRRRR.safetensors   what world rank R owned: pieces of parameters and of
+ *                            AdamW's m and v ("optimizer.m.<name>", "optimizer.v.<name>")
+ *   index.json               the config and layout it was saved from, every file's
+ *                            size and CRC-32, and per piece: its tensor, the tensor's
+ *                            global shape, the box of the unsplit tensor it is a part of
+ *                            (global start and length per dimension: a TP slice) and the
+ *                            flat range of that box it holds (a ZeRO piece; the whole box
+ *                            otherwise)
+ * Tensors are named in the unsplit model (wte.weight, blocks.3.attn.q.weight, ...;
+ * checkpoint_tensors.c): q, k and v are separate so that every TP slice is a box.
+ *
+ * A rank's state is a list of parts (a pipeline rank may hold several stages): each a
+ * gpt_shape (TP slice, stage) with parameters and moments either whole or sharded by
+ * a shard_layout. Saving, each rank writes only what it owns, each element once over
+ * all ranks; loading, each rank copies from every saved piece the intersection with
+ * what it holds. The step is the data position (dataset_batch is indexed by it) and
+ * the RNG is counter-based from the seed, so step, seed and AdamW's step counter are
+ * all the rest of the state. */
+#ifndef CHECKPOINT_H
+#define CHECKPOINT_H
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cli.h"
+#include "comm.h"
+#include "model.h"
+#include "shard.h"
+
+typedef struct {
+    gpt_shape shape;
+    const shard_layout *layout;   /* NULL: nothing sharded */
+    float *params, *adam_m, *adam_v;   /* device vectors: whole (gpt_num_params) or
+                                          this rank's shard (layout->shard_len) */
+    int params_sharded, moments_sharded;
+    int writes;   /* without a layout: this rank writes the part (one replica does) */
+} ckpt_part;
+
+enum { CKPT_MAX_PARTS = 16 };
+
+/* Elements of one of a part's vectors, and where element i of slab `slab` sits in it. */
+static inline size_t ckpt_vector_len(const ckpt_part *p, int sharded) {
+    return sharded ? p->layout->shard_len : gpt_num_params(&p->shape);
+}
+static inline size_t ckpt_element_index(const ckpt_part *p, int sharded, int slab, size_t i) {
+    if (sharded) return p->layout->shard_pos[slab] + (i - p->layout->piece_offset[slab]);
+    return gpt_slab_offset(&p->shape, slab) + i;
+}
+
+typedef struct {
+    ckpt_part parts[CKPT_MAX_PARTS];
+    int count;
+    /* Every counter of AdamW's step the strategy keeps (NULL-terminated): the first is
+     * saved, all are set on load. */
+    int *adam_steps[CKPT_MAX_PARTS + 1];
+} ckpt_state;
+
+/* Collective over world (NULL: one rank alone). Writes step `step` under dir with the
+ * temporary directory, fsync and rename protocol, then points dir/latest at it. */
+void checkpoint_save(comm *world, const run_config *cfg, const char *strategy,
+                     const ckpt_state *state, int step);
+
+/* Before any rank starts: the checkpoint that `--resume dir` names, checked whole
+ * (index, every file's size and CRC-32, headers, the model's shape and seed). Returns
+ * its step; on any problem writes one line to err naming the file and returns -1. */
+int checkpoint_check(const char *dir, const run_config *cfg, char *err, size_t err_len);
+
+/* In cli_parse: --save-every needs --save, --save is a directory this process can
+ * create or write, and --resume names a sound checkpoint of
+ * this model whose step is below --steps (cli_fail otherwise). */
+void checkpoint_cli_check(const run_config *cfg);
+
+/* Per rank, after checkpoint_check passed: fills the state from the checkpoint and
+ * returns its step (exits with a message if a piece it needs is missing). */
+int checkpoint_load(const char *dir, const ckpt_state *state);
+
+/* For snprintf into a path or name buffer: a result that does not fit is an error. */
+static inline void ckpt_fits(int written, size_t capacity) {
+    if (written < 0 || (size_t)written >= capacity) {
+        fprintf(stderr, "checkpoint: a path or tensor name is too long\n");
+        exit(2);
+    }
+}
+
+/* ---- the names and places of tensors (checkpoint_tensors.c) ---------------------- */
+enum { CKPT_NAME_LEN = 64, CKPT_MAX_TENSORS = 16 };
+typedef struct {
+    char name[CKPT_NAME_LEN];
+    int ndim;                 /* 1 or 2; a 1-D tensor is one row */
+    size_t global[2];         /* the unsplit tensor: rows, columns */
+    size_t box_start[2], box_len[2];   /* the part this slice holds, row-major locally */
+    size_t local_offset;      /* where the slice starts in its slab */
+    int replicated;           /* every TP rank holds all of it */
+} ckpt_tensor;
+
+/* The tensors of a slab of s (a HEAD slab lists the tied wte). Returns how many. */
+int ckpt_slab_tensors(const gpt_shape *s, int slab, ckpt_tensor *out);
+static inline size_t ckpt_box_numel(const ckpt_tensor *t) {
+    return t->box_len[0] * t->box_len[1];
+}
+
+/* dir/latest's target, or dir itself when it is a checkpoint (has index.json). */
+int checkpoint_resolve(const char *dir, char *path, size_t path_len, char *err, size_t err_len);
+
+#endif

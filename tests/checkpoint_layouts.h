@@ -1,0 +1,33 @@
+/* Synthetic checkpoint layouts for the checkpoint suites: ranks that hold a TP slice,
+ * a pipeline stage and possibly a ZeRO shard of a model whose every value names its
+ * place in the unsplit model (gpt_init_params of a seed: parameters, m and v from
+ * three seeds), saved by checkpoint_save and loaded by checkpoint_load, on whatever
+ * launch() runs (threads, or Open MPI processes under mpirun). */
+#ifndef CHECKPOINT_LAYOUTS_H
+#define CHECKPOINT_LAYOUTS_H
+#include <stdint.h>
+
+#include "cli.h"
+
+typedef struct {
+    const char *name;
+    int tp, pp, dp;
+    int params_sharded, moments_sharded;   /* over the dp group, per slab (shard.h) */
+} layout_spec;
+
+/* baseline, zero3 x4, zero1 x3, tp2 x dp2, pp2, tp2 pp2 dp2 zero1 */
+extern const layout_spec checkpoint_layouts[];
+extern const int checkpoint_num_layouts;
+int layout_world(const layout_spec *l);   /* ranks: tp x pp x dp */
+/* The seed of vector `kind` (0 parameters, 1 m, 2 v) of the values of `seed`. */
+uint64_t layout_vector_seed(uint64_t seed, int kind);
+
+/* Saves step 5 (AdamW step 5) of the values of `seed` from layout l into dir (crash:
+ * with the test hook that stops the save after half the files). */
+void layout_save(const layout_spec *l, const run_config *cfg, const char *dir, uint64_t seed,
+                 int crash);
+/* Loads dir into layout l and returns the largest difference from the values of `seed`
+ * over all ranks (every process gets it); asserts that AdamW's step came back as 5. */
+float layout_load(const layout_spec *l, const run_config *cfg, const char *dir, uint64_t seed);
+
+#endif

@@ -1,0 +1,408 @@
+/* Checkpoints (common/checkpoint*.c): resharding between six layouts with values that
+ * name their place in the unsplit model, a resumed run bit-identical to an
+ * uninterrupted one, the numpy reader against the program's tensors, faults (a save
+ * killed half-way, a truncated file, a flipped byte, another model) and a bounded fuzz
+ * of the safetensors header parser. Every comparison prints the largest difference it
+ * saw; each has a negative control that must fail. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "alloc.h"
+#include "check_run.h"
+#include "checkpoint_layouts.h"
+#include "checkpoint.h"
+#include "crc32.h"
+#include "data.h"
+#include "safetensors.h"
+#include "train.h"
+
+/* vocab 257 leaves one padding row under TP 2; slabs divide by neither 3 nor 4 */
+static run_config tiny_config(void) {
+    run_config cfg = run_config_default();
+    cfg.model = (gpt_config){.vocab = 257, .ctx = 7, .layers = 2, .heads = 2, .dim = 26};
+    cfg.batch = 4;
+    cfg.steps = 10;
+    cfg.quiet = 1;
+    cfg.comm.timeout_seconds = 30;
+    return cfg;
+}
+
+/* Every test's directories live under one temporary root, removed at the end. */
+static char scratch_root[] = "/tmp/test_checkpoint.XXXXXX";
+
+static char *scratch_dir(const char *name) {
+    static char path[4][256];
+    static int next;
+    char *p = path[next++ % 4];
+    ckpt_fits(snprintf(p, sizeof path[0], "%s/%s", scratch_root, name), sizeof path[0]);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", p);
+    ck_assert_int_eq(system(cmd), 0);
+    return p;
+}
+
+START_TEST(every_layout_loads_into_every_other_exactly) {
+    run_config cfg = tiny_config();
+    char paths[8][256];
+    for (int a = 0; a < checkpoint_num_layouts; a++) {
+        char name[32];
+        snprintf(name, sizeof name, "layout-%d", a);
+        snprintf(paths[a], sizeof paths[a], "%s", scratch_dir(name));
+        layout_save(&checkpoint_layouts[a], &cfg, paths[a], 77, 0);
+    }
+    float worst = 0;
+    for (int a = 0; a < checkpoint_num_layouts; a++) {
+        for (int b = 0; b < checkpoint_num_layouts; b++) {
+            const float d = layout_load(&checkpoint_layouts[b], &cfg, paths[a], 77);
+            printf("reshard %-18s -> %-18s largest difference %g (tolerance 0: a copy)\n",
+                   checkpoint_layouts[a].name, checkpoint_layouts[b].name, d);
+            if (d > worst) worst = d;
+        }
+    }
+    ck_assert_float_eq(worst, 0);
+    /* negative control: the same comparison against other values must fail */
+    const float control = layout_load(&checkpoint_layouts[3], &cfg, paths[1], 78);
+    printf("negative control: zero3 checkpoint of seed 77 against seed 78's values: %g\n",
+           control);
+    ck_assert_float_gt(control, 1e-3f);
+}
+END_TEST
+
+/* ---- training: a resumed run is the uninterrupted run --------------------------------- */
+
+START_TEST(resumed_baseline_is_bit_identical_to_an_uninterrupted_run) {
+    run_config cfg = tiny_config();
+    dataset *data = dataset_builtin();
+    baseline_run *full = baseline_train(&cfg, data);
+    const char *dir = scratch_dir("resume");
+    run_config first = cfg, second = cfg;
+    first.steps = 5;
+    first.save_dir = dir;
+    baseline_free(baseline_train(&first, data));
+    second.resume_dir = dir;
+    char err[512] = "";
+    ck_assert_int_eq(checkpoint_check(dir, &second, err, sizeof err), 5);
+    baseline_run *rest = baseline_train(&second, data);
+    ck_assert_int_eq(rest->result.steps, 5);
+    double loss_diff = 0;
+    for (int s = 0; s < 5; s++) {
+        double d = fabs((double)rest->loss[s] - full->loss[5 + s]);
+        if (d > loss_diff) loss_diff = d;
+    }
+    const double param_diff = max_abs_diff(rest->final_params, full->final_params, full->num_params);
+    printf("resume at step 5 of 10: losses of steps 6-10 differ by %g, final parameters by %g"
+           " (tolerance 0: bit-identical)\n", loss_diff, param_diff);
+    ck_assert(loss_diff == 0 && param_diff == 0);
+    /* negative control: steps 6-10 from the seed's parameters (the state lost) differ */
+    run_config fresh = cfg;
+    fresh.steps = 5;
+    baseline_run *lost = baseline_train(&fresh, data);
+    const double lost_diff = max_abs_diff(lost->final_params, full->final_params, full->num_params);
+    printf("negative control: 5 steps without the saved state end %g away\n", lost_diff);
+    ck_assert(lost_diff > 1e-4);
+    baseline_free(lost);
+    baseline_free(rest);
+    baseline_free(full);
+    dataset_free(data);
+}
+END_TEST
+
+/* ---- the numpy reader ------------------------------------------------------------------- */
+
+static const char *python_with_numpy(void) {
+    static const char *const candidates[] = {"/usr/bin/python3", "python3"};
+    for (int i = 0; i < 2; i++) {
+        char cmd[256];
+        snprintf(cmd, sizeof cmd, "%s -c 'import numpy' >/dev/null 2>&1", candidates[i]);
+        if (system(cmd) == 0) return candidates[i];
+    }
+    return NULL;
+}
+
+static char *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, 0, SEEK_END);
+    *len = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc(*len + 1);
+    ck_assert_uint_eq(fread(buf, 1, *len, f), *len);
+    fclose(f);
+    return buf;
+}
+
+/* Largest difference between the reader's whole tensors and the unsplit model's values. */
+static double compare_whole_file(const char *path, const run_config *cfg, uint64_t seed) {
+    size_t len;
+    char *bytes = slurp(path, &len);
+    st_file st;
+    char err[256];
+    ck_assert_msg(safetensors_parse(bytes, len, &st, err, sizeof err), "%s", err);
+    const gpt_shape whole = gpt_shape_make(&cfg->model, 1, 0);
+    const size_t P = gpt_num_params(&whole);
+    float *want = malloc(P * sizeof(float));
+    double worst = 0;
+    const char *prefix[3] = {"", "optimizer.m.", "optimizer.v."};
+    for (int k = 0; k < 3; k++) {
+        gpt_init_params(&whole, layout_vector_seed(seed, k), 0, P, want);
+        ckpt_tensor tensors[CKPT_MAX_TENSORS];
+        for (int slab = 0; slab < gpt_num_slabs(&whole); slab++) {
+            const int n = ckpt_slab_tensors(&whole, slab, tensors);
+            for (int i = 0; i < n; i++) {
+                char name[CKPT_NAME_LEN + 16];
+                ckpt_fits(snprintf(name, sizeof name, "%s%s", prefix[k], tensors[i].name), sizeof name);
+                size_t numel = 0;
+                const unsigned char *got = safetensors_find(&st, name, &numel);
+                ck_assert_msg(got && numel == ckpt_box_numel(&tensors[i]), "%s", name);
+                const float *w = want + gpt_slab_offset(&whole, slab) + tensors[i].local_offset;
+                for (size_t j = 0; j < numel; j++) {
+                    float g;
+                    memcpy(&g, got + 4 * j, 4);
+                    if (fabs((double)g - w[j]) > worst) worst = fabs((double)g - w[j]);
+                }
+            }
+        }
+    }
+    free(want);
+    safetensors_close(&st);
+    free(bytes);
+    return worst;
+}
+
+START_TEST(numpy_reader_assembles_the_unsplit_tensors) {
+    const char *python = python_with_numpy();
+    if (!python) {
+        printf("SKIP: numpy_reader_assembles_the_unsplit_tensors: no python3 with numpy\n");
+        return;
+    }
+    run_config cfg = tiny_config();
+    const char *dir = scratch_dir("numpy");
+    layout_save(&checkpoint_layouts[5], &cfg, dir, 91, 0);   /* TP 2 x PP 2 x DP 2, ZeRO-1 */
+    char out[300], cmd[900];
+    snprintf(out, sizeof out, "%s/whole.safetensors", dir);
+    snprintf(cmd, sizeof cmd, "%s tools/checkpoint_read.py %s --out %s", python, dir, out);
+    ck_assert_int_eq(system(cmd), 0);
+    const double d = compare_whole_file(out, &cfg, 91);
+    printf("numpy reader (%s) from TP 2 x PP 2 x DP 2 + ZeRO-1: largest difference %g"
+           " (tolerance 0)\n", python, d);
+    ck_assert(d == 0);
+    const double control = compare_whole_file(out, &cfg, 92);
+    printf("negative control: against seed 92's values: %g\n", control);
+    ck_assert(control > 1e-3);
+    /* the reader refuses a corrupted file, as the program does */
+    char file[300];
+    snprintf(file, sizeof file, "%s/step-000005/rank-00003.safetensors", dir);
+    FILE *f = fopen(file, "r+b");
+    fseek(f, -3, SEEK_END);
+    fputc(0x5a, f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s tools/checkpoint_read.py %s > /dev/null 2>&1", python, dir);
+    ck_assert_int_ne(system(cmd), 0);
+}
+END_TEST
+
+/* ---- faults ------------------------------------------------------------------------------ */
+
+static int check_error(const char *dir, const run_config *cfg, char *err, size_t len) {
+    err[0] = '\0';
+    const int step = checkpoint_check(dir, cfg, err, len);
+    printf("  checkpoint_check: %s\n", step >= 0 ? "accepted" : err);
+    return step;
+}
+
+static void copy_tree(const char *from, const char *to) {
+    char cmd[700];
+    ckpt_fits(snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s %s", to, from, to), sizeof cmd);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+START_TEST(a_save_killed_half_way_leaves_the_previous_checkpoint) {
+    run_config cfg = tiny_config();
+    const char *dir = scratch_dir("crash");
+    layout_save(&checkpoint_layouts[1], &cfg, dir, 77, 0);   /* a good checkpoint at step 5 */
+    char latest_before[4200], err[1024];
+    ck_assert(checkpoint_resolve(dir, latest_before, sizeof latest_before, err, sizeof err));
+    fflush(stdout);
+    const pid_t child = fork();
+    if (child == 0) {
+        layout_save(&checkpoint_layouts[1], &cfg, dir, 55, 1);
+        _exit(0);   /* not reached: the hook ends the process with status 3 */
+    }
+    int status = 0;
+    ck_assert_int_eq(waitpid(child, &status, 0), child);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 3);
+    char tmp[400];
+    snprintf(tmp, sizeof tmp, "%s/.tmp-step-000005/rank-00001.safetensors", dir);
+    struct stat sb;
+    ck_assert_int_eq(stat(tmp, &sb), 0);   /* half the files were written */
+    snprintf(tmp, sizeof tmp, "%s/.tmp-step-000005/rank-00002.safetensors", dir);
+    ck_assert_int_ne(stat(tmp, &sb), 0);   /* the other half not */
+    char latest_after[4200];
+    ck_assert(checkpoint_resolve(dir, latest_after, sizeof latest_after, err, sizeof err));
+    ck_assert_str_eq(latest_before, latest_after);
+    ck_assert_int_eq(check_error(dir, &cfg, err, sizeof err), 5);
+    const float d = layout_load(&checkpoint_layouts[0], &cfg, dir, 77);
+    printf("after the killed save, the previous checkpoint loads: largest difference %g\n", d);
+    ck_assert_float_eq(d, 0);
+    /* and the next save clears the leftovers */
+    layout_save(&checkpoint_layouts[1], &cfg, dir, 56, 0);
+    ck_assert_float_eq(layout_load(&checkpoint_layouts[0], &cfg, dir, 56), 0);
+}
+END_TEST
+
+static void flip_byte(const char *path, long offset_from_end) {
+    FILE *f = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, -offset_from_end, SEEK_END);
+    int c = fgetc(f);
+    fseek(f, -offset_from_end, SEEK_END);
+    fputc(c ^ 0x01, f);
+    fclose(f);
+}
+
+START_TEST(damaged_or_foreign_checkpoints_are_refused_with_the_file_named) {
+    run_config cfg = tiny_config();
+    const char *good = scratch_dir("good");
+    layout_save(&checkpoint_layouts[3], &cfg, good, 77, 0);
+    char err[1024], bad[300], file[400], good_step[300];
+    ck_assert_int_eq(check_error(good, &cfg, err, sizeof err), 5);
+    snprintf(good_step, sizeof good_step, "%s/step-000005", good);
+    snprintf(bad, sizeof bad, "%s-bad", good);
+
+    copy_tree(good_step, bad);   /* truncated */
+    snprintf(file, sizeof file, "%s/rank-00001.safetensors", bad);   /* TP rank 1's slice */
+    struct stat sb;
+    ck_assert_int_eq(stat(file, &sb), 0);
+    ck_assert_int_eq(truncate(file, sb.st_size / 2), 0);
+    ck_assert_int_eq(check_error(bad, &cfg, err, sizeof err), -1);
+    ck_assert(strstr(err, "rank-00001.safetensors") && strstr(err, "truncated"));
+
+    copy_tree(good_step, bad);   /* one bit flipped in the data */
+    snprintf(file, sizeof file, "%s/rank-00000.safetensors", bad);
+    flip_byte(file, 10);
+    ck_assert_int_eq(check_error(bad, &cfg, err, sizeof err), -1);
+    ck_assert(strstr(err, "rank-00000.safetensors") && strstr(err, "CRC-32"));
+
+    copy_tree(good_step, bad);   /* the index itself cut short */
+    snprintf(file, sizeof file, "%s/index.json", bad);
+    ck_assert_int_eq(truncate(file, 300), 0);
+    ck_assert_int_eq(check_error(bad, &cfg, err, sizeof err), -1);
+    ck_assert(strstr(err, "index.json"));
+
+    run_config other = cfg;   /* another model */
+    other.model.dim = 28;
+    ck_assert_int_eq(check_error(good, &other, err, sizeof err), -1);
+    ck_assert(strstr(err, "another model") && strstr(err, "--dim 26 there, 28 here"));
+    other = cfg;   /* another seed: another data order */
+    other.seed = 99;
+    ck_assert_int_eq(check_error(good, &other, err, sizeof err), -1);
+    ck_assert(strstr(err, "--seed"));
+    other = cfg;   /* --steps is the total */
+    other.steps = 5;
+    ck_assert_int_eq(check_error(good, &other, err, sizeof err), -1);
+    ck_assert(strstr(err, "--steps 5"));
+
+    /* the good one still loads after all that */
+    ck_assert_float_eq(layout_load(&checkpoint_layouts[4], &cfg, good, 77), 0);
+}
+END_TEST
+
+/* ---- the header parser under fuzz ----------------------------------------------------- */
+
+START_TEST(header_parser_survives_truncation_and_random_bytes) {
+    run_config cfg = tiny_config();
+    const char *dir = scratch_dir("fuzz");
+    layout_save(&checkpoint_layouts[0], &cfg, dir, 77, 0);
+    char path[400];
+    snprintf(path, sizeof path, "%s/step-000005/rank-00000.safetensors", dir);
+    size_t len;
+    char *valid = slurp(path, &len);
+    char err[256];
+    st_file st;
+    ck_assert(safetensors_parse(valid, len, &st, err, sizeof err));   /* control: whole */
+    safetensors_close(&st);
+    uint64_t header_end = 8;
+    for (int i = 0; i < 8; i++) header_end += (uint64_t)(unsigned char)valid[i] << (8 * i);
+    ck_assert_uint_le(header_end, len);
+    /* every truncation is refused: each cut inside the length and the header, and in the
+     * data every cut from the end back to the header (the data is all floats, so a cut
+     * anywhere in it leaves the last tensor short) */
+    size_t accepted = 0, cuts = 0;
+    for (size_t n = 0; n < len; n++) {
+        if (n > header_end + 64 && n + 64 < len && n % 61) continue;   /* sampled middle */
+        char *cut = malloc(n ? n : 1);   /* exactly n bytes: ASan sees any overread */
+        memcpy(cut, valid, n);
+        if (safetensors_parse(cut, n, &st, err, sizeof err)) {
+            accepted++;
+            safetensors_close(&st);
+        }
+        free(cut);
+        cuts++;
+    }
+    printf("fuzz: %zu truncations of a %zu-byte file (all %llu of the length and header,"
+           " 1 in 61 of the data), %zu accepted\n", cuts, len, (unsigned long long)header_end,
+           accepted);
+    ck_assert_uint_eq(accepted, 0);
+    /* random mutations of the header and random files, for a bounded time */
+    uint64_t state = 12345;
+    size_t tries = 0, parsed = 0;
+    const time_t stop = time(NULL) + 2;
+    while (time(NULL) < stop) {
+        size_t n = (size_t)(header_end < len ? header_end : len);
+        char *buf = malloc(n);
+        memcpy(buf, valid, n);
+        const int flips = 1 + (int)(tries % 8);
+        for (int i = 0; i < flips; i++) {
+            state = state * 6364136223846793005ull + 1442695040888963407ull;
+            const size_t at = (size_t)(state >> 33) % n;
+            buf[at] = (tries % 3 == 0) ? (char)(state >> 17) : "{}[]\",:0 9e-"[(state >> 20) % 12];
+        }
+        if (tries % 5 == 0)   /* an arbitrary length prefix */
+            for (int i = 0; i < 8; i++) buf[i] = (char)(state >> (8 * i));
+        if (safetensors_parse(buf, n, &st, err, sizeof err)) {
+            parsed++;
+            safetensors_close(&st);
+        }
+        free(buf);
+        tries++;
+    }
+    printf("fuzz: %zu mutated headers in 2 s, %zu parsed, no crash\n", tries, parsed);
+    ck_assert_uint_gt(tries, 100);
+    free(valid);
+}
+END_TEST
+
+START_TEST(crc32_matches_zlib) {
+    /* zlib.crc32(b"123456789") = 0xCBF43926, the standard check value */
+    ck_assert_uint_eq(crc32_update(0, "123456789", 9), 0xCBF43926u);
+    ck_assert_uint_eq(crc32_update(crc32_update(0, "1234", 4), "56789", 5), 0xCBF43926u);
+    ck_assert_uint_ne(crc32_update(0, "123456788", 9), 0xCBF43926u);   /* control */
+}
+END_TEST
+
+int main(void) {
+    Suite *suite = suite_create("checkpoint");
+    TCase *tc = tcase_create("checkpoint");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, crc32_matches_zlib);
+    tcase_add_test(tc, every_layout_loads_into_every_other_exactly);
+    tcase_add_test(tc, resumed_baseline_is_bit_identical_to_an_uninterrupted_run);
+    tcase_add_test(tc, numpy_reader_assembles_the_unsplit_tensors);
+    tcase_add_test(tc, a_save_killed_half_way_leaves_the_previous_checkpoint);
+    tcase_add_test(tc, damaged_or_foreign_checkpoints_are_refused_with_the_file_named);
+    tcase_add_test(tc, header_parser_survives_truncation_and_random_bytes);
+    suite_add_tcase(suite, tc);
+    if (!mkdtemp(scratch_root)) return 1;
+    const int status = check_run(suite, 0);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", scratch_root);
+    if (system(cmd) != 0) return 1;
+    return status;
+}
