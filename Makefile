@@ -47,11 +47,11 @@ else ifeq ($(SAN),thread)
   LDLIBS += -fsanitize=thread
 endif
 
-common_src := $(filter-out common/comm_mpi.c common/device_cpu.c,$(wildcard common/*.c common/parallel/*.c))
+common_src := $(filter-out common/comm_mpi%.c common/device_cpu.c,$(wildcard common/*.c common/parallel/*.c))
 ifdef MPI
   CFLAGS += -DUSE_MPI $(shell pkg-config --cflags ompi-c 2>/dev/null)
   LDLIBS += $(shell pkg-config --libs ompi-c 2>/dev/null)
-  common_src += common/comm_mpi.c
+  common_src += $(wildcard common/comm_mpi*.c)
 endif
 ifdef GPU
   CFLAGS += -DUSE_CUDA -I$(CUDA_HOME)/include -Igpu
