@@ -63,13 +63,17 @@ static void print_diff(double d) {
 
 void report_table(const run_config *cfg, const run_result *runs, int n) {
     if (cfg->json) return;
-    printf("\n%-12s %10s %9s %9s %9s %9s %9s %7s %12s %12s %10s\n", "strategy", "final loss",
-           "d loss", "d grads", "d params", "ms/step", "tok/s", "comm %", "sent/rank/st",
-           "formula", "peak mem");
+    int name_width = 12;   /* as wide as the longest strategy name ("pp-interleaved") */
+    for (int i = 0; i < n; i++)
+        if ((int)strlen(runs[i].strategy) > name_width) name_width = (int)strlen(runs[i].strategy);
+    printf("\n%-*s %10s %9s %9s %9s %9s %9s %7s %12s %12s %10s\n", name_width, "strategy",
+           "final loss", "d loss", "d grads", "d params", "ms/step", "tok/s", "comm %",
+           "sent/rank/st", "formula", "peak mem");
     for (int i = 0; i < n; i++) {
         const run_result *r = &runs[i];
         char sent[32], formula[32], peak[32];
-        printf("%-12s %10.4f", r->strategy, r->steps > 0 ? r->loss[r->steps - 1] : NAN);
+        printf("%-*s %10.4f", name_width, r->strategy,
+               r->steps > 0 ? r->loss[r->steps - 1] : NAN);
         print_diff(r->diff_loss);
         print_diff(r->diff_grads);
         print_diff(r->diff_params);

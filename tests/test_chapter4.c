@@ -65,6 +65,11 @@ static void check_schedules(comm_send_mode mode) {
                 ck_assert_msg(r->diff_params <= PP_TOL_PARAMS, "%s p=%d m=%d: params %g",
                               r->strategy, p, m, r->diff_params);
                 ck_assert_msg(o.tied_drift == 0.0, "tied copies drifted by %g", o.tied_drift);
+                /* the largest rank's bytes: its sends and the tied embedding's all-reduce */
+                ck_assert_msg(fabs(r->bytes_sent_per_step - r->bytes_formula) <=
+                                  1e-9 * r->bytes_formula,
+                              "%s p=%d m=%d: sent %.0f bytes per step, formula %.0f", r->strategy,
+                              p, m, r->bytes_sent_per_step, r->bytes_formula);
                 if (pp_worst_fraction_of_tolerance(r) > worst)
                     worst = pp_worst_fraction_of_tolerance(r);
                 runs++;

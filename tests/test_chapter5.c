@@ -117,15 +117,15 @@ START_TEST(formulas_by_hand) {
     rank_traffic t;
     mesh_traffic_formula(&cfg, (mesh_shape){2, 2, 2}, (mesh_coord){0, 0, 0}, &opts, &t);
     /* TP: 4 micro x ring 1 x (4 x 3 blocks + 1 embedding) x 128 floats x 4 B */
-    ck_assert_double_eq_tol(t.formula[KIND_TP], 4 * 1.0 * (12 + 1) * 128 * 4, 1e-9);
+    ck_assert_double_eq_tol(t.formula[PIPELINE_TP], 4 * 1.0 * (12 + 1) * 128 * 4, 1e-9);
     /* PP: stage 0 sends 4 activations of 128 floats */
-    ck_assert_double_eq_tol(t.formula[KIND_PP], 4 * 128 * 4, 1e-9);
+    ck_assert_double_eq_tol(t.formula[PIPELINE_PP], 4 * 128 * 4, 1e-9);
     /* embedding: ring(2) = 1 x this TP rank's 128 rows of wte x 16 x 4 B */
-    ck_assert_double_eq_tol(t.formula[KIND_EMBEDDING], 128 * 16 * 4, 1e-9);
+    ck_assert_double_eq_tol(t.formula[PIPELINE_EMBEDDING], 128 * 16 * 4, 1e-9);
     mesh_traffic_formula(&cfg, (mesh_shape){2, 2, 2}, (mesh_coord){1, 1, 1}, &opts, &t);
     /* last stage: 3 blocks, the head's f and the loss's 3 b s numbers */
-    ck_assert_double_eq_tol(t.formula[KIND_TP], 4 * (12 * 128 + 128 + 3 * 8) * 4.0, 1e-9);
-    ck_assert_double_eq_tol(t.formula[KIND_PP], 4 * 128 * 4, 1e-9);   /* gradients back */
+    ck_assert_double_eq_tol(t.formula[PIPELINE_TP], 4 * (12 * 128 + 128 + 3 * 8) * 4.0, 1e-9);
+    ck_assert_double_eq_tol(t.formula[PIPELINE_PP], 4 * 128 * 4, 1e-9);   /* gradients back */
 }
 END_TEST
 

@@ -62,7 +62,14 @@ static int rank_main(comm *world, void *arg) {
         o.in_flight_formula = calloc((size_t)p, sizeof(int));
         for (int k = 0; k < p; k++) o.in_flight_formula[k] = pp_peak_in_flight(r.schedule, k);
         o.bytes_formula = 2.0 * cfg->batch * cfg->model.ctx * cfg->model.dim * sizeof(float);
-        o.result.bytes_formula = p > 1 ? o.bytes_formula * a->opts->chunks : 0;
+        /* the row's bytes are the largest rank's: its sends and the tied embedding's */
+        o.result.bytes_formula = 0;
+        for (int k = 0; k < p; k++) {
+            double bytes[PIPELINE_GROUP_KINDS], total = 0;
+            pipeline_bytes_formula(cfg, m.shape, mesh_coord_of(&m.shape, k), a->opts, bytes);
+            for (int i = 0; i < PIPELINE_GROUP_KINDS; i++) total += bytes[i];
+            if (total > o.result.bytes_formula) o.result.bytes_formula = total;
+        }
         if (a->baseline)
             compare_to_baseline(&o.result, a->baseline, o.loss, r.first_grads, final_params);
         *a->out = o;

@@ -118,7 +118,7 @@ static void print_collectives(const mesh_outcome *o, int world) {
         for (int w = 1; w < world; w++)
             if (o->ranks[w].bytes[k] > o->ranks[at].bytes[k]) at = w;
         const rank_traffic *t = &o->ranks[at];
-        printf("  %-10s %8.0f %12s %12s   %s\n", group_kind_name(k), t->calls[k],
+        printf("  %-10s %8.0f %12s %12s   %s\n", pipeline_group_kind_name(k), t->calls[k],
                report_bytes(t->bytes[k], a), report_bytes(t->formula[k], b), what_moves[k]);
     }
     printf("  largest |measured / formula - 1| over all ranks and kinds: %.1e\n",

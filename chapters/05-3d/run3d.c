@@ -7,13 +7,6 @@
 #include "alloc.h"
 #include "train_loop.h"
 
-const char *group_kind_name(int kind) {
-    static const char *const names[GROUP_KINDS] = {"tp", "pp", "dp", "embedding"};
-    return kind >= 0 && kind < GROUP_KINDS ? names[kind] : "?";
-}
-
-static double ring(int n) { return n > 1 ? 2.0 * (n - 1) / n : 0.0; }
-
 /* This rank's stage k of S = v x p, and its TP slice. */
 static gpt_shape stage_shape(const run_config *cfg, mesh_shape shape, mesh_coord me, int k,
                              int S) {
@@ -25,29 +18,13 @@ static gpt_shape stage_shape(const run_config *cfg, mesh_shape shape, mesh_coord
 
 void mesh_traffic_formula(const run_config *cfg, mesh_shape shape, mesh_coord me,
                           const pipeline_options *opts, rank_traffic *t) {
-    const int v = opts->chunks, S = v * shape.pp, m = opts->micro;
-    const double N = (double)cfg->batch / shape.dp / m * cfg->model.ctx;   /* tokens per micro */
-    const double C = cfg->model.dim, f32 = sizeof(float);
-    memset(t->formula, 0, sizeof t->formula);
+    const int v = opts->chunks, S = v * shape.pp;
+    const double f32 = sizeof(float);
+    pipeline_bytes_formula(cfg, shape, me, opts, t->formula);
     double params = 0, optimizer = 0;
     for (int c = 0; c < v; c++) {
-        const int k = c * shape.pp + me.pp;
-        const gpt_shape s = stage_shape(cfg, shape, me, k, S);
-        /* TP (Narayanan et al. 2021): per block and micro-batch 2 all-reduces forward and
-         * 2 backward of b s h; the vocab-parallel embedding one, the head one (its f) and
-         * the loss 3 b s numbers (row maxima, sums of exponentials, target logits) */
-        double tp_floats = 4.0 * gpt_stage_layers(&s) * N * C;
-        if (s.has_embed) tp_floats += N * C;
-        if (s.has_head) tp_floats += N * C + 3 * N;
-        t->formula[KIND_TP] += m * ring(shape.tp) * tp_floats * f32;
-        /* PP: b s h per micro-batch and boundary, activations forward, gradients back */
-        t->formula[KIND_PP] += m * N * C * f32 * ((k < S - 1) + (k > 0));
-        /* DP: the stage's (slice's) gradient, ring all-reduce = reduce-scatter + gather */
+        const gpt_shape s = stage_shape(cfg, shape, me, c * shape.pp + me.pp, S);
         const double numel = (double)gpt_num_params(&s);
-        t->formula[KIND_DP] += ring(shape.dp) * numel * f32;
-        /* the tied embedding between the first and the last stage: 2 (2-1)/2 x wte */
-        if (shape.pp > 1 && (s.has_embed || s.has_head))
-            t->formula[KIND_EMBEDDING] += ring(2) * (double)gpt_tied_weight_numel(&s) * f32;
         params += numel;
         if (opts->zero_stage == 1 && shape.dp > 1) {
             shard_layout l;

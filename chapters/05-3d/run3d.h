@@ -15,10 +15,9 @@
 #define MESH_TOL_LOSS 1e-5
 #define MESH_TOL_PARAMS 1e-4
 
-/* The group kinds whose traffic is counted: TP all-reduces, PP sends, DP gradient
- * reduction, and the tied embedding's all-reduce between the first and last stage. */
-enum { KIND_TP, KIND_PP, KIND_DP, KIND_EMBEDDING, GROUP_KINDS };
-const char *group_kind_name(int kind);   /* "tp", "pp", "dp", "embedding" */
+/* The group kinds whose traffic is counted (pipeline.h): TP all-reduces, PP sends, DP
+ * gradient reduction, the tied embedding's all-reduce between first and last stage. */
+enum { GROUP_KINDS = PIPELINE_GROUP_KINDS };
 
 /* One rank's measured bytes per step on each kind of group, its formula, its calls. */
 typedef struct {
@@ -37,7 +36,8 @@ typedef struct {
     double tied_drift;
 } mesh_outcome;
 
-/* The formulas, for one rank of the mesh (exposed for the tests). */
+/* The formulas, for one rank of the mesh: bytes per group kind (pipeline_bytes_formula)
+ * and the model state it stores (exposed for the tests). */
 void mesh_traffic_formula(const run_config *cfg, mesh_shape shape, mesh_coord me,
                           const pipeline_options *opts, rank_traffic *t);
 

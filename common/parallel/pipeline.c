@@ -220,6 +220,37 @@ double pipeline_gather_params(pipeline_rank *r, float *whole) {
     return gather_whole(r, PP_PARAMS, whole);
 }
 
+/* ---- what the formulas say --------------------------------------------------------------- */
+
+const char *pipeline_group_kind_name(pipeline_group_kind kind) {
+    static const char *const names[PIPELINE_GROUP_KINDS] = {"tp", "pp", "dp", "embedding"};
+    return kind >= 0 && kind < PIPELINE_GROUP_KINDS ? names[kind] : "?";
+}
+
+static double ring(int n) { return n > 1 ? 2.0 * (n - 1) / n : 0.0; }
+
+void pipeline_bytes_formula(const run_config *cfg, mesh_shape shape, mesh_coord me,
+                            const pipeline_options *opts, double bytes[PIPELINE_GROUP_KINDS]) {
+    const int v = opts->chunks, S = v * shape.pp, m = opts->micro;
+    const double N = (double)cfg->batch / shape.dp / m * cfg->model.ctx;   /* tokens per micro */
+    const double C = cfg->model.dim, f32 = sizeof(float);
+    const mesh slice = {.shape = shape, .me = me};
+    for (int k = 0; k < PIPELINE_GROUP_KINDS; k++) bytes[k] = 0;
+    for (int c = 0; c < v; c++) {
+        const int k = c * shape.pp + me.pp;
+        gpt_shape s = tp_whole_shape(cfg, &slice);
+        gpt_shape_split_stages(&s, S, k);
+        double tp_floats = 4.0 * gpt_stage_layers(&s) * N * C;
+        if (s.has_embed) tp_floats += N * C;
+        if (s.has_head) tp_floats += N * C + 3 * N;
+        bytes[PIPELINE_TP] += m * ring(shape.tp) * tp_floats * f32;
+        bytes[PIPELINE_PP] += m * N * C * f32 * ((k < S - 1) + (k > 0));
+        bytes[PIPELINE_DP] += ring(shape.dp) * (double)gpt_num_params(&s) * f32;
+        if (shape.pp > 1 && (s.has_embed || s.has_head))
+            bytes[PIPELINE_EMBEDDING] += ring(2) * (double)gpt_tied_weight_numel(&s) * f32;
+    }
+}
+
 /* ---- what was measured ---------------------------------------------------------------- */
 
 void pipeline_measures_alloc(pipeline_measures *pm, int stages) {

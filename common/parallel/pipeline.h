@@ -88,6 +88,20 @@ void pipeline_measures_alloc(pipeline_measures *pm, int stages);
 void pipeline_measures_free(pipeline_measures *pm);
 void pipeline_measure(pipeline_rank *r, pipeline_measures *pm);
 
+/* The groups a pipeline rank of a mesh talks on, and the bytes it sends on each per
+ * step by the textbook formulas (Narayanan et al. 2021), for rank `me` of the mesh:
+ *   tp         per block and micro-batch 2 all-reduces forward and 2 backward of b s h
+ *              (+ the vocab-parallel embedding, the head's f, the loss's 3 b s numbers)
+ *   pp         b s h per micro-batch and boundary, activations forward, gradients back
+ *   dp         the stage's gradient slice, 2 (d-1)/d x its bytes (ZeRO-1: the same)
+ *   embedding  the tied embedding's gradient between the first and last stage */
+typedef enum {
+    PIPELINE_TP, PIPELINE_PP, PIPELINE_DP, PIPELINE_EMBEDDING, PIPELINE_GROUP_KINDS
+} pipeline_group_kind;
+const char *pipeline_group_kind_name(pipeline_group_kind kind);
+void pipeline_bytes_formula(const run_config *cfg, mesh_shape shape, mesh_coord me,
+                            const pipeline_options *opts, double bytes[PIPELINE_GROUP_KINDS]);
+
 /* Collective over world: the whole model's parameters on world rank 0's host
  * (`whole`: gpt_num_params of the unsplit model; NULL elsewhere). Returns the largest
  * difference between the tied weight's two copies. */
