@@ -44,3 +44,8 @@ void check_agree(const check_verdict *v) {
     ck_assert_int_eq(launch(&o, share_failures, &failures), 0);
     ck_assert_msg(failures == 0, "%s", v->failures ? v->first : "failed on another process");
 }
+
+int check_world_size(void) {
+    int n = launch_mpi_world_size();
+    return n > 0 ? n : 1;
+}

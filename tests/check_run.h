@@ -10,6 +10,9 @@
  * rank 0's process prints Check's report. */
 int check_run(Suite *suite, int under_mpi);
 
+/* The ranks of this MPI job (mpirun's -np), or 1 when not under mpirun. */
+int check_world_size(void);
+
 /* Adds test to tc where it means something (runs_here); elsewhere prints one line
  * "SKIP: <test>: <why>" (from world rank 0's process only), which tools/run-tests
  * counts as skipped rather than passed. */

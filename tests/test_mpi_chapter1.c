@@ -19,11 +19,6 @@
 
 static const double tol_grads = 1e-6, tol_loss = 1e-5, tol_params = 1e-4;
 
-static int world_size(void) {
-    int n = launch_mpi_world_size();
-    return n > 0 ? n : 1;
-}
-
 static run_config tiny_config(int batch, int steps) {
     run_config cfg = run_config_default();
     cfg.model = (gpt_config){.vocab = 256, .ctx = 8, .layers = 2, .heads = 2, .dim = 16};
@@ -47,7 +42,7 @@ static void print_diffs(const char *what, const run_result *r) {
 }
 
 START_TEST(ddp_on_mpi_ranks_matches_baseline) {
-    const int N = world_size();
+    const int N = check_world_size();
     run_config cfg = tiny_config(12, 5);
     dataset *data = dataset_builtin();
     baseline_run *base = process_hosts_rank0() ? baseline_train(&cfg, data) : NULL;
@@ -152,7 +147,7 @@ END_TEST
  * bound: one rounding of each rank's value and of each partial sum, a few units in the
  * last place of the largest gradient. Bytes are modelled: with one rank none move. */
 START_TEST(compression_on_mpi_ranks_sends_fewer_bytes_with_bounded_error) {
-    const int N = world_size();
+    const int N = check_world_size();
     run_config cfg = tiny_config(12, 5);
     dataset *data = dataset_builtin();
     baseline_run *base = process_hosts_rank0() ? baseline_train(&cfg, data) : NULL;
@@ -196,7 +191,7 @@ END_TEST
 int main(void) {
     Suite *s = suite_create("chapter1-mpi");
     TCase *tc = tcase_create("ddp-mpi");
-    const int N = world_size();
+    const int N = check_world_size();
     tcase_add_test(tc, ddp_on_mpi_ranks_matches_baseline);
     check_add_test_where(tc, ddp_on_mpi_without_allreduce_fails_the_comparison, N >= 2,
                          "needs 2 or more ranks (one rank has nothing to all-reduce)");

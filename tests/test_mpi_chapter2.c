@@ -13,11 +13,6 @@
 #include "tables.h"
 #include "check_run.h"
 
-static int world_size(void) {
-    int n = launch_mpi_world_size();
-    return n > 0 ? n : 1;
-}
-
 /* The same uneven model as test_chapter2.c: no slab divides by 3 or 4, 5 sequences. */
 static run_config tiny_config(void) {
     run_config cfg = run_config_default();
@@ -25,7 +20,7 @@ static run_config tiny_config(void) {
     cfg.batch = 5;
     cfg.steps = 5;
     cfg.quiet = 1;
-    cfg.comm.ranks = world_size();
+    cfg.comm.ranks = check_world_size();
     cfg.comm.timeout_seconds = 60;
     return cfg;
 }
@@ -38,7 +33,7 @@ static stage_outcome run_stage(const run_config *cfg, const dataset *d, zero_opt
 }
 
 START_TEST(every_stage_matches_the_baseline) {
-    const int N = world_size();
+    const int N = check_world_size();
     dataset *d = dataset_builtin();
     run_config cfg = tiny_config();
     baseline_run *b = process_hosts_rank0() ? baseline_train(&cfg, d) : NULL;
@@ -65,7 +60,7 @@ START_TEST(every_stage_matches_the_baseline) {
 END_TEST
 
 START_TEST(negative_control_fails) {
-    const int N = world_size();
+    const int N = check_world_size();
     dataset *d = dataset_builtin();
     run_config cfg = tiny_config();
     baseline_run *b = process_hosts_rank0() ? baseline_train(&cfg, d) : NULL;
@@ -88,7 +83,7 @@ START_TEST(negative_control_fails) {
 END_TEST
 
 START_TEST(model_state_and_bytes_match_the_formulas) {
-    const int N = world_size();
+    const int N = check_world_size();
     dataset *d = dataset_builtin();
     run_config cfg = tiny_config();
     cfg.steps = 2;
@@ -125,7 +120,7 @@ int main(void) {
     Suite *suite = suite_create("mpi_chapter2");
     TCase *tc = tcase_create("zero");
     tcase_add_test(tc, every_stage_matches_the_baseline);
-    check_add_test_where(tc, negative_control_fails, world_size() >= 2,
+    check_add_test_where(tc, negative_control_fails, check_world_size() >= 2,
                          "needs 2 or more ranks (one rank has nothing to all-gather)");
     tcase_add_test(tc, model_state_and_bytes_match_the_formulas);
     suite_add_tcase(suite, tc);

@@ -24,11 +24,6 @@
 static const double tol_grads = 1e-6, tol_loss = 1e-5, tol_params = 1e-4;
 static const gpt_config mpi_cfg = {.vocab = 256, .ctx = 8, .layers = 2, .heads = 12, .dim = 24};
 
-static int world_size(void) {
-    int n = launch_mpi_world_size();
-    return n > 0 ? n : 1;
-}
-
 static int launch_world(rank_main_fn fn, void *args) {
     comm_options o = comm_options_default();
     o.timeout_seconds = 60;
@@ -64,7 +59,7 @@ static int train_rank(comm *world, void *p) {
 }
 
 static void check_training(int t) {
-    const int W = world_size();
+    const int W = check_world_size();
     train_case c = {.cfg = run_config_default(), .tp = t};
     c.cfg.model = mpi_cfg;
     c.cfg.batch = 4;
@@ -103,7 +98,7 @@ static void check_training(int t) {
 }
 
 START_TEST(training_with_tp_over_all_processes_matches_the_baseline) {
-    check_training(world_size());
+    check_training(check_world_size());
 }
 END_TEST
 
@@ -130,7 +125,7 @@ static int block_rank(comm *world, void *p) {
 }
 
 START_TEST(megatron_block_matches_the_unsplit_block) {
-    const int W = world_size();
+    const int W = check_world_size();
     block_case c = {0};
     ck_assert_int_eq(launch_world(block_rank, &c), 0);
     check_verdict v = {0};
@@ -150,7 +145,7 @@ START_TEST(megatron_block_matches_the_unsplit_block) {
 END_TEST
 
 START_TEST(block_without_f_backward_fails) {
-    const int W = world_size();
+    const int W = check_world_size();
     block_case c = {.opts = {.drop_f_backward = 1}};
     ck_assert_int_eq(launch_world(block_rank, &c), 0);
     check_verdict v = {0};
@@ -212,7 +207,7 @@ START_TEST(vocab_parallel_cross_entropy_matches_the_plain_one) {
     check_verdict v = {0};
     if (process_hosts_rank0()) {
         printf("mpi vocab-parallel CE V=%d t=%d: max diff of losses and d logits %.2e"
-               " (tol 1e-6)\n", c.V, world_size(), c.diff);
+               " (tol 1e-6)\n", c.V, check_world_size(), c.diff);
         fflush(stdout);
         check_expect(&v, c.diff <= 1e-6);
     }
@@ -225,7 +220,7 @@ int main(void) {
     TCase *tc = tcase_create("mpi_chapter3");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, training_with_tp_over_all_processes_matches_the_baseline);
-    const int W = world_size();
+    const int W = check_world_size();
     check_add_test_where(tc, training_with_tp2_matches_the_baseline, W % 2 == 0 && W > 2,
                          W == 2 ? "tp 2 on 2 ranks is the test with tp = world"
                                 : "needs an even world of 4 or more (tp 2 x dp 2)");

@@ -9,24 +9,19 @@
 #include "check_run.h"
 #include "train_run.h"
 
-static int world_size(void) {
-    int n = launch_mpi_world_size();
-    return n > 0 ? n : 1;
-}
-
 static run_config small_config(void) {
     run_config cfg = run_config_default();
     cfg.model = (gpt_config){.vocab = 256, .ctx = 8, .layers = 8, .heads = 2, .dim = 16};
     cfg.batch = 8;
     cfg.steps = 3;
     cfg.quiet = 1;
-    cfg.comm.ranks = world_size();
+    cfg.comm.ranks = check_world_size();
     cfg.comm.timeout_seconds = 60;
     return cfg;
 }
 
 START_TEST(every_schedule_matches_the_baseline) {
-    const int N = world_size();
+    const int N = check_world_size();
     dataset *d = dataset_builtin();
     run_config cfg = small_config();
     baseline_run *b = process_hosts_rank0() ? baseline_train(&cfg, d) : NULL;
@@ -80,7 +75,7 @@ int main(void) {
     Suite *s = suite_create("mpi_chapter4");
     TCase *tc = tcase_create("pipeline");
     tcase_add_test(tc, every_schedule_matches_the_baseline);
-    check_add_test_where(tc, a_dropped_activation_gradient_fails, world_size() >= 2,
+    check_add_test_where(tc, a_dropped_activation_gradient_fails, check_world_size() >= 2,
                          "one stage sends no input gradient");
     suite_add_tcase(s, tc);
     return check_run(s, 1);

@@ -10,11 +10,6 @@
 #include "check_run.h"
 #include "run3d.h"
 
-static int world_size(void) {
-    int n = launch_mpi_world_size();
-    return n > 0 ? n : 1;
-}
-
 static mesh_shape mesh_for(int world) {
     switch (world) {
     case 2: return (mesh_shape){1, 2, 1};
@@ -30,13 +25,13 @@ static run_config small_config(void) {
     cfg.batch = 8;
     cfg.steps = 3;
     cfg.quiet = 1;
-    cfg.comm.ranks = world_size();
+    cfg.comm.ranks = check_world_size();
     cfg.comm.timeout_seconds = 60;
     return cfg;
 }
 
 static void run_case(pipeline_options opts, int expect_match) {
-    const mesh_shape shape = mesh_for(world_size());
+    const mesh_shape shape = mesh_for(check_world_size());
     dataset *d = dataset_builtin();
     run_config cfg = small_config();
     baseline_run *b = process_hosts_rank0() ? baseline_train(&cfg, d) : NULL;
@@ -66,7 +61,7 @@ static void run_case(pipeline_options opts, int expect_match) {
 
 START_TEST(the_mesh_matches_the_baseline) {
     pipeline_options opts = {.schedule = PP_1F1B, .micro = 4, .chunks = 1,
-                             .zero_stage = mesh_for(world_size()).dp > 1};
+                             .zero_stage = mesh_for(check_world_size()).dp > 1};
     run_case(opts, 1);
 }
 END_TEST
@@ -80,7 +75,7 @@ END_TEST
 int main(void) {
     Suite *s = suite_create("mpi_chapter5");
     TCase *tc = tcase_create("3d");
-    const int W = world_size();
+    const int W = check_world_size();
     check_add_test_where(tc, the_mesh_matches_the_baseline, W == 1 || W == 2 || W == 4 || W == 8,
                          "no mesh of this chapter for this -np");
     check_add_test_where(tc, without_f_backward_it_fails, W == 4 || W == 8,

@@ -14,16 +14,11 @@
 #include "checkpoint_layouts.h"
 #include "compare.h"
 
-static int world_size(void) {
-    int n = launch_mpi_world_size();
-    return n > 0 ? n : 1;
-}
-
 static run_config tiny_config(void) {
     run_config cfg = run_config_default();
     cfg.model = (gpt_config){.vocab = 257, .ctx = 7, .layers = 2, .heads = 2, .dim = 26};
     cfg.quiet = 1;
-    cfg.comm.ranks = world_size();
+    cfg.comm.ranks = check_world_size();
     cfg.comm.timeout_seconds = 60;
     return cfg;
 }
@@ -48,7 +43,7 @@ static void scratch(char *path, size_t len, const char *name) {
 }
 
 START_TEST(every_layout_of_the_job_loads_into_every_other) {
-    const int N = world_size();
+    const int N = check_world_size();
     run_config cfg = tiny_config();
     layout_spec layouts[8];
     const int count = layouts_of(N, layouts);
