@@ -16,18 +16,11 @@
 #include <stdlib.h>
 
 #include "check_run.h"
+#include "small_model.h"
 #include "train_run.h"
 
 /* Eight blocks so that 4 stages x 2 chunks fit; small enough to run 90 launches. */
-static run_config small_config(int ranks) {
-    run_config cfg = run_config_default();
-    cfg.model = (gpt_config){.vocab = 256, .ctx = 8, .layers = 8, .heads = 2, .dim = 16};
-    cfg.batch = 8;
-    cfg.steps = 3;
-    cfg.quiet = 1;
-    cfg.comm.ranks = ranks;
-    return cfg;
-}
+static run_config small_config(int ranks) { return small_model_config(8, ranks); }
 
 static pp_outcome run(const run_config *cfg, const dataset *d, const baseline_run *b,
                       pipeline_options opts) {

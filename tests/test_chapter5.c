@@ -11,17 +11,10 @@
 #include <stdlib.h>
 
 #include "check_run.h"
+#include "small_model.h"
 #include "run3d.h"
 
-static run_config small_config(int ranks) {
-    run_config cfg = run_config_default();
-    cfg.model = (gpt_config){.vocab = 256, .ctx = 8, .layers = 6, .heads = 2, .dim = 16};
-    cfg.batch = 8;
-    cfg.steps = 3;
-    cfg.quiet = 1;
-    cfg.comm.ranks = ranks;
-    return cfg;
-}
+static run_config small_config(int ranks) { return small_model_config(6, ranks); }
 
 static mesh_outcome train(mesh_shape shape, pipeline_options opts, const dataset *d,
                           baseline_run **baseline) {

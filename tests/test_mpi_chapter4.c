@@ -7,15 +7,11 @@
 #include <stdlib.h>
 
 #include "check_run.h"
+#include "small_model.h"
 #include "train_run.h"
 
 static run_config small_config(void) {
-    run_config cfg = run_config_default();
-    cfg.model = (gpt_config){.vocab = 256, .ctx = 8, .layers = 8, .heads = 2, .dim = 16};
-    cfg.batch = 8;
-    cfg.steps = 3;
-    cfg.quiet = 1;
-    cfg.comm.ranks = check_world_size();
+    run_config cfg = small_model_config(8, check_world_size());
     cfg.comm.timeout_seconds = 60;
     return cfg;
 }
