@@ -206,31 +206,55 @@ void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *in
     }
 }
 
+/* dx row n += rstd * (g - mean(g) - xhat * mean(g*xhat)), g = dout*weight,
+ * xhat = (x-mean)*rstd. With sum_b and sum_w (C doubles each, or NULL), the row's
+ * dbias and dweight terms are added there too, so that the row is read once. */
+static void layernorm_backward_row(float *dx, const float *dy, const float *x,
+                                   const float *weight, float m, float s, int C,
+                                   double *sum_b, double *sum_w) {
+    double sg = dot_f(dy, weight, C);
+    /* lanes again; fused with the sum above, gcc would not vectorise it */
+    double acc[LANES] = {0}, sgx = 0.0;
+    int i = 0;
+    for (; i + LANES <= C; i += LANES)
+        for (int j = 0; j < LANES; j++)
+            acc[j] += (double)(dy[i + j] * weight[i + j]) * ((x[i + j] - m) * s);
+    for (; i < C; i++) sgx += (double)(dy[i] * weight[i]) * ((x[i] - m) * s);
+    for (int j = 0; j < LANES; j++) sgx += acc[j];
+    float mg = (float)(sg / C), mgx = (float)(sgx / C);
+    for (int c = 0; c < C; c++) {
+        float xhat = (x[c] - m) * s;
+        dx[c] += s * (dy[c] * weight[c] - mg - xhat * mgx);
+    }
+    if (!sum_b) return;
+    for (int c = 0; c < C; c++) {
+        sum_b[c] += dy[c];
+        sum_w[c] += (double)dy[c] * ((x[c] - m) * s);
+    }
+}
+
 void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, const float *mean,
                             const float *rstd, int N, int C) {
-    /* dinp row by row: with xhat = (x-mean)*rstd and g = dout*weight,
-     * dx = rstd * (g - mean(g) - xhat * mean(g*xhat)) */
-    for (int n = 0; n < N; n++) {
-        const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
-        float *dx = dinp + (size_t)n * C;
-        float m = mean[n], s = rstd[n];
-        double sg = dot_f(dy, weight, C);
-        /* lanes again; fused with the sum above, gcc would not vectorise it */
-        double acc[LANES] = {0}, sgx = 0.0;
-        int i = 0;
-        for (; i + LANES <= C; i += LANES)
-            for (int j = 0; j < LANES; j++)
-                acc[j] += (double)(dy[i + j] * weight[i + j]) * ((x[i + j] - m) * s);
-        for (; i < C; i++) sgx += (double)(dy[i] * weight[i]) * ((x[i] - m) * s);
-        for (int j = 0; j < LANES; j++) sgx += acc[j];
-        float mg = (float)(sg / C), mgx = (float)(sgx / C);
+    /* dweight and dbias are column sums over all rows, in double and in row order (see
+     * add_column_sums). Rows up to COLCHUNK wide add them in the row pass, while the
+     * row is in L1; wider rows (whose sums would not stay in L1) in passes of their own.
+     * The order of every sum is the same both ways. */
+    const int fused = C <= COLCHUNK;
+    double sum_b[COLCHUNK], sum_w[COLCHUNK];
+    if (fused)
+        for (int c = 0; c < C; c++) sum_b[c] = sum_w[c] = 0.0;
+    for (int n = 0; n < N; n++)
+        layernorm_backward_row(dinp + (size_t)n * C, dout + (size_t)n * C,
+                               inp + (size_t)n * C, weight, mean[n], rstd[n], C,
+                               fused ? sum_b : NULL, fused ? sum_w : NULL);
+    if (fused) {
         for (int c = 0; c < C; c++) {
-            float xhat = (x[c] - m) * s;
-            dx[c] += s * (dy[c] * weight[c] - mg - xhat * mgx);
+            dbias[c] += (float)sum_b[c];
+            dweight[c] += (float)sum_w[c];
         }
+        return;
     }
-    /* dweight and dbias: column sums over all rows, in double (see add_column_sums) */
     add_column_sums(dbias, dout, N, C, (size_t)C);
     for (int c0 = 0; c0 < C; c0 += COLCHUNK) {
         int w = C - c0 < COLCHUNK ? C - c0 : COLCHUNK;

@@ -348,9 +348,8 @@ END_TEST
 
 /* ---- layer norm ------------------------------------------------------------------ */
 
-START_TEST(test_layernorm) {
-    enum { N = 10, C = 8 };
-    rng_seed(4);
+/* C = 8 takes the fused row pass of the backward; C > 1024 the column passes after it */
+static void check_layernorm(int N, int C, const char *fwd_name, const char *bwd_name) {
     float *inp = falloc(N * C), *w = falloc(C), *b = falloc(C), *out = falloc(N * C),
           *mean = falloc(N), *rstd = falloc(N), *dout = falloc(N * C),
           *dinp = falloc(N * C), *dw = falloc(C), *db = falloc(C);
@@ -370,7 +369,7 @@ START_TEST(test_layernorm) {
 
     layernorm_forward(out, mean, rstd, inp, w, b, N, C);
     layernorm_ref(&ctx, ref);
-    report("layernorm_forward", max_diff(out, NULL, ref, N * C), 1e-6);
+    report(fwd_name, max_diff(out, NULL, ref, N * C), 1e-6);
 
     layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
     fd_gradient(layernorm_ref, &ctx, inp_d, N * C, G, N * C, gi);
@@ -378,11 +377,17 @@ START_TEST(test_layernorm) {
     fd_gradient(layernorm_ref, &ctx, b_d, C, G, N * C, gb);
     double d = fmax(max_diff(dinp, dinp0, gi, N * C),
                     fmax(max_diff(dw, dw0, gw, C), max_diff(db, db0, gb, C)));
-    report("layernorm_backward", d, 1e-5);
+    report(bwd_name, d, 1e-5);
 
     free(inp); free(w); free(b); free(out); free(mean); free(rstd); free(dout);
     free(dinp); free(dw); free(db); free(dinp0); free(dw0); free(db0);
     free(inp_d); free(w_d); free(b_d); free(G); free(ref); free(gi); free(gw); free(gb);
+}
+
+START_TEST(test_layernorm) {
+    rng_seed(4);
+    check_layernorm(10, 8, "layernorm_forward", "layernorm_backward");
+    check_layernorm(3, 1030, "layernorm_forward (C 1030)", "layernorm_backward (C 1030)");
 }
 END_TEST
 
