@@ -17,7 +17,9 @@
 typedef struct {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty;
     float *x_mid;   /* residual stream after attention */
-    float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu;
+    float *ln2, *ln2_mean, *ln2_rstd;
+    float *dgelu;      /* fc's output, replaced by GELU's derivative there (gelu_forward) */
+    float *fch_gelu;   /* GELU's output, fc2's input */
 } block_acts;
 
 /* What a block's weight gradients need from its backward when they are computed
@@ -68,13 +70,13 @@ static void block_acts_alloc(block_acts *a, const gpt_shape *s, int B, int T) {
     a->ln2 = alloc_acts(N * C);
     a->ln2_mean = alloc_acts(N);
     a->ln2_rstd = alloc_acts(N);
-    a->fch = alloc_acts(N * s->hidden_local);
+    a->dgelu = alloc_acts(N * s->hidden_local);
     a->fch_gelu = alloc_acts(N * s->hidden_local);
 }
 
 static void block_acts_free(block_acts *a) {
     float *all[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->att, a->atty,
-                    a->x_mid, a->ln2, a->ln2_mean, a->ln2_rstd, a->fch, a->fch_gelu};
+                    a->x_mid, a->ln2, a->ln2_mean, a->ln2_rstd, a->dgelu, a->fch_gelu};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) mem_free(all[i]);
 }
 
@@ -234,8 +236,8 @@ void gpt_block_forward(gpt_model *m, int layer, const float *block) {
     vec_add(a->x_mid, x_in, (size_t)N * C);
 
     layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->x_mid, p.ln2_w, p.ln2_b, N, C);
-    column_parallel_forward(a->fch, a->ln2, p.fc_w, p.fc_b, N, C, Hl);
-    gelu_forward(a->fch_gelu, a->fch, (size_t)N * Hl);
+    column_parallel_forward(a->dgelu, a->ln2, p.fc_w, p.fc_b, N, C, Hl);
+    gelu_forward(a->fch_gelu, a->dgelu, (size_t)N * Hl);
     row_parallel_forward(tp, x_out, a->fch_gelu, p.fc2_w, p.fc2_b, N, Hl, C);
     vec_add(x_out, a->x_mid, (size_t)N * C);
 }
@@ -334,7 +336,7 @@ static void block_backward(gpt_model *m, int layer, const float *block, float *b
      * same sums as with a copy of dx, without the copies. */
     if (keep) vec_copy(keep->d_fc2_out, dx, (size_t)N * C);
     row_parallel_backward(m->d_fch_gelu, w.fc2_w, w.fc2_b, dx, a->fch_gelu, p.fc2_w, N, Hl, C);
-    gelu_backward(d_fch, a->fch, m->d_fch_gelu, (size_t)N * Hl);
+    gelu_backward(d_fch, a->dgelu, m->d_fch_gelu, (size_t)N * Hl);
     column_parallel_backward(f_group(m), m->d_ln, w.fc_w, w.fc_b, d_fch, a->ln2, p.fc_w, N, C,
                              Hl);
     layernorm_backward(dx, g.ln2_w, g.ln2_b, m->d_ln, a->x_mid, p.ln2_w, a->ln2_mean,

@@ -121,12 +121,12 @@ void attention_backward(float *dqkv, float *datt, const float *dout, const float
              attention_backward, dqkv, datt, dout, qkv, att, B, T, C, NH);
 }
 
-void gelu_forward(float *out, const float *inp, size_t n) {
-    DISPATCH(OP_GELU, F32(2.0 * n), gelu_forward, out, inp, n);
+void gelu_forward(float *out, float *x, size_t n) {
+    DISPATCH(OP_GELU, F32(3.0 * n), gelu_forward, out, x, n);
 }
 
-void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-    DISPATCH(OP_GELU, F32(3.0 * n), gelu_backward, dinp, inp, dout, n);
+void gelu_backward(float *dinp, const float *dgelu, const float *dout, size_t n) {
+    DISPATCH(OP_GELU, F32(3.0 * n), gelu_backward, dinp, dgelu, dout, n);
 }
 
 void crossentropy_forward(float *losses, float *probs, const float *logits,

@@ -58,8 +58,12 @@ void attention_backward(float *dqkv, float *datt, const float *dout, const float
                         const float *att, int B, int T, int C, int NH);
 
 /* ---- GELU, tanh form --------------------------------------------------------------- */
-void gelu_forward(float *out, const float *inp, size_t n);
-void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+/* out = gelu(x), and x is overwritten by gelu'(x): the backward needs nothing else, and
+ * the derivative shares the forward's exponential, so the backward is one multiply
+ * where it would be a second exponential. out and x must not overlap. */
+void gelu_forward(float *out, float *x, size_t n);
+/* dinp = dgelu * dout, dgelu being what gelu_forward left in place of its input. */
+void gelu_backward(float *dinp, const float *dgelu, const float *dout, size_t n);
 
 /* ---- softmax cross-entropy ----------------------------------------------------------- */
 /* probs = softmax(logits) row by row (probs may equal logits: in place);
@@ -153,8 +157,8 @@ typedef struct ops_table {
     void (*attention_backward)(float *dqkv, float *datt, const float *dout,
                                const float *qkv, const float *att, int B, int T, int C,
                                int NH);
-    void (*gelu_forward)(float *out, const float *inp, size_t n);
-    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
+    void (*gelu_forward)(float *out, float *x, size_t n);
+    void (*gelu_backward)(float *dinp, const float *dgelu, const float *dout, size_t n);
     void (*crossentropy_forward)(float *losses, float *probs, const float *logits,
                                  const int *targets, int N, int V);
     void (*crossentropy_backward)(float *dlogits, const float *probs, const int *targets,

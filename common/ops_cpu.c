@@ -415,25 +415,22 @@ static inline double gelu_minus_2u(double x) {
     return x * MADD(b, x * x, a);
 }
 
-void cpu_gelu_forward(float *out, const float *inp, size_t n) {
-    const double lo = exp_lo_bound, hi = exp_hi_bound;
-    for (size_t i = 0; i < n; i++) {
-        double x = inp[i];
-        out[i] = (float)(x / (1.0 + exp_d(gelu_minus_2u(x), lo, hi)));
-    }
-}
-
-void cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+void cpu_gelu_forward(float *out, float *x, size_t n) {
     const double lo = exp_lo_bound, hi = exp_hi_bound;
     const double c = 2.0 * GELU_K0, d = 6.0 * GELU_K0 * GELU_K1;   /* 2u' = c + d x^2 */
     for (size_t i = 0; i < n; i++) {
-        /* with s = 1/(1+e), e = e^(-2u): d/dx [x s] = s + 2 x u' e s^2 (e s = 1 - s) */
-        double x = inp[i];
-        double e = exp_d(gelu_minus_2u(x), lo, hi);
+        /* with s = 1/(1+e), e = e^(-2u): gelu = x s, and
+         * gelu' = d/dx [x s] = s + 2 x u' e s^2 (e s = 1 - s) */
+        double v = x[i];
+        double e = exp_d(gelu_minus_2u(v), lo, hi);
         double s = 1.0 / (1.0 + e);
-        double two_du = MADD(d, x * x, c);
-        dinp[i] = (float)(dout[i] * MADD(x * two_du, e * s * s, s));
+        out[i] = (float)(v * s);
+        x[i] = (float)MADD(v * MADD(d, v * v, c), e * s * s, s);
     }
+}
+
+void cpu_gelu_backward(float *dinp, const float *dgelu, const float *dout, size_t n) {
+    for (size_t i = 0; i < n; i++) dinp[i] = dgelu[i] * dout[i];
 }
 
 /* ---- cross-entropy --------------------------------------------------------------- */

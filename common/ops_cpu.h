@@ -29,8 +29,8 @@ void cpu_attention_forward(float *out, float *att, const float *qkv, int B, int 
 void cpu_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
                             const float *att, int B, int T, int C, int NH);
 
-void cpu_gelu_forward(float *out, const float *inp, size_t n);
-void cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+void cpu_gelu_forward(float *out, float *x, size_t n);
+void cpu_gelu_backward(float *dinp, const float *dgelu, const float *dout, size_t n);
 
 void cpu_crossentropy_forward(float *losses, float *probs, const float *logits,
                               const int *targets, int N, int V);

@@ -256,24 +256,23 @@ __device__ inline float gelu_exp(float x) {
     return expf(z);
 }
 
-__global__ void gelu_forward_kernel(float *out, const float *inp, size_t n) {
+// out = gelu(x) = x s, and x replaced by gelu'(x) (ops.h), with s = 1 / (1 + e):
+// d/dx [x s] = s + 2 x u' e s^2
+__global__ void gelu_forward_kernel(float *out, float *x_to_dgelu, size_t n) {
     GRID_STRIDE(i, n) {
-        const float x = inp[i];
-        out[i] = x / (1.0f + gelu_exp(x));
-    }
-}
-
-__global__ void gelu_backward_kernel(float *dinp, const float *inp, const float *dout,
-                                     size_t n) {
-    GRID_STRIDE(i, n) {
-        // with s = 1 / (1 + e): d/dx [x s] = s + 2 x u' e s^2
-        const float x = inp[i];
+        const float x = x_to_dgelu[i];
         const float du = kGeluK0 * (1.0f + 3.0f * kGeluK1 * x * x);
         const float e = gelu_exp(x);
         const float s = 1.0f / (1.0f + e);
         const float es = e * s;   // = 1 - s, first, so that e s^2 cannot overflow
-        dinp[i] = dout[i] * (s + 2.0f * x * du * es * s);
+        out[i] = x * s;
+        x_to_dgelu[i] = s + 2.0f * x * du * es * s;
     }
+}
+
+__global__ void gelu_backward_kernel(float *dinp, const float *dgelu, const float *dout,
+                                     size_t n) {
+    GRID_STRIDE(i, n) dinp[i] = dgelu[i] * dout[i];
 }
 
 __global__ void crossentropy_backward_kernel(float *dlogits, const float *probs,
@@ -706,15 +705,15 @@ void cuda_attention_backward(float *dqkv, float *datt, const float *dout, const 
 // ---- GELU
 // --------------------------------------------------------------------------------
 
-void cuda_gelu_forward(float *out, const float *inp, size_t n) {
+void cuda_gelu_forward(float *out, float *x, size_t n) {
     if (n == 0) return;
-    gelu_forward_kernel<<<grid_for(n), kThreads, 0, stream()>>>(out, inp, n);
+    gelu_forward_kernel<<<grid_for(n), kThreads, 0, stream()>>>(out, x, n);
     CUDA_CHECK_LAUNCH();
 }
 
-void cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+void cuda_gelu_backward(float *dinp, const float *dgelu, const float *dout, size_t n) {
     if (n == 0) return;
-    gelu_backward_kernel<<<grid_for(n), kThreads, 0, stream()>>>(dinp, inp, dout, n);
+    gelu_backward_kernel<<<grid_for(n), kThreads, 0, stream()>>>(dinp, dgelu, dout, n);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -41,8 +41,8 @@ void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int
 void cuda_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
                              const float *att, int B, int T, int C, int NH);
 
-void cuda_gelu_forward(float *out, const float *inp, size_t n);
-void cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+void cuda_gelu_forward(float *out, float *x, size_t n);
+void cuda_gelu_backward(float *dinp, const float *dgelu, const float *dout, size_t n);
 
 void cuda_crossentropy_forward(float *losses, float *probs, const float *logits,
                                const int *targets, int N, int V);

@@ -434,10 +434,11 @@ END_TEST
 START_TEST(gelu_matches_cpu) {
     const size_t n = 10007;
     float *inp = host_random(n, -6, 6), *out = malloc(n * sizeof(float));
-    cpu_gelu_forward(out, inp, n);
     float *d_inp = dev_floats(inp, n), *d_out = dev_garbage(n);
+    cpu_gelu_forward(out, inp, n);   /* both leave gelu'(x) in place of x */
     cuda_gelu_forward(d_out, d_inp, n);
     expect_close("gelu_forward", d_out, out, n, TOL_FP32);
+    expect_close("gelu_forward: gelu'(x) left in x", d_inp, inp, n, TOL_FP32);
 
     float *dout = host_random(n, -1, 1), *dinp = malloc(n * sizeof(float));
     cpu_gelu_backward(dinp, inp, dout, n);
