@@ -29,7 +29,10 @@ variant := cpu$(if $(MPI),-mpi)$(if $(GPU),-gpu)$(if $(DEBUG),-debug)$(if $(SAN)
 BUILD   := build/$(variant)$(if $(O),-$(O))
 
 PKGS     := openblas check
-CFLAGS   := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread -Icommon -Icommon/parallel \
+# -fno-math-errno: no maths function here reports through errno, and without it sqrtf()
+# cannot become the vector instruction (the same correctly rounded result)
+CFLAGS   := -std=c11 -D_GNU_SOURCE -fno-math-errno -Wall -Wextra -Werror -pthread \
+            -Icommon -Icommon/parallel \
             $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(EXTRA_CFLAGS)
 LDLIBS   := $(shell pkg-config --libs openblas 2>/dev/null) -lm -pthread $(EXTRA_LDFLAGS)
 CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)

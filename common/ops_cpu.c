@@ -9,9 +9,6 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#if defined(__AVX__)
-#include <immintrin.h>
-#endif
 
 /* ---- helpers --------------------------------------------------------------------- */
 
@@ -466,45 +463,23 @@ void cpu_crossentropy_backward(float *dlogits, const float *probs, const int *ta
 
 /* ---- AdamW ----------------------------------------------------------------------- */
 
-/* x[i] = sqrt(x[i]). sqrtf() only vectorises with -fno-math-errno, which the build
- * does not set; the AVX instruction is the same correctly rounded sqrt, so the tail
- * and the vector part agree bit for bit. */
-static void sqrt_inplace(float *x, int n) {
-    int i = 0;
-#if defined(__AVX__)
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(x + i, _mm256_sqrt_ps(_mm256_loadu_ps(x + i)));
-#endif
-    for (; i < n; i++) x[i] = sqrtf(x[i]);
-}
-
-#define ADAM_CHUNK 512
-
 void cpu_adamw_update(float *params, const float *grads, float *m, float *v, size_t n,
                       const adamw_config *cfg, int step) {
     const float b1 = cfg->beta1, b2 = cfg->beta2, c1 = 1.0f - b1, c2 = 1.0f - b2;
     /* lr * mhat / (sqrt(vhat) + eps) = step_size * m / (sqrt(v) / sqrt(bc2) + eps), the
-     * way PyTorch computes it: one division per element instead of three (the loop is
-     * close to memory-bound, and divisions are what it spends beyond that) */
+     * way PyTorch computes it: one division per element instead of three */
     const double bc1 = 1.0 - pow(b1, step), bc2 = 1.0 - pow(b2, step);
     const float step_size = (float)(cfg->lr / bc1);
     const float inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
     const float eps = cfg->eps, lr_wd = cfg->lr * cfg->weight_decay;
-    /* three passes over a chunk that stays in L1, so that the moment updates and the
-     * parameter update vectorise around the square root */
-    float den[ADAM_CHUNK];
-    for (size_t i0 = 0; i0 < n; i0 += ADAM_CHUNK) {
-        int w = n - i0 < ADAM_CHUNK ? (int)(n - i0) : ADAM_CHUNK;
-        float *mm = m + i0, *vv = v + i0, *p = params + i0;
-        const float *g = grads + i0;
-        for (int j = 0; j < w; j++) {
-            mm[j] = b1 * mm[j] + c1 * g[j];
-            vv[j] = b2 * vv[j] + c2 * g[j] * g[j];
-            den[j] = vv[j];
-        }
-        sqrt_inplace(den, w);
-        for (int j = 0; j < w; j++)   /* decoupled decay: lr * wd * p, from the old p */
-            p[j] -= step_size * mm[j] / (den[j] * inv_sqrt_bc2 + eps) + lr_wd * p[j];
+    /* one vectorised pass: each element's four values are read and three written once */
+    for (size_t i = 0; i < n; i++) {
+        const float g = grads[i];
+        const float mi = b1 * m[i] + c1 * g, vi = b2 * v[i] + c2 * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        /* decoupled decay: lr * wd * p, from the old p */
+        params[i] -= step_size * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps) + lr_wd * params[i];
     }
 }
 
