@@ -8,7 +8,9 @@
  *   - parameter gradients (dweight, dbias, dwte, ...) are ACCUMULATED (+=), so that
  *     micro-batches add up and a tied weight collects both uses;
  *   - input gradients are OVERWRITTEN, except layernorm_backward's dinp, which is
- *     accumulated because it always meets a residual stream.
+ *     accumulated because it always meets a residual stream;
+ *   - inputs are read only, except gelu_forward's, which it replaces by the derivative
+ *     that gelu_backward needs.
  *
  * The CPU implementation is ops_cpu.c (OpenBLAS for matmuls). A GPU backend hands ops.c
  * an ops_table of its own versions (end of this file); ops.c calls it on threads that
