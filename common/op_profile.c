@@ -174,13 +174,15 @@ static const row_def rows[] = {
 #define OP_ROWS ((int)(sizeof rows / sizeof rows[0]))
 /* then two rows that are not ops: blocked in communication, and outside every op */
 #define ROWS (OP_ROWS + 2)
-/* per row: seconds, calls, work (FLOPs or bytes), sgemm floor seconds; then the step */
+/* per row: seconds, calls, work (FLOPs or bytes), sgemm floor seconds; then the step,
+ * its floor and the fastest step */
 #define ROW_VALUES 4
-#define RANK_VALUES (ROWS * ROW_VALUES + 2)
+#define RANK_VALUES (ROWS * ROW_VALUES + 3)
 
-/* This rank's values, per timed step: rows, then step seconds and its floor. */
+/* This rank's values, per timed step: rows, then step seconds, its floor and the
+ * fastest step. */
 static void rank_values(const op_profile *p, int steps, double step_seconds,
-                        double comm_seconds, float *v) {
+                        double fastest_step, double comm_seconds, float *v) {
     double floor_by_kind[OP_KINDS];
     const double floor = op_profile_sgemm_floor(p, floor_by_kind);
     const double per_step = steps > 0 ? 1.0 / steps : 0.0;
@@ -213,6 +215,7 @@ static void rank_values(const op_profile *p, int steps, double step_seconds,
     v[(OP_ROWS + 1) * ROW_VALUES] = (float)((step_seconds - in_ops - comm_seconds) * per_step);
     v[ROWS * ROW_VALUES] = (float)(step_seconds * per_step);
     v[ROWS * ROW_VALUES + 1] = (float)(floor * per_step);
+    v[ROWS * ROW_VALUES + 2] = (float)fastest_step;
 }
 
 static const char *row_name(int i) {
@@ -270,14 +273,17 @@ static void print_table(FILE *out, const char *strategy, int steps, int ranks,
     fprintf(out, "\nstep / sgemm floor of its own shapes: %.2f on rank 0", step0 / floor0);
     if (slow != first && slow_floor > 0)
         fprintf(out, ", %.2f on rank %d", slow_step / slow_floor, slow_rank);
-    fprintf(out, " (floor: one cblas_sgemm per product, packed operands, best of 4-5 tries)\n");
+    fprintf(out, "; rank 0's fastest step / floor: %.2f\n",
+            first[ROWS * ROW_VALUES + 2] / floor0);
+    fprintf(out, "(floor: one cblas_sgemm per product, packed operands, best of 4-5 tries)\n");
 }
 
 double op_profile_report(const op_profile *p, comm *group, const char *strategy,
-                         int steps, double step_seconds, double comm_seconds, FILE *out) {
+                         int steps, double step_seconds, double fastest_step,
+                         double comm_seconds, FILE *out) {
     const int size = group ? comm_size(group) : 1;
     float *all = mem_alloc(MEM_OTHER, (size_t)size * RANK_VALUES * sizeof(float));
-    rank_values(p, steps, step_seconds, comm_seconds,
+    rank_values(p, steps, step_seconds, fastest_step, comm_seconds,
                 all + (size_t)(group ? comm_rank(group) : 0) * RANK_VALUES);
     if (group)
         comm_allgather(group, all + (size_t)comm_rank(group) * RANK_VALUES, all,

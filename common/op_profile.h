@@ -41,11 +41,14 @@ void op_profile_stop(op_profile *p);
 
 /* The table, on `out` of world rank 0: per timed step, rank 0 and the group's slowest
  * rank side by side, the sgemm floor of each rank's own shapes beside its times.
- * steps: the timed steps; step_seconds and comm_seconds: this rank's over them.
+ * steps: the timed steps; step_seconds and comm_seconds: this rank's over them;
+ * fastest_step: this rank's fastest of them (the floor is a best time too, and on a
+ * shared machine the two are steadier together than the mean step and the floor).
  * Collective over group (NULL: a run of one rank). Returns, on every rank, the
  * slowest rank's floor per step in seconds. */
 double op_profile_report(const op_profile *p, comm *group, const char *strategy,
-                         int steps, double step_seconds, double comm_seconds, FILE *out);
+                         int steps, double step_seconds, double fastest_step,
+                         double comm_seconds, FILE *out);
 
 /* The floor of what p saw: the sum over its shapes of calls x one sgemm's best time
  * at that shape (packed operands, one thread), in seconds; by_kind gets each op

@@ -24,6 +24,9 @@ typedef struct {
     mem_stats memory;               /* largest rank */
     double sgemm_floor_seconds;     /* --profile: per step, cblas_sgemm alone at the
                                        slowest rank's own shapes; 0: not measured */
+    double fastest_step_seconds;    /* this rank's fastest timed step (the floor is a
+                                       best time too: on a shared machine the pair
+                                       is steadier than the mean and the floor) */
     const char *json_extra;         /* more keys for this run's JSON object, or NULL */
 } run_result;
 
