@@ -14,6 +14,7 @@
  * Bytes are counted as the textbook volume (comm_accounting.c, bytes_modelled = 1). */
 #include "comm_internal.h"
 #include "comm_mpi_roll_call.h"
+#include "comm_mpi_watchdog.h"
 
 #include <limits.h>
 #include <mpi.h>
@@ -47,7 +48,7 @@ typedef struct {
 
 static const comm_backend mpi_backend;
 
-/* ---- process-wide state: reduction ops and the watchdog ----------------------------- */
+/* ---- process-wide state: the reduction ops (the watchdog: comm_mpi_watchdog.c) -------- */
 static MPI_Op wire_ops[4][2];   /* [dtype][0 sum, 1 max] for the 16- and 8-bit types */
 static MPI_Comm roll_call_comm = MPI_COMM_NULL;   /* the roll call after a timeout */
 
@@ -63,70 +64,10 @@ WIRE_OP(max_f16, COMM_F16, COMM_MAX)
 WIRE_OP(sum_f8, COMM_F8E4M3, COMM_SUM)
 WIRE_OP(max_f8, COMM_F8E4M3, COMM_MAX)
 
-static struct {
-    pthread_t thread;
-    pthread_mutex_t lock;
-    pthread_cond_t changed;
-    int running, quit, armed;
-    uint64_t generation;
-    double started, deadline;
-    comm *c;
-    comm_call call;
-} watchdog = {.lock = PTHREAD_MUTEX_INITIALIZER};
-
-static void *watchdog_main(void *arg) {
-    (void)arg;
-    pthread_mutex_lock(&watchdog.lock);
-    while (!watchdog.quit) {
-        if (!watchdog.armed) {
-            pthread_cond_wait(&watchdog.changed, &watchdog.lock);
-            continue;
-        }
-        uint64_t generation = watchdog.generation;
-        double deadline = watchdog.deadline;
-        struct timespec until = {.tv_sec = (time_t)deadline};
-        until.tv_nsec = (long)((deadline - (double)until.tv_sec) * 1e9);
-        pthread_cond_timedwait(&watchdog.changed, &watchdog.lock, &until);
-        if (watchdog.armed && watchdog.generation == generation && comm_now() >= deadline) {
-            comm *c = watchdog.c;
-            comm_call call = watchdog.call;
-            double waited = comm_now() - watchdog.started;
-            pthread_mutex_unlock(&watchdog.lock);
-            comm_fail_timeout(c, &call, -1, waited);   /* reports, then MPI_Abort */
-        }
-    }
-    pthread_mutex_unlock(&watchdog.lock);
-    return NULL;
-}
-
-/* Around every blocking MPI call: if it has not returned by the deadline, the
- * watchdog reports where this rank is stuck and ends the job. */
-static void arm(comm *c, const comm_call *call) {
-    pthread_mutex_lock(&watchdog.lock);
-    watchdog.armed = 1;
-    watchdog.generation++;
-    watchdog.c = c;
-    watchdog.call = *call;
-    watchdog.started = comm_now();
-    watchdog.deadline = watchdog.started + c->job->opts.timeout_seconds;
-    pthread_cond_signal(&watchdog.changed);
-    pthread_mutex_unlock(&watchdog.lock);
-}
-
-static void disarm(void) {
-    pthread_mutex_lock(&watchdog.lock);
-    watchdog.armed = 0;
-    pthread_mutex_unlock(&watchdog.lock);
-}
+static int initialised_here;   /* init_once ran: ops made, watchdog started */
 
 static void finalize_at_exit(void) {
-    if (watchdog.running) {
-        pthread_mutex_lock(&watchdog.lock);
-        watchdog.quit = 1;
-        pthread_cond_signal(&watchdog.changed);
-        pthread_mutex_unlock(&watchdog.lock);
-        pthread_join(watchdog.thread, NULL);
-    }
+    mpi_watchdog_stop();
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized) return;
@@ -139,7 +80,7 @@ static void finalize_at_exit(void) {
 static void init_once(void) {
     int initialized = 0, provided = 0;
     MPI_Initialized(&initialized);
-    if (watchdog.running) return;
+    if (initialised_here) return;
     if (!initialized) {
         MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
         if (provided < MPI_THREAD_MULTIPLE) {
@@ -151,16 +92,8 @@ static void init_once(void) {
                                     {sum_f8, max_f8}};
     for (int dt = 1; dt < 4; dt++)
         for (int op = 0; op < 2; op++) MPI_Op_create(fns[dt][op], 1, &wire_ops[dt][op]);
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&watchdog.changed, &attr);
-    pthread_condattr_destroy(&attr);
-    if (pthread_create(&watchdog.thread, NULL, watchdog_main, NULL)) {
-        fprintf(stderr, "error: cannot start the MPI watchdog thread\n");
-        MPI_Abort(MPI_COMM_WORLD, 2);
-    }
-    watchdog.running = 1;
+    mpi_watchdog_start();
+    initialised_here = 1;
     atexit(finalize_at_exit);
 }
 
@@ -203,10 +136,10 @@ static void check_call(comm *c, const comm_call *call) {
     int64_t mine[5] = {call->kind, (int64_t)call->count, call->dt, call->op, call->root};
     int64_t *all = malloc((size_t)c->size * sizeof mine);
     if (!all) comm_fail(c, "out of memory");
-    arm(c, call);
+    mpi_watchdog_arm(c, call);
     int err = MPI_Allgather(mine, 5, MPI_INT64_T, all, 5, MPI_INT64_T,
                             ((mpi_comm *)c->impl)->check);
-    disarm();
+    mpi_watchdog_disarm();
     check_mpi(c, err, "the mismatch check");
     for (int q = 1; q < c->size; q++) {
         if (!memcmp(all, all + 5 * q, sizeof mine)) continue;
@@ -395,9 +328,9 @@ static void mpi_run(comm *c, const comm_call *call) {
     check_call(c, call);
     comm_call host;
     const int staged = stage_in(c, call, &host);
-    arm(c, call);
+    mpi_watchdog_arm(c, call);
     int err = issue(c, &host, &r, 0);
-    disarm();
+    mpi_watchdog_disarm();
     check_mpi(c, err, comm_kind_name((comm_kind)call->kind));
     after(c, &host, r.tmp);
     if (staged) stage_out(c, call, &host);
@@ -526,15 +459,15 @@ static comm *mpi_split(comm *c, int color, int key, const char *name, uint64_t s
     comm_call call = {.kind = COMM_KIND_SPLIT, .op = -1, .root = -1, .seq = seq};
     MPI_Comm data;
     check_call(c, &call);
-    arm(c, &call);
+    mpi_watchdog_arm(c, &call);
     int err = MPI_Comm_split(((mpi_comm *)c->impl)->data, color < 0 ? MPI_UNDEFINED : color,
                              key, &data);
-    disarm();
+    mpi_watchdog_disarm();
     check_mpi(c, err, "split");
     if (data == MPI_COMM_NULL) return NULL;
-    arm(c, &call);
+    mpi_watchdog_arm(c, &call);
     comm *group = wrap(c->job, c->rs, data, name);
-    disarm();
+    mpi_watchdog_disarm();
     return group;
 }
 
@@ -635,9 +568,9 @@ int mpi_launch(const comm_options *opts, rank_main_fn fn, void *args) {
     if (!world) world = wrap(job, rs, data, "world");
 
     comm_call start = {.kind = COMM_KIND_BARRIER, .op = -1, .root = -1};
-    arm(world, &start);
+    mpi_watchdog_arm(world, &start);
     MPI_Barrier(control);   /* a common time origin for the trace */
-    disarm();
+    mpi_watchdog_disarm();
     job->t0 = comm_now();
     int status = fn(world, args);
     atomic_store(&rs->status, status);

@@ -38,7 +38,6 @@
 
 #include "device.h"
 
-#define POLL_SECONDS 0.05   /* how often a sleeping wait looks around */
 #define YIELDS 20           /* sched_yield()s before sleeping */
 
 static const comm_backend threads_backend;
@@ -76,7 +75,7 @@ void threads_divide(comm *c, void *buf, size_t count, const comm_call *call,
 
 /* The rank's own compute wrote the buffers it hands over: let it finish (a blocking
  * call on the rank's thread). */
-static void compute_done(comm *c) {
+void threads_compute_done(comm *c) {
 #ifdef USE_CUDA
     if (gpu_of(c)) comm_gpu_compute_done();
 #endif
@@ -98,13 +97,13 @@ static struct timespec abs_time(double t) {
     return ts;
 }
 
-static void timed_wait(pthread_cond_t *cond, pthread_mutex_t *lock, double seconds) {
+void threads_timed_wait(pthread_cond_t *cond, pthread_mutex_t *lock, double seconds) {
     struct timespec until = abs_time(comm_now() + seconds);
     pthread_cond_timedwait(cond, lock, &until);
 }
 
 /* The modelled link: hold the copier until the transfer could have finished. */
-static void sleep_until(double t) {
+void threads_sleep_until(double t) {
     if (t <= comm_now()) return;
     struct timespec until = abs_time(t);
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL)) {}
@@ -112,7 +111,7 @@ static void sleep_until(double t) {
 
 /* The modelled time of one transfer; longer than the timeout, it would only look like
  * a hang (every rank asleep on the wire, none waiting long enough to report). */
-static double link_seconds_within_timeout(comm *c, const comm_call *call, size_t bytes) {
+double threads_link_seconds(comm *c, const comm_call *call, size_t bytes) {
     const double seconds = comm_link_seconds(c->job, bytes);
     if (seconds > c->job->opts.timeout_seconds) comm_fail_slow_link(c, call, bytes, seconds);
     return seconds;
@@ -217,7 +216,7 @@ void threads_pull(comm *c, int peer, void *dst, const void *own, const void *the
     else if (bytes) memcpy(dst, theirs, bytes);
     comm_count(c, member_of(c, peer)->owner, call->kind, bytes);
     if (c->job->opts.link != LINK_NONE)
-        sleep_until(t0 + link_seconds_within_timeout(c, call, bytes));
+        threads_sleep_until(t0 + threads_link_seconds(c, call, bytes));
 }
 
 /* ---- asynchronous requests: a communication thread per (rank, group) --------------- */
@@ -309,7 +308,7 @@ static void threads_wait(comm *c, comm_request *req) {
             pthread_mutex_unlock(&tc->lock);
             comm_leave_thread();
         }
-        timed_wait(&tc->done, &tc->lock, POLL_SECONDS);
+        threads_timed_wait(&tc->done, &tc->lock, POLL_SECONDS);
     }
     pthread_mutex_unlock(&tc->lock);
     mem_free(req->impl);
@@ -335,110 +334,13 @@ static void threads_run(comm *c, const comm_call *call) {
             tc->scratch = mem_alloc(MEM_COMM, bytes);
             tc->scratch_bytes = bytes;
         }
-        compute_done(c);
+        threads_compute_done(c);
         threads_execute(c, call, tc->scratch);
         return;
     }
     comm_request req = {.c = c, .call = *call};
     threads_start(c, &req);
     threads_wait(c, &req);
-}
-
-/* ---- point to point: a mailbox per receiver ----------------------------------------- */
-static void message_release(message *msg) {
-    if (atomic_fetch_sub(&msg->refs, 1) == 1) free(msg);
-}
-
-/* Rendezvous: the sender holds until the receiver has taken msg (or the deadline). A
- * message still in the box when the job stops is freed with the group. */
-static void wait_taken(comm *c, const comm_call *call, mailbox *box, message *msg) {
-    double start = comm_now();
-    pthread_mutex_lock(&box->lock);
-    while (!msg->taken) {
-        double waited = comm_now() - start;
-        if (comm_job_stopping(c->job) || waited > c->job->opts.timeout_seconds) {
-            pthread_mutex_unlock(&box->lock);
-            message_release(msg);
-            if (comm_job_stopping(c->job)) comm_leave_thread();
-            comm_fail_timeout(c, call, call->root, waited);
-        }
-        timed_wait(&box->arrived, &box->lock, POLL_SECONDS);
-    }
-    pthread_mutex_unlock(&box->lock);
-    message_release(msg);
-}
-
-static void threads_send(comm *c, const comm_call *call) {
-    size_t bytes = call->count * comm_dtype_size(call->dt);
-    if (comm_job_stopping(c->job)) comm_leave_thread();
-    /* Plain malloc: the receiver (or, rendezvous, the last of the two) frees it, and the
-     * memory accounting is per rank. */
-    message *msg = malloc(sizeof *msg + bytes);
-    if (!msg) comm_fail(c, "out of memory sending %zu bytes", bytes);
-    int rendezvous = c->job->opts.send_mode == COMM_SEND_RENDEZVOUS;
-    *msg = (message){.source = c->rank, .tag = call->tag, .bytes = bytes,
-                     .arrival = comm_now() + link_seconds_within_timeout(c, call, bytes),
-                     .rendezvous = rendezvous};
-    atomic_init(&msg->refs, rendezvous ? 2 : 1);
-    compute_done(c);
-    if (bytes) threads_move_bytes(c, msg->data, call->send, bytes, 0);
-    mailbox *box = &((threads_comm *)c->impl)->g->boxes[call->root];
-    pthread_mutex_lock(&box->lock);
-    message **link = &box->head;
-    while (*link) link = &(*link)->next;
-    *link = msg;
-    pthread_cond_broadcast(&box->arrived);
-    pthread_mutex_unlock(&box->lock);
-    comm_count(NULL, c, COMM_KIND_SENDRECV, bytes);
-    if (rendezvous) wait_taken(c, call, box, msg);
-}
-
-static void threads_recv(comm *c, const comm_call *call) {
-    size_t bytes = call->count * comm_dtype_size(call->dt);
-    mailbox *box = &((threads_comm *)c->impl)->g->boxes[c->rank];
-    double start = comm_now();
-    message *msg = NULL;
-    pthread_mutex_lock(&box->lock);
-    while (!msg) {
-        for (message **link = &box->head; *link; link = &(*link)->next)
-            if ((*link)->source == call->root && (*link)->tag == call->tag) {
-                msg = *link;        /* the oldest message of this (source, tag) */
-                *link = msg->next;
-                break;
-            }
-        if (msg) break;
-        double waited = comm_now() - start;
-        if (comm_job_stopping(c->job) || waited > c->job->opts.timeout_seconds) {
-            pthread_mutex_unlock(&box->lock);
-            if (comm_job_stopping(c->job)) comm_leave_thread();
-            comm_fail_timeout(c, call, call->root, waited);
-        }
-        timed_wait(&box->arrived, &box->lock, POLL_SECONDS);
-    }
-    pthread_mutex_unlock(&box->lock);
-    if (msg->bytes != bytes) {
-        const size_t sent = msg->bytes;
-        message_release(msg);   /* out of the box: nobody else would free it */
-        comm_fail(c, "recv on '%s': rank %d sent %zu bytes with tag %d, rank %d expects %zu",
-                  c->name, c->world_ranks[call->root], sent, call->tag,
-                  comm_world_rank(c), bytes);
-    }
-    compute_done(c);   /* queued compute may still read the old contents */
-    if (bytes) threads_move_bytes(c, call->recv, msg->data, bytes, 0);
-    comm_count(c, NULL, COMM_KIND_SENDRECV, bytes);
-    if (!msg->rendezvous) {
-        sleep_until(msg->arrival);
-        message_release(msg);
-        return;
-    }
-    /* Rendezvous: the bytes start moving once both ranks are here; both finish then. */
-    double link = comm_link_seconds(c->job, bytes), sent_at = msg->arrival - link;
-    sleep_until((start > sent_at ? start : sent_at) + link);
-    pthread_mutex_lock(&box->lock);
-    msg->taken = 1;
-    pthread_cond_broadcast(&box->arrived);
-    pthread_mutex_unlock(&box->lock);
-    message_release(msg);
 }
 
 /* ---- groups ------------------------------------------------------------------------- */

@@ -1,5 +1,5 @@
-/* What the threads backend's files share (comm_threads.c: progress, requests,
- * mailboxes, groups; comm_threads_algorithms.c: the collective algorithms over them). */
+/* What the threads backend's files share (comm_threads.c: progress, requests, groups;
+ * comm_threads_p2p.c: the mailboxes; comm_threads_algorithms.c: the collectives). */
 #ifndef COMM_THREADS_INTERNAL_H
 #define COMM_THREADS_INTERNAL_H
 #include <pthread.h>
@@ -78,6 +78,22 @@ static inline char *at(const void *base, size_t index, const comm_call *call) {
     return (char *)base + index * comm_dtype_size((comm_dtype)call->dt);
 }
 
+
+#define POLL_SECONDS 0.05   /* how often a sleeping wait looks around */
+
+/* ---- waiting, and the modelled link (comm_threads.c) ------------------------------- */
+/* The rank's own compute wrote the buffers it hands over: let it finish. */
+void threads_compute_done(comm *c);
+/* pthread_cond_timedwait for at most `seconds` (the conditions use CLOCK_MONOTONIC). */
+void threads_timed_wait(pthread_cond_t *cond, pthread_mutex_t *lock, double seconds);
+/* Holds the copier until comm_now() reaches t: the transfer on the modelled link. */
+void threads_sleep_until(double t);
+/* The modelled time of one transfer, refused when it is longer than the timeout. */
+double threads_link_seconds(comm *c, const comm_call *call, size_t bytes);
+
+/* ---- point to point (comm_threads_p2p.c) ------------------------------------------- */
+void threads_send(comm *c, const comm_call *call);
+void threads_recv(comm *c, const comm_call *call);
 
 /* ---- what the algorithms use (comm_threads.c) -------------------------------------- */
 void threads_move_bytes(comm *c, void *dst, const void *src, size_t bytes, int may_overlap);
