@@ -267,6 +267,9 @@ int checkpoint_check(const char *dir, const run_config *cfg, char *err, size_t e
 }
 
 void checkpoint_cli_check(const run_config *cfg) {
+    if (cfg->no_checkpoints && (cfg->save_dir || cfg->resume_dir))
+        cli_fail("--%s %s: %s", cfg->save_dir ? "save" : "resume",
+                 cfg->save_dir ? cfg->save_dir : cfg->resume_dir, cfg->no_checkpoints);
     if (cfg->save_every && !cfg->save_dir)
         cli_fail("--save-every %d: needs --save DIR (where to write)", cfg->save_every);
     /* a directory that cannot be written is found now, not after the training */

@@ -28,6 +28,8 @@ typedef struct {
     int save_every;
     const char *resume_dir;   /* --resume DIR: checked before any rank starts */
     int save_test_crash;      /* test hook: a save stops after half the files */
+    const char *no_checkpoints;   /* set before cli_parse by a program that keeps none:
+                                     why (then --save and --resume are refused) */
 } run_config;
 
 typedef enum { OPT_INT, OPT_FLOAT, OPT_STRING, OPT_FLAG, OPT_CHOICE } cli_type;

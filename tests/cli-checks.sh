@@ -245,6 +245,8 @@ if [ -x "$chapter7" ]; then
     expect_error "$chapter7" "--sweep-ranks 1: must be an integer from 2" --sweep-ranks 1
     expect_error "$chapter7" "--start-efficiency 1.5: a fraction between 0 and 1" --start-efficiency 1.5
     expect_error "$chapter7" "--svg needs the strategies part" --svg x.svg --part ladder
+    expect_error "$chapter7" "--save ckpt: chapter 7 trains many short runs" --save ckpt
+    expect_error "$chapter7" "--resume ckpt: chapter 7 trains many short runs" --resume ckpt
     expect_error "$chapter7" "--batch 6 does not split evenly over 4 ranks" --ranks 4 --batch 6
     expect_error "$chapter7" "--ladder-scale -1: must be at least 0" --ladder-scale -1
     expect_error "$chapter7" "--allreduce tree: unknown value (valid: ring, naive, doubling)" --allreduce tree

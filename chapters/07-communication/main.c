@@ -171,6 +171,9 @@ int main(int argc, char **argv) {
         {"svg", OPT_STRING, &f.svg, "write efficiency against bandwidth as SVG", NULL, 0},
         {0},
     };
+    /* a checkpoint belongs to one run, and this chapter trains many short ones */
+    cfg.no_checkpoints = "chapter 7 trains many short runs to compare links, none of them to"
+                         " keep (save and resume in chapters 1-5)";
     cli_parse(argc, argv, &cfg, options, argv[0],
               "Communication: links, all-reduce algorithms, DDP's efficiency ladder, and"
               " DDP / FSDP / TP on slow and fast wires, each next to the alpha-beta model.");
