@@ -86,11 +86,10 @@ static void slot_alloc(gpt_model *m, micro_slot *k) {
     const int blocks = gpt_stage_layers(s);
     k->tokens = mem_alloc_on(MEM_DEVICE, MEM_ACTIVATIONS, N * sizeof(int));
     k->targets = mem_alloc_on(MEM_DEVICE, MEM_ACTIVATIONS, N * sizeof(int));
-    k->x = calloc((size_t)blocks + 1, sizeof *k->x);
-    if (!k->x) { fprintf(stderr, "error: out of memory\n"); exit(1); }
+    k->x = mem_alloc(MEM_OTHER, ((size_t)blocks + 1) * sizeof *k->x);
     for (int i = 0; i <= blocks; i++) k->x[i] = alloc_acts(N * C);
     if (!m->opts.checkpoint_activations) {
-        k->acts = calloc((size_t)blocks, sizeof *k->acts);
+        k->acts = mem_alloc(MEM_OTHER, (size_t)blocks * sizeof *k->acts);
         for (int i = 0; i < blocks; i++) block_acts_alloc(&k->acts[i], s, m->B, m->T);
     }
     if (!s->has_head) k->d_out = alloc_acts(N * C);
@@ -119,28 +118,29 @@ static void slot_free(gpt_model *m, micro_slot *k) {
     float *rest[] = {k->lnf, k->lnf_mean, k->lnf_rstd, k->logits, k->losses, k->d_out,
                      k->d_in};
     for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++) mem_free(rest[i]);
-    free(k->douts);
+    mem_free(k->douts);
     mem_free(k->tokens);
     mem_free(k->targets);
-    free(k->x);
-    free(k->acts);
+    mem_free(k->x);
+    mem_free(k->acts);
 }
 
 gpt_model *gpt_model_create(const gpt_shape *s, int B, int T,
                             const gpt_model_options *opts) {
-    gpt_model *m = calloc(1, sizeof *m);
-    if (!m) { fprintf(stderr, "error: out of memory\n"); exit(1); }
+    /* bookkeeping through the accounting allocator too (MEM_OTHER): a rank stopped by
+     * a failure elsewhere gives it back with its buffers */
+    gpt_model *m = mem_alloc(MEM_OTHER, sizeof *m);
     m->shape = *s;
     if (opts) m->opts = *opts;
     m->B = B;
     m->T = T;
     m->max_slots = m->opts.max_slots > 0 ? m->opts.max_slots : 1;
-    m->host_batch = malloc(2 * (size_t)B * T * sizeof(int));
-    m->slots = calloc((size_t)m->max_slots, sizeof *m->slots);
+    m->host_batch = mem_alloc(MEM_OTHER, 2 * (size_t)B * T * sizeof(int));
+    m->slots = mem_alloc(MEM_OTHER, (size_t)m->max_slots * sizeof *m->slots);
     const size_t N = (size_t)B * T, C = s->cfg.dim;
     gpt_use_slot(m, 0);
     if (m->opts.checkpoint_activations) {
-        m->recompute = calloc(1, sizeof *m->recompute);
+        m->recompute = mem_alloc(MEM_OTHER, sizeof *m->recompute);
         block_acts_alloc(m->recompute, s, B, T);
     }
     m->dx = alloc_acts(N * C);
@@ -160,10 +160,10 @@ void gpt_model_free(gpt_model *m) {
     float *rest[] = {m->dx, m->d_ln, m->d_atty, m->d_qkv, m->d_att, m->d_fch,
                      m->d_fch_gelu};
     for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++) mem_free(rest[i]);
-    free(m->recompute);
-    free(m->host_batch);
-    free(m->slots);
-    free(m);
+    mem_free(m->recompute);
+    mem_free(m->host_batch);
+    mem_free(m->slots);
+    mem_free(m);
 }
 
 const gpt_shape *gpt_model_shape(const gpt_model *m) { return &m->shape; }
@@ -399,7 +399,7 @@ static block_douts *slot_douts(gpt_model *m) {
     }
     if (!k->douts) {
         const int blocks = gpt_stage_layers(s);
-        k->douts = calloc((size_t)blocks, sizeof *k->douts);
+        k->douts = mem_alloc(MEM_OTHER, (size_t)blocks * sizeof *k->douts);
         for (int i = 0; i < blocks; i++)
             k->douts[i] = (block_douts){.d_fc2_out = alloc_acts(N * C),
                                         .d_fch = alloc_acts(N * s->hidden_local),

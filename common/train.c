@@ -138,8 +138,7 @@ baseline_run *baseline_train(const run_config *cfg, const dataset *data) {
     train_outcome run;
     train_loop(NULL, cfg, (double)cfg->batch * cfg->model.ctx, &strategy, &run);
     ops_download(out->final_params, b.rep.params, b.rep.num_params * sizeof(float));
-    out->loss = run.loss;   /* kept: the outcome's other arrays go */
-    run.loss = NULL;
+    out->loss = train_outcome_take_loss(&run);   /* kept: the outcome's other arrays go */
     out->result = run.result;
     out->result.loss = out->loss;
     out->result.diff_loss = out->result.diff_grads = out->result.diff_params = 0;

@@ -96,12 +96,13 @@ void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
     const int done = cfg->resume_dir ? checkpoint_load(cfg->resume_dir, &state) : 0;
     const int steps = cfg->steps - done;   /* this run's: done + 1 .. cfg->steps */
     memset(out, 0, sizeof *out);
-    out->loss = calloc((size_t)steps, sizeof(float));
-    out->step_seconds = calloc((size_t)steps, sizeof(double));
+    /* through the accounting allocator: a rank stopped by a failure gives them back */
+    out->loss = mem_alloc(MEM_OTHER, (size_t)steps * sizeof(float));
+    out->step_seconds = mem_alloc(MEM_OTHER, (size_t)steps * sizeof(double));
     mem_stats *mem = mem_stats_current();
     double timed = 0;
     int timed_steps = 0;
-    op_profile *profile = cfg->profile ? calloc(1, sizeof *profile) : NULL;
+    op_profile *profile = cfg->profile ? mem_alloc(MEM_OTHER, sizeof *profile) : NULL;
     if (profile) op_profile_start(profile);
     for (int i = 1; i <= steps; i++) {
         const int step = done + i;
@@ -147,13 +148,35 @@ void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
             op_profile_report(profile, metrics, st->name, timed_steps, timed,
                               r->fastest_step_seconds, r->comm_seconds,
                               cfg->json ? stderr : stdout);
-    free(profile);
+    mem_free(profile);
     if (metrics) run_result_take_max(metrics, r);
     comm_free(metrics);
 }
 
+static void *heap_copy(const void *src, size_t bytes) {
+    void *copy = malloc(bytes ? bytes : 1);
+    if (!copy) { fprintf(stderr, "error: out of memory\n"); exit(1); }
+    memcpy(copy, src, bytes);
+    return copy;
+}
+
+float *train_outcome_take_loss(train_outcome *out) {
+    float *loss = heap_copy(out->loss, (size_t)out->result.steps * sizeof(float));
+    mem_free(out->loss);
+    out->loss = NULL;
+    out->result.loss = loss;
+    return loss;
+}
+
+double *train_outcome_take_step_seconds(train_outcome *out) {
+    double *seconds = heap_copy(out->step_seconds, (size_t)out->result.steps * sizeof(double));
+    mem_free(out->step_seconds);
+    out->step_seconds = NULL;
+    return seconds;
+}
+
 void train_outcome_free(train_outcome *out) {
-    free(out->loss);
-    free(out->step_seconds);
+    mem_free(out->loss);
+    mem_free(out->step_seconds);
     memset(out, 0, sizeof *out);
 }

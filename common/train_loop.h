@@ -48,6 +48,11 @@ typedef struct {
  * DataParallel's master thread). tokens_per_step: of the global batch. */
 void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
                 const train_strategy *strategy, train_outcome *out);
+/* The loss and the step times, handed over as plain heap arrays that outlive the rank
+ * (the caller free()s them; the outcome's own, which go with a stopped rank's buffers,
+ * are given back, and result.loss points to the new one). */
+float *train_outcome_take_loss(train_outcome *out);
+double *train_outcome_take_step_seconds(train_outcome *out);
 void train_outcome_free(train_outcome *out);
 
 #endif

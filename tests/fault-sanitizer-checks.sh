@@ -3,7 +3,8 @@
 # (tests/comm_faults.c: timeouts, mismatches, an abort, a failed rank) must end with its
 # report, and ThreadSanitizer must see no race and AddressSanitizer no leak or bad
 # access while the job is torn down: stopped communication threads joined before their
-# comms are freed, the stopped ranks' buffers and unwaited requests given back.
+# comms are freed, the stopped ranks' buffers and unwaited requests given back. Last, a
+# training rank that fails half-way (chapter 1's DDP with a diverging loss).
 # Usage: tests/fault-sanitizer-checks.sh   (builds test_comm with SAN=thread, SAN=address)
 set -u
 cd "$(dirname "$0")/.."
@@ -55,6 +56,17 @@ for san in thread address; do
         judge "$scenario ($san sanitizer)" $? "$log"
     done
 done
+# a rank that fails in the middle of training (the loss diverges) is stopped with
+# everything it held: its model, buckets and training loop's arrays given back too
+program=build/cpu-address/chapter1
+if make -s -j2 SAN=address "$program" >/dev/null; then
+    ASAN_OPTIONS=detect_leaks=1 OPENBLAS_NUM_THREADS=1 timeout -k 5 120 "$program" --ranks 2 \
+        --layers 1 --dim 16 --heads 2 --ctx 8 --batch 8 --steps 30 --lr 1e6 --quiet \
+        --strategy ddp >"$log" 2>&1
+    judge "a DDP rank whose loss diverges (address sanitizer)" $? "$log"
+else
+    echo "FAIL make SAN=address chapter1"; failed=$((failed + 1))
+fi
 rm -f "$log"
 echo "fault-sanitizer-checks: $passed passed, $failed failed"
 [ $failed -eq 0 ]

@@ -199,8 +199,7 @@ dp_run *dp_train(const run_config *cfg, const dataset *data, const dp_options *o
     train_loop(NULL, cfg, (double)cfg->batch * T, &strategy, &outcome);
     ops_download(run->final_params, m.master.params, param_bytes);
     run->result = outcome.result;
-    run->loss = outcome.loss;
-    outcome.loss = NULL;
+    run->loss = train_outcome_take_loss(&outcome);
     run->result.loss = run->loss;
     train_outcome_free(&outcome);
     summarise(&m, run->result.timed_steps);

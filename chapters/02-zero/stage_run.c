@@ -99,10 +99,11 @@ void stage_train(comm *world, const run_config *cfg, const dataset *data,
     train_outcome run;
     train_loop(world, cfg, (double)cfg->batch * T, &strategy, &run);
     out->result = run.result;
-    out->loss = run.loss;
+    out->loss = train_outcome_take_loss(&run);
     out->result.loss = out->loss;
-    out->step_seconds = run.step_seconds;   /* this rank's; rank 0's are kept */
+    out->step_seconds = train_outcome_take_step_seconds(&run);   /* this rank's; rank 0's are kept */
     const int timed_steps = run.result.timed_steps;
+    train_outcome_free(&run);
 
     /* measurements, before any checking traffic */
     const mem_stats at_end = *mem;

@@ -190,8 +190,7 @@ void tp_train(comm *world, const mesh *m, const run_config *cfg, const tp_option
     train_outcome run;
     train_loop(world, cfg, (double)cfg->batch * T, &strategy, &run);
     out->result = run.result;
-    out->loss = run.loss;
-    run.loss = NULL;
+    out->loss = train_outcome_take_loss(&run);
     out->result.loss = out->loss;
     const int timed_steps = run.result.timed_steps;
     train_outcome_free(&run);

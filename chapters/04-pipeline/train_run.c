@@ -46,9 +46,9 @@ static int rank_main(comm *world, void *arg) {
     train_outcome run;
     train_loop(world, cfg, (double)cfg->batch * cfg->model.ctx, &strategy, &run);
 
-    pp_outcome o = {.opts = *a->opts, .stages = p, .result = run.result, .loss = run.loss};
+    pp_outcome o = {.opts = *a->opts, .stages = p, .result = run.result,
+                    .loss = train_outcome_take_loss(&run)};
     o.result.loss = o.loss;
-    run.loss = NULL;
     train_outcome_free(&run);
     pipeline_measures_alloc(&o.measured, p);
     pipeline_measure(&r, &o.measured);

@@ -93,8 +93,8 @@ static int rank_main(comm *world, void *arg) {
     if (root) {
         mesh_outcome *o = a->out;
         *o = (mesh_outcome){.shape = a->shape, .opts = *a->opts, .result = run.result,
-                            .loss = run.loss, .ranks = all, .tied_drift = drift};
-        run.loss = NULL;
+                            .loss = train_outcome_take_loss(&run), .ranks = all,
+                            .tied_drift = drift};
         o->result.loss = o->loss;
         memcpy(all, gathered, (size_t)W * sizeof *all);
         double worst = 0, largest = 0;

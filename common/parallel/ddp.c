@@ -160,8 +160,7 @@ int ddp_rank_main(comm *world, void *arg) {
 
     if (rank == 0) {
         job->result = r;
-        job->loss = run.loss;
-        run.loss = NULL;
+        job->loss = train_outcome_take_loss(&run);
         job->result.loss = job->loss;
         job->final_params = malloc(d.rep.num_params * sizeof(float));
         ops_download(job->final_params, d.rep.params, d.rep.num_params * sizeof(float));

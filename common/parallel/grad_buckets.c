@@ -45,12 +45,12 @@ grad_buckets *grad_buckets_create(comm *group, const gpt_shape *s, float *grads,
                                   size_t first_bucket_bytes, size_t bucket_bytes,
                                   comm_dtype wire) {
     const int slabs = gpt_num_slabs(s);
-    grad_buckets *b = calloc(1, sizeof *b);
+    grad_buckets *b = mem_alloc(MEM_OTHER, sizeof *b);   /* freed with a stopped rank */
     b->group = group;
     b->grads = grads;
     b->wire = wire;
-    b->bucket = calloc((size_t)slabs, sizeof *b->bucket);
-    b->bucket_of_slab = calloc((size_t)slabs, sizeof *b->bucket_of_slab);
+    b->bucket = mem_alloc(MEM_OTHER, (size_t)slabs * sizeof *b->bucket);
+    b->bucket_of_slab = mem_alloc(MEM_OTHER, (size_t)slabs * sizeof *b->bucket_of_slab);
 
     /* Walk the slabs in the order backward finishes them, filling a bucket until it
      * reaches its cap (PyTorch's reducer does the same with tensors). */
@@ -87,9 +87,9 @@ void grad_buckets_free(grad_buckets *b) {
     for (int i = 0; i < b->count; i++) mem_free(b->bucket[i].wire_buffer);
     mem_free(b->staging);
     comm_free(b->scale_group);
-    free(b->bucket);
-    free(b->bucket_of_slab);
-    free(b);
+    mem_free(b->bucket);
+    mem_free(b->bucket_of_slab);
+    mem_free(b);
 }
 
 /* Elements of the piece of bucket k that starts at element `done`. */

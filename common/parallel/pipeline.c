@@ -37,7 +37,7 @@ void pipeline_rank_init(pipeline_rank *r, comm *world, const mesh *m, const run_
     const gpt_model_options model_opts = {
         .tp = m->shape.tp > 1 ? m->tp : NULL,
         .drop_f_backward = opts->fault == PIPELINE_FAULT_DROP_F_BACKWARD};
-    r->chunks = calloc((size_t)v, sizeof *r->chunks);
+    r->chunks = mem_alloc(MEM_OTHER, (size_t)v * sizeof *r->chunks);
     for (int c = 0; c < v; c++) {
         pp_stage_init(&r->chunks[c], m->pp, &whole, c * p + m->me.pp, v * p, micro_batch,
                       cfg->model.ctx, opts->micro, cfg->seed, &model_opts,
@@ -49,7 +49,7 @@ void pipeline_rank_init(pipeline_rank *r, comm *world, const mesh *m, const run_
     pp_executor_init(&r->exec, r->schedule, m->me.pp, r->chunks, cfg, data,
                      m->me.dp * per_pipeline, dloss, opts->stage_seconds);
     if (d > 1 && opts->zero_stage == 1) {
-        r->zero1 = calloc((size_t)v, sizeof *r->zero1);
+        r->zero1 = mem_alloc(MEM_OTHER, (size_t)v * sizeof *r->zero1);
         for (int c = 0; c < v; c++) {
             pipeline_zero1 *z = &r->zero1[c];
             shard_layout_init(&z->layout, &r->chunks[c].shape, d, m->me.dp);
@@ -58,17 +58,17 @@ void pipeline_rank_init(pipeline_rank *r, comm *world, const mesh *m, const run_
             z->adam_v = mem_alloc_on(MEM_DEVICE, MEM_OPTIMIZER, bytes);
         }
     } else if (d > 1) {
-        r->dp = calloc((size_t)v, sizeof *r->dp);
+        r->dp = mem_alloc(MEM_OTHER, (size_t)v * sizeof *r->dp);
         for (int c = 0; c < v; c++)
             r->dp[c] = grad_buckets_create(m->dp, &r->chunks[c].shape, r->chunks[c].rep.grads,
                                            1u << 20, 25u << 20, COMM_F32);
     }
     r->metrics = comm_split(world, mesh_group_index(&m->shape, MESH_PP, comm_rank(world)),
                             m->me.pp, "pp-metrics");
-    r->busy = calloc((size_t)cfg->steps, sizeof(double));
-    r->finish = calloc((size_t)cfg->steps, sizeof(double));
+    r->busy = mem_alloc(MEM_OTHER, (size_t)cfg->steps * sizeof(double));
+    r->finish = mem_alloc(MEM_OTHER, (size_t)cfg->steps * sizeof(double));
     gpt_shape unsplit = gpt_shape_make(&cfg->model, 1, 0);
-    if (comm_rank(world) == 0) r->first_grads = malloc(gpt_num_params(&unsplit) * sizeof(float));
+    if (comm_rank(world) == 0) r->first_grads = mem_alloc(MEM_OTHER, gpt_num_params(&unsplit) * sizeof(float));
 }
 
 void pipeline_rank_free(pipeline_rank *r) {
@@ -81,15 +81,15 @@ void pipeline_rank_free(pipeline_rank *r) {
         }
         pp_stage_free(&r->chunks[c]);
     }
-    free(r->zero1);
+    mem_free(r->zero1);
     pp_executor_free(&r->exec);
     pp_schedule_free(r->schedule);
     comm_free(r->metrics);
-    free(r->dp);
-    free(r->chunks);
-    free(r->busy);
-    free(r->finish);
-    free(r->first_grads);
+    mem_free(r->dp);
+    mem_free(r->chunks);
+    mem_free(r->busy);
+    mem_free(r->finish);
+    mem_free(r->first_grads);
     memset(r, 0, sizeof *r);
 }
 

@@ -2,12 +2,11 @@
 
 #include <stdlib.h>
 
+#include "alloc.h"
 #include "comm.h"
 
 static size_t *count_array(int n) {
-    size_t *a = calloc((size_t)n, sizeof *a);
-    if (!a) abort();
-    return a;
+    return mem_alloc(MEM_OTHER, (size_t)n * sizeof(size_t));   /* freed with a stopped rank */
 }
 
 void shard_layout_init(shard_layout *l, const gpt_shape *s, int world_size, int rank) {
@@ -30,11 +29,11 @@ void shard_layout_init(shard_layout *l, const gpt_shape *s, int world_size, int 
 }
 
 void shard_layout_free(shard_layout *l) {
-    free(l->slab_numel);
-    free(l->slab_offset);
-    free(l->piece_offset);
-    free(l->piece_len);
-    free(l->shard_pos);
+    mem_free(l->slab_numel);
+    mem_free(l->slab_offset);
+    mem_free(l->piece_offset);
+    mem_free(l->piece_len);
+    mem_free(l->shard_pos);
     *l = (shard_layout){0};
 }
 

@@ -37,8 +37,7 @@ static void init_params(zero_rank *z, uint64_t seed) {
 
 zero_rank *zero_rank_create(comm *group, const gpt_shape *s, int local_batch, int T,
                             uint64_t seed, const zero_options *opts) {
-    zero_rank *z = calloc(1, sizeof *z);
-    if (!z) abort();
+    zero_rank *z = mem_alloc(MEM_OTHER, sizeof *z);   /* freed with a stopped rank */
     z->group = group;
     z->shape = *s;
     z->opts = *opts;
@@ -70,7 +69,7 @@ void zero_rank_free(zero_rank *z) {
     mem_free(z->adam_m);
     mem_free(z->adam_v);
     shard_layout_free(&z->layout);
-    free(z);
+    mem_free(z);
 }
 
 void zero_checkpoint_state(zero_rank *z, ckpt_state *out) {
