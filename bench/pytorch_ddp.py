@@ -19,7 +19,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pytorch_gpt2 import build_model, one_cpu_thread  # noqa: E402
+from pytorch_gpt2 import add_model_arguments, bench_adamw, build_model, one_cpu_thread  # noqa: E402
 
 
 def parse_args():
@@ -28,12 +28,7 @@ def parse_args():
     p.add_argument("--batch", type=int, default=8, help="global batch in sequences")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--dim", type=int, default=256)
-    p.add_argument("--ctx", type=int, default=64)
-    p.add_argument("--vocab", type=int, default=256)
-    p.add_argument("--seed", type=int, default=1234)
+    add_model_arguments(p, layers=4, heads=4, dim=256, ctx=64, vocab=256)   # bench256
     args = p.parse_args()
     args.sdpa = False   # build_model's naive attention, as ours
     if args.ranks < 1 or args.batch % args.ranks:
@@ -60,8 +55,7 @@ def worker(rank, args, port, results):
     DDP = torch.nn.parallel.DistributedDataParallel
     DDP._set_params_and_buffers_to_ignore_for_model(net, [n for n, _ in net.named_buffers()])
     model = DDP(net, broadcast_buffers=False)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), eps=1e-8,
-                            weight_decay=0.01)
+    opt = bench_adamw(torch, model.parameters())
     local = args.batch // args.ranks
     data = torch.randint(0, args.vocab, (2, args.batch, args.ctx), dtype=torch.long)
     tokens = data[0, rank * local:(rank + 1) * local]

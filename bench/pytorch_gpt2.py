@@ -38,14 +38,24 @@ def parse_args():
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--precision", choices=["fp32", "tf32", "both"], default="both")
     p.add_argument("--sdpa", action="store_true", help="fused attention (reference)")
-    p.add_argument("--layers", type=int, default=12)
-    p.add_argument("--heads", type=int, default=12)
-    p.add_argument("--dim", type=int, default=768)
-    p.add_argument("--ctx", type=int, default=1024)
-    p.add_argument("--vocab", type=int, default=50304)
-    p.add_argument("--seed", type=int, default=1234)
+    add_model_arguments(p, layers=12, heads=12, dim=768, ctx=1024, vocab=50304)
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     return p.parse_args()
+
+
+def add_model_arguments(p, layers, heads, dim, ctx, vocab):
+    """The model's shape and seed, with these defaults (shared with pytorch_ddp.py)."""
+    p.add_argument("--layers", type=int, default=layers)
+    p.add_argument("--heads", type=int, default=heads)
+    p.add_argument("--dim", type=int, default=dim)
+    p.add_argument("--ctx", type=int, default=ctx)
+    p.add_argument("--vocab", type=int, default=vocab)
+    p.add_argument("--seed", type=int, default=1234)
+
+
+def bench_adamw(torch, params):
+    """bench_gpu's AdamW: run_config_default() (lr 1e-3) with warmup_steps = 0."""
+    return torch.optim.AdamW(params, lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.01)
 
 
 def one_cpu_thread(torch):
@@ -146,9 +156,7 @@ def run(torch, args, tf32):
     device = torch.device(args.device)
     on_gpu = args.device == "cuda"
     model = build_model(torch, args).to(device)
-    # bench_gpu's AdamW: run_config_default() (lr 1e-3) with warmup_steps = 0
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), eps=1e-8,
-                            weight_decay=0.01)
+    opt = bench_adamw(torch, model.parameters())
     n = args.batch * args.ctx
     host = torch.randint(0, args.vocab, (2, args.batch, args.ctx), dtype=torch.long)
     if on_gpu:

@@ -1,11 +1,11 @@
 #include "op_profile.h"
 
 #include <cblas.h>
-#include <stdint.h>
 #include <string.h>
 
 #include "alloc.h"
 #include "device.h"
+#include "rng.h"
 
 /* ---- watching ------------------------------------------------------------------- */
 
@@ -84,11 +84,8 @@ void op_profile_stop(op_profile *p) {
  * sgemm measured 1-5% faster here (the multipliers switch less, and the core clocks
  * higher), which would set the floor below what any step can reach. */
 static void fill_like_activations(float *x, size_t n) {
-    uint32_t state = 12345;   /* its own generator: the training's stream is not touched */
-    for (size_t i = 0; i < n; i++) {
-        state = state * 1664525u + 1013904223u;
-        x[i] = (float)((int32_t)state) * 0x1p-31f;   /* uniform in [-1, 1) */
-    }
+    for (size_t i = 0; i < n; i++)   /* uniform in (-1, 1) */
+        x[i] = (float)(2.0 * rng_uniform(12345, 0, i) - 1.0);
 }
 
 /* Best time of one cblas_sgemm at shape s, packed operands, over a few tries. */
