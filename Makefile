@@ -140,7 +140,9 @@ $(foreach t,$(test_src:tests/%.c=%),$(if $(call chapter_of,$(t)),$(eval \
   $(BUILD)/obj/tests/$(t).o: CFLAGS += -I$(call chapter_dir,$(call chapter_of,$(t))))))
 
 .PHONY: tests
-tests: $(test_bins)
+# Some suites run the programs of their own build when it has them (test_chapter6): the
+# programs this build already has are brought up to date with the suites.
+tests: $(test_bins) $(wildcard $(BUILD)/baseline $(BUILD)/chapter[0-9])
 
 # make test: every suite, threads and MPI, plus the programs' command-line checks.
 test: | $(DEPS_STAMP)
