@@ -16,6 +16,29 @@
 
 static const char *program_name = "program";
 
+/* The flags given on the command line, by name (cli_given). */
+enum { GIVEN_MAX = 128 };
+static const char *given_names[GIVEN_MAX];
+static int given_count;
+
+int cli_given(const char *name) {
+    for (int i = 0; i < given_count; i++)
+        if (strcmp(given_names[i], name) == 0) return 1;
+    return 0;
+}
+
+void cli_refuse_in_mode(const char *mode, const char *const *flags, const char *why) {
+    for (int i = 0; flags[i]; i++)
+        if (cli_given(flags[i]))
+            cli_fail("--%s does nothing with %s (%s)", flags[i], mode, why);
+}
+
+static int in_list(const char *name, const char *const *list) {
+    for (int i = 0; list && list[i]; i++)
+        if (strcmp(list[i], name) == 0) return 1;
+    return 0;
+}
+
 _Noreturn void cli_fail(const char *fmt, ...) {
     /* Under mpirun every process parses the same flags: one of them says why, in one
      * write (mpirun forwards what it reads; a line in pieces could be split by its
@@ -71,12 +94,15 @@ static int table_size(const cli_option *t) {
     return n;
 }
 
-static void print_usage(const cli_option *tables[2], const char *description) {
+/* A flag without help text is a test hook: accepted, never listed. */
+static void print_usage(const cli_option *tables[2], const char *const *unused,
+                        const char *description) {
     printf("usage: ./run N [flags]   (or %s [flags] --ranks N)\n%s\n\nflags:\n",
            program_name, description ? description : "");
     for (int k = 0; k < 2; k++) {
         for (int i = 0; i < table_size(tables[k]); i++) {
             const cli_option *o = &tables[k][i];
+            if (!o->help || (k == 0 && in_list(o->name, unused))) continue;
             char left[64];
             snprintf(left, sizeof left, "--%s%s", o->name,
                      o->type == OPT_FLAG ? "" : o->type == OPT_CHOICE ? " CHOICE" : " X");
@@ -203,7 +229,7 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
         {"save", OPT_STRING, &cfg->save_dir, "save a checkpoint into this directory at the end", NULL, 0},
         {"save-every", OPT_INT, &cfg->save_every, "with --save: also every K steps", NULL, 1},
         {"resume", OPT_STRING, &cfg->resume_dir, "continue from this checkpoint (or its latest)", NULL, 0},
-        {"save-test-crash", OPT_FLAG, &cfg->save_test_crash, "test hook: the save dies after half the files", NULL, 0},
+        {"save-test-crash", OPT_FLAG, &cfg->save_test_crash, NULL, NULL, 0},   /* test hook: the save dies after half the files */
         {0},
     };
     const cli_option *tables[2] = {shared, extra};
@@ -216,7 +242,7 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            print_usage(tables, description);
+            print_usage(tables, cfg->unused_flags, description);
             exit(0);
         }
         if (strncmp(arg, "--", 2) != 0)
@@ -231,6 +257,10 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
                     strncmp(tables[k][j].name, name, name_len) == 0)
                     found = &tables[k][j];
         if (!found) cli_fail("unknown flag '%.*s' (see --help)", (int)(name_len + 2), arg);
+        if (found >= shared && found < shared + table_size(shared) &&
+            in_list(found->name, cfg->unused_flags))
+            cli_fail("--%s does nothing in %s (%s)", found->name, program_name, cfg->unused_why);
+        if (given_count < GIVEN_MAX) given_names[given_count++] = found->name;
         if (found->type == OPT_FLAG) {
             if (eq) cli_fail("--%s takes no value", found->name);
             parse_value(found, "");

@@ -30,6 +30,11 @@ typedef struct {
     int save_test_crash;      /* test hook: a save stops after half the files */
     const char *no_checkpoints;   /* set before cli_parse by a program that keeps none:
                                      why (then --save and --resume are refused) */
+    /* Set before cli_parse by a program that does not train (a planner): the shared
+     * flags it does not use (NULL-terminated) and why. They are left out of --help and
+     * refused in one line when given. */
+    const char *const *unused_flags;
+    const char *unused_why;
 } run_config;
 
 typedef enum { OPT_INT, OPT_FLOAT, OPT_STRING, OPT_FLAG, OPT_CHOICE } cli_type;
@@ -54,6 +59,14 @@ run_config run_config_default(void);
  * entry). --help prints usage and exits 0. Exits 2 on any bad input. */
 void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
                const char *program, const char *description);
+
+/* Whether --name was on the command line (after cli_parse). */
+int cli_given(const char *name);
+
+/* A mode that ignores some flags refuses them: each of `flags` (NULL-terminated, names
+ * without dashes) that was given is one line "--flag does nothing with <mode> (why)"
+ * and exit 2. */
+void cli_refuse_in_mode(const char *mode, const char *const *flags, const char *why);
 
 /* --flag's value must be at most `most` (why: what the bound is), else cli_fail: for
  * values whose results would overflow or whose waits would never end. */

@@ -96,6 +96,14 @@ for program in "${every_program[@]}"; do
     expect_error "$program" "--dim 1000000000: at most 536870911" --dim 1000000000 --vocab 1000000000
     expect_error "$program" "attention scores a sequence overflow" --ctx 1000000000
     expect_error "$program" "--trace $scratch/no/t.json: cannot write there" --trace "$scratch/no/t.json"
+    # test hooks are accepted but never listed for a student
+    if "$program" --help 2>&1 | grep -q -- "--save-test-crash"; then
+        failed=$((failed + 1))
+        echo "FAIL $(basename "$program") --help lists the test hook --save-test-crash"
+    else
+        passed=$((passed + 1))
+        echo "ok   $(basename "$program") --help lists no test hook"
+    fi
 done
 # programs that train: a run that cannot fit in memory is refused before it starts,
 # and training that diverges stops at the first non-finite loss
