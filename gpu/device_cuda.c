@@ -88,6 +88,17 @@ static thread_gpu *thread_gpu_create(int gpu) {
     return g;
 }
 
+/* What a student should read when CUDA finds no GPU: the runtime's own words ("CUDA
+ * driver version is insufficient") suggest an upgrade where there is no driver at all. */
+static const char *cuda_no_gpu_in_words(cudaError_t err) {
+    switch (err) {
+    case cudaErrorInsufficientDriver:
+        return "no NVIDIA GPU driver is installed here, or it is older than this build's CUDA";
+    case cudaErrorNoDevice: return "the NVIDIA driver sees no GPU on this machine";
+    default: return "CUDA cannot use a GPU here";
+    }
+}
+
 int cuda_gpu_count(char *why, size_t why_size) {
     int count = 0;
     /* No driver (error 35 on a machine without a GPU), no device, a broken install:
@@ -95,7 +106,8 @@ int cuda_gpu_count(char *why, size_t why_size) {
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess) {
         (void)cudaGetLastError();
-        snprintf(why, why_size, "%s (CUDA error %d)", cudaGetErrorString(err), (int)err);
+        snprintf(why, why_size, "%s (CUDA error %d: %s)", cuda_no_gpu_in_words(err), (int)err,
+                 cudaGetErrorString(err));
         return 0;
     }
     if (count == 0) snprintf(why, why_size, "the driver reports no CUDA device");
