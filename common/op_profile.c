@@ -1,6 +1,7 @@
 #include "op_profile.h"
 
 #include <cblas.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "alloc.h"
@@ -233,6 +234,18 @@ static void print_floor(FILE *out, const float *row, int i) {
     else fprintf(out, " %8s", "");
 }
 
+const char *op_profile_blas_kernel(void) {
+    return openblas_get_corename();
+}
+
+static void print_blas_kernel(FILE *out) {
+    const char *forced = getenv("OPENBLAS_CORETYPE");
+    fprintf(out, "sgemm: OpenBLAS, %s kernels", op_profile_blas_kernel());
+    if (forced && *forced) fprintf(out, " (chosen by OPENBLAS_CORETYPE=%s)", forced);
+    else fprintf(out, " (detected for this CPU)");
+    fprintf(out, "; %s\n", openblas_get_config());
+}
+
 static void print_table(FILE *out, const char *strategy, int steps, int ranks,
                         const float *first, const float *slow, int slow_rank) {
     const double step0 = first[ROWS * ROW_VALUES], slow_step = slow[ROWS * ROW_VALUES];
@@ -273,6 +286,7 @@ static void print_table(FILE *out, const char *strategy, int steps, int ranks,
     fprintf(out, "; rank 0's fastest step / floor: %.2f\n",
             first[ROWS * ROW_VALUES + 2] / floor0);
     fprintf(out, "(floor: one cblas_sgemm per product, packed operands, best of 4-5 tries)\n");
+    print_blas_kernel(out);
 }
 
 double op_profile_report(const op_profile *p, comm *group, const char *strategy,

@@ -46,6 +46,11 @@ void op_profile_stop(op_profile *p);
  * shared machine the two are steadier together than the mean step and the floor).
  * Collective over group (NULL: a run of one rank). Returns, on every rank, the
  * slowest rank's floor per step in seconds. */
+/* The OpenBLAS kernel set the sgemms run on ("SkylakeX", or "Haswell" where
+ * OPENBLAS_CORETYPE forces it), for the profile and make bench: the same CPU runs AVX2
+ * kernels at about half the AVX-512 rate, so a figure means little without it. */
+const char *op_profile_blas_kernel(void);
+
 double op_profile_report(const op_profile *p, comm *group, const char *strategy,
                          int steps, double step_seconds, double fastest_step,
                          double comm_seconds, FILE *out);

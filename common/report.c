@@ -1,4 +1,5 @@
 #include "report.h"
+#include "op_profile.h"
 
 #include <math.h>
 #include <string.h>
@@ -130,8 +131,10 @@ void report_json(const run_config *cfg, const char *chapter, int world,
                r->memory.peak[MEM_OPTIMIZER], r->memory.peak[MEM_ACTIVATIONS],
                r->memory.peak[MEM_COMM], r->memory.peak_total);
         if (r->sgemm_floor_seconds > 0)
-            printf(",\n   \"sgemm_floor_ms_per_step\": %.4f, \"fastest_ms_per_step\": %.4f",
-                   1e3 * r->sgemm_floor_seconds, 1e3 * r->fastest_step_seconds);
+            printf(",\n   \"sgemm_floor_ms_per_step\": %.4f, \"fastest_ms_per_step\": %.4f,"
+                   " \"blas_kernel\": \"%s\"",
+                   1e3 * r->sgemm_floor_seconds, 1e3 * r->fastest_step_seconds,
+                   op_profile_blas_kernel());
         if (r->json_extra) printf(",\n   %s", r->json_extra);
         printf("}");
     }

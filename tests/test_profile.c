@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
 #include "data.h"
@@ -156,6 +157,25 @@ START_TEST(profile_flag_puts_the_floor_into_the_result) {
 }
 END_TEST
 
+/* The table names the OpenBLAS kernel the products ran on, as detected or as forced by
+ * OPENBLAS_CORETYPE: the same CPU's figures differ by 2x between the two. */
+START_TEST(report_names_the_blas_kernel) {
+    static op_profile p;
+    profiled_step(&p, 1);
+    char *text = NULL;
+    size_t size = 0;
+    FILE *out = open_memstream(&text, &size);
+    ck_assert_ptr_nonnull(out);
+    op_profile_report(&p, NULL, "baseline", 1, p.seconds[OP_GELU], p.seconds[OP_GELU], 0.0, out);
+    fclose(out);
+    char want[96];
+    snprintf(want, sizeof want, "sgemm: OpenBLAS, %s kernels", op_profile_blas_kernel());
+    printf("the profile's kernel line: %s", strstr(text, "sgemm: OpenBLAS") ? strstr(text, "sgemm: OpenBLAS") : "(none)\n");
+    ck_assert_msg(strstr(text, want) != NULL, "no \"%s\" in the profile", want);
+    free(text);
+}
+END_TEST
+
 int main(void) {
     Suite *suite = suite_create("profile");
     TCase *tc = tcase_create("profile");
@@ -164,6 +184,7 @@ int main(void) {
     tcase_add_test(tc, floor_sums_its_shapes);
     tcase_add_test(tc, negative_control_a_profile_blind_to_backward_fails);
     tcase_add_test(tc, profile_flag_puts_the_floor_into_the_result);
+    tcase_add_test(tc, report_names_the_blas_kernel);
     suite_add_tcase(suite, tc);
     return check_run(suite, 0);
 }
