@@ -287,6 +287,24 @@ if [ -x "$chapter5" ]; then
     expect_error "$chapter5" "--mesh-only needs --world N" --mesh-only
     expect_error "$chapter5" "--json lists every rank: at most --world 4096" --mesh-only --world 8192 --tp 8 --pp 16 --json
     expect_error "$chapter5" "--zero 2: this chapter composes ZeRO-1" --zero 2
+    expect_error "$chapter5" "--tp 3 does not divide the 8 ranks" --ranks 8 --tp 3
+    expect_error "$chapter5" "--tp 3 x --pp 2 = 6 does not divide the 8 ranks" --ranks 8 --tp 3 --pp 2
+    # the arithmetic modes train nothing: what only training uses is refused, and --save
+    # leaves no directory behind
+    expect_error "$chapter5" "--save $scratch/c5: --mesh-only and --examples train nothing" --mesh-only --world 8 --save "$scratch/c5"
+    expect_error "$chapter5" "--save $scratch/c5: --mesh-only and --examples train nothing" --examples --save "$scratch/c5"
+    if [ -e "$scratch/c5" ]; then
+        failed=$((failed + 1))
+        echo "FAIL chapter5 --mesh-only / --examples --save: created $scratch/c5"
+    fi
+    expect_error "$chapter5" "--resume $scratch: --mesh-only and --examples train nothing" --mesh-only --world 8 --resume "$scratch"
+    expect_error "$chapter5" "--resume $scratch: --mesh-only and --examples train nothing" --examples --resume "$scratch"
+    expect_error "$chapter5" "--json does nothing with --examples" --examples --json
+    expect_error "$chapter5" "--steps does nothing with --mesh-only" --mesh-only --world 8 --steps 3
+    expect_error "$chapter5" "--schedule does nothing with --examples" --examples --schedule gpipe
+    expect_ok "$chapter5" --mesh-only --world 1024 --tp 8 --pp 16 --dp 8
+    expect_ok "$chapter5" --mesh-only --world 1024 --tp 8 --pp 16 --dp 8 --json
+    expect_ok "$chapter5" --examples
 fi
 # chapter 7, communication: sweep sizes, the ladder's calibration, the plot
 chapter7="$build"/chapter7

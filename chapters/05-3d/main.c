@@ -34,6 +34,24 @@ static int model_fits(const mesh_shape *m, const void *ctx) {
            a->cfg.batch % (m->dp * a->micro) == 0;
 }
 
+/* The sizes given, by flag: "--tp 3" or "--tp 2 x --pp 3 = 6". */
+static const char *given_sizes(const mesh_shape *m, char *out, size_t size) {
+    const char *names[3] = {"tp", "pp", "dp"};
+    const int values[3] = {m->tp, m->pp, m->dp};
+    int used = 0, count = 0;
+    long product = 1;
+    out[0] = 0;
+    for (int i = 0; i < 3; i++) {
+        if (!values[i]) continue;
+        used += snprintf(out + used, size - (size_t)used, "%s--%s %d", count ? " x " : "",
+                         names[i], values[i]);
+        product *= values[i];
+        count++;
+    }
+    if (count > 1) snprintf(out + used, size - (size_t)used, " = %ld", product);
+    return out;
+}
+
 /* Sizes not given: the one missing is what the world leaves; with more missing, TP 2
  * and PP 2 where they fit, the rest data parallel. */
 static void complete_mesh(chapter_args *a, int world) {
@@ -43,16 +61,20 @@ static void complete_mesh(chapter_args *a, int world) {
     if (given == 3) return;
     if (given == 2) {
         const int rest = world % known == 0 ? (int)(world / known) : 0;
+        char sizes[96];
         if (!rest)
-            cli_fail("--tp %d --pp %d --dp %d: %ld does not divide the %d ranks", m->tp, m->pp,
-                     m->dp, known, world);
+            cli_fail("%s does not divide the %d ranks", given_sizes(m, sizes, sizeof sizes),
+                     world);
         if (!m->tp) m->tp = rest;
         else if (!m->pp) m->pp = rest;
         else m->dp = rest;
         return;
     }
     int left = world / (int)known;
-    if (world % known) cli_fail("%ld does not divide the %d ranks", known, world);
+    if (world % known) {
+        char sizes[96];
+        cli_fail("%s does not divide the %d ranks", given_sizes(m, sizes, sizeof sizes), world);
+    }
     if (!m->tp) m->tp = left % 2 == 0 && a->cfg.model.heads % 2 == 0 ? 2 : 1, left /= m->tp;
     if (!m->pp) {   /* with dp given, what is left is the pipeline */
         m->pp = m->dp ? left : left % 2 == 0 && a->cfg.model.layers >= 2 ? 2 : 1;
@@ -213,6 +235,34 @@ static int train(chapter_args *a, int world) {
     return status;
 }
 
+/* What --mesh-only and --examples leave aside: they lay out meshes and train nothing. */
+static const char *const training_flags[] = {
+    "steps", "layers", "heads", "dim", "ctx", "batch", "vocab", "seed", "lr", "weight-decay",
+    "warmup", "preset", "data", "quiet", "profile", "device", "tf32", "allreduce", "link",
+    "link-scale", "send-mode", "comm-timeout", "trace", "save-every", "schedule", "micro",
+    "virtual", "zero", NULL};
+static const char *const mesh_flags[] = {"mesh-only", "world", "tp", "pp", "dp", "json", NULL};
+
+/* Whether --name is on the command line, before cli_parse: the arithmetic modes keep no
+ * checkpoint, and --save must be refused before it creates its directory. */
+static int in_argv(int argc, char **argv, const char *name) {
+    for (int i = 1; i < argc; i++)
+        if (strncmp(argv[i], "--", 2) == 0 && strcmp(argv[i] + 2, name) == 0) return 1;
+    return 0;
+}
+
+static void refuse_ignored_flags(const chapter_args *a) {
+    if (a->examples) {
+        cli_refuse_in_mode("--examples", training_flags, "it checks the course's meshes by"
+                           " arithmetic and trains nothing");
+        cli_refuse_in_mode("--examples", mesh_flags, "its meshes are the course's; for one of"
+                           " your own, with JSON: --mesh-only --world N --tp T --pp P --json");
+    } else if (a->mesh_only) {
+        cli_refuse_in_mode("--mesh-only", training_flags, "it lays out the mesh and trains"
+                           " nothing");
+    }
+}
+
 int main(int argc, char **argv) {
     chapter_args a = {.cfg = run_config_default(), .schedule = PP_1F1B, .micro = 4,
                       .chunks = 2};
@@ -231,9 +281,13 @@ int main(int argc, char **argv) {
         {"examples", OPT_FLAG, &a.examples, "the course text's meshes worked out", NULL, 0},
         {0},
     };
+    if (in_argv(argc, argv, "examples") || in_argv(argc, argv, "mesh-only"))
+        a.cfg.no_checkpoints = "--mesh-only and --examples train nothing, so there is nothing"
+                               " to save or resume (leave them out to train)";
     cli_parse(argc, argv, &a.cfg, options, argv[0],
               "3D parallelism: TP x PP x DP on one device mesh, against single-device"
               " training; the course's meshes checked by arithmetic.");
+    refuse_ignored_flags(&a);
     if (a.zero > 1) cli_fail("--zero %d: this chapter composes ZeRO-1 (use 0 or 1)", a.zero);
     if (a.examples) {
         if (process_hosts_rank0()) print_examples();
