@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../chapters/06-choose/course.h"
@@ -391,6 +393,34 @@ START_TEST(predictions_can_fail) {
 }
 END_TEST
 
+/* ---- a chapter that hangs ---------------------------------------------------------- */
+
+START_TEST(a_hanging_chapter_is_stopped) {
+    /* a stand-in chapter 1 that never answers: the prediction gives up after its
+     * timeout, kills it, and says so; it does not wait for it */
+    char dir[] = "/tmp/predict-hang-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char program[64];
+    snprintf(program, sizeof program, "%s/chapter1", dir);
+    FILE *f = fopen(program, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "#!/bin/sh\nsleep 100\n");
+    fclose(f);
+    ck_assert_int_eq(chmod(program, 0755), 0);
+    const predict_options o = {.steps = 1, .link_scale = 1, .timeout_seconds = 0.5};
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    char *json = run_chapter_json(dir, 1, 2, &o);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const double waited = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec);
+    printf("a chapter that hangs: stopped after %.2f s (timeout 0.5 s, tolerance 5 s)\n", waited);
+    ck_assert_ptr_null(json);
+    ck_assert_msg(waited < 5, "waited %.1f s for a hanging chapter", waited);
+    unlink(program);
+    rmdir(dir);
+}
+END_TEST
+
 int main(void) {
     Suite *suite = suite_create("chapter6");
     TCase *formulas = tcase_create("formulas");
@@ -403,6 +433,10 @@ int main(void) {
     tcase_add_test(formulas, decision_tree_branches);
     tcase_add_test(formulas, course_claims_by_arithmetic);
     suite_add_tcase(suite, formulas);
+    TCase *hang = tcase_create("hang");
+    tcase_set_timeout(hang, 20);   /* without a timeout of its own, the prediction waits */
+    tcase_add_test(hang, a_hanging_chapter_is_stopped);
+    suite_add_tcase(suite, hang);
     TCase *runs = tcase_create("runs");
     tcase_set_timeout(runs, 600);
     tcase_add_test(runs, predictions_match_the_chapters_runs);
