@@ -305,6 +305,17 @@ if [ -x "$chapter5" ]; then
     expect_ok "$chapter5" --mesh-only --world 1024 --tp 8 --pp 16 --dp 8
     expect_ok "$chapter5" --mesh-only --world 1024 --tp 8 --pp 16 --dp 8 --json
     expect_ok "$chapter5" --examples
+    # more ranks than cores: the table says why comm % is high
+    if [ "$(nproc)" -lt 8 ] && [ -z "$mpi" ]; then
+        # shellcheck disable=SC2086
+        if "$chapter5" $tiny --layers 2 --ranks 8 | grep -q "8 ranks share $(nproc) cores, so that wait includes"; then
+            passed=$((passed + 1))
+            echo "ok   chapter5 --ranks 8 on $(nproc) cores: the note on comm % is printed"
+        else
+            failed=$((failed + 1))
+            echo "FAIL chapter5 --ranks 8 on $(nproc) cores: no note on why comm % is high"
+        fi
+    fi
 fi
 # chapter 7, communication: sweep sizes, the ladder's calibration, the plot
 chapter7="$build"/chapter7

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "fits.h"
@@ -172,6 +173,17 @@ static void print_memory(const mesh_outcome *o, int world) {
            " the first and last stages also hold the tied embedding)\n");
 }
 
+/* With more rank threads than cores, a rank waiting in a collective is often waiting
+ * for its partner to get a core: comm % counts that wait too. */
+static void print_comm_note(int world) {
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (launch_mpi_world_size() > 0 || cores <= 0 || world <= cores) return;
+    printf("comm %%: the share of a step a rank waits in collectives. Here %d ranks share %ld"
+           " cores, so that wait includes\nwaiting for a partner to get a core: most of a step"
+           " shows as communication, however few bytes move (one rank a core: the wire alone)\n",
+           world, cores);
+}
+
 static char *run_json(const mesh_outcome *o, int world) {
     double largest[GROUP_KINDS] = {0}, formula[GROUP_KINDS] = {0};
     for (int w = 0; w < world; w++)
@@ -219,6 +231,7 @@ static int train(chapter_args *a, int world) {
                         NULL);
         } else {
             report_table(cfg, rows, 2);
+            print_comm_note(world);
             print_collectives(&o, world);
             print_memory(&o, world);
             printf("\n%s: 3D against the baseline (tolerances: gradients of step 1 %.0e, loss"
