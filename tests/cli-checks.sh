@@ -55,6 +55,14 @@ expect_error() {
     shift
     expect_status "$program" 2 "$@"
 }
+# expect_training_error PROGRAM PATTERN FLAG ARGS...: as expect_error for a program that
+# trains; the planner (chapter 6), which trains nothing, refuses FLAG by name instead
+expect_training_error() {
+    local program=$1 pattern=$2
+    shift 2
+    [ "$(basename "$program")" = chapter6 ] && pattern="$1 does nothing in chapter6"
+    expect_error "$program" "$pattern" "$@"
+}
 
 # Under MPI each case starts mpirun (about 1.5 s): the flag cases run on chapter 1 only,
 # which parses them with the same code as every program.
@@ -67,35 +75,35 @@ for program in "${every_program[@]}"; do
     expect_error "$program" "--dim 0: must be an integer from 1" --dim 0
     expect_error "$program" "--batch -3" --batch -3
     expect_error "$program" "--heads 3 does not divide --dim 128" --heads 3
-    expect_error "$program" "--lr x: not a number" --lr x
+    expect_training_error "$program" "--lr x: not a number" --lr x
     expect_error "$program" "--link warp: unknown value (valid: none, nvlink, ib, ethernet)" --link warp
     expect_error "$program" "--data /nonexistent: cannot open" --data /nonexistent
     expect_error "$program" "too short; a sequence of --ctx 64 needs at least 65 bytes" --data "$short"
     expect_error "$program" "--preset huge: unknown preset" --preset huge
     # negative and overflowing integers: refused, never wrapped round
-    expect_error "$program" "--seed -1: must be an integer from 0 to 18446744073709551615" --seed -1
-    expect_error "$program" "--seed  -1: must be an integer from 0" --seed " -1"
-    expect_error "$program" "--seed 18446744073709551616: must be an integer from 0" --seed 18446744073709551616
-    expect_error "$program" "--seed 12abc: must be an integer from 0" --seed 12abc
-    expect_error "$program" "--warmup -1: must be an integer from 0 to 1000000000" --warmup -1
+    expect_training_error "$program" "--seed -1: must be an integer from 0 to 18446744073709551615" --seed -1
+    expect_training_error "$program" "--seed  -1: must be an integer from 0" --seed " -1"
+    expect_training_error "$program" "--seed 18446744073709551616: must be an integer from 0" --seed 18446744073709551616
+    expect_training_error "$program" "--seed 12abc: must be an integer from 0" --seed 12abc
+    expect_training_error "$program" "--warmup -1: must be an integer from 0 to 1000000000" --warmup -1
     expect_error "$program" "--steps 4294967297: must be an integer from 1 to 1000000000" --steps 4294967297
     expect_error "$program" "--layers 99999999999999999999: must be an integer from 1" --layers 99999999999999999999
     expect_error "$program" "--ctx -2147483648: must be an integer from 1" --ctx -2147483648
-    expect_error "$program" "--lr -1: must be at least 0" --lr -1
-    expect_error "$program" "--lr 1e999: not a number" --lr 1e999
+    expect_training_error "$program" "--lr -1: must be at least 0" --lr -1
+    expect_training_error "$program" "--lr 1e999: not a number" --lr 1e999
     # data that is not a regular file: refused by its kind, before it is opened
     expect_error "$program" "--data /dev/zero: not a regular file" --data /dev/zero
     expect_error "$program" "--data $scratch/fifo: not a regular file" --data "$scratch/fifo"
     expect_error "$program" "--data $scratch: is a directory" --data "$scratch"
     # waits that would never end, or end in a time_t overflow
-    expect_error "$program" "--comm-timeout 1e+300: must be at most 604800" --comm-timeout 1e300
-    expect_error "$program" "--comm-timeout 1e+19: must be at most 604800" --comm-timeout 1e19
-    expect_error "$program" "--link-scale 1e+06: must be at most 10000" --link ethernet --link-scale 1e6 --comm-timeout 5
+    expect_training_error "$program" "--comm-timeout 1e+300: must be at most 604800" --comm-timeout 1e300
+    expect_training_error "$program" "--comm-timeout 1e+19: must be at most 604800" --comm-timeout 1e19
+    expect_training_error "$program" "--link-scale 1e+06: must be at most 10000" --comm-timeout 5 --link ethernet --link-scale 1e6
     expect_error "$program" "--ranks 5000: must be at most 4096" --ranks 5000 --batch 5000
     # sizes whose products overflow
     expect_error "$program" "--dim 1000000000: at most 536870911" --dim 1000000000 --vocab 1000000000
     expect_error "$program" "attention scores a sequence overflow" --ctx 1000000000
-    expect_error "$program" "--trace $scratch/no/t.json: cannot write there" --trace "$scratch/no/t.json"
+    expect_training_error "$program" "--trace $scratch/no/t.json: cannot write there" --trace "$scratch/no/t.json"
     # test hooks are accepted but never listed for a student
     if "$program" --help 2>&1 | grep -q -- "--save-test-crash"; then
         failed=$((failed + 1))
@@ -207,6 +215,40 @@ if [ -x "$planner" ] && [ -z "$mpi" ]; then
     expect_error "$planner" "--gpu-mem x: not a number" --gpu-mem x
     expect_error "$planner" "--batch 100 does not split into --dp 64" --params 70e9 --gpus 64 --dp 64 --batch 100
     expect_error "$planner" "--zero 3 belongs to a mesh" --params 70e9 --zero 3
+    # products of sizes up to 1e9 are formed in 64 bits, and refused by name
+    expect_error "$planner" "--tp 65536 x --pp 65536 = 4294967296 GPUs, more than --gpus 8" --params 70e9 --tp 65536 --pp 65536
+    expect_error "$planner" "--tp 46341 x --pp 46341 = 2147488281 GPUs, more than --gpus 8" --params 70e9 --tp 46341 --pp 46341
+    expect_error "$planner" "--gpus 1e+09: must be at most 1e+08" --gpus 1000000000
+    # it trains nothing: training flags are refused and not listed, and modes that
+    # ignore a flag refuse it
+    expect_error "$planner" "--save does nothing in chapter6 (the planner trains nothing)" --save "$scratch/ckpt"
+    if [ -e "$scratch/ckpt" ]; then
+        failed=$((failed + 1))
+        echo "FAIL chapter6 --save: created $scratch/ckpt"
+    fi
+    expect_error "$planner" "--profile does nothing in chapter6" --profile
+    expect_error "$planner" "--steps does nothing with a plan (only --predict-chapters runs programs)" --params 70e9 --steps 3
+    expect_error "$planner" "--link-scale does nothing with a plan" --link-scale 2
+    expect_error "$planner" "--link-scale 1e+06: must be at most 10000" --predict-chapters --link-scale 1e6
+    expect_error "$planner" "--gpus does nothing with --predict-chapters" --predict-chapters --gpus 64
+    expect_error "$planner" "--json does nothing with --course (it prints its checks as text)" --course --json
+    expect_error "$planner" "--tokens does nothing with --max-params without a model" --gpus 1024 --max-params --tokens 1e12
+    listed=$("$planner" --help 2>&1 | grep -o -e "--lr \|--save \|--profile \|--seed \|--trace " | tr '\n' ' ')
+    if [ -z "$listed" ]; then
+        passed=$((passed + 1))
+        echo "ok   chapter6 --help lists no training flag"
+    else
+        failed=$((failed + 1))
+        echo "FAIL chapter6 --help lists training flags: $listed"
+    fi
+    # the README's commands run (--predict-chapters is test_chapter6's)
+    expect_ok "$planner" --params 70e9 --gpus 64 --gpu-mem 80
+    expect_ok "$planner" --layers 96 --hidden 12288 --heads 96 --vocab 51200 --seq 2048 --gpus 1024
+    expect_ok "$planner" --params 70e9 --gpus 64 --tp 8 --pp 4 --zero 1
+    expect_ok "$planner" --params 70e9 --gpus 64 --tokens 1e12 --max-params
+    expect_ok "$planner" --course
+    expect_ok "$planner" --params 70e9 --gpus 64 --json
+    expect_ok "$planner" --gpus 1024 --gpu-mem 32 --tp 16 --max-params
 fi
 # checkpoints: a --resume that cannot be used is one line before any rank starts
 ckpt=$(mktemp -d)
@@ -245,6 +287,35 @@ if [ -x "$chapter5" ]; then
     expect_error "$chapter5" "--mesh-only needs --world N" --mesh-only
     expect_error "$chapter5" "--json lists every rank: at most --world 4096" --mesh-only --world 8192 --tp 8 --pp 16 --json
     expect_error "$chapter5" "--zero 2: this chapter composes ZeRO-1" --zero 2
+    expect_error "$chapter5" "--tp 3 does not divide the 8 ranks" --ranks 8 --tp 3
+    expect_error "$chapter5" "--tp 3 x --pp 2 = 6 does not divide the 8 ranks" --ranks 8 --tp 3 --pp 2
+    # the arithmetic modes train nothing: what only training uses is refused, and --save
+    # leaves no directory behind
+    expect_error "$chapter5" "--save $scratch/c5: --mesh-only and --examples train nothing" --mesh-only --world 8 --save "$scratch/c5"
+    expect_error "$chapter5" "--save $scratch/c5: --mesh-only and --examples train nothing" --examples --save "$scratch/c5"
+    if [ -e "$scratch/c5" ]; then
+        failed=$((failed + 1))
+        echo "FAIL chapter5 --mesh-only / --examples --save: created $scratch/c5"
+    fi
+    expect_error "$chapter5" "--resume $scratch: --mesh-only and --examples train nothing" --mesh-only --world 8 --resume "$scratch"
+    expect_error "$chapter5" "--resume $scratch: --mesh-only and --examples train nothing" --examples --resume "$scratch"
+    expect_error "$chapter5" "--json does nothing with --examples" --examples --json
+    expect_error "$chapter5" "--steps does nothing with --mesh-only" --mesh-only --world 8 --steps 3
+    expect_error "$chapter5" "--schedule does nothing with --examples" --examples --schedule gpipe
+    expect_ok "$chapter5" --mesh-only --world 1024 --tp 8 --pp 16 --dp 8
+    expect_ok "$chapter5" --mesh-only --world 1024 --tp 8 --pp 16 --dp 8 --json
+    expect_ok "$chapter5" --examples
+    # more ranks than cores: the table says why comm % is high
+    if [ "$(nproc)" -lt 8 ] && [ -z "$mpi" ]; then
+        # shellcheck disable=SC2086
+        if "$chapter5" $tiny --layers 2 --ranks 8 | grep -q "8 ranks share $(nproc) cores, so that wait includes"; then
+            passed=$((passed + 1))
+            echo "ok   chapter5 --ranks 8 on $(nproc) cores: the note on comm % is printed"
+        else
+            failed=$((failed + 1))
+            echo "FAIL chapter5 --ranks 8 on $(nproc) cores: no note on why comm % is high"
+        fi
+    fi
 fi
 # chapter 7, communication: sweep sizes, the ladder's calibration, the plot
 chapter7="$build"/chapter7

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../chapters/06-choose/course.h"
@@ -391,6 +393,112 @@ START_TEST(predictions_can_fail) {
 }
 END_TEST
 
+/* ---- hand-computed cases that a plausible slip in the formulas fails ------------------ */
+
+/* The small shape of formulas_match_hand_computed_cases: l 2, h 64, a 4, V 100, s 16. */
+static const plan_model HAND = {.layers = 2, .hidden = 64, .heads = 4, .vocab = 100, .seq = 16};
+
+START_TEST(one_f_one_b_holds_only_the_micro_batches_it_has) {
+    /* l 4 on pp 4: one layer a stage. B 2, b 1, dp 1: m = 2 micro-batches, fewer than the
+     * p = 4 stages, so the first stage holds min(p, m) = 2 of them, not p = 4.
+     * One layer, b 1: s b h = 16 x 1 x 64 = 1024; 34 + 5 a s / h = 34 + 5 x 4 x 16 / 64
+     * = 39 -> 39936 bytes; x 2 in flight = 79872 (no head term on a pipeline). */
+    const plan_model m = {.layers = 4, .hidden = 64, .heads = 4, .vocab = 100, .seq = 16};
+    const plan_mesh mesh = {.tp = 1, .pp = 4, .dp = 1, .micro_batch = 1, .global_batch = 2,
+                            .recompute = RECOMPUTE_NONE};
+    const double bytes = plan_activations_per_gpu(&m, &mesh);
+    printf("activations, 1F1B with m 2 < p 4: %.0f bytes, by hand 1 x 2 x 1024 x 39 = 79872\n",
+           bytes);
+    ck_assert_msg(bytes == 79872, "activations at m 2 < p 4: %.0f bytes, by hand 79872 (p = 4"
+                  " in flight would be 159744)", bytes);
+}
+END_TEST
+
+/* 2 GPUs, 1 per node, at 1 GFLOP/s, no wire between nodes (LINK_NONE: 0 s): only the
+ * compute and the bubble are left. */
+static const plan_cluster SLOW_PAIR = {.gpus = 2, .gpus_per_node = 1,
+                                       .between_nodes = LINK_NONE, .flops_per_gpu = 1e9};
+
+START_TEST(the_bubble_is_p_minus_1_over_m) {
+    /* pp 2, dp 1, B 4, b 1: m = 4. F (no recomputation) for B 1 is 10444800 (3 passes:
+     * 9437184 (1 + 16 / 384) + 6 x 16 x 64 x 100), for B 4 41779200 FLOPs.
+     * compute = 41779200 / (2 x 1e9) = 0.0208896 s; bubble (p-1)/m = 1/4 of it
+     * = 0.0052224 s; total 0.026112 s. */
+    const plan_mesh mesh = {.tp = 1, .pp = 2, .dp = 1, .micro_batch = 1, .global_batch = 4,
+                            .recompute = RECOMPUTE_NONE};
+    const plan_step t = plan_step_time(&HAND, &mesh, &SLOW_PAIR);
+    printf("step with pp 2, m 4: compute %.7g s, bubble %.7g s (by hand 0.0208896, 0.0052224)\n",
+           t.compute, t.bubble);
+    ck_assert_msg(fabs(t.compute - 0.0208896) <= 1e-12, "compute %.10g s, by hand 0.0208896",
+                  t.compute);
+    ck_assert_msg(fabs(t.bubble - 0.0052224) <= 1e-12, "bubble %.10g s, by hand (p-1)/m x"
+                  " compute = 0.0052224", t.bubble);
+    ck_assert_msg(fabs(t.total - 0.026112) <= 1e-12, "step %.10g s, by hand 0.026112", t.total);
+}
+END_TEST
+
+START_TEST(the_pipeline_link_is_tp_x_dp_ranks_away) {
+    /* tp 2 x pp 2 x dp 2 on 8 GPUs, 4 a node. Megatron's order puts stage 0 on ranks
+     * 0-3 (node 0) and stage 1 on ranks 4-7 (node 1): the next stage is tp x dp = 4
+     * ranks away, across nodes, on InfiniBand (2 tp = 4 ranks would fit in a node).
+     * B 4, b 1, dp 2: m = 2. A message is b s h / t fp16 values: 2 x 16 x 64 / 2 = 1024
+     * bytes, 5 us + 1024 / 50e9 s = 5.02048e-6 s; 2 m messages (activation out,
+     * gradient back) = 2.008192e-5 s. On NVLink it would be 4 x (2 us + 1024 / 900e9). */
+    const plan_cluster nodes_of_4 = {.gpus = 8, .gpus_per_node = 4, .between_nodes = LINK_IB,
+                                     .flops_per_gpu = 1e9};
+    const plan_mesh mesh = {.tp = 2, .pp = 2, .dp = 2, .micro_batch = 1, .global_batch = 4,
+                            .recompute = RECOMPUTE_NONE, .sequence_parallel = 1};
+    const plan_step t = plan_step_time(&HAND, &mesh, &nodes_of_4);
+    printf("pipeline link, tp 2 x pp 2 x dp 2, 4 GPUs a node: %.7g s (by hand, InfiniBand"
+           " 2.008192e-05)\n", t.pp_comm);
+    ck_assert_msg(fabs(t.pp_comm - 2.008192e-5) <= 1e-15, "pipeline messages take %.7g s, by"
+                  " hand 2.008192e-05 s on InfiniBand (NVLink would be 8.00455e-06)", t.pp_comm);
+}
+END_TEST
+
+START_TEST(the_predicted_pipeline_step_is_stretched_by_m_plus_p_minus_1_over_m) {
+    /* l 2, h 16, V 256, s 8, B 8: parameters without the positions 256 x 16 + 2 (12 x 256
+     * + 13 x 16) + 2 x 16 = 10688; attention 12 l s h = 3072 a token; 64 tokens:
+     * 64 (6 x 10688 + 3072) = 4300800 FLOPs. pp 2: 2150400 a stage, at 1 GFLOP/s 2.1504
+     * ms; 2 ranks on 2 cores share nothing; 1F1B stretches it by (m + p - 1) / m
+     * = (4 + 1) / 4: 2.688 ms. */
+    const gpt_config c = {.vocab = 256, .ctx = 8, .layers = 2, .heads = 2, .dim = 16};
+    const chapter_strategy pipe = {4, "pp-1f1b", 1, 0, 2, 4};
+    const chapter_figures f = predict_chapter_run(&c, 8, 2, &pipe, 1.0, 2, LINK_NONE, 1);
+    printf("predicted pipeline step, p 2, m 4: %.6g ms (by hand 2.688)\n", f.ms_per_step);
+    ck_assert_msg(fabs(f.ms_per_step - 2.688) <= 1e-9, "pipeline step %.6g ms, by hand 2.1504"
+                  " x (m + p - 1) / m = 2.688 ms", f.ms_per_step);
+}
+END_TEST
+
+/* ---- a chapter that hangs ---------------------------------------------------------- */
+
+START_TEST(a_hanging_chapter_is_stopped) {
+    /* a stand-in chapter 1 that never answers: the prediction gives up after its
+     * timeout, kills it, and says so; it does not wait for it */
+    char dir[] = "/tmp/predict-hang-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char program[64];
+    snprintf(program, sizeof program, "%s/chapter1", dir);
+    FILE *f = fopen(program, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "#!/bin/sh\nsleep 100\n");
+    fclose(f);
+    ck_assert_int_eq(chmod(program, 0755), 0);
+    const predict_options o = {.steps = 1, .link_scale = 1, .timeout_seconds = 0.5};
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    char *json = run_chapter_json(dir, 1, 2, &o);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const double waited = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec);
+    printf("a chapter that hangs: stopped after %.2f s (timeout 0.5 s, tolerance 5 s)\n", waited);
+    ck_assert_ptr_null(json);
+    ck_assert_msg(waited < 5, "waited %.1f s for a hanging chapter", waited);
+    unlink(program);
+    rmdir(dir);
+}
+END_TEST
+
 int main(void) {
     Suite *suite = suite_create("chapter6");
     TCase *formulas = tcase_create("formulas");
@@ -402,7 +510,15 @@ int main(void) {
     tcase_add_test(formulas, published_meshes_fit_their_gpus);
     tcase_add_test(formulas, decision_tree_branches);
     tcase_add_test(formulas, course_claims_by_arithmetic);
+    tcase_add_test(formulas, one_f_one_b_holds_only_the_micro_batches_it_has);
+    tcase_add_test(formulas, the_bubble_is_p_minus_1_over_m);
+    tcase_add_test(formulas, the_pipeline_link_is_tp_x_dp_ranks_away);
+    tcase_add_test(formulas, the_predicted_pipeline_step_is_stretched_by_m_plus_p_minus_1_over_m);
     suite_add_tcase(suite, formulas);
+    TCase *hang = tcase_create("hang");
+    tcase_set_timeout(hang, 20);   /* without a timeout of its own, the prediction waits */
+    tcase_add_test(hang, a_hanging_chapter_is_stopped);
+    suite_add_tcase(suite, hang);
     TCase *runs = tcase_create("runs");
     tcase_set_timeout(runs, 600);
     tcase_add_test(runs, predictions_match_the_chapters_runs);

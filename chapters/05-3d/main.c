@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "fits.h"
@@ -34,6 +35,24 @@ static int model_fits(const mesh_shape *m, const void *ctx) {
            a->cfg.batch % (m->dp * a->micro) == 0;
 }
 
+/* The sizes given, by flag: "--tp 3" or "--tp 2 x --pp 3 = 6". */
+static const char *given_sizes(const mesh_shape *m, char *out, size_t size) {
+    const char *names[3] = {"tp", "pp", "dp"};
+    const int values[3] = {m->tp, m->pp, m->dp};
+    int used = 0, count = 0;
+    long product = 1;
+    out[0] = 0;
+    for (int i = 0; i < 3; i++) {
+        if (!values[i]) continue;
+        used += snprintf(out + used, size - (size_t)used, "%s--%s %d", count ? " x " : "",
+                         names[i], values[i]);
+        product *= values[i];
+        count++;
+    }
+    if (count > 1) snprintf(out + used, size - (size_t)used, " = %ld", product);
+    return out;
+}
+
 /* Sizes not given: the one missing is what the world leaves; with more missing, TP 2
  * and PP 2 where they fit, the rest data parallel. */
 static void complete_mesh(chapter_args *a, int world) {
@@ -43,16 +62,20 @@ static void complete_mesh(chapter_args *a, int world) {
     if (given == 3) return;
     if (given == 2) {
         const int rest = world % known == 0 ? (int)(world / known) : 0;
+        char sizes[96];
         if (!rest)
-            cli_fail("--tp %d --pp %d --dp %d: %ld does not divide the %d ranks", m->tp, m->pp,
-                     m->dp, known, world);
+            cli_fail("%s does not divide the %d ranks", given_sizes(m, sizes, sizeof sizes),
+                     world);
         if (!m->tp) m->tp = rest;
         else if (!m->pp) m->pp = rest;
         else m->dp = rest;
         return;
     }
     int left = world / (int)known;
-    if (world % known) cli_fail("%ld does not divide the %d ranks", known, world);
+    if (world % known) {
+        char sizes[96];
+        cli_fail("%s does not divide the %d ranks", given_sizes(m, sizes, sizeof sizes), world);
+    }
     if (!m->tp) m->tp = left % 2 == 0 && a->cfg.model.heads % 2 == 0 ? 2 : 1, left /= m->tp;
     if (!m->pp) {   /* with dp given, what is left is the pipeline */
         m->pp = m->dp ? left : left % 2 == 0 && a->cfg.model.layers >= 2 ? 2 : 1;
@@ -150,6 +173,17 @@ static void print_memory(const mesh_outcome *o, int world) {
            " the first and last stages also hold the tied embedding)\n");
 }
 
+/* With more rank threads than cores, a rank waiting in a collective is often waiting
+ * for its partner to get a core: comm % counts that wait too. */
+static void print_comm_note(int world) {
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (launch_mpi_world_size() > 0 || cores <= 0 || world <= cores) return;
+    printf("comm %%: the share of a step a rank waits in collectives. Here %d ranks share %ld"
+           " cores, so that wait includes\nwaiting for a partner to get a core: most of a step"
+           " shows as communication, however few bytes move (one rank a core: the wire alone)\n",
+           world, cores);
+}
+
 static char *run_json(const mesh_outcome *o, int world) {
     double largest[GROUP_KINDS] = {0}, formula[GROUP_KINDS] = {0};
     for (int w = 0; w < world; w++)
@@ -197,6 +231,7 @@ static int train(chapter_args *a, int world) {
                         NULL);
         } else {
             report_table(cfg, rows, 2);
+            print_comm_note(world);
             print_collectives(&o, world);
             print_memory(&o, world);
             printf("\n%s: 3D against the baseline (tolerances: gradients of step 1 %.0e, loss"
@@ -211,6 +246,34 @@ static int train(chapter_args *a, int world) {
     baseline_free(baseline);
     dataset_free(data);
     return status;
+}
+
+/* What --mesh-only and --examples leave aside: they lay out meshes and train nothing. */
+static const char *const training_flags[] = {
+    "steps", "layers", "heads", "dim", "ctx", "batch", "vocab", "seed", "lr", "weight-decay",
+    "warmup", "preset", "data", "quiet", "profile", "device", "tf32", "allreduce", "link",
+    "link-scale", "send-mode", "comm-timeout", "trace", "save-every", "schedule", "micro",
+    "virtual", "zero", NULL};
+static const char *const mesh_flags[] = {"mesh-only", "world", "tp", "pp", "dp", "json", NULL};
+
+/* Whether --name is on the command line, before cli_parse: the arithmetic modes keep no
+ * checkpoint, and --save must be refused before it creates its directory. */
+static int in_argv(int argc, char **argv, const char *name) {
+    for (int i = 1; i < argc; i++)
+        if (strncmp(argv[i], "--", 2) == 0 && strcmp(argv[i] + 2, name) == 0) return 1;
+    return 0;
+}
+
+static void refuse_ignored_flags(const chapter_args *a) {
+    if (a->examples) {
+        cli_refuse_in_mode("--examples", training_flags, "it checks the course's meshes by"
+                           " arithmetic and trains nothing");
+        cli_refuse_in_mode("--examples", mesh_flags, "its meshes are the course's; for one of"
+                           " your own, with JSON: --mesh-only --world N --tp T --pp P --json");
+    } else if (a->mesh_only) {
+        cli_refuse_in_mode("--mesh-only", training_flags, "it lays out the mesh and trains"
+                           " nothing");
+    }
 }
 
 int main(int argc, char **argv) {
@@ -231,9 +294,13 @@ int main(int argc, char **argv) {
         {"examples", OPT_FLAG, &a.examples, "the course text's meshes worked out", NULL, 0},
         {0},
     };
+    if (in_argv(argc, argv, "examples") || in_argv(argc, argv, "mesh-only"))
+        a.cfg.no_checkpoints = "--mesh-only and --examples train nothing, so there is nothing"
+                               " to save or resume (leave them out to train)";
     cli_parse(argc, argv, &a.cfg, options, argv[0],
               "3D parallelism: TP x PP x DP on one device mesh, against single-device"
               " training; the course's meshes checked by arithmetic.");
+    refuse_ignored_flags(&a);
     if (a.zero > 1) cli_fail("--zero %d: this chapter composes ZeRO-1 (use 0 or 1)", a.zero);
     if (a.examples) {
         if (process_hosts_rank0()) print_examples();

@@ -5,6 +5,7 @@
  *   ./run 1 --layers 96 --hidden 12288 --heads 96 --vocab 51200 --seq 2048 --gpus 1024
  *   ./run 1 --course               the course text's claims, re-derived
  *   ./run 1 --predict-chapters     predicted against measured, chapters 1-5 on bench256 */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -23,60 +24,122 @@ typedef struct {
     int max_params, course, predict;
 } planner_flags;
 
-/* Whether --name was on the command line (as --name X or --name=X). */
-static int flag_given(int argc, char **argv, const char *name) {
-    const size_t len = strlen(name);
-    for (int i = 1; i < argc; i++)
-        if (strncmp(argv[i], "--", 2) == 0 && strncmp(argv[i] + 2, name, len) == 0 &&
-            (argv[i][2 + len] == 0 || argv[i][2 + len] == '='))
-            return 1;
+/* The most GPUs planned for: the default batch, 8 sequences a GPU, stays an int. */
+#define PLANNER_MAX_GPUS 1e8
+
+/* The shared flags the planner has no use for: it trains nothing itself. --steps,
+ * --data and --link-scale stay: --predict-chapters passes them to the chapters. */
+static const char *const planner_unused[] = {
+    "seed", "lr", "weight-decay", "warmup", "quiet", "profile", "device", "tf32",
+    "allreduce", "send-mode", "comm-timeout", "trace", "save", "save-every", "resume",
+    "save-test-crash", NULL};
+/* Flags only --predict-chapters uses. */
+static const char *const predict_only[] = {"steps", "data", "link-scale", NULL};
+/* What a plan is made of: the model, the cluster, the mesh and what to print. */
+static const char *const plan_flags[] = {
+    "params", "hidden", "seq", "layers", "heads", "dim", "ctx", "vocab", "preset", "batch",
+    "gpus", "gpu-mem", "gpus-per-node", "micro-batch", "gpu-tflops", "peak-tflops", "mfu",
+    "tokens", "tp", "pp", "dp", "zero", "recompute", "max-params", NULL};
+/* A model given by shape. */
+static const char *const shape_flags[] = {"layers", "hidden", "dim", "heads", "vocab", "seq",
+                                          "ctx", "preset", NULL};
+/* What only a model's plan uses, not the largest model per ZeRO stage. */
+static const char *const model_plan_flags[] = {
+    "batch", "micro-batch", "gpu-tflops", "peak-tflops", "mfu", "tokens", "zero", "recompute",
+    "gpus-per-node", "link", NULL};
+
+static int any_given(const char *const *flags) {
+    for (int i = 0; flags[i]; i++)
+        if (cli_given(flags[i])) return 1;
     return 0;
 }
 
-static plan_model model_from_flags(int argc, char **argv, const run_config *cfg,
-                                   const planner_flags *f) {
+/* --max-params without a model: the largest model per ZeRO stage is all it prints. */
+static int cluster_only(const planner_flags *f) {
+    return f->max_params && f->params < 0 && !any_given(shape_flags);
+}
+
+/* The modes that ignore flags refuse them, in one line, before anything runs. */
+static void refuse_ignored_flags(const planner_flags *f) {
+    if (f->predict) {
+        cli_refuse_in_mode("--predict-chapters", plan_flags, "it runs bench256 on 2 and 4"
+                           " ranks, as chapters 1-5 are built");
+        cli_refuse_in_mode("--predict-chapters", (const char *const[]){"course", NULL},
+                           "run them one at a time");
+        return;
+    }
+    cli_refuse_in_mode("a plan", predict_only, "only --predict-chapters runs programs");
+    if (f->course) {
+        cli_refuse_in_mode("--course", plan_flags, "it checks the course text's own numbers");
+        cli_refuse_in_mode("--course", (const char *const[]){"json", NULL},
+                           "it prints its checks as text");
+        cli_refuse_in_mode("--course", (const char *const[]){"link", NULL},
+                           "its cluster is fixed: InfiniBand between nodes");
+    }
+    if (cluster_only(f))
+        cli_refuse_in_mode("--max-params without a model", model_plan_flags,
+                           "the largest models need only the GPUs, their memory and --tp x"
+                           " --pp; give --params or a shape to plan a model too");
+}
+
+static plan_model model_from_flags(const run_config *cfg, const planner_flags *f) {
     const gpt_config *g = &cfg->model;
     if (f->params < 0)
         return (plan_model){g->layers, g->dim, g->heads, g->vocab, g->ctx};
-    static const char *const shape_flags[] = {"layers", "hidden", "dim", "heads"};
-    for (size_t i = 0; i < sizeof shape_flags / sizeof shape_flags[0]; i++)
-        if (flag_given(argc, argv, shape_flags[i]))
+    static const char *const by_shape[] = {"layers", "hidden", "dim", "heads"};
+    for (size_t i = 0; i < sizeof by_shape / sizeof by_shape[0]; i++)
+        if (cli_given(by_shape[i]))
             cli_fail("--params %g and --%s both given: give a parameter count or a shape"
-                     " (--layers --hidden --heads), not both", f->params, shape_flags[i]);
-    const int vocab = flag_given(argc, argv, "vocab") ? g->vocab : 51200;
-    const int seq = flag_given(argc, argv, "seq") || flag_given(argc, argv, "ctx") ? g->ctx : 2048;
+                     " (--layers --hidden --heads), not both", f->params, by_shape[i]);
+    const int vocab = cli_given("vocab") ? g->vocab : 51200;
+    const int seq = cli_given("seq") || cli_given("ctx") ? g->ctx : 2048;
     return plan_shape_for_params(f->params, vocab, seq);
 }
 
-static plan_mesh mesh_from_flags(const planner_flags *f, const plan_model *m) {
+/* The mesh's sizes against the GPUs; products in 64 bits, since each size may be up
+ * to 1e9. */
+static plan_mesh mesh_from_flags(const planner_flags *f) {
     if (!f->tp && !f->pp && !f->dp) {
         if (f->zero)
             cli_fail("--zero %d belongs to a mesh: give --tp, --pp or --dp with it", f->zero);
         return (plan_mesh){0};
     }
     const int tp = f->tp ? f->tp : 1, pp = f->pp ? f->pp : 1;
+    const int64_t model_parallel = (int64_t)tp * pp;
+    if (model_parallel > f->gpus)
+        cli_fail("--tp %d x --pp %d = %lld GPUs, more than --gpus %d (a mesh's product is the"
+                 " GPUs)", tp, pp, (long long)model_parallel, f->gpus);
     int dp = f->dp;
     if (!dp) {
-        if (f->gpus % (tp * pp))
-            cli_fail("--tp %d x --pp %d = %d does not divide --gpus %d (give --dp, or a mesh"
-                     " whose product is %d)", tp, pp, tp * pp, f->gpus, f->gpus);
-        dp = f->gpus / (tp * pp);
+        if (f->gpus % model_parallel)
+            cli_fail("--tp %d x --pp %d = %lld does not divide --gpus %d (give --dp, or a mesh"
+                     " whose product is %d)", tp, pp, (long long)model_parallel, f->gpus, f->gpus);
+        dp = (int)(f->gpus / model_parallel);
     }
-    if ((long)tp * pp * dp != f->gpus)
-        cli_fail("--tp %d x --pp %d x --dp %d = %ld does not multiply to --gpus %d", tp, pp, dp,
-                 (long)tp * pp * dp, f->gpus);
-    if (m->heads % tp)
-        cli_fail("--tp %d does not divide the %d heads (try a divisor of %d)", tp, m->heads,
-                 m->heads);
-    if (pp > m->layers)
-        cli_fail("--pp %d is more stages than the %d layers (at most %d)", pp, m->layers,
-                 m->layers);
+    if (model_parallel * dp != f->gpus)
+        cli_fail("--tp %d x --pp %d x --dp %d = %lld does not multiply to --gpus %d", tp, pp, dp,
+                 (long long)(model_parallel * dp), f->gpus);
     return (plan_mesh){.tp = tp, .pp = pp, .dp = dp, .zero_stage = f->zero};
 }
 
-static plan_request request_from_flags(int argc, char **argv, const run_config *cfg,
-                                       const planner_flags *f) {
-    plan_request r = {.model = model_from_flags(argc, argv, cfg, f)};
+/* The mesh must split the model: whole heads per TP rank, a layer or more a stage. */
+static void check_mesh_fits_model(const plan_mesh *mesh, const plan_model *m) {
+    if (!mesh->tp) return;
+    if (m->heads % mesh->tp)
+        cli_fail("--tp %d does not divide the %d heads (try a divisor of %d)", mesh->tp,
+                 m->heads, m->heads);
+    if (mesh->pp > m->layers)
+        cli_fail("--pp %d is more stages than the %d layers (at most %d)", mesh->pp, m->layers,
+                 m->layers);
+}
+
+static plan_request request_from_flags(const run_config *cfg, const planner_flags *f) {
+    plan_request r = {.gpu_bytes = f->gpu_mem * 1e9};
+    r.cluster.gpus = f->gpus;
+    r.mesh = mesh_from_flags(f);
+    if (cluster_only(f)) return r;   /* no model: nothing else is used */
+    r.model = model_from_flags(cfg, f);
+    check_mesh_fits_model(&r.mesh, &r.model);
     if (f->mfu <= 0 || f->mfu > 1)
         cli_fail("--mfu %g: must be a fraction of peak in (0, 1]", f->mfu);
     r.cluster = (plan_cluster){
@@ -85,18 +148,34 @@ static plan_request request_from_flags(int argc, char **argv, const run_config *
         .between_nodes = cfg->comm.link == LINK_NONE ? LINK_IB : cfg->comm.link,
         .flops_per_gpu = 1e12 * (f->gpu_tflops > 0 ? f->gpu_tflops : f->peak_tflops * f->mfu),
     };
-    r.gpu_bytes = f->gpu_mem * 1e9;
     r.micro_batch = f->micro_batch;
     /* default: 8 sequences per GPU, enough micro-batches to keep a pipeline busy */
-    r.global_batch = flag_given(argc, argv, "batch") ? cfg->batch : 8 * f->gpus;
+    r.global_batch = cli_given("batch") ? cfg->batch : 8 * f->gpus;
     r.recompute = f->recompute - 1;   /* auto (-1), none, selective, full */
-    r.mesh = mesh_from_flags(f, &r.model);
-    if (r.mesh.tp && !plan_micro_batches(&(plan_mesh){.dp = r.mesh.dp, .micro_batch = r.micro_batch,
-                                                      .global_batch = r.global_batch}))
+    r.mesh.micro_batch = r.micro_batch;
+    r.mesh.global_batch = r.global_batch;
+    if (r.mesh.tp && !plan_micro_batches(&r.mesh))
         cli_fail("--batch %d does not split into --dp %d x --micro-batch %d sequences (use a"
-                 " multiple of %d)", r.global_batch, r.mesh.dp, r.micro_batch,
-                 r.mesh.dp * r.micro_batch);
+                 " multiple of %lld)", r.global_batch, r.mesh.dp, r.micro_batch,
+                 (long long)r.mesh.dp * r.micro_batch);
     return r;
+}
+
+static int plan_and_print(const run_config *cfg, const planner_flags *f) {
+    plan_request r = request_from_flags(cfg, f);
+    if (cluster_only(f)) {
+        plan_print_max_params(&r, cfg->json);
+        return 0;
+    }
+    plan_row rows[PLAN_MAX_ROWS];
+    const int n = plan_strategies(&r, rows);
+    plan_decision d;
+    plan_decide(&r, rows, n, &d);
+    if (cfg->json)
+        plan_print_json(&r, rows, n, &d, f->tokens, f->max_params);
+    else
+        plan_print(&r, rows, n, &d, f->tokens, f->max_params);
+    return 0;
 }
 
 int main(int argc, char **argv) {
@@ -128,19 +207,24 @@ int main(int argc, char **argv) {
          "predict chapters 1-5 on bench256 (2 and 4 ranks) and run them to compare", NULL, 0},
         {0},
     };
+    cfg.unused_flags = planner_unused;
+    cfg.unused_why = "the planner trains nothing";
     cli_parse(argc, argv, &cfg, options, argv[0],
               "How to choose: memory per GPU, time and the decision tree for any model and"
-              " cluster, without training.");
+              " cluster, without training.\n--steps, --data and --link-scale are for the"
+              " chapters --predict-chapters runs.");
     cli_check_at_most("params", f.params, 1e15, "a million billion parameters");
+    cli_check_at_most("gpus", f.gpus, PLANNER_MAX_GPUS, "a hundred million GPUs; 8 sequences each still count in an int");
     cli_check_at_most("gpu-mem", f.gpu_mem, 1e6, "a petabyte a GPU");
     cli_check_at_most("gpu-tflops", f.gpu_tflops, 1e6, "a million TFLOP/s");
     cli_check_at_most("peak-tflops", f.peak_tflops, 1e6, "a million TFLOP/s");
     cli_check_at_most("tokens", f.tokens, 1e18, "a billion billion tokens");
     if (cfg.data_path) dataset_free(dataset_from_config(&cfg));   /* refuse a bad file */
+    refuse_ignored_flags(&f);
     if (!process_hosts_rank0()) return 0;   /* under mpirun: one process answers */
 
     if (f.predict) {
-        predict_options po = {.steps = flag_given(argc, argv, "steps") ? cfg.steps : 3,
+        predict_options po = {.steps = cli_given("steps") ? cfg.steps : 3,
                               .link = cfg.comm.link, .link_scale = cfg.comm.link_scale,
                               .data_path = cfg.data_path, .json = cfg.json};
         return predict_chapters(&po);
@@ -149,14 +233,5 @@ int main(int argc, char **argv) {
         course_print();
         return 0;
     }
-    plan_request r = request_from_flags(argc, argv, &cfg, &f);
-    plan_row rows[PLAN_MAX_ROWS];
-    const int n = plan_strategies(&r, rows);
-    plan_decision d;
-    plan_decide(&r, rows, n, &d);
-    if (cfg.json)
-        plan_print_json(&r, rows, n, &d, f.tokens, f.max_params);
-    else
-        plan_print(&r, rows, n, &d, f.tokens, f.max_params);
-    return 0;
+    return plan_and_print(&cfg, &f);
 }

@@ -93,6 +93,19 @@ static void print_max_params(const plan_request *r) {
         printf("  %-6s %10.4g parameters\n", max_names[stage], max_params_of(r, stage));
 }
 
+void plan_print_max_params(const plan_request *r, int json) {
+    if (!json) {
+        print_max_params(r);
+        return;
+    }
+    printf("{\"chapter\": \"06-choose\", \"cluster\": {\"gpus\": %d, \"gpu_bytes\": %.0f},"
+           " \"model_parallel\": %d,\n \"max_params\": {", r->cluster.gpus, r->gpu_bytes,
+           model_parallel(r));
+    for (int stage = 0; stage <= 3; stage++)
+        printf("%s\"%s\": %.6g", stage ? ", " : "", max_names[stage], max_params_of(r, stage));
+    printf("}}\n");
+}
+
 void plan_print(const plan_request *r, const plan_row *rows, int n,
                 const plan_decision *d, double tokens, int max_params) {
     print_header(r);

@@ -55,6 +55,9 @@ void plan_print(const plan_request *r, const plan_row *rows, int n,
                 const plan_decision *d, double tokens, int max_params);
 void plan_print_json(const plan_request *r, const plan_row *rows, int n,
                      const plan_decision *d, double tokens, int max_params);
+/* --max-params without a model: the largest model per ZeRO stage alone (r's GPUs,
+ * memory and mesh), as a table or JSON. */
+void plan_print_max_params(const plan_request *r, int json);
 
 /* --course: the course text's claims checked by arithmetic (course.c). */
 void course_print(void);

@@ -1,10 +1,14 @@
 #include "predict.h"
 
 #include <cblas.h>
+#include <errno.h>
 #include <math.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -227,6 +231,100 @@ static const char *chapter_flags(int chapter) {
     }
 }
 
+static double seconds_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+/* ---- running a chapter, with a deadline ------------------------------------------- */
+
+enum { RUN_STARTED_NOT = -2, RUN_TIMED_OUT = -1 };
+
+/* sh -c command in a process group of its own, stdout into *fd: a timeout then stops
+ * the shell and everything it started. */
+static pid_t start_command(const char *command, int *fd) {
+    int fds[2];
+    if (pipe(fds) != 0) return -1;
+    const pid_t pid = fork();
+    if (pid == 0) {
+        setpgid(0, 0);
+        dup2(fds[1], STDOUT_FILENO);
+        close(fds[0]);
+        close(fds[1]);
+        execl("/bin/sh", "sh", "-c", command, (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    if (pid < 0) {
+        close(fds[0]);
+        return -1;
+    }
+    setpgid(pid, pid);   /* also here: the group exists whichever side runs first */
+    *fd = fds[0];
+    return pid;
+}
+
+/* Everything fd gives until its end or the deadline; NULL when out of memory.
+ * *in_time: whether the end came first. */
+static char *read_until(int fd, double deadline, int *in_time) {
+    size_t length = 0, capacity = 1 << 16;
+    char *text = malloc(capacity);
+    *in_time = 0;
+    while (text) {
+        const double left = deadline - seconds_now();
+        if (left <= 0) break;
+        struct pollfd ready = {.fd = fd, .events = POLLIN};
+        if (poll(&ready, 1, (int)(left * 1000) + 1) <= 0) continue;   /* EINTR, or time */
+        const ssize_t got = read(fd, text + length, capacity - length - 1);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) {
+            *in_time = 1;
+            break;
+        }
+        length += (size_t)got;
+        if (capacity - length < 4096) {
+            char *grown = realloc(text, capacity *= 2);
+            if (!grown) free(text);
+            text = grown;
+        }
+    }
+    if (text) text[length] = 0;
+    return text;
+}
+
+/* Its exit status, waiting until the deadline at most; RUN_TIMED_OUT after. */
+static int wait_until(pid_t pid, double deadline) {
+    int status;
+    const struct timespec moment = {.tv_nsec = 10 * 1000 * 1000};
+    while (waitpid(pid, &status, WNOHANG) != pid) {
+        if (seconds_now() >= deadline) return RUN_TIMED_OUT;
+        nanosleep(&moment, NULL);
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* The command's stdout (malloc'ed) and *status: its exit status, RUN_TIMED_OUT when it
+ * ran past `seconds` (it is killed, with all it started) or RUN_STARTED_NOT. */
+static char *run_with_deadline(const char *command, double seconds, int *status) {
+    int fd;
+    const pid_t pid = start_command(command, &fd);
+    if (pid < 0) {
+        *status = RUN_STARTED_NOT;
+        return NULL;
+    }
+    const double deadline = seconds_now() + seconds;
+    int in_time;
+    char *text = read_until(fd, deadline, &in_time);
+    close(fd);
+    *status = in_time ? wait_until(pid, deadline) : RUN_TIMED_OUT;
+    if (*status == RUN_TIMED_OUT) {
+        kill(-pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+    }
+    return text;
+}
+
 char *run_chapter_json(const char *programs_dir, int chapter, int ranks,
                        const predict_options *o) {
     static const char *const link_names[] = {"none", "nvlink", "ib", "ethernet"};
@@ -255,32 +353,25 @@ char *run_chapter_json(const char *programs_dir, int chapter, int ranks,
     unsetenv("OMPI_COMM_WORLD_SIZE");
     unsetenv("OMPI_COMM_WORLD_RANK");
     unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    FILE *pipe = popen(command, "r");
-    if (!pipe) {
+    const double limit = o->timeout_seconds > 0 ? o->timeout_seconds : PREDICT_TIMEOUT_SECONDS;
+    int status;
+    char *text = run_with_deadline(command, limit, &status);
+    if (!text && status == RUN_STARTED_NOT) {
         fprintf(stderr, "predict: cannot start %s\n", program);
         return NULL;
     }
-    size_t length = 0, capacity = 1 << 16;
-    char *text = malloc(capacity);
-    size_t got;
-    while (text && (got = fread(text + length, 1, capacity - length - 1, pipe)) > 0) {
-        length += got;
-        if (capacity - length < 4096) text = realloc(text, capacity *= 2);
-    }
-    const int status = pclose(pipe);
-    if (!text || status != 0) {
-        fprintf(stderr, "predict: %s failed (status %d)\n", command, status);
+    if (status == RUN_TIMED_OUT) {
+        fprintf(stderr, "predict: %s did not finish in %g s and was stopped (command: %s)\n",
+                program, limit, command);
         free(text);
         return NULL;
     }
-    text[length] = 0;
+    if (!text || status != 0) {
+        fprintf(stderr, "predict: %s failed (exit status %d)\n", command, status);
+        free(text);
+        return NULL;
+    }
     return text;
-}
-
-static double seconds_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + 1e-9 * t.tv_nsec;
 }
 
 double measure_sgemm_gflops(int tokens, int dim) {

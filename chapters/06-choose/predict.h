@@ -29,12 +29,16 @@
 #include "comm.h"
 #include "model.h"
 
+/* Seconds a chapter's run may take before it is stopped (a few on an idle machine). */
+#define PREDICT_TIMEOUT_SECONDS 300
+
 typedef struct {
     int steps;
     comm_link link;
     double link_scale;
     const char *data_path;   /* NULL: the built-in corpus */
     int json;
+    double timeout_seconds;  /* 0: PREDICT_TIMEOUT_SECONDS */
 } predict_options;
 
 /* Bytes per rank and milliseconds per step, predicted or measured. */
@@ -63,7 +67,8 @@ chapter_figures predict_chapter_run(const gpt_config *cfg, int batch, int ranks,
 /* The measured figures of `strategy` in a chapter's --json output; 0 if absent. */
 int chapter_json_figures(const char *json, const char *strategy, chapter_figures *out);
 /* Runs programs_dir/chapterN on `ranks` thread ranks with --preset bench256 --json
- * and returns its stdout (malloc'ed), or NULL with a line on stderr. */
+ * and returns its stdout (malloc'ed), or NULL with a line on stderr: when it fails, or
+ * runs past o->timeout_seconds (then it is killed, and the line names the command). */
 char *run_chapter_json(const char *programs_dir, int chapter, int ranks,
                        const predict_options *o);
 /* This machine's single-thread sgemm rate, GFLOP/s, at bench256's MLP shape. */
