@@ -8,7 +8,7 @@
  *                            global shape, the box of the unsplit tensor it is a part of
  *                            (global start and length per dimension: a TP slice) and the
  *                            flat range of that box it holds (a ZeRO piece; the whole box
- *                            otherwise)
+ *                            otherwise); last, its own CRC-32 (index_crc32)
  * Tensors are named in the unsplit model (wte.weight, blocks.3.attn.q.weight, ...;
  * checkpoint_tensors.c): q, k and v are separate so that every TP slice is a box.
  *
@@ -59,9 +59,24 @@ typedef struct {
 } ckpt_state;
 
 /* Collective over world (NULL: one rank alone). Writes step `step` under dir with the
- * temporary directory, fsync and rename protocol, then points dir/latest at it. */
+ * temporary directory, fsync and rename protocol, then points dir/latest at it. A save
+ * that fails removes its temporary directory; each save first removes those that
+ * killed saves left (checkpoint_clear_stale). */
 void checkpoint_save(comm *world, const run_config *cfg, const char *strategy,
                      const ckpt_state *state, int step);
+
+/* Removes dir's .tmp-step-* directories and .latest.tmp: what a killed save leaves. */
+void checkpoint_clear_stale(const char *dir);
+
+/* A test seam: each step of a save (mkdir, write, fsync, remove, rename of one path) is
+ * numbered in its process as it starts. run_config.save_test_crash = N ends the process
+ * with status 3 just before step N; an observer, when set, sees every step first (from
+ * every rank's thread: it must be thread-safe). */
+typedef void (*ckpt_save_observer)(const char *action, const char *path);
+void checkpoint_observe_saves(ckpt_save_observer observer);
+
+/* index.json's last member, index_crc32: the CRC-32 of every byte before this line. */
+#define CKPT_INDEX_CRC_LINE "\n  \"index_crc32\": "
 
 /* Before any rank starts: the checkpoint that `--resume dir` names, checked whole
  * (index, every file's size and CRC-32, headers, the model's shape and seed). Returns

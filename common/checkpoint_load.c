@@ -19,25 +19,58 @@
 
 static const char *const kind_prefix[3] = {"", "optimizer.m.", "optimizer.v."};
 
-/* The whole file in a malloc'd buffer (NULL with errno set). */
-static char *read_whole(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n == cap) {
-            cap = 2 * cap + 65536;
-            char *bigger = realloc(buf, cap);
-            if (!bigger) abort();
-            buf = bigger;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) break;
+/* What `latest` and index.json may weigh: a name, and about 200 bytes per piece of a
+ * model far larger than this course trains. */
+enum { LATEST_MAX_BYTES = 4096 };
+#define INDEX_MAX_BYTES (1ull << 30)
+
+/* Opens path for reading if it is a regular file (a FIFO would block, a device such as
+ * /dev/zero never ends): its descriptor and size, or -1 with why in err. */
+static int open_regular(const char *path, size_t *size, char *err, size_t err_len) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);   /* a FIFO must not block */
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0) {
+        snprintf(err, err_len, "%s: cannot read (%s)", path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return -1;
     }
-    fclose(f);
-    *len = n;
+    if (!S_ISREG(sb.st_mode)) {
+        snprintf(err, err_len, "%s: not a regular file (%s); a checkpoint holds plain files",
+                 path, S_ISFIFO(sb.st_mode) ? "a FIFO" : S_ISDIR(sb.st_mode) ? "a directory"
+                                                                           : "a device or socket");
+        close(fd);
+        return -1;
+    }
+    *size = (size_t)sb.st_size;
+    return fd;
+}
+
+/* The whole of a regular file of at most max_bytes, in a malloc'd buffer (NULL with why
+ * in err). */
+static char *read_regular(const char *path, unsigned long long max_bytes, size_t *len,
+                          char *err, size_t err_len) {
+    size_t size;
+    const int fd = open_regular(path, &size, err, err_len);
+    if (fd < 0) return NULL;
+    if (size > max_bytes) {
+        snprintf(err, err_len, "%s: %zu bytes, more than the %llu such a file may have", path,
+                 size, max_bytes);
+        close(fd);
+        return NULL;
+    }
+    char *buf = malloc(size + 1);
+    if (!buf) abort();
+    size_t n = 0;
+    for (ssize_t got = 1; n < size && got > 0; n += got > 0 ? (size_t)got : 0)
+        got = read(fd, buf + n, size - n);
+    close(fd);
+    if (n != size) {
+        snprintf(err, err_len, "%s: read %zu of its %zu bytes (it changed while read?)", path,
+                 n, size);
+        free(buf);
+        return NULL;
+    }
+    *len = size;
     return buf;
 }
 
@@ -50,12 +83,14 @@ int checkpoint_resolve(const char *dir, char *path, size_t path_len, char *err, 
     }
     ckpt_fits(snprintf(probe, sizeof probe, "%s/latest", dir), sizeof probe);
     size_t len;
-    char *name = read_whole(probe, &len);
-    if (!name) {
+    struct stat sb;
+    if (lstat(probe, &sb) != 0) {
         snprintf(err, err_len, "--resume %s: no checkpoint there (neither %s/index.json nor"
                  " %s/latest exists)", dir, dir, dir);
         return 0;
     }
+    char *name = read_regular(probe, LATEST_MAX_BYTES, &len, err, err_len);
+    if (!name) return 0;
     while (len > 0 && (name[len - 1] == '\n' || name[len - 1] == '\r')) len--;
     const int ok = len > 0 && len < 256 && !memchr(name, '/', len) && !memchr(name, '\0', len);
     if (ok) snprintf(path, path_len, "%s/%.*s", dir, (int)len, name);
@@ -123,20 +158,47 @@ static void index_free(index_file *x) {
     memset(x, 0, sizeof *x);
 }
 
+/* index.json protects itself: its last member, index_crc32, is the CRC-32 of every byte
+ * before that member's line (CKPT_INDEX_CRC_LINE), so an edited step or adam_step is
+ * refused like a flipped bit in a rank file. An index without it is refused too: it
+ * was written before indexes had a checksum, and its content cannot be trusted. */
+static int index_crc_matches(const char *path, const char *text, size_t len,
+                             const json_value *root, char *err, size_t err_len) {
+    const size_t key_len = strlen(CKPT_INDEX_CRC_LINE);
+    size_t at = len;   /* the last occurrence of the line's start */
+    while (at > 0 && (at - 1 + key_len > len || memcmp(text + at - 1, CKPT_INDEX_CRC_LINE, key_len)))
+        at--;
+    unsigned long long saved;
+    if (at == 0 || !json_uint(json_get(root, "index_crc32"), &saved)) {
+        snprintf(err, err_len, "%s: no index_crc32 (written before indexes had a checksum, or"
+                 " edited); it cannot be checked, save the checkpoint again", path);
+        return 0;
+    }
+    const uint32_t crc = crc32_update(0, text, at);   /* up to and with the newline */
+    if (crc != saved) {
+        snprintf(err, err_len, "%s: CRC-32 %08x of its content, index_crc32 says %08llx"
+                 " (edited or corrupted)", path, crc, saved);
+        return 0;
+    }
+    return 1;
+}
+
 static int index_open(const char *dir, index_file *x, char *err, size_t err_len) {
     memset(x, 0, sizeof *x);
     if (!checkpoint_resolve(dir, x->dir, sizeof x->dir, err, err_len)) return 0;
     char path[4200], why[160];
     ckpt_fits(snprintf(path, sizeof path, "%s/index.json", x->dir), sizeof path);
     size_t len;
-    char *text = read_whole(path, &len);
-    if (!text) {
-        snprintf(err, err_len, "%s: cannot read (%s)", path, strerror(errno));
+    char *text = read_regular(path, INDEX_MAX_BYTES, &len, err, err_len);
+    if (!text) return 0;
+    x->doc = json_parse(text, len, why, sizeof why);
+    const json_value *root = json_root(x->doc);
+    const int sound = !x->doc || index_crc_matches(path, text, len, root, err, err_len);
+    free(text);
+    if (!sound) {
+        index_free(x);
         return 0;
     }
-    x->doc = json_parse(text, len, why, sizeof why);
-    free(text);
-    const json_value *root = json_root(x->doc);
     x->meta = json_get(root, "metadata");
     x->files = json_get(root, "files");
     const json_value *pieces = json_get(root, "pieces");
@@ -216,13 +278,23 @@ static int check_file(const index_file *x, const json_value *entry, char *err, s
     char path[4400], why[200];
     ckpt_fits(snprintf(path, sizeof path, "%s/%s", x->dir, file), sizeof path);
     size_t len;
-    char *data = read_whole(path, &len);
+    const int fd = open_regular(path, &len, err, err_len);
+    if (fd < 0) return 0;
+    if (len != bytes) {   /* before reading: the index bounds what is read */
+        snprintf(err, err_len, "%s: %zu bytes, the index says %llu (%s)", path, len, bytes,
+                 len < bytes ? "truncated?" : "appended to?");
+        close(fd);
+        return 0;
+    }
+    void *data = len ? mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
+    close(fd);
+    if (data == MAP_FAILED) {
+        snprintf(err, err_len, "%s: cannot map (%s)", path, strerror(errno));
+        return 0;
+    }
     int ok = 0;
     st_file st;
-    if (!data) snprintf(err, err_len, "%s: cannot read (%s)", path, strerror(errno));
-    else if (len != bytes)
-        snprintf(err, err_len, "%s: %zu bytes, the index says %llu (truncated?)", path, len, bytes);
-    else if (crc32_update(0, data, len) != crc)
+    if (crc32_update(0, data, len) != crc)
         snprintf(err, err_len, "%s: CRC-32 %08x, the index says %08llx (corrupted)", path,
                  crc32_update(0, data, len), crc);
     else if (!safetensors_parse(data, len, &st, why, sizeof why))
@@ -231,7 +303,7 @@ static int check_file(const index_file *x, const json_value *entry, char *err, s
         ok = check_pieces_of(x, file, &st, err, err_len);
         safetensors_close(&st);
     }
-    free(data);
+    if (data) munmap(data, len);
     return ok;
 }
 
@@ -277,6 +349,7 @@ void checkpoint_cli_check(const run_config *cfg) {
         cli_fail("--save %s: cannot create it (%s)", cfg->save_dir, strerror(errno));
     if (cfg->save_dir && access(cfg->save_dir, W_OK | X_OK) != 0)
         cli_fail("--save %s: cannot write there (%s)", cfg->save_dir, strerror(errno));
+    if (cfg->save_dir) checkpoint_clear_stale(cfg->save_dir);   /* a killed save's leftovers */
     if (!cfg->resume_dir) return;
     char err[1024];
     if (checkpoint_check(cfg->resume_dir, cfg, err, sizeof err) < 0) cli_fail("%s", err);
@@ -307,12 +380,10 @@ static const st_file *file_of(loader *ld, const char *name) {
         if (strcmp(ld->files[i].name, name) == 0) return &ld->files[i].st;
     char path[4400], why[200];
     ckpt_fits(snprintf(path, sizeof path, "%s/%s", ld->index.dir, name), sizeof path);
-    int fd = open(path, O_RDONLY);
-    struct stat sb;
-    if (fd < 0 || fstat(fd, &sb) != 0) load_fail("cannot open", path);
     mapped_file *m = &ld->files[ld->num_files++];
+    const int fd = open_regular(path, &m->size, why, sizeof why);
+    if (fd < 0) load_fail(why, "");
     m->name = name;
-    m->size = (size_t)sb.st_size;
     m->map = m->size ? mmap(NULL, m->size, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
     close(fd);
     if (m->size && m->map == MAP_FAILED) load_fail("cannot map", path);

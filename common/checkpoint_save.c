@@ -8,10 +8,16 @@
  *                           the directory fsynced and renamed to DIR/step-NNNNNN,
  *                           DIR fsynced, DIR/latest written beside and renamed over
  *   barrier
- * A crash before the rename leaves only a .tmp- directory, which no one loads; a crash
- * after it leaves a complete checkpoint, whether or not `latest` names it yet. */
+ * A crash before the rename leaves only a .tmp- directory, which no one loads (and the
+ * next save removes); a crash after it leaves a complete checkpoint, whether or not
+ * `latest` names it yet. A save that fails (a full disk) removes its .tmp- directory
+ * before it exits, so that the next one has the space. Every step of this protocol goes
+ * through save_step, the test seam of checkpoint.h. */
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,21 +26,23 @@
 
 #include "alloc.h"
 #include "checkpoint.h"
+#include "compare.h"
+#include "crc32.h"
 #include "ops.h"
 #include "safetensors.h"
 
 static const char *const kind_prefix[3] = {"", "optimizer.m.", "optimizer.v."};
 
-static void fail_io(const char *what, const char *path) {
-    fprintf(stderr, "checkpoint: cannot %s %s: %m\n", what, path);
-    exit(1);
-}
+/* One save as every rank sees it. */
+typedef struct {
+    const char *dir, *tmp;   /* --save DIR and DIR/.tmp-step-NNNNNN */
+    int crash_at;            /* the test hook: stop before this step (0: never) */
+} save_ctx;
 
-static void fsync_path(const char *path) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0 || fsync(fd) != 0) fail_io("fsync", path);
-    close(fd);
-}
+static atomic_int steps_started;   /* in this process, this save */
+static ckpt_save_observer save_observer;
+
+void checkpoint_observe_saves(ckpt_save_observer observer) { save_observer = observer; }
 
 /* Removes a directory this code wrote (plain files inside, no subdirectories). */
 static void remove_flat_dir(const char *path) {
@@ -48,6 +56,78 @@ static void remove_flat_dir(const char *path) {
     }
     closedir(d);
     rmdir(path);
+}
+
+/* A failed step: the save's temporary directory goes (a full disk gets its space back),
+ * then the process. The first rank of the process to fail does it (the others wait for
+ * the exit); it renames the directory first, so that no other rank adds a file to it
+ * while it is emptied (the new name is still a .tmp-step- one, for a later
+ * checkpoint_clear_stale if this process is killed meanwhile). */
+static _Noreturn void fail_io(const save_ctx *sc, const char *what, const char *path) {
+    static pthread_mutex_t first_failure = PTHREAD_MUTEX_INITIALIZER;
+    const int error = errno;
+    pthread_mutex_lock(&first_failure);   /* never unlocked: this process is ending */
+    fprintf(stderr, "checkpoint: cannot %s %s: %s\n", what, path, strerror(error));
+    char doomed[4200];
+    ckpt_fits(snprintf(doomed, sizeof doomed, "%s.failed", sc->tmp), sizeof doomed);
+    remove_flat_dir(rename(sc->tmp, doomed) == 0 ? doomed : sc->tmp);
+    exit(1);
+}
+
+/* Every step of the protocol starts here: counted, stopped by the test hook, observed. */
+static void save_step(const save_ctx *sc, const char *action, const char *path) {
+    const int n = atomic_fetch_add(&steps_started, 1) + 1;
+    if (sc->crash_at && n == sc->crash_at) {
+        fprintf(stderr, "checkpoint: test crash before step %d (%s %s)\n", n, action, path);
+        _exit(3);
+    }
+    if (sc->crash_at && n > sc->crash_at) for (;;) pause();   /* the process is ending */
+    if (save_observer) save_observer(action, path);
+}
+
+static void save_fsync(const save_ctx *sc, int fd, const char *path) {
+    save_step(sc, "fsync", path);
+    if (fsync(fd) != 0) fail_io(sc, "fsync", path);
+}
+
+static void fsync_path(const save_ctx *sc, const char *path) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) fail_io(sc, "open", path);
+    save_fsync(sc, fd, path);
+    close(fd);
+}
+
+static FILE *create_file(const save_ctx *sc, const char *path) {
+    save_step(sc, "write", path);
+    FILE *f = fopen(path, "wb");
+    if (!f) fail_io(sc, "create", path);
+    return f;
+}
+
+/* Flushes, fsyncs and closes a file this save wrote. */
+static void finish_file(const save_ctx *sc, FILE *f, const char *path) {
+    if (fflush(f) != 0) fail_io(sc, "write", path);
+    save_fsync(sc, fileno(f), path);
+    if (fclose(f) != 0) fail_io(sc, "write", path);
+}
+
+static void rename_step(const save_ctx *sc, const char *from, const char *to) {
+    save_step(sc, "rename", to);
+    if (rename(from, to) != 0) fail_io(sc, "rename into", to);
+}
+
+void checkpoint_clear_stale(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    char path[4096];
+    for (struct dirent *e; (e = readdir(d));) {
+        const int tmp_dir = strncmp(e->d_name, ".tmp-step-", 10) == 0;
+        if (!tmp_dir && strcmp(e->d_name, ".latest.tmp") != 0) continue;
+        ckpt_fits(snprintf(path, sizeof path, "%s/%s", dir, e->d_name), sizeof path);
+        if (tmp_dir) remove_flat_dir(path);
+        else unlink(path);
+    }
+    closedir(d);
 }
 
 /* ---- one rank's pieces --------------------------------------------------------------- */
@@ -153,9 +233,10 @@ static void rank_pieces_free(rank_pieces *rp, int parts) {
     free(rp->fragment);
 }
 
-/* Writes this rank's file and fragment into tmp; returns the file's bytes. */
-static size_t write_rank_files(const char *tmp, int rank,
-                               const char *strategy, const ckpt_state *state, int step) {
+/* Writes this rank's file and fragment into the temporary directory; returns the file's
+ * bytes. */
+static size_t write_rank_files(const save_ctx *sc, int rank, const char *strategy,
+                             const ckpt_state *state, int step) {
     char file[64], path[4096], meta[512];
     ckpt_fits(snprintf(file, sizeof file, "rank-%05d.safetensors", rank), sizeof file);
     rank_pieces rp = {0};
@@ -163,19 +244,17 @@ static size_t write_rank_files(const char *tmp, int rank,
     for (int i = 0; i < rp.count; i++) rp.tensors[i].name = rp.names[i];   /* names moved */
     ckpt_fits(snprintf(meta, sizeof meta, "\"format\": \"tiny-gpt2 sharded checkpoint 1\", \"strategy\": \"%s\","
              " \"step\": \"%d\", \"rank\": \"%d\"", strategy, step, rank), sizeof meta);
-    ckpt_fits(snprintf(path, sizeof path, "%s/%s", tmp, file), sizeof path);
-    FILE *f = fopen(path, "wb");
-    if (!f) fail_io("create", path);
+    ckpt_fits(snprintf(path, sizeof path, "%s/%s", sc->tmp, file), sizeof path);
+    FILE *f = create_file(sc, path);
     uint32_t crc;
     const size_t bytes = safetensors_write(f, rp.tensors, rp.count, meta, &crc);
-    if (!bytes || fflush(f) != 0 || fsync(fileno(f)) != 0 || fclose(f) != 0)
-        fail_io("write", path);
-    ckpt_fits(snprintf(path, sizeof path, "%s/rank-%05d.json", tmp, rank), sizeof path);
-    f = fopen(path, "w");
-    if (!f) fail_io("create", path);
+    if (!bytes) fail_io(sc, "write", path);
+    finish_file(sc, f, path);
+    ckpt_fits(snprintf(path, sizeof path, "%s/rank-%05d.json", sc->tmp, rank), sizeof path);
+    f = create_file(sc, path);
     fprintf(f, "{\"file\": \"%s\", \"bytes\": %zu, \"crc32\": %u}\n%s", file, bytes, crc,
             rp.fragment ? rp.fragment : "");
-    if (fflush(f) != 0 || fsync(fileno(f)) != 0 || fclose(f) != 0) fail_io("write", path);
+    finish_file(sc, f, path);
     rank_pieces_free(&rp, state->count);
     return bytes;
 }
@@ -183,9 +262,10 @@ static size_t write_rank_files(const char *tmp, int rank,
 /* ---- rank 0: the index and the renames ------------------------------------------------ */
 
 /* Appends the file entry (first line) or the piece lines of a fragment, comma-joined. */
-static void copy_fragment(FILE *out, const char *fragment_path, int want_first, int *written) {
+static void copy_fragment(const save_ctx *sc, FILE *out, const char *fragment_path,
+                          int want_first, int *written) {
     FILE *in = fopen(fragment_path, "r");
-    if (!in) fail_io("read", fragment_path);
+    if (!in) fail_io(sc, "read", fragment_path);
     char line[1024];
     for (int n = 0; fgets(line, sizeof line, in); n++) {
         if ((n == 0) != want_first) continue;
@@ -195,12 +275,12 @@ static void copy_fragment(FILE *out, const char *fragment_path, int want_first, 
     fclose(in);
 }
 
-static void write_index(const char *tmp, int ranks, const run_config *cfg, const char *strategy,
-                        int step, int adam_step) {
-    char path[4096], fragment[4096];
-    ckpt_fits(snprintf(path, sizeof path, "%s/index.json", tmp), sizeof path);
-    FILE *f = fopen(path, "w");
-    if (!f) fail_io("create", path);
+/* The index's text up to its checksum line, in memory (so that its CRC-32 is known). */
+static char *index_text(const save_ctx *sc, int ranks, const run_config *cfg,
+                        const char *strategy, int step, int adam_step, size_t *len) {
+    char *text = NULL, fragment[4096];
+    FILE *f = open_memstream(&text, len);
+    if (!f) abort();
     const gpt_config *m = &cfg->model;
     fprintf(f, "{\n  \"format\": \"tiny-gpt2 sharded checkpoint 1\",\n  \"metadata\": {\"vocab\": %d,"
             " \"ctx\": %d, \"layers\": %d, \"heads\": %d, \"dim\": %d, \"seed\": \"%llu\","
@@ -211,41 +291,56 @@ static void write_index(const char *tmp, int ranks, const run_config *cfg, const
         fprintf(f, "  \"%s\": [", pass == 0 ? "files" : "pieces");
         int written = 0;
         for (int r = 0; r < ranks; r++) {
-            ckpt_fits(snprintf(fragment, sizeof fragment, "%s/rank-%05d.json", tmp, r), sizeof fragment);
-            copy_fragment(f, fragment, pass == 0, &written);
+            ckpt_fits(snprintf(fragment, sizeof fragment, "%s/rank-%05d.json", sc->tmp, r), sizeof fragment);
+            copy_fragment(sc, f, fragment, pass == 0, &written);
         }
-        fprintf(f, "\n  ]%s\n", pass == 0 ? "," : "");
+        fprintf(f, "\n  ],");
     }
-    fprintf(f, "}\n");
-    if (fflush(f) != 0 || fsync(fileno(f)) != 0 || fclose(f) != 0) fail_io("write", path);
+    if (fclose(f) != 0) abort();
+    return text;
+}
+
+static void write_index(const save_ctx *sc, int ranks, const run_config *cfg,
+                        const char *strategy, int step, int adam_step) {
+    char path[4096], fragment[4096];
+    size_t len;
+    char *text = index_text(sc, ranks, cfg, strategy, step, adam_step, &len);
+    text[len] = '\n';   /* open_memstream's terminating NUL, now the newline */
+    const uint32_t crc = crc32_update(0, text, len + 1);   /* every byte before the line */
+    ckpt_fits(snprintf(path, sizeof path, "%s/index.json", sc->tmp), sizeof path);
+    FILE *f = create_file(sc, path);
+    if (fwrite(text, 1, len + 1, f) != len + 1) fail_io(sc, "write", path);
+    fprintf(f, "%s%u\n}\n", CKPT_INDEX_CRC_LINE + 1, crc);
+    free(text);
+    finish_file(sc, f, path);
     for (int r = 0; r < ranks; r++) {
-        ckpt_fits(snprintf(fragment, sizeof fragment, "%s/rank-%05d.json", tmp, r), sizeof fragment);
+        ckpt_fits(snprintf(fragment, sizeof fragment, "%s/rank-%05d.json", sc->tmp, r), sizeof fragment);
+        save_step(sc, "remove", fragment);
         unlink(fragment);
     }
 }
 
 /* Renames tmp to the first free DIR/step-NNNNNN[-k] and points DIR/latest at it. */
-static void publish(const char *dir, const char *tmp, int step, char *final, size_t final_len) {
+static void publish(const save_ctx *sc, int step, char *final, size_t final_len) {
     char name[64];
     struct stat st;
     for (int k = 0;; k++) {
         if (k == 0) ckpt_fits(snprintf(name, sizeof name, "step-%06d", step), sizeof name);
         else ckpt_fits(snprintf(name, sizeof name, "step-%06d-%d", step, k), sizeof name);
-        snprintf(final, final_len, "%s/%s", dir, name);
+        snprintf(final, final_len, "%s/%s", sc->dir, name);
         if (stat(final, &st) != 0) break;
     }
-    fsync_path(tmp);
-    if (rename(tmp, final) != 0) fail_io("rename into", final);
-    fsync_path(dir);
+    fsync_path(sc, sc->tmp);
+    rename_step(sc, sc->tmp, final);
+    fsync_path(sc, sc->dir);
     char latest[4096], latest_tmp[4096];
-    ckpt_fits(snprintf(latest, sizeof latest, "%s/latest", dir), sizeof latest);
-    ckpt_fits(snprintf(latest_tmp, sizeof latest_tmp, "%s/.latest.tmp", dir), sizeof latest_tmp);
-    FILE *f = fopen(latest_tmp, "w");
-    if (!f) fail_io("create", latest_tmp);
+    ckpt_fits(snprintf(latest, sizeof latest, "%s/latest", sc->dir), sizeof latest);
+    ckpt_fits(snprintf(latest_tmp, sizeof latest_tmp, "%s/.latest.tmp", sc->dir), sizeof latest_tmp);
+    FILE *f = create_file(sc, latest_tmp);
     fprintf(f, "%s\n", name);
-    if (fflush(f) != 0 || fsync(fileno(f)) != 0 || fclose(f) != 0) fail_io("write", latest_tmp);
-    if (rename(latest_tmp, latest) != 0) fail_io("rename into", latest);
-    fsync_path(dir);
+    finish_file(sc, f, latest_tmp);
+    rename_step(sc, latest_tmp, latest);
+    fsync_path(sc, sc->dir);
 }
 
 void checkpoint_save(comm *world, const run_config *cfg, const char *strategy,
@@ -254,29 +349,23 @@ void checkpoint_save(comm *world, const run_config *cfg, const char *strategy,
     const double start = comm_now();
     char tmp[4096];
     ckpt_fits(snprintf(tmp, sizeof tmp, "%s/.tmp-step-%06d", cfg->save_dir, step), sizeof tmp);
+    const save_ctx sc = {.dir = cfg->save_dir, .tmp = tmp, .crash_at = cfg->save_test_crash};
+    if (rank == 0 || !process_hosts_rank0()) atomic_store(&steps_started, 0);   /* per process */
+    if (world) comm_barrier(world);
     if (rank == 0) {
         mkdir(cfg->save_dir, 0777);   /* may exist */
-        remove_flat_dir(tmp);         /* a crashed save's leftovers */
-        if (mkdir(tmp, 0777) != 0) fail_io("create", tmp);
+        checkpoint_clear_stale(cfg->save_dir);   /* a killed save's leftovers */
+        save_step(&sc, "mkdir", tmp);
+        if (mkdir(tmp, 0777) != 0) fail_io(&sc, "create", tmp);
     }
     if (world) comm_barrier(world);
-    /* the test hook: half the ranks write, then the save dies before the index */
-    const int writes = !cfg->save_test_crash || rank < (ranks + 1) / 2;
-    float bytes = writes ? (float)write_rank_files(tmp, rank, strategy, state, step) : 0;
+    float bytes = (float)write_rank_files(&sc, rank, strategy, state, step);
     if (world) comm_allreduce(world, &bytes, 1, COMM_F32, COMM_SUM);   /* approximate: f32 */
     if (world) comm_barrier(world);
-    if (cfg->save_test_crash) {
-        if (rank == 0) {
-            fprintf(stderr, "checkpoint: test crash after %d of %d files of step %d\n",
-                    (ranks + 1) / 2, ranks, step);
-            _exit(3);
-        }
-        for (;;) pause();   /* the process ends with rank 0 */
-    }
     if (rank == 0) {
         char final[4096];
-        write_index(tmp, ranks, cfg, strategy, step, *state->adam_steps[0]);
-        publish(cfg->save_dir, tmp, step, final, sizeof final);
+        write_index(&sc, ranks, cfg, strategy, step, *state->adam_steps[0]);
+        publish(&sc, step, final, sizeof final);
         if (!cfg->quiet)
             fprintf(stderr, "checkpoint: step %d saved to %s: %.2f MB in %.3f s\n", step, final,
                     bytes / 1e6, comm_now() - start);

@@ -229,7 +229,7 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
         {"save", OPT_STRING, &cfg->save_dir, "save a checkpoint into this directory at the end", NULL, 0},
         {"save-every", OPT_INT, &cfg->save_every, "with --save: also every K steps", NULL, 1},
         {"resume", OPT_STRING, &cfg->resume_dir, "continue from this checkpoint (or its latest)", NULL, 0},
-        {"save-test-crash", OPT_FLAG, &cfg->save_test_crash, NULL, NULL, 0},   /* test hook: the save dies after half the files */
+        {"save-test-crash", OPT_INT, &cfg->save_test_crash, NULL, NULL, 1},   /* test hook: a save dies before its Nth step */
         {0},
     };
     const cli_option *tables[2] = {shared, extra};

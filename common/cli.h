@@ -27,7 +27,7 @@ typedef struct {
     const char *save_dir;     /* --save DIR: at the end, and every save_every steps */
     int save_every;
     const char *resume_dir;   /* --resume DIR: checked before any rank starts */
-    int save_test_crash;      /* test hook: a save stops after half the files */
+    int save_test_crash;      /* test hook: a save stops before its Nth step (0: never) */
     const char *no_checkpoints;   /* set before cli_parse by a program that keeps none:
                                      why (then --save and --resume are refused) */
     /* Set before cli_parse by a program that does not train (a planner): the shared

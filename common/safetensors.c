@@ -101,6 +101,53 @@ static int check_entry(const json_value *e, size_t data_len, char *err, size_t e
     return 1;
 }
 
+/* Where each tensor's bytes lie, to find two tensors that share a name or a byte. */
+typedef struct {
+    const char *name;
+    unsigned long long begin, end;
+} extent;
+
+static int by_name(const void *a, const void *b) {
+    return strcmp(((const extent *)a)->name, ((const extent *)b)->name);
+}
+
+static int by_begin(const void *a, const void *b) {
+    const extent *x = a, *y = b;
+    return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : (x->end > y->end) - (x->end < y->end);
+}
+
+/* After every entry passed check_entry: no name twice (a reader would see only one of
+ * them), no byte in two tensors (a write to one would change the other). */
+static int check_extents(const json_value *root, char *err, size_t err_len) {
+    extent *x = malloc((root->count + 1) * sizeof *x);
+    if (!x) abort();
+    size_t n = 0;
+    for (const json_value *e = root->first; e; e = e->next) {
+        if (strcmp(e->key, "__metadata__") == 0) continue;
+        const json_value *offsets = json_get(e, "data_offsets");
+        x[n].name = e->key;
+        json_uint(json_at(offsets, 0), &x[n].begin);
+        json_uint(json_at(offsets, 1), &x[n].end);
+        n++;
+    }
+    int ok = 1;
+    qsort(x, n, sizeof *x, by_name);
+    for (size_t i = 1; i < n && ok; i++)
+        if (strcmp(x[i - 1].name, x[i].name) == 0) {
+            snprintf(err, err_len, "tensor '%s' is in the header twice", x[i].name);
+            ok = 0;
+        }
+    qsort(x, n, sizeof *x, by_begin);
+    for (size_t i = 1; i < n && ok; i++)
+        if (x[i - 1].end > x[i].begin) {
+            snprintf(err, err_len, "tensors '%s' and '%s' overlap (bytes %llu-%llu and %llu-%llu)",
+                     x[i - 1].name, x[i].name, x[i - 1].begin, x[i - 1].end, x[i].begin, x[i].end);
+            ok = 0;
+        }
+    free(x);
+    return ok;
+}
+
 int safetensors_parse(const void *bytes, size_t size, st_file *out, char *err, size_t err_len) {
     memset(out, 0, sizeof *out);
     const unsigned char *b = bytes;
@@ -132,6 +179,10 @@ int safetensors_parse(const void *bytes, size_t size, st_file *out, char *err, s
             safetensors_close(out);
             return 0;
         }
+    }
+    if (!check_extents(root, err, err_len)) {
+        safetensors_close(out);
+        return 0;
     }
     return 1;
 }

@@ -6,7 +6,9 @@
  *   the rest  raw little-endian data; offsets count from the end of the header
  *
  * Only F32 here. The reader checks everything it is given against the file's size, so
- * a truncated or corrupted file is an error message, never a read out of bounds. */
+ * a truncated or corrupted file is an error message, never a read out of bounds; it
+ * refuses offsets that do not match a tensor's shape, a name given twice and tensors
+ * that share bytes. */
 #ifndef SAFETENSORS_H
 #define SAFETENSORS_H
 #include <stddef.h>

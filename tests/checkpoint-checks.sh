@@ -5,7 +5,8 @@
 # baseline and a 3D mesh: each resumed run must match its own baseline (which resumes
 # from the same checkpoint) within the chapters' tolerances (loss 1e-5, gradients 1e-6,
 # parameters 1e-4). Each check prints the largest difference it saw; a negative control
-# (a resumed run with another learning rate) must fail the same comparison.
+# (a resumed run with another learning rate) must fail the same comparison. Then
+# tools/checkpoint_read.py: its checksum lines, --out, an edited index, no numpy.
 # Usage: tests/checkpoint-checks.sh BUILD_DIR [MPI_BUILD_DIR]
 set -u
 build=${1:-build/cpu}
@@ -112,5 +113,35 @@ if [ -n "$mpi_build" ] && [ -x "$mpi_build/chapter2" ]; then
         verdict "zero3 x4 save and resume (Open MPI)" 1 "a run failed"
     fi
 fi
+# 4. tools/checkpoint_read.py on the ZeRO-3 x 4 checkpoint: the checksum state it shows,
+# what --out wrote, an edited index refused, and a python3 without numpy told what to
+# install (a numpy.py first on the path that fails to import stands for its absence)
+numpy_python=$python
+for candidate in python3 /usr/bin/python3; do   # the first that has numpy
+    if "$candidate" -c 'import numpy' 2>/dev/null; then numpy_python=$candidate; break; fi
+done
+reader() { "$numpy_python" tools/checkpoint_read.py "$@"; }
+if [ -f "$work/z3/latest" ] && "$numpy_python" -c 'import numpy' 2>/dev/null; then
+    out=$(reader "$work/z3" 2>&1)
+    oks=$(printf '%s\n' "$out" | grep -c 'CRC-32 [0-9a-f]\{8\} ok')
+    verdict "reader lists the checksum state" $([ "$oks" -eq 5 ]; echo $?) \
+        "$oks lines 'CRC-32 ... ok' (index.json and 4 rank files): $(printf '%s\n' "$out" | sed -n 2p)"
+    out=$(reader "$work/z3" --out "$work/whole.safetensors" 2>&1)
+    verdict "reader says what --out wrote" $(printf '%s' "$out" | grep -q "^wrote .* to $work/whole.safetensors"; echo $?) "$out"
+    cp -r "$work/z3/$(cat "$work/z3/latest")" "$work/edited"
+    sed -i 's/"adam_step": 5/"adam_step": 6/' "$work/edited/index.json"
+    out=$(reader "$work/edited" 2>&1)
+    status=$?
+    verdict "reader refuses an edited index" $([ $status -eq 2 ] && printf '%s' "$out" | grep -q 'index.json: CRC-32 .*edited'; echo $?) "status $status: $out"
+else
+    echo "skip reader checks: no checkpoint from check 1, or no python3 with numpy"
+fi
+mkdir -p "$work/no-numpy"
+echo 'raise ImportError("No module named numpy")' >"$work/no-numpy/numpy.py"
+out=$(PYTHONPATH="$work/no-numpy" reader "$work/z3" 2>&1)
+status=$?
+lines=$(printf '%s\n' "$out" | grep -c .)
+verdict "reader without numpy" $([ $status -eq 2 ] && [ "$lines" -eq 1 ] && printf '%s' "$out" | grep -q python3-numpy; echo $?) \
+    "status $status, $lines line(s): $out"
 echo "checkpoint-checks: $passed passed, $failed failed"
 [ $failed -eq 0 ]

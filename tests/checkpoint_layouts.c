@@ -27,7 +27,7 @@ typedef struct {
     const char *dir;
     uint64_t seed;      /* the values saved / expected */
     int save;           /* 1: save step 5; 0: load and compare */
-    int crash;          /* save with the test hook */
+    int crash_at;       /* save with the test hook: stop before this step */
     float worst;        /* over the ranks: largest |loaded - expected| */
     float wrong_steps;  /* ranks whose AdamW step did not come back as 5 */
 } layout_job;
@@ -41,19 +41,32 @@ typedef struct {
     int adam_step;
 } rank_state;
 
-/* The values of vector `kind` this rank holds (whole, or its shard) into host. */
-static void expected_values(const rank_state *rs, int kind, int sharded, uint64_t seed,
-                            float *host) {
+/* The values of vector `kind` a rank holds (whole, or its pieces) into host. */
+static void values_of(const gpt_shape *s, const shard_layout *layout, int kind, int sharded,
+                      uint64_t seed, float *host) {
     if (!sharded) {
-        gpt_init_params(&rs->shape, layout_vector_seed(seed, kind), 0, gpt_num_params(&rs->shape),
-                        host);
+        gpt_init_params(s, layout_vector_seed(seed, kind), 0, gpt_num_params(s), host);
         return;
     }
-    for (int slab = 0; slab < gpt_num_slabs(&rs->shape); slab++) {
-        const size_t begin = shard_piece_begin(&rs->layout, slab);
-        gpt_init_params(&rs->shape, layout_vector_seed(seed, kind), begin,
-                        begin + rs->layout.piece_len[slab], host + rs->layout.shard_pos[slab]);
+    for (int slab = 0; slab < gpt_num_slabs(s); slab++) {
+        const size_t begin = shard_piece_begin(layout, slab);
+        gpt_init_params(s, layout_vector_seed(seed, kind), begin, begin + layout->piece_len[slab],
+                        host + layout->shard_pos[slab]);
     }
+}
+
+static void expected_values(const rank_state *rs, int kind, int sharded, uint64_t seed,
+                            float *host) {
+    values_of(&rs->shape, &rs->layout, kind, sharded, seed, host);
+}
+
+void layout_upload_values(const gpt_shape *s, const shard_layout *layout, int kind,
+                          int sharded, uint64_t seed, float *device) {
+    const size_t n = sharded ? layout->shard_len : gpt_num_params(s);
+    float *host = calloc(n, sizeof(float));
+    values_of(s, layout, kind, sharded, seed, host);
+    ops_upload(device, host, n * sizeof(float));
+    free(host);
 }
 
 static void rank_state_init(rank_state *rs, const layout_job *job, int rank) {
@@ -110,7 +123,7 @@ static int layout_rank(comm *world, void *arg) {
     rank_state_init(&rs, job, rank);
     run_config cfg = *job->cfg;
     cfg.save_dir = job->dir;
-    cfg.save_test_crash = job->crash;
+    cfg.save_test_crash = job->crash_at;
     if (job->save) {
         checkpoint_save(world, &cfg, job->spec->name, &rs.state, 5);
     } else {
@@ -135,8 +148,9 @@ static void run_layout(layout_job *job) {
 }
 
 void layout_save(const layout_spec *l, const run_config *cfg, const char *dir, uint64_t seed,
-                 int crash) {
-    layout_job job = {.spec = l, .cfg = cfg, .dir = dir, .seed = seed, .save = 1, .crash = crash};
+                 int crash_at) {
+    layout_job job = {.spec = l, .cfg = cfg, .dir = dir, .seed = seed, .save = 1,
+                      .crash_at = crash_at};
     run_layout(&job);
 }
 

@@ -8,6 +8,8 @@
 #include <stdint.h>
 
 #include "cli.h"
+#include "model.h"
+#include "shard.h"
 
 typedef struct {
     const char *name;
@@ -22,10 +24,14 @@ int layout_world(const layout_spec *l);   /* ranks: tp x pp x dp */
 /* The seed of vector `kind` (0 parameters, 1 m, 2 v) of the values of `seed`. */
 uint64_t layout_vector_seed(uint64_t seed, int kind);
 
-/* Saves step 5 (AdamW step 5) of the values of `seed` from layout l into dir (crash:
- * with the test hook that stops the save after half the files). */
+/* Saves step 5 (AdamW step 5) of the values of `seed` from layout l into dir (crash_at:
+ * the test hook that stops the process before that step of the save; 0: none). */
 void layout_save(const layout_spec *l, const run_config *cfg, const char *dir, uint64_t seed,
-                 int crash);
+                 int crash_at);
+/* The values of `seed`'s vector `kind` that a rank of shape s holds, whole or (sharded)
+ * its pieces of layout, into the device vector `device`. */
+void layout_upload_values(const gpt_shape *s, const shard_layout *layout, int kind,
+                          int sharded, uint64_t seed, float *device);
 /* Loads dir into layout l and returns the largest difference from the values of `seed`
  * over all ranks (every process gets it); asserts that AdamW's step came back as 5. */
 float layout_load(const layout_spec *l, const run_config *cfg, const char *dir, uint64_t seed);

@@ -260,8 +260,38 @@ elif [ -x "$build"/baseline ] && "$build"/baseline $small --steps 2 --save "$ckp
     printf 'X' | dd of="$ckpt/flipped/rank-00000.safetensors" bs=1 seek=900 conv=notrunc 2>/dev/null
     cp -r "$ckpt/good/step-000002" "$ckpt/cut"
     truncate -s 500 "$ckpt/cut/rank-00000.safetensors"
+    cp -r "$ckpt/good/step-000002" "$ckpt/edited"   # AdamW's step changed by hand
+    sed -i 's/"adam_step": 2/"adam_step": 7/' "$ckpt/edited/index.json"
+    # files that are not files: reading them would block (a FIFO) or never end (/dev/zero)
+    for name in latest-fifo index-fifo rank-fifo index-zero; do
+        mkdir -p "$ckpt/$name"
+        cp -r "$ckpt/good/step-000002" "$ckpt/$name/step-000002"
+        echo step-000002 >"$ckpt/$name/latest"
+    done
+    rm "$ckpt/latest-fifo/latest" && mkfifo "$ckpt/latest-fifo/latest"
+    rm "$ckpt/index-fifo/step-000002/index.json" && mkfifo "$ckpt/index-fifo/step-000002/index.json"
+    rm "$ckpt/rank-fifo/step-000002/rank-00000.safetensors"
+    mkfifo "$ckpt/rank-fifo/step-000002/rank-00000.safetensors"
+    ln -sf /dev/zero "$ckpt/index-zero/step-000002/index.json"
+    # a save killed before: its leftovers go when the next run starts
+    mkdir -p "$ckpt/stale/.tmp-step-000009" && echo x >"$ckpt/stale/.tmp-step-000009/rank-00000.safetensors"
     for program in "$build"/baseline "$build"/chapter2; do
         [ -x "$program" ] || continue
+        # a hang is a failure: the program runs under timeout, under its own name
+        printf '#!/bin/bash\nexec timeout 20 %q "$@"\n' "$(realpath "$program")" >"$ckpt/$(basename "$program")"
+        chmod +x "$ckpt/$(basename "$program")"
+        in_time="$ckpt/$(basename "$program")"
+        expect_error "$in_time" "edited/index.json: CRC-32 .* (edited or corrupted)" $small --steps 4 --resume "$ckpt/edited"
+        expect_error "$in_time" "latest-fifo/latest: not a regular file (a FIFO)" $small --steps 4 --resume "$ckpt/latest-fifo"
+        expect_error "$in_time" "index-fifo/step-000002/index.json: not a regular file (a FIFO)" $small --steps 4 --resume "$ckpt/index-fifo"
+        expect_error "$in_time" "rank-fifo/step-000002/rank-00000.safetensors: not a regular file (a FIFO)" $small --steps 4 --resume "$ckpt/rank-fifo"
+        expect_error "$in_time" "index-zero/step-000002/index.json: not a regular file (a device" $small --steps 4 --resume "$ckpt/index-zero"
+        if "$in_time" $small --steps 2 --save "$ckpt/stale" >/dev/null 2>&1 &&
+            [ -z "$(ls -A "$ckpt/stale" | grep '^\.tmp')" ]; then
+            passed=$((passed + 1)); echo "ok   $(basename "$program") --save over a killed save's .tmp-step-000009: removed"
+        else
+            failed=$((failed + 1)); echo "FAIL $(basename "$program") --save over a killed save's .tmp-step-000009: $(ls -A "$ckpt/stale")"
+        fi
         expect_error "$program" "--resume $ckpt/none: no checkpoint there" --resume "$ckpt/none"
         expect_error "$program" "--save-every 2: needs --save DIR" --save-every 2
         expect_error "$program" "--save /nonexistent/ckpt: cannot create it" --save /nonexistent/ckpt

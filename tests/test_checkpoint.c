@@ -1,8 +1,9 @@
 /* Checkpoints (common/checkpoint*.c): resharding between six layouts with values that
- * name their place in the unsplit model, a resumed run bit-identical to an
- * uninterrupted one, the numpy reader against the program's tensors, faults (a save
- * killed half-way, a truncated file, a flipped byte, another model) and a bounded fuzz
- * of the safetensors header parser. Every comparison prints the largest difference it
+ * name their place in the unsplit model, ZeRO's own state saved at every stage, a
+ * resumed run bit-identical to an uninterrupted one, the numpy reader against the
+ * program's tensors, faults (a truncated file, a flipped byte, an edited index, another
+ * model), malformed safetensors headers and a bounded fuzz of the header parser (the
+ * save protocol's faults: test_checkpoint_save.c). Every comparison prints the largest difference it
  * saw; each has a negative control that must fail. */
 #include <check.h>
 #include <math.h>
@@ -22,6 +23,7 @@
 #include "data.h"
 #include "safetensors.h"
 #include "train.h"
+#include "zero_state.h"
 
 /* vocab 257 leaves one padding row under TP 2; slabs divide by neither 3 nor 4 */
 static run_config tiny_config(void) {
@@ -72,6 +74,60 @@ START_TEST(every_layout_loads_into_every_other_exactly) {
     printf("negative control: zero3 checkpoint of seed 77 against seed 78's values: %g\n",
            control);
     ck_assert_float_gt(control, 1e-3f);
+}
+END_TEST
+
+/* ---- ZeRO's own state: what zero_checkpoint_state says each stage stores ---------------- */
+
+typedef struct {
+    const run_config *cfg;
+    const char *dir;
+    int stage;
+} zero_save_job;
+
+/* Each rank fills a zero_rank of the stage with the values of seed 61, stored as
+ * zero_state.h's table says (parameters sharded at stage 3, moments from stage 1), and
+ * saves it through zero_checkpoint_state. */
+static int zero_save_rank(comm *world, void *arg) {
+    const zero_save_job *job = arg;
+    const gpt_shape shape = gpt_shape_make(&job->cfg->model, 1, 0);
+    const zero_options opts = {.stage = job->stage};
+    zero_rank *z = zero_rank_create(world, &shape, 1, job->cfg->model.ctx, 1, &opts);
+    float *vectors[3] = {z->params, z->adam_m, z->adam_v};
+    for (int k = 0; k < 3; k++)
+        layout_upload_values(&z->shape, &z->layout, k, k == 0 ? job->stage == 3 : job->stage >= 1,
+                             61, vectors[k]);
+    z->adam_step = 5;
+    ckpt_state state;
+    zero_checkpoint_state(z, &state);
+    run_config cfg = *job->cfg;
+    cfg.save_dir = job->dir;
+    checkpoint_save(world, &cfg, "zero", &state, 5);
+    zero_rank_free(z);
+    return 0;
+}
+
+START_TEST(zero_state_at_every_stage_loads_with_its_moments_in_other_layouts) {
+    run_config cfg = tiny_config();
+    float worst = 0;
+    for (int stage = 0; stage <= 3; stage++) {
+        char name[32];
+        snprintf(name, sizeof name, "zero-stage-%d", stage);
+        zero_save_job job = {.cfg = &cfg, .dir = scratch_dir(name), .stage = stage};
+        comm_options opts = cfg.comm;
+        opts.ranks = 3;
+        ck_assert_int_eq(launch(&opts, zero_save_rank, &job), 0);
+        const int into[3] = {0, 1, 5};   /* baseline, zero3 x4, tp2 pp2 dp2 zero1 */
+        for (int i = 0; i < 3; i++) {
+            const float d = layout_load(&checkpoint_layouts[into[i]], &cfg, job.dir, 61);
+            printf("ZeRO-%d x3 -> %-18s parameters, m and v: largest difference %g"
+                   " (tolerance 0)\n", stage, checkpoint_layouts[into[i]].name, d);
+            ck_assert_msg(d == 0, "ZeRO-%d x3 saved, loaded as %s: parameters or AdamW moments"
+                          " differ by %g", stage, checkpoint_layouts[into[i]].name, d);
+            if (d > worst) worst = d;
+        }
+    }
+    ck_assert_float_eq(worst, 0);
 }
 END_TEST
 
@@ -223,40 +279,6 @@ static void copy_tree(const char *from, const char *to) {
     ck_assert_int_eq(system(cmd), 0);
 }
 
-START_TEST(a_save_killed_half_way_leaves_the_previous_checkpoint) {
-    run_config cfg = tiny_config();
-    const char *dir = scratch_dir("crash");
-    layout_save(&checkpoint_layouts[1], &cfg, dir, 77, 0);   /* a good checkpoint at step 5 */
-    char latest_before[4200], err[1024];
-    ck_assert(checkpoint_resolve(dir, latest_before, sizeof latest_before, err, sizeof err));
-    fflush(stdout);
-    const pid_t child = fork();
-    if (child == 0) {
-        layout_save(&checkpoint_layouts[1], &cfg, dir, 55, 1);
-        _exit(0);   /* not reached: the hook ends the process with status 3 */
-    }
-    int status = 0;
-    ck_assert_int_eq(waitpid(child, &status, 0), child);
-    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 3);
-    char tmp[400];
-    snprintf(tmp, sizeof tmp, "%s/.tmp-step-000005/rank-00001.safetensors", dir);
-    struct stat sb;
-    ck_assert_int_eq(stat(tmp, &sb), 0);   /* half the files were written */
-    snprintf(tmp, sizeof tmp, "%s/.tmp-step-000005/rank-00002.safetensors", dir);
-    ck_assert_int_ne(stat(tmp, &sb), 0);   /* the other half not */
-    char latest_after[4200];
-    ck_assert(checkpoint_resolve(dir, latest_after, sizeof latest_after, err, sizeof err));
-    ck_assert_str_eq(latest_before, latest_after);
-    ck_assert_int_eq(check_error(dir, &cfg, err, sizeof err), 5);
-    const float d = layout_load(&checkpoint_layouts[0], &cfg, dir, 77);
-    printf("after the killed save, the previous checkpoint loads: largest difference %g\n", d);
-    ck_assert_float_eq(d, 0);
-    /* and the next save clears the leftovers */
-    layout_save(&checkpoint_layouts[1], &cfg, dir, 56, 0);
-    ck_assert_float_eq(layout_load(&checkpoint_layouts[0], &cfg, dir, 56), 0);
-}
-END_TEST
-
 static void flip_byte(const char *path, long offset_from_end) {
     FILE *f = fopen(path, "r+b");
     ck_assert_ptr_nonnull(f);
@@ -265,6 +287,24 @@ static void flip_byte(const char *path, long offset_from_end) {
     fseek(f, -offset_from_end, SEEK_END);
     fputc(c ^ 0x01, f);
     fclose(f);
+}
+
+/* Replaces the first `from` in the file by `to`; 0 when it is not there. */
+static int replace_in_file(const char *path, const char *from, const char *to) {
+    size_t len;
+    char *text = slurp(path, &len);
+    text[len] = '\0';
+    char *at = strstr(text, from);
+    if (at) {
+        FILE *f = fopen(path, "wb");
+        ck_assert_ptr_nonnull(f);
+        fwrite(text, 1, (size_t)(at - text), f);
+        fputs(to, f);
+        fputs(at + strlen(from), f);
+        fclose(f);
+    }
+    free(text);
+    return at != NULL;
 }
 
 START_TEST(damaged_or_foreign_checkpoints_are_refused_with_the_file_named) {
@@ -295,6 +335,20 @@ START_TEST(damaged_or_foreign_checkpoints_are_refused_with_the_file_named) {
     ck_assert_int_eq(truncate(file, 300), 0);
     ck_assert_int_eq(check_error(bad, &cfg, err, sizeof err), -1);
     ck_assert(strstr(err, "index.json"));
+
+    copy_tree(good_step, bad);   /* the index edited: AdamW's step, then the step */
+    snprintf(file, sizeof file, "%s/index.json", bad);
+    ck_assert(replace_in_file(file, "\"adam_step\": 5", "\"adam_step\": 6"));
+    ck_assert_int_eq(check_error(bad, &cfg, err, sizeof err), -1);
+    ck_assert(strstr(err, "index.json") && strstr(err, "edited or corrupted"));
+    copy_tree(good_step, bad);
+    ck_assert(replace_in_file(file, "\"step\": 5", "\"step\": 4"));
+    ck_assert_int_eq(check_error(bad, &cfg, err, sizeof err), -1);
+    ck_assert(strstr(err, "index.json") && strstr(err, "edited or corrupted"));
+    copy_tree(good_step, bad);   /* an index without its checksum (an older save) */
+    ck_assert(replace_in_file(file, "],\n  \"index_crc32\"", "],\n  \"no_crc32\""));
+    ck_assert_int_eq(check_error(bad, &cfg, err, sizeof err), -1);
+    ck_assert(strstr(err, "index.json") && strstr(err, "no index_crc32"));
 
     run_config other = cfg;   /* another model */
     other.model.dim = 28;
@@ -379,6 +433,54 @@ START_TEST(header_parser_survives_truncation_and_random_bytes) {
 }
 END_TEST
 
+/* Parses a file of this header and data_len zero bytes; 1 when accepted, else why. */
+static int parse_header(const char *header, size_t data_len, char *err, size_t err_len) {
+    const size_t n = strlen(header), size = 8 + n + data_len;
+    unsigned char *bytes = calloc(size, 1);   /* exactly size bytes: ASan sees overreads */
+    for (int i = 0; i < 8; i++) bytes[i] = (unsigned char)((uint64_t)n >> (8 * i));
+    memcpy(bytes + 8, header, n);
+    st_file st;
+    const int ok = safetensors_parse(bytes, size, &st, err, err_len);
+    if (ok) safetensors_close(&st);
+    free(bytes);
+    return ok;
+}
+
+#define TENSOR(name, dtype, shape, begin, end) \
+    "\"" name "\": {\"dtype\": \"" dtype "\", \"shape\": [" shape "], \"data_offsets\": [" #begin ", " #end "]}"
+
+START_TEST(malformed_headers_are_refused_not_only_survived) {
+    const struct {
+        const char *what, *header, *why;   /* why: NULL for the control, which parses */
+    } cases[] = {
+        {"control: two tensors side by side", "{" TENSOR("a", "F32", "2", 0, 8) ", " TENSOR("b", "F32", "2", 8, 16) "}", NULL},
+        {"offsets past the shape", "{" TENSOR("a", "F32", "2", 0, 12) "}", "data_offsets"},
+        {"offsets short of the shape", "{" TENSOR("a", "F32", "3", 0, 8) "}", "data_offsets"},
+        {"offsets past the data", "{" TENSOR("a", "F32", "2", 16, 24) "}", "data_offsets"},
+        {"offsets backwards", "{" TENSOR("a", "F32", "0", 8, 0) "}", "data_offsets"},
+        {"overlapping tensors", "{" TENSOR("a", "F32", "2", 0, 8) ", " TENSOR("b", "F32", "2", 4, 12) "}", "overlap"},
+        {"a tensor inside another", "{" TENSOR("a", "F32", "4", 0, 16) ", " TENSOR("b", "F32", "1", 4, 8) "}", "overlap"},
+        {"dtype F16", "{" TENSOR("a", "F16", "4", 0, 8) "}", "F32"},
+        {"dtype missing", "{\"a\": {\"shape\": [2], \"data_offsets\": [0, 8]}}", "F32"},
+        {"a name twice", "{" TENSOR("a", "F32", "2", 0, 8) ", " TENSOR("a", "F32", "2", 8, 16) "}", "twice"},
+        {"three dimensions", "{" TENSOR("a", "F32", "1, 1, 2", 0, 8) "}", "shape"},
+        {"a negative size", "{" TENSOR("a", "F32", "-2", 0, 8) "}", "shape"},
+    };
+    int wrong = 0;
+    const char *first_wrong = "";
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char err[256] = "";
+        const int ok = parse_header(cases[i].header, 16, err, sizeof err);
+        const int right = cases[i].why ? !ok && strstr(err, cases[i].why) : ok;
+        printf("header %-34s %s%s%s\n", cases[i].what, ok ? "accepted" : "refused: ", err,
+               right ? "" : "  <- WRONG");
+        if (!right && !wrong++) first_wrong = cases[i].what;
+    }
+    ck_assert_msg(wrong == 0, "%d malformed headers accepted or refused for another reason,"
+                  " the first: %s", wrong, first_wrong);
+}
+END_TEST
+
 START_TEST(crc32_matches_zlib) {
     /* zlib.crc32(b"123456789") = 0xCBF43926, the standard check value */
     ck_assert_uint_eq(crc32_update(0, "123456789", 9), 0xCBF43926u);
@@ -393,11 +495,12 @@ int main(void) {
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, crc32_matches_zlib);
     tcase_add_test(tc, every_layout_loads_into_every_other_exactly);
+    tcase_add_test(tc, zero_state_at_every_stage_loads_with_its_moments_in_other_layouts);
     tcase_add_test(tc, resumed_baseline_is_bit_identical_to_an_uninterrupted_run);
     tcase_add_test(tc, numpy_reader_assembles_the_unsplit_tensors);
-    tcase_add_test(tc, a_save_killed_half_way_leaves_the_previous_checkpoint);
     tcase_add_test(tc, damaged_or_foreign_checkpoints_are_refused_with_the_file_named);
     tcase_add_test(tc, header_parser_survives_truncation_and_random_bytes);
+    tcase_add_test(tc, malformed_headers_are_refused_not_only_survived);
     suite_add_tcase(suite, tc);
     if (!mkdtemp(scratch_root)) return 1;
     const int status = check_run(suite, 0);
