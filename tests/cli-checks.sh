@@ -174,6 +174,10 @@ if [ -x "$chapter4" ] && [ -z "$mpi" ]; then
     expect_error "$chapter4" "--micro 2: interleaved 1F1B takes micro-batches in groups of --pp 4" --simulate --pp 4 --layers 8 --micro 2 --schedule interleaved
     expect_error "$chapter4" "--stage-ms -1: must be at least 0" --simulate --stage-ms -1
     expect_error "$chapter4" "--schedule fast: unknown value (valid: naive, gpipe, 1f1b, interleaved, zb-h1, all)" --simulate --schedule fast
+    # training: p stages per pipeline, the other ranks data parallel
+    expect_error "$chapter4" "--pp 4: more stages than the 2 ranks" --ranks 2 --pp 4 $tiny --layers 4
+    expect_error "$chapter4" "--pp 3 does not divide the 4 ranks" --ranks 4 --pp 3 $tiny --layers 4
+    expect_error "$chapter4" "--batch 6 does not split over 4 pipelines" --ranks 4 --pp 1 $tiny --batch 6
 fi
 # the largest seed is valid (the refusals above are not a blanket "no")
 expect_ok() {

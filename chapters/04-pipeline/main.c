@@ -41,20 +41,54 @@ static void link_model(const comm_options *o, double *alpha_ms, double *ms_per_b
     *ms_per_byte = 1e3 / bytes_per_s[o->link] * o->link_scale;
 }
 
+/* Training: p stages on the ranks, the other ranks more pipelines side by side (data
+ * parallel, each on batch / d sequences). Returns d; a size that cannot be laid out on
+ * the ranks is one line and exit 2. */
+static int pipelines_on_ranks(const chapter_args *a, int p) {
+    const int ranks = a->cfg.comm.ranks;
+    if (a->simulate) return 1;   /* the simulator runs any p on one process */
+    if (p > ranks)
+        cli_fail("--pp %d: more stages than the %d ranks (a stage is a rank: use --pp 1 to %d,"
+                 " or --simulate)", p, ranks, ranks);
+    if (ranks % p != 0)
+        cli_fail("--pp %d does not divide the %d ranks (the ranks form pipelines of p stages,"
+                 " the rest data parallel: use a divisor of %d)", p, ranks, ranks);
+    const int d = ranks / p;
+    if (a->cfg.batch % d != 0)
+        cli_fail("--batch %d does not split over %d pipelines (--pp %d on %d ranks: use a"
+                 " multiple of %d)", a->cfg.batch, d, p, ranks, d);
+    return d;
+}
+
+/* pp_validate with each pipeline's share of the batch; the line names the split. */
+static int fits_pipeline(pp_schedule_kind k, const pipeline_sim_config *c, int layers,
+                         int batch, char *err, size_t size) {
+    const int d = c->replicas;
+    if (pp_validate(k, c->pp, pipeline_micro_for(c, k), pipeline_chunks_for(c, k), layers,
+                    batch / d, err, size))
+        return 1;
+    if (d > 1) {
+        const size_t len = strlen(err);
+        snprintf(err + len, size - len, "; each of the %d pipelines trains on %d of the"
+                 " --batch %d sequences", d, batch / d, batch);
+    }
+    return 0;
+}
+
 /* Settles which schedules run; a bad size is one line and exit 2. With --schedule all,
  * a schedule that cannot take these sizes is skipped with the reason. */
 static void choose_schedules(const chapter_args *a, pipeline_sim_config *c) {
     const gpt_config *m = &a->cfg.model;
-    char err[256];
+    char err[512];
     /* What every schedule needs (p, m against the model and batch) is checked once. */
-    if (!pp_validate(PP_GPIPE, c->pp, c->micro, 1, m->layers, a->cfg.batch, err, sizeof err))
+    pipeline_sim_config every = *c;
+    every.chunks = 1;
+    if (!fits_pipeline(PP_GPIPE, &every, m->layers, a->cfg.batch, err, sizeof err))
         cli_fail("%s", err);
     for (int k = 0; k < PP_NSCHEDULES; k++) {
         if (a->schedule != SCHEDULE_ALL && a->schedule != k) continue;
-        static char reasons[PP_NSCHEDULES][256];
-        int micro = pipeline_micro_for(c, k), chunks = pipeline_chunks_for(c, k);
-        int fits = pp_validate(k, c->pp, micro, chunks, m->layers, a->cfg.batch, reasons[k],
-                               sizeof reasons[k]);
+        static char reasons[PP_NSCHEDULES][512];
+        int fits = fits_pipeline(k, c, m->layers, a->cfg.batch, reasons[k], sizeof reasons[k]);
         if (!fits && a->schedule != SCHEDULE_ALL) cli_fail("%s", reasons[k]);
         c->runs[k] = fits;
         c->skipped[k] = fits ? NULL : reasons[k];
@@ -73,6 +107,10 @@ static pipeline_sim_config sim_config(const chapter_args *a) {
     /* one micro-batch's activations: batch/m sequences x ctx x dim fp32 */
     c.message_bytes = 4.0 * cfg->batch / a->micro * cfg->model.ctx * cfg->model.dim;
     link_model(&cfg->comm, &c.link_alpha_ms, &c.link_ms_per_byte);
+    c.replicas = pipelines_on_ranks(a, c.pp);
+    /* the default m: at most one sequence per micro-batch in each pipeline's share */
+    if (!cli_given("micro") && c.micro > cfg->batch / c.replicas)
+        c.micro = cfg->batch / c.replicas;
     return c;
 }
 

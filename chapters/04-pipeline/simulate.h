@@ -6,6 +6,7 @@
 
 typedef struct {
     int pp, micro, chunks;              /* chunks: v, for the interleaved schedule */
+    int replicas;                       /* training: pipelines side by side (ranks / pp) */
     int runs[PP_NSCHEDULES];            /* 1: simulate this schedule */
     const char *skipped[PP_NSCHEDULES]; /* why a chosen schedule does not run, or NULL */
     double stage_ms;                    /* forward of one micro-batch on a stage */

@@ -76,8 +76,8 @@ static void print_memory(const pp_outcome *runs, int n) {
 
 static void print_traffic(const pp_outcome *runs, int n, const run_config *cfg) {
     const gpt_shape whole = gpt_shape_make(&cfg->model, 1, 0);
-    const int p = runs[0].stages;
-    const double ddp = 2.0 * (p - 1) / p * (double)gpt_num_params(&whole) * sizeof(float);
+    const int p = runs[0].stages, ranks = cfg->comm.ranks;
+    const double ddp = 2.0 * (ranks - 1) / ranks * (double)gpt_num_params(&whole) * sizeof(float);
     char a[32], b[32], c[32];
     printf("\nPoint-to-point traffic per step (bytes each stage sends: activations forward,"
            " gradients backward)\n");
@@ -88,11 +88,11 @@ static void print_traffic(const pp_outcome *runs, int n, const run_config *cfg) 
         printf("\n");
     }
     printf("  per boundary: 2 x m x b x s x h x 4 B = 2 x %d x %d x %d x 4 B = %s (interleaving"
-           " crosses v times as many boundaries)\n", cfg->batch, cfg->model.ctx,
-           cfg->model.dim, report_bytes(runs[0].bytes_formula, b));
+           " crosses v times as many boundaries)\n", cfg->batch / runs[0].replicas,
+           cfg->model.ctx, cfg->model.dim, report_bytes(runs[0].bytes_formula, b));
     printf("  DDP on the same %d ranks would all-reduce 2(N-1)/N x %zu parameters x 4 B = %s"
            " per rank per step: a pipeline sends activations, not the model, which is why it"
-           " suits slow links between machines\n", p, gpt_num_params(&whole),
+           " suits slow links between machines\n", ranks, gpt_num_params(&whole),
            report_bytes(ddp, c));
 }
 
@@ -126,7 +126,7 @@ int pipeline_train(const pipeline_sim_config *c, const run_config *cfg) {
         pipeline_options opts = {.schedule = k, .micro = pipeline_micro_for(c, k),
                                  .chunks = pipeline_chunks_for(c, k),
                                  .stage_seconds = 1e-3 * c->stage_ms};
-        status = pp_run_launch(cfg, data, &opts, baseline, &runs[n]);
+        status = pp_run_launch(cfg, data, c->pp, &opts, baseline, &runs[n]);
         if (root) runs[n].result.json_extra = run_json(&runs[n]);
         n++;
         if (status != 0) break;   /* a failed run (reported) gets no table and no verdict */
@@ -142,6 +142,12 @@ int pipeline_train(const pipeline_sim_config *c, const run_config *cfg) {
             for (int k = 0; k < PP_NSCHEDULES; k++)
                 if (c->skipped[k])
                     printf("skipped %s: %s\n", pp_schedule_name(k), c->skipped[k]);
+            if (runs[0].replicas > 1)
+                printf("%d pipelines of %d stages, data parallel: each trains on %d of the %d"
+                       " sequences, and each stage's gradients are all-reduced over the %d"
+                       " pipelines (the tables below are pipeline 0's)\n", runs[0].replicas,
+                       runs[0].stages, cfg->batch / runs[0].replicas, cfg->batch,
+                       runs[0].replicas);
             report_table(cfg, rows, n + 1);
             print_bubbles(runs, n);
             print_memory(runs, n);
