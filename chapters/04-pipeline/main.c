@@ -95,6 +95,53 @@ static void choose_schedules(const chapter_args *a, pipeline_sim_config *c) {
     }
 }
 
+/* Flags that a mode ignores, and sizes whose lists would not fit or never end: one line
+ * and exit 2 before any work. */
+enum { MAX_STAGES = 1024, MAX_CHUNK_PASSES = 1 << 20 };
+static const double max_stage_ms = 60e3;
+
+static void refuse_unused_flags(const chapter_args *a) {
+    static const char *const training_only[] = {"save", "save-every", "resume", NULL};
+    static const char *const simulator_only[] = {"comm-order", NULL};
+    static const char *const interleaved_only[] = {"virtual", NULL};
+    if (a->simulate)
+        cli_refuse_in_mode("--simulate", training_only, "the simulator trains no model");
+    else
+        cli_refuse_in_mode("training", simulator_only, "the ranks run the ordered lists;"
+                           " --comm-order is for --simulate");
+    if (a->schedule != SCHEDULE_ALL && a->schedule != PP_INTERLEAVED) {
+        char mode[64];
+        snprintf(mode, sizeof mode, "--schedule %s", schedule_choices[a->schedule]);
+        cli_refuse_in_mode(mode, interleaved_only, "only the interleaved schedule has chunks");
+    }
+}
+
+static void bound_sizes(const chapter_args *a, int p) {
+    cli_check_at_most("stage-ms", a->stage_ms, max_stage_ms, "a minute per modelled pass");
+    if (p > MAX_STAGES)
+        cli_fail("--pp %d: at most %d stages (building the schedules' lists takes time and"
+                 " memory that grow as p squared)", p, MAX_STAGES);
+    const double passes = (double)p * a->micro * (a->schedule == SCHEDULE_ALL ||
+                                                  a->schedule == PP_INTERLEAVED ? a->chunks : 1);
+    if (passes > MAX_CHUNK_PASSES)
+        cli_fail("--pp %d x --micro %d%s = %.0f forwards through a chunk, more than %d (the lists"
+                 " would take a gigabyte and seconds): use a smaller --pp or --micro", p, a->micro,
+                 passes > (double)p * a->micro ? " x --virtual" : "", passes,
+                 MAX_CHUNK_PASSES);
+}
+
+/* The SVG file of every schedule that runs (FILE-<schedule>.svg for several). */
+static void check_svgs_writable(const pipeline_sim_config *c) {
+    int n = 0;
+    for (int k = 0; k < PP_NSCHEDULES; k++) n += c->runs[k];
+    for (int k = 0; k < PP_NSCHEDULES && c->svg_path; k++) {
+        if (!c->runs[k]) continue;
+        char path[1024];
+        pipeline_svg_path(c->svg_path, pp_schedule_name(k), n > 1, path, sizeof path);
+        check_writable("svg", path);
+    }
+}
+
 static pipeline_sim_config sim_config(const chapter_args *a) {
     const run_config *cfg = &a->cfg;
     pipeline_sim_config c = {
@@ -137,10 +184,12 @@ int main(int argc, char **argv) {
     cli_parse(argc, argv, &a.cfg, options, argv[0],
               "Pipeline parallelism: naive, GPipe, 1F1B, interleaved 1F1B and ZB-H1"
               " schedules, their bubbles and pictures.");
+    refuse_unused_flags(&a);
+    bound_sizes(&a, a.pp ? a.pp : a.cfg.comm.ranks);
     pipeline_sim_config c = sim_config(&a);
     choose_schedules(&a, &c);
     dataset_free(dataset_from_config(&a.cfg));   /* --data is checked before anything runs */
-    if (a.svg_path) check_writable("svg", a.svg_path);
+    check_svgs_writable(&c);
     if (a.simulate) return pipeline_simulate(&c);
     fits_check_or_exit(&a.cfg, 1.0 / c.pp);   /* a stage holds 1/p of the model */
     /* on real ranks the compute model is on unless --stage-ms 0 says real time */

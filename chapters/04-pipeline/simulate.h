@@ -22,6 +22,10 @@ typedef struct {
 int pipeline_micro_for(const pipeline_sim_config *c, pp_schedule_kind kind);
 int pipeline_chunks_for(const pipeline_sim_config *c, pp_schedule_kind kind);
 
+/* FILE as given for one schedule; FILE-<schedule>.svg (before its .svg) for several. */
+void pipeline_svg_path(const char *path, const char *name, int several, char *out,
+                       size_t size);
+
 /* Simulates every schedule in c->runs and prints the table and pictures (or one JSON
  * object). Returns the exit status: 0, or 1 when a schedule deadlocked or an SVG could
  * not be written. */

@@ -100,9 +100,9 @@ static void draw(const pp_outcome *o, const pipeline_sim_config *c, int several)
     printf("\n%s, the last step as it ran (ms):\n", o->result.strategy);
     pp_draw_text(stdout, o->spans, o->nspans, o->stages, 96, 1e3);
     if (!c->svg_path) return;
-    char path[512];
-    if (several) snprintf(path, sizeof path, "%s-%s.svg", c->svg_path, o->result.strategy + 3);
-    else snprintf(path, sizeof path, "%s", c->svg_path);
+    char path[1024];
+    pipeline_svg_path(c->svg_path, pp_schedule_name(o->opts.schedule), several, path,
+                      sizeof path);
     char title[128];
     snprintf(title, sizeof title, "%s: p = %d, m = %d, measured", o->result.strategy,
              o->stages, o->opts.micro);
