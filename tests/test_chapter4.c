@@ -157,6 +157,35 @@ START_TEST(bubbles_and_bytes_match_their_formulas) {
 }
 END_TEST
 
+/* Interleaved under the compute model (p 2, v 4, m 8: the chapter's example): each
+ * rank is busy 3 m x stage time per step (a chunk's pass is 1/v of a stage's), and the
+ * bubble is the simulator's for ranks that do one operation at a time, which is what
+ * these are (the textbook's formula assumes GPU streams and says 3%). */
+START_TEST(interleaved_bubble_under_the_compute_model) {
+    dataset *d = dataset_builtin();
+    const int p = 2, m = 8, v = 4;
+    const double stage = 0.025;
+    run_config cfg = small_config(p);
+    cfg.steps = 3;
+    pp_outcome o = run(&cfg, d, NULL, (pipeline_options){.schedule = PP_INTERLEAVED,
+                                                          .micro = m, .chunks = v,
+                                                          .stage_seconds = stage});
+    const double measured = o.measured.bubble_fraction, want = o.cpu_ranks.fraction;
+    const double error = fabs(measured - want) / want, busy = 3e3 * m * stage;
+    printf("interleaved p=2 m=8 v=4: bubble %.3f measured, %.3f CPU ranks (formula %.3f):"
+           " relative error %.1f%% (tolerance 10%%); busy %.0f and %.0f ms per step, modelled"
+           " %.0f\n", measured, want, o.formula.fraction, 100 * error, o.measured.busy_ms[0],
+           o.measured.busy_ms[1], busy);
+    ck_assert_msg(error <= 0.10, "bubble %.3f, CPU ranks %.3f", measured, want);
+    for (int r = 0; r < p; r++)
+        ck_assert_msg(fabs(o.measured.busy_ms[r] - busy) <= 0.10 * busy,
+                      "rank %d busy %.0f ms per step, modelled 3 m x stage = %.0f", r,
+                      o.measured.busy_ms[r], busy);
+    pp_outcome_free(&o);
+    dataset_free(d);
+}
+END_TEST
+
 /* Fewer stages than ranks: the other ranks are more pipelines, data parallel. Every
  * schedule that fits 2 stages on 4 ranks trains the baseline's model, and each stage
  * holds what a 2-stage schedule holds (1F1B: 2 and 1 micro-batches). */
@@ -202,6 +231,10 @@ int main(void) {
     tcase_add_test(tc, in_flight_and_activations_follow_the_schedule);
     tcase_add_test(tc, bubbles_and_bytes_match_their_formulas);
     suite_add_tcase(s, tc);
+    TCase *model = tcase_create("compute model");
+    tcase_set_timeout(model, 300);
+    tcase_add_test(model, interleaved_bubble_under_the_compute_model);
+    suite_add_tcase(s, model);
     TCase *dp = tcase_create("pipelines side by side");
     tcase_set_timeout(dp, 300);
     tcase_add_test(dp, two_stages_on_four_ranks_train_data_parallel);

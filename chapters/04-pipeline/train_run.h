@@ -22,7 +22,8 @@ typedef struct {
     run_result result;          /* compared with the baseline when one was given */
     float *loss;                /* per step */
     pipeline_measures measured;
-    pp_bubble formula;
+    pp_bubble formula;          /* the textbook's (streams: a GPU's) */
+    pp_bubble cpu_ranks;        /* the simulator's for one operation at a time, as here */
     int *in_flight_formula;     /* [stages] what the schedule holds at most */
     double bytes_formula;       /* per boundary per step: 2 m b s h x 4 B */
     double tied_drift;          /* the tied weight's two copies, at the end */
