@@ -69,6 +69,11 @@ static void print_bubbles(const pp_outcome *runs, int n) {
            " operation at a time, as here, and the error is against it: interleaving loses"
            " what the formula overlaps)\n");
     print_overrun(runs, n);
+    if (launch_mpi_world_size() > 0 && runs[0].opts.stage_seconds > 0)
+        printf("  (Open MPI: a message over the shared-memory eager limit (./run raises it to"
+               " 256 KB; it stops helping near 64 KB) moves only while its sender is inside an"
+               " MPI call, so a sender in a modelled pass holds its receiver up; idle time above"
+               " the CPU-ranks column is that wait, not the schedule)\n");
 }
 
 static void print_memory(const pp_outcome *runs, int n) {
