@@ -182,6 +182,25 @@ if [ -x "$chapter4" ] && [ -z "$mpi" ]; then
     expect_error "$chapter4" "--micro 2: interleaved 1F1B takes micro-batches in groups of --pp 4" --simulate --pp 4 --layers 8 --micro 2 --schedule interleaved
     expect_error "$chapter4" "--stage-ms -1: must be at least 0" --simulate --stage-ms -1
     expect_error "$chapter4" "--schedule fast: unknown value (valid: naive, gpipe, 1f1b, interleaved, zb-h1, all)" --simulate --schedule fast
+    # training: p stages per pipeline, the other ranks data parallel
+    expect_error "$chapter4" "--pp 4: more stages than the 2 ranks" --ranks 2 --pp 4 $tiny --layers 4
+    expect_error "$chapter4" "--pp 3 does not divide the 4 ranks" --ranks 4 --pp 3 $tiny --layers 4
+    expect_error "$chapter4" "--batch 6 does not split over 4 pipelines" --ranks 4 --pp 1 $tiny --batch 6
+    # sizes whose waits or lists would never end
+    expect_error "$chapter4" "--stage-ms 1e+200: must be at most 60000" --stage-ms 1e200
+    expect_error "$chapter4" "--pp 100000: at most 1024 stages" --simulate --pp 100000 --micro 100000 --layers 100000 --batch 100000
+    expect_error "$chapter4" "--pp 1000000: at most 1024 stages" --simulate --pp 1000000 --layers 1000000
+    expect_error "$chapter4" "--pp 1024 x --micro 2048 = 2097152 forwards through a chunk, more than 1048576" --simulate --pp 1024 --micro 2048 --layers 1024 --batch 2048 --schedule 1f1b
+    # flags a mode ignores, and outputs that cannot be written, before any work
+    mkdir -p "$scratch/pipe-1f1b.svg"
+    expect_error "$chapter4" "--svg $scratch/pipe-1f1b.svg: is a directory" --simulate --svg "$scratch/pipe"
+    expect_error "$chapter4" "--svg $scratch/pipe-1f1b.svg: is a directory" $tiny --layers 2 --ranks 2 --svg "$scratch/pipe.svg"
+    expect_error "$chapter4" "--save does nothing with --simulate" --simulate --save "$scratch/ck4"
+    if "$chapter4" $tiny --layers 2 --ranks 2 --schedule 1f1b --steps 2 --stage-ms 0 --save "$scratch/ck4" >/dev/null 2>&1; then
+        expect_error "$chapter4" "--resume does nothing with --simulate" $tiny --layers 2 --simulate --resume "$scratch/ck4"
+    fi
+    expect_error "$chapter4" "--virtual does nothing with --schedule 1f1b (only the interleaved" --simulate --schedule 1f1b --virtual 2
+    expect_error "$chapter4" "--comm-order does nothing with training" $tiny --layers 2 --ranks 2 --comm-order eager
 fi
 # the largest seed is valid (the refusals above are not a blanket "no")
 expect_ok() {

@@ -25,7 +25,7 @@ static run_config small_config(int ranks) { return small_model_config(8, ranks);
 static pp_outcome run(const run_config *cfg, const dataset *d, const baseline_run *b,
                       pipeline_options opts) {
     pp_outcome o;
-    ck_assert_int_eq(pp_run_launch(cfg, d, &opts, b, &o), 0);
+    ck_assert_int_eq(pp_run_launch(cfg, d, 0, &opts, b, &o), 0);
     return o;
 }
 
@@ -157,6 +157,70 @@ START_TEST(bubbles_and_bytes_match_their_formulas) {
 }
 END_TEST
 
+/* Interleaved under the compute model (p 2, v 4, m 8: the chapter's example): each
+ * rank is busy 3 m x stage time per step (a chunk's pass is 1/v of a stage's), and the
+ * bubble is the simulator's for ranks that do one operation at a time, which is what
+ * these are (the textbook's formula assumes GPU streams and says 3%). */
+START_TEST(interleaved_bubble_under_the_compute_model) {
+    dataset *d = dataset_builtin();
+    const int p = 2, m = 8, v = 4;
+    const double stage = 0.025;
+    run_config cfg = small_config(p);
+    cfg.steps = 3;
+    pp_outcome o = run(&cfg, d, NULL, (pipeline_options){.schedule = PP_INTERLEAVED,
+                                                          .micro = m, .chunks = v,
+                                                          .stage_seconds = stage});
+    const double measured = o.measured.bubble_fraction, want = o.cpu_ranks.fraction;
+    const double error = fabs(measured - want) / want, busy = 3e3 * m * stage;
+    printf("interleaved p=2 m=8 v=4: bubble %.3f measured, %.3f CPU ranks (formula %.3f):"
+           " relative error %.1f%% (tolerance 10%%); busy %.0f and %.0f ms per step, modelled"
+           " %.0f\n", measured, want, o.formula.fraction, 100 * error, o.measured.busy_ms[0],
+           o.measured.busy_ms[1], busy);
+    ck_assert_msg(error <= 0.10, "bubble %.3f, CPU ranks %.3f", measured, want);
+    for (int r = 0; r < p; r++)
+        ck_assert_msg(fabs(o.measured.busy_ms[r] - busy) <= 0.10 * busy,
+                      "rank %d busy %.0f ms per step, modelled 3 m x stage = %.0f", r,
+                      o.measured.busy_ms[r], busy);
+    pp_outcome_free(&o);
+    dataset_free(d);
+}
+END_TEST
+
+/* Fewer stages than ranks: the other ranks are more pipelines, data parallel. Every
+ * schedule that fits 2 stages on 4 ranks trains the baseline's model, and each stage
+ * holds what a 2-stage schedule holds (1F1B: 2 and 1 micro-batches). */
+START_TEST(two_stages_on_four_ranks_train_data_parallel) {
+    dataset *d = dataset_builtin();
+    run_config cfg = small_config(4);
+    baseline_run *b = baseline_train(&cfg, d);
+    for (int kind = 0; kind < PP_NSCHEDULES; kind++) {
+        const int m = kind == PP_NAIVE ? 1 : 2, v = kind == PP_INTERLEAVED ? 2 : 1;
+        pipeline_options opts = {.schedule = kind, .micro = m, .chunks = v};
+        pp_outcome o;
+        ck_assert_int_eq(pp_run_launch(&cfg, d, 2, &opts, b, &o), 0);
+        const run_result *r = &o.result;
+        printf("%-15s pp 2 x dp %d, m=%d v=%d: max |diff| loss %.2e grads %.2e params %.2e;"
+               " stages %d, in flight %d %d\n", r->strategy, o.replicas, m, v, r->diff_loss,
+               r->diff_grads, r->diff_params, o.stages, o.measured.in_flight[0],
+               o.measured.in_flight[1]);
+        ck_assert_int_eq(o.stages, 2);
+        ck_assert_int_eq(o.replicas, 2);
+        ck_assert_msg(pp_worst_fraction_of_tolerance(r) <= 1, "%s: outside the tolerances",
+                      r->strategy);
+        ck_assert_msg(fabs(r->bytes_sent_per_step - r->bytes_formula) <= 1e-9 * r->bytes_formula,
+                      "%s: sent %.0f bytes per step, formula %.0f", r->strategy,
+                      r->bytes_sent_per_step, r->bytes_formula);
+        if (kind == PP_1F1B) {
+            ck_assert_int_eq(o.measured.in_flight[0], 2);
+            ck_assert_int_eq(o.measured.in_flight[1], 1);
+        }
+        pp_outcome_free(&o);
+    }
+    baseline_free(b);
+    dataset_free(d);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("chapter4");
     TCase *tc = tcase_create("pipeline");
@@ -167,5 +231,13 @@ int main(void) {
     tcase_add_test(tc, in_flight_and_activations_follow_the_schedule);
     tcase_add_test(tc, bubbles_and_bytes_match_their_formulas);
     suite_add_tcase(s, tc);
+    TCase *model = tcase_create("compute model");
+    tcase_set_timeout(model, 300);
+    tcase_add_test(model, interleaved_bubble_under_the_compute_model);
+    suite_add_tcase(s, model);
+    TCase *dp = tcase_create("pipelines side by side");
+    tcase_set_timeout(dp, 300);
+    tcase_add_test(dp, two_stages_on_four_ranks_train_data_parallel);
+    suite_add_tcase(s, dp);
     return check_run(s, 0);
 }

@@ -29,7 +29,7 @@ START_TEST(every_schedule_matches_the_baseline) {
             continue;   /* interleaved at -np 1 and 3: m = 4 is no multiple of p */
         pipeline_options opts = {.schedule = kind, .micro = m, .chunks = chunks};
         pp_outcome o;
-        ck_assert_int_eq(pp_run_launch(&cfg, d, &opts, b, &o), 0);
+        ck_assert_int_eq(pp_run_launch(&cfg, d, 0, &opts, b, &o), 0);
         if (b) {
             const run_result *r = &o.result;
             printf("mpi %-15s p=%d m=%d: max |diff| loss %.2e grads %.2e params %.2e\n",
@@ -55,7 +55,7 @@ START_TEST(a_dropped_activation_gradient_fails) {
     pipeline_options opts = {.schedule = PP_1F1B, .micro = 4, .chunks = 1,
                              .fault = PIPELINE_FAULT_DROP_INPUT_GRAD};
     pp_outcome o;
-    ck_assert_int_eq(pp_run_launch(&cfg, d, &opts, b, &o), 0);
+    ck_assert_int_eq(pp_run_launch(&cfg, d, 0, &opts, b, &o), 0);
     if (b) {
         printf("mpi 1f1b, zeros as one d(input): grads differ by %.2e\n", o.result.diff_grads);
         check_expect(&v, o.result.diff_grads > 100 * PP_TOL_GRADS);

@@ -41,23 +41,104 @@ static void link_model(const comm_options *o, double *alpha_ms, double *ms_per_b
     *ms_per_byte = 1e3 / bytes_per_s[o->link] * o->link_scale;
 }
 
+/* Training: p stages on the ranks, the other ranks more pipelines side by side (data
+ * parallel, each on batch / d sequences). Returns d; a size that cannot be laid out on
+ * the ranks is one line and exit 2. */
+static int pipelines_on_ranks(const chapter_args *a, int p) {
+    const int ranks = a->cfg.comm.ranks;
+    if (a->simulate) return 1;   /* the simulator runs any p on one process */
+    if (p > ranks)
+        cli_fail("--pp %d: more stages than the %d ranks (a stage is a rank: use --pp 1 to %d,"
+                 " or --simulate)", p, ranks, ranks);
+    if (ranks % p != 0)
+        cli_fail("--pp %d does not divide the %d ranks (the ranks form pipelines of p stages,"
+                 " the rest data parallel: use a divisor of %d)", p, ranks, ranks);
+    const int d = ranks / p;
+    if (a->cfg.batch % d != 0)
+        cli_fail("--batch %d does not split over %d pipelines (--pp %d on %d ranks: use a"
+                 " multiple of %d)", a->cfg.batch, d, p, ranks, d);
+    return d;
+}
+
+/* pp_validate with each pipeline's share of the batch; the line names the split. */
+static int fits_pipeline(pp_schedule_kind k, const pipeline_sim_config *c, int layers,
+                         int batch, char *err, size_t size) {
+    const int d = c->replicas;
+    if (pp_validate(k, c->pp, pipeline_micro_for(c, k), pipeline_chunks_for(c, k), layers,
+                    batch / d, err, size))
+        return 1;
+    if (d > 1) {
+        const size_t len = strlen(err);
+        snprintf(err + len, size - len, "; each of the %d pipelines trains on %d of the"
+                 " --batch %d sequences", d, batch / d, batch);
+    }
+    return 0;
+}
+
 /* Settles which schedules run; a bad size is one line and exit 2. With --schedule all,
  * a schedule that cannot take these sizes is skipped with the reason. */
 static void choose_schedules(const chapter_args *a, pipeline_sim_config *c) {
     const gpt_config *m = &a->cfg.model;
-    char err[256];
+    char err[512];
     /* What every schedule needs (p, m against the model and batch) is checked once. */
-    if (!pp_validate(PP_GPIPE, c->pp, c->micro, 1, m->layers, a->cfg.batch, err, sizeof err))
+    pipeline_sim_config every = *c;
+    every.chunks = 1;
+    if (!fits_pipeline(PP_GPIPE, &every, m->layers, a->cfg.batch, err, sizeof err))
         cli_fail("%s", err);
     for (int k = 0; k < PP_NSCHEDULES; k++) {
         if (a->schedule != SCHEDULE_ALL && a->schedule != k) continue;
-        static char reasons[PP_NSCHEDULES][256];
-        int micro = pipeline_micro_for(c, k), chunks = pipeline_chunks_for(c, k);
-        int fits = pp_validate(k, c->pp, micro, chunks, m->layers, a->cfg.batch, reasons[k],
-                               sizeof reasons[k]);
+        static char reasons[PP_NSCHEDULES][512];
+        int fits = fits_pipeline(k, c, m->layers, a->cfg.batch, reasons[k], sizeof reasons[k]);
         if (!fits && a->schedule != SCHEDULE_ALL) cli_fail("%s", reasons[k]);
         c->runs[k] = fits;
         c->skipped[k] = fits ? NULL : reasons[k];
+    }
+}
+
+/* Flags that a mode ignores, and sizes whose lists would not fit or never end: one line
+ * and exit 2 before any work. */
+enum { MAX_STAGES = 1024, MAX_CHUNK_PASSES = 1 << 20 };
+static const double max_stage_ms = 60e3;
+
+static void refuse_unused_flags(const chapter_args *a) {
+    static const char *const training_only[] = {"save", "save-every", "resume", NULL};
+    static const char *const simulator_only[] = {"comm-order", NULL};
+    static const char *const interleaved_only[] = {"virtual", NULL};
+    if (a->simulate)
+        cli_refuse_in_mode("--simulate", training_only, "the simulator trains no model");
+    else
+        cli_refuse_in_mode("training", simulator_only, "the ranks run the ordered lists;"
+                           " --comm-order is for --simulate");
+    if (a->schedule != SCHEDULE_ALL && a->schedule != PP_INTERLEAVED) {
+        char mode[64];
+        snprintf(mode, sizeof mode, "--schedule %s", schedule_choices[a->schedule]);
+        cli_refuse_in_mode(mode, interleaved_only, "only the interleaved schedule has chunks");
+    }
+}
+
+static void bound_sizes(const chapter_args *a, int p) {
+    cli_check_at_most("stage-ms", a->stage_ms, max_stage_ms, "a minute per modelled pass");
+    if (p > MAX_STAGES)
+        cli_fail("--pp %d: at most %d stages (building the schedules' lists takes time and"
+                 " memory that grow as p squared)", p, MAX_STAGES);
+    const double passes = (double)p * a->micro * (a->schedule == SCHEDULE_ALL ||
+                                                  a->schedule == PP_INTERLEAVED ? a->chunks : 1);
+    if (passes > MAX_CHUNK_PASSES)
+        cli_fail("--pp %d x --micro %d%s = %.0f forwards through a chunk, more than %d (the lists"
+                 " would take a gigabyte and seconds): use a smaller --pp or --micro", p, a->micro,
+                 passes > (double)p * a->micro ? " x --virtual" : "", passes,
+                 MAX_CHUNK_PASSES);
+}
+
+/* The SVG file of every schedule that runs (FILE-<schedule>.svg for several). */
+static void check_svgs_writable(const pipeline_sim_config *c) {
+    int n = 0;
+    for (int k = 0; k < PP_NSCHEDULES; k++) n += c->runs[k];
+    for (int k = 0; k < PP_NSCHEDULES && c->svg_path; k++) {
+        if (!c->runs[k]) continue;
+        char path[1024];
+        pipeline_svg_path(c->svg_path, pp_schedule_name(k), n > 1, path, sizeof path);
+        check_writable("svg", path);
     }
 }
 
@@ -73,6 +154,10 @@ static pipeline_sim_config sim_config(const chapter_args *a) {
     /* one micro-batch's activations: batch/m sequences x ctx x dim fp32 */
     c.message_bytes = 4.0 * cfg->batch / a->micro * cfg->model.ctx * cfg->model.dim;
     link_model(&cfg->comm, &c.link_alpha_ms, &c.link_ms_per_byte);
+    c.replicas = pipelines_on_ranks(a, c.pp);
+    /* the default m: at most one sequence per micro-batch in each pipeline's share */
+    if (!cli_given("micro") && c.micro > cfg->batch / c.replicas)
+        c.micro = cfg->batch / c.replicas;
     return c;
 }
 
@@ -99,10 +184,12 @@ int main(int argc, char **argv) {
     cli_parse(argc, argv, &a.cfg, options, argv[0],
               "Pipeline parallelism: naive, GPipe, 1F1B, interleaved 1F1B and ZB-H1"
               " schedules, their bubbles and pictures.");
+    refuse_unused_flags(&a);
+    bound_sizes(&a, a.pp ? a.pp : a.cfg.comm.ranks);
     pipeline_sim_config c = sim_config(&a);
     choose_schedules(&a, &c);
     dataset_free(dataset_from_config(&a.cfg));   /* --data is checked before anything runs */
-    if (a.svg_path) check_writable("svg", a.svg_path);
+    check_svgs_writable(&c);
     if (a.simulate) return pipeline_simulate(&c);
     fits_check_or_exit(&a.cfg, 1.0 / c.pp);   /* a stage holds 1/p of the model */
     /* on real ranks the compute model is on unless --stage-ms 0 says real time */

@@ -155,9 +155,8 @@ static void print_pictures(const pipeline_sim_config *c, const outcome *runs, in
     }
 }
 
-/* FILE as given for one schedule; FILE-<schedule>.svg (before its .svg) for several. */
-static void svg_path_for(const char *path, const char *name, int several, char *out,
-                         size_t size) {
+void pipeline_svg_path(const char *path, const char *name, int several, char *out,
+                       size_t size) {
     size_t len = strlen(path);
     int has_ext = len > 4 && strcmp(path + len - 4, ".svg") == 0;
     if (!several) snprintf(out, size, "%s", path);
@@ -170,7 +169,7 @@ static int write_svgs(const pipeline_sim_config *c, const outcome *runs, int n) 
         const outcome *o = &runs[i];
         if (!o->gpu.ok) continue;
         char path[1024], title[128];
-        svg_path_for(c->svg_path, pp_schedule_name(o->kind), n > 1, path, sizeof path);
+        pipeline_svg_path(c->svg_path, pp_schedule_name(o->kind), n > 1, path, sizeof path);
         if (o->gpu.nspans > SVG_MAX_SPANS) {
             fprintf(stderr, "chapter4: %s: %d operations are too many to draw (at most %d): try a"
                     " smaller --micro or --pp\n", path, o->gpu.nspans, SVG_MAX_SPANS);

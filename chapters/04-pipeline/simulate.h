@@ -6,6 +6,7 @@
 
 typedef struct {
     int pp, micro, chunks;              /* chunks: v, for the interleaved schedule */
+    int replicas;                       /* training: pipelines side by side (ranks / pp) */
     int runs[PP_NSCHEDULES];            /* 1: simulate this schedule */
     const char *skipped[PP_NSCHEDULES]; /* why a chosen schedule does not run, or NULL */
     double stage_ms;                    /* forward of one micro-batch on a stage */
@@ -20,6 +21,10 @@ typedef struct {
 /* The micro-batches and chunks a schedule runs with: naive takes the whole batch. */
 int pipeline_micro_for(const pipeline_sim_config *c, pp_schedule_kind kind);
 int pipeline_chunks_for(const pipeline_sim_config *c, pp_schedule_kind kind);
+
+/* FILE as given for one schedule; FILE-<schedule>.svg (before its .svg) for several. */
+void pipeline_svg_path(const char *path, const char *name, int several, char *out,
+                       size_t size);
 
 /* Simulates every schedule in c->runs and prints the table and pictures (or one JSON
  * object). Returns the exit status: 0, or 1 when a schedule deadlocked or an SVG could

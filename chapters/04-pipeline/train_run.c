@@ -5,10 +5,12 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "pp_sim.h"
 
 typedef struct {
     const run_config *cfg;
     const dataset *data;
+    int stages;
     const pipeline_options *opts;
     const baseline_run *baseline;
     pp_outcome *out;
@@ -34,19 +36,48 @@ static void gather_spans(pipeline_rank *r, pp_outcome *out) {
     free(all);
 }
 
+/* The row's bytes are the busiest rank's: its sends, the tied embedding's and (with
+ * several pipelines) its stage's gradient all-reduce. */
+static double busiest_bytes_formula(const run_config *cfg, const mesh *m,
+                                    const pipeline_options *opts) {
+    double most = 0;
+    for (int k = 0; k < mesh_world(&m->shape); k++) {
+        double bytes[PIPELINE_GROUP_KINDS], total = 0;
+        pipeline_bytes_formula(cfg, m->shape, mesh_coord_of(&m->shape, k), opts, bytes);
+        for (int i = 0; i < PIPELINE_GROUP_KINDS; i++) total += bytes[i];
+        if (total > most) most = total;
+    }
+    return most;
+}
+
+/* What the compute model gives for ranks that do one operation at a time, as these do
+ * (a rank in a receive, or a send that waits, computes nothing): the event simulator's
+ * bubble for the same lists. Interleaving can lose to it what the formula (streams, as
+ * on a GPU) counts as overlapped; the other schedules match the formula. */
+static pp_bubble cpu_ranks_bubble(const pp_schedule *s, const run_config *cfg) {
+    pp_sim_options o = pp_sim_options_default();
+    o.sequential = 1;
+    o.buffered = cfg->comm.send_mode == COMM_SEND_BUFFERED && launch_mpi_world_size() <= 0;
+    pp_sim_result res;
+    pp_bubble b = {-1, -1};
+    if (pp_simulate(s, &o, &res)) b = (pp_bubble){res.bubble_fraction, res.bubble_over_ideal};
+    pp_sim_result_free(&res);
+    return b;
+}
+
 static int rank_main(comm *world, void *arg) {
     launched *a = arg;
     const run_config *cfg = a->cfg;
-    const int p = comm_size(world), root = comm_rank(world) == 0;
-    mesh m;
-    mesh_create(&m, world, (mesh_shape){.tp = 1, .pp = p, .dp = 1});
+    const int p = a->stages, root = comm_rank(world) == 0;
+    mesh m;   /* p stages; the other ranks are more pipelines, data parallel */
+    mesh_create(&m, world, (mesh_shape){.tp = 1, .pp = p, .dp = comm_size(world) / p});
     pipeline_rank r;
     pipeline_rank_init(&r, world, &m, cfg, a->data, a->opts);
     train_strategy strategy = pipeline_strategy(&r);
     train_outcome run;
     train_loop(world, cfg, (double)cfg->batch * cfg->model.ctx, &strategy, &run);
 
-    pp_outcome o = {.opts = *a->opts, .stages = p, .result = run.result,
+    pp_outcome o = {.opts = *a->opts, .stages = p, .replicas = m.shape.dp, .result = run.result,
                     .loss = train_outcome_take_loss(&run)};
     o.result.loss = o.loss;
     train_outcome_free(&run);
@@ -59,17 +90,12 @@ static int rank_main(comm *world, void *arg) {
 
     if (root) {
         o.formula = pp_bubble_formula(a->opts->schedule, p, a->opts->micro, a->opts->chunks);
+        o.cpu_ranks = cpu_ranks_bubble(r.schedule, cfg);
         o.in_flight_formula = calloc((size_t)p, sizeof(int));
         for (int k = 0; k < p; k++) o.in_flight_formula[k] = pp_peak_in_flight(r.schedule, k);
-        o.bytes_formula = 2.0 * cfg->batch * cfg->model.ctx * cfg->model.dim * sizeof(float);
-        /* the row's bytes are the largest rank's: its sends and the tied embedding's */
-        o.result.bytes_formula = 0;
-        for (int k = 0; k < p; k++) {
-            double bytes[PIPELINE_GROUP_KINDS], total = 0;
-            pipeline_bytes_formula(cfg, m.shape, mesh_coord_of(&m.shape, k), a->opts, bytes);
-            for (int i = 0; i < PIPELINE_GROUP_KINDS; i++) total += bytes[i];
-            if (total > o.result.bytes_formula) o.result.bytes_formula = total;
-        }
+        o.bytes_formula = 2.0 * cfg->batch / m.shape.dp * cfg->model.ctx * cfg->model.dim *
+                          sizeof(float);
+        o.result.bytes_formula = busiest_bytes_formula(cfg, &m, a->opts);
         if (a->baseline)
             compare_to_baseline(&o.result, a->baseline, o.loss, r.first_grads, final_params);
         *a->out = o;
@@ -82,10 +108,10 @@ static int rank_main(comm *world, void *arg) {
     return 0;
 }
 
-int pp_run_launch(const run_config *cfg, const dataset *data, const pipeline_options *opts,
-                  const baseline_run *baseline, pp_outcome *out) {
+int pp_run_launch(const run_config *cfg, const dataset *data, int stages,
+                  const pipeline_options *opts, const baseline_run *baseline, pp_outcome *out) {
     memset(out, 0, sizeof *out);
-    launched a = {cfg, data, opts, baseline, out};
+    launched a = {cfg, data, stages > 0 ? stages : cfg->comm.ranks, opts, baseline, out};
     return launch(&cfg->comm, rank_main, &a);
 }
 

@@ -18,10 +18,12 @@
 typedef struct {
     pipeline_options opts;
     int stages;
+    int replicas;               /* pipelines side by side (data parallel): ranks / stages */
     run_result result;          /* compared with the baseline when one was given */
     float *loss;                /* per step */
     pipeline_measures measured;
-    pp_bubble formula;
+    pp_bubble formula;          /* the textbook's (streams: a GPU's) */
+    pp_bubble cpu_ranks;        /* the simulator's for one operation at a time, as here */
     int *in_flight_formula;     /* [stages] what the schedule holds at most */
     double bytes_formula;       /* per boundary per step: 2 m b s h x 4 B */
     double tied_drift;          /* the tied weight's two copies, at the end */
@@ -29,11 +31,13 @@ typedef struct {
     int nspans;
 } pp_outcome;
 
-/* Launches cfg->comm.ranks ranks as one pipeline of that many stages (tp = dp = 1) and
- * trains; the outcome is world rank 0's (zeroed in other MPI processes). Returns
+/* Launches cfg->comm.ranks ranks as pipelines of `stages` stages (0: one pipeline of
+ * every rank), the ranks / stages pipelines data parallel (each on batch / d sequences,
+ * stage gradients all-reduced), and trains; stages must divide the ranks. The outcome
+ * is world rank 0's, its pipeline's measures (zeroed in other MPI processes). Returns
  * launch's status. */
-int pp_run_launch(const run_config *cfg, const dataset *data, const pipeline_options *opts,
-                  const baseline_run *baseline, pp_outcome *out);
+int pp_run_launch(const run_config *cfg, const dataset *data, int stages,
+                  const pipeline_options *opts, const baseline_run *baseline, pp_outcome *out);
 void pp_outcome_free(pp_outcome *o);
 
 /* The largest checked difference against its tolerance (1 = at the limit). */

@@ -15,10 +15,11 @@ static char *run_json(const pp_outcome *o) {
     n += snprintf(s + n, cap - n, "\"pp\": %d, \"micro\": %d, \"virtual\": %d, "
                   "\"bubble_fraction\": %.6f, \"bubble_over_ideal\": %.6f, "
                   "\"bubble_formula\": %.6f, \"bubble_over_ideal_formula\": %.6f, "
+                  "\"bubble_cpu_ranks\": %.6f, \"bubble_over_ideal_cpu_ranks\": %.6f, "
                   "\"stage_ms\": %g, \"peak_activations_per_stage\": [", o->stages,
                   o->opts.micro, o->opts.chunks, o->measured.bubble_fraction,
                   o->measured.bubble_over_ideal, o->formula.fraction, o->formula.over_ideal,
-                  1e3 * o->opts.stage_seconds);
+                  o->cpu_ranks.fraction, o->cpu_ranks.over_ideal, 1e3 * o->opts.stage_seconds);
     for (int k = 0; k < o->stages; k++)
         n += snprintf(s + n, cap - n, "%s%.0f", k ? ", " : "", o->measured.peak_activations[k]);
     n += snprintf(s + n, cap - n, "], \"in_flight_per_stage\": [");
@@ -28,31 +29,51 @@ static char *run_json(const pp_outcome *o) {
     return s;
 }
 
+/* The bubble a run should show: the simulator's for ranks that do one operation at a
+ * time (as these do) when it differs from the formula (interleaving), else the formula. */
+static double expected_bubble(const pp_outcome *o) {
+    return o->cpu_ranks.fraction >= 0 ? o->cpu_ranks.fraction : o->formula.fraction;
+}
+
+static void print_overrun(const pp_outcome *runs, int n) {
+    if (n == 0 || runs[0].opts.stage_seconds <= 0) {
+        printf("  (--stage-ms 0: real compute time; with more ranks than cores, idle time is"
+               " partly waiting for a core)\n");
+        return;
+    }
+    double late = 0;
+    for (int i = 0; i < n; i++)
+        if (runs[i].measured.overrun_ms > late) late = runs[i].measured.overrun_ms;
+    printf("  (compute model --stage-ms %g: a forward of one micro-batch through a stage"
+           " lasts that long, a backward twice; passes ended %.2f ms/step later than modelled"
+           " at most, computing longer or waking late)\n", 1e3 * runs[0].opts.stage_seconds,
+           late);
+}
+
 static void print_bubbles(const pp_outcome *runs, int n) {
     printf("\nBubble (idle over all ranks' time, timed steps; formula for forward 1,"
            " backward 2)\n");
-    printf("  %-15s %10s %10s %8s   busy / idle ms per step, rank by rank\n", "schedule",
-           "measured", "formula", "error");
+    printf("  %-15s %10s %10s %10s %8s   busy / idle ms per step, rank by rank\n", "schedule",
+           "measured", "formula", "CPU ranks", "error");
     for (int i = 0; i < n; i++) {
         const pp_outcome *o = &runs[i];
-        const double f = o->formula.fraction, m = o->measured.bubble_fraction;
-        printf("  %-15s %9.1f%% %9.1f%% %7.0f%%  ", o->result.strategy, 100 * m, 100 * f,
-               f > 0 ? 100 * (m - f) / f : 0.0);
+        const double e = expected_bubble(o), m = o->measured.bubble_fraction;
+        printf("  %-15s %9.1f%% %9.1f%% %9.1f%% %7.0f%%  ", o->result.strategy, 100 * m,
+               100 * o->formula.fraction, 100 * e, e > 0 ? 100 * (m - e) / e : 0.0);
         for (int k = 0; k < o->stages; k++)
             printf(" %.0f/%.0f", o->measured.busy_ms[k], o->measured.idle_ms[k]);
         printf("\n");
     }
-    if (n > 0 && runs[0].opts.stage_seconds > 0) {
-        double overrun = 0;
-        for (int i = 0; i < n; i++)
-            if (runs[i].measured.overrun_ms > overrun) overrun = runs[i].measured.overrun_ms;
-        printf("  (compute model --stage-ms %g: a forward of one micro-batch through a stage"
-               " lasts that long, a backward twice; passes ran %.1f ms/step over it at most)\n",
-               1e3 * runs[0].opts.stage_seconds, overrun);
-    } else {
-        printf("  (--stage-ms 0: real compute time; with more ranks than cores, idle time is"
-               " partly waiting for a core)\n");
-    }
+    printf("  (formula: the textbook's, for ranks that compute while their messages wait, as"
+           " a GPU's streams; CPU ranks: the simulator on these lists for ranks that do one"
+           " operation at a time, as here, and the error is against it: interleaving loses"
+           " what the formula overlaps)\n");
+    print_overrun(runs, n);
+    if (launch_mpi_world_size() > 0 && runs[0].opts.stage_seconds > 0)
+        printf("  (Open MPI: a message over the shared-memory eager limit (./run raises it to"
+               " 256 KB; it stops helping near 64 KB) moves only while its sender is inside an"
+               " MPI call, so a sender in a modelled pass holds its receiver up; idle time above"
+               " the CPU-ranks column is that wait, not the schedule)\n");
 }
 
 static void print_memory(const pp_outcome *runs, int n) {
@@ -76,8 +97,8 @@ static void print_memory(const pp_outcome *runs, int n) {
 
 static void print_traffic(const pp_outcome *runs, int n, const run_config *cfg) {
     const gpt_shape whole = gpt_shape_make(&cfg->model, 1, 0);
-    const int p = runs[0].stages;
-    const double ddp = 2.0 * (p - 1) / p * (double)gpt_num_params(&whole) * sizeof(float);
+    const int p = runs[0].stages, ranks = cfg->comm.ranks;
+    const double ddp = 2.0 * (ranks - 1) / ranks * (double)gpt_num_params(&whole) * sizeof(float);
     char a[32], b[32], c[32];
     printf("\nPoint-to-point traffic per step (bytes each stage sends: activations forward,"
            " gradients backward)\n");
@@ -88,11 +109,11 @@ static void print_traffic(const pp_outcome *runs, int n, const run_config *cfg) 
         printf("\n");
     }
     printf("  per boundary: 2 x m x b x s x h x 4 B = 2 x %d x %d x %d x 4 B = %s (interleaving"
-           " crosses v times as many boundaries)\n", cfg->batch, cfg->model.ctx,
-           cfg->model.dim, report_bytes(runs[0].bytes_formula, b));
+           " crosses v times as many boundaries)\n", cfg->batch / runs[0].replicas,
+           cfg->model.ctx, cfg->model.dim, report_bytes(runs[0].bytes_formula, b));
     printf("  DDP on the same %d ranks would all-reduce 2(N-1)/N x %zu parameters x 4 B = %s"
            " per rank per step: a pipeline sends activations, not the model, which is why it"
-           " suits slow links between machines\n", p, gpt_num_params(&whole),
+           " suits slow links between machines\n", ranks, gpt_num_params(&whole),
            report_bytes(ddp, c));
 }
 
@@ -100,9 +121,9 @@ static void draw(const pp_outcome *o, const pipeline_sim_config *c, int several)
     printf("\n%s, the last step as it ran (ms):\n", o->result.strategy);
     pp_draw_text(stdout, o->spans, o->nspans, o->stages, 96, 1e3);
     if (!c->svg_path) return;
-    char path[512];
-    if (several) snprintf(path, sizeof path, "%s-%s.svg", c->svg_path, o->result.strategy + 3);
-    else snprintf(path, sizeof path, "%s", c->svg_path);
+    char path[1024];
+    pipeline_svg_path(c->svg_path, pp_schedule_name(o->opts.schedule), several, path,
+                      sizeof path);
     char title[128];
     snprintf(title, sizeof title, "%s: p = %d, m = %d, measured", o->result.strategy,
              o->stages, o->opts.micro);
@@ -126,7 +147,7 @@ int pipeline_train(const pipeline_sim_config *c, const run_config *cfg) {
         pipeline_options opts = {.schedule = k, .micro = pipeline_micro_for(c, k),
                                  .chunks = pipeline_chunks_for(c, k),
                                  .stage_seconds = 1e-3 * c->stage_ms};
-        status = pp_run_launch(cfg, data, &opts, baseline, &runs[n]);
+        status = pp_run_launch(cfg, data, c->pp, &opts, baseline, &runs[n]);
         if (root) runs[n].result.json_extra = run_json(&runs[n]);
         n++;
         if (status != 0) break;   /* a failed run (reported) gets no table and no verdict */
@@ -142,6 +163,12 @@ int pipeline_train(const pipeline_sim_config *c, const run_config *cfg) {
             for (int k = 0; k < PP_NSCHEDULES; k++)
                 if (c->skipped[k])
                     printf("skipped %s: %s\n", pp_schedule_name(k), c->skipped[k]);
+            if (runs[0].replicas > 1)
+                printf("%d pipelines of %d stages, data parallel: each trains on %d of the %d"
+                       " sequences, and each stage's gradients are all-reduced over the %d"
+                       " pipelines (the tables below are pipeline 0's)\n", runs[0].replicas,
+                       runs[0].stages, cfg->batch / runs[0].replicas, cfg->batch,
+                       runs[0].replicas);
             report_table(cfg, rows, n + 1);
             print_bubbles(runs, n);
             print_memory(runs, n);

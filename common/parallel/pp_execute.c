@@ -174,11 +174,11 @@ float pp_execute_step(pp_executor *e, int step, double start) {
         const double t0 = comm_now();
         loss += run_compute(e, op, step);
         double t1 = comm_now();
-        if (e->stage_seconds > 0) {
+        if (e->stage_seconds > 0) {   /* late: computing longer, or woken late */
             const double until = t0 + modelled_seconds(e, op->kind);
             if (t1 < until) sleep_until(until);
-            else e->overrun_seconds += t1 - until;
             t1 = comm_now();
+            e->overrun_seconds += t1 > until ? t1 - until : 0;
         }
         e->busy_seconds += t1 - t0;
         e->spans[e->nspans++] = (pp_span){.rank = e->rank, .kind = op->kind, .micro = op->micro,

@@ -41,7 +41,8 @@ typedef struct {
     pp_span *spans;           /* [ops of this rank] */
     int nspans;
     double busy_seconds, finish_seconds;
-    double overrun_seconds;   /* compute model: passes that took longer than modelled */
+    double overrun_seconds;   /* compute model: passes that ended later than modelled
+                                 (computing longer, or the sleep woke late) */
 } pp_executor;
 
 void pp_executor_init(pp_executor *e, const pp_schedule *schedule, int rank, pp_stage *chunks,
