@@ -103,7 +103,7 @@ void ladder_print(const ladder_report *r, int ranks);
  *               is twice the forward's GEMMs); bucket i can start once backward has
  *               produced the gradients up to it (in proportion to their bytes)
  *   not overlapped: all of them after backward
- *   plus the loss's 4-byte all-reduce every step */
+ * (the loss's all-reduce follows the timed step, so it is not part of it) */
 double ladder_predicted_exposed(plan_link link, int ranks, const double *bucket_bytes,
                                 int buckets, int overlapped, double compute_s,
                                 int grad_accum);
