@@ -67,13 +67,15 @@ typedef struct {
     int overlap, grad_accum;
     comm_dtype wire;
     int batch;                /* global, sequences: the base batch x grad_accum */
-    double tokens_per_s, ideal_tokens_per_s;   /* ideal: the compute-bound rate */
-    double efficiency, predicted_efficiency;
-    double comm_fraction;
+    double tokens_per_s;
+    double compute_ms;        /* per step: time not blocked in communication */
+    double efficiency;        /* compute_ms / step, the same run's: at most 1 */
+    double predicted_efficiency;   /* the model on that same compute time */
+    double comm_fraction;     /* blocked share of a step: 1 - efficiency */
     float loss;               /* after the last step */
     double diff_loss;         /* largest per-step |loss - reference| */
     const char *reference;    /* "baseline" (fp32) or the fp32 rung compared with */
-    double exposed_ms, predicted_exposed_ms;   /* per step: time not computing */
+    double exposed_ms, predicted_exposed_ms;   /* per step: blocked, not computing */
 } ladder_rung;
 
 enum { LADDER_RUNGS = 6 };
@@ -82,8 +84,10 @@ typedef struct {
     ladder_rung rungs[LADDER_RUNGS];
     int count;
     double link_scale;        /* the ethernet slow-down used */
-    double target_start;      /* efficiency the basic rung was calibrated to */
-    double compute_ms;        /* a step at the compute-bound rate, base batch */
+    int scale_capped;         /* the calibrated slow-down passed LINK_SCALE_MAX */
+    double target_start;      /* efficiency the basic rung was calibrated to (0: the
+                                 slow-down was given) */
+    double compute_ms;        /* the ideal run's step the slow-down was chosen on */
     double baseline_tokens_per_s;   /* one rank alone, the whole base batch */
     size_t gradient_bytes;
 } ladder_report;

@@ -67,10 +67,11 @@ static void json_ladder(FILE *o, const ladder_report *r) {
     for (int i = 0; i < r->count; i++) {
         const ladder_rung *g = &r->rungs[i];
         fprintf(o, "%s\n  {\"rung\": \"%s\", \"batch\": %d, \"grad_accum\": %d, \"wire\": \"%s\","
-                " \"tokens_per_s\": %.1f, \"efficiency\": %.4f, \"comm_fraction\": %.4f,"
+                " \"tokens_per_s\": %.1f, \"compute_ms\": %.3f, \"efficiency\": %.4f,"
+                " \"comm_fraction\": %.4f,"
                 " \"loss\": %.6f, \"diff_loss\": %.3e, \"predicted_efficiency\": %.4f}",
                 i ? "," : "", g->name, g->batch, g->grad_accum, comm_dtype_name(g->wire),
-                g->tokens_per_s, g->efficiency, g->comm_fraction, g->loss, g->diff_loss,
+                g->tokens_per_s, g->compute_ms, g->efficiency, g->comm_fraction, g->loss, g->diff_loss,
                 g->predicted_efficiency);
     }
     fprintf(o, "]");
