@@ -10,6 +10,9 @@
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "communication.h"
 #include "train.h"
@@ -208,6 +211,62 @@ START_TEST(test_ladder_losses) {
 }
 END_TEST
 
+/* ---- DDP, FSDP and TP on the links --------------------------------------------------- */
+/* What on_links_print prints on stdout, as a string (malloc'd). */
+static char *on_links_printed(const link_strategy_row *rows, double scale) {
+    fflush(stdout);
+    FILE *tmp = tmpfile();
+    ck_assert(tmp != NULL);
+    const int saved = dup(STDOUT_FILENO);
+    dup2(fileno(tmp), STDOUT_FILENO);
+    on_links_print(rows, scale);
+    fflush(stdout);
+    dup2(saved, STDOUT_FILENO);
+    close(saved);
+    const off_t size = lseek(fileno(tmp), 0, SEEK_END);
+    char *text = calloc((size_t)size + 1, 1);
+    ck_assert(pread(fileno(tmp), text, (size_t)size, 0) == size);
+    fclose(tmp);
+    return text;
+}
+
+/* Each strategy against its own fastest run: at most 1, and exactly 1 on that run (a
+ * reference from a run of its own, as before, could be beaten: 121-180% was seen). */
+START_TEST(test_on_links_efficiency_at_most_one) {
+    run_config cfg = run_config_default();
+    cfg.model = (gpt_config){.vocab = 256, .ctx = 8, .layers = 2, .heads = 2, .dim = 16};
+    cfg.batch = 8;
+    cfg.steps = 3;
+    cfg.quiet = 1;
+    cfg.comm.ranks = 4;
+    cfg.comm.timeout_seconds = 60;
+    dataset *data = dataset_from_config(&cfg);
+    link_strategy_row rows[LINK_STRATEGIES];
+    ck_assert_int_eq(on_links_run(&cfg, data, 10, 1, rows), 0);
+    for (int s = 0; s < LINK_STRATEGIES; s++) {
+        double best = 0;
+        for (int w = 0; w <= LINKS; w++) {
+            ck_assert_msg(rows[s].efficiency[w] > 0 && rows[s].efficiency[w] <= 1,
+                          "%s, wire %d: efficiency %.3f", rows[s].strategy, w,
+                          rows[s].efficiency[w]);
+            best = fmax(best, rows[s].efficiency[w]);
+        }
+        printf("%s: efficiency no wire %.3f, nvlink %.3f, ib %.3f, ethernet %.3f (best %.3f)\n",
+               rows[s].strategy, rows[s].efficiency[0], rows[s].efficiency[1],
+               rows[s].efficiency[2], rows[s].efficiency[3], best);
+        ck_assert_msg(best == 1, "%s: the reference is none of its runs (best %.3f)",
+                      rows[s].strategy, best);
+    }
+    /* what a student reads: every link's three figures under a header of their own */
+    char *text = on_links_printed(rows, 10);
+    printf("%s", text);
+    ck_assert_msg(strstr(text, "ms/step comm  eff (pred)") != NULL,
+                  "no header over each link's ms, comm %% and efficiency:\n%s", text);
+    free(text);
+    dataset_free(data);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("chapter7");
     TCase *model = tcase_create("model");
@@ -219,6 +278,7 @@ int main(void) {
     tcase_set_timeout(runs, 300);
     tcase_add_test(runs, test_measured_at_least_predicted);
     tcase_add_test(runs, test_ladder_losses);
+    tcase_add_test(runs, test_on_links_efficiency_at_most_one);
     suite_add_tcase(s, runs);
     return check_run(s, 0);
 }

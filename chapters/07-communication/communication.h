@@ -118,13 +118,15 @@ typedef struct {
     const char *strategy;
     double ms_per_step[LINKS + 1];    /* [0]: no wire, then nvlink, ib, ethernet */
     double comm_fraction[LINKS + 1];
-    double ideal_ms;                  /* the same ranks computing, no communication */
-    double efficiency[LINKS + 1];     /* ideal_ms / ms on the link */
+    double ideal_ms;                  /* the reference: the fastest of the row's runs */
+    double efficiency[LINKS + 1];     /* ideal_ms / ms on the link, at most 1 */
+    double compute_alone_ms;          /* for scale: DDP with no all-reduce, no wire */
     /* alpha-beta inputs measured per step: sequential messages and bytes per rank */
     double messages_per_step, bytes_per_step;
 } link_strategy_row;
 
-/* Each run repeated `repeats` times, the fastest kept (as the ladder does). */
+/* Each run repeated `repeats` times, the fastest kept (as the ladder does); a row's
+ * reference is its fastest run on any wire, none included. */
 int on_links_run(const run_config *cfg, const dataset *data, double link_scale, int repeats,
                  link_strategy_row rows[LINK_STRATEGIES]);
 void on_links_print(const link_strategy_row rows[LINK_STRATEGIES], double link_scale);
