@@ -71,7 +71,8 @@ typedef struct {
     double compute_ms;        /* per step: time not blocked in communication */
     double efficiency;        /* compute_ms / step, the same run's: at most 1 */
     double predicted_efficiency;   /* the model on that same compute time */
-    double comm_fraction;     /* blocked share of a step: 1 - efficiency */
+    double comm_fraction;     /* blocked share of a step, on the rank blocked least:
+                                 1 - efficiency */
     float loss;               /* after the last step */
     double diff_loss;         /* largest per-step |loss - reference| */
     const char *reference;    /* "baseline" (fp32) or the fp32 rung compared with */
@@ -87,7 +88,8 @@ typedef struct {
     int scale_capped;         /* the calibrated slow-down passed LINK_SCALE_MAX */
     double target_start;      /* efficiency the basic rung was calibrated to (0: the
                                  slow-down was given) */
-    double compute_ms;        /* the ideal run's step the slow-down was chosen on */
+    double compute_ms;        /* the compute time the slow-down was chosen on: the
+                                 basic rung's with no wire */
     double baseline_tokens_per_s;   /* one rank alone, the whole base batch */
     size_t gradient_bytes;
 } ladder_report;

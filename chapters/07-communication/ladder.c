@@ -11,12 +11,14 @@
  * the prediction is made on that same compute time. It is at most 1 by construction,
  * and load from other programs stretches the compute it is measured against. (Against
  * a no-communication run made at another moment, a burst of load during either run
- * moved a rung by 10-20 points.) The blocked time also holds the ring's own copies and
- * additions and, on fewer cores than ranks, waits for a peer still computing.
+ * moved a rung by 10-20 points.) The blocked time is the least over ranks: the last
+ * rank to finish computing does not wait for a peer, so it is the wire and the ring's
+ * own copies and additions; the first to finish (on fewer cores than ranks, half a
+ * step early) would count the others' compute as communication.
  * The wire: Ethernet slowed down link_scale times, chosen by default so that the basic
  * rung's predicted efficiency is the course text's starting point (30%) at the compute
- * time of a run with no all-reduce: this CPU computes ~10^3 times slower than a GPU, so
- * the real 25 Gb/s would look almost free. */
+ * time of the basic rung run with no wire: this CPU computes ~10^3 times slower than a
+ * GPU, so the real 25 Gb/s would look almost free. */
 #include "communication.h"
 
 #include <math.h>
@@ -48,6 +50,7 @@ enum { OVERLAP_BUCKETS = 4 };
 /* One DDP run's figures, copied out of the job. */
 typedef struct {
     double tokens_per_s, comm_fraction, ms_per_step;
+    double least_blocked;   /* share of a step, on the rank blocked least */
     float *loss;            /* [steps], malloc'd */
     double diff_loss;       /* against the baseline given (-1: none) */
     int buckets;
@@ -75,7 +78,9 @@ static int run_ddp_once(const run_config *base, const dataset *data, const rung_
     if (status == 0) {
         *out = (ddp_figures){.tokens_per_s = run_tokens_per_second(&job.result),
                              .comm_fraction = run_comm_fraction(&job.result),
-                             .ms_per_step = run_ms_per_step(&job.result), .diff_loss = -1};
+                             .ms_per_step = run_ms_per_step(&job.result), .diff_loss = -1,
+                             .least_blocked = job.result.seconds > 0
+                                 ? job.result.comm_seconds_least / job.result.seconds : 0};
         out->loss = malloc((size_t)cfg.steps * sizeof(float));
         memcpy(out->loss, job.loss, (size_t)cfg.steps * sizeof(float));
         if (baseline) {
@@ -155,12 +160,13 @@ static double calibrated_scale(int ranks, size_t gradient_bytes, double compute_
     return compute_s * (1 / target - 1) / at_one;
 }
 
-/* A rung from its own run: compute = step - blocked in communication; the prediction
- * puts the model's exposed wire time on that same compute time. */
+/* A rung from its own run: compute = step - blocked in communication on the rank
+ * blocked least, the last to finish computing, whose compute is the step's critical
+ * path; the prediction puts the model's exposed wire time on that same compute time. */
 static void fill_rung(ladder_rung *rung, const rung_spec *spec, int batch,
                       const ddp_figures *run, plan_link link, int ranks, int steps) {
     const double step_s = 1e-3 * run->ms_per_step;
-    const double compute_s = step_s * (1 - run->comm_fraction);
+    const double compute_s = step_s * (1 - run->least_blocked);
     double exposed = ladder_predicted_exposed(link, ranks, run->bucket_bytes, run->buckets,
                                               spec->overlap, compute_s, spec->grad_accum) +
                      scale_agreements(link, ranks, spec->wire, run->buckets);
@@ -170,7 +176,7 @@ static void fill_rung(ladder_rung *rung, const rung_spec *spec, int batch,
         .compute_ms = 1e3 * compute_s, .exposed_ms = 1e3 * (step_s - compute_s),
         .efficiency = step_s > 0 ? compute_s / step_s : 0,
         .predicted_efficiency = compute_s / (compute_s + exposed),
-        .comm_fraction = run->comm_fraction, .loss = run->loss[steps - 1],
+        .comm_fraction = run->least_blocked, .loss = run->loss[steps - 1],
         .diff_loss = run->diff_loss, .reference = "baseline",
         .predicted_exposed_ms = 1e3 * exposed};
 }
@@ -194,14 +200,14 @@ int ladder_run(const run_config *cfg, const dataset *data, double link_scale,
     out->baseline_tokens_per_s = run_tokens_per_second(&baseline->result);
     baseline_free(baseline);
 
-    /* The slow-down is chosen on an ideal run: the same ranks and batches, no
-     * all-reduce, no wire. */
-    ddp_figures ideal = {0}, run[LADDER_RUNGS] = {{0}};
-    const ddp_wire none = {0, LINK_NONE, 1, out->gradient_bytes, repeats};
-    int status = run_ddp(cfg, data, &rung_specs[0], &none, NULL, &ideal);
+    /* The slow-down is chosen on the basic rung with no wire, its compute measured as
+     * the rungs' will be (step less the time blocked, on the rank blocked least). */
+    ddp_figures nowire = {0}, run[LADDER_RUNGS] = {{0}};
+    const ddp_wire none = {1, LINK_NONE, 1, out->gradient_bytes, repeats};
+    int status = run_ddp(cfg, data, &rung_specs[0], &none, NULL, &nowire);
     if (status) return status;
-    out->compute_ms = ideal.ms_per_step;
-    free(ideal.loss);
+    out->compute_ms = nowire.ms_per_step * (1 - nowire.least_blocked);
+    free(nowire.loss);
     out->target_start = link_scale > 0 ? 0 : target_start;   /* 0: given, not chosen */
     out->link_scale = link_scale > 0 ? link_scale
                                      : calibrated_scale(ranks, out->gradient_bytes,
@@ -243,8 +249,8 @@ void ladder_print(const ladder_report *r, int ranks) {
         printf("  the slow-down is capped at %.3gx (comm's most); the basic rung is predicted"
                " above the %.0f%% asked for\n", r->link_scale, 100 * r->target_start);
     else if (r->target_start > 0)
-        printf("  chosen so that a basic rung computing %.1f ms a step (the same ranks with no"
-               " all-reduce) is\n  predicted at %.0f%%, the course text's starting point\n",
+        printf("  chosen so that a basic rung computing %.1f ms a step (as it did with no wire)"
+               " is predicted at\n  %.0f%%, the course text's starting point\n",
                r->compute_ms, 100 * r->target_start);
     printf("  efficiency: compute / step of the rung's own run (compute = step less the time"
            " blocked in\n  communication); predicted: the alpha-beta model on that compute"
