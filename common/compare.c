@@ -25,13 +25,15 @@ double run_worst_fraction_of_tolerance(const run_result *r, double tol_grads,
 }
 
 /* The measurements that are maximised over ranks, packed as doubles. */
-enum { M_SECONDS, M_COMM, M_HIDDEN, M_BYTES, M_PEAK0, M_COUNT = M_PEAK0 + MEM_NTAGS + 1 };
+enum { M_SECONDS, M_COMM, M_COMM_LEAST, M_HIDDEN, M_BYTES, M_PEAK0,
+       M_COUNT = M_PEAK0 + MEM_NTAGS + 1 };
 
 void run_result_take_max(comm *group, run_result *r) {
     const int n = comm_size(group);
     double mine[M_COUNT];
     mine[M_SECONDS] = r->seconds;
     mine[M_COMM] = r->comm_seconds;
+    mine[M_COMM_LEAST] = -r->comm_seconds;   /* the largest of minus: the least */
     mine[M_HIDDEN] = r->hidden_seconds;
     mine[M_BYTES] = r->bytes_sent_per_step;
     for (int t = 0; t < MEM_NTAGS; t++) mine[M_PEAK0 + t] = (double)r->memory.peak[t];
@@ -45,6 +47,7 @@ void run_result_take_max(comm *group, run_result *r) {
     free(all);
     r->seconds = mine[M_SECONDS];
     r->comm_seconds = mine[M_COMM];
+    r->comm_seconds_least = -mine[M_COMM_LEAST];
     r->hidden_seconds = mine[M_HIDDEN];
     r->bytes_sent_per_step = mine[M_BYTES];
     for (int t = 0; t < MEM_NTAGS; t++) r->memory.peak[t] = (size_t)mine[M_PEAK0 + t];

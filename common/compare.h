@@ -17,7 +17,8 @@ double run_worst_fraction_of_tolerance(const run_result *r, double tol_grads,
                                        double tol_loss, double tol_params);
 
 /* Per-rank measurements -> the row of the table: the largest rank's time,
- * communication, bytes sent and memory (each maximum taken over ranks on its own).
+ * communication, bytes sent and memory (each maximum taken over ranks on its own), and
+ * the least time any rank was blocked (comm_seconds_least).
  * Collective over `group`; every rank gets the result. */
 void run_result_take_max(comm *group, run_result *r);
 

@@ -18,6 +18,8 @@ typedef struct {
     int timed_steps;
     double tokens_per_step;         /* global */
     double comm_seconds;            /* per rank, blocked in communication */
+    double comm_seconds_least;      /* ... on the rank blocked least (the last to finish
+                                       computing); 0 until run_result_take_max */
     double hidden_seconds;          /* per rank, async communication under compute */
     double bytes_sent_per_step;     /* per rank */
     double bytes_formula;           /* the textbook value for the same; < 0: none */

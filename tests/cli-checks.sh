@@ -371,8 +371,12 @@ chapter7="$build"/chapter7
 if [ -x "$chapter7" ]; then
     expect_error "$chapter7" "--max-mib 2000: at most 1024" --max-mib 2000
     expect_error "$chapter7" "--sweep-ranks 1: must be an integer from 2" --sweep-ranks 1
-    expect_error "$chapter7" "--start-efficiency 1.5: a fraction between 0 and 1" --start-efficiency 1.5
+    expect_error "$chapter7" "--start-efficiency 1.5: a fraction from 0.01 to 0.99" --start-efficiency 1.5
+    # refused before any rank starts (with a tiny model, a late refusal fails fast)
+    expect_error "$chapter7" "--start-efficiency 1e-300: a fraction from 0.01 to 0.99" --start-efficiency 1e-300 --part ladder $tiny
+    expect_error "$chapter7" "--ladder-scale 1e+308: must be at most 10000" --ladder-scale 1e308 --part ladder $tiny
     expect_error "$chapter7" "--svg needs the strategies part" --svg x.svg --part ladder
+    expect_error "$chapter7" "--svg $scratch/no/e.svg: cannot write there" --svg "$scratch/no/e.svg" --part strategies $tiny
     expect_error "$chapter7" "--save ckpt: chapter 7 trains many short runs" --save ckpt
     expect_error "$chapter7" "--resume ckpt: chapter 7 trains many short runs" --resume ckpt
     expect_error "$chapter7" "--batch 6 does not split evenly over 4 ranks" --ranks 4 --batch 6

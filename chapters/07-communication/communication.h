@@ -67,13 +67,16 @@ typedef struct {
     int overlap, grad_accum;
     comm_dtype wire;
     int batch;                /* global, sequences: the base batch x grad_accum */
-    double tokens_per_s, ideal_tokens_per_s;   /* ideal: the compute-bound rate */
-    double efficiency, predicted_efficiency;
-    double comm_fraction;
+    double tokens_per_s;
+    double compute_ms;        /* per step: time not blocked in communication */
+    double efficiency;        /* compute_ms / step, the same run's: at most 1 */
+    double predicted_efficiency;   /* the model on that same compute time */
+    double comm_fraction;     /* blocked share of a step, on the rank blocked least:
+                                 1 - efficiency */
     float loss;               /* after the last step */
     double diff_loss;         /* largest per-step |loss - reference| */
     const char *reference;    /* "baseline" (fp32) or the fp32 rung compared with */
-    double exposed_ms, predicted_exposed_ms;   /* per step: time not computing */
+    double exposed_ms, predicted_exposed_ms;   /* per step: blocked, not computing */
 } ladder_rung;
 
 enum { LADDER_RUNGS = 6 };
@@ -82,8 +85,11 @@ typedef struct {
     ladder_rung rungs[LADDER_RUNGS];
     int count;
     double link_scale;        /* the ethernet slow-down used */
-    double target_start;      /* efficiency the basic rung was calibrated to */
-    double compute_ms;        /* a step at the compute-bound rate, base batch */
+    int scale_capped;         /* the calibrated slow-down passed LINK_SCALE_MAX */
+    double target_start;      /* efficiency the basic rung was calibrated to (0: the
+                                 slow-down was given) */
+    double compute_ms;        /* the compute time the slow-down was chosen on: the
+                                 basic rung's with no wire */
     double baseline_tokens_per_s;   /* one rank alone, the whole base batch */
     size_t gradient_bytes;
 } ladder_report;
@@ -103,7 +109,7 @@ void ladder_print(const ladder_report *r, int ranks);
  *               is twice the forward's GEMMs); bucket i can start once backward has
  *               produced the gradients up to it (in proportion to their bytes)
  *   not overlapped: all of them after backward
- *   plus the loss's 4-byte all-reduce every step */
+ * (the loss's all-reduce follows the timed step, so it is not part of it) */
 double ladder_predicted_exposed(plan_link link, int ranks, const double *bucket_bytes,
                                 int buckets, int overlapped, double compute_s,
                                 int grad_accum);
@@ -114,13 +120,15 @@ typedef struct {
     const char *strategy;
     double ms_per_step[LINKS + 1];    /* [0]: no wire, then nvlink, ib, ethernet */
     double comm_fraction[LINKS + 1];
-    double ideal_ms;                  /* the same ranks computing, no communication */
-    double efficiency[LINKS + 1];     /* ideal_ms / ms on the link */
+    double ideal_ms;                  /* the reference: the fastest of the row's runs */
+    double efficiency[LINKS + 1];     /* ideal_ms / ms on the link, at most 1 */
+    double compute_alone_ms;          /* for scale: DDP with no all-reduce, no wire */
     /* alpha-beta inputs measured per step: sequential messages and bytes per rank */
     double messages_per_step, bytes_per_step;
 } link_strategy_row;
 
-/* Each run repeated `repeats` times, the fastest kept (as the ladder does). */
+/* Each run repeated `repeats` times, the fastest kept (as the ladder does); a row's
+ * reference is its fastest run on any wire, none included. */
 int on_links_run(const run_config *cfg, const dataset *data, double link_scale, int repeats,
                  link_strategy_row rows[LINK_STRATEGIES]);
 void on_links_print(const link_strategy_row rows[LINK_STRATEGIES], double link_scale);

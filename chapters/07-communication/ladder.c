@@ -6,13 +6,19 @@
  *               micro-batch keeps its size and the wire carries 1/K of the bytes per token)
  *   +bf16/+fp8  the gradients travel in 2 or 1 bytes (on top of accum 4)
  *
- * Efficiency = tokens/s of the rung / tokens/s of the same N ranks training the same
- * micro-batches with no all-reduce and no wire (the fastest such run of the ladder):
- * on a machine with fewer cores than ranks, "N x one rank alone" would count the
- * cores' sharing as a communication loss.
+ * Efficiency = the share of a rung's own step its ranks spent computing: step time
+ * less the time blocked in communication, over step time, both from the same run, and
+ * the prediction is made on that same compute time. It is at most 1 by construction,
+ * and load from other programs stretches the compute it is measured against. (Against
+ * a no-communication run made at another moment, a burst of load during either run
+ * moved a rung by 10-20 points.) The blocked time is the least over ranks: the last
+ * rank to finish computing does not wait for a peer, so it is the wire and the ring's
+ * own copies and additions; the first to finish (on fewer cores than ranks, half a
+ * step early) would count the others' compute as communication.
  * The wire: Ethernet slowed down link_scale times, chosen by default so that the basic
- * rung's predicted efficiency is the course text's starting point (30%): this CPU
- * computes ~10^3 times slower than a GPU, so the real 25 Gb/s would look almost free. */
+ * rung's predicted efficiency is the course text's starting point (30%) at the compute
+ * time of the basic rung run with no wire: this CPU computes ~10^3 times slower than a
+ * GPU, so the real 25 Gb/s would look almost free. */
 #include "communication.h"
 
 #include <math.h>
@@ -44,6 +50,7 @@ enum { OVERLAP_BUCKETS = 4 };
 /* One DDP run's figures, copied out of the job. */
 typedef struct {
     double tokens_per_s, comm_fraction, ms_per_step;
+    double least_blocked;   /* share of a step, on the rank blocked least */
     float *loss;            /* [steps], malloc'd */
     double diff_loss;       /* against the baseline given (-1: none) */
     int buckets;
@@ -71,7 +78,9 @@ static int run_ddp_once(const run_config *base, const dataset *data, const rung_
     if (status == 0) {
         *out = (ddp_figures){.tokens_per_s = run_tokens_per_second(&job.result),
                              .comm_fraction = run_comm_fraction(&job.result),
-                             .ms_per_step = run_ms_per_step(&job.result), .diff_loss = -1};
+                             .ms_per_step = run_ms_per_step(&job.result), .diff_loss = -1,
+                             .least_blocked = job.result.seconds > 0
+                                 ? job.result.comm_seconds_least / job.result.seconds : 0};
         out->loss = malloc((size_t)cfg.steps * sizeof(float));
         memcpy(out->loss, job.loss, (size_t)cfg.steps * sizeof(float));
         if (baseline) {
@@ -125,8 +134,8 @@ double ladder_predicted_exposed(plan_link link, int ranks, const double *bucket_
         const double ready = all_bytes > 0 ? backward * produced / all_bytes : backward;
         wire_free = fmax(wire_free, ready) + plan_allreduce_seconds(link, ranks, bucket_bytes[i]);
     }
-    const double exposed = fmax(0, wire_free - backward);
-    return exposed + plan_allreduce_seconds(link, ranks, sizeof(float));   /* the loss */
+    /* the loss's all-reduce comes after the timed step (train_loop), so it is left out */
+    return fmax(0, wire_free - backward);
 }
 
 /* The extra blocking all-reduce of fp16 / fp8 buckets: the ranks agree on a scale. */
@@ -151,22 +160,24 @@ static double calibrated_scale(int ranks, size_t gradient_bytes, double compute_
     return compute_s * (1 / target - 1) / at_one;
 }
 
+/* A rung from its own run: compute = step - blocked in communication on the rank
+ * blocked least, the last to finish computing, whose compute is the step's critical
+ * path; the prediction puts the model's exposed wire time on that same compute time. */
 static void fill_rung(ladder_rung *rung, const rung_spec *spec, int batch,
-                      const ddp_figures *run, const ddp_figures *ideal, plan_link link,
-                      int ranks, int steps) {
-    const double compute_s = 1e-3 * ideal->ms_per_step;
+                      const ddp_figures *run, plan_link link, int ranks, int steps) {
+    const double step_s = 1e-3 * run->ms_per_step;
+    const double compute_s = step_s * (1 - run->least_blocked);
     double exposed = ladder_predicted_exposed(link, ranks, run->bucket_bytes, run->buckets,
                                               spec->overlap, compute_s, spec->grad_accum) +
                      scale_agreements(link, ranks, spec->wire, run->buckets);
     *rung = (ladder_rung){
         .name = spec->name, .overlap = spec->overlap, .grad_accum = spec->grad_accum,
         .wire = spec->wire, .batch = batch, .tokens_per_s = run->tokens_per_s,
-        .ideal_tokens_per_s = ideal->tokens_per_s,
-        .efficiency = run->tokens_per_s / ideal->tokens_per_s,
+        .compute_ms = 1e3 * compute_s, .exposed_ms = 1e3 * (step_s - compute_s),
+        .efficiency = step_s > 0 ? compute_s / step_s : 0,
         .predicted_efficiency = compute_s / (compute_s + exposed),
-        .comm_fraction = run->comm_fraction, .loss = run->loss[steps - 1],
+        .comm_fraction = run->least_blocked, .loss = run->loss[steps - 1],
         .diff_loss = run->diff_loss, .reference = "baseline",
-        .exposed_ms = run->ms_per_step - ideal->ms_per_step,
         .predicted_exposed_ms = 1e3 * exposed};
 }
 
@@ -189,24 +200,26 @@ int ladder_run(const run_config *cfg, const dataset *data, double link_scale,
     out->baseline_tokens_per_s = run_tokens_per_second(&baseline->result);
     baseline_free(baseline);
 
-    /* Each rung's ideal: the same ranks and batches, no all-reduce, no wire, run just
-     * before the rung; the fastest of them is the compute-bound rate (below). */
-    ddp_figures ideal[LADDER_RUNGS] = {{0}}, run[LADDER_RUNGS] = {{0}};
-    const ddp_wire none = {0, LINK_NONE, 1, out->gradient_bytes, repeats};
-    int status = run_ddp(cfg, data, &rung_specs[0], &none, NULL, &ideal[0]);
+    /* The slow-down is chosen on the basic rung with no wire, its compute measured as
+     * the rungs' will be (step less the time blocked, on the rank blocked least). */
+    ddp_figures nowire = {0}, run[LADDER_RUNGS] = {{0}};
+    const ddp_wire none = {1, LINK_NONE, 1, out->gradient_bytes, repeats};
+    int status = run_ddp(cfg, data, &rung_specs[0], &none, NULL, &nowire);
     if (status) return status;
-    out->compute_ms = ideal[0].ms_per_step;
-    out->target_start = target_start;
+    out->compute_ms = nowire.ms_per_step * (1 - nowire.least_blocked);
+    free(nowire.loss);
+    out->target_start = link_scale > 0 ? 0 : target_start;   /* 0: given, not chosen */
     out->link_scale = link_scale > 0 ? link_scale
                                      : calibrated_scale(ranks, out->gradient_bytes,
-                                                        1e-3 * ideal[0].ms_per_step,
-                                                        target_start);
+                                                        1e-3 * out->compute_ms, target_start);
+    /* a tiny target on a slow model would ask for a wire slower than comm allows */
+    out->scale_capped = out->link_scale > LINK_SCALE_MAX;
+    if (out->scale_capped) out->link_scale = LINK_SCALE_MAX;
     const plan_link link = plan_link_scaled(plan_link_of(LINK_ETHERNET), out->link_scale);
 
     int fp32_rung = 0;   /* the compressed rungs' reference: the last fp32 one */
     for (int i = 0; i < rungs && !status; i++) {
         const rung_spec *spec = &rung_specs[i];
-        if (i > 0 && (status = run_ddp(cfg, data, spec, &none, NULL, &ideal[i]))) break;
         run_config bigger = *cfg;
         bigger.batch = cfg->batch * spec->grad_accum;
         bigger.quiet = 1;
@@ -215,27 +228,14 @@ int ladder_run(const run_config *cfg, const dataset *data, double link_scale,
         status = run_ddp(cfg, data, spec, &ethernet, b, &run[i]);
         if (b) baseline_free(b);
         if (status) break;
-        out->count = i + 1;
-    }
-    /* The compute-bound rate: the fastest of all ideal runs (every rung computes the
-     * same micro-batches; AdamW's share, amortised over K, differs by a few %), so a
-     * burst of load from other programs during one ideal run does not decide a rung. */
-    double reference = 0;
-    for (int i = 0; i < out->count; i++) reference = fmax(reference, ideal[i].tokens_per_s);
-    out->compute_ms = 1e3 * cfg->batch * cfg->model.ctx / reference;
-    for (int i = 0; i < out->count; i++) {
-        const rung_spec *spec = &rung_specs[i];
-        const int batch = cfg->batch * spec->grad_accum;
-        const ddp_figures compute_bound = {
-            .tokens_per_s = reference, .ms_per_step = 1e3 * batch * cfg->model.ctx / reference};
-        fill_rung(&out->rungs[i], spec, batch, &run[i], &compute_bound, link, ranks, steps);
+        fill_rung(&out->rungs[i], spec, bigger.batch, &run[i], link, ranks, steps);
         if (spec->wire == COMM_F32) fp32_rung = i;
         else {
             out->rungs[i].diff_loss = max_diff(run[i].loss, run[fp32_rung].loss, steps);
             out->rungs[i].reference = rung_specs[fp32_rung].name;
         }
+        out->count = i + 1;
     }
-    free_figures(ideal, LADDER_RUNGS);
     free_figures(run, LADDER_RUNGS);
     return status;
 }
@@ -245,18 +245,24 @@ void ladder_print(const ladder_report *r, int ranks) {
     printf("\nThe efficiency ladder: DDP on %d ranks, gradients %s fp32, Ethernet slowed %.3g"
            "x (= 25 Gb/s next to compute %.3gx faster than this CPU's)\n", ranks,
            report_bytes((double)r->gradient_bytes, size), r->link_scale, r->link_scale);
-    if (r->target_start > 0)
-        printf("  the slow-down puts the basic rung's predicted efficiency at %.0f%%, the course"
-               " text's starting point; compute alone: %.1f ms/step\n", 100 * r->target_start,
-               r->compute_ms);
-    printf("  rung        batch   tok/s  ideal tok/s  efficiency  predicted  comm %%"
-           "  exposed ms (pred)  loss     d loss (vs)\n");
+    if (r->scale_capped)
+        printf("  the slow-down is capped at %.3gx (comm's most); the basic rung is predicted"
+               " above the %.0f%% asked for\n", r->link_scale, 100 * r->target_start);
+    else if (r->target_start > 0)
+        printf("  chosen so that a basic rung computing %.1f ms a step (as it did with no wire)"
+               " is predicted at\n  %.0f%%, the course text's starting point\n",
+               r->compute_ms, 100 * r->target_start);
+    printf("  efficiency: compute / step of the rung's own run (compute = step less the time"
+           " blocked in\n  communication); predicted: the alpha-beta model on that compute"
+           " time\n");
+    printf("  rung        batch   tok/s  compute ms  exposed ms (pred)  efficiency (pred)"
+           "  loss     d loss (vs)\n");
     for (int i = 0; i < r->count; i++) {
         const ladder_rung *g = &r->rungs[i];
-        printf("  %-9s %7d %7.0f %12.0f %10.1f%% %9.1f%% %6.1f%% %8.1f (%6.1f)  %.4f  %.1e (%s)\n",
-               g->name, g->batch, g->tokens_per_s, g->ideal_tokens_per_s,
-               100 * g->efficiency, 100 * g->predicted_efficiency, 100 * g->comm_fraction,
-               g->exposed_ms, g->predicted_exposed_ms, g->loss, g->diff_loss, g->reference);
+        printf("  %-9s %7d %7.0f %11.1f %11.1f (%5.1f) %9.1f%% (%4.1f%%)  %.4f  %.1e (%s)\n",
+               g->name, g->batch, g->tokens_per_s, g->compute_ms, g->exposed_ms,
+               g->predicted_exposed_ms, 100 * g->efficiency, 100 * g->predicted_efficiency,
+               g->loss, g->diff_loss, g->reference);
     }
     if (r->count > 0) {
         const ladder_rung *first = &r->rungs[0], *last = &r->rungs[r->count - 1];

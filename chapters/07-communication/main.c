@@ -38,11 +38,15 @@ static void validate(const run_config *cfg, const chapter_flags *f) {
         cli_fail("--max-mib %d: at most 1024 (every rank holds the message twice)", f->max_mib);
     if (f->sweep_ranks < 2 || f->sweep_ranks > 64)
         cli_fail("--sweep-ranks %d: the largest rank count of the sweep, 2..64", f->sweep_ranks);
-    if (!(f->start_efficiency > 0 && f->start_efficiency < 1))
-        cli_fail("--start-efficiency %g: a fraction between 0 and 1 (exclusive)",
-                 f->start_efficiency);
+    /* below 1% the calibrated slow-down of a slow model passes comm's LINK_SCALE_MAX */
+    if (!(f->start_efficiency >= 0.01 && f->start_efficiency <= 0.99))
+        cli_fail("--start-efficiency %g: a fraction from 0.01 to 0.99 (the basic rung's"
+                 " predicted efficiency)", f->start_efficiency);
+    cli_check_at_most("ladder-scale", f->ladder_scale, LINK_SCALE_MAX,
+                      "the most --link-scale allows");
     if (f->svg && !runs(f, PART_STRATEGIES))
         cli_fail("--svg needs the strategies part (--part all or --part strategies)");
+    if (f->svg) check_writable("svg", f->svg);   /* now, not after a minute of runs */
     ddp_check_batch_or_exit(cfg->batch, cfg->comm.ranks, 1);
 }
 
@@ -63,10 +67,11 @@ static void json_ladder(FILE *o, const ladder_report *r) {
     for (int i = 0; i < r->count; i++) {
         const ladder_rung *g = &r->rungs[i];
         fprintf(o, "%s\n  {\"rung\": \"%s\", \"batch\": %d, \"grad_accum\": %d, \"wire\": \"%s\","
-                " \"tokens_per_s\": %.1f, \"efficiency\": %.4f, \"comm_fraction\": %.4f,"
+                " \"tokens_per_s\": %.1f, \"compute_ms\": %.3f, \"efficiency\": %.4f,"
+                " \"comm_fraction\": %.4f,"
                 " \"loss\": %.6f, \"diff_loss\": %.3e, \"predicted_efficiency\": %.4f}",
                 i ? "," : "", g->name, g->batch, g->grad_accum, comm_dtype_name(g->wire),
-                g->tokens_per_s, g->efficiency, g->comm_fraction, g->loss, g->diff_loss,
+                g->tokens_per_s, g->compute_ms, g->efficiency, g->comm_fraction, g->loss, g->diff_loss,
                 g->predicted_efficiency);
     }
     fprintf(o, "]");

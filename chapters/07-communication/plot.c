@@ -29,8 +29,8 @@ static double x_of(const axis *a, double bandwidth) {
     return LEFT + (log10(bandwidth) - a->log_lo) / (a->log_hi - a->log_lo) *
                       (WIDTH - LEFT - RIGHT);
 }
-/* Up to 120%: a noisy measurement may beat its reference, and is drawn as it is. */
-#define TOP_EFFICIENCY 1.2
+/* Up to 100%: every efficiency is at most 1 by construction (on_links.c). */
+#define TOP_EFFICIENCY 1.0
 static double y_of(double efficiency) {
     if (efficiency > TOP_EFFICIENCY) efficiency = TOP_EFFICIENCY;
     if (efficiency < 0) efficiency = 0;
@@ -42,7 +42,7 @@ static void draw_axes(FILE *f, const axis *a, double scale) {
             HEIGHT - BOTTOM, WIDTH - RIGHT, HEIGHT - BOTTOM);
     fprintf(f, "<line x1='%d' y1='%d' x2='%d' y2='%d' stroke='black'/>\n", LEFT, TOP, LEFT,
             HEIGHT - BOTTOM);
-    for (int e = 0; e <= 12; e += 2) {
+    for (int e = 0; e <= 10; e += 2) {
         double y = y_of(e / 10.0);
         fprintf(f, "<text x='%d' y='%.1f' text-anchor='end' font-size='11'>%d%%</text>\n",
                 LEFT - 6, y + 4, 10 * e);
