@@ -2,7 +2,7 @@
 # Every chapter program as Open MPI processes, the way a reader runs it (./run N):
 #  1. its default run in an AddressSanitizer + UBSan build: no bad access, no undefined
 #     behaviour, from the first rank's start to the last table drawn after the job;
-#  2. in the plain build, RUNS times in a row on a small model: a crash that shows in
+#  2. in the plain build, $runs (5) times in a row on a small model: a crash that shows in
 #     one run of two (memory written after the job was freed) cannot pass by luck.
 # Leak checking is off: Open MPI's own allocations are reported as leaks at exit (the
 # threads backend's failure path is leak-checked in tests/fault-sanitizer-checks.sh).
@@ -18,7 +18,7 @@ scratch=$(mktemp -d)
 log=$scratch/log
 trap 'rm -rf "$scratch"' EXIT
 export ASAN_OPTIONS=detect_leaks=0 MPIRUN_ARGS="-x ASAN_OPTIONS"
-small="--layers 2 --dim 16 --heads 2 --ctx 8 --batch 8 --steps 3 --quiet"
+small=(--layers 2 --dim 16 --heads 2 --ctx 8 --batch 8 --steps 3 --quiet)
 
 # judge LABEL STATUS WANT: exit WANT and no sanitizer report in $log
 judge() {
@@ -77,7 +77,7 @@ done
 # 2. each program that trains under MPI, RUNS times in a row in the plain build; the
 # first failure of a program is shown and ends its runs
 for program in baseline chapter1 chapter2 chapter3 chapter4 chapter5 chapter6; do
-    ranks=2 flags=($small)
+    ranks=2 flags=("${small[@]}")
     case $program in
         baseline) ranks=1 ;;
         chapter4) flags+=(--micro 4 --steps 1) ;;   # 2 stages of 1 layer
