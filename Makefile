@@ -2,7 +2,8 @@
 #   MPI=1          ranks are Open MPI processes (./run uses mpirun); default: threads
 #   GPU=1          CUDA kernels + cuBLAS + NCCL from $(CUDA_HOME)
 #   DEBUG=1        -O0 -g
-#   SAN=address    AddressSanitizer + UBSan;  SAN=thread  ThreadSanitizer
+#   SAN=address    AddressSanitizer + UBSan;  SAN=thread  ThreadSanitizer;
+#   SAN=undefined  UBSan alone
 #   O=name         a separate build folder (build/<variant>-name), for parallel builds
 # Targets: all, baseline, chapterN, test, bench, clean.
 
@@ -48,6 +49,12 @@ ifeq ($(SAN),address)
 else ifeq ($(SAN),thread)
   CFLAGS += -fsanitize=thread
   LDLIBS += -fsanitize=thread
+else ifeq ($(SAN),undefined)
+  CFLAGS += -fsanitize=undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+  LDLIBS += -fsanitize=undefined
+else ifneq ($(SAN),)
+  # a misspelt value would otherwise build without any sanitizer, silently
+  $(error SAN=$(SAN): unknown sanitizer (valid: address, thread, undefined))
 endif
 
 common_src := $(filter-out common/comm_mpi%.c common/device_cpu.c,$(wildcard common/*.c common/parallel/*.c))

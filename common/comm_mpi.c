@@ -537,6 +537,7 @@ int mpi_launch(const comm_options *opts, rank_main_fn fn, void *args) {
     MPI_Comm_dup(MPI_COMM_WORLD, &data);
     MPI_Comm_dup(MPI_COMM_WORLD, &control);
     if (roll_call_comm == MPI_COMM_NULL) MPI_Comm_dup(MPI_COMM_WORLD, &roll_call_comm);
+    mem_stats *caller_stats = mem_stats_current();
     mem_stats_bind(&rs->mem);
 
     /* The device: the node-local rank picks among the node's GPUs. */
@@ -597,6 +598,7 @@ int mpi_launch(const comm_options *opts, rank_main_fn fn, void *args) {
     comm_gpu_close(job->impl);
     job->impl = NULL;
 #endif
+    mem_stats_bind(caller_stats);   /* the caller's thread outlives the rank's stats */
     comm_job_free(job);   /* frees world and any group left */
     return status;
 }

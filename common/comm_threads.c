@@ -344,7 +344,7 @@ static void threads_run(comm *c, const comm_call *call) {
 }
 
 /* ---- groups ------------------------------------------------------------------------- */
-static group *group_create(int size) {
+static group *group_create(threads_job *tj, int size) {
     group *g = calloc(1, sizeof *g);
     member *members = aligned_alloc(64, (size_t)size * sizeof *members);
     mailbox *boxes = calloc((size_t)size, sizeof *boxes);
@@ -358,11 +358,14 @@ static group *group_create(int size) {
     atomic_init(&g->refs, size);
     g->members = members;
     g->boxes = boxes;
+    pthread_mutex_lock(&tj->groups_lock);
+    g->next_made = tj->groups;
+    tj->groups = g;
+    pthread_mutex_unlock(&tj->groups_lock);
     return g;
 }
 
-static void group_release(group *g) {
-    if (atomic_fetch_sub(&g->refs, 1) != 1) return;
+static void group_destroy(group *g) {
     for (int i = 0; i < g->size; i++) {
         for (message *m = g->boxes[i].head, *next; m; m = next) {
             next = m->next;
@@ -374,6 +377,16 @@ static void group_release(group *g) {
     free(g->boxes);
     free(g->members);
     free(g);
+}
+
+static void group_release(threads_job *tj, group *g) {
+    if (atomic_fetch_sub(&g->refs, 1) != 1) return;
+    pthread_mutex_lock(&tj->groups_lock);
+    group **link = &tj->groups;
+    while (*link != g) link = &(*link)->next_made;
+    *link = g->next_made;
+    pthread_mutex_unlock(&tj->groups_lock);
+    group_destroy(g);
 }
 
 /* Groups split on a rank's thread take its device; the world is bound in
@@ -415,8 +428,8 @@ static comm *threads_split(comm *c, int color, int key, const char *name, uint64
     me->split_color = color;
     me->split_key = key;
     threads_barrier(c, &call);
-    int *order = malloc((size_t)n * sizeof *order);
-    if (!order) comm_fail(c, "out of memory");
+    /* charged to the rank: one stopped in the second barrier gives it back */
+    int *order = mem_alloc(MEM_OTHER, (size_t)n * sizeof *order);
     for (int q = 0; q < n && color >= 0; q++) {
         if (all[q].split_color != color) continue;
         int i = members++;   /* insertion sort by (key, rank) */
@@ -428,7 +441,7 @@ static comm *threads_split(comm *c, int color, int key, const char *name, uint64
     }
     for (int i = 0; i < members; i++)
         if (order[i] == c->rank) index = i;
-    if (index == 0) me->split_result = group_create(members);
+    if (index == 0) me->split_result = group_create(c->job->impl, members);
     threads_barrier(c, &call);
     comm *result = NULL;
     if (color >= 0) {
@@ -439,7 +452,7 @@ static comm *threads_split(comm *c, int color, int key, const char *name, uint64
         bind_device(result->impl);
         free(world);
     }
-    free(order);
+    mem_free(order);
     return result;
 }
 
@@ -461,7 +474,7 @@ static void threads_free(comm *c) {
 #ifdef USE_CUDA
     comm_gpu_close(tc->gpu);
 #endif
-    group_release(tc->g);
+    group_release(c->job->impl, tc->g);
     pthread_mutex_destroy(&tc->lock);
     pthread_cond_destroy(&tc->wake);
     pthread_cond_destroy(&tc->done);
@@ -492,7 +505,8 @@ static const comm_backend threads_backend = {
 void threads_job_init(comm_job *job) {
     threads_job *tj = calloc(1, sizeof *tj);
     if (!tj) { fprintf(stderr, "comm: out of memory\n"); exit(1); }
-    tj->world = group_create(job->nranks);
+    pthread_mutex_init(&tj->groups_lock, NULL);
+    tj->world = group_create(tj, job->nranks);
     /* Spin before sleeping only when every rank can have a core of its own. */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     tj->spin_seconds = job->nranks <= cores ? 50e-6 : 0;
@@ -516,6 +530,12 @@ void threads_job_free(comm_job *job) {
     for (int r = 0; r < job->nranks; r++)
         for (comm *c = job->ranks[r].groups; c; c = c->next_of_rank) stop_worker(c->impl);
     comm_job_free(job);   /* frees every comm, and with the last one each group */
+    while (tj->groups) {   /* left by a failed split: some members never joined */
+        group *g = tj->groups;
+        tj->groups = g->next_made;
+        group_destroy(g);
+    }
+    pthread_mutex_destroy(&tj->groups_lock);
     free(tj);
 }
 

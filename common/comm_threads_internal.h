@@ -44,6 +44,7 @@ struct group {
     _Atomic int refs;           /* members that have not freed their comm */
     member *members;            /* [size], one cache line each */
     mailbox *boxes;             /* [size]: messages to each member */
+    group *next_made;           /* the job's list of the groups not yet freed */
 };
 
 /* ---- one rank's view of a group ---------------------------------------------------- */
@@ -67,6 +68,10 @@ typedef struct {
 typedef struct {
     group *world;
     double spin_seconds;
+    /* Every group not yet freed: a split that fails half-way (a rank stopped between
+     * its barriers) leaves a group some members never joined, freed with the job. */
+    pthread_mutex_t groups_lock;
+    group *groups;
 } threads_job;
 
 

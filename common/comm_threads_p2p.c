@@ -32,14 +32,15 @@ static void wait_taken(comm *c, const comm_call *call, mailbox *box, message *ms
 void threads_send(comm *c, const comm_call *call) {
     size_t bytes = call->count * comm_dtype_size(call->dt);
     if (comm_job_stopping(c->job)) comm_leave_thread();
+    /* before the message exists: a link slower than the timeout stops the rank here */
+    const double arrival = comm_now() + threads_link_seconds(c, call, bytes);
     /* Plain malloc: the receiver (or, rendezvous, the last of the two) frees it, and the
      * memory accounting is per rank. */
     message *msg = malloc(sizeof *msg + bytes);
     if (!msg) comm_fail(c, "out of memory sending %zu bytes", bytes);
     int rendezvous = c->job->opts.send_mode == COMM_SEND_RENDEZVOUS;
     *msg = (message){.source = c->rank, .tag = call->tag, .bytes = bytes,
-                     .arrival = comm_now() + threads_link_seconds(c, call, bytes),
-                     .rendezvous = rendezvous};
+                     .arrival = arrival, .rendezvous = rendezvous};
     atomic_init(&msg->refs, rendezvous ? 2 : 1);
     threads_compute_done(c);
     if (bytes) threads_move_bytes(c, msg->data, call->send, bytes, 0);

@@ -42,5 +42,39 @@ expect_counts "1 0 0" "plain command passing" true
 expect_counts "0 1 0" "plain command failing" false
 expect_counts "0 1 0" "hang (limit $limit s)" \
     bash -c 'echo "100%: Checks: 5, Failures: 0, Errors: 0"; sleep 60'
+
+# expect_make LABEL PATTERN STATUS MAKE_ARGS...: make -n's exit status and a line of its
+# output (the commands, or the error) matching PATTERN (grep -E)
+expect_make() {
+    local label=$1 pattern=$2 want=$3
+    shift 3
+    local out status
+    out=$(make -n -B MPI= GPU= DEBUG= O= "$@" 2>&1)
+    status=$?
+    if [ $status -eq "$want" ] && printf '%s\n' "$out" | grep -q -E -- "$pattern"; then
+        checks_passed=$((checks_passed + 1))
+        echo "ok   $label"
+    else
+        checks_failed=$((checks_failed + 1))
+        echo "FAIL $label: make -n $* exited $status (expected $want), no line matching '$pattern'"
+        printf '%s\n' "$out" | tail -n 3 | sed 's/^/     | /'
+    fi
+}
+# SAN=undefined is UBSan alone: compiled and linked with it, and no AddressSanitizer
+ubsan=build/cpu-undefined
+expect_make "SAN=undefined compiles with -fsanitize=undefined" \
+    '-fsanitize=undefined .*-c common/alloc.c' 0 SAN=undefined $ubsan/obj/common/alloc.o
+expect_make "SAN=undefined links with -fsanitize=undefined" \
+    "-o $ubsan/baseline .*-fsanitize=undefined" 0 SAN=undefined $ubsan/baseline
+if make -n -B MPI= GPU= DEBUG= O= SAN=undefined $ubsan/baseline 2>&1 | grep -q -- '-fsanitize=address'; then
+    checks_failed=$((checks_failed + 1))
+    echo "FAIL SAN=undefined: a command has -fsanitize=address"
+else
+    checks_passed=$((checks_passed + 1))
+    echo "ok   SAN=undefined: no command has -fsanitize=address"
+fi
+# an unknown SAN is refused by name, never built without a sanitizer
+expect_make "SAN=bogus is refused with the valid values" \
+    'SAN=bogus: unknown sanitizer \(valid: address, thread, undefined\)' 2 SAN=bogus all
 echo "harness-checks: $checks_passed passed, $checks_failed failed"
 [ $checks_failed -eq 0 ]

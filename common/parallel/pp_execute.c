@@ -15,13 +15,14 @@ void pp_executor_init(pp_executor *e, const pp_schedule *schedule, int rank, pp_
     *e = (pp_executor){.schedule = schedule, .rank = rank, .chunks = chunks, .cfg = cfg,
                        .data = data, .first_sequence = first_sequence, .dloss = dloss,
                        .stage_seconds = stage_seconds};
-    e->slot_of = malloc(sizeof(int) * (size_t)v * m);
-    e->outbox = calloc((size_t)v * m, sizeof *e->outbox);
-    e->grad_sent = calloc((size_t)v * m, sizeof *e->grad_sent);
-    e->inbox = calloc((size_t)v * m, sizeof *e->inbox);
-    e->spare = calloc(2 * (size_t)v * m, sizeof *e->spare);
-    e->slot_busy = calloc((size_t)v * m, sizeof(int));
-    e->spans = calloc((size_t)schedule->ranks[rank].count, sizeof *e->spans);
+    /* charged to the rank (MEM_OTHER): a rank stopped by a failure gives them back */
+    e->slot_of = mem_alloc(MEM_OTHER, sizeof(int) * (size_t)v * m);
+    e->outbox = mem_alloc(MEM_OTHER, (size_t)v * m * sizeof *e->outbox);
+    e->grad_sent = mem_alloc(MEM_OTHER, (size_t)v * m * sizeof *e->grad_sent);
+    e->inbox = mem_alloc(MEM_OTHER, (size_t)v * m * sizeof *e->inbox);
+    e->spare = mem_alloc(MEM_OTHER, 2 * (size_t)v * m * sizeof *e->spare);
+    e->slot_busy = mem_alloc(MEM_OTHER, (size_t)v * m * sizeof(int));
+    e->spans = mem_alloc(MEM_OTHER, (size_t)schedule->ranks[rank].count * sizeof *e->spans);
     if (!e->slot_of || !e->grad_sent || !e->inbox || !e->outbox || !e->spare ||
         !e->slot_busy || !e->spans) {
         fprintf(stderr, "error: out of memory for the pipeline schedule\n");
@@ -30,14 +31,14 @@ void pp_executor_init(pp_executor *e, const pp_schedule *schedule, int rank, pp_
 }
 
 void pp_executor_free(pp_executor *e) {
-    free(e->slot_of);
+    mem_free(e->slot_of);
     for (int i = 0; i < e->spares; i++) mem_free(e->spare[i]);
-    free(e->outbox);
-    free(e->grad_sent);
-    free(e->inbox);
-    free(e->spare);
-    free(e->slot_busy);
-    free(e->spans);
+    mem_free(e->outbox);
+    mem_free(e->grad_sent);
+    mem_free(e->inbox);
+    mem_free(e->spare);
+    mem_free(e->slot_busy);
+    mem_free(e->spans);
 }
 
 /* ---- slots ---------------------------------------------------------------------------- */
