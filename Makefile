@@ -32,8 +32,13 @@ BUILD   := build/$(variant)$(if $(O),-$(O))
 PKGS     := openblas check
 # -fno-math-errno: no maths function here reports through errno, and without it sqrtf()
 # cannot become the vector instruction (the same correctly rounded result)
+# common/ by concern, bottom to top: base, tensor ops and devices, the communicator, the
+# model, a run's configuration, checkpoints, training and reports, the strategies, the
+# command line. Each folder includes only from the folders below it.
+common_dirs := base tensor comm model config checkpoint train cli parallel
+common_includes := $(common_dirs:%=-Icommon/%)
 CFLAGS   := -std=c11 -D_GNU_SOURCE -fno-math-errno -Wall -Wextra -Werror -pthread \
-            -Icommon -Icommon/parallel \
+            $(common_includes) \
             $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(EXTRA_CFLAGS)
 LDLIBS   := $(shell pkg-config --libs openblas 2>/dev/null) -lm -pthread $(EXTRA_LDFLAGS)
 CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
@@ -57,21 +62,21 @@ else ifneq ($(SAN),)
   $(error SAN=$(SAN): unknown sanitizer (valid: address, thread, undefined))
 endif
 
-common_src := $(filter-out common/comm_mpi%.c common/device_cpu.c,$(wildcard common/*.c common/parallel/*.c))
+common_src := $(filter-out common/comm/comm_mpi%.c common/tensor/device_cpu.c,$(wildcard $(common_dirs:%=common/%/*.c)))
 ifdef MPI
   CFLAGS += -DUSE_MPI $(shell pkg-config --cflags ompi-c 2>/dev/null)
   LDLIBS += $(shell pkg-config --libs ompi-c 2>/dev/null)
-  common_src += $(wildcard common/comm_mpi*.c)
+  common_src += $(wildcard common/comm/comm_mpi*.c)
 endif
 ifdef GPU
   CFLAGS += -DUSE_CUDA -I$(CUDA_HOME)/include -Igpu
   LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcublas -lcudart -lstdc++
-  NVCCFLAGS := -O3 -std=c++17 -Icommon -Icommon/parallel -Igpu -gencode arch=compute_90,code=sm_90 \
+  NVCCFLAGS := -O3 -std=c++17 $(common_includes) -Igpu -gencode arch=compute_90,code=sm_90 \
                -gencode arch=compute_90,code=compute_90 $(if $(MPI),-DUSE_MPI)
   common_src += $(wildcard gpu/*.c)
   cuda_src   := $(wildcard gpu/*.cu)
 else
-  common_src += common/device_cpu.c
+  common_src += common/tensor/device_cpu.c
   cuda_src   :=
 endif
 
@@ -168,11 +173,11 @@ bench: | $(DEPS_STAMP)
 
 # ---- fuzzing: fuzz/*.c are libFuzzer targets over the parsers (clang; `make fuzz
 # SAN=address` adds AddressSanitizer + UBSan) ------------------------------------------
-fuzz_sources := common/json.c common/safetensors.c common/crc32.c
+fuzz_sources := common/base/json.c common/checkpoint/safetensors.c common/base/crc32.c
 fuzz_bins := $(patsubst fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard fuzz/*.c))
 $(BUILD)/fuzz/%: fuzz/%.c $(fuzz_sources)
 	@mkdir -p $(dir $@)
-	clang -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -O1 -Icommon \
+	clang -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -O1 $(common_includes) \
 	    -fsanitize=fuzzer$(if $(filter address,$(SAN)),$(comma)address$(comma)undefined -fno-sanitize-recover=undefined) $^ -o $@
 comma := ,
 .PHONY: fuzz

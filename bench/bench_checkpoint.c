@@ -16,7 +16,10 @@
 
 #include "alloc.h"
 #include "checkpoint.h"
-#include "train.h"
+#include "baseline.h"
+#include "cli.h"
+#include "floats.h"
+#include "replica.h"
 #include "zero_state.h"
 
 enum { REPEATS = 3 };

@@ -16,10 +16,12 @@
 #include <stdlib.h>
 
 #include "alloc.h"
+#include "cli.h"
 #include "device.h"
 #include "ops.h"
 #include "rng.h"
-#include "train.h"
+#include "baseline.h"
+#include "replica.h"
 
 #ifdef USE_CUDA
 #include <cuda_runtime.h>

@@ -6,9 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "cli.h"
 #include "comm.h"
 #include "report.h"
-#include "train.h"
+#include "baseline.h"
+#include "replica.h"
 
 static double sgemm_gflops(int n, int repeats) {
     float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n),

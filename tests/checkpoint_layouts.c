@@ -8,7 +8,8 @@
 #include "alloc.h"
 #include "checkpoint.h"
 #include "compare.h"
-#include "train.h"
+#include "baseline.h"
+#include "replica.h"
 
 const layout_spec checkpoint_layouts[] = {
     {"baseline", 1, 1, 1, 0, 0}, {"zero3 x4", 1, 1, 4, 1, 1}, {"zero1 x3", 1, 1, 3, 0, 1},

@@ -20,7 +20,8 @@
 #include "ddp.h"
 #include "grad_buckets.h"
 #include "dp.h"
-#include "train.h"
+#include "baseline.h"
+#include "replica.h"
 #include "check_run.h"
 
 static const double tol_grads = 1e-6, tol_loss = 1e-5, tol_params = 1e-4;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "estimate.h"
+#include "floats.h"
 #include "stage_run.h"
 #include "tables.h"
 #include "check_run.h"

@@ -14,8 +14,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "communication.h"
-#include "train.h"
+#include "baseline.h"
+#include "replica.h"
 #include "check_run.h"
 
 static const double tol_loss = 1e-5;

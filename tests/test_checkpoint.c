@@ -21,8 +21,10 @@
 #include "checkpoint.h"
 #include "crc32.h"
 #include "data.h"
+#include "floats.h"
 #include "safetensors.h"
-#include "train.h"
+#include "baseline.h"
+#include "replica.h"
 #include "zero_state.h"
 
 /* vocab 257 leaves one padding row under TP 2; slabs divide by neither 3 nor 4 */

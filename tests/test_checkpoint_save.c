@@ -18,6 +18,7 @@
 #include "check_run.h"
 #include "checkpoint.h"
 #include "checkpoint_layouts.h"
+#include "cli.h"
 
 static run_config tiny_config(void) {
     run_config cfg = run_config_default();

@@ -34,6 +34,7 @@
 #include "../gpu/grid_limits.h"
 #include "../gpu/overlap.h"
 #include "check_run.h"
+#include "cli.h"
 #include "comm.h"
 #include "device.h"
 #include "rng.h"

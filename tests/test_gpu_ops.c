@@ -32,6 +32,7 @@
 
 #ifdef USE_CUDA
 #include "comm_internal.h"
+#include "floats.h"
 #include "ops.h"
 #include "ops_cpu.h"
 #include "ops_cuda.h"

@@ -34,9 +34,11 @@
 
 #include "comm.h"
 #include "device.h"
+#include "floats.h"
 #include "ops.h"
 #include "rng.h"
-#include "train.h"
+#include "baseline.h"
+#include "replica.h"
 
 enum { MAX_RANKS = 4 };
 

@@ -9,9 +9,11 @@
 #include "alloc.h"
 #include "data.h"
 #include "fits.h"
+#include "floats.h"
 #include "model.h"
 #include "ops.h"
-#include "train.h"
+#include "baseline.h"
+#include "replica.h"
 #include "check_run.h"
 
 static const gpt_config tiny = {.vocab = 256, .ctx = 6, .layers = 2, .heads = 2, .dim = 8};

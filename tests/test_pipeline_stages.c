@@ -21,7 +21,8 @@
 #include "mesh.h"
 #include "ops.h"
 #include "pp_stage.h"
-#include "train.h"
+#include "baseline.h"
+#include "replica.h"
 
 static const double tol_grads = 1e-6, tol_loss = 1e-5, tol_params = 1e-4;
 

@@ -17,7 +17,8 @@
 #include "model.h"
 #include "op_profile.h"
 #include "ops.h"
-#include "train.h"
+#include "baseline.h"
+#include "replica.h"
 #include "check_run.h"
 
 /* T = 16 is under the attention's causal block (32): its products are all T x T. */

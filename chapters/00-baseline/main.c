@@ -2,9 +2,11 @@
  *   make baseline && ./run 1 [--steps 100] [--preset bench256] [--data FILE] [--json] */
 #include <stdio.h>
 
+#include "cli.h"
 #include "fits.h"
 #include "report.h"
-#include "train.h"
+#include "baseline.h"
+#include "replica.h"
 
 int main(int argc, char **argv) {
     run_config cfg = run_config_default();

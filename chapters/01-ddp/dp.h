@@ -14,7 +14,8 @@
 
 #include "data.h"
 #include "report.h"
-#include "train.h"
+#include "baseline.h"
+#include "replica.h"
 
 typedef struct {
     int threads;       /* replicas, one thread each */

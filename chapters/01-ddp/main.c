@@ -11,12 +11,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "cli.h"
 #include "compare.h"
 #include "ddp.h"
 #include "dp.h"
 #include "fits.h"
 #include "report.h"
-#include "train.h"
+#include "baseline.h"
+#include "replica.h"
 
 static const char *const compress_names[] = {"none", "bf16", "fp16", "fp8", NULL};
 static const comm_dtype compress_types[] = {COMM_F32, COMM_BF16, COMM_F16, COMM_F8E4M3};

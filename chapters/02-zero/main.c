@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "cli.h"
 #include "estimate.h"
 #include "fits.h"
 #include "stage_run.h"

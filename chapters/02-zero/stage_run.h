@@ -6,7 +6,8 @@
 
 #include "compare.h"
 #include "estimate.h"
-#include "train.h"
+#include "baseline.h"
+#include "replica.h"
 #include "zero.h"
 
 /* Agreement with the single-device baseline that every stage must reach (the same as

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 
 #include "alloc.h"
+#include "floats.h"
 #include "ops.h"
 #include "rng.h"
 #include "tensor_parallel.h"

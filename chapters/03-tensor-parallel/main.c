@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "compare.h"
 #include "fits.h"
 #include "report.h"

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "floats.h"
 #include "ops.h"
 #include "rng.h"
 #include "tensor_parallel.h"

@@ -17,7 +17,8 @@
 #include "mesh.h"
 #include "tp_linear.h"
 #include "tp_slices.h"
-#include "train.h"
+#include "baseline.h"
+#include "replica.h"
 
 /* ---- part 1: y = W x by hand --------------------------------------------------------- */
 typedef struct {

@@ -16,7 +16,8 @@
 #include "fits.h"
 #include "simulate.h"
 #include "training.h"
-#include "train.h"
+#include "baseline.h"
+#include "replica.h"
 
 static const char *const schedule_choices[] = {"naive", "gpipe", "1f1b", "interleaved",
                                                "zb-h1", "all", NULL};

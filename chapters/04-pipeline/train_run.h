@@ -7,7 +7,8 @@
 
 #include "compare.h"
 #include "pipeline.h"
-#include "train.h"
+#include "baseline.h"
+#include "replica.h"
 
 /* Against the baseline (the other chapters' tolerances): gradients of step 1, loss
  * per step and parameters after a few steps. */

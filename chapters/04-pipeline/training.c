@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "pp_draw.h"
 #include "report.h"
 #include "train_run.h"

@@ -8,7 +8,8 @@
 #include "compare.h"
 #include "mesh.h"
 #include "pipeline.h"
-#include "train.h"
+#include "baseline.h"
+#include "replica.h"
 
 /* Against the baseline, as every chapter: gradients of step 1, loss, parameters. */
 #define MESH_TOL_GRADS 1e-6

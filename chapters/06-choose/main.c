@@ -9,11 +9,13 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli.h"
 #include "compare.h"
 #include "data.h"
 #include "planner.h"
 #include "predict.h"
-#include "train.h"
+#include "baseline.h"
+#include "replica.h"
 
 static const char *const recompute_choices[] = {"auto", "none", "selective", "full", NULL};
 static const char *const zero_choices[] = {"0", "1", "2", "3", NULL};

@@ -29,7 +29,8 @@
 
 #include "compare.h"
 #include "ddp.h"
-#include "train.h"
+#include "baseline.h"
+#include "replica.h"
 
 typedef struct {
     const char *name;

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "cli.h"
 #include "communication.h"
 #include "ddp.h"
 #include "report.h"

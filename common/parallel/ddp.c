@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "cli.h"
 #include "compare.h"
 #include "grad_buckets.h"
 #include "ops.h"

@@ -15,7 +15,8 @@
 #include "comm.h"
 #include "data.h"
 #include "report.h"
-#include "train.h"
+#include "baseline.h"
+#include "replica.h"
 
 typedef struct {
     size_t bucket_bytes;   /* cap of one gradient bucket (--bucket-mb, default 25 MiB) */

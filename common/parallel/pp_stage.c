@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "floats.h"
 #include "ops.h"
 
 /* Tags keep activations and gradients apart: a stage may have one of each in flight

@@ -20,7 +20,8 @@
 #include "comm.h"
 #include "data.h"
 #include "model.h"
-#include "train.h"
+#include "baseline.h"
+#include "replica.h"
 
 typedef struct {
     int stage, stages;     /* virtual stage and how many (v x p) */

@@ -19,7 +19,7 @@
 #define TRAIN_LOOP_H
 
 #include "checkpoint.h"
-#include "cli.h"
+#include "run_config.h"
 #include "comm.h"
 #include "report.h"
 

@@ -338,22 +338,6 @@ int checkpoint_check(const char *dir, const run_config *cfg, char *err, size_t e
     return step;
 }
 
-void checkpoint_cli_check(const run_config *cfg) {
-    if (cfg->no_checkpoints && (cfg->save_dir || cfg->resume_dir))
-        cli_fail("--%s %s: %s", cfg->save_dir ? "save" : "resume",
-                 cfg->save_dir ? cfg->save_dir : cfg->resume_dir, cfg->no_checkpoints);
-    if (cfg->save_every && !cfg->save_dir)
-        cli_fail("--save-every %d: needs --save DIR (where to write)", cfg->save_every);
-    /* a directory that cannot be written is found now, not after the training */
-    if (cfg->save_dir && mkdir(cfg->save_dir, 0777) != 0 && errno != EEXIST)
-        cli_fail("--save %s: cannot create it (%s)", cfg->save_dir, strerror(errno));
-    if (cfg->save_dir && access(cfg->save_dir, W_OK | X_OK) != 0)
-        cli_fail("--save %s: cannot write there (%s)", cfg->save_dir, strerror(errno));
-    if (cfg->save_dir) checkpoint_clear_stale(cfg->save_dir);   /* a killed save's leftovers */
-    if (!cfg->resume_dir) return;
-    char err[1024];
-    if (checkpoint_check(cfg->resume_dir, cfg, err, sizeof err) < 0) cli_fail("%s", err);
-}
 
 /* ---- loading, per rank --------------------------------------------------------------- */
 

@@ -16,8 +16,8 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "floats.h"
 #include "ops.h"
-#include "train.h"
 
 static void copy_floats(float *whole, float *part, size_t n, slice_direction dir) {
     if (dir == SLICE_TAKE) memcpy(part, whole, n * sizeof(float));

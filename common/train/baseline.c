@@ -1,81 +1,13 @@
-#include "train.h"
+#include "baseline.h"
 
 #include <cblas.h>
-#include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "alloc.h"
 #include "device.h"
 #include "ops.h"
+#include "replica.h"
 #include "train_loop.h"
-
-static float *device_floats(mem_tag tag, size_t n) {
-    return mem_alloc_on(MEM_DEVICE, tag, n * sizeof(float));
-}
-
-void replica_init(replica *r, const gpt_shape *s, uint64_t seed, int with_optimizer) {
-    memset(r, 0, sizeof *r);
-    r->shape = *s;
-    r->num_params = gpt_num_params(s);
-    r->params = device_floats(MEM_PARAMS, r->num_params);
-    r->grads = device_floats(MEM_GRADS, r->num_params);
-    if (with_optimizer) {
-        r->adam_m = device_floats(MEM_OPTIMIZER, r->num_params);
-        r->adam_v = device_floats(MEM_OPTIMIZER, r->num_params);
-    }
-    float *host = malloc(r->num_params * sizeof(float));
-    gpt_init_params(s, seed, 0, r->num_params, host);
-    ops_upload(r->params, host, r->num_params * sizeof(float));
-    free(host);
-}
-
-void replica_free(replica *r) {
-    mem_free(r->params);
-    mem_free(r->grads);
-    mem_free(r->adam_m);
-    mem_free(r->adam_v);
-    memset(r, 0, sizeof *r);
-}
-
-void replica_checkpoint_state(replica *r, int writes, ckpt_state *out) {
-    memset(out, 0, sizeof *out);
-    out->parts[0] = (ckpt_part){.shape = r->shape, .params = r->params, .adam_m = r->adam_m,
-                                .adam_v = r->adam_v, .writes = writes};
-    out->count = 1;
-    out->adam_steps[0] = &r->adam_step;
-}
-
-void replica_adamw(replica *r, const adamw_config *cfg) {
-    r->adam_step++;
-    adamw_update(r->params, r->grads, r->adam_m, r->adam_v, r->num_params, cfg,
-                 r->adam_step);
-}
-
-void load_batch(gpt_model *m, const dataset *d, const run_config *cfg, int step,
-                int first, int count) {
-    const int T = cfg->model.ctx;
-    int *tokens = gpt_host_batch(m);   /* the model's own staging: no allocation per step */
-    dataset_batch(d, cfg->seed, step, first, count, T, tokens, tokens + count * T);
-    gpt_set_batch(m, tokens, tokens + count * T);
-}
-
-double max_abs_diff(const float *a, const float *b, size_t n) {
-    double worst = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - (double)b[i]);
-        if (d > worst || isnan(d)) worst = isnan(d) ? INFINITY : d;
-    }
-    return worst;
-}
-
-dataset *dataset_from_config(const run_config *cfg) {
-    if (!cfg->data_path) return dataset_builtin();
-    char err[512];
-    dataset *d = dataset_load(cfg->data_path, cfg->model.ctx, err, sizeof err);
-    if (!d) cli_fail("%s", err);
-    return d;
-}
 
 /* The baseline's step: the whole batch on one rank. */
 typedef struct {

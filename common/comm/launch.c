@@ -18,10 +18,16 @@
  * stops at its next comm call, so only one busy outside comm takes this long. */
 #define STOP_GRACE_SECONDS 10.0
 
-int launch_mpi_world_size(void) {
-    const char *size = getenv("OMPI_COMM_WORLD_SIZE");
-    return size ? atoi(size) : 0;
+/* mpirun's environment: the only place that reads it. */
+static int mpi_env(const char *name) {
+    const char *value = getenv(name);
+    return value ? atoi(value) : 0;
 }
+
+int launch_mpi_world_size(void) { return mpi_env("OMPI_COMM_WORLD_SIZE"); }
+int launch_mpi_world_rank(void) { return mpi_env("OMPI_COMM_WORLD_RANK"); }
+int launch_mpi_local_size(void) { return mpi_env("OMPI_COMM_WORLD_LOCAL_SIZE"); }
+int process_hosts_rank0(void) { return launch_mpi_world_rank() == 0; }
 
 /* One OpenBLAS thread per rank: the ranks are the parallelism. */
 static void one_blas_thread(void) {
@@ -60,8 +66,7 @@ static int ranks_on_this_node(int world, int *mpi) {
     int local = world;
 #ifdef USE_MPI
     *mpi = launch_mpi_world_size() > 0;
-    const char *local_size = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    if (*mpi && local_size) local = atoi(local_size);
+    if (*mpi && launch_mpi_local_size() > 0) local = launch_mpi_local_size();
 #endif
     return local;
 }

@@ -49,8 +49,7 @@ double fits_machine_bytes(void) {
 }
 
 static int ranks_on_this_machine(const run_config *cfg) {
-    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    if (launch_mpi_world_size() > 0 && local) return atoi(local);
+    if (launch_mpi_local_size() > 0) return launch_mpi_local_size();
     return cfg->comm.ranks;
 }
 

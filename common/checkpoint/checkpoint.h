@@ -25,7 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "cli.h"
+#include "run_config.h"
 #include "comm.h"
 #include "model.h"
 #include "shard.h"
@@ -78,15 +78,6 @@ void checkpoint_observe_saves(ckpt_save_observer observer);
 /* index.json's last member, index_crc32: the CRC-32 of every byte before this line. */
 #define CKPT_INDEX_CRC_LINE "\n  \"index_crc32\": "
 
-/* Before any rank starts: the checkpoint that `--resume dir` names, checked whole
- * (index, every file's size and CRC-32, headers, the model's shape and seed). Returns
- * its step; on any problem writes one line to err naming the file and returns -1. */
-int checkpoint_check(const char *dir, const run_config *cfg, char *err, size_t err_len);
-
-/* In cli_parse: --save-every needs --save, --save is a directory this process can
- * create or write, and --resume names a sound checkpoint of
- * this model whose step is below --steps (cli_fail otherwise). */
-void checkpoint_cli_check(const run_config *cfg);
 
 /* Per rank, after checkpoint_check passed: fills the state from the checkpoint and
  * returns its step (exits with a message if a piece it needs is missing). */
@@ -119,5 +110,10 @@ static inline size_t ckpt_box_numel(const ckpt_tensor *t) {
 
 /* dir/latest's target, or dir itself when it is a checkpoint (has index.json). */
 int checkpoint_resolve(const char *dir, char *path, size_t path_len, char *err, size_t err_len);
+
+/* Before any rank starts: the checkpoint that `--resume dir` names, checked whole
+ * (index, every file's size and CRC-32, headers, the model's shape and seed). Returns
+ * its step; on any problem writes one line to err naming the file and returns -1. */
+int checkpoint_check(const char *dir, const run_config *cfg, char *err, size_t err_len);
 
 #endif

@@ -44,8 +44,7 @@ _Noreturn void cli_fail(const char *fmt, ...) {
      * write (mpirun forwards what it reads; a line in pieces could be split by its
      * banners). The others leave a moment later, so that the line is out before
      * mpirun notices their exit and starts a banner. */
-    const char *mpi_rank = getenv("OMPI_COMM_WORLD_RANK");
-    if (!mpi_rank || strcmp(mpi_rank, "0") == 0) {
+    if (process_hosts_rank0()) {
         char line[1024];
         int n = snprintf(line, sizeof line, "%s: error: ", program_name);
         va_list args;
@@ -59,20 +58,6 @@ _Noreturn void cli_fail(const char *fmt, ...) {
         nanosleep(&moment, NULL);
     }
     exit(2);
-}
-
-run_config run_config_default(void) {
-    run_config cfg = {
-        .model = {.vocab = 256, .ctx = 64, .layers = 4, .heads = 4, .dim = 128},
-        .batch = 8,
-        .steps = 10,
-        .seed = 1234,
-        .adamw = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
-                  .weight_decay = 0.01f, .warmup_steps = 10},
-        .comm = comm_options_default(),
-    };
-    cfg.comm.device = DEVICE_AUTO;   /* settled by cli_parse */
-    return cfg;
 }
 
 /* ---- the shared flags ------------------------------------------------------------ */

@@ -211,6 +211,14 @@ int launch_mpi(const comm_options *opts, rank_main_fn fn, void *args);
  * size from the environment), or 0 when not under mpirun. Lets main validate sizes
  * before any rank starts. */
 int launch_mpi_world_size(void);
+/* The other facts of mpirun's environment, read here alone: this process's world rank
+ * (0 when not under mpirun) and how many processes mpirun started on this node (0 when
+ * not under mpirun). */
+int launch_mpi_world_rank(void);
+int launch_mpi_local_size(void);
+/* True in the process that runs world rank 0 (always, for the threads backend): the
+ * baseline is trained there before launch(), and it prints the tables. */
+int process_hosts_rank0(void);
 
 /* ---- devices ------------------------------------------------------------------------ */
 /* Makes the calling thread compute where opts says, as launch does for each rank:

@@ -5,7 +5,7 @@
 #include <stdio.h>
 
 #include "alloc.h"
-#include "cli.h"
+#include "run_config.h"
 
 /* One strategy's run, as the comparison table and the JSON show it. Differences are
  * the largest |a - b| against the baseline; negative means "not measured". */
@@ -51,5 +51,15 @@ void report_json(const run_config *cfg, const char *chapter, int world,
 
 /* "1.23 MB" style sizes for tables. */
 const char *report_bytes(double bytes, char buf[32]);
+
+/* Per-rank measurements -> the row of the table: the largest rank's time,
+ * communication, bytes sent and memory (each maximum taken over ranks on its own), and
+ * the least time any rank was blocked (comm_seconds_least).
+ * Collective over `group`; every rank gets the result. */
+void run_result_take_max(comm *group, run_result *r);
+
+/* Fills r's comm_seconds, hidden_seconds and bytes_sent_per_step from this rank's
+ * communicator statistics over `steps` steps (call comm_stats_reset before them). */
+void run_result_add_comm(run_result *r, comm *world, int steps);
 
 #endif

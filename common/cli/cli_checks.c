@@ -1,0 +1,35 @@
+/* The checks every program runs on its flags before any rank starts, for the things
+ * the flags name: the data file and the checkpoint directories. */
+#include "cli.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+
+dataset *dataset_from_config(const run_config *cfg) {
+    if (!cfg->data_path) return dataset_builtin();
+    char err[512];
+    dataset *d = dataset_load(cfg->data_path, cfg->model.ctx, err, sizeof err);
+    if (!d) cli_fail("%s", err);
+    return d;
+}
+
+void checkpoint_cli_check(const run_config *cfg) {
+    if (cfg->no_checkpoints && (cfg->save_dir || cfg->resume_dir))
+        cli_fail("--%s %s: %s", cfg->save_dir ? "save" : "resume",
+                 cfg->save_dir ? cfg->save_dir : cfg->resume_dir, cfg->no_checkpoints);
+    if (cfg->save_every && !cfg->save_dir)
+        cli_fail("--save-every %d: needs --save DIR (where to write)", cfg->save_every);
+    /* a directory that cannot be written is found now, not after the training */
+    if (cfg->save_dir && mkdir(cfg->save_dir, 0777) != 0 && errno != EEXIST)
+        cli_fail("--save %s: cannot create it (%s)", cfg->save_dir, strerror(errno));
+    if (cfg->save_dir && access(cfg->save_dir, W_OK | X_OK) != 0)
+        cli_fail("--save %s: cannot write there (%s)", cfg->save_dir, strerror(errno));
+    if (cfg->save_dir) checkpoint_clear_stale(cfg->save_dir);   /* a killed save's leftovers */
+    if (!cfg->resume_dir) return;
+    char err[1024];
+    if (checkpoint_check(cfg->resume_dir, cfg, err, sizeof err) < 0) cli_fail("%s", err);
+}

@@ -1,0 +1,44 @@
+/* What one training run is: the model, the batch and steps, the optimizer, the data,
+ * what to print, the ranks and their wire, and its checkpoints. Filled by the command
+ * line (cli.h) or by a test, and read by training, checkpoints and reports alike. */
+#ifndef RUN_CONFIG_H
+#define RUN_CONFIG_H
+#include <stdint.h>
+
+#include "comm.h"
+#include "model.h"
+#include "ops.h"
+
+typedef struct {
+    gpt_config model;
+    int batch;            /* global batch, in sequences of ctx tokens */
+    int steps;
+    uint64_t seed;
+    adamw_config adamw;
+    const char *data_path;   /* NULL: built-in corpus */
+    int json;             /* --json: one JSON object on stdout, no table */
+    int quiet;            /* --quiet: no per-step lines */
+    int profile;          /* --profile: where each step's time goes, op by op */
+    comm_options comm;    /* ranks, allreduce, link, link-scale, comm-timeout, trace,
+                             device (--device, resolved: never auto after cli_parse)
+                             and tf32 (--tf32) */
+    /* checkpoints (checkpoint.h): NULL / 0 when not asked for */
+    const char *save_dir;     /* --save DIR: at the end, and every save_every steps */
+    int save_every;
+    const char *resume_dir;   /* --resume DIR: checked before any rank starts */
+    int save_test_crash;      /* test hook: a save stops before its Nth step (0: never) */
+    const char *no_checkpoints;   /* set before cli_parse by a program that keeps none:
+                                     why (then --save and --resume are refused) */
+    /* Set before cli_parse by a program that does not train (a planner): the shared
+     * flags it does not use (NULL-terminated) and why. They are left out of --help and
+     * refused in one line when given. */
+    const char *const *unused_flags;
+    const char *unused_why;
+} run_config;
+
+/* Defaults: layers 4, heads 4, dim 128, ctx 64, batch 8, vocab 256, steps 10,
+ * seed 1234, lr 1e-3 with 10 warm-up steps, betas 0.9/0.95, eps 1e-8, weight decay
+ * 0.01. */
+run_config run_config_default(void);
+
+#endif
