@@ -195,9 +195,17 @@ if [ -x "$chapter4" ] && [ -z "$mpi" ]; then
     mkdir -p "$scratch/pipe-1f1b.svg"
     expect_error "$chapter4" "--svg $scratch/pipe-1f1b.svg: is a directory" --simulate --svg "$scratch/pipe"
     expect_error "$chapter4" "--svg $scratch/pipe-1f1b.svg: is a directory" $tiny --layers 2 --ranks 2 --svg "$scratch/pipe.svg"
-    expect_error "$chapter4" "--save does nothing with --simulate" --simulate --save "$scratch/ck4"
+    expect_error "$chapter4" "--save $scratch/ck4: does nothing with --simulate" --simulate --save "$scratch/ck4"
+    # refused before the directory is made: nothing left behind
+    if [ -e "$scratch/ck4" ]; then
+        failed=$((failed + 1))
+        echo "FAIL chapter4 --simulate --save $scratch/ck4  (left the directory behind)"
+    else
+        passed=$((passed + 1))
+        echo "ok   chapter4 --simulate --save $scratch/ck4  ->  no directory left behind"
+    fi
     if "$chapter4" $tiny --layers 2 --ranks 2 --schedule 1f1b --steps 2 --stage-ms 0 --save "$scratch/ck4" >/dev/null 2>&1; then
-        expect_error "$chapter4" "--resume does nothing with --simulate" $tiny --layers 2 --simulate --resume "$scratch/ck4"
+        expect_error "$chapter4" "--resume $scratch/ck4: does nothing with --simulate" $tiny --layers 2 --simulate --resume "$scratch/ck4"
     fi
     expect_error "$chapter4" "--virtual does nothing with --schedule 1f1b (only the interleaved" --simulate --schedule 1f1b --virtual 2
     expect_error "$chapter4" "--comm-order does nothing with training" $tiny --layers 2 --ranks 2 --comm-order eager

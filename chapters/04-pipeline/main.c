@@ -100,8 +100,14 @@ static void choose_schedules(const chapter_args *a, pipeline_sim_config *c) {
 enum { MAX_STAGES = 1024, MAX_CHUNK_PASSES = 1 << 20 };
 static const double max_stage_ms = 60e3;
 
+static int in_argv(int argc, char **argv, const char *name) {
+    for (int i = 1; i < argc; i++)
+        if (strncmp(argv[i], "--", 2) == 0 && strcmp(argv[i] + 2, name) == 0) return 1;
+    return 0;
+}
+
 static void refuse_unused_flags(const chapter_args *a) {
-    static const char *const training_only[] = {"save", "save-every", "resume", NULL};
+    static const char *const training_only[] = {"save-every", NULL};
     static const char *const simulator_only[] = {"comm-order", NULL};
     static const char *const interleaved_only[] = {"virtual", NULL};
     if (a->simulate)
@@ -181,6 +187,9 @@ int main(int argc, char **argv) {
          " (with several schedules: FILE-<schedule>.svg)", NULL, 0},
         {0},
     };
+    /* before cli_parse, whose check of --save would make the directory first */
+    if (in_argv(argc, argv, "simulate"))
+        a.cfg.no_checkpoints = "does nothing with --simulate (the simulator trains no model)";
     cli_parse(argc, argv, &a.cfg, options, argv[0],
               "Pipeline parallelism: naive, GPipe, 1F1B, interleaved 1F1B and ZB-H1"
               " schedules, their bubbles and pictures.");
