@@ -209,6 +209,19 @@ if [ -x "$chapter4" ] && [ -z "$mpi" ]; then
     fi
     expect_error "$chapter4" "--virtual does nothing with --schedule 1f1b (only the interleaved" --simulate --schedule 1f1b --virtual 2
     expect_error "$chapter4" "--comm-order does nothing with training" $tiny --layers 2 --ranks 2 --comm-order eager
+    # the default run on 4 ranks shows every schedule: the default 4 layers grow to v x p
+    for mode in --simulate --quiet; do
+        out=$("$chapter4" --ranks 4 --dim 16 --heads 2 --ctx 8 --batch 8 --steps 1 --stage-ms 0 $mode 2>&1)
+        if [ $? -eq 0 ] && printf '%s' "$out" | grep -q "^ *\(pp-\)\{0,1\}interleaved  " &&
+            ! printf '%s' "$out" | grep -q "^skipped" &&
+            printf '%s' "$out" | grep -q -- "--layers 8 rather than the default 4"; then
+            passed=$((passed + 1))
+            echo "ok   chapter4 --ranks 4 $mode  ->  every schedule, interleaved on 8 layers"
+        else
+            failed=$((failed + 1))
+            echo "FAIL chapter4 --ranks 4 $mode  (interleaved skipped or unsaid): $out"
+        fi
+    done
 fi
 # the largest seed is valid (the refusals above are not a blanket "no")
 expect_ok() {

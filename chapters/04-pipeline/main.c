@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "compare.h"
 #include "fits.h"
 #include "simulate.h"
 #include "training.h"
@@ -73,6 +74,29 @@ static int fits_pipeline(pp_schedule_kind k, const pipeline_sim_config *c, int l
                  " --batch %d sequences", d, batch / d, batch);
     }
     return 0;
+}
+
+/* ./run 4 on the default 4 layers cannot interleave 4 stages x 2 chunks: the default
+ * model grows to v x p layers, said in one line, so that the default run shows every
+ * schedule. A model the user chose (--layers, --preset, --virtual, --resume) is kept. */
+static void fit_interleaving(chapter_args *a, const pipeline_sim_config *c) {
+    static const char *const chosen[] = {"layers", "preset", "virtual", "resume", NULL};
+    for (int i = 0; chosen[i]; i++)
+        if (cli_given(chosen[i])) return;
+    if (a->schedule != SCHEDULE_ALL && a->schedule != PP_INTERLEAVED) return;
+    const int layers = a->cfg.model.layers, wanted = c->pp * c->chunks;
+    pipeline_sim_config one_chunk = *c;
+    one_chunk.chunks = 1;
+    char err[512];
+    if (wanted <= layers || !fits_pipeline(PP_GPIPE, &one_chunk, layers, a->cfg.batch, err,
+                                           sizeof err) ||
+        !fits_pipeline(PP_INTERLEAVED, c, wanted, a->cfg.batch, err, sizeof err))
+        return;   /* it fits; the others do not; or another reason (m, the batch) */
+    a->cfg.model.layers = wanted;
+    if (!a->cfg.json && process_hosts_rank0())
+        printf("chapter 4: --layers %d rather than the default %d, so that the interleaved"
+               " schedule fits (%d stages x %d chunks); give --layers to choose\n", wanted,
+               layers, c->pp, c->chunks);
 }
 
 /* Settles which schedules run; a bad size is one line and exit 2. With --schedule all,
@@ -196,6 +220,7 @@ int main(int argc, char **argv) {
     refuse_unused_flags(&a);
     bound_sizes(&a, a.pp ? a.pp : a.cfg.comm.ranks);
     pipeline_sim_config c = sim_config(&a);
+    fit_interleaving(&a, &c);
     choose_schedules(&a, &c);
     dataset_free(dataset_from_config(&a.cfg));   /* --data is checked before anything runs */
     check_svgs_writable(&c);
