@@ -70,10 +70,10 @@ static void print_bubbles(const pp_outcome *runs, int n) {
            " what the formula overlaps)\n");
     print_overrun(runs, n);
     if (launch_mpi_world_size() > 0 && runs[0].opts.stage_seconds > 0)
-        printf("  (Open MPI: a message over the shared-memory eager limit (./run raises it to"
-               " 256 KB; it stops helping near 64 KB) moves only while its sender is inside an"
-               " MPI call, so a sender in a modelled pass holds its receiver up; idle time above"
-               " the CPU-ranks column is that wait, not the schedule)\n");
+        printf("  (Open MPI: a message over the shared-memory eager limit moves only while its"
+               " sender is inside an MPI call; the compute model lets it move every 0.5 ms while"
+               " a rank waits out a pass, but not while the rank really computes, so idle time"
+               " above the CPU-ranks column is partly that wait, not the schedule)\n");
 }
 
 static void print_memory(const pp_outcome *runs, int n) {
