@@ -195,12 +195,33 @@ if [ -x "$chapter4" ] && [ -z "$mpi" ]; then
     mkdir -p "$scratch/pipe-1f1b.svg"
     expect_error "$chapter4" "--svg $scratch/pipe-1f1b.svg: is a directory" --simulate --svg "$scratch/pipe"
     expect_error "$chapter4" "--svg $scratch/pipe-1f1b.svg: is a directory" $tiny --layers 2 --ranks 2 --svg "$scratch/pipe.svg"
-    expect_error "$chapter4" "--save does nothing with --simulate" --simulate --save "$scratch/ck4"
+    expect_error "$chapter4" "--save $scratch/ck4: does nothing with --simulate" --simulate --save "$scratch/ck4"
+    # refused before the directory is made: nothing left behind
+    if [ -e "$scratch/ck4" ]; then
+        failed=$((failed + 1))
+        echo "FAIL chapter4 --simulate --save $scratch/ck4  (left the directory behind)"
+    else
+        passed=$((passed + 1))
+        echo "ok   chapter4 --simulate --save $scratch/ck4  ->  no directory left behind"
+    fi
     if "$chapter4" $tiny --layers 2 --ranks 2 --schedule 1f1b --steps 2 --stage-ms 0 --save "$scratch/ck4" >/dev/null 2>&1; then
-        expect_error "$chapter4" "--resume does nothing with --simulate" $tiny --layers 2 --simulate --resume "$scratch/ck4"
+        expect_error "$chapter4" "--resume $scratch/ck4: does nothing with --simulate" $tiny --layers 2 --simulate --resume "$scratch/ck4"
     fi
     expect_error "$chapter4" "--virtual does nothing with --schedule 1f1b (only the interleaved" --simulate --schedule 1f1b --virtual 2
     expect_error "$chapter4" "--comm-order does nothing with training" $tiny --layers 2 --ranks 2 --comm-order eager
+    # the default run on 4 ranks shows every schedule: the default 4 layers grow to v x p
+    for mode in --simulate --quiet; do
+        out=$("$chapter4" --ranks 4 --dim 16 --heads 2 --ctx 8 --batch 8 --steps 1 --stage-ms 0 $mode 2>&1)
+        if [ $? -eq 0 ] && printf '%s' "$out" | grep -q "^ *\(pp-\)\{0,1\}interleaved  " &&
+            ! printf '%s' "$out" | grep -q "^skipped" &&
+            printf '%s' "$out" | grep -q -- "--layers 8 rather than the default 4"; then
+            passed=$((passed + 1))
+            echo "ok   chapter4 --ranks 4 $mode  ->  every schedule, interleaved on 8 layers"
+        else
+            failed=$((failed + 1))
+            echo "FAIL chapter4 --ranks 4 $mode  (interleaved skipped or unsaid): $out"
+        fi
+    done
 fi
 # the largest seed is valid (the refusals above are not a blanket "no")
 expect_ok() {

@@ -14,10 +14,15 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "check_run.h"
+#include "pp_draw.h"
+#include "pp_sim.h"
 #include "small_model.h"
 #include "train_run.h"
+#include "training.h"
 
 /* Eight blocks so that 4 stages x 2 chunks fit; small enough to run 90 launches. */
 static run_config small_config(int ranks) { return small_model_config(8, ranks); }
@@ -221,6 +226,142 @@ START_TEST(two_stages_on_four_ranks_train_data_parallel) {
 }
 END_TEST
 
+/* ---- the pictures of an interleaved schedule ------------------------------------------ */
+/* Interleaved at p 2, m 4, v 4 on the event simulator (a chunk's forward lasts 1/4). */
+static pp_sim_result interleaved_spans(pp_schedule **s) {
+    *s = pp_schedule_make(PP_INTERLEAVED, 2, 4, 4, PP_COMM_ORDERED);
+    pp_sim_options o = pp_sim_options_default();
+    pp_sim_result res;
+    ck_assert(pp_simulate(*s, &o, &res));
+    return res;
+}
+
+/* Checks every row of a text picture: cells of 4 characters, each blank, "----" or a
+ * label "F3.1" (letter, micro-batch, chunk); every pass of the lists labelled once. */
+static void check_cells(const char *text, const pp_schedule *s) {
+    int labels[2][3][4][4] = {{{{0}}}};   /* [rank][F, B, W][micro][chunk] */
+    int rows = 0;
+    for (const char *line = text; *line; line = strchr(line, '\n') + 1) {
+        if (strncmp(line, "  rank ", 7) != 0) continue;
+        const int r = atoi(line + 7);
+        const char *open = strchr(line, '|'), *close = strchr(open + 1, '|');
+        const int len = (int)(close - open - 1);
+        ck_assert_msg(len % 4 == 0, "a row of %d characters is not in cells of 4: %.*s", len,
+                      len, open + 1);
+        for (const char *c = open + 1; c < close; c += 4) {
+            if (strncmp(c, "    ", 4) == 0 || strncmp(c, "----", 4) == 0) continue;
+            const char *letters = "FBW", *at = strchr(letters, c[0]);
+            ck_assert_msg(at && c[0] && c[1] >= '0' && c[1] <= '3' && c[2] == '.' &&
+                              c[3] >= '0' && c[3] <= '3', "cell \"%.4s\" is no label", c);
+            labels[r][at - letters][c[1] - '0'][c[3] - '0']++;
+        }
+        rows++;
+    }
+    ck_assert_int_ge(rows, 2);
+    for (int r = 0; r < 2; r++)
+        for (int i = 0; i < s->ranks[r].count; i++) {
+            const pp_op *op = &s->ranks[r].ops[i];
+            if (!pp_op_is_compute(op->kind)) continue;
+            const int k = op->kind == PP_FORWARD ? 0 : op->kind == PP_BACKWARD_WEIGHT ? 2 : 1;
+            ck_assert_msg(labels[r][k][op->micro][op->chunk] == 1, "rank %d: %s of micro %d"
+                          " chunk %d labelled %d times", r, pp_op_kind_name(op->kind), op->micro,
+                          op->chunk, labels[r][k][op->micro][op->chunk]);
+        }
+}
+
+static char *draw_text(const pp_sim_result *res, int width) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    pp_draw_text(out, res->spans, res->nspans, 2, width, 1.0);
+    fclose(out);
+    return text;
+}
+
+START_TEST(interleaved_text_picture_has_fixed_width_cells) {
+    pp_schedule *s;
+    pp_sim_result res = interleaved_spans(&s);
+    char *text = draw_text(&res, 100);
+    printf("interleaved p 2 m 4 v 4, simulated:\n%s", text);
+    check_cells(text, s);
+    ck_assert_msg(strstr(text, "F3.1: forward of micro-batch 3, chunk 1"), "no key line");
+    free(text);
+    /* as measured: passes end late by up to a third of a cell, the next starts later */
+    for (int i = 0; i < res.nspans; i++) {
+        const double late = 0.25 / 3 * (i % 4);
+        res.spans[i].start += 0.02 * i, res.spans[i].end += 0.02 * i + late;
+    }
+    text = draw_text(&res, 40);   /* narrow: several bands */
+    printf("the same, late and in bands of 10 cells:\n%s", text);
+    check_cells(text, s);
+    free(text);
+    pp_sim_result_free(&res);
+    pp_schedule_free(s);
+}
+END_TEST
+
+static char *read_svg(const pp_sim_result *res, const char *title) {
+    char path[] = "/tmp/test_chapter4_svg_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(pp_draw_svg(path, res->spans, res->nspans, 2, 1.0, title), 0);
+    FILE *f = fdopen(fd, "r");
+    static char svg[1 << 18];
+    size_t got = fread(svg, 1, sizeof svg - 1, f);
+    svg[got] = 0;
+    fclose(f);
+    remove(path);
+    return svg;
+}
+
+START_TEST(interleaved_svg_has_v_labels_shades_and_a_legend) {
+    pp_schedule *s;
+    pp_sim_result res = interleaved_spans(&s);
+    pp_outcome o = {.opts = {.schedule = PP_INTERLEAVED, .micro = 4, .chunks = 4}, .stages = 2,
+                    .result = {.strategy = "pp-interleaved"}, .cpu_ranks = {0.2, 0.25}};
+    char title[160];
+    pipeline_svg_title(&o, title, sizeof title);
+    const char *svg = read_svg(&res, title);
+    printf("svg title: %s\n", title);
+    ck_assert_msg(strstr(title, "v = 4") && strstr(svg, title), "the title lacks v");
+    char fill[3][4][8] = {{{0}}};   /* [F, B, W][chunk] */
+    int forwards = 0;
+    for (const char *p = svg; (p = strstr(p, "<rect x=")); p++) {
+        char kind[4], colour[8], label[16];
+        int micro, chunk;
+        ck_assert(sscanf(strstr(p, "fill=\""), "fill=\"%7[^\"]", colour) == 1);
+        ck_assert(sscanf(strstr(p, "<title>"), "<title>%3s micro %d chunk %d", kind, &micro,
+                         &chunk) == 3);
+        const int k = kind[0] == 'F' ? 0 : kind[0] == 'W' ? 2 : 1;
+        ck_assert_msg(!fill[k][chunk][0] || strcmp(fill[k][chunk], colour) == 0,
+                      "%s chunk %d in two colours", kind, chunk);
+        strcpy(fill[k][chunk], colour);
+        if (k != 0) continue;
+        /* a forward's box is followed by its label: micro-batch.chunk */
+        const char *text = strstr(p, "</rect>\n") + 8;
+        char want[16];
+        snprintf(want, sizeof want, "%d.%d", micro, chunk);
+        ck_assert_msg(strncmp(text, "<text", 5) == 0 &&
+                          sscanf(strchr(text, '>') + 1, "%15[^<]", label) == 1 &&
+                          strcmp(label, want) == 0, "forward %s has no label", want);
+        forwards++;
+    }
+    ck_assert_int_eq(forwards, 2 * 4 * 4);
+    for (int k = 0; k < 2; k++)
+        for (int a = 0; a < 4; a++)
+            for (int b = a + 1; b < 4; b++)
+                ck_assert_msg(strcmp(fill[k][a], fill[k][b]) != 0, "%s: chunks %d and %d share"
+                              " %s", k ? "B" : "F", a, b, fill[k][a]);
+    printf("forward shades %s %s %s %s, backward %s %s %s %s\n", fill[0][0], fill[0][1],
+           fill[0][2], fill[0][3], fill[1][0], fill[1][1], fill[1][2], fill[1][3]);
+    const char *legend = strstr(svg, "<g id=\"legend\"");
+    ck_assert_msg(legend && strstr(legend, "F forward") && strstr(legend, "B backward") &&
+                      strstr(legend, "chunk 0") && strstr(legend, "chunk 3"), "no legend");
+    pp_sim_result_free(&res);
+    pp_schedule_free(s);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("chapter4");
     TCase *tc = tcase_create("pipeline");
@@ -239,5 +380,9 @@ int main(void) {
     tcase_set_timeout(dp, 300);
     tcase_add_test(dp, two_stages_on_four_ranks_train_data_parallel);
     suite_add_tcase(s, dp);
+    TCase *pictures = tcase_create("pictures");
+    tcase_add_test(pictures, interleaved_text_picture_has_fixed_width_cells);
+    tcase_add_test(pictures, interleaved_svg_has_v_labels_shades_and_a_legend);
+    suite_add_tcase(s, pictures);
     return check_run(s, 0);
 }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "check_run.h"
+#include "pp_execute.h"
 #include "small_model.h"
 #include "train_run.h"
 
@@ -67,12 +68,54 @@ START_TEST(a_dropped_activation_gradient_fails) {
 }
 END_TEST
 
+/* A message far over Open MPI's eager limit (4 KB by default, 256 KB through ./run)
+ * moves only while its sender is inside an MPI call. Rank 0 sends 1 MB to rank 1, then
+ * waits out a modelled pass of 400 ms; rank 1's receive must end long before the pass
+ * does (without comm_progress in the wait it ended with the pass). */
+enum { LARGE_FLOATS = 1 << 18 };
+static const double modelled_pass_seconds = 0.4;
+
+static int send_during_pass_main(comm *world, void *arg) {
+    double *received_after = arg;
+    float *buf = calloc(LARGE_FLOATS, sizeof *buf);
+    float elapsed = 0;
+    comm_barrier(world);
+    const double start = comm_now();
+    if (comm_rank(world) == 0) {
+        comm_send(world, buf, LARGE_FLOATS, COMM_F32, 1, 7);
+        pp_compute_model_wait(world, start + modelled_pass_seconds);
+    } else if (comm_rank(world) == 1) {
+        comm_recv(world, buf, LARGE_FLOATS, COMM_F32, 0, 7);
+        elapsed = (float)(comm_now() - start);
+    }
+    comm_allreduce(world, &elapsed, 1, COMM_F32, COMM_MAX);
+    *received_after = elapsed;
+    free(buf);
+    return 0;
+}
+
+START_TEST(a_large_send_moves_while_its_sender_waits_out_a_pass) {
+    run_config cfg = small_config();
+    double received_after = -1;
+    ck_assert_int_eq(launch(&cfg.comm, send_during_pass_main, &received_after), 0);
+    check_verdict v = {0};
+    if (process_hosts_rank0()) {
+        printf("mpi: 1 MB received %.1f ms after it was sent; its sender waited out a %.0f ms"
+               " pass (limit: half of it)\n", 1e3 * received_after, 1e3 * modelled_pass_seconds);
+        check_expect(&v, received_after >= 0 && received_after < modelled_pass_seconds / 2);
+    }
+    check_agree(&v);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("mpi_chapter4");
     TCase *tc = tcase_create("pipeline");
     tcase_add_test(tc, every_schedule_matches_the_baseline);
     check_add_test_where(tc, a_dropped_activation_gradient_fails, check_world_size() >= 2,
                          "one stage sends no input gradient");
+    check_add_test_where(tc, a_large_send_moves_while_its_sender_waits_out_a_pass,
+                         check_world_size() >= 2, "a send needs two ranks");
     suite_add_tcase(s, tc);
     return check_run(s, 1);
 }

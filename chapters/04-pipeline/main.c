@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "compare.h"
 #include "fits.h"
 #include "simulate.h"
 #include "training.h"
@@ -76,6 +77,29 @@ static int fits_pipeline(pp_schedule_kind k, const pipeline_sim_config *c, int l
     return 0;
 }
 
+/* ./run 4 on the default 4 layers cannot interleave 4 stages x 2 chunks: the default
+ * model grows to v x p layers, said in one line, so that the default run shows every
+ * schedule. A model the user chose (--layers, --preset, --virtual, --resume) is kept. */
+static void fit_interleaving(chapter_args *a, const pipeline_sim_config *c) {
+    static const char *const chosen[] = {"layers", "preset", "virtual", "resume", NULL};
+    for (int i = 0; chosen[i]; i++)
+        if (cli_given(chosen[i])) return;
+    if (a->schedule != SCHEDULE_ALL && a->schedule != PP_INTERLEAVED) return;
+    const int layers = a->cfg.model.layers, wanted = c->pp * c->chunks;
+    pipeline_sim_config one_chunk = *c;
+    one_chunk.chunks = 1;
+    char err[512];
+    if (wanted <= layers || !fits_pipeline(PP_GPIPE, &one_chunk, layers, a->cfg.batch, err,
+                                           sizeof err) ||
+        !fits_pipeline(PP_INTERLEAVED, c, wanted, a->cfg.batch, err, sizeof err))
+        return;   /* it fits; the others do not; or another reason (m, the batch) */
+    a->cfg.model.layers = wanted;
+    if (!a->cfg.json && process_hosts_rank0())
+        printf("chapter 4: --layers %d rather than the default %d, so that the interleaved"
+               " schedule fits (%d stages x %d chunks); give --layers to choose\n", wanted,
+               layers, c->pp, c->chunks);
+}
+
 /* Settles which schedules run; a bad size is one line and exit 2. With --schedule all,
  * a schedule that cannot take these sizes is skipped with the reason. */
 static void choose_schedules(const chapter_args *a, pipeline_sim_config *c) {
@@ -101,8 +125,14 @@ static void choose_schedules(const chapter_args *a, pipeline_sim_config *c) {
 enum { MAX_STAGES = 1024, MAX_CHUNK_PASSES = 1 << 20 };
 static const double max_stage_ms = 60e3;
 
+static int in_argv(int argc, char **argv, const char *name) {
+    for (int i = 1; i < argc; i++)
+        if (strncmp(argv[i], "--", 2) == 0 && strcmp(argv[i] + 2, name) == 0) return 1;
+    return 0;
+}
+
 static void refuse_unused_flags(const chapter_args *a) {
-    static const char *const training_only[] = {"save", "save-every", "resume", NULL};
+    static const char *const training_only[] = {"save-every", NULL};
     static const char *const simulator_only[] = {"comm-order", NULL};
     static const char *const interleaved_only[] = {"virtual", NULL};
     if (a->simulate)
@@ -182,12 +212,16 @@ int main(int argc, char **argv) {
          " (with several schedules: FILE-<schedule>.svg)", NULL, 0},
         {0},
     };
+    /* before cli_parse, whose check of --save would make the directory first */
+    if (in_argv(argc, argv, "simulate"))
+        a.cfg.no_checkpoints = "does nothing with --simulate (the simulator trains no model)";
     cli_parse(argc, argv, &a.cfg, options, argv[0],
               "Pipeline parallelism: naive, GPipe, 1F1B, interleaved 1F1B and ZB-H1"
               " schedules, their bubbles and pictures.");
     refuse_unused_flags(&a);
     bound_sizes(&a, a.pp ? a.pp : a.cfg.comm.ranks);
     pipeline_sim_config c = sim_config(&a);
+    fit_interleaving(&a, &c);
     choose_schedules(&a, &c);
     dataset_free(dataset_from_config(&a.cfg));   /* --data is checked before anything runs */
     check_svgs_writable(&c);

@@ -130,11 +130,13 @@ static void print_table(const pipeline_sim_config *c, const outcome *runs, int n
            "peak: micro-batches (x chunks) whose activations a rank holds at once\n");
 }
 
-/* Whole columns per shortest pass (a chunk's forward, 1/v), so that cells line up: as
- * many as fit in PICTURE_COLUMNS, but 2 or 3 (room for "F7") while that fits in
- * PICTURE_MAX_COLUMNS; a long schedule gets PICTURE_COLUMNS and rounding. */
+/* Whole columns per shortest pass, so that cells line up: as many as fit in
+ * PICTURE_COLUMNS, but 2 or 3 (room for "F7") while that fits in PICTURE_MAX_COLUMNS; a
+ * long schedule gets PICTURE_COLUMNS and rounding. Several chunks are drawn in cells of
+ * their own width, in bands of PICTURE_COLUMNS. */
 static int picture_width(const outcome *o) {
-    double quanta = o->gpu.makespan * o->chunks;
+    if (o->chunks > 1) return PICTURE_COLUMNS;
+    double quanta = o->gpu.makespan;
     int per_quantum = (int)(PICTURE_COLUMNS / quanta);
     for (int want = 3; want >= 2 && per_quantum < want; want--)
         if (quanta * want <= PICTURE_MAX_COLUMNS) per_quantum = want;

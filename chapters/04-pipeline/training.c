@@ -71,10 +71,10 @@ static void print_bubbles(const pp_outcome *runs, int n) {
            " what the formula overlaps)\n");
     print_overrun(runs, n);
     if (launch_mpi_world_size() > 0 && runs[0].opts.stage_seconds > 0)
-        printf("  (Open MPI: a message over the shared-memory eager limit (./run raises it to"
-               " 256 KB; it stops helping near 64 KB) moves only while its sender is inside an"
-               " MPI call, so a sender in a modelled pass holds its receiver up; idle time above"
-               " the CPU-ranks column is that wait, not the schedule)\n");
+        printf("  (Open MPI: a message over the shared-memory eager limit moves only while its"
+               " sender is inside an MPI call; the compute model lets it move every 0.5 ms while"
+               " a rank waits out a pass, but not while the rank really computes, so idle time"
+               " above the CPU-ranks column is partly that wait, not the schedule)\n");
 }
 
 static void print_memory(const pp_outcome *runs, int n) {
@@ -118,6 +118,12 @@ static void print_traffic(const pp_outcome *runs, int n, const run_config *cfg) 
            report_bytes(ddp, c));
 }
 
+void pipeline_svg_title(const pp_outcome *o, char *out, size_t size) {
+    snprintf(out, size, "%s: p = %d, m = %d, v = %d, the last step as it ran; bubble %.1f%%"
+             " (CPU ranks %.1f%%)", o->result.strategy, o->stages, o->opts.micro, o->opts.chunks,
+             100 * o->measured.bubble_fraction, 100 * expected_bubble(o));
+}
+
 static void draw(const pp_outcome *o, const pipeline_sim_config *c, int several) {
     printf("\n%s, the last step as it ran (ms):\n", o->result.strategy);
     pp_draw_text(stdout, o->spans, o->nspans, o->stages, 96, 1e3);
@@ -125,9 +131,8 @@ static void draw(const pp_outcome *o, const pipeline_sim_config *c, int several)
     char path[1024];
     pipeline_svg_path(c->svg_path, pp_schedule_name(o->opts.schedule), several, path,
                       sizeof path);
-    char title[128];
-    snprintf(title, sizeof title, "%s: p = %d, m = %d, measured", o->result.strategy,
-             o->stages, o->opts.micro);
+    char title[160];
+    pipeline_svg_title(o, title, sizeof title);
     if (pp_draw_svg(path, o->spans, o->nspans, o->stages, 1e3, title) == 0)
         printf("  (drawn to %s)\n", path);
 }

@@ -6,6 +6,7 @@
 
 #include "cli.h"
 #include "simulate.h"
+#include "train_run.h"
 
 /* The compute model's default on real ranks: a forward of one micro-batch through a
  * stage lasts 20 ms, well above the default model's real compute even with four ranks
@@ -15,5 +16,8 @@
 /* Runs the schedules of c->runs (stage_ms: the compute model, 0: off); returns the
  * exit status (1 when a schedule missed a tolerance). */
 int pipeline_train(const pipeline_sim_config *c, const run_config *cfg);
+
+/* The title of a trained schedule's SVG: its name, p, m, v and the measured bubble. */
+void pipeline_svg_title(const pp_outcome *o, char *out, size_t size);
 
 #endif

@@ -93,6 +93,14 @@ void comm_barrier(comm *c);
 void comm_send(comm *c, const void *buf, size_t count, comm_dtype dt, int peer, int tag);
 void comm_recv(comm *c, void *buf, size_t count, comm_dtype dt, int peer, int tag);
 
+/* Not collective: lets messages this rank has already sent move while it is busy
+ * elsewhere (sleeping in a modelled pass, computing). Open MPI moves a message larger
+ * than its eager limit only while the sender is inside an MPI call, so a sender that
+ * sleeps holds its receiver up; this is such a call (MPI: comm_mpi_progress.c). Threads
+ * and NCCL move messages without the sender: nothing to do. Cheap; call it every
+ * millisecond or so while away from comm. */
+void comm_progress(comm *c);
+
 /* ---- asynchronous collectives: start now, wait later ------------------------------ */
 /* Buffers must stay untouched until comm_wait returns. Requests complete in the order
  * they were started within a group. Threads and NCCL also run them in that order, so a

@@ -1,13 +1,13 @@
-/* Drawing pipeline spans: text rows for the terminal and an SVG file. */
+/* Drawing pipeline spans as text rows for the terminal (the SVG: pp_draw_svg.c). */
 #include "pp_draw.h"
 
-#include <ctype.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "alloc.h"
 
-static void time_range(const pp_span *spans, int n, double *t0, double *t1) {
+void pp_draw_time_range(const pp_span *spans, int n, double *t0, double *t1) {
     *t0 = n ? spans[0].start : 0;
     *t1 = n ? spans[0].end : 1;
     for (int i = 1; i < n; i++) {
@@ -17,24 +17,31 @@ static void time_range(const pp_span *spans, int n, double *t0, double *t1) {
     if (*t1 <= *t0) *t1 = *t0 + 1;
 }
 
-static char pass_letter(const pp_span *s) {
-    char c = s->kind == PP_FORWARD ? 'F' : s->kind == PP_BACKWARD_WEIGHT ? 'W' : 'B';
-    return s->chunk % 2 ? (char)tolower(c) : c;   /* odd chunks of interleaving */
+int pp_draw_chunks(const pp_span *spans, int n) {
+    int most = 0;
+    for (int i = 0; i < n; i++)
+        if (pp_op_is_compute(spans[i].kind) && spans[i].chunk > most) most = spans[i].chunk;
+    return most + 1;
 }
 
+static char pass_letter(const pp_span *s) {
+    return s->kind == PP_FORWARD ? 'F' : s->kind == PP_BACKWARD_WEIGHT ? 'W' : 'B';
+}
+
+/* ---- one chunk per rank: a pass is a run of columns proportional to its time ---------- */
+
 /* Cells [c0, c1) of row: the label when it fits (padded with '-'), else the letter. */
-static void draw_cells(char *row, int c0, int c1, const pp_span *s) {
+static void draw_columns(char *row, int c0, int c1, const pp_span *s) {
     char label[16];
     int len = snprintf(label, sizeof label, "%c%d", pass_letter(s), s->micro);
     for (int c = c0; c < c1; c++)
         row[c] = len <= c1 - c0 ? (c - c0 < len ? label[c - c0] : '-') : label[0];
 }
 
-void pp_draw_text(FILE *out, const pp_span *spans, int nspans, int ranks, int width,
-                  double ms_per_unit) {
-    if (width < 10) width = 10;
+static void draw_proportional(FILE *out, const pp_span *spans, int nspans, int ranks,
+                              int width, double ms_per_unit) {
     double t0, t1;
-    time_range(spans, nspans, &t0, &t1);
+    pp_draw_time_range(spans, nspans, &t0, &t1);
     double columns_per_unit = width / (t1 - t0);
     char *row = mem_alloc(MEM_OTHER, (size_t)width + 1);
     for (int r = 0; r < ranks; r++) {
@@ -46,7 +53,7 @@ void pp_draw_text(FILE *out, const pp_span *spans, int nspans, int ranks, int wi
             if (c1 <= c0) c1 = c0 + 1;   /* every pass stays visible */
             if (c1 > width) c1 = width;
             if (c0 >= width) c0 = width - 1;
-            draw_cells(row, c0, c1, &spans[i]);
+            draw_columns(row, c0, c1, &spans[i]);
         }
         row[width] = 0;
         fprintf(out, "  rank %-3d |%s|\n", r, row);
@@ -57,82 +64,152 @@ void pp_draw_text(FILE *out, const pp_span *spans, int nspans, int ranks, int wi
     snprintf(end, sizeof end, "%.4g%s", (t1 - t0) * scale, unit);
     fprintf(out, "           0%*s\n", width + 1 - 1, end);
     fprintf(out, "           one column = %.3g%s; F forward, B backward (zb-h1: B input"
-            " gradient, W weight gradient), lower case: chunk 1, 3, ...; blank: idle\n",
+            " gradient, W weight gradient); blank: idle\n",
             (t1 - t0) * scale / width, ms_per_unit > 0 ? " ms" : " time units");
     mem_free(row);
 }
 
-/* ---- SVG ---------------------------------------------------------------------------- */
-enum { SVG_LEFT = 80, SVG_TOP = 40, SVG_ROW = 26, SVG_WIDTH = 1000, SVG_AXIS = 40 };
+/* ---- several chunks per rank: fixed-width cells "F3.1" ------------------------------- */
+/* A pass of a chunk is short (1/v of a stage's): drawn in proportion, the labels of
+ * neighbouring passes ran together ("F0FF2Ff0f1"). Here time is cut into cells as long
+ * as a chunk's forward, and each pass starts with a cell holding its letter, micro-batch
+ * and chunk, each as wide as the widest, so that every label stands apart. */
 
-static const char *pass_colour(pp_op_kind kind) {
-    switch (kind) {
-    case PP_FORWARD: return "#4e79a7";
-    case PP_BACKWARD: return "#59a14f";
-    case PP_BACKWARD_INPUT: return "#f28e2b";
-    default: return "#b07aa1";
+typedef struct {
+    int micro_digits, chunk_digits, width;   /* width: of one cell, in characters */
+    double cell_time;                        /* in the spans' units */
+} cell_format;
+
+static int digits(int n) {
+    int d = 1;
+    while (n >= 10) n /= 10, d++;
+    return d;
+}
+
+static int by_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* A cell lasts the median forward: a chunk's forward, as modelled or as measured. */
+static double median_forward(const pp_span *spans, int n, double range) {
+    double *d = malloc(sizeof *d * (size_t)(n ? n : 1));
+    int count = 0;
+    for (int i = 0; i < n; i++)
+        if (spans[i].kind == PP_FORWARD && spans[i].end > spans[i].start)
+            d[count++] = spans[i].end - spans[i].start;
+    qsort(d, (size_t)count, sizeof *d, by_double);
+    double median = count ? d[count / 2] : range / 100;
+    free(d);
+    return median;
+}
+
+static cell_format cell_format_of(const pp_span *spans, int n, double range) {
+    int micro = 0, chunk = 0;
+    for (int i = 0; i < n; i++) {
+        if (!pp_op_is_compute(spans[i].kind)) continue;
+        if (spans[i].micro > micro) micro = spans[i].micro;
+        if (spans[i].chunk > chunk) chunk = spans[i].chunk;
     }
+    cell_format f = {.micro_digits = digits(micro), .chunk_digits = digits(chunk)};
+    f.width = 1 + f.micro_digits + 1 + f.chunk_digits;
+    f.cell_time = median_forward(spans, n, range);
+    return f;
 }
 
-/* 1, 2 or 5 times a power of ten, giving about ten ticks over range. */
-static double tick_step(double range) {
-    double raw = range / 10, mag = pow(10, floor(log10(raw)));
-    return raw <= mag ? mag : raw <= 2 * mag ? 2 * mag : raw <= 5 * mag ? 5 * mag : 10 * mag;
+void pp_draw_cell_label(const pp_span *s, int micro_digits, int chunk_digits, char *out,
+                        size_t size) {
+    snprintf(out, size, "%c%0*d.%0*d", pass_letter(s), micro_digits, s->micro, chunk_digits,
+             s->chunk);
 }
 
-static void svg_axis(FILE *f, double range, double scale, const char *unit, int y) {
-    double step = tick_step(range * scale);
-    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#333\"/>\n", SVG_LEFT, y,
-            SVG_LEFT + SVG_WIDTH, y);
-    for (double t = 0; t <= range * scale * (1 + 1e-9); t += step) {
-        double x = SVG_LEFT + t / (range * scale) * SVG_WIDTH;
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#333\"/>"
-                "<text x=\"%.1f\" y=\"%d\" font-size=\"11\" text-anchor=\"middle\">%g</text>\n",
-                x, y, x, y + 5, x, y + 18, t);
+static int by_rank_then_start(const void *a, const void *b) {
+    const pp_span *x = *(const pp_span *const *)a, *y = *(const pp_span *const *)b;
+    if (x->rank != y->rank) return x->rank - y->rank;
+    return (x->start > y->start) - (x->start < y->start);
+}
+
+/* The passes in order of rank and start, each given cells [first, last): the nearest
+ * to its time, moved right where a late neighbour still holds them, so that no pass is
+ * hidden. Returns the passes; *ncells is the longest row. */
+static const pp_span **place_passes(const pp_span *spans, int n, double t0, cell_format f,
+                                    int *first, int *last, int *count, int *ncells) {
+    const pp_span **passes = malloc(sizeof *passes * (size_t)(n ? n : 1));
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (pp_op_is_compute(spans[i].kind)) passes[k++] = &spans[i];
+    qsort(passes, (size_t)k, sizeof *passes, by_rank_then_start);
+    *ncells = 1;
+    for (int i = 0, free_from = 0; i < k; i++) {
+        if (i == 0 || passes[i]->rank != passes[i - 1]->rank) free_from = 0;
+        int c0 = (int)lround((passes[i]->start - t0) / f.cell_time);
+        int c1 = (int)lround((passes[i]->end - t0) / f.cell_time);
+        if (c1 <= c0) c1 = c0 + 1;
+        if (c0 < free_from) c1 += free_from - c0, c0 = free_from;
+        first[i] = c0, last[i] = free_from = c1;
+        if (c1 > *ncells) *ncells = c1;
     }
-    fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"12\" text-anchor=\"middle\">time (%s)</text>\n",
-            SVG_LEFT + SVG_WIDTH / 2, y + 34, unit);
+    *count = k;
+    return passes;
 }
 
-static void svg_span(FILE *f, const pp_span *s, double t0, double px_per_unit) {
-    double x = SVG_LEFT + (s->start - t0) * px_per_unit, w = (s->end - s->start) * px_per_unit;
-    int y = SVG_TOP + s->rank * SVG_ROW;
-    fprintf(f, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" "
-            "fill-opacity=\"%s\" stroke=\"white\" stroke-width=\"0.5\"><title>%s micro %d chunk"
-            " %d</title></rect>\n", x, y + 2, w > 0.5 ? w : 0.5, SVG_ROW - 4,
-            pass_colour(s->kind), s->chunk % 2 ? "0.6" : "1", pp_op_kind_name(s->kind),
-            s->micro, s->chunk);
-    if (w >= 14)
-        fprintf(f, "<text x=\"%.2f\" y=\"%d\" font-size=\"11\" fill=\"white\" "
-                "text-anchor=\"middle\">%d</text>\n", x + w / 2, y + SVG_ROW / 2 + 4, s->micro);
-}
-
-int pp_draw_svg(const char *path, const pp_span *spans, int nspans, int ranks,
-                double ms_per_unit, const char *title) {
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        fprintf(stderr, "cannot write the SVG to %s\n", path);
-        return -1;
-    }
-    double t0, t1;
-    time_range(spans, nspans, &t0, &t1);
-    int height = SVG_TOP + ranks * SVG_ROW + SVG_AXIS + 20;
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-            "font-family=\"sans-serif\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
-            "<text x=\"%d\" y=\"22\" font-size=\"14\">%s</text>\n", SVG_LEFT + SVG_WIDTH + 20,
-            height, SVG_LEFT, title ? title : "pipeline schedule");
+static void print_band(FILE *out, char *const *rows, int ranks, int from, int to,
+                       cell_format f, double scale, const char *unit) {
     for (int r = 0; r < ranks; r++)
-        fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"12\" text-anchor=\"end\">rank %d</text>\n",
-                SVG_LEFT - 8, SVG_TOP + r * SVG_ROW + SVG_ROW / 2 + 4, r);
-    double px_per_unit = SVG_WIDTH / (t1 - t0);
-    for (int i = 0; i < nspans; i++)
-        if (pp_op_is_compute(spans[i].kind)) svg_span(f, &spans[i], t0, px_per_unit);
-    svg_axis(f, t1 - t0, ms_per_unit > 0 ? ms_per_unit : 1, ms_per_unit > 0 ? "ms" : "units",
-             SVG_TOP + ranks * SVG_ROW + 4);
-    fprintf(f, "</svg>\n");
-    if (fclose(f) != 0) {
-        fprintf(stderr, "cannot write the SVG to %s\n", path);
-        return -1;
+        fprintf(out, "  rank %-3d |%.*s|\n", r, (to - from) * f.width, rows[r] + from * f.width);
+    char start[32], end[32];
+    snprintf(start, sizeof start, "%.4g", from * f.cell_time * scale);
+    snprintf(end, sizeof end, "%.4g%s", to * f.cell_time * scale, unit);
+    int room = (to - from) * f.width + 1 - (int)strlen(start);
+    if (room <= (int)strlen(end)) room = (int)strlen(end) + 1;
+    fprintf(out, "           %s%*s\n", start, room, end);
+}
+
+static void draw_cells(FILE *out, const pp_span *spans, int nspans, int ranks, int width,
+                       double ms_per_unit) {
+    double t0, t1;
+    pp_draw_time_range(spans, nspans, &t0, &t1);
+    const cell_format f = cell_format_of(spans, nspans, t1 - t0);
+    int *first = malloc(sizeof(int) * (size_t)(nspans + 1));
+    int *last = malloc(sizeof(int) * (size_t)(nspans + 1)), npasses, ncells;
+    const pp_span **passes = place_passes(spans, nspans, t0, f, first, last, &npasses, &ncells);
+    char **rows = malloc(sizeof *rows * (size_t)ranks);
+    for (int r = 0; r < ranks; r++) {
+        rows[r] = malloc((size_t)ncells * f.width);
+        memset(rows[r], ' ', (size_t)ncells * f.width);
     }
-    return 0;
+    for (int i = 0; i < npasses; i++) {
+        if (passes[i]->rank < 0 || passes[i]->rank >= ranks) continue;
+        char *row = rows[passes[i]->rank], label[48];
+        pp_draw_cell_label(passes[i], f.micro_digits, f.chunk_digits, label, sizeof label);
+        memcpy(row + first[i] * f.width, label, (size_t)f.width);
+        memset(row + (first[i] + 1) * f.width, '-', (size_t)(last[i] - first[i] - 1) * f.width);
+    }
+    const double scale = ms_per_unit > 0 ? ms_per_unit : 1;
+    const char *unit = ms_per_unit > 0 ? " ms" : "";
+    /* bands of equal length, none longer than width */
+    const int most = width / f.width > 0 ? width / f.width : 1;
+    const int bands = (ncells + most - 1) / most, per_band = (ncells + bands - 1) / bands;
+    for (int from = 0; from < ncells; from += per_band) {
+        if (from > 0) fprintf(out, "\n");
+        const int to = from + per_band < ncells ? from + per_band : ncells;
+        print_band(out, rows, ranks, from, to, f, scale, unit);
+    }
+    fprintf(out, "           one cell = %.3g%s; F3.1: forward of micro-batch 3, chunk 1 (virtual"
+            " stage 1 x p + rank); B backward; ----: the pass goes on; blank: idle\n",
+            f.cell_time * scale, ms_per_unit > 0 ? " ms" : " time units");
+    for (int r = 0; r < ranks; r++) free(rows[r]);
+    free(rows);
+    free(passes);
+    free(first);
+    free(last);
+}
+
+void pp_draw_text(FILE *out, const pp_span *spans, int nspans, int ranks, int width,
+                  double ms_per_unit) {
+    if (width < 10) width = 10;
+    if (pp_draw_chunks(spans, nspans) > 1)
+        draw_cells(out, spans, nspans, ranks, width, ms_per_unit);
+    else
+        draw_proportional(out, spans, nspans, ranks, width, ms_per_unit);
 }

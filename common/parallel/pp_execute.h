@@ -56,4 +56,9 @@ void pp_executor_free(pp_executor *e);
  * the others. */
 float pp_execute_step(pp_executor *e, int step, double start);
 
+/* The compute model's wait: sleeps until `until` (comm_now() seconds) in short slices,
+ * with comm_progress(c) between, so that messages this rank sent keep moving (under
+ * Open MPI a large one otherwise waits for the sender's next MPI call). */
+void pp_compute_model_wait(comm *c, double until);
+
 #endif
