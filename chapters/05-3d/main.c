@@ -35,53 +35,12 @@ static int model_fits(const mesh_shape *m, const void *ctx) {
            a->cfg.batch % (m->dp * a->micro) == 0;
 }
 
-/* The sizes given, by flag: "--tp 3" or "--tp 2 x --pp 3 = 6". */
-static const char *given_sizes(const mesh_shape *m, char *out, size_t size) {
-    const char *names[3] = {"tp", "pp", "dp"};
-    const int values[3] = {m->tp, m->pp, m->dp};
-    int used = 0, count = 0;
-    long product = 1;
-    out[0] = 0;
-    for (int i = 0; i < 3; i++) {
-        if (!values[i]) continue;
-        used += snprintf(out + used, size - (size_t)used, "%s--%s %d", count ? " x " : "",
-                         names[i], values[i]);
-        product *= values[i];
-        count++;
-    }
-    if (count > 1) snprintf(out + used, size - (size_t)used, " = %ld", product);
-    return out;
-}
-
-/* Sizes not given: the one missing is what the world leaves; with more missing, TP 2
- * and PP 2 where they fit, the rest data parallel. */
+/* Sizes not given: completed for the world (mesh_complete), or one line and exit. */
 static void complete_mesh(chapter_args *a, int world) {
-    mesh_shape *m = &a->shape;
-    const int given = (m->tp > 0) + (m->pp > 0) + (m->dp > 0);
-    const long known = (long)(m->tp ? m->tp : 1) * (m->pp ? m->pp : 1) * (m->dp ? m->dp : 1);
-    if (given == 3) return;
-    if (given == 2) {
-        const int rest = world % known == 0 ? (int)(world / known) : 0;
-        char sizes[96];
-        if (!rest)
-            cli_fail("%s does not divide the %d ranks", given_sizes(m, sizes, sizeof sizes),
-                     world);
-        if (!m->tp) m->tp = rest;
-        else if (!m->pp) m->pp = rest;
-        else m->dp = rest;
-        return;
-    }
-    int left = world / (int)known;
-    if (world % known) {
-        char sizes[96];
-        cli_fail("%s does not divide the %d ranks", given_sizes(m, sizes, sizeof sizes), world);
-    }
-    if (!m->tp) m->tp = left % 2 == 0 && a->cfg.model.heads % 2 == 0 ? 2 : 1, left /= m->tp;
-    if (!m->pp) {   /* with dp given, what is left is the pipeline */
-        m->pp = m->dp ? left : left % 2 == 0 && a->cfg.model.layers >= 2 ? 2 : 1;
-        left /= m->pp;
-    }
-    if (!m->dp) m->dp = left;
+    char err[160];
+    if (!mesh_complete(&a->shape, world, a->cfg.model.heads, a->cfg.model.layers, err,
+                       sizeof err))
+        cli_fail("%s", err);
 }
 
 /* One line: what does not fit, and the meshes of these ranks that would. */

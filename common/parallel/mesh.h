@@ -36,6 +36,11 @@ int mesh_world(const mesh_shape *m);                       /* t x p x d */
 typedef int (*mesh_fits_fn)(const mesh_shape *m, const void *ctx);
 int mesh_check(const mesh_shape *m, int world, mesh_fits_fn fits, const void *ctx,
                char *err, size_t err_len);
+/* Sizes not given (0) completed for `world` ranks: the one missing is what the world
+ * leaves; with more missing, TP 2 and PP 2 where they fit (2 divides what is left and
+ * the heads; the model has 2 layers), the rest data parallel. Returns 0 with one line
+ * in err when the sizes given do not divide the world. */
+int mesh_complete(mesh_shape *m, int world, int heads, int layers, char *err, size_t err_len);
 /* Up to `max` meshes of `world` ranks that fit, closest to `want` first, as
  * "--tp T --pp P --dp D or ..." in out ("" when none). */
 void mesh_suggest(const mesh_shape *want, int world, mesh_fits_fn fits, const void *ctx,
