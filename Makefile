@@ -113,12 +113,9 @@ chapter_of = $(shell echo $(1) | sed -n 's/.*test_\(mpi_\)\{0,1\}chapter\([0-9]\
 
 # ---- programs: a chapter is every .c file in its folder, linked with common/ ----------
 # `make chapterN` builds chapters/0N-*/ into $(BUILD)/chapterN and records it for ./run.
-# A chapter may run other chapters' strategy drivers: chapterN_uses lists those
-# chapters, whose .c files (all but main.c) it links and whose headers it sees.
-chapter7_uses := 2 3
-uses_objs = $(foreach n,$(chapter$(1)_uses),$(call chapter_objs,$(n)))
+# A chapter links no other chapter's code: strategies live in common/parallel/.
 define program
-$(BUILD)/$(1): $$(patsubst %.c,$(BUILD)/obj/%.o,$$(wildcard $(2)/*.c)) $$(call uses_objs,$$(patsubst chapter%,%,$(1))) $$(common_obj)
+$(BUILD)/$(1): $$(patsubst %.c,$(BUILD)/obj/%.o,$$(wildcard $(2)/*.c)) $$(common_obj)
 	$$(CC) $$^ -o $$@ $$(LDLIBS)
 .PHONY: $(1)
 $(1): $(BUILD)/$(1)
@@ -127,8 +124,6 @@ $(1): $(BUILD)/$(1)
 endef
 $(eval $(call program,baseline,chapters/00-baseline))
 $(foreach dir,$(chapter_dirs),$(eval $(call program,chapter$(call chapter_number,$(dir)),$(dir))))
-$(foreach dir,$(chapter_dirs),$(foreach used,$(chapter$(call chapter_number,$(dir))_uses),$(eval \
-  $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard $(dir)/*.c)): CFLAGS += -I$(call chapter_dir,$(used)))))
 
 # ---- tests -------------------------------------------------------------------------
 # tests/test_*.c are Check suites; test_mpi_*.c need MPI=1 and run under mpirun.
@@ -142,7 +137,7 @@ test_bins := $(test_src:tests/%.c=$(BUILD)/tests/%)
 # A suite named test_chapterN*.c (or test_mpi_chapterN*.c) also links chapter N's
 # strategy code: every .c of chapters/0N-*/ except main.c.
 define test_program
-$(BUILD)/tests/$(1): $(BUILD)/obj/tests/$(1).o $(test_helpers:%.c=$(BUILD)/obj/%.o) $(call chapter_objs,$(call chapter_of,$(1))) $(call uses_objs,$(call chapter_of,$(1))) $$(common_obj)
+$(BUILD)/tests/$(1): $(BUILD)/obj/tests/$(1).o $(test_helpers:%.c=$(BUILD)/obj/%.o) $(call chapter_objs,$(call chapter_of,$(1))) $$(common_obj)
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$^ -o $$@ $$(LDLIBS) $$(CHECK_LIBS)
 endef

@@ -8,10 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "baseline.h"
+#include "compare.h"
 #include "estimate.h"
 #include "floats.h"
-#include "stage_run.h"
 #include "tables.h"
+#include "tolerances.h"
+#include "zero_train.h"
 #include "check_run.h"
 
 /* A model whose slabs do not divide by 3 or 4 (embedding 256*25 + 7*25 = 6575, block
@@ -34,11 +37,18 @@ static size_t tiny_params(void) {
     return gpt_num_params(&s);
 }
 
-static stage_outcome run_stage(const run_config *cfg, const dataset *d, zero_options opts) {
-    stage_outcome o;
-    ck_assert_int_eq(stage_run_launch(cfg, d, &opts, &o), 0);
+/* The outcome's zero_extra is its own allocation, given back by free_stage. */
+static strategy_outcome run_stage(const run_config *cfg, const dataset *d, zero_options opts) {
+    strategy_outcome o = {.extra = calloc(1, sizeof(zero_extra))};
+    ck_assert_int_eq(zero_launch(cfg, d, &opts, &o), 0);
     ck_assert_ptr_nonnull(o.first_grads);
     return o;
+}
+
+static void free_stage(strategy_outcome *o) {
+    free(o->extra);
+    o->extra = NULL;
+    strategy_outcome_free(o);
 }
 
 static const char *option_text(const zero_options *o) {
@@ -77,24 +87,24 @@ START_TEST(every_stage_matches_the_baseline_on_1_to_4_ranks) {
         for (int variant = 0; variant < 5; variant++) {
             /* stages 0-3, and stage 3 again with prefetch */
             zero_options opts = {.stage = variant < 4 ? variant : 3, .prefetch = variant == 4};
-            stage_outcome o = run_stage(&cfg, d, opts);
+            strategy_outcome o = run_stage(&cfg, d, opts);
             compare_to_baseline(&o.result, b, o.loss, o.first_grads, o.final_params);
             printf("stage %d%-9s %d ranks: max |diff| loss %.2e  grads %.2e  params %.2e\n",
                    opts.stage, option_text(&opts), ranks, o.result.diff_loss,
                    o.result.diff_grads, o.result.diff_params);
-            ck_assert_msg(o.result.diff_loss <= ZERO_TOL_LOSS, "loss %g", o.result.diff_loss);
-            ck_assert_msg(o.result.diff_grads <= ZERO_TOL_GRADS, "grads %g", o.result.diff_grads);
-            ck_assert_msg(o.result.diff_params <= ZERO_TOL_PARAMS, "params %g",
+            ck_assert_msg(o.result.diff_loss <= TOL_LOSS, "loss %g", o.result.diff_loss);
+            ck_assert_msg(o.result.diff_grads <= TOL_GRADS, "grads %g", o.result.diff_grads);
+            ck_assert_msg(o.result.diff_params <= TOL_PARAMS, "params %g",
                           o.result.diff_params);
             worst[0] = fmax(worst[0], o.result.diff_loss);
             worst[1] = fmax(worst[1], o.result.diff_grads);
             worst[2] = fmax(worst[2], o.result.diff_params);
-            stage_outcome_free(&o);
+            free_stage(&o);
         }
     }
     printf("all stages, 1-4 ranks: max |diff| loss %.2e (tol %.0e), grads %.2e (tol %.0e),"
-           " params %.2e (tol %.0e)\n", worst[0], ZERO_TOL_LOSS, worst[1], ZERO_TOL_GRADS,
-           worst[2], ZERO_TOL_PARAMS);
+           " params %.2e (tol %.0e)\n", worst[0], TOL_LOSS, worst[1], TOL_GRADS,
+           worst[2], TOL_PARAMS);
     baseline_free(b);
     dataset_free(d);
 }
@@ -115,15 +125,15 @@ START_TEST(negative_controls_fail) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         zero_options opts = {.stage = cases[i].stage, .fault = cases[i].fault};
-        stage_outcome o = run_stage(&cfg, d, opts);
+        strategy_outcome o = run_stage(&cfg, d, opts);
         compare_to_baseline(&o.result, b, o.loss, o.first_grads, o.final_params);
-        double worst = stage_worst_fraction_of_tolerance(&o.result, 1);
+        double worst = zero_worst_fraction_of_tolerance(&o.result, 1);
         printf("negative control, %s: max |diff| loss %.2e grads %.2e params %.2e"
                " (%.0fx the tolerance)\n", cases[i].what, o.result.diff_loss,
                o.result.diff_grads, o.result.diff_params, worst);
         ck_assert_msg(worst > 10, "%s went unnoticed", cases[i].what);
-        ck_assert(o.result.diff_params > ZERO_TOL_PARAMS);
-        stage_outcome_free(&o);
+        ck_assert(o.result.diff_params > TOL_PARAMS);
+        free_stage(&o);
     }
     baseline_free(b);
     dataset_free(d);
@@ -144,7 +154,7 @@ START_TEST(model_state_bytes_match_the_stored_formula) {
         run_config cfg = tiny_config(ranks);
         cfg.steps = 2;
         for (int stage = 0; stage <= 3; stage++) {
-            stage_outcome o = run_stage(&cfg, d, (zero_options){.stage = stage});
+            strategy_outcome o = run_stage(&cfg, d, (zero_options){.stage = stage});
             const double measured = o.state[0] + o.state[1] + o.state[2];
             const double formula = stage_stored_formula(stage, P, ranks);
             const double padding = stage_padding_bytes(&o, P);
@@ -155,14 +165,14 @@ START_TEST(model_state_bytes_match_the_stored_formula) {
             ck_assert(fabs(measured - (formula + padding)) < 1e-6);
             ck_assert(padding >= 0 && padding <= 4.0 * sharded * slabs);
             /* and the parts: what is whole is 4P, what is sharded is 4 x the largest shard */
-            const double whole = 4.0 * P, shard = 4.0 * o.shard_len_largest;
+            const double whole = 4.0 * P, shard = 4.0 * zero_extra_of(&o)->shard_len_largest;
             ck_assert(o.state[0] == (stage <= 2 ? whole : shard));
             ck_assert(o.state[1] == (stage <= 1 ? whole : shard));
             ck_assert(o.state[2] == 2 * (stage == 0 ? whole : shard));
             if (stage == 3 && ranks == 1) stage3_at_1 = measured;
             if (stage == 3)   /* 1/N, up to one element per slab and vector */
                 ck_assert(fabs(measured * ranks - stage3_at_1) <= 16.0 * slabs * ranks);
-            stage_outcome_free(&o);
+            free_stage(&o);
         }
     }
     dataset_free(d);
@@ -181,14 +191,14 @@ START_TEST(stage2_and_3_free_whole_slabs_as_they_go) {
     const double embed = (double)gpt_slab_numel(&s, 0), block = (double)gpt_slab_numel(&s, 1);
     const double final_ln = (double)gpt_slab_numel(&s, gpt_final_slab(&s));
 
-    stage_outcome o = run_stage(&cfg, d, (zero_options){.stage = 2});
+    strategy_outcome o = run_stage(&cfg, d, (zero_options){.stage = 2});
     /* backward holds the tied embedding's gradient throughout, plus one other slab */
-    double expected = 4 * ((double)o.shard_len_largest + embed + fmax(block, final_ln));
+    double expected = 4 * ((double)zero_extra_of(&o)->shard_len_largest + embed + fmax(block, final_ln));
     printf("stage 2 peak gradient bytes %zu (shard + embedding + one block = %.0f;"
            " whole model %.0f)\n", o.result.memory.peak[MEM_GRADS], expected, 4 * P);
     ck_assert(o.result.memory.peak[MEM_GRADS] == expected);
     ck_assert(expected < 4 * P);
-    stage_outcome_free(&o);
+    free_stage(&o);
 
     for (int prefetch = 0; prefetch <= 1; prefetch++) {
         o = run_stage(&cfg, d, (zero_options){.stage = 3, .prefetch = prefetch});
@@ -196,12 +206,12 @@ START_TEST(stage2_and_3_free_whole_slabs_as_they_go) {
          * with it: this unit and the next */
         double gathered = prefetch ? fmax(2 * block, block + embed + final_ln)
                                    : fmax(block, embed + final_ln);
-        expected = 4 * ((double)o.shard_len_largest + gathered);
+        expected = 4 * ((double)zero_extra_of(&o)->shard_len_largest + gathered);
         printf("stage 3%s peak parameter bytes %zu (shard + gathered %.0f = %.0f;"
                " whole model %.0f)\n", prefetch ? " +prefetch" : "",
                o.result.memory.peak[MEM_PARAMS], 4 * gathered, expected, 4 * P);
         ck_assert(o.result.memory.peak[MEM_PARAMS] == expected);
-        stage_outcome_free(&o);
+        free_stage(&o);
     }
     dataset_free(d);
 }
@@ -217,7 +227,7 @@ START_TEST(communication_matches_ring_theory) {
     double totals[5] = {0};
     for (int variant = 0; variant < 5; variant++) {
         zero_options opts = {.stage = variant < 4 ? variant : 3, .prefetch = variant == 4};
-        stage_outcome o = run_stage(&cfg, d, opts);
+        strategy_outcome o = run_stage(&cfg, d, opts);
         comm_plan plan = zero_comm_plan(&s, opts.stage);
         double sent = 0, theory = 0;
         for (int k = 0; k < COMM_NKINDS; k++) {
@@ -242,7 +252,7 @@ START_TEST(communication_matches_ring_theory) {
             ck_assert(o.async_seconds > 0 && o.hidden_seconds <= o.async_seconds * 1.0001);
             ck_assert(o.async_seconds <= (o.hidden_seconds + blocked) * 1.0001 + 1e-9);
         }
-        stage_outcome_free(&o);
+        free_stage(&o);
     }
     printf("stage 3 / stage 0 bytes: %.4f; stages 1, 2 / stage 0: %.4f, %.4f\n",
            totals[3] / totals[0], totals[1] / totals[0], totals[2] / totals[0]);
@@ -298,8 +308,8 @@ START_TEST(checkpointing_keeps_results_and_saves_activations) {
     cfg.model.layers = 3;
     cfg.steps = 2;
     for (int stage = 0; stage <= 3; stage += 3) {
-        stage_outcome plain = run_stage(&cfg, d, (zero_options){.stage = stage});
-        stage_outcome ckpt = run_stage(&cfg, d, (zero_options){.stage = stage,
+        strategy_outcome plain = run_stage(&cfg, d, (zero_options){.stage = stage});
+        strategy_outcome ckpt = run_stage(&cfg, d, (zero_options){.stage = stage,
                                                                .checkpoint_activations = 1});
         gpt_shape s = gpt_shape_make(&cfg.model, 1, 0);
         size_t P = gpt_num_params(&s);
@@ -313,8 +323,8 @@ START_TEST(checkpointing_keeps_results_and_saves_activations) {
                param_diff, loss_diff, a_plain, a_ckpt, 100.0 * (1 - (double)a_ckpt / a_plain));
         ck_assert(grad_diff == 0 && param_diff == 0 && loss_diff == 0);
         ck_assert_uint_lt(a_ckpt, a_plain);
-        stage_outcome_free(&plain);
-        stage_outcome_free(&ckpt);
+        free_stage(&plain);
+        free_stage(&ckpt);
     }
     dataset_free(d);
 }

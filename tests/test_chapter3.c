@@ -14,6 +14,7 @@
 #include "rng.h"
 #include "vocab_parallel.h"
 #include "check_run.h"
+#include "tolerances.h"
 
 enum { MAX_RANKS = 4 };
 
@@ -365,9 +366,6 @@ END_TEST
 
 /* ---- whole-model training against the baseline ------------------------------------------ */
 
-/* Loss and gradients: sums in another order; parameters: 5 AdamW steps carry that along
- * (a gradient that is ~0 up to rounding moves its parameter by up to lr per step). */
-static const double tol_loss = 1e-5, tol_grads = 1e-6, tol_params = 1e-4;
 
 typedef struct {
     run_config cfg;
@@ -375,6 +373,8 @@ typedef struct {
     tp_options opts;
     const dataset *data;
     const baseline_run *baseline;
+    strategy_outcome run;   /* world rank 0's, allocated before the ranks start */
+    tp_extra extra;
     run_result result;
     double drift;
 } train_case;
@@ -384,13 +384,14 @@ static int train_rank(comm *world, void *p) {
     const int rank = comm_rank(world), t = c->tp;
     mesh m;
     mesh_create(&m, world, (mesh_shape){.tp = t, .pp = 1, .dp = comm_size(world) / t});
-    tp_train_run run;
-    tp_train(world, &m, &c->cfg, &c->opts, c->data, c->baseline, &run);
+    strategy_outcome local, *run = strategy_outcome_for_rank(world, &c->run, &local);
+    tp_train(world, &m, &c->cfg, &c->opts, c->data, run);
     if (rank == 0) {
-        c->result = run.result;
-        c->drift = run.replica_drift;
+        compare_to_baseline(&run->result, c->baseline, run->loss, run->first_grads,
+                            run->final_params);
+        c->result = run->result;
+        c->drift = c->extra.replica_drift;
     }
-    tp_train_run_free(&run);
     mesh_free(&m);
     return 0;
 }
@@ -406,7 +407,11 @@ static train_case train_against_baseline(int ranks, int t, int steps, tp_options
     baseline_run *b = baseline_train(&c.cfg, d);
     c.data = d;
     c.baseline = b;
+    c.run.extra = &c.extra;
+    strategy_outcome_alloc(&c.run, &c.cfg);
     ck_assert_int_eq(run_ranks(ranks, train_rank, &c), 0);
+    strategy_outcome_free(&c.run);
+    c.result.loss = NULL;
     baseline_free(b);
     dataset_free(d);
     c.data = NULL;
@@ -419,11 +424,11 @@ static void check_training(int ranks, int t) {
     const run_result *r = &c.result;
     printf("training tp=%d dp=%d, 5 steps: max diff loss %.2e (tol %.0e), grads of step 1"
            " %.2e (tol %.0e), params %.2e (tol %.0e); replicas drift %.1e\n", t, ranks / t,
-           r->diff_loss, tol_loss, r->diff_grads, tol_grads, r->diff_params, tol_params,
+           r->diff_loss, TOL_LOSS, r->diff_grads, TOL_GRADS, r->diff_params, TOL_PARAMS,
            c.drift);
-    ck_assert(r->diff_loss <= tol_loss);
-    ck_assert(r->diff_grads <= tol_grads);
-    ck_assert(r->diff_params <= tol_params);
+    ck_assert(r->diff_loss <= TOL_LOSS);
+    ck_assert(r->diff_grads <= TOL_GRADS);
+    ck_assert(r->diff_params <= TOL_PARAMS);
     ck_assert(c.drift == 0.0);
     /* the ring's volume, measured against the formula the chapter prints: uneven
      * ring chunks may differ by a few bytes per collective (relative tolerance 1e-3) */
@@ -455,7 +460,7 @@ START_TEST(training_without_f_backward_drifts_and_fails) {
     printf("training tp=2 without f backward: grads differ by %.2e, replicas drift %.2e\n",
            c.result.diff_grads, c.drift);
     ck_assert_msg(c.drift > 0, "the replicated copies did not drift");
-    ck_assert_msg(c.result.diff_grads > 100 * tol_grads, "grads differ by only %g",
+    ck_assert_msg(c.result.diff_grads > 100 * TOL_GRADS, "grads differ by only %g",
                   c.result.diff_grads);
 }
 END_TEST

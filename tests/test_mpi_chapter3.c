@@ -20,8 +20,8 @@
 #include "rng.h"
 #include "vocab_parallel.h"
 #include "check_run.h"
+#include "tolerances.h"
 
-static const double tol_grads = 1e-6, tol_loss = 1e-5, tol_params = 1e-4;
 static const gpt_config mpi_cfg = {.vocab = 256, .ctx = 8, .layers = 2, .heads = 12, .dim = 24};
 
 static int launch_world(rank_main_fn fn, void *args) {
@@ -37,6 +37,8 @@ typedef struct {
     int tp;
     const dataset *data;
     const baseline_run *baseline;   /* world rank 0's process only */
+    strategy_outcome run;   /* world rank 0's, allocated before the ranks start */
+    tp_extra extra;
     run_result result;
     double drift, allreduces;
 } train_case;
@@ -46,14 +48,15 @@ static int train_rank(comm *world, void *p) {
     const int rank = comm_rank(world), t = c->tp;
     mesh m;
     mesh_create(&m, world, (mesh_shape){.tp = t, .pp = 1, .dp = comm_size(world) / t});
-    tp_train_run run;
-    tp_train(world, &m, &c->cfg, NULL, c->data, c->baseline, &run);
+    strategy_outcome local, *run = strategy_outcome_for_rank(world, &c->run, &local);
+    tp_train(world, &m, &c->cfg, NULL, c->data, run);
     if (rank == 0) {
-        c->result = run.result;
-        c->drift = run.replica_drift;
-        c->allreduces = run.allreduces_per_step;
+        compare_to_baseline(&run->result, c->baseline, run->loss, run->first_grads,
+                            run->final_params);
+        c->result = run->result;
+        c->drift = c->extra.replica_drift;
+        c->allreduces = c->extra.allreduces_per_step;
     }
-    tp_train_run_free(&run);
     mesh_free(&m);
     return 0;
 }
@@ -69,18 +72,22 @@ static void check_training(int t) {
     baseline_run *b = process_hosts_rank0() ? baseline_train(&c.cfg, d) : NULL;
     c.data = d;
     c.baseline = b;
+    c.run.extra = &c.extra;
+    strategy_outcome_alloc(&c.run, &c.cfg);
     ck_assert_int_eq(launch_world(train_rank, &c), 0);
+    strategy_outcome_free(&c.run);
+    c.result.loss = NULL;
     check_verdict v = {0};
     if (b) {
         const run_result *r = &c.result;
         printf("mpi training tp=%d dp=%d, 5 steps: max diff loss %.2e (tol %.0e), grads of"
                " step 1 %.2e (tol %.0e), params %.2e (tol %.0e); replicas drift %.1e;"
-               " %.0f TP all-reduces per step\n", t, W / t, r->diff_loss, tol_loss,
-               r->diff_grads, tol_grads, r->diff_params, tol_params, c.drift, c.allreduces);
+               " %.0f TP all-reduces per step\n", t, W / t, r->diff_loss, TOL_LOSS,
+               r->diff_grads, TOL_GRADS, r->diff_params, TOL_PARAMS, c.drift, c.allreduces);
         fflush(stdout);
-        check_expect(&v, r->diff_loss <= tol_loss);
-        check_expect(&v, r->diff_grads <= tol_grads);
-        check_expect(&v, r->diff_params <= tol_params);
+        check_expect(&v, r->diff_loss <= TOL_LOSS);
+        check_expect(&v, r->diff_grads <= TOL_GRADS);
+        check_expect(&v, r->diff_params <= TOL_PARAMS);
         check_expect(&v, c.drift == 0.0);
         /* the ring's volume, measured against the formula the chapter prints: uneven
          * ring chunks may differ by a few bytes per collective (relative tolerance 1e-3) */

@@ -2,60 +2,6 @@
 
 #include <stdio.h>
 
-state_bytes zero_paper_bytes(int stage, double P, int N, double K) {
-    const double shard = 1.0 / N;
-    switch (stage) {
-    case 0: return (state_bytes){2 * P, 2 * P, K * P};
-    case 1: return (state_bytes){2 * P, 2 * P, K * P * shard};
-    case 2: return (state_bytes){2 * P, 2 * P * shard, K * P * shard};
-    default: return (state_bytes){2 * P * shard, 2 * P * shard, K * P * shard};
-    }
-}
-
-state_bytes zero_stored_bytes(int stage, double P, int N) {
-    /* fp32 parameters and gradients, and Adam's m and v: the paper's table with 4-byte
-     * parameters and gradients and K = 8 */
-    state_bytes b = zero_paper_bytes(stage, P, N, 8.0);
-    b.params *= 2;
-    b.grads *= 2;
-    return b;
-}
-
-double zero_largest_model(int stage, double bytes, int N, double K) {
-    return bytes / state_total(zero_paper_bytes(stage, 1.0, N, K));
-}
-
-comm_plan zero_comm_plan(const gpt_shape *s, int stage) {
-    comm_plan plan = {0};
-    const double P = (double)gpt_num_params(s), slabs = gpt_num_slabs(s);
-    const int layers = s->cfg.layers;
-    if (stage == 0) {
-        plan.calls[COMM_KIND_ALLREDUCE] = 1;
-        plan.elements[COMM_KIND_ALLREDUCE] = 2 * P;
-    } else if (stage <= 2) {
-        /* one reduce-scatter and one all-gather per slab */
-        plan.calls[COMM_KIND_REDUCE_SCATTER] = slabs;
-        plan.elements[COMM_KIND_REDUCE_SCATTER] = P;
-        plan.calls[COMM_KIND_ALLGATHER] = slabs;
-        plan.elements[COMM_KIND_ALLGATHER] = P;
-    } else {
-        /* forward gathers every slab once and the tied embedding a second time for the
-         * head; backward gathers the blocks again (the head's slabs are still there,
-         * the embedding's backward needs none): 2P less the final LayerNorm */
-        const double embed = (double)gpt_slab_numel(s, 0);
-        const double final_ln = (double)gpt_slab_numel(s, gpt_final_slab(s));
-        plan.calls[COMM_KIND_ALLGATHER] = (layers + 3) + layers;
-        plan.elements[COMM_KIND_ALLGATHER] = (P + embed) + (P - embed - final_ln);
-        plan.calls[COMM_KIND_REDUCE_SCATTER] = slabs;
-        plan.elements[COMM_KIND_REDUCE_SCATTER] = P;
-    }
-    return plan;
-}
-
-double ring_bytes(double elements, int N) {
-    return N > 1 ? elements * 4.0 * (N - 1) / N : 0.0;
-}
-
 /* ---- --estimate ------------------------------------------------------------------- */
 
 static const char *const stage_names[ZERO_STAGES] = {

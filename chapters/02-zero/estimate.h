@@ -1,49 +1,11 @@
-/* The arithmetic of ZeRO: model-state bytes per device and communication per step,
- * from the ZeRO paper (Rajbhandari et al., 2019) and as this program stores them.
- *
- * Paper (mixed-precision Adam): fp16 parameters 2P, fp16 gradients 2P, and K bytes per
- * parameter of optimizer state (fp32 master weights, m and v: K = 12):
- *   stage 0 (DDP)  2P + 2P + KP          stage 2  2P + (2 + K)P/N
- *   stage 1        2P + 2P + KP/N        stage 3  (2 + 2 + K)P/N
- * This program (fp32 everywhere): parameters 4P, gradients 4P, Adam m and v 8P:
- *   stage 0  4P + 4P + 8P    stage 1  4P + 4P + 8P/N    stage 2  4P + (4 + 8)P/N
- *   stage 3  (4 + 4 + 8)P/N
- * Communication per rank per step, in elements through the collectives: stages 0-2
- * 2P (all-reduce = reduce-scatter + all-gather), stage 3 3P (all-gather in forward,
- * again in backward, reduce-scatter); a ring sends (N-1)/N of that. */
+/* --estimate: ZeRO's model-state bytes per device for any model size and world, by the
+ * formulas of zero_formulas.h (the paper's and this program's fp32 storage), without
+ * training. */
 #ifndef ESTIMATE_H
 #define ESTIMATE_H
 
-#include "comm.h"
-#include "model.h"
+#include "zero_formulas.h"
 
-#define ZERO_STAGES 4
-
-typedef struct {
-    double params, grads, optimizer;
-} state_bytes;
-
-static inline double state_total(state_bytes b) { return b.params + b.grads + b.optimizer; }
-
-/* The paper's bytes per device for P parameters on N devices, K bytes of optimizer
- * state per parameter. */
-state_bytes zero_paper_bytes(int stage, double P, int N, double K);
-/* The same for this program's fp32 storage. */
-state_bytes zero_stored_bytes(int stage, double P, int N);
-/* The largest P whose model state (paper formula) fits in `bytes` per device. */
-double zero_largest_model(int stage, double bytes, int N, double K);
-
-/* This program's collectives in one step of a stage: calls and elements per kind
- * (elements = count, twice the count for an all-reduce). */
-typedef struct {
-    double calls[COMM_NKINDS];
-    double elements[COMM_NKINDS];
-} comm_plan;
-comm_plan zero_comm_plan(const gpt_shape *s, int stage);
-/* Bytes a rank sends for those elements in a ring of N: (N-1)/N x 4 bytes each. */
-double ring_bytes(double elements, int N);
-
-/* --estimate: the table for any model size and world, without training. */
 void estimate_print(double P, int N, double gpu_gb);
 
 #endif

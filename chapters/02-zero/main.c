@@ -6,11 +6,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "baseline.h"
 #include "cli.h"
+#include "compare.h"
 #include "estimate.h"
 #include "fits.h"
-#include "stage_run.h"
 #include "tables.h"
+#include "tolerances.h"
+#include "zero_train.h"
 
 static const char *const stage_choices[] = {"all", "0", "1", "2", "3", NULL};
 
@@ -20,16 +23,19 @@ typedef struct {
     const baseline_run *baseline;   /* NULL in processes without world rank 0 */
     zero_options opts;              /* all but the stage */
     int stages[ZERO_STAGES], num_stages;
+    /* one per stage run, buffers allocated before the ranks start (world rank 0's) */
+    strategy_outcome runs[ZERO_STAGES];
+    zero_extra extras[ZERO_STAGES];
     int status;                     /* world rank 0: 1 when a stage missed a tolerance */
 } chapter_args;
 
 /* The worst stage against the tolerances, over the checked differences or all three. */
-static double worst_stage(const stage_outcome *runs, int n, int all_three,
+static double worst_stage(const strategy_outcome *runs, int n, int all_three,
                           const char **name) {
     double worst = 0;
     *name = "-";
     for (int i = 0; i < n; i++) {
-        double f = stage_worst_fraction_of_tolerance(&runs[i].result, all_three);
+        double f = zero_worst_fraction_of_tolerance(&runs[i].result, all_three);
         if (f >= worst) {
             worst = f;
             *name = runs[i].result.strategy;
@@ -38,14 +44,14 @@ static double worst_stage(const stage_outcome *runs, int n, int all_three,
     return worst;
 }
 
-static void print_verdict(const run_config *cfg, const stage_outcome *runs, int n) {
+static void print_verdict(const run_config *cfg, const strategy_outcome *runs, int n) {
     const char *name, *name_all;
     const double worst = worst_stage(runs, n, 0, &name);
     const double worst_all = worst_stage(runs, n, 1, &name_all);
     printf("\n%s: every stage against the baseline (tolerances: gradients of step 1 %.0e,"
-           " loss %.0e, parameters %.0e)\n", worst <= 1 ? "OK" : "FAILED", ZERO_TOL_GRADS,
-           ZERO_TOL_LOSS, ZERO_TOL_PARAMS);
-    if (cfg->steps <= ZERO_TOL_STEPS || worst_all <= 1)
+           " loss %.0e, parameters %.0e)\n", worst <= 1 ? "OK" : "FAILED", TOL_GRADS,
+           TOL_LOSS, TOL_PARAMS);
+    if (cfg->steps <= TOL_STEPS || worst_all <= 1)
         printf("    all within; worst: %s at %.0f%% of its tolerance\n", name_all,
                100 * worst_all);
     else
@@ -53,21 +59,21 @@ static void print_verdict(const run_config *cfg, const stage_outcome *runs, int 
                " differ by more\n    (%s at %.0f%%): AdamW lets rounding differences grow"
                " where a gradient is near 0, so\n    they are checked in runs of at most %d"
                " steps (--steps %d)\n", name, 100 * worst, cfg->steps, name_all,
-               100 * worst_all, ZERO_TOL_STEPS, ZERO_TOL_STEPS);
+               100 * worst_all, TOL_STEPS, TOL_STEPS);
 }
 
 static int rank_main(comm *world, void *argument) {
     chapter_args *a = argument;
     const int is_root = comm_rank(world) == 0;
-    stage_outcome runs[ZERO_STAGES];
+    strategy_outcome local[ZERO_STAGES], *runs = a->runs;   /* world rank 0's */
     for (int i = 0; i < a->num_stages; i++) {
         zero_options opts = a->opts;
         opts.stage = a->stages[i];
-        stage_train(world, &a->cfg, a->data, &opts, &runs[i]);
-        if (is_root) {
-            compare_to_baseline(&runs[i].result, a->baseline, runs[i].loss,
-                                runs[i].first_grads, runs[i].final_params);
-        }
+        strategy_outcome *o = strategy_outcome_for_rank(world, &a->runs[i], &local[i]);
+        zero_train(world, &a->cfg, a->data, &opts, o);
+        if (is_root)
+            compare_to_baseline(&o->result, a->baseline, o->loss, o->first_grads,
+                                o->final_params);
     }
     if (is_root) {
         run_result rows[ZERO_STAGES + 1];
@@ -87,15 +93,14 @@ static int rank_main(comm *world, void *argument) {
             print_verdict(&a->cfg, runs, a->num_stages);
         }
         for (int i = 0; i < a->num_stages; i++)
-            if (stage_worst_fraction_of_tolerance(&runs[i].result, 0) > 1) a->status = 1;
+            if (zero_worst_fraction_of_tolerance(&runs[i].result, 0) > 1) a->status = 1;
     }
-    for (int i = 0; i < a->num_stages; i++) stage_outcome_free(&runs[i]);
     return 0;
 }
 
 int main(int argc, char **argv) {
     run_config cfg = run_config_default();
-    cfg.steps = ZERO_TOL_STEPS;   /* so that loss and parameters are checked too */
+    cfg.steps = TOL_STEPS;   /* so that loss and parameters are checked too */
     int stage_choice = 0, prefetch = 0, checkpoint = 0, world = 0;
     double estimate = -1, gpu_mem = -1;
     const cli_option options[] = {
@@ -150,7 +155,12 @@ int main(int argc, char **argv) {
         baseline = baseline_reference(&cfg, data);
     }
     a.baseline = baseline;
+    for (int i = 0; i < a.num_stages; i++) {
+        a.runs[i].extra = &a.extras[i];
+        strategy_outcome_alloc(&a.runs[i], &cfg);
+    }
     int status = launch(&cfg.comm, rank_main, &a);
+    for (int i = 0; i < a.num_stages; i++) strategy_outcome_free(&a.runs[i]);
     baseline_free(baseline);
     dataset_free(data);
     return status ? status : a.status;

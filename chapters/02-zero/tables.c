@@ -10,7 +10,7 @@ static const char *const stored_formulas[ZERO_STAGES] = {
 static const char *const paper_formulas[ZERO_STAGES] = {
     "2P + 2P + KP", "2P + 2P + KP/N", "2P + (2+K)P/N", "(2+2+K)P/N"};
 
-static double state_sum(const stage_outcome *o) {
+static double state_sum(const strategy_outcome *o) {
     return o->state[0] + o->state[1] + o->state[2];
 }
 
@@ -18,36 +18,39 @@ double stage_stored_formula(int stage, size_t num_params, int N) {
     return state_total(zero_stored_bytes(stage, (double)num_params, N));
 }
 
-double stage_padding_bytes(const stage_outcome *o, size_t num_params) {
+double stage_padding_bytes(const strategy_outcome *o, size_t num_params) {
     static const int sharded_vectors[ZERO_STAGES] = {0, 2, 3, 4};   /* m v; + g; + p */
     const double even = (double)num_params / o->world_size;
-    return sharded_vectors[o->opts.stage] * 4.0 * ((double)o->shard_len_largest - even);
+    const zero_extra *x = zero_extra_of(o);
+    return sharded_vectors[x->opts.stage] * 4.0 * ((double)x->shard_len_largest - even);
 }
 
 /* The stage-0 run to compare savings with, if it ran. */
-static const stage_outcome *stage0_of(const stage_outcome *runs, int n) {
+static const strategy_outcome *stage0_of(const strategy_outcome *runs, int n) {
     for (int i = 0; i < n; i++)
-        if (runs[i].opts.stage == 0) return &runs[i];
+        if (zero_extra_of(&runs[i])->opts.stage == 0) return &runs[i];
     return NULL;
 }
 
-void print_memory_table(const run_config *cfg, const stage_outcome *runs, int n) {
+void print_memory_table(const run_config *cfg, const strategy_outcome *runs, int n) {
     if (cfg->json || n == 0) return;
     gpt_shape shape = gpt_shape_make(&cfg->model, 1, 0);
     const size_t P = gpt_num_params(&shape);
     const int N = runs[0].world_size;
-    const stage_outcome *base = stage0_of(runs, n);
+    const strategy_outcome *base = stage0_of(runs, n);
     char b[8][32];
     printf("\nMemory per rank: bytes measured by the accounting allocator (largest rank)%s\n",
-           runs[0].opts.checkpoint_activations ? ", activation checkpointing on" : "");
+           zero_extra_of(&runs[0])->opts.checkpoint_activations
+               ? ", activation checkpointing on" : "");
     printf("%-13s %10s %10s %10s %12s %10s | %12s %8s\n", "stage", "params", "grads",
            "optimizer", "activations", "peak", "model state", "saving");
     printf("%-13s %10s %10s %10s %12s %10s | %12s %8s\n", "", "(peak)", "(peak)", "(peak)",
            "(peak)", "(total)", "(held)", "vs zero0");
     for (int i = 0; i < n; i++) {
-        const stage_outcome *o = &runs[i];
+        const strategy_outcome *o = &runs[i];
         const mem_stats *m = &o->result.memory;
-        printf("%-13s %10s %10s %10s %12s %10s | %12s", stage_labels[o->opts.stage],
+        printf("%-13s %10s %10s %10s %12s %10s | %12s",
+               stage_labels[zero_extra_of(o)->opts.stage],
                report_bytes((double)m->peak[MEM_PARAMS], b[0]),
                report_bytes((double)m->peak[MEM_GRADS], b[1]),
                report_bytes((double)m->peak[MEM_OPTIMIZER], b[2]),
@@ -64,8 +67,8 @@ void print_memory_table(const run_config *cfg, const stage_outcome *runs, int n)
     printf("%-13s %11s | %-15s %11s %9s %9s | %-15s %11s\n", "stage", "measured",
            "as stored fp32", "= bytes", "diff", "uneven", "ZeRO paper K=12", "= bytes");
     for (int i = 0; i < n; i++) {
-        const stage_outcome *o = &runs[i];
-        const int stage = o->opts.stage;
+        const strategy_outcome *o = &runs[i];
+        const int stage = zero_extra_of(o)->opts.stage;
         const double stored = stage_stored_formula(stage, P, N);
         const double paper = state_total(zero_paper_bytes(stage, (double)P, N, 12.0));
         printf("%-13s %11.0f | %-15s %11.0f %+9.0f %9.0f | %-15s %11.0f\n", stage_labels[stage],
@@ -88,7 +91,7 @@ static const char *kind_label(int kind) {
 }
 
 void print_comm_table(const run_config *cfg, const char *backend, int bytes_modelled,
-                      const stage_outcome *runs, int n) {
+                      const strategy_outcome *runs, int n) {
     if (cfg->json || n == 0) return;
     gpt_shape shape = gpt_shape_make(&cfg->model, 1, 0);
     const double P = (double)gpt_num_params(&shape);
@@ -102,10 +105,10 @@ void print_comm_table(const run_config *cfg, const char *backend, int bytes_mode
            "theory", "elements", "blocked");
     double stage0_elements = 0;
     for (int i = 0; i < n; i++) {
-        const stage_outcome *o = &runs[i];
-        comm_plan plan = zero_comm_plan(&shape, o->opts.stage);
+        const strategy_outcome *o = &runs[i];
+        comm_plan plan = zero_comm_plan(&shape, zero_extra_of(o)->opts.stage);
         double calls = 0, sent = 0, theory = 0, elements = 0, blocked = 0;
-        const char *label = stage_labels[o->opts.stage];
+        const char *label = stage_labels[zero_extra_of(o)->opts.stage];
         for (int k = 0; k < COMM_NKINDS; k++) {
             if (o->comm_calls[k] == 0 && plan.calls[k] == 0) continue;
             printf("%-13s %-15s %6.0f %12s %12s %9.2f P %8.2f ms\n", label, kind_label(k),
@@ -119,20 +122,20 @@ void print_comm_table(const run_config *cfg, const char *backend, int bytes_mode
             elements += plan.elements[k];
             blocked += o->comm_seconds[k];
         }
-        if (o->opts.stage == 0) stage0_elements = elements;
+        if (zero_extra_of(o)->opts.stage == 0) stage0_elements = elements;
         printf("%-13s %-15s %6.0f %12s %12s %9.2f P %8.2f ms", label, "total", calls,
                report_bytes(sent, b[2]), report_bytes(theory, b[3]), elements / P,
                1e3 * blocked);
         if (stage0_elements > 0) printf("   %.2fx zero0", elements / stage0_elements);
         printf("\n");
-        if (o->opts.stage == 3 && o->async_seconds > 0)
+        if (zero_extra_of(o)->opts.stage == 3 && o->async_seconds > 0)
             printf("%-13s prefetch: %.2f ms of all-gather in flight per step, %.2f ms of it"
                    " hidden behind compute\n", "", 1e3 * o->async_seconds,
                    1e3 * o->hidden_seconds);
     }
 }
 
-char *tables_json(const run_config *cfg, const stage_outcome *runs, int n) {
+char *tables_json(const run_config *cfg, const strategy_outcome *runs, int n) {
     gpt_shape shape = gpt_shape_make(&cfg->model, 1, 0);
     const size_t P = gpt_num_params(&shape);
     char *text = NULL;
@@ -141,18 +144,18 @@ char *tables_json(const run_config *cfg, const stage_outcome *runs, int n) {
     if (!f) abort();
     const int N = n > 0 ? runs[0].world_size : 1;
     fprintf(f, "\"num_params\": %zu, \"prefetch\": %s, \"checkpoint_activations\": %s,\n"
-               " \"zero\": [", P, n > 0 && runs[n - 1].opts.prefetch ? "true" : "false",
-            n > 0 && runs[0].opts.checkpoint_activations ? "true" : "false");
+               " \"zero\": [", P, n > 0 && zero_extra_of(&runs[n - 1])->opts.prefetch ? "true" : "false",
+            n > 0 && zero_extra_of(&runs[0])->opts.checkpoint_activations ? "true" : "false");
     for (int i = 0; i < n; i++) {
-        const stage_outcome *o = &runs[i];
-        const int stage = o->opts.stage;
+        const strategy_outcome *o = &runs[i];
+        const int stage = zero_extra_of(o)->opts.stage;
         comm_plan plan = zero_comm_plan(&shape, stage);
         fprintf(f, "%s\n  {\"strategy\": \"%s\", \"stage\": %d,"
                    " \"model_state_bytes\": {\"params\": %.0f, \"grads\": %.0f,"
                    " \"optimizer\": %.0f},\n   \"formula_stored_bytes\": %.0f,"
                    " \"uneven_shard_bytes\": %.0f, \"formula_paper_k12_bytes\": %.0f,\n"
                    "   \"comm_per_step\": {",
-                i ? "," : "", stage_strategy_name(stage), stage, o->state[0], o->state[1],
+                i ? "," : "", zero_strategy_name(stage), stage, o->state[0], o->state[1],
                 o->state[2], stage_stored_formula(stage, P, N), stage_padding_bytes(o, P),
                 state_total(zero_paper_bytes(stage, (double)P, N, 12.0)));
         int first = 1;

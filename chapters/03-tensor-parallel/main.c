@@ -16,22 +16,20 @@
 #include "fits.h"
 #include "report.h"
 #include "tensor_parallel.h"
+#include "tolerances.h"
 
 static const char *const part_names[] = {"all", "split", "block", "train", NULL};
 enum { PART_ALL, PART_SPLIT, PART_BLOCK, PART_TRAIN };
 static const char *const link_names[] = {"none", "nvlink", "ib", "ethernet"};
 
-/* Against the baseline: the same sums in another order (fp32), then AdamW steps that
- * carry the differences along. */
-static const double tolerance_loss = 1e-5, tolerance_grads = 1e-6, tolerance_params = 1e-4;
-/* Part 1 and 2 against the unsplit layer, values of order 1. */
-static const double tolerance_layer = 1e-5;
 
 typedef struct {
     run_config cfg;
     int tp, part;
     const dataset *data;
     const baseline_run *baseline;   /* in the process of world rank 0 */
+    strategy_outcome run;           /* part 3's, buffers allocated before the ranks start */
+    tp_extra run_extra;
 } chapter_args;
 
 static int runs_part(const chapter_args *a, int part) {
@@ -82,7 +80,7 @@ static void print_memory_row(const char *name, const mem_stats *m) {
            report_bytes((double)m->peak[MEM_COMM], c), report_bytes((double)m->peak_total, peak));
 }
 
-static int print_part3_summary(const chapter_args *a, comm *world, const tp_train_run *run) {
+static int print_part3_summary(const chapter_args *a, comm *world, const strategy_outcome *run) {
     const run_config *cfg = &a->cfg;
     const run_result *r = &run->result, *b = &a->baseline->result;
     const int L = cfg->model.layers;
@@ -96,12 +94,12 @@ static int print_part3_summary(const chapter_args *a, comm *world, const tp_trai
            " residual stream and LayerNorm outputs)\n");
     printf("\nall-reduces per step on the TP group: %.0f measured; 4L + 4 = %d expected"
            " (2 + 2 per block, 1 embedding, 2 loss, 1 LM head backward)\n",
-           run->allreduces_per_step, 4 * L + 4);
+           tp_extra_of(run)->allreduces_per_step, 4 * L + 4);
     printf("bytes sent per rank per step: %s measured, %s by the ring formula"
            " 2(t-1)/t x 4 B x ((4L+2) B T C + 3 B T)%s\n",
            report_bytes(r->bytes_sent_per_step, x),
            r->bytes_formula >= 0 ? report_bytes(r->bytes_formula, y) : "-",
-           run->dp > 1 ? " + DP's 2(d-1)/d x gradient bytes" : "");
+           tp_extra_of(run)->dp > 1 ? " + DP's 2(d-1)/d x gradient bytes" : "");
     const double ms_per_step = run_ms_per_step(r);
     const double comm_ms = r->timed_steps ? 1e3 * r->comm_seconds / r->timed_steps : 0.0;
     printf("communication: %.1f%% of the step (%s backend, --link %s): %.2f of %.2f ms"
@@ -116,17 +114,17 @@ static int print_part3_summary(const chapter_args *a, comm *world, const tp_trai
     else if (cfg->comm.link == LINK_NONE)
         printf("  try --link ethernet (or --link-scale 100 to make this CPU's compute look"
                " like a GPU's next to the wire)\n");
-    print_link_projection(cfg, run->tp, cfg->batch / run->dp, ms_per_step - comm_ms);
+    print_link_projection(cfg, tp_extra_of(run)->tp, cfg->batch / tp_extra_of(run)->dp, ms_per_step - comm_ms);
     printf("replicated tensors (LayerNorms, wpe, row-parallel biases) on every TP rank:"
-           " largest difference %.1e\n", run->replica_drift);
+           " largest difference %.1e\n", tp_extra_of(run)->replica_drift);
     /* The gradients of step 1 are the exact check: the same numbers summed in another
      * order. Loss and parameters after several steps also carry the training's own
      * amplification of those rounding differences, which a loss spike makes large. */
-    const int grads_ok = r->diff_grads <= tolerance_grads;
-    const int later_ok = r->diff_loss <= tolerance_loss && r->diff_params <= tolerance_params;
+    const int grads_ok = r->diff_grads <= TOL_GRADS;
+    const int later_ok = r->diff_loss <= TOL_LOSS && r->diff_params <= TOL_PARAMS;
     printf("\ntolerances vs baseline (fp32, sums in another order): grads of step 1 %.0e ->"
-           " %s; loss %.0e and params %.0e after %d steps -> %s\n", tolerance_grads,
-           grads_ok ? "within" : "EXCEEDED", tolerance_loss, tolerance_params, cfg->steps,
+           " %s; loss %.0e and params %.0e after %d steps -> %s\n", TOL_GRADS,
+           grads_ok ? "within" : "EXCEEDED", TOL_LOSS, TOL_PARAMS, cfg->steps,
            later_ok ? "within" : "beyond");
     if (grads_ok && !later_ok) {
         int spike = 0;
@@ -146,7 +144,7 @@ static int print_part3_summary(const chapter_args *a, comm *world, const tp_trai
 /* ---- --json ------------------------------------------------------------------------------ */
 
 static void print_json(const chapter_args *a, comm *world, const split_report *split,
-                       const block_report *block, const tp_train_run *run) {
+                       const block_report *block, const strategy_outcome *run) {
     char extra[2048];
     size_t n = 0;
     n += snprintf(extra + n, sizeof extra - n, "\"tp\": %d, \"dp\": %d", a->tp,
@@ -176,9 +174,9 @@ static void print_json(const chapter_args *a, comm *world, const split_report *s
                  "\"params_per_rank\": %zu, \"allreduces_per_step\": %.1f, "
                  "\"bytes_tp_per_step\": %.0f, \"bytes_dp_per_step\": %.0f, "
                  "\"replica_drift\": %g}",
-                 run->vocab_local, run->vocab_padding, run->params_per_rank,
-                 run->allreduces_per_step, run->bytes_tp_per_step, run->bytes_dp_per_step,
-                 run->replica_drift);
+                 tp_extra_of(run)->vocab_local, tp_extra_of(run)->vocab_padding, tp_extra_of(run)->params_per_rank,
+                 tp_extra_of(run)->allreduces_per_step, tp_extra_of(run)->bytes_tp_per_step, tp_extra_of(run)->bytes_dp_per_step,
+                 tp_extra_of(run)->replica_drift);
     run_result rows[2];
     int count = 0;
     if (run) {
@@ -207,37 +205,39 @@ static int rank_main(comm *world, void *argp) {
 
     split_report split;
     block_report block;
-    tp_train_run run;
+    strategy_outcome local, *run = strategy_outcome_for_rank(world, &a->run, &local);
     int ok = 1;
     if (runs_part(a, PART_SPLIT)) {
         part1_matrix_split(tp, cfg, &split);
-        ok &= split.diff_column <= tolerance_layer && split.diff_row <= tolerance_layer;
+        ok &= split.diff_column <= TOL_LAYER && split.diff_row <= TOL_LAYER;
     }
     comm_barrier(world);
     if (runs_part(a, PART_BLOCK)) {
         part2_block(tp, cfg, &block);
-        ok &= block.diff_out <= tolerance_layer && block.diff_dx <= tolerance_layer &&
-              block.diff_grads <= tolerance_layer;
+        ok &= block.diff_out <= TOL_LAYER && block.diff_dx <= TOL_LAYER &&
+              block.diff_grads <= TOL_LAYER;
     }
     if (root && !cfg->json && a->part != PART_TRAIN)
         printf("split layers against the unsplit ones: all differences within %.0e -> %s\n\n",
-               tolerance_layer, ok ? "yes" : "NO");
+               TOL_LAYER, ok ? "yes" : "NO");
     comm_barrier(world);
     if (runs_part(a, PART_TRAIN)) {
         if (root && !cfg->json) print_part3_intro(a, comm_size(world));
-        tp_train(world, &m, cfg, NULL, a->data, a->baseline, &run);
+        tp_train(world, &m, cfg, NULL, a->data, run);
+        if (root)
+            compare_to_baseline(&run->result, a->baseline, run->loss, run->first_grads,
+                                run->final_params);
         if (root && !cfg->json) {
-            run_result rows[2] = {a->baseline->result, run.result};
+            run_result rows[2] = {a->baseline->result, run->result};
             report_table(cfg, rows, 2);
-            ok &= print_part3_summary(a, world, &run);
+            ok &= print_part3_summary(a, world, run);
         }
     }
     if (root && cfg->json)
         print_json(a, world, runs_part(a, PART_SPLIT) ? &split : NULL,
                    runs_part(a, PART_BLOCK) ? &block : NULL,
-                   runs_part(a, PART_TRAIN) ? &run : NULL);
+                   runs_part(a, PART_TRAIN) ? run : NULL);
     fflush(stdout);
-    if (runs_part(a, PART_TRAIN)) tp_train_run_free(&run);
     mesh_free(&m);
     return root && !ok ? 1 : 0;
 }
@@ -272,7 +272,10 @@ int main(int argc, char **argv) {
         baseline->result.strategy = "baseline";
     }
     a.baseline = baseline;
+    a.run.extra = &a.run_extra;
+    if (runs_part(&a, PART_TRAIN)) strategy_outcome_alloc(&a.run, &a.cfg);
     int status = launch(&a.cfg.comm, rank_main, &a);
+    strategy_outcome_free(&a.run);
     baseline_free(baseline);
     dataset_free(data);
     return status;

@@ -3,8 +3,8 @@
  *   matrix_split.c  part 1: y = W x split by outputs (column-parallel) and by inputs
  *                   (row-parallel), and Megatron's f and g operators
  *   block_demo.c    part 2: one transformer block built from those layers
- *   tp_train.c      part 3: the whole model trained with TP (x DP), checked against
- *                   the single-device baseline
+ *   part 3          the whole model trained with TP (x DP): the library's tp_train.h,
+ *                   checked against the single-device baseline in main.c
  *   link_projection.c  part 3's arithmetic: TP's all-reduces on NVLink, IB, Ethernet
  *   main.c          flags, the baseline, launch, the printed report */
 #ifndef TENSOR_PARALLEL_H
@@ -19,6 +19,7 @@
 #include "tp_slices.h"
 #include "baseline.h"
 #include "replica.h"
+#include "tp_train.h"
 
 /* ---- part 1: y = W x by hand --------------------------------------------------------- */
 typedef struct {
@@ -51,38 +52,6 @@ typedef struct {
 void block_compare(comm *tp, const gpt_config *cfg, int B, int T, uint64_t seed,
                    const megatron_block_options *opts, block_report *out);
 void part2_block(comm *tp, const run_config *cfg, block_report *out);
-
-/* ---- part 3: training the whole model ------------------------------------------------ */
-/* Checks a TP size against the model and the world before any rank starts: heads,
- * dim and world must be multiples of tp, and the global batch of the dp size. On
- * failure writes one line (naming the numbers and the sizes that would work). */
-int tp_check_sizes(const run_config *cfg, int world, int tp, char *err, size_t err_len);
-
-typedef struct {
-    run_result result;          /* on world rank 0: compared with the baseline */
-    float *loss;                /* per step (global-batch mean) */
-    float *first_grads;         /* world rank 0: unsplit gradients of step 1 */
-    float *final_params;        /* world rank 0: unsplit parameters after the last step */
-    double replica_drift;       /* largest difference between TP ranks' replicated copies */
-    int tp, dp;
-    int vocab_local, vocab_padding;
-    size_t params_per_rank;     /* elements this rank holds */
-    double allreduces_per_step; /* measured on the tp group, timed steps */
-    double bytes_tp_per_step, bytes_dp_per_step;   /* per rank, measured */
-} tp_train_run;
-
-/* world = tp x dp ranks on the mesh m (pp 1): TP inside each group of t consecutive
- * ranks, DDP's overlapped gradient buckets across the groups. Every rank trains;
- * world rank 0 gathers and compares. */
-typedef struct {
-    int drop_f_backward;   /* negative control: f's backward all-reduce left out */
-} tp_options;
-void tp_train(comm *world, const mesh *m, const run_config *cfg, const tp_options *opts,
-              const dataset *data, const baseline_run *baseline, tp_train_run *out);
-void tp_train_run_free(tp_train_run *r);
-/* The textbook bytes each rank sends per step (ring all-reduce). */
-double tp_bytes_formula(const gpt_config *m, int B_local, int T, int tp, int dp,
-                        size_t params_per_rank);
 
 /* Wire time of TP's all-reduces on NVLink, InfiniBand and Ethernet (the course's
  * speeds) next to the compute: for this run (t ranks, B_local sequences) and for one

@@ -1,4 +1,4 @@
-/* Part 4: DDP, FSDP (ZeRO-3, chapter 2's driver) and Megatron TP (chapter 3's) on the
+/* Part 4: DDP, FSDP (ZeRO-3) and Megatron TP, the library's strategies, on the
  * same links, slowed down as the ladder's Ethernet is. The course text: FSDP runs well
  * on NVLink and drags on ordinary Ethernet; TP needs NVLink. FSDP moves 1.5x DDP's
  * bytes in 3 messages per block and step; TP's 4 all-reduces per block carry
@@ -21,9 +21,8 @@
 
 #include "compare.h"
 #include "ddp.h"
-#include "mesh.h"
-#include "stage_run.h"
-#include "tensor_parallel.h"
+#include "tp_train.h"
+#include "zero_train.h"
 
 static const comm_link wires[LINKS + 1] = {LINK_NONE, LINK_NVLINK, LINK_IB, LINK_ETHERNET};
 
@@ -68,8 +67,8 @@ static int run_ddp(const run_config *cfg, const dataset *data, int allreduce,
 
 static int run_fsdp(const run_config *cfg, const dataset *data, strategy_figures *out) {
     zero_options opts = {.stage = 3};
-    stage_outcome o;
-    int status = stage_run_launch(cfg, data, &opts, &o);
+    strategy_outcome o = {0};
+    int status = zero_launch(cfg, data, &opts, &o);
     if (!status) {
         double messages = 0;
         for (int k = 0; k < COMM_NKINDS; k++)
@@ -77,67 +76,41 @@ static int run_fsdp(const run_config *cfg, const dataset *data, strategy_figures
         *out = (strategy_figures){run_ms_per_step(&o.result), run_comm_fraction(&o.result),
                                   messages, o.result.bytes_sent_per_step};
     }
-    stage_outcome_free(&o);
+    strategy_outcome_free(&o);
     return status;
 }
 
-typedef struct {
-    const run_config *cfg;
-    const dataset *data;
-    const baseline_run *baseline;
-    int tp;
-    strategy_figures *out;
-} tp_args;
-
-static int tp_main(comm *world, void *argp) {
-    tp_args *a = argp;
-    mesh m;
-    mesh_create(&m, world, (mesh_shape){.tp = a->tp, .pp = 1, .dp = comm_size(world) / a->tp});
-    tp_train_run run;
-    tp_train(world, &m, a->cfg, NULL, a->data, a->baseline, &run);
-    if (comm_rank(world) == 0)
-        *a->out = (strategy_figures){run_ms_per_step(&run.result),
-                                     run_comm_fraction(&run.result),
-                                     run.allreduces_per_step *
-                                         ring_steps(COMM_KIND_ALLREDUCE, a->tp),
-                                     run.bytes_tp_per_step + run.bytes_dp_per_step};
-    tp_train_run_free(&run);
-    mesh_free(&m);
-    return 0;
-}
-
-/* The largest TP size that divides the heads and the ranks (chapter 3's rule). */
-static int tp_size(const run_config *cfg) {
-    char err[256];
-    for (int t = cfg->comm.ranks; t > 1; t--)
-        if (tp_check_sizes(cfg, cfg->comm.ranks, t, err, sizeof err)) return t;
-    return 1;
-}
-
-static int run_tp(const run_config *cfg, const dataset *data, const baseline_run *baseline,
-                  strategy_figures *out) {
-    tp_args a = {cfg, data, baseline, tp_size(cfg), out};
-    return launch(&cfg->comm, tp_main, &a);
+static int run_tp(const run_config *cfg, const dataset *data, strategy_figures *out) {
+    const int t = tp_largest_size(cfg);   /* divides the heads and the ranks */
+    tp_extra x;
+    strategy_outcome o = {.extra = &x};
+    int status = tp_launch(cfg, data, t, NULL, &o);
+    if (!status)
+        *out = (strategy_figures){run_ms_per_step(&o.result), run_comm_fraction(&o.result),
+                                  x.allreduces_per_step * ring_steps(COMM_KIND_ALLREDUCE, t),
+                                  x.bytes_tp_per_step + x.bytes_dp_per_step};
+    strategy_outcome_free(&o);
+    return status;
 }
 
 /* One run: s < 0 is the context line's DDP with its all-reduce off, no wire. */
 static int run_strategy(int s, const run_config *c, const dataset *data,
-                        const baseline_run *baseline, strategy_figures *out) {
+                        strategy_figures *out) {
     return s < 0   ? run_ddp(c, data, 0, out)
          : s == 0 ? run_ddp(c, data, 1, out)
          : s == 1 ? run_fsdp(c, data, out)
-                  : run_tp(c, data, baseline, out);
+                  : run_tp(c, data, out);
 }
 
 /* `repeats` rounds over the wires, the fastest of each kept. */
 static int run_on_wires(int s, const run_config *cfg, const dataset *data,
-                        const baseline_run *baseline, double link_scale, int repeats,
+                        double link_scale, int repeats,
                         strategy_figures best[LINKS + 1]) {
     for (int k = 0; k < repeats; k++)
         for (int w = 0; w <= LINKS; w++) {
             run_config c = on_wire(cfg, wires[w], link_scale);
             strategy_figures f = {0};
-            int status = run_strategy(s, &c, data, baseline, &f);
+            int status = run_strategy(s, &c, data, &f);
             if (status) return status;
             if (k == 0 || f.ms_per_step < best[w].ms_per_step) best[w] = f;
         }
@@ -166,19 +139,17 @@ int on_links_run(const run_config *cfg, const dataset *data, double link_scale, 
                  link_strategy_row rows[LINK_STRATEGIES]) {
     static const char *names[LINK_STRATEGIES] = {"ddp", "fsdp", "tp"};
     run_config quiet = on_wire(cfg, LINK_NONE, 1);
-    baseline_run *baseline = baseline_train(&quiet, data);   /* TP compares with it */
     strategy_figures alone = {0}, f = {0};
     int status = 0;
     for (int k = 0; k < repeats && !status; k++)   /* for scale: computing alone */
-        if (!(status = run_strategy(-1, &quiet, data, baseline, &f)) &&
+        if (!(status = run_strategy(-1, &quiet, data, &f)) &&
             (k == 0 || f.ms_per_step < alone.ms_per_step))
             alone = f;
     for (int s = 0; s < LINK_STRATEGIES && !status; s++) {
         strategy_figures best[LINKS + 1] = {{0}};
-        status = run_on_wires(s, cfg, data, baseline, link_scale, repeats, best);
+        status = run_on_wires(s, cfg, data, link_scale, repeats, best);
         if (!status) fill_row(&rows[s], names[s], best, alone.ms_per_step);
     }
-    baseline_free(baseline);
     return status;
 }
 

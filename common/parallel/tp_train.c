@@ -1,5 +1,5 @@
-/* Part 3: the whole model trained with tensor parallelism (times data parallelism when
- * there are more ranks than the TP size).
+/* The whole model trained with tensor parallelism (times data parallelism when there
+ * are more ranks than the TP size).
  *
  *   every TP rank: the same batch, its slice of every block (heads, MLP units) and of
  *                  the vocabulary (embedding rows = LM head rows); the blocks all-reduce
@@ -8,7 +8,7 @@
  *   every DP group of TP ranks: its share of the batch; gradients summed over groups
  *   optimizer: plain AdamW on the slice; replicated tensors get identical gradients
  *              on every TP rank, so their copies stay identical */
-#include "tensor_parallel.h"
+#include "tp_train.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +18,9 @@
 #include "compare.h"
 #include "grad_buckets.h"
 #include "ops.h"
+#include "replica.h"
+#include "tolerances.h"
+#include "tp_slices.h"
 #include "train_loop.h"
 
 /* ---- sizes ------------------------------------------------------------------------- */
@@ -96,7 +99,7 @@ typedef struct {
     gpt_model *model;
     grad_buckets *buckets;   /* DP across the TP groups; NULL without DP */
     int B;                   /* sequences per TP group */
-    tp_train_run *out;
+    strategy_outcome *out;   /* buffers on world rank 0 only */
     mem_stats *stats, side;  /* the comparison's copies are charged to `side` */
     double drift;
 } tp_rank;
@@ -148,40 +151,39 @@ static void tp_update(void *arg, int step) {
     trace_end(r->world);
 }
 
-void tp_train(comm *world, const mesh *m, const run_config *cfg, const tp_options *opts,
-              const dataset *data, const baseline_run *baseline, tp_train_run *out) {
+/* The run's TP numbers (tp_extra), from the groups' statistics after the loop. */
+static void tp_measure(const tp_rank *r, int timed_steps, tp_extra *x) {
+    comm_stats tp_stats = comm_stats_get(r->m->tp);
+    comm_stats dp_stats = grad_buckets_stats(r->buckets);
+    x->allreduces_per_step = (double)tp_stats.calls[COMM_KIND_ALLREDUCE] / timed_steps;
+    x->bytes_tp_per_step = (double)comm_stats_total_sent(&tp_stats) / timed_steps;
+    x->bytes_dp_per_step = (double)comm_stats_total_sent(&dp_stats) / timed_steps;
+}
+
+/* One rank's model, replica and gradient buckets on the mesh. */
+static void tp_rank_init(tp_rank *r, const tp_options *opts) {
+    const mesh *m = r->m;
     const int t = m->shape.tp, d = m->shape.dp;
-    const int root = comm_world_rank(world) == 0;
+    r->shape = gpt_shape_make(&r->cfg->model, t, m->me.tp);
+    gpt_shape_split_vocab(&r->shape);
+    mem_stats_reset_peaks(r->stats);
+    replica_init(&r->rep, &r->shape, r->cfg->seed, 1);
+    gpt_model_options model_opts = {.tp = t > 1 ? m->tp : NULL,
+                                    .drop_f_backward = opts && opts->drop_f_backward};
+    r->model = gpt_model_create(&r->shape, r->B, r->cfg->model.ctx, &model_opts);
+    if (d > 1)
+        r->buckets = grad_buckets_create(m->dp, &r->shape, r->rep.grads, 1u << 20, 25u << 20,
+                                         COMM_F32);
+}
+
+void tp_train(comm *world, const mesh *m, const run_config *cfg, const tp_options *opts,
+              const dataset *data, strategy_outcome *out) {
+    const int t = m->shape.tp, d = m->shape.dp;
     const int T = cfg->model.ctx;
-    memset(out, 0, sizeof *out);
-    out->tp = t;
-    out->dp = d;
+    out->world_size = comm_size(world);
     tp_rank r = {.world = world, .m = m, .cfg = cfg, .data = data, .B = cfg->batch / d,
                  .out = out, .stats = mem_stats_current()};
-    r.shape = gpt_shape_make(&cfg->model, t, m->me.tp);
-    gpt_shape_split_vocab(&r.shape);
-    out->vocab_local = r.shape.vocab_local;
-    out->vocab_padding = r.shape.vocab_local * t - cfg->model.vocab;
-    mem_stats_reset_peaks(r.stats);
-    replica_init(&r.rep, &r.shape, cfg->seed, 1);
-    out->params_per_rank = r.rep.num_params;
-    gpt_model_options model_opts = {.tp = t > 1 ? m->tp : NULL,
-                                     .drop_f_backward = opts && opts->drop_f_backward};
-    r.model = gpt_model_create(&r.shape, r.B, T, &model_opts);
-    if (d > 1)
-        r.buckets = grad_buckets_create(m->dp, &r.shape, r.rep.grads, 1u << 20, 25u << 20,
-                                        COMM_F32);
-
-    /* The unsplit copies for the comparison are charged to a side account, so the
-     * memory table shows what TP itself needs. */
-    gpt_shape whole = gpt_shape_make(&cfg->model, 1, 0);
-    const size_t n_whole = gpt_num_params(&whole);
-    mem_stats_bind(&r.side);
-    if (root) {
-        out->first_grads = mem_alloc(MEM_OTHER, n_whole * sizeof(float));
-        out->final_params = mem_alloc(MEM_OTHER, n_whole * sizeof(float));
-    }
-    mem_stats_bind(r.stats);
+    tp_rank_init(&r, opts);
 
     const char *name = d > 1 ? "tp+dp" : "tp";
     train_strategy strategy = {.name = name, .ctx = &r, .compute_grads = tp_compute_grads,
@@ -189,40 +191,58 @@ void tp_train(comm *world, const mesh *m, const run_config *cfg, const tp_option
                                .checkpoint_state = tp_checkpoint_state};
     train_outcome run;
     train_loop(world, cfg, (double)cfg->batch * T, &strategy, &run);
-    out->result = run.result;
-    out->loss = train_outcome_take_loss(&run);
-    out->result.loss = out->loss;
-    const int timed_steps = run.result.timed_steps;
-    train_outcome_free(&run);
-
-    comm_stats tp_stats = comm_stats_get(m->tp);
-    comm_stats dp_stats = grad_buckets_stats(r.buckets);
-    out->allreduces_per_step = (double)tp_stats.calls[COMM_KIND_ALLREDUCE] / timed_steps;
-    out->bytes_tp_per_step = (double)comm_stats_total_sent(&tp_stats) / timed_steps;
-    out->bytes_dp_per_step = (double)comm_stats_total_sent(&dp_stats) / timed_steps;
+    strategy_outcome_take_run(out, &run);
+    tp_extra x = {.tp = t, .dp = d, .vocab_local = r.shape.vocab_local,
+                  .vocab_padding = r.shape.vocab_local * t - cfg->model.vocab,
+                  .params_per_rank = r.rep.num_params};
+    tp_measure(&r, out->result.timed_steps, &x);
     out->result.bytes_formula = cfg->comm.allreduce == ALLREDUCE_RING
                                     ? tp_bytes_formula(&cfg->model, r.B, T, t, d, r.rep.num_params)
                                     : -1;
 
+    /* the unsplit parameters for the comparison, charged to the side account */
     if (m->me.dp == 0) {
         mem_stats_bind(&r.side);
         double d2 = tp_gather_whole(m->tp, &r.shape, r.rep.params, out->final_params);
         mem_stats_bind(r.stats);
         if (d2 > r.drift) r.drift = d2;
     }
-    out->replica_drift = r.drift;
-    if (root && baseline)
-        compare_to_baseline(&out->result, baseline, out->loss, out->first_grads,
-                            out->final_params);
+    x.replica_drift = r.drift;
+    if (out->extra && strategy_outcome_keeps(out)) *(tp_extra *)out->extra = x;
 
     grad_buckets_free(r.buckets);
     gpt_model_free(r.model);
     replica_free(&r.rep);
 }
 
-void tp_train_run_free(tp_train_run *r) {
-    free(r->loss);
-    mem_free(r->first_grads);
-    mem_free(r->final_params);
-    memset(r, 0, sizeof *r);
+typedef struct {
+    const run_config *cfg;
+    const dataset *data;
+    int tp;
+    const tp_options *opts;
+} tp_launch_args;
+
+static void tp_rank_fn(comm *world, void *args, strategy_outcome *out) {
+    const tp_launch_args *a = args;
+    mesh m;
+    mesh_create(&m, world, (mesh_shape){.tp = a->tp, .pp = 1, .dp = comm_size(world) / a->tp});
+    tp_train(world, &m, a->cfg, a->opts, a->data, out);
+    mesh_free(&m);
+}
+
+int tp_launch(const run_config *cfg, const dataset *data, int tp, const tp_options *opts,
+              strategy_outcome *rank0_out) {
+    tp_launch_args args = {cfg, data, tp > 0 ? tp : cfg->comm.ranks, opts};
+    return strategy_launch(cfg, tp_rank_fn, &args, rank0_out);
+}
+
+int tp_largest_size(const run_config *cfg) {
+    char err[256];
+    for (int t = cfg->comm.ranks; t > 1; t--)
+        if (tp_check_sizes(cfg, cfg->comm.ranks, t, err, sizeof err)) return t;
+    return 1;
+}
+
+double tp_worst_fraction_of_tolerance(const run_result *r) {
+    return run_worst_fraction_of_tolerance(r, TOL_GRADS, TOL_LOSS, TOL_PARAMS);
 }

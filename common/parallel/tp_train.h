@@ -1,0 +1,51 @@
+/* Tensor parallelism (Megatron-LM) as a strategy for the training loop, times data
+ * parallelism when there are more ranks than the TP size: on a mesh of tp x dp ranks
+ * (pp 1), TP inside each group of t consecutive ranks, DDP's overlapped gradient
+ * buckets across the groups. Every rank trains; world rank 0 gathers the unsplit
+ * gradients of step 1 and parameters at the end into its outcome (strategy_outcome.h). */
+#ifndef TP_TRAIN_H
+#define TP_TRAIN_H
+#include <stddef.h>
+
+#include "data.h"
+#include "mesh.h"
+#include "strategy_outcome.h"
+
+/* Checks a TP size against the model and the world before any rank starts: heads,
+ * dim and world must be multiples of tp, and the global batch of the dp size (tp 0:
+ * the world). On failure writes one line (naming the numbers and the sizes that would
+ * work) and returns 0. */
+int tp_check_sizes(const run_config *cfg, int world, int tp, char *err, size_t err_len);
+/* The largest TP size that passes tp_check_sizes on cfg->comm.ranks ranks (1: none). */
+int tp_largest_size(const run_config *cfg);
+
+/* The outcome's extra for TP (strategy_outcome.extra). */
+typedef struct {
+    int tp, dp;
+    int vocab_local, vocab_padding;   /* vocabulary rows per rank, zero rows added */
+    size_t params_per_rank;           /* elements this rank holds */
+    double allreduces_per_step;       /* measured on the tp group, timed steps */
+    double bytes_tp_per_step, bytes_dp_per_step;   /* per rank, measured */
+    double replica_drift;             /* largest difference between TP ranks' copies of
+                                         the replicated tensors */
+} tp_extra;
+static inline const tp_extra *tp_extra_of(const strategy_outcome *o) { return o->extra; }
+
+typedef struct {
+    int drop_f_backward;   /* negative control: f's backward all-reduce left out */
+} tp_options;
+
+/* Collective over world, the mesh m's (pp 1). opts may be NULL. */
+void tp_train(comm *world, const mesh *m, const run_config *cfg, const tp_options *opts,
+              const dataset *data, strategy_outcome *out);
+/* strategy_launch of tp_train on cfg->comm's ranks as tp x (ranks / tp) (tp 0: all). */
+int tp_launch(const run_config *cfg, const dataset *data, int tp, const tp_options *opts,
+              strategy_outcome *rank0_out);
+
+/* The textbook bytes each rank sends per step (ring all-reduce). */
+double tp_bytes_formula(const gpt_config *m, int B_local, int T, int tp, int dp,
+                        size_t params_per_rank);
+/* Every difference against its tolerance (tolerances.h; 1 = at the limit). */
+double tp_worst_fraction_of_tolerance(const run_result *r);
+
+#endif

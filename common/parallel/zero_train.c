@@ -1,0 +1,121 @@
+#include "zero_train.h"
+
+#include <string.h>
+
+#include "alloc.h"
+#include "compare.h"
+#include "replica.h"
+#include "tolerances.h"
+#include "train_loop.h"
+
+const char *zero_strategy_name(int stage) {
+    static const char *const names[ZERO_STAGES] = {"zero0", "zero1", "zero2", "zero3"};
+    return stage >= 0 && stage < ZERO_STAGES ? names[stage] : "zero?";
+}
+
+double zero_worst_fraction_of_tolerance(const run_result *r, int all_three) {
+    const int later = all_three || r->steps <= TOL_STEPS;   /* loss, parameters too */
+    return run_worst_fraction_of_tolerance(r, TOL_GRADS, later ? TOL_LOSS : 0,
+                                           later ? TOL_PARAMS : 0);
+}
+
+/* One rank's ZeRO step for the training loop. */
+typedef struct {
+    zero_rank *z;
+    const run_config *cfg;
+    const dataset *data;
+    int first, count;   /* this rank's sequences of every global batch */
+    float *first_grads; /* world rank 0: the caller's; NULL elsewhere */
+} zero_step;
+
+static float zero_compute_grads(void *arg, int step) {
+    zero_step *st = arg;
+    const int T = st->cfg->model.ctx;
+    const double global_tokens = (double)st->cfg->batch * T;
+    load_batch(st->z->model, st->data, st->cfg, step, st->first, st->count);
+    /* Each rank's gradient is d(sum of its tokens' losses)/(B*T): summed over ranks,
+     * that is the gradient of the global-batch mean, as in the baseline. */
+    float loss = zero_forward_backward(st->z, (float)(1.0 / global_tokens));
+    return (float)(loss * st->count * T / global_tokens);
+}
+
+static void zero_keep_first_grads(void *arg) {
+    zero_step *st = arg;
+    zero_gather_grads(st->z, st->first_grads);
+}
+
+static void zero_update(void *arg, int step) {
+    (void)step;
+    zero_step *st = arg;
+    zero_optimizer_step(st->z, &st->cfg->adamw);
+}
+
+static void zero_step_checkpoint_state(void *arg, ckpt_state *out) {
+    zero_checkpoint_state(((zero_step *)arg)->z, out);
+}
+
+/* The textbook bytes a rank sends per step: the stage's collectives in a ring. */
+static double zero_bytes_formula(const gpt_shape *shape, int stage, int N) {
+    comm_plan plan = zero_comm_plan(shape, stage);
+    double bytes = 0;
+    for (int k = 0; k < COMM_NKINDS; k++) bytes += ring_bytes(plan.elements[k], N);
+    return bytes;
+}
+
+void zero_train(comm *world, const run_config *cfg, const dataset *data,
+                const zero_options *opts, strategy_outcome *out) {
+    const int N = comm_size(world), rank = comm_rank(world);
+    const int T = cfg->model.ctx;
+    out->world_size = N;
+    gpt_shape shape = gpt_shape_make(&cfg->model, 1, 0);
+    if (out->extra && strategy_outcome_keeps(out))
+        *(zero_extra *)out->extra = (zero_extra){.opts = *opts,
+                                                 .shard_len_largest = shard_largest_len(&shape, N)};
+
+    /* this rank's sequences of every global batch (uneven when N does not divide B) */
+    size_t first;
+    const int count = (int)comm_shard((size_t)cfg->batch, N, rank, &first);
+    mem_stats *mem = mem_stats_current();
+    const mem_stats at_start = *mem;
+    mem_stats_reset_peaks(mem);
+
+    zero_step step = {.z = zero_rank_create(world, &shape, count, T, cfg->seed, opts),
+                      .cfg = cfg, .data = data, .first = (int)first, .count = count,
+                      .first_grads = out->first_grads};
+    train_strategy strategy = {.name = zero_strategy_name(opts->stage), .ctx = &step,
+                               .compute_grads = zero_compute_grads,
+                               .keep_first_grads = zero_keep_first_grads,
+                               .update = zero_update,
+                               .checkpoint_state = zero_step_checkpoint_state};
+    train_outcome run;
+    train_loop(world, cfg, (double)cfg->batch * T, &strategy, &run);
+    strategy_outcome_take_run(out, &run);
+    out->result.bytes_formula = zero_bytes_formula(&shape, opts->stage, N);
+
+    /* measurements, before any checking traffic: the state held between steps */
+    const mem_stats at_end = *mem;
+    comm_stats stats = comm_stats_all(world);
+    /* checking: the whole parameters, then free everything of this stage */
+    zero_gather_params(step.z, out->final_params);
+    zero_rank_free(step.z);
+    /* the largest rank of everything the tables show */
+    strategy_outcome_measure_comm(out, world, &stats);
+    strategy_outcome_measure_state(out, world, &at_start, &at_end);
+}
+
+typedef struct {
+    const run_config *cfg;
+    const dataset *data;
+    const zero_options *opts;
+} zero_launch_args;
+
+static void zero_rank_fn(comm *world, void *args, strategy_outcome *out) {
+    const zero_launch_args *a = args;
+    zero_train(world, a->cfg, a->data, a->opts, out);
+}
+
+int zero_launch(const run_config *cfg, const dataset *data, const zero_options *opts,
+                strategy_outcome *rank0_out) {
+    zero_launch_args args = {cfg, data, opts};
+    return strategy_launch(cfg, zero_rank_fn, &args, rank0_out);
+}
