@@ -19,6 +19,7 @@
 #include "report.h"
 #include "baseline.h"
 #include "replica.h"
+#include "tolerances.h"
 
 static const char *const compress_names[] = {"none", "bf16", "fp16", "fp8", NULL};
 static const comm_dtype compress_types[] = {COMM_F32, COMM_BF16, COMM_F16, COMM_F8E4M3};
@@ -26,13 +27,7 @@ static const char *const gil_names[] = {"hold", "release", NULL};
 static const char *const strategy_names[] = {"all", "dp", "ddp", NULL};
 enum { RUN_ALL, RUN_DP, RUN_DDP };
 
-/* Tolerances of the uncompressed runs against the baseline: the same sums in a
- * different order (fp32). Gradients are compared after step 1; loss and parameters
- * only over at most 5 steps, because AdamW divides by sqrt(v): where a gradient is
- * near zero, a rounding difference can flip the update's sign, and over many steps
- * such differences grow to the size of the learning rate. */
-static const double tolerance_loss = 1e-5, tolerance_grads = 1e-6, tolerance_params = 1e-4;
-enum { TOLERANCE_STEPS = 5 };
+/* The uncompressed runs are held to tolerances.h's tolerances against the baseline. */
 
 typedef struct {
     double bucket_mb, first_bucket_mb;
@@ -40,9 +35,9 @@ typedef struct {
 } chapter_flags;
 
 static int within_tolerance(const run_result *r) {
-    if (r->diff_grads > tolerance_grads) return 0;
-    if (r->steps > TOLERANCE_STEPS) return 1;
-    return r->diff_loss <= tolerance_loss && r->diff_params <= tolerance_params;
+    if (r->diff_grads > TOL_GRADS) return 0;
+    if (r->steps > TOL_STEPS) return 1;
+    return r->diff_loss <= TOL_LOSS && r->diff_params <= TOL_PARAMS;
 }
 
 static void print_bytes_table(const run_config *cfg, const dp_run *dp, const ddp_job *ddp,
@@ -243,15 +238,15 @@ int main(int argc, char **argv) {
         print_bytes_table(&cfg, dp, ddp_shown, baseline->num_params);
         if (dp) print_dp_table(dp);
         if (ddp_shown) print_ddp_table(ddp_shown, &f);
-        if (cfg.steps <= TOLERANCE_STEPS)
+        if (cfg.steps <= TOL_STEPS)
             printf("\ntolerances (fp32, sums in another order): grads %.0e, loss %.0e, params"
-                   " %.0e -> %s", tolerance_grads, tolerance_loss, tolerance_params,
+                   " %.0e -> %s", TOL_GRADS, TOL_LOSS, TOL_PARAMS,
                    ok ? "all within" : "EXCEEDED");
         else
             printf("\ntolerance (fp32, sums in another order): grads of step 1 %.0e -> %s;"
                    " loss and params are checked over at most %d steps (AdamW lets rounding"
-                   " differences grow)", tolerance_grads, ok ? "within" : "EXCEEDED",
-                   TOLERANCE_STEPS);
+                   " differences grow)", TOL_GRADS, ok ? "within" : "EXCEEDED",
+                   TOL_STEPS);
         printf("%s\n",
                ddp_shown && ddp.opts.wire != COMM_F32 ? " (compressed DDP: its error is the"
                " cost of the wire type, not checked)" : "");

@@ -9,12 +9,13 @@
 #include "pipeline.h"
 #include "baseline.h"
 #include "replica.h"
+#include "tolerances.h"
 
 /* Against the baseline (the other chapters' tolerances): gradients of step 1, loss
  * per step and parameters after a few steps. */
-#define PP_TOL_GRADS 1e-6
-#define PP_TOL_LOSS 1e-5
-#define PP_TOL_PARAMS 1e-4
+#define PP_TOL_GRADS TOL_GRADS
+#define PP_TOL_LOSS TOL_LOSS
+#define PP_TOL_PARAMS TOL_PARAMS
 
 typedef struct {
     pipeline_options opts;

@@ -10,11 +10,12 @@
 #include "pipeline.h"
 #include "baseline.h"
 #include "replica.h"
+#include "tolerances.h"
 
 /* Against the baseline, as every chapter: gradients of step 1, loss, parameters. */
-#define MESH_TOL_GRADS 1e-6
-#define MESH_TOL_LOSS 1e-5
-#define MESH_TOL_PARAMS 1e-4
+#define MESH_TOL_GRADS TOL_GRADS
+#define MESH_TOL_LOSS TOL_LOSS
+#define MESH_TOL_PARAMS TOL_PARAMS
 
 /* The group kinds whose traffic is counted (pipeline.h): TP all-reduces, PP sends, DP
  * gradient reduction, the tied embedding's all-reduce between first and last stage. */
