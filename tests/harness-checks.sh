@@ -76,5 +76,20 @@ fi
 # an unknown SAN is refused by name, never built without a sanitizer
 expect_make "SAN=bogus is refused with the valid values" \
     'SAN=bogus: unknown sanitizer \(valid: address, thread, undefined\)' 2 SAN=bogus all
+# ./run's filter of mpirun's stderr: a peer-disconnected banner after a rank said why
+# is dropped; with no rank's word before it, it is the only word and passes whole
+# expect_filtered LABEL WANT_LINES INPUT: the filter prints WANT_LINES lines
+expect_filtered() {
+    local got
+    got=$(printf '%s\n' "$3" | tools/mpirun-messages | grep -c .)
+    if [ "$got" -eq "$2" ]; then
+        checks_passed=$((checks_passed + 1)); echo "ok   mpirun-messages: $1"
+    else
+        checks_failed=$((checks_failed + 1)); echo "FAIL mpirun-messages: $1 ($got lines, expected $2)"
+    fi
+}
+banner=$'-------------------------\nAn MPI communication peer process has unexpectedly disconnected.\n-------------------------'
+expect_filtered "the peer banner after a rank's reason is dropped" 1 $'rank 0 failed: the loss is nan\n'"$banner"
+expect_filtered "the peer banner alone passes whole" 3 "$banner"
 echo "harness-checks: $checks_passed passed, $checks_failed failed"
 [ $checks_failed -eq 0 ]
