@@ -14,6 +14,7 @@
 
 #include "../chapters/06-choose/course.h"
 #include "../chapters/06-choose/planner.h"
+#include "json.h"
 #include "predict.h"
 #include "check_run.h"
 #include "comm_internal.h"
@@ -329,6 +330,64 @@ START_TEST(course_claims_by_arithmetic) {
 }
 END_TEST
 
+/* ---- the chapters' --json, read with common/base/json.c ------------------------------ */
+
+START_TEST(chapter_json_is_parsed_not_scraped) {
+    /* Two runs; the first's memory comes after the second's name in the text, and the
+     * second's figures are nested one level deeper than a text search would stop: only
+     * a parser takes each figure from its own run. */
+    const char *json =
+        "{\"chapter\": \"02-zero\", \"runs\": [\n"
+        "  {\"strategy\": \"zero1\", \"note\": {\"strategy\": \"zero2\"}, \"ms_per_step\": 12.5,"
+        " \"memory_per_rank\": {\"params\": 100, \"grads\": 200, \"optimizer\": 300,"
+        " \"activations\": 400, \"peak\": 1000}},\n"
+        "  {\"strategy\": \"zero2\", \"ms_per_step\": 7,"
+        " \"memory_per_rank\": {\"activations\": 4, \"optimizer\": 3, \"grads\": 2,"
+        " \"params\": 1}},\n"
+        "  {\"strategy\": \"zero3\", \"ms_per_step\": 9, \"memory_per_rank\": {\"params\": 1}}\n"
+        "]}";
+    chapter_figures f = {0};
+    ck_assert(chapter_json_figures(json, "zero1", &f));
+    printf("zero1 read as %.0f %.0f %.0f %.0f bytes, %.1f ms\n", f.params, f.grads, f.optimizer,
+           f.activations, f.ms_per_step);
+    ck_assert(f.params == 100 && f.grads == 200 && f.optimizer == 300 && f.activations == 400);
+    ck_assert(f.ms_per_step == 12.5);
+    ck_assert(chapter_json_figures(json, "zero2", &f));
+    printf("zero2 read as %.0f %.0f %.0f %.0f bytes, %.1f ms\n", f.params, f.grads, f.optimizer,
+           f.activations, f.ms_per_step);
+    ck_assert(f.params == 1 && f.grads == 2 && f.optimizer == 3 && f.activations == 4);
+    ck_assert(f.ms_per_step == 7);
+    /* negative controls: a run without grads, a run that is not there, broken text */
+    ck_assert(!chapter_json_figures(json, "zero3", &f));
+    ck_assert(!chapter_json_figures(json, "zero", &f));
+    ck_assert(!chapter_json_figures("{\"runs\": [{\"strategy\": \"zero1\",", "zero1", &f));
+    printf("zero3 (no grads), zero (absent), truncated text: refused\n");
+}
+END_TEST
+
+START_TEST(json_lookups_for_numbers_and_named_elements) {
+    const char *text = "[{\"name\": \"a\", \"x\": -1.5e3}, {\"name\": 2}, {\"name\": \"b\","
+                       " \"x\": null}]";
+    char err[128];
+    json_doc *doc = json_parse(text, strlen(text), err, sizeof err);
+    ck_assert_msg(doc != NULL, "%s", err);
+    const json_value *a = json_find(json_root(doc), "name", "a");
+    const json_value *b = json_find(json_root(doc), "name", "b");
+    ck_assert_ptr_eq(a, json_at(json_root(doc), 0));
+    ck_assert_ptr_eq(b, json_at(json_root(doc), 2));
+    ck_assert_ptr_null(json_find(json_root(doc), "name", "c"));
+    ck_assert_ptr_null(json_find(a, "name", "a"));   /* not an array */
+    double x = 0;
+    ck_assert(json_double(json_get(a, "x"), &x));
+    ck_assert(x == -1500);
+    ck_assert(!json_double(json_get(b, "x"), &x));   /* null is no number */
+    ck_assert(!json_double(json_get(b, "name"), &x));
+    ck_assert(!json_double(NULL, &x));
+    ck_assert(x == -1500);   /* left alone when there is no number */
+    json_free(doc);
+}
+END_TEST
+
 /* ---- against the chapters' own runs ------------------------------------------------ */
 
 /* The chapter programs of this test's build (build/X/tests/test_chapter6 -> build/X),
@@ -514,6 +573,8 @@ int main(void) {
     tcase_add_test(formulas, the_bubble_is_p_minus_1_over_m);
     tcase_add_test(formulas, the_pipeline_link_is_tp_x_dp_ranks_away);
     tcase_add_test(formulas, the_predicted_pipeline_step_is_stretched_by_m_plus_p_minus_1_over_m);
+    tcase_add_test(formulas, chapter_json_is_parsed_not_scraped);
+    tcase_add_test(formulas, json_lookups_for_numbers_and_named_elements);
     suite_add_tcase(suite, formulas);
     TCase *hang = tcase_create("hang");
     tcase_set_timeout(hang, 20);   /* without a timeout of its own, the prediction waits */

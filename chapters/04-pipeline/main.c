@@ -20,9 +20,7 @@
 #include "baseline.h"
 #include "replica.h"
 
-static const char *const schedule_choices[] = {"naive", "gpipe", "1f1b", "interleaved",
-                                               "zb-h1", "all", NULL};
-enum { SCHEDULE_ALL = PP_NSCHEDULES };
+enum { SCHEDULE_ALL = PP_NSCHEDULES };   /* --schedule all: after pp_schedule.h's names */
 static const char *const order_choices[] = {"ordered", "eager", NULL};
 static const char *const link_labels[] = {"none", "nvlink", "ib", "ethernet"};
 
@@ -131,6 +129,11 @@ static int in_argv(int argc, char **argv, const char *name) {
     return 0;
 }
 
+/* Whether --schedule (a kind, or all) runs a schedule with chunks per rank. */
+static int takes_virtual(int schedule) {
+    return schedule == SCHEDULE_ALL || pp_schedule_about(schedule)->takes_virtual;
+}
+
 static void refuse_unused_flags(const chapter_args *a) {
     static const char *const training_only[] = {"save-every", NULL};
     static const char *const simulator_only[] = {"comm-order", NULL};
@@ -140,9 +143,9 @@ static void refuse_unused_flags(const chapter_args *a) {
     else
         cli_refuse_in_mode("training", simulator_only, "the ranks run the ordered lists;"
                            " --comm-order is for --simulate");
-    if (a->schedule != SCHEDULE_ALL && a->schedule != PP_INTERLEAVED) {
+    if (!takes_virtual(a->schedule)) {
         char mode[64];
-        snprintf(mode, sizeof mode, "--schedule %s", schedule_choices[a->schedule]);
+        snprintf(mode, sizeof mode, "--schedule %s", pp_schedule_name(a->schedule));
         cli_refuse_in_mode(mode, interleaved_only, "only the interleaved schedule has chunks");
     }
 }
@@ -152,8 +155,7 @@ static void bound_sizes(const chapter_args *a, int p) {
     if (p > MAX_STAGES)
         cli_fail("--pp %d: at most %d stages (building the schedules' lists takes time and"
                  " memory that grow as p squared)", p, MAX_STAGES);
-    const double passes = (double)p * a->micro * (a->schedule == SCHEDULE_ALL ||
-                                                  a->schedule == PP_INTERLEAVED ? a->chunks : 1);
+    const double passes = (double)p * a->micro * (takes_virtual(a->schedule) ? a->chunks : 1);
     if (passes > MAX_CHUNK_PASSES)
         cli_fail("--pp %d x --micro %d%s = %.0f forwards through a chunk, more than %d (the lists"
                  " would take a gigabyte and seconds): use a smaller --pp or --micro", p, a->micro,
@@ -196,6 +198,8 @@ int main(int argc, char **argv) {
     chapter_args a = {.cfg = run_config_default(), .micro = 8, .chunks = 2,
                       .schedule = SCHEDULE_ALL, .stage_ms = -1};
     a.cfg.steps = 5;   /* five schedules, each paced by the compute model */
+    const char *schedule_choices[PP_NSCHEDULES + 2];
+    pp_schedule_choices(schedule_choices, "all");
     const cli_option options[] = {
         {"pp", OPT_INT, &a.pp, "pipeline stages (default: the rank count)", NULL, 1},
         {"micro", OPT_INT, &a.micro, "micro-batches per step (must divide --batch)", NULL, 1},

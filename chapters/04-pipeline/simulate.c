@@ -13,11 +13,11 @@ enum { PICTURE_COLUMNS = 100, PICTURE_MAX_COLUMNS = 150, PICTURE_MAX_RANKS = 16,
        SVG_MAX_SPANS = 50000 };
 
 int pipeline_micro_for(const pipeline_sim_config *c, pp_schedule_kind kind) {
-    return kind == PP_NAIVE ? 1 : c->micro;
+    return pp_schedule_micro(kind, c->micro);
 }
 
 int pipeline_chunks_for(const pipeline_sim_config *c, pp_schedule_kind kind) {
-    return kind == PP_INTERLEAVED ? c->chunks : 1;
+    return pp_schedule_chunks(kind, c->chunks);
 }
 
 typedef struct {

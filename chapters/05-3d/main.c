@@ -18,9 +18,6 @@
 #include "report.h"
 #include "run3d.h"
 
-static const char *const schedule_choices[] = {"naive", "gpipe", "1f1b", "interleaved",
-                                               "zb-h1", NULL};
-
 typedef struct {
     run_config cfg;
     mesh_shape shape;           /* 0: not given */
@@ -55,8 +52,8 @@ static void check_or_exit(chapter_args *a, int world) {
     char err[512];
     const gpt_config *g = &a->cfg.model;
     if (a->schedule == PP_INTERLEAVED && a->chunks < 2) a->chunks = 2;
-    if (a->schedule != PP_INTERLEAVED) a->chunks = 1;
-    if (a->schedule == PP_NAIVE) a->micro = 1;
+    a->chunks = pp_schedule_chunks(a->schedule, a->chunks);
+    a->micro = pp_schedule_micro(a->schedule, a->micro);
     if (!mesh_check(&a->shape, world, a->mesh_only ? NULL : model_fits, a, err, sizeof err))
         cli_fail("%s", err);
     if (a->mesh_only) return;
@@ -238,6 +235,8 @@ static void refuse_ignored_flags(const chapter_args *a) {
 int main(int argc, char **argv) {
     chapter_args a = {.cfg = run_config_default(), .schedule = PP_1F1B, .micro = 4,
                       .chunks = 2};
+    const char *schedule_choices[PP_NSCHEDULES + 2];
+    pp_schedule_choices(schedule_choices, NULL);
     const cli_option options[] = {
         {"tp", OPT_INT, &a.shape.tp, "tensor-parallel size (ranks of one TP group)", NULL, 1},
         {"pp", OPT_INT, &a.shape.pp, "pipeline stages", NULL, 1},

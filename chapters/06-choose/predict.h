@@ -22,7 +22,11 @@
  * pp 2 on 4 ranks): each stage's own blocks (the first with the embedding, the last
  * with the final LayerNorm and its copy of the tied embedding), and the activations of
  * the micro-batches 1F1B holds on the stage at once (p - r on stage r) plus one
- * backward workspace; the largest rank is compared. */
+ * backward workspace; the largest rank is compared.
+ *
+ * The pieces: predict_formulas.c (the arithmetic), predict_runner.c (a chapter run with
+ * a deadline), predict_measured.c (its --json read), predict_floor.c (the sgemm rate),
+ * predict_report.c (the table and JSON), predict.c (the comparison). */
 #ifndef PREDICT_H
 #define PREDICT_H
 
@@ -64,7 +68,10 @@ extern const int PREDICT_NUM_STRATEGIES;
 chapter_figures predict_chapter_run(const gpt_config *cfg, int batch, int ranks,
                                     const chapter_strategy *st, double gflops, int cores,
                                     comm_link link, double link_scale);
-/* The measured figures of `strategy` in a chapter's --json output; 0 if absent. */
+/* The measured figures of the run `strategy` in a chapter's --json output (parsed
+ * with json.h; the keys: docs/json.md): ms_per_step and memory_per_rank's params,
+ * grads, optimizer and activations. 0 if the text does not parse, has no such run, or
+ * the run lacks one of them. */
 int chapter_json_figures(const char *json, const char *strategy, chapter_figures *out);
 /* Runs programs_dir/chapterN on `ranks` thread ranks with --preset bench256 --json
  * and returns its stdout (malloc'ed), or NULL with a line on stderr: when it fails, or

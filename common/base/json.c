@@ -204,3 +204,18 @@ int json_uint(const json_value *v, unsigned long long *out) {
     *out = (unsigned long long)x;
     return 1;
 }
+
+int json_double(const json_value *v, double *out) {
+    if (!v || v->type != JSON_NUMBER) return 0;
+    *out = v->number;
+    return 1;
+}
+
+const json_value *json_find(const json_value *array, const char *key, const char *value) {
+    if (!array || array->type != JSON_ARRAY) return NULL;
+    for (const json_value *c = array->first; c; c = c->next) {
+        const char *s = json_string(json_get(c, key));
+        if (s && strcmp(s, value) == 0) return c;
+    }
+    return NULL;
+}

@@ -1,5 +1,5 @@
 /* A small JSON reader for the files this project writes itself (checkpoint indexes,
- * safetensors headers): the whole text parsed into a tree of values held in one
+ * safetensors headers, the programs' --json reports): the whole text parsed into a tree of values held in one
  * arena. Bounded: a nesting depth limit and no recursion beyond it, every length
  * checked, so any byte string (truncated, corrupted, random) is either a tree or a
  * clear error, never a crash. Strings keep their escapes undecoded except \" and \\
@@ -34,5 +34,10 @@ const json_value *json_at(const json_value *array, size_t index);
 const char *json_string(const json_value *v);        /* NULL unless a string */
 /* 1 and *out when v is a number that is an integer from 0 to 2^53. */
 int json_uint(const json_value *v, unsigned long long *out);
+/* 1 and *out when v is a number (any); 0 otherwise (null, a string, NULL). */
+int json_double(const json_value *v, double *out);
+/* The first element of an array of objects whose member `key` is the string `value`
+ * (the run named "zero2" among a report's runs); NULL when none is. */
+const json_value *json_find(const json_value *array, const char *key, const char *value);
 
 #endif

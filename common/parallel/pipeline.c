@@ -10,9 +10,8 @@
 #include "tp_slices.h"
 
 const char *pipeline_strategy_name(pp_schedule_kind kind) {
-    static const char *const names[PP_NSCHEDULES] = {"pp-naive", "pp-gpipe", "pp-1f1b",
-                                                     "pp-interleaved", "pp-zb-h1"};
-    return kind >= 0 && kind < PP_NSCHEDULES ? names[kind] : "pp-?";
+    const pp_schedule_info *s = pp_schedule_about(kind);
+    return s ? s->strategy : "pp-?";
 }
 
 /* This rank's slice of the whole model (TP), before the pipeline cuts it. */

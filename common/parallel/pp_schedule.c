@@ -9,19 +9,48 @@
 
 #include "alloc.h"
 
-static const char *const schedule_names[PP_NSCHEDULES] = {"naive", "gpipe", "1f1b",
-                                                          "interleaved", "zb-h1"};
+static const pp_schedule_info schedules[PP_NSCHEDULES] = {
+    [PP_NAIVE] = {"naive", "pp-naive", "the whole batch forward through every stage, then"
+                  " backward", .whole_batch = 1},
+    [PP_GPIPE] = {"gpipe", "pp-gpipe", "all micro-batches forward, then all backward"},
+    [PP_1F1B] = {"1f1b", "pp-1f1b", "one forward, one backward in turn after a warm-up"},
+    [PP_INTERLEAVED] = {"interleaved", "pp-interleaved", "1F1B over v chunks per rank",
+                        .takes_virtual = 1},
+    [PP_ZB_H1] = {"zb-h1", "pp-zb-h1", "1F1B with the weight gradient (W) filling the"
+                  " bubble"},
+};
 static const char *const op_names[PP_NKINDS] = {"F", "B", "Bi", "W", "send-act",
                                                 "recv-act", "send-grad", "recv-grad"};
 
+const pp_schedule_info *pp_schedule_about(pp_schedule_kind kind) {
+    return kind >= 0 && kind < PP_NSCHEDULES ? &schedules[kind] : NULL;
+}
+
 const char *pp_schedule_name(pp_schedule_kind kind) {
-    return kind >= 0 && kind < PP_NSCHEDULES ? schedule_names[kind] : "?";
+    return kind >= 0 && kind < PP_NSCHEDULES ? schedules[kind].name : "?";
 }
 
 int pp_schedule_from_name(const char *name) {
     for (int k = 0; k < PP_NSCHEDULES; k++)
-        if (strcmp(name, schedule_names[k]) == 0) return k;
+        if (strcmp(name, schedules[k].name) == 0) return k;
     return -1;
+}
+
+void pp_schedule_choices(const char *choices[PP_NSCHEDULES + 2], const char *extra) {
+    int n = 0;
+    for (int k = 0; k < PP_NSCHEDULES; k++) choices[n++] = schedules[k].name;
+    if (extra) choices[n++] = extra;
+    choices[n] = NULL;
+}
+
+int pp_schedule_micro(pp_schedule_kind kind, int micro) {
+    const pp_schedule_info *s = pp_schedule_about(kind);
+    return s && s->whole_batch ? 1 : micro;
+}
+
+int pp_schedule_chunks(pp_schedule_kind kind, int chunks) {
+    const pp_schedule_info *s = pp_schedule_about(kind);
+    return s && s->takes_virtual ? chunks : 1;
 }
 
 const char *pp_op_kind_name(pp_op_kind kind) {
@@ -52,10 +81,10 @@ int pp_validate(pp_schedule_kind kind, int stages, int micro, int chunks, int la
     else if (batch % micro != 0)
         snprintf(err, err_size, "--micro %d does not divide --batch %d (each micro-batch"
                  " holds batch / micro sequences)", micro, batch);
-    else if (kind == PP_NAIVE && micro != 1)
+    else if (schedules[kind].whole_batch && micro != 1)
         snprintf(err, err_size, "--micro %d: the naive pipeline runs the whole batch at"
                  " once (use --micro 1, or gpipe / 1f1b)", micro);
-    else if (kind != PP_INTERLEAVED && chunks != 1)
+    else if (!schedules[kind].takes_virtual && chunks != 1)
         snprintf(err, err_size, "--virtual %d: only the interleaved schedule has chunks"
                  " (use --virtual 1 with %s)", chunks, name);
     else if (kind == PP_INTERLEAVED && chunks < 2)

@@ -47,9 +47,29 @@ typedef enum {
     PP_NAIVE, PP_GPIPE, PP_1F1B, PP_INTERLEAVED, PP_ZB_H1, PP_NSCHEDULES
 } pp_schedule_kind;
 
-/* "naive", "gpipe", "1f1b", "interleaved", "zb-h1"; and back (-1: unknown). */
+/* What a schedule is called and what it takes: the one table every program, flag and
+ * report reads (pp_schedule.c). */
+typedef struct {
+    const char *name;       /* --schedule NAME: "naive", "gpipe", "1f1b", ... */
+    const char *strategy;   /* its run in tables and --json: "pp-naive", "pp-1f1b", ... */
+    const char *summary;    /* what it is, in a few words */
+    int takes_virtual;      /* 1: --virtual chunks per rank (v >= 2); else v = 1 */
+    int whole_batch;        /* 1: one micro-batch, the whole batch (m = 1) */
+} pp_schedule_info;
+
+/* The row of kind; NULL for a kind out of range. */
+const pp_schedule_info *pp_schedule_about(pp_schedule_kind kind);
+/* "naive", "gpipe", "1f1b", "interleaved", "zb-h1" ("?" out of range); and back
+ * (-1: unknown). */
 const char *pp_schedule_name(pp_schedule_kind kind);
 int pp_schedule_from_name(const char *name);
+/* A flag's choices: every schedule's name in kind order, then `extra` when not NULL
+ * (chapter 4's "all"), then NULL. */
+void pp_schedule_choices(const char *choices[PP_NSCHEDULES + 2], const char *extra);
+/* The micro-batches and chunks per rank kind runs with, given those asked for: m = 1
+ * for a whole-batch schedule, v = 1 for one that takes no --virtual. */
+int pp_schedule_micro(pp_schedule_kind kind, int micro);
+int pp_schedule_chunks(pp_schedule_kind kind, int chunks);
 
 typedef enum {
     PP_FORWARD,

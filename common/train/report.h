@@ -44,7 +44,7 @@ void report_step(const run_config *cfg, const char *strategy, int step, float lo
  * baseline and DataParallel do), data, device and communicator. */
 void report_header(const run_config *cfg, const char *title, int world, int launches);
 void report_table(const run_config *cfg, const run_result *runs, int n);
-/* One JSON object as DESIGN.md defines it; extra (may be NULL) is inserted as more
+/* One JSON object as docs/json.md defines it; extra (may be NULL) is inserted as more
  * keys of the top-level object, e.g. "\"bubble\": 0.2". */
 void report_json(const run_config *cfg, const char *chapter, int world,
                  const char *backend, const run_result *runs, int n, const char *extra);

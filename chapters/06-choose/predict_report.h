@@ -1,0 +1,21 @@
+/* --predict-chapters' output: predicted against measured, as a table or as JSON. */
+#ifndef PREDICT_REPORT_H
+#define PREDICT_REPORT_H
+
+#include "predict.h"
+
+/* One strategy on one rank count: what the formulas said and what the run measured. */
+typedef struct {
+    int ranks;
+    const chapter_strategy *strategy;
+    chapter_figures predicted, measured;
+    double gflops;           /* the sgemm rate the prediction used */
+} predict_comparison;
+
+/* The table, with the sgemm rates measured for 2 and 4 ranks and the core count. */
+void predict_print_table(const predict_comparison *rows, int n, double gflops_2,
+                         double gflops_4, int cores);
+/* {"chapter": "06-choose", "predict_chapters": [...], "ok": ok} */
+void predict_print_json(const predict_comparison *rows, int n, int ok);
+
+#endif
