@@ -72,10 +72,10 @@ static int bench_rank(comm *world, void *arg) {
     zero_rank *z = zero_rank_create(world, &shape, 1, cfg->model.ctx, cfg->seed, &opts);
     ckpt_state state;
     zero_checkpoint_state(z, &state);
-    const size_t n = z->layout.shard_len;
+    const size_t n = z->dp.layout.shard_len;
     float *saved = mem_alloc(MEM_OTHER, n * sizeof(float));
     float *loaded = mem_alloc(MEM_OTHER, n * sizeof(float));
-    ops_download(saved, z->params, n * sizeof(float));
+    ops_download(saved, z->dp.params, n * sizeof(float));
     for (int r = 0; r < REPEATS; r++) {
         comm_barrier(world);
         double start = comm_now();
@@ -93,7 +93,7 @@ static int bench_rank(comm *world, void *arg) {
         const float seconds = max_over(world, (float)(comm_now() - start));
         if (rank == 0) job->load_seconds[r] = seconds;
     }
-    ops_download(loaded, z->params, n * sizeof(float));
+    ops_download(loaded, z->dp.params, n * sizeof(float));
     const float diff = max_over(world, (float)max_abs_diff(saved, loaded, n));
     if (rank == 0) job->load_diff = diff;
     mem_free(saved);

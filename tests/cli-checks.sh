@@ -356,7 +356,7 @@ if [ -x "$chapter5" ]; then
     expect_error "$chapter5" "--micro 8 does not divide --batch 4" --ranks 4 --dp 2 --micro 8
     expect_error "$chapter5" "--mesh-only needs --world N" --mesh-only
     expect_error "$chapter5" "--json lists every rank: at most --world 4096" --mesh-only --world 8192 --tp 8 --pp 16 --json
-    expect_error "$chapter5" "--zero 2: this chapter composes ZeRO-1" --zero 2
+    expect_error "$chapter5" "--zero 4: ZeRO has stages 0-3" --zero 4
     expect_error "$chapter5" "--tp 3 does not divide the 8 ranks" --ranks 8 --tp 3
     expect_error "$chapter5" "--tp 3 x --pp 2 = 6 does not divide the 8 ranks" --ranks 8 --tp 3 --pp 2
     # the arithmetic modes train nothing: what only training uses is refused, and --save

@@ -1,7 +1,8 @@
 /* Chapter 5 against the single-device baseline: TP x PP x DP meshes (1,1,4), (2,2,1),
  * (2,1,2), (1,2,2), (2,2,2) and a three-stage (1,3,2) train the baseline's model
  * (gradients of step 1, loss per step, parameters after 3 steps); ZeRO-1 across dp and
- * other schedules on (2,2,2); every rank's bytes on its tp, pp, dp and embedding groups
+ * other schedules on (2,2,2); ZeRO-2 and ZeRO-3 across dp on (2,2,2) and (2,1,2), with
+ * their own negative controls and the per-rank states adding up over dp; every rank's bytes on its tp, pp, dp and embedding groups
  * equal their formulas; leaving out any one of the four kinds of communication fails the
  * comparison (negative controls); model state per rank equals the as-stored formula.
  * Tolerances as every chapter: gradients 1e-6, loss 1e-5, parameters 1e-4; bytes 1e-3
@@ -77,6 +78,82 @@ START_TEST(zero1_and_other_schedules_on_2_2_2) {
 }
 END_TEST
 
+/* ZeRO-2 and ZeRO-3 across dp, inside TP and PP: each dp group shards its own stage's
+ * TP slice (gradients; at 3 parameters too, gathered once per step) */
+START_TEST(zero2_and_zero3_on_2_2_2_and_2_1_2) {
+    const mesh_shape shapes[] = {{2, 2, 2}, {2, 1, 2}};
+    for (int i = 0; i < 2; i++)
+        for (int zero = 2; zero <= 3; zero++) {
+            pipeline_options opts = one_f_one_b(shapes[i].pp > 1 ? 4 : 2);
+            opts.zero_stage = zero;
+            check_mesh(shapes[i], opts);
+        }
+    pipeline_options interleaved = {.schedule = PP_INTERLEAVED, .micro = 2, .chunks = 2,
+                                     .zero_stage = 3};
+    check_mesh((mesh_shape){2, 2, 2}, interleaved);
+}
+END_TEST
+
+/* Negative controls of the dp piece at each ZeRO stage: gradients not reduce-scattered
+ * (every stage), updated pieces not all-gathered (1 and 2). */
+START_TEST(zero_without_its_dp_collectives_fails) {
+    const struct { int zero; pipeline_fault fault; const char *name; } cases[] = {
+        {2, PIPELINE_FAULT_SKIP_DP_REDUCE, "ZeRO-2 without the reduce-scatter"},
+        {3, PIPELINE_FAULT_SKIP_DP_REDUCE, "ZeRO-3 without the reduce-scatter"},
+        {1, PIPELINE_FAULT_SKIP_DP_PARAM_GATHER, "ZeRO-1 without the parameter all-gather"},
+        {2, PIPELINE_FAULT_SKIP_DP_PARAM_GATHER, "ZeRO-2 without the parameter all-gather"},
+    };
+    dataset *d = dataset_builtin();
+    for (int i = 0; i < 4; i++) {
+        const mesh_shape shape = i % 2 ? (mesh_shape){2, 1, 2} : (mesh_shape){2, 2, 2};
+        pipeline_options opts = one_f_one_b(shape.pp > 1 ? 4 : 2);
+        opts.zero_stage = cases[i].zero;
+        opts.fault = cases[i].fault;
+        baseline_run *b;
+        mesh_outcome o = train(shape, opts, d, &b);
+        const double worst = mesh_worst_fraction_of_tolerance(&o.result);
+        printf("%d x %d x %d %s: grads differ by %.2e, params by %.2e (%.0fx the"
+               " tolerance)\n", shape.tp, shape.pp, shape.dp, cases[i].name,
+               o.result.diff_grads, o.result.diff_params, worst);
+        /* the comparison with the baseline must fail */
+        ck_assert_msg(worst > 1, "%s: within the tolerances (%.2f of them)", cases[i].name,
+                      worst);
+        mesh_outcome_free(&o);
+        baseline_free(b);
+    }
+    dataset_free(d);
+}
+END_TEST
+
+/* The model states per rank are the ZeRO paper's, per TP slice and stage: over the dp
+ * ranks of one (tp, pp) position the pieces add up to the stage slice exactly. */
+START_TEST(zero_state_formulas_add_up_over_dp) {
+    run_config cfg = small_config(8);
+    const mesh_shape shape = {2, 2, 2};
+    for (int zero = 0; zero <= 3; zero++) {
+        pipeline_options opts = one_f_one_b(4);
+        opts.zero_stage = zero;
+        double sum[3] = {0};
+        rank_traffic t[2];
+        for (int dp = 0; dp < 2; dp++) {
+            mesh_traffic_formula(&cfg, shape, (mesh_coord){1, 1, dp}, &opts, &t[dp]);
+            for (int i = 0; i < 3; i++) sum[i] += t[dp].state_formula[i];
+        }
+        gpt_shape stage = gpt_shape_make(&cfg.model, 2, 1);
+        gpt_shape_split_vocab(&stage);
+        gpt_shape_split_stages(&stage, 2, 1);
+        const double P = 4.0 * (double)gpt_num_params(&stage);
+        const double expect[3] = {zero >= 3 ? P : 2 * P, zero >= 2 ? P : 2 * P,
+                                  zero >= 1 ? 2 * P : 4 * P};
+        for (int i = 0; i < 3; i++)
+            ck_assert_msg(sum[i] == expect[i], "zero %d state %d: %.0f over dp, expected %.0f",
+                          zero, i, sum[i], expect[i]);
+        /* and the dp bytes are 2 (d-1)/d x the slice at every stage: with d = 2, P */
+        ck_assert_double_eq_tol(t[0].formula[PIPELINE_DP], P, 1e-9);
+    }
+}
+END_TEST
+
 START_TEST(leaving_out_any_communication_fails) {
     const pipeline_fault faults[] = {PIPELINE_FAULT_DROP_F_BACKWARD,
                                      PIPELINE_FAULT_DROP_INPUT_GRAD,
@@ -135,6 +212,9 @@ int main(void) {
     tcase_add_test(tc, three_stages_1_3_2);
     tcase_add_test(tc, zero1_and_other_schedules_on_2_2_2);
     tcase_add_test(tc, leaving_out_any_communication_fails);
+    tcase_add_test(tc, zero_state_formulas_add_up_over_dp);
+    tcase_add_test(tc, zero2_and_zero3_on_2_2_2_and_2_1_2);
+    tcase_add_test(tc, zero_without_its_dp_collectives_fails);
     suite_add_tcase(s, tc);
     return check_run(s, 0);
 }

@@ -95,11 +95,11 @@ static int zero_save_rank(comm *world, void *arg) {
     const gpt_shape shape = gpt_shape_make(&job->cfg->model, 1, 0);
     const zero_options opts = {.stage = job->stage};
     zero_rank *z = zero_rank_create(world, &shape, 1, job->cfg->model.ctx, 1, &opts);
-    float *vectors[3] = {z->params, z->adam_m, z->adam_v};
+    float *vectors[3] = {z->dp.params, z->dp.adam_m, z->dp.adam_v};
     for (int k = 0; k < 3; k++)
-        layout_upload_values(&z->shape, &z->layout, k, k == 0 ? job->stage == 3 : job->stage >= 1,
+        layout_upload_values(&z->shape, &z->dp.layout, k, k == 0 ? job->stage == 3 : job->stage >= 1,
                              61, vectors[k]);
-    z->adam_step = 5;
+    z->dp.adam_step = 5;
     ckpt_state state;
     zero_checkpoint_state(z, &state);
     run_config cfg = *job->cfg;

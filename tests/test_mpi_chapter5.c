@@ -1,9 +1,12 @@
 /* Chapter 5 on Open MPI processes: the mesh that -np gives (1: 1 x 1 x 1, 2: 1 x 2 x 1,
  * 4: 2 x 2 x 1, 8: 2 x 2 x 2) trains the baseline's model, with ZeRO-1 across dp where
  * there is dp, and every rank's bytes on each group kind equal their formulas; the
- * negative control drops the TP f backward. World rank 0's process judges
+ * negative control drops the TP f backward. ZeRO-2 and ZeRO-3 across dp on (2,2,2) at 8
+ * processes and on (2,1,2) at 4, every rank's model state equal to its formula, and a
+ * ZeRO-3 without its gradient reduce-scatter failing. World rank 0's process judges
  * (check_expect), every process waits for its verdict (check_agree). */
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -26,8 +29,12 @@ static run_config small_config(void) {
     return cfg;
 }
 
-static void run_case(pipeline_options opts, int expect_match) {
-    const mesh_shape shape = mesh_for(check_world_size());
+/* The mesh with dp for ZeRO-2 and -3: (2,2,2) at 8 processes, (2,1,2) at 4. */
+static mesh_shape zero_mesh_for(int world) {
+    return world == 8 ? (mesh_shape){2, 2, 2} : (mesh_shape){2, 1, 2};
+}
+
+static void run_on(mesh_shape shape, pipeline_options opts, int expect_match) {
     dataset *d = dataset_builtin();
     run_config cfg = small_config();
     baseline_run *b = process_hosts_rank0() ? baseline_train(&cfg, d) : NULL;
@@ -36,15 +43,21 @@ static void run_case(pipeline_options opts, int expect_match) {
     ck_assert_int_eq(mesh_run_launch(&cfg, d, shape, &opts, b, &o), 0);
     if (b) {
         const run_result *r = &o.result;
+        double state_error = 0;
+        for (int w = 0; w < mesh_world(&shape); w++)
+            for (int i = 0; i < 3; i++)
+                state_error = fmax(state_error,
+                                   fabs(o.ranks[w].state[i] - o.ranks[w].state_formula[i]));
         printf("mpi tp %d x pp %d x dp %d, zero %d%s: max |diff| loss %.2e grads %.2e params "
-               "%.2e; bytes vs formula %.1e\n", shape.tp, shape.pp, shape.dp, opts.zero_stage,
-               expect_match ? "" : ", without f backward", r->diff_loss, r->diff_grads,
-               r->diff_params, o.worst_bytes_error);
+               "%.2e; bytes vs formula %.1e; state vs formula %.0f B\n", shape.tp, shape.pp,
+               shape.dp, opts.zero_stage, expect_match ? "" : ", with a fault", r->diff_loss,
+               r->diff_grads, r->diff_params, o.worst_bytes_error, state_error);
         if (expect_match) {
             check_expect(&v, r->diff_grads <= MESH_TOL_GRADS);
             check_expect(&v, r->diff_loss <= MESH_TOL_LOSS);
             check_expect(&v, r->diff_params <= MESH_TOL_PARAMS);
             check_expect(&v, o.worst_bytes_error <= 1e-3);
+            check_expect(&v, state_error == 0);
         } else {
             check_expect(&v, r->diff_grads > 100 * MESH_TOL_GRADS);
         }
@@ -55,10 +68,29 @@ static void run_case(pipeline_options opts, int expect_match) {
     dataset_free(d);
 }
 
+static void run_case(pipeline_options opts, int expect_match) {
+    run_on(mesh_for(check_world_size()), opts, expect_match);
+}
+
 START_TEST(the_mesh_matches_the_baseline) {
     pipeline_options opts = {.schedule = PP_1F1B, .micro = 4, .chunks = 1,
                              .zero_stage = mesh_for(check_world_size()).dp > 1};
     run_case(opts, 1);
+}
+END_TEST
+
+START_TEST(zero2_and_zero3_match_the_baseline) {
+    for (int zero = 2; zero <= 3; zero++)
+        run_on(zero_mesh_for(check_world_size()),
+               (pipeline_options){.schedule = PP_1F1B, .micro = 4, .chunks = 1,
+                                  .zero_stage = zero}, 1);
+}
+END_TEST
+
+START_TEST(zero3_without_its_reduce_scatter_fails) {
+    run_on(zero_mesh_for(check_world_size()),
+           (pipeline_options){.schedule = PP_1F1B, .micro = 4, .chunks = 1, .zero_stage = 3,
+                              .fault = PIPELINE_FAULT_SKIP_DP_REDUCE}, 0);
 }
 END_TEST
 
@@ -76,6 +108,10 @@ int main(void) {
                          "no mesh of this chapter for this -np");
     check_add_test_where(tc, without_f_backward_it_fails, W == 4 || W == 8,
                          "the mesh has no tensor parallelism at this -np");
+    check_add_test_where(tc, zero2_and_zero3_match_the_baseline, W == 4 || W == 8,
+                         "ZeRO-2/3 run on (2,1,2) at 4 processes and (2,2,2) at 8");
+    check_add_test_where(tc, zero3_without_its_reduce_scatter_fails, W == 4 || W == 8,
+                         "ZeRO-2/3 run on (2,1,2) at 4 processes and (2,2,2) at 8");
     suite_add_tcase(s, tc);
     return check_run(s, 1);
 }

@@ -5,6 +5,7 @@
  *
  *   make chapter5 && ./run 8                      tp 2 x pp 2 x dp 2
  *   ./run 8 --tp 2 --pp 4 --dp 1 --schedule zb-h1 --zero 1
+ *   ./run 8 --zero 3                              FSDP across dp, inside TP and PP
  *   ./run 1 --mesh-only --world 1024 --tp 8 --pp 16 --dp 8 [--json]
  *   ./run 1 --examples                            GPT-3 and MT-NLG */
 #include <stdio.h>
@@ -84,8 +85,20 @@ static const char *what_moves[GROUP_KINDS] = {
     "all-reduces of b s h: 2 forward + 2 backward per block and micro-batch"
     " (+ embedding, head, loss)",
     "activations forward, gradients backward: b s h per micro-batch and boundary",
-    "each stage's gradient slice: 2 (d-1)/d x its bytes (ZeRO-1: reduce-scatter + all-gather)",
+    NULL,   /* by ZeRO stage: dp_moves */
     "the tied embedding's gradient between the first and last stage"};
+
+/* What the dp group's collectives move per step, P the rank's stage slice (floats). */
+static const char *dp_moves(int zero) {
+    static const char *const moves[4] = {
+        "all-reduce of the stage slice's gradient: 2 (d-1)/d x 4P",
+        "ZeRO-1: reduce-scatter of the gradient (d-1)/d x 4P + all-gather of the"
+        " parameters (d-1)/d x 4P",
+        "ZeRO-2: the same as ZeRO-1 (gradient shards kept, parameters gathered)",
+        "ZeRO-3: all-gather of the parameters once per step (d-1)/d x 4P +"
+        " reduce-scatter of the gradient (d-1)/d x 4P"};
+    return moves[zero >= 0 && zero <= 3 ? zero : 0];
+}
 
 static void print_collectives(const mesh_outcome *o, int world) {
     char a[32], b[32];
@@ -98,17 +111,31 @@ static void print_collectives(const mesh_outcome *o, int world) {
             if (o->ranks[w].bytes[k] > o->ranks[at].bytes[k]) at = w;
         const rank_traffic *t = &o->ranks[at];
         printf("  %-10s %8.0f %12s %12s   %s\n", pipeline_group_kind_name(k), t->calls[k],
-               report_bytes(t->bytes[k], a), report_bytes(t->formula[k], b), what_moves[k]);
+               report_bytes(t->bytes[k], a), report_bytes(t->formula[k], b),
+               k == PIPELINE_DP ? dp_moves(o->shape.dp > 1 ? o->opts.zero_stage : 0)
+                                : what_moves[k]);
     }
     printf("  largest |measured / formula - 1| over all ranks and kinds: %.1e\n",
            o->worst_bytes_error);
 }
 
+/* The ZeRO paper's model states per rank, with P the rank's stage slice (its TP
+ * slice of its pipeline stages) and d the dp degree. */
+static const char *state_formula(int zero) {
+    static const char *const formulas[4] = {
+        "4P params + 4P grads + 8P Adam (nothing sharded)",
+        "4P params + 4P grads + 8P/d Adam (ZeRO-1)",
+        "4P params + 4P/d grads + 8P/d Adam (ZeRO-2)",
+        "4P/d params + 4P/d grads + 8P/d Adam (ZeRO-3; between steps: during one, the"
+        " stage's whole 4P params and 4P grads as well)"};
+    return formulas[zero >= 0 && zero <= 3 ? zero : 0];
+}
+
 static void print_memory(const mesh_outcome *o, int world) {
     char a[32], b[32], c[32], d[32], e[32], f[32], g[32];
-    printf("\nModel state per rank (bytes held, measured | as stored: 4 B params + 4 B grads"
-           " + 8 B Adam of the rank's stage slice%s)\n", o->opts.zero_stage == 1
-           ? ", Adam sharded over dp" : "");
+    printf("\nModel state per rank (bytes held, measured | as stored: %s, P the rank's stage"
+           " slice, d = %d; a piece is exact to the element)\n",
+           state_formula(o->shape.dp > 1 ? o->opts.zero_stage : 0), o->shape.dp);
     printf("  %-5s %-9s %10s %10s %10s | %10s %10s %10s %12s\n", "rank", "(tp pp dp)", "params",
            "grads", "optimizer", "params", "grads", "optimizer", "activations");
     for (int w = 0; w < world; w++) {
@@ -125,8 +152,9 @@ static void print_memory(const mesh_outcome *o, int world) {
                report_bytes(t->state_formula[1], e), report_bytes(t->state_formula[2], f),
                report_bytes(t->activations, g));
     }
-    printf("  (model states shrink to about 1/(t x p) of the model's 16 bytes per parameter;"
-           " the first and last stages also hold the tied embedding)\n");
+    printf("  (model states shrink to about 1/(t x p) of the model's 16 bytes per parameter,"
+           " and with ZeRO by d more; the first and last stages also hold the tied"
+           " embedding)\n");
 }
 
 /* With more rank threads than cores, a rank waiting in a collective is often waiting
@@ -164,11 +192,12 @@ static int train(chapter_args *a, int world) {
     const int root = process_hosts_rank0();
     baseline_run *baseline = NULL;
     if (root) {
-        char title[160];
+        char title[200], zero_name[40] = "";
+        if (a->zero) snprintf(zero_name, sizeof zero_name, ", ZeRO-%d across dp", a->zero);
         snprintf(title, sizeof title, "Chapter 5: 3D parallelism, tp %d x pp %d x dp %d (%s,"
                  " %d micro-batches%s) against single-device training", a->shape.tp,
                  a->shape.pp, a->shape.dp, pp_schedule_name(a->schedule), a->micro,
-                 a->zero ? ", ZeRO-1 across dp" : "");
+                 zero_name);
         report_header(cfg, title, world, 1);
         if (!cfg->json) print_mesh(a->shape);
         baseline = baseline_reference(cfg, data);
@@ -245,7 +274,8 @@ int main(int argc, char **argv) {
          schedule_choices, 0},
         {"micro", OPT_INT, &a.micro, "micro-batches per step and replica", NULL, 1},
         {"virtual", OPT_INT, &a.chunks, "model chunks per rank (interleaved)", NULL, 2},
-        {"zero", OPT_INT, &a.zero, "1: ZeRO-1 across the data-parallel group", NULL, 0},
+        {"zero", OPT_INT, &a.zero, "ZeRO across the data-parallel group: 1 Adam sharded, 2"
+         " gradients too, 3 parameters too (FSDP, gathered once per step)", NULL, 0},
         {"mesh-only", OPT_FLAG, &a.mesh_only, "lay out and check the mesh of --world ranks;"
          " no training", NULL, 0},
         {"world", OPT_INT, &a.world, "ranks for --mesh-only (up to 1048576)", NULL, 1},
@@ -259,7 +289,8 @@ int main(int argc, char **argv) {
               "3D parallelism: TP x PP x DP on one device mesh, against single-device"
               " training; the course's meshes checked by arithmetic.");
     refuse_ignored_flags(&a);
-    if (a.zero > 1) cli_fail("--zero %d: this chapter composes ZeRO-1 (use 0 or 1)", a.zero);
+    if (a.zero > 3) cli_fail("--zero %d: ZeRO has stages 0-3 (1 Adam, 2 + gradients, 3 +"
+                             " parameters sharded over dp)", a.zero);
     if (a.examples) {
         if (process_hosts_rank0()) print_examples();
         return 0;

@@ -19,25 +19,15 @@ static gpt_shape stage_shape(const run_config *cfg, mesh_shape shape, mesh_coord
 void mesh_traffic_formula(const run_config *cfg, mesh_shape shape, mesh_coord me,
                           const pipeline_options *opts, rank_traffic *t) {
     const int v = opts->chunks, S = v * shape.pp;
-    const double f32 = sizeof(float);
+    const int zero = shape.dp > 1 ? opts->zero_stage : 0;   /* one replica: nothing sharded */
     pipeline_bytes_formula(cfg, shape, me, opts, t->formula);
-    double params = 0, optimizer = 0;
+    for (int i = 0; i < 3; i++) t->state_formula[i] = 0;
     for (int c = 0; c < v; c++) {
         const gpt_shape s = stage_shape(cfg, shape, me, c * shape.pp + me.pp, S);
-        const double numel = (double)gpt_num_params(&s);
-        params += numel;
-        if (opts->zero_stage == 1 && shape.dp > 1) {
-            shard_layout l;
-            shard_layout_init(&l, &s, shape.dp, me.dp);
-            optimizer += (double)l.shard_len;
-            shard_layout_free(&l);
-        } else {
-            optimizer += numel;
-        }
+        double bytes[3];
+        dp_grads_state_bytes(&s, zero, shape.dp, me.dp, bytes);
+        for (int i = 0; i < 3; i++) t->state_formula[i] += bytes[i];
     }
-    t->state_formula[0] = params * f32;
-    t->state_formula[1] = params * f32;
-    t->state_formula[2] = 2 * optimizer * f32;
 }
 
 typedef struct {

@@ -9,13 +9,13 @@ typedef struct {
 } gathered_slab;
 
 static void gather_start(zero_rank *z, gathered_slab *g, int slab, int async) {
-    const shard_layout *l = &z->layout;
+    const shard_layout *l = &z->dp.layout;
     const size_t n = l->slab_numel[slab];
-    const float *piece = z->params + l->shard_pos[slab];
+    const float *piece = z->dp.params + l->shard_pos[slab];
     g->whole = mem_alloc_on(MEM_DEVICE, MEM_PARAMS, n * sizeof(float));
     g->pending = NULL;
-    if (async) g->pending = comm_allgather_start(z->group, piece, g->whole, n, COMM_F32);
-    else comm_allgather(z->group, piece, g->whole, n, COMM_F32);
+    if (async) g->pending = comm_allgather_start(z->dp.group, piece, g->whole, n, COMM_F32);
+    else comm_allgather(z->dp.group, piece, g->whole, n, COMM_F32);
 }
 
 static float *gather_ready(gathered_slab *g) {
@@ -96,8 +96,8 @@ static void backward(zero_rank *z, unit_params *head, float dloss) {
 
     /* The tied embedding's gradient comes from the head now and from the embedding at
      * the end, so its whole buffer lives through the backward pass. */
-    float *embed_grad = zero_slab_grad_alloc(z, 0);
-    float *final_grad = zero_slab_grad_alloc(z, final);
+    float *embed_grad = dp_grads_slab_grad_alloc(&z->dp, 0);
+    float *final_grad = dp_grads_slab_grad_alloc(&z->dp, final);
     if (prefetch) gather_start(z, &next, gpt_block_slab(&z->shape, layers - 1), 1);
     gpt_head_backward(m, head->slab[0].whole, head->slab[1].whole, final_grad, embed_grad,
                       dloss);
@@ -105,7 +105,7 @@ static void backward(zero_rank *z, unit_params *head, float dloss) {
     /* The prefetch is finished before the next blocking collective, so that a rank's
      * collectives never overlap one another: only with computation. */
     if (prefetch) gather_ready(&next);
-    zero_reduce_into_shard(z, final, final_grad);
+    dp_grads_reduce_slab(&z->dp, final, final_grad);
 
     for (int layer = layers - 1; layer >= 0; layer--) {
         const int slab = gpt_block_slab(&z->shape, layer);
@@ -113,25 +113,25 @@ static void backward(zero_rank *z, unit_params *head, float dloss) {
         if (prefetch) current = next;
         else gather_start(z, &current, slab, 0);
         if (prefetch && layer > 0) gather_start(z, &next, gpt_block_slab(&z->shape, layer - 1), 1);
-        float *block_grad = zero_slab_grad_alloc(z, slab);
+        float *block_grad = dp_grads_slab_grad_alloc(&z->dp, slab);
         gpt_block_backward(m, layer, gather_ready(&current), block_grad);
         gather_free(&current);
         if (prefetch && layer > 0) gather_ready(&next);
-        zero_reduce_into_shard(z, slab, block_grad);
+        dp_grads_reduce_slab(&z->dp, slab, block_grad);
     }
     /* The embedding's backward adds rows of d(input) to the rows of the tokens used:
      * it needs no parameters, so nothing is gathered for it. */
     gpt_embed_backward(m, embed_grad);
-    zero_reduce_into_shard(z, 0, embed_grad);
+    dp_grads_reduce_slab(&z->dp, 0, embed_grad);
 }
 
 float fsdp_forward_backward(zero_rank *z, float dloss) {
     unit_params head;
-    trace_begin(z->group, "forward");
+    trace_begin(z->dp.group, "forward");
     float loss = forward(z, &head);
-    trace_end(z->group);
-    trace_begin(z->group, "backward");
+    trace_end(z->dp.group);
+    trace_begin(z->dp.group, "backward");
     backward(z, &head, dloss);
-    trace_end(z->group);
+    trace_end(z->dp.group);
     return loss;
 }

@@ -15,7 +15,7 @@
 #include "zero_state.h"
 
 /* Stage 3's forward and backward on z (created with opts.stage = 3); on return the
- * reduced gradient of this rank's shard is in z->grads. Returns the local mean loss. */
+ * reduced gradient of this rank's shard is in z->dp.grads. Returns the local mean loss. */
 float fsdp_forward_backward(zero_rank *z, float dloss);
 
 #endif

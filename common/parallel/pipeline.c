@@ -21,6 +21,13 @@ static gpt_shape tp_whole_shape(const run_config *cfg, const mesh *m) {
     return s;
 }
 
+/* The stage's model reads and writes the step's whole vectors, which dp_grads holds
+ * (NULL between steps where it keeps shards alone). */
+static void point_stage_at_step(pipeline_rank *r, int c) {
+    r->chunks[c].rep.params = dp_grads_whole_params(&r->dp[c]);
+    r->chunks[c].rep.grads = dp_grads_whole_grads(&r->dp[c]);
+}
+
 void pipeline_rank_init(pipeline_rank *r, comm *world, const mesh *m, const run_config *cfg,
                         const dataset *data, const pipeline_options *opts) {
     const int p = m->shape.pp, d = m->shape.dp, v = opts->chunks;
@@ -39,28 +46,24 @@ void pipeline_rank_init(pipeline_rank *r, comm *world, const mesh *m, const run_
     r->chunks = mem_alloc(MEM_OTHER, (size_t)v * sizeof *r->chunks);
     for (int c = 0; c < v; c++) {
         pp_stage_init(&r->chunks[c], m->pp, &whole, c * p + m->me.pp, v * p, micro_batch,
-                      cfg->model.ctx, opts->micro, cfg->seed, &model_opts,
-                      !(opts->zero_stage == 1 && d > 1));
+                      cfg->model.ctx, opts->micro, cfg->seed, &model_opts, 0);
         r->chunks[c].drop_input_grad = opts->fault == PIPELINE_FAULT_DROP_INPUT_GRAD &&
                                        m->me.pp == p - 1 && c == v - 1;
     }
     const float dloss = 1.0f / ((float)cfg->batch * (float)cfg->model.ctx);
     pp_executor_init(&r->exec, r->schedule, m->me.pp, r->chunks, cfg, data,
                      m->me.dp * per_pipeline, dloss, opts->stage_seconds);
-    if (d > 1 && opts->zero_stage == 1) {
-        r->zero1 = mem_alloc(MEM_OTHER, (size_t)v * sizeof *r->zero1);
-        for (int c = 0; c < v; c++) {
-            pipeline_zero1 *z = &r->zero1[c];
-            shard_layout_init(&z->layout, &r->chunks[c].shape, d, m->me.dp);
-            const size_t bytes = z->layout.shard_len * sizeof(float);
-            z->adam_m = mem_alloc_on(MEM_DEVICE, MEM_OPTIMIZER, bytes);
-            z->adam_v = mem_alloc_on(MEM_DEVICE, MEM_OPTIMIZER, bytes);
-        }
-    } else if (d > 1) {
-        r->dp = mem_alloc(MEM_OTHER, (size_t)v * sizeof *r->dp);
-        for (int c = 0; c < v; c++)
-            r->dp[c] = grad_buckets_create(m->dp, &r->chunks[c].shape, r->chunks[c].rep.grads,
-                                           1u << 20, 25u << 20, COMM_F32);
+    /* each dp group shards its own stage's TP slice; without DP nothing is sharded */
+    const dp_grads_options dp_opts = {
+        .zero = d > 1 ? opts->zero_stage : 0, .first_bucket_bytes = 1u << 20,
+        .bucket_bytes = 25u << 20, .quiet_alone = 1,
+        .fault = opts->fault == PIPELINE_FAULT_SKIP_DP_REDUCE         ? DP_FAULT_SKIP_GRAD_REDUCE
+                 : opts->fault == PIPELINE_FAULT_SKIP_DP_PARAM_GATHER ? DP_FAULT_SKIP_PARAM_ALLGATHER
+                                                                      : DP_FAULT_NONE};
+    r->dp = mem_alloc(MEM_OTHER, (size_t)v * sizeof *r->dp);
+    for (int c = 0; c < v; c++) {
+        dp_grads_init(&r->dp[c], m->dp, &r->chunks[c].shape, cfg->seed, &dp_opts);
+        point_stage_at_step(r, c);
     }
     r->metrics = comm_split(world, mesh_group_index(&m->shape, MESH_PP, comm_rank(world)),
                             m->me.pp, "pp-metrics");
@@ -72,15 +75,9 @@ void pipeline_rank_init(pipeline_rank *r, comm *world, const mesh *m, const run_
 
 void pipeline_rank_free(pipeline_rank *r) {
     for (int c = 0; c < r->opts.chunks; c++) {
-        if (r->dp) grad_buckets_free(r->dp[c]);
-        if (r->zero1) {
-            mem_free(r->zero1[c].adam_m);
-            mem_free(r->zero1[c].adam_v);
-            shard_layout_free(&r->zero1[c].layout);
-        }
+        dp_grads_free(&r->dp[c]);
         pp_stage_free(&r->chunks[c]);
     }
-    mem_free(r->zero1);
     pp_executor_free(&r->exec);
     pp_schedule_free(r->schedule);
     comm_free(r->metrics);
@@ -105,8 +102,10 @@ static void reduce_tied_grads(pipeline_rank *r) {
 static float pipeline_compute_grads(void *arg, int step) {
     pipeline_rank *r = arg;
     const mesh *m = r->mesh;
-    for (int c = 0; c < r->opts.chunks; c++)
-        vec_zero(r->chunks[c].rep.grads, r->chunks[c].rep.num_params);
+    for (int c = 0; c < r->opts.chunks; c++) {
+        dp_grads_step_begin(&r->dp[c]);   /* ZeRO-3: the stage's parameters gathered */
+        point_stage_at_step(r, c);
+    }
     comm_barrier(m->pp);   /* the pipeline starts together: its timeline has one origin */
     const double start = comm_now();
     trace_begin(m->pp, "pipeline schedule");
@@ -116,14 +115,9 @@ static float pipeline_compute_grads(void *arg, int step) {
     r->finish[step - 1] = r->exec.finish_seconds;
     trace_begin(m->pp, "tied embedding + dp gradients");
     reduce_tied_grads(r);
-    for (int c = 0; c < r->opts.chunks && r->opts.fault != PIPELINE_FAULT_SKIP_DP_REDUCE; c++) {
-        if (r->dp) {
-            for (int slab = gpt_num_slabs(&r->chunks[c].shape) - 1; slab >= 0; slab--)
-                grad_buckets_slab_ready(r->dp[c], slab);
-            grad_buckets_wait(r->dp[c]);
-        } else if (r->zero1) {
-            shard_reduce_scatter_in_place(m->dp, &r->zero1[c].layout, r->chunks[c].rep.grads);
-        }
+    for (int c = 0; c < r->opts.chunks; c++) {
+        dp_grads_after_backward(&r->dp[c]);
+        point_stage_at_step(r, c);
     }
     trace_end(m->pp);
     /* the loss lives on the last stage, the same on its TP ranks: one of them counts it */
@@ -157,53 +151,50 @@ static double gather_whole(pipeline_rank *r, pp_vector which, float *whole) {
     return drift;
 }
 
+/* The whole model's vector gathered as gather_whole does, after each stage's whole
+ * vector is assembled over the dp group where the rank holds a shard (collective over
+ * world: every dp rank takes part in its group's gathers). */
+static double gather_whole_over_dp(pipeline_rank *r, pp_vector which, float *whole) {
+    const dp_vector kind = which == PP_PARAMS ? DP_PARAMS : DP_GRADS;
+    float **wholes = mem_alloc(MEM_OTHER, (size_t)r->opts.chunks * sizeof *wholes);
+    for (int c = 0; c < r->opts.chunks; c++) {
+        wholes[c] = dp_grads_gather_whole(&r->dp[c], kind);
+        if (which == PP_PARAMS) r->chunks[c].rep.params = wholes[c];
+        else r->chunks[c].rep.grads = wholes[c];
+    }
+    double drift = gather_whole(r, which, whole);
+    for (int c = 0; c < r->opts.chunks; c++) {
+        dp_grads_whole_free(&r->dp[c], wholes[c]);
+        point_stage_at_step(r, c);
+    }
+    mem_free(wholes);
+    return drift;
+}
+
 static void pipeline_keep_first_grads(void *arg) {
     pipeline_rank *r = arg;
-    /* ZeRO-1: each rank holds its reduced pieces; gathering them into the whole vector
-     * changes nothing the update reads (its own pieces stay as they are) */
-    if (r->zero1)
-        for (int c = 0; c < r->opts.chunks; c++)
-            shard_allgather_in_place(r->mesh->dp, &r->zero1[c].layout, r->chunks[c].rep.grads);
-    gather_whole(r, PP_GRADS, r->first_grads);
+    gather_whole_over_dp(r, PP_GRADS, r->first_grads);
 }
 
 static void pipeline_update(void *arg, int step) {
     (void)step;
     pipeline_rank *r = arg;
     trace_begin(r->mesh->pp, "optimizer");
-    r->adam_step++;
     for (int c = 0; c < r->opts.chunks; c++) {
-        replica *rep = &r->chunks[c].rep;
-        if (!r->zero1) {
-            replica_adamw(rep, &r->cfg->adamw);
-            continue;
-        }
-        const pipeline_zero1 *z = &r->zero1[c];
-        shard_adamw(&z->layout, rep->params, 1, rep->grads, 1, z->adam_m, z->adam_v,
-                    &r->cfg->adamw, r->adam_step);
-        shard_allgather_in_place(r->mesh->dp, &z->layout, rep->params);
+        dp_grads_optimizer_step(&r->dp[c], &r->cfg->adamw);
+        point_stage_at_step(r, c);
     }
     trace_end(r->mesh->pp);
 }
 
-/* Every chunk is a part: with ZeRO-1 each dp rank saves its pieces (the moments are
- * sharded), else dp rank 0's replica is saved. */
+/* Every chunk is a part: from ZeRO-1 on each dp rank saves its pieces, else dp rank 0's
+ * copy of the stage is saved. */
 static void pipeline_checkpoint_state(void *arg, ckpt_state *out) {
     pipeline_rank *r = arg;
     memset(out, 0, sizeof *out);
-    out->adam_steps[0] = &r->adam_step;
     for (int c = 0; c < r->opts.chunks && c < CKPT_MAX_PARTS; c++) {
-        replica *rep = &r->chunks[c].rep;
-        ckpt_part *p = &out->parts[out->count++];
-        *p = (ckpt_part){.shape = rep->shape, .params = rep->params, .adam_m = rep->adam_m,
-                         .adam_v = rep->adam_v, .writes = r->mesh->me.dp == 0};
-        if (r->zero1) {
-            p->layout = &r->zero1[c].layout;
-            p->adam_m = r->zero1[c].adam_m;
-            p->adam_v = r->zero1[c].adam_v;
-            p->moments_sharded = 1;
-        }
-        out->adam_steps[c + 1] = &rep->adam_step;
+        out->parts[out->count++] = dp_grads_checkpoint_part(&r->dp[c], r->mesh->me.dp == 0);
+        out->adam_steps[c] = &r->dp[c].adam_step;
     }
 }
 
@@ -216,7 +207,7 @@ train_strategy pipeline_strategy(pipeline_rank *r) {
 }
 
 double pipeline_gather_params(pipeline_rank *r, float *whole) {
-    return gather_whole(r, PP_PARAMS, whole);
+    return gather_whole_over_dp(r, PP_PARAMS, whole);
 }
 
 /* ---- what the formulas say --------------------------------------------------------------- */

@@ -5,20 +5,27 @@
  *          the schedule's op lists run: forwards, backwards, sends, receives
  *          the tied embedding's gradient is summed over the first and last stage
  *          with data parallelism: each stage's gradients summed over the dp group
- *          (ZeRO-1: reduce-scattered, each rank updating its piece, then all-gathered)
- *          AdamW on this rank's stages
+ *          by dp_grads.h (DDP buckets; ZeRO-1/2: reduce-scattered, each rank updating
+ *          its piece, then all-gathered; ZeRO-3: parameters gathered for the step)
+ *          AdamW on this rank's stages (on its pieces from ZeRO-1 on)
+ *
+ * ZeRO-3 here gathers a stage's parameters once per step, before its first micro-batch,
+ * and keeps them until the last backward has reduced its gradient: every micro-batch's
+ * forward and backward reads them, so gathering per micro-batch would send them 2m
+ * times instead of once. Between steps a rank holds shards alone; during a step, the
+ * stage's whole parameters and gradient, as ZeRO-1 would. Its dp bytes are then
+ * ZeRO-1's: one all-gather and one reduce-scatter of the stage slice per step.
  *
  * The mesh's TP size cuts every stage's blocks Megatron-style (their f and g run on
  * the tp group inside each pass); its DP size gives each pipeline 1/d of the batch. */
 #ifndef PIPELINE_H
 #define PIPELINE_H
 
-#include "grad_buckets.h"
+#include "dp_grads.h"
 #include "mesh.h"
 #include "pp_execute.h"
 #include "pp_schedule.h"
 #include "pp_stage.h"
-#include "shard.h"
 #include "train_loop.h"
 
 /* Negative controls for the tests: each leaves out one thing the strategy
@@ -29,6 +36,7 @@ typedef enum {
     PIPELINE_FAULT_SKIP_TIED_REDUCE,  /* the tied embedding's two gradients not summed */
     PIPELINE_FAULT_SKIP_DP_REDUCE,    /* each replica keeps its own gradient */
     PIPELINE_FAULT_DROP_F_BACKWARD,   /* TP: f's backward all-reduce left out */
+    PIPELINE_FAULT_SKIP_DP_PARAM_GATHER,   /* ZeRO-1/2: updated pieces not all-gathered */
 } pipeline_fault;
 
 typedef struct {
@@ -36,16 +44,9 @@ typedef struct {
     int micro;                /* micro-batches per step (per pipeline) */
     int chunks;               /* v: model chunks per rank (interleaved), else 1 */
     double stage_seconds;     /* the compute model (pp_execute.h); 0: off */
-    int zero_stage;           /* 1: ZeRO-1 across the dp group (Adam moments sharded) */
+    int zero_stage;           /* ZeRO across the dp group (dp_grads.h): 0 DDP .. 3 FSDP */
     pipeline_fault fault;
 } pipeline_options;
-
-/* ZeRO-1 of one stage over the dp group: its gradient reduce-scattered into pieces,
- * AdamW on this rank's piece with moments of that size, the parameters all-gathered. */
-typedef struct {
-    shard_layout layout;
-    float *adam_m, *adam_v;   /* layout.shard_len each */
-} pipeline_zero1;
 
 typedef struct {
     const run_config *cfg;
@@ -54,9 +55,7 @@ typedef struct {
     pp_schedule *schedule;
     pp_stage *chunks;         /* [v] */
     pp_executor exec;
-    grad_buckets **dp;        /* [v]: each stage's gradient reduction, NULL without DP */
-    pipeline_zero1 *zero1;    /* [v]: instead, with --zero 1 and DP */
-    int adam_step;
+    dp_grads *dp;             /* [v]: each stage's state, reduction and AdamW over dp */
     comm *metrics;            /* the bubble's own numbers, apart from the pp traffic */
     float *first_grads;       /* step 1's gradients, whole model, on world rank 0 */
     double *busy, *finish;    /* [steps]: this rank's compute and finish, per step */
@@ -93,7 +92,9 @@ void pipeline_measure(pipeline_rank *r, pipeline_measures *pm);
  *   tp         per block and micro-batch 2 all-reduces forward and 2 backward of b s h
  *              (+ the vocab-parallel embedding, the head's f, the loss's 3 b s numbers)
  *   pp         b s h per micro-batch and boundary, activations forward, gradients back
- *   dp         the stage's gradient slice, 2 (d-1)/d x its bytes (ZeRO-1: the same)
+ *   dp         the stage slice's P floats, 2 (d-1)/d P x 4 B at every ZeRO stage: DDP's
+ *              all-reduce, or ZeRO-1/2's reduce-scatter and all-gather, or ZeRO-3's
+ *              all-gather (once per step) and reduce-scatter
  *   embedding  the tied embedding's gradient between the first and last stage */
 typedef enum {
     PIPELINE_TP, PIPELINE_PP, PIPELINE_DP, PIPELINE_EMBEDDING, PIPELINE_GROUP_KINDS

@@ -13,12 +13,13 @@ enum { TAG_ACTIVATION = 1, TAG_GRADIENT = 2 };
 
 void pp_stage_init(pp_stage *st, comm *pp, const gpt_shape *whole, int stage, int stages,
                    int micro_batch, int T, int max_in_flight, uint64_t seed,
-                   const gpt_model_options *model_opts, int with_optimizer) {
+                   const gpt_model_options *model_opts, int owns_state) {
     *st = (pp_stage){.stage = stage, .stages = stages, .shape = *whole, .pp = pp,
-                     .micro_batch = micro_batch, .T = T};
+                     .micro_batch = micro_batch, .T = T, .owns_state = owns_state};
     gpt_shape_split_stages(&st->shape, stages, stage);
     st->boundary_numel = (size_t)micro_batch * T * whole->cfg.dim;
-    replica_init(&st->rep, &st->shape, seed, with_optimizer);
+    if (owns_state) replica_init(&st->rep, &st->shape, seed, 1);
+    else st->rep = (replica){.shape = st->shape, .num_params = gpt_num_params(&st->shape)};
     gpt_model_options opts = model_opts ? *model_opts : (gpt_model_options){0};
     opts.max_slots = max_in_flight;
     st->model = gpt_model_create(&st->shape, micro_batch, T, &opts);
@@ -26,7 +27,7 @@ void pp_stage_init(pp_stage *st, comm *pp, const gpt_shape *whole, int stage, in
 
 void pp_stage_free(pp_stage *st) {
     gpt_model_free(st->model);
-    replica_free(&st->rep);
+    if (st->owns_state) replica_free(&st->rep);
     st->model = NULL;
 }
 

@@ -27,6 +27,7 @@ typedef struct {
     int stage, stages;     /* virtual stage and how many (v x p) */
     gpt_shape shape;       /* this stage's blocks (and TP slice) */
     replica rep;           /* the stage's parameters, gradients, AdamW moments */
+    int owns_state;        /* rep's vectors are the stage's own (else a view) */
     gpt_model *model;      /* activations: one slot per micro-batch in flight */
     comm *pp;              /* pipeline group: virtual stage k is rank k % size */
     int micro_batch, T;    /* sequences per micro-batch, tokens per sequence */
@@ -36,11 +37,13 @@ typedef struct {
 
 /* Makes virtual stage `stage` of `stages` over the pipeline group pp: blocks split as
  * gpt_shape_split_stages does, from `whole` (the model, possibly a TP slice).
- * max_in_flight: micro-batch slots to allow. model_opts may be NULL. with_optimizer:
- * whole AdamW moments in rep (0 when a sharded optimizer keeps them). */
+ * max_in_flight: micro-batch slots to allow. model_opts may be NULL. owns_state: rep
+ * is the stage's own replica (parameters, gradients, AdamW moments); 0: rep holds the
+ * shape alone, and its owner (the pipeline's dp_grads.h) points rep.params and
+ * rep.grads at the step's whole vectors. */
 void pp_stage_init(pp_stage *st, comm *pp, const gpt_shape *whole, int stage, int stages,
                    int micro_batch, int T, int max_in_flight, uint64_t seed,
-                   const gpt_model_options *model_opts, int with_optimizer);
+                   const gpt_model_options *model_opts, int owns_state);
 void pp_stage_free(pp_stage *st);
 
 int pp_stage_is_first(const pp_stage *st);

@@ -1,5 +1,6 @@
 /* ZeRO's training step at stages 0, 1 and 2, and stage 3 through fsdp.h, on the state
- * of zero_state.h:
+ * of zero_state.h (its reductions and update are dp_grads.h's, which the pipeline
+ * uses too):
  *
  *   stage 0   backward, then the gradient all-reduced (DDP's buckets, one bucket)
  *   stage 1   backward, then a reduce-scatter per slab: each rank gets its piece
@@ -13,11 +14,8 @@
 
 /* Forward and backward on the micro-batch loaded into z->model, and the stage's
  * gradient reduction: on return the reduced gradient of this rank's part is in
- * z->grads. Returns this rank's mean loss. */
+ * z->dp.grads. Returns this rank's mean loss. */
 float zero_forward_backward(zero_rank *z, float dloss);
-/* Stages 0 and 1, for a caller that ran backward itself (a pipeline stage's
- * micro-batches): reduces the whole gradient vector as the stage does. */
-void zero_reduce_grads(zero_rank *z);
 /* AdamW on the part this rank updates, then (stages 1, 2) the parameter all-gather. */
 void zero_optimizer_step(zero_rank *z, const adamw_config *cfg);
 

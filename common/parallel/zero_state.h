@@ -16,18 +16,15 @@
 #define ZERO_STATE_H
 
 #include "checkpoint.h"
-#include "comm.h"
-#include "grad_buckets.h"
+#include "dp_grads.h"
 #include "model.h"
-#include "ops.h"
-#include "shard.h"
 
 /* Negative controls for the tests: each leaves out one step of the algorithm, and the
  * comparison with the baseline must then fail. */
 typedef enum {
-    ZERO_FAULT_NONE,
-    ZERO_FAULT_SKIP_PARAM_ALLGATHER,   /* stages 1-2: others' pieces stay stale */
-    ZERO_FAULT_SKIP_GRAD_REDUCE,       /* every stage: each rank keeps its own gradient */
+    ZERO_FAULT_NONE = DP_FAULT_NONE,
+    ZERO_FAULT_SKIP_PARAM_ALLGATHER = DP_FAULT_SKIP_PARAM_ALLGATHER,   /* stages 1-2 */
+    ZERO_FAULT_SKIP_GRAD_REDUCE = DP_FAULT_SKIP_GRAD_REDUCE,   /* every stage */
 } zero_fault;
 
 typedef struct {
@@ -37,18 +34,13 @@ typedef struct {
     zero_fault fault;
 } zero_options;
 
+/* The whole model data-parallel over a group: its state and reductions are dp_grads'
+ * (stage = zero), stage 0 with DDP's all-reduce in one bucket. */
 typedef struct {
-    comm *group;    /* the data-parallel group the state is sharded over */
+    dp_grads dp;     /* params, grads, Adam moments, each whole or this rank's shard */
     gpt_shape shape;
     zero_options opts;
-    shard_layout layout;
     gpt_model *model;
-    grad_buckets *buckets;   /* stage 0: DDP's all-reduce, one bucket */
-    /* Each vector is either whole (num_params elements, slab-ordered like the model)
-     * or this rank's shard (layout.shard_len elements); see the table above. */
-    float *params, *grads, *adam_m, *adam_v;
-    int params_whole, grads_whole, optimizer_whole;
-    int adam_step;
 } zero_rank;
 
 /* Allocates what the stage stores (tagged params, grads, optimizer) and initialises
@@ -65,14 +57,5 @@ void zero_gather_params(zero_rank *z, float *host);
 /* The state as one checkpoint part (checkpoint.h): each rank saves its pieces of
  * every vector, whole or not. */
 void zero_checkpoint_state(zero_rank *z, ckpt_state *out);
-
-/* Pieces the stages share. */
-/* Where this rank's piece of a slab lives in a whole vector or in a shard. */
-float *zero_piece(const zero_rank *z, float *vector, int is_whole, int slab);
-/* A zeroed full-size gradient buffer for one slab, tagged grads. */
-float *zero_slab_grad_alloc(zero_rank *z, int slab);
-/* Reduce-scatters a slab's full gradient into this rank's gradient shard and frees
- * the full buffer: after this, the rank holds only its piece of that slab. */
-void zero_reduce_into_shard(zero_rank *z, int slab, float *slab_grad);
 
 #endif

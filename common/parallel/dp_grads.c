@@ -1,0 +1,214 @@
+#include "dp_grads.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+
+static float *device_floats(mem_tag tag, size_t n) {
+    return mem_alloc_on(MEM_DEVICE, tag, n * sizeof(float));
+}
+
+float *dp_grads_piece(const dp_grads *g, float *vector, int is_whole, int slab) {
+    const shard_layout *l = &g->layout;
+    return vector + (is_whole ? shard_piece_begin(l, slab) : l->shard_pos[slab]);
+}
+
+/* A whole vector is computed here in full; a shard only in this rank's pieces:
+ * gpt_init_params gives any index range bit-identical to the whole model's values, so
+ * no rank needs another's. */
+static void init_params(dp_grads *g, uint64_t seed) {
+    const shard_layout *l = &g->layout;
+    if (g->params_whole) {
+        float *host = malloc((l->num_params + 1) * sizeof(float));
+        if (!host) abort();
+        gpt_init_params(&g->shape, seed, 0, l->num_params, host);
+        ops_upload(g->params, host, l->num_params * sizeof(float));
+        free(host);
+        return;
+    }
+    float *host = malloc((l->shard_len + 1) * sizeof(float));
+    if (!host) abort();
+    for (int slab = 0; slab < l->num_slabs; slab++) {
+        size_t begin = shard_piece_begin(l, slab);
+        gpt_init_params(&g->shape, seed, begin, begin + l->piece_len[slab],
+                        host + l->shard_pos[slab]);
+    }
+    ops_upload(g->params, host, l->shard_len * sizeof(float));
+    free(host);
+}
+
+static size_t or_one_bucket(size_t bytes) { return bytes ? bytes : SIZE_MAX; }
+
+void dp_grads_init(dp_grads *g, comm *group, const gpt_shape *part, uint64_t seed,
+                   const dp_grads_options *opts) {
+    memset(g, 0, sizeof *g);
+    g->group = group;
+    g->zero = opts->zero;
+    g->fault = opts->fault;
+    g->shape = *part;
+    shard_layout_init(&g->layout, part, comm_size(group), comm_rank(group));
+    const size_t P = g->layout.num_params, shard = g->layout.shard_len;
+    g->params_whole = g->zero <= 2;
+    g->grads_whole = g->zero <= 1;
+    g->optimizer_whole = g->zero == 0;
+    g->params = device_floats(MEM_PARAMS, g->params_whole ? P : shard);
+    g->grads = device_floats(MEM_GRADS, g->grads_whole ? P : shard);
+    g->adam_m = device_floats(MEM_OPTIMIZER, g->optimizer_whole ? P : shard);
+    g->adam_v = device_floats(MEM_OPTIMIZER, g->optimizer_whole ? P : shard);
+    init_params(g, seed);
+    if (g->zero == 0 && !(opts->quiet_alone && comm_size(group) == 1))
+        g->buckets = grad_buckets_create(group, part, g->grads,
+                                         or_one_bucket(opts->first_bucket_bytes),
+                                         or_one_bucket(opts->bucket_bytes), COMM_F32);
+}
+
+void dp_grads_free(dp_grads *g) {
+    grad_buckets_free(g->buckets);
+    mem_free(g->step_params);
+    mem_free(g->step_grads);
+    mem_free(g->params);
+    mem_free(g->grads);
+    mem_free(g->adam_m);
+    mem_free(g->adam_v);
+    shard_layout_free(&g->layout);
+    memset(g, 0, sizeof *g);
+}
+
+/* ---- whole gradients ------------------------------------------------------------- */
+
+/* Every rank's pieces of a sharded vector into a whole one, slab by slab. */
+static void allgather_shard(dp_grads *g, const float *shard, float *whole) {
+    const shard_layout *l = &g->layout;
+    for (int slab = 0; slab < l->num_slabs; slab++)
+        comm_allgather(g->group, shard + l->shard_pos[slab], whole + l->slab_offset[slab],
+                       l->slab_numel[slab], COMM_F32);
+}
+
+void dp_grads_step_begin(dp_grads *g) {
+    const size_t P = g->layout.num_params;
+    if (g->zero == 3 && !g->step_params) {
+        g->step_params = device_floats(MEM_PARAMS, P);
+        allgather_shard(g, g->params, g->step_params);
+    }
+    if (!g->grads_whole && !g->step_grads) g->step_grads = device_floats(MEM_GRADS, P);
+    vec_zero(dp_grads_whole_grads(g), P);
+}
+
+float *dp_grads_whole_params(const dp_grads *g) {
+    return g->params_whole ? g->params : g->step_params;
+}
+
+float *dp_grads_whole_grads(const dp_grads *g) {
+    return g->grads_whole ? g->grads : g->step_grads;
+}
+
+void dp_grads_after_backward(dp_grads *g) {
+    const shard_layout *l = &g->layout;
+    if (g->zero >= 2) {
+        for (int slab = l->num_slabs - 1; slab >= 0; slab--)
+            dp_grads_reduce_slab(g, slab, g->step_grads + l->slab_offset[slab]);
+        mem_free(g->step_grads);   /* the rank keeps its shard of the gradient alone */
+        g->step_grads = NULL;
+        mem_free(g->step_params);  /* zero 3: gathered again for the next step */
+        g->step_params = NULL;
+        return;
+    }
+    if (g->fault == DP_FAULT_SKIP_GRAD_REDUCE) return;
+    if (g->zero == 0) {
+        if (!g->buckets) return;   /* quiet alone: already the sum */
+        /* plain DDP: every rank gets the whole summed gradient */
+        for (int slab = l->num_slabs - 1; slab >= 0; slab--)
+            grad_buckets_slab_ready(g->buckets, slab);
+        grad_buckets_wait(g->buckets);
+        return;
+    }
+    /* ZeRO-1 needs the summed gradient only where it updates: a reduce-scatter (half of
+     * an all-reduce) leaves it in place, in this rank's piece of every slab. The rest of
+     * the buffer keeps this rank's own unreduced gradients, which nothing reads. */
+    shard_reduce_scatter_in_place(g->group, l, g->grads);
+}
+
+/* ---- per slab ------------------------------------------------------------------------ */
+
+float *dp_grads_slab_grad_alloc(dp_grads *g, int slab) {
+    return device_floats(MEM_GRADS, g->layout.slab_numel[slab]);
+}
+
+/* Reduce-scatters into the shard; buffers inside the step's whole gradient are freed
+ * with it, lone slab buffers here. */
+static void reduce_into_shard(dp_grads *g, int slab, const float *slab_grad) {
+    const shard_layout *l = &g->layout;
+    float *piece = g->grads + l->shard_pos[slab];
+    if (g->fault == DP_FAULT_SKIP_GRAD_REDUCE)
+        vec_copy(piece, slab_grad + l->piece_offset[slab], l->piece_len[slab]);
+    else
+        comm_reduce_scatter(g->group, slab_grad, piece, l->slab_numel[slab], COMM_F32,
+                            COMM_SUM);
+}
+
+void dp_grads_reduce_slab(dp_grads *g, int slab, float *slab_grad) {
+    reduce_into_shard(g, slab, slab_grad);
+    const float *step = g->step_grads;
+    if (!step || slab_grad < step || slab_grad >= step + g->layout.num_params)
+        mem_free(slab_grad);
+}
+
+void dp_grads_optimizer_step(dp_grads *g, const adamw_config *cfg) {
+    const shard_layout *l = &g->layout;
+    g->adam_step++;
+    if (g->optimizer_whole)
+        adamw_update(g->params, g->grads, g->adam_m, g->adam_v, l->num_params, cfg,
+                     g->adam_step);
+    else
+        shard_adamw(l, g->params, g->params_whole, g->grads, g->grads_whole, g->adam_m,
+                    g->adam_v, cfg, g->adam_step);
+    /* Zero 1 and 2 keep whole parameters for the next forward: every rank sends its
+     * updated piece to all the others. */
+    if ((g->zero == 1 || g->zero == 2) && g->fault != DP_FAULT_SKIP_PARAM_ALLGATHER)
+        shard_allgather_in_place(g->group, l, g->params);
+}
+
+/* ---- checking and saving --------------------------------------------------------------- */
+
+float *dp_grads_gather_whole(dp_grads *g, dp_vector which) {
+    const int whole = which == DP_PARAMS ? g->params_whole : g->grads_whole;
+    float *vector = which == DP_PARAMS ? g->params : g->grads;
+    if (whole) {
+        /* zero 1's gradient: the other pieces hold this rank's partial sums */
+        if (which == DP_GRADS && g->zero == 1)
+            shard_allgather_in_place(g->group, &g->layout, vector);
+        return vector;
+    }
+    float *out = device_floats(MEM_OTHER, g->layout.num_params);
+    allgather_shard(g, vector, out);
+    return out;
+}
+
+void dp_grads_whole_free(dp_grads *g, float *whole) {
+    if (whole != g->params && whole != g->grads) mem_free(whole);
+}
+
+ckpt_part dp_grads_checkpoint_part(dp_grads *g, int writes) {
+    ckpt_part p = {.shape = g->shape, .params = g->params, .adam_m = g->adam_m,
+                   .adam_v = g->adam_v, .writes = writes};
+    if (g->zero >= 1) {
+        p.layout = &g->layout;
+        p.params_sharded = !g->params_whole;
+        p.moments_sharded = !g->optimizer_whole;
+    }
+    return p;
+}
+
+void dp_grads_state_bytes(const gpt_shape *part, int zero, int dp, int dp_rank,
+                          double bytes[3]) {
+    shard_layout l;
+    shard_layout_init(&l, part, dp, dp_rank);
+    const double whole = (double)l.num_params, shard = (double)l.shard_len;
+    const double f32 = sizeof(float);
+    bytes[0] = f32 * (zero >= 3 ? shard : whole);
+    bytes[1] = f32 * (zero >= 2 ? shard : whole);
+    bytes[2] = 2 * f32 * (zero >= 1 ? shard : whole);
+    shard_layout_free(&l);
+}

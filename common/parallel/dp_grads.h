@@ -1,0 +1,112 @@
+/* The data-parallel side of one part of the model over a dp group: what each rank
+ * stores, how the gradient is reduced after backward and how AdamW updates it. A part
+ * is a gpt_shape: the whole model, a TP slice, a pipeline stage or a stage's TP slice,
+ * so each dp group shards its own stage's TP slice. Plain ZeRO (zero.h, fsdp.h) and
+ * the pipeline's data parallelism (pipeline.h: PP x DP and 3D) both run on it.
+ *
+ *   zero  params  grads  Adam    after backward                after AdamW
+ *   0     whole   whole  whole   all-reduce (DDP's buckets)    -
+ *   1     whole   whole  shard   reduce-scatter per slab       all-gather params
+ *   2     whole   shard  shard   reduce-scatter per slab       all-gather params
+ *   3     shard   shard  shard   reduce-scatter per slab       - (gathered when used)
+ *
+ * "none" is zero 0 on a group of one rank with quiet_alone: nothing communicated.
+ *
+ * Gradients come in one of two ways:
+ *   whole     the caller back-propagates (one micro-batch or many) into the vector of
+ *             dp_grads_step_begin, then dp_grads_after_backward reduces it. At zero 2
+ *             and 3 that whole vector lives only from step_begin to after_backward,
+ *             and at zero 3 step_begin also all-gathers the whole parameters for the
+ *             step (freed with the gradient): between steps a rank holds shards alone.
+ *   per slab  plain ZeRO-2/3 reduce each slab's gradient the moment backward finishes
+ *             it (dp_grads_reduce_slab) and never hold a whole gradient; FSDP gathers
+ *             parameters slab by slab itself (fsdp.c), with prefetch. */
+#ifndef DP_GRADS_H
+#define DP_GRADS_H
+
+#include "checkpoint.h"
+#include "comm.h"
+#include "grad_buckets.h"
+#include "model.h"
+#include "ops.h"
+#include "shard.h"
+
+/* Negative controls for the tests: each leaves out one step, and the comparison with
+ * the baseline must then fail. */
+typedef enum {
+    DP_FAULT_NONE,
+    DP_FAULT_SKIP_PARAM_ALLGATHER,   /* zero 1-2: others' pieces stay stale */
+    DP_FAULT_SKIP_GRAD_REDUCE,       /* every zero: each rank keeps its own gradient */
+} dp_fault;
+
+typedef struct {
+    int zero;                    /* 0 (DDP), 1, 2, 3 (FSDP) */
+    size_t first_bucket_bytes;   /* zero 0: DDP's bucket caps (0: one bucket) */
+    size_t bucket_bytes;
+    int quiet_alone;             /* a group of one rank calls no collective (else zero 0
+                                    all-reduces on it as on any group) */
+    dp_fault fault;
+} dp_grads_options;
+
+typedef struct {
+    comm *group;         /* the data-parallel group */
+    int zero;            /* 0 .. 3, as asked */
+    dp_fault fault;
+    gpt_shape shape;     /* the part */
+    shard_layout layout; /* its slabs cut over the group */
+    grad_buckets *buckets;   /* zero 0, unless quiet alone */
+    /* At rest: whole (layout.num_params) or this rank's shard (layout.shard_len). */
+    float *params, *grads, *adam_m, *adam_v;
+    int params_whole, grads_whole, optimizer_whole;
+    /* zero 3 / zero 2-3: the whole vectors of a step in progress, else NULL */
+    float *step_params, *step_grads;
+    int adam_step;
+} dp_grads;
+
+/* Allocates what the stage stores (tagged params, grads, optimizer) and initialises
+ * the parameters this rank holds from the seed, bit for bit the whole model's values
+ * there (a shard: its pieces alone). Nothing is communicated. */
+void dp_grads_init(dp_grads *g, comm *group, const gpt_shape *part, uint64_t seed,
+                   const dp_grads_options *opts);
+void dp_grads_free(dp_grads *g);
+
+/* ---- whole gradients ------------------------------------------------------------- */
+/* Opens a step: the whole gradient vector zeroed (allocated at zero 2-3) and, at zero
+ * 3, the whole parameters all-gathered. */
+void dp_grads_step_begin(dp_grads *g);
+/* The step's whole vectors: what forward reads and backward accumulates into. */
+float *dp_grads_whole_params(const dp_grads *g);
+float *dp_grads_whole_grads(const dp_grads *g);
+/* Reduces the whole gradient over the group: on return the summed gradient of this
+ * rank's part is in g->grads (zero 1: in its pieces); zero 2-3 free the step's whole
+ * vectors. */
+void dp_grads_after_backward(dp_grads *g);
+
+/* ---- per slab (zero 2-3) ----------------------------------------------------------- */
+/* A zeroed full-size gradient buffer for one slab, tagged grads. */
+float *dp_grads_slab_grad_alloc(dp_grads *g, int slab);
+/* Reduce-scatters a slab's gradient into this rank's shard and frees the buffer. */
+void dp_grads_reduce_slab(dp_grads *g, int slab, float *slab_grad);
+/* Where this rank's piece of a slab lives in a whole vector or in a shard. */
+float *dp_grads_piece(const dp_grads *g, float *vector, int is_whole, int slab);
+
+/* AdamW on the part this rank updates, then (zero 1, 2) the parameter all-gather. */
+void dp_grads_optimizer_step(dp_grads *g, const adamw_config *cfg);
+
+/* ---- checking and saving ------------------------------------------------------------- */
+typedef enum { DP_PARAMS, DP_GRADS } dp_vector;
+/* Collective: the whole reduced gradient or parameter vector on the device; a
+ * temporary (tagged other) where the rank holds a shard, given back by
+ * dp_grads_whole_free. Parameters at zero 1-2: the rank's own copy, as it trains on. */
+float *dp_grads_gather_whole(dp_grads *g, dp_vector which);
+void dp_grads_whole_free(dp_grads *g, float *whole);
+/* The part as a checkpoint part: from zero 1 on each rank saves its pieces (layout
+ * set), at zero 0 the rank saves the whole part when `writes`. */
+ckpt_part dp_grads_checkpoint_part(dp_grads *g, int writes);
+
+/* Bytes rank dp_rank of dp stores of the part at rest, as dp_grads_init allocates
+ * them: [0] params, [1] grads, [2] Adam m and v (4 B each element). */
+void dp_grads_state_bytes(const gpt_shape *part, int zero, int dp, int dp_rank,
+                          double bytes[3]);
+
+#endif
