@@ -32,10 +32,11 @@ typedef enum { COMM_SUM, COMM_AVG, COMM_MAX } comm_op;
 
 /* Element types on the wire. Reductions of the 16- and 8-bit types are carried out
  * in fp32 and rounded back (as NCCL does), so compressed gradients really send 2 or
- * 1 bytes per element. */
-typedef enum { COMM_F32, COMM_BF16, COMM_F16, COMM_F8E4M3 } comm_dtype;
+ * 1 bytes per element. f64 is reduced in double: for sums and counters that fp32
+ * would round (losses, norms, step times). COMM_NDTYPES counts the types. */
+typedef enum { COMM_F32, COMM_BF16, COMM_F16, COMM_F8E4M3, COMM_F64, COMM_NDTYPES } comm_dtype;
 size_t comm_dtype_size(comm_dtype dt);
-const char *comm_dtype_name(comm_dtype dt);     /* "f32", "bf16", "f16", "f8e4m3" */
+const char *comm_dtype_name(comm_dtype dt);     /* "f32", "bf16", "f16", "f8e4m3", "f64" */
 
 /* Conversions used on the wire (also handy for compressing gradients by hand). All
  * round to nearest, ties to even; fp16 overflows to infinity; e4m3 (OCP "FN": no

@@ -19,7 +19,7 @@ static comm_call make_call(int kind, const void *send, void *recv, size_t count,
 
 static void check_call(comm *c, const comm_call *call) {
     const char *name = comm_kind_name((comm_kind)call->kind);
-    if (call->dt < COMM_F32 || call->dt > COMM_F8E4M3)
+    if (call->dt < COMM_F32 || call->dt >= COMM_NDTYPES)
         comm_fail(c, "comm_%s on '%s': unknown dtype %d", name, c->name, call->dt);
     if (call->kind != COMM_KIND_ALLGATHER && call->kind != COMM_KIND_BROADCAST &&
         call->kind != COMM_KIND_BARRIER && (call->op < COMM_SUM || call->op > COMM_MAX))
@@ -129,7 +129,7 @@ comm_request *comm_allgather_start(comm *c, const void *send, void *recv, size_t
 static void point_to_point(comm *c, comm_call call, int tag) {
     int is_recv = call.op;
     const char *name = is_recv ? "comm_recv" : "comm_send";
-    if (call.dt < COMM_F32 || call.dt > COMM_F8E4M3)
+    if (call.dt < COMM_F32 || call.dt >= COMM_NDTYPES)
         comm_fail(c, "%s on '%s': unknown dtype %d", name, c->name, call.dt);
     if (call.root < 0 || call.root >= c->size)
         comm_fail(c, "%s on '%s': peer %d out of range (the group has %d ranks)", name,

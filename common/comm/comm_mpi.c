@@ -99,10 +99,16 @@ static void init_once(void) {
 
 /* ---- helpers --------------------------------------------------------------------- */
 static MPI_Datatype type_of(int dt) {
-    return dt == COMM_F32 ? MPI_FLOAT : dt == COMM_F8E4M3 ? MPI_UINT8_T : MPI_UINT16_T;
+    switch (dt) {
+    case COMM_F32: return MPI_FLOAT;
+    case COMM_F64: return MPI_DOUBLE;
+    case COMM_F8E4M3: return MPI_UINT8_T;
+    default: return MPI_UINT16_T;
+    }
 }
+/* fp32 and f64 reduce with MPI's own ops; the narrow types with ours (wire_ops). */
 static MPI_Op op_of(int dt, int op) {
-    if (dt == COMM_F32) return op == COMM_MAX ? MPI_MAX : MPI_SUM;
+    if (dt == COMM_F32 || dt == COMM_F64) return op == COMM_MAX ? MPI_MAX : MPI_SUM;
     return wire_ops[dt][op == COMM_MAX];
 }
 static void check_mpi(comm *c, int err, const char *what) {
