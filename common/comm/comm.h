@@ -165,11 +165,20 @@ mem_stats *comm_mem_stats(comm *c);
 typedef int (*rank_main_fn)(comm *world, void *args);
 
 /* The modelled wire (threads backend): every chunk a rank copies from a peer takes at
- * least latency + bytes / bandwidth of wall time, both multiplied by link_scale.
- *   LINK_NVLINK    900 GB/s,               2 us
- *   LINK_IB        400 Gb/s  =  50 GB/s,   5 us
- *   LINK_ETHERNET   25 Gb/s  = 3.125 GB/s, 30 us   (GB = 1e9 bytes) */
+ * least latency + bytes / bandwidth of wall time, both multiplied by link_scale; the
+ * figures are comm_link_spec's (NVLink 900 GB/s and 2 us, IB 50 GB/s and 5 us,
+ * Ethernet 3.125 GB/s and 30 us). */
 typedef enum { LINK_NONE, LINK_NVLINK, LINK_IB, LINK_ETHERNET } comm_link;
+
+/* A link's figures, written once (comm_job.c): the threads backend's model, the
+ * planners and the chapters' tables all read them. LINK_NONE: bandwidth 0 (no model). */
+typedef struct {
+    const char *name;      /* the --link value: "nvlink" */
+    const char *title;     /* for tables: "NVLink 900 GB/s" */
+    double bandwidth;      /* bytes per second */
+    double latency;        /* seconds per message */
+} comm_link_figures;
+comm_link_figures comm_link_spec(comm_link link);
 
 /* What comm_send waits for on the threads backend (see comm_send). MPI and NCCL keep
  * their own: MPI buffers, NCCL's send is a rendezvous. */

@@ -83,12 +83,21 @@ const char *comm_name(const comm *c) { return c->name; }
 int comm_bytes_are_modelled(const comm *c) { return c->backend->bytes_modelled; }
 mem_stats *comm_mem_stats(comm *c) { return &c->rs->mem; }
 
+/* H100 NVLink 4.0, 400 Gb/s InfiniBand, 25 Gb/s Ethernet (GB = 1e9 bytes). */
+comm_link_figures comm_link_spec(comm_link link) {
+    static const comm_link_figures links[] = {
+        {"none", "no link model", 0, 0},
+        {"nvlink", "NVLink 900 GB/s", 900e9, 2e-6},
+        {"ib", "IB 400 Gb/s", 50e9, 5e-6},
+        {"ethernet", "Ethernet 25 Gb/s", 3.125e9, 30e-6},
+    };
+    return (link > LINK_NONE && link <= LINK_ETHERNET) ? links[link] : links[LINK_NONE];
+}
+
 double comm_link_seconds(const comm_job *job, size_t bytes) {
-    static const double bandwidth[] = {0, 900e9, 50e9, 3.125e9};
-    static const double latency[] = {0, 2e-6, 5e-6, 30e-6};
-    comm_link link = job->opts.link;
-    if (link <= LINK_NONE || link > LINK_ETHERNET) return 0;
-    return job->opts.link_scale * (latency[link] + (double)bytes / bandwidth[link]);
+    const comm_link_figures link = comm_link_spec(job->opts.link);
+    if (link.bandwidth <= 0) return 0;
+    return job->opts.link_scale * (link.latency + (double)bytes / link.bandwidth);
 }
 
 void comm_free(comm *c) {
