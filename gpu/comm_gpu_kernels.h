@@ -1,6 +1,6 @@
 /* Reduction kernels of the host-side backends on CUDA ranks (gpu/comm_gpu_kernels.cu),
  * called by gpu/comm_gpu.c. dt and op are comm_dtype and comm_op values; the results
- * are bit-identical to comm_reduce_buffers and comm_divide_buffer (common/comm.c):
+ * are bit-identical to comm_reduce_buffers and comm_divide_buffer (common/comm/comm_codec.c):
  * 16- and 8-bit types are widened to fp32, combined and rounded back the same way. */
 #ifndef COMM_GPU_KERNELS_H
 #define COMM_GPU_KERNELS_H

@@ -72,6 +72,7 @@ static ncclDataType_t nccl_type(int dt) {
     case COMM_BF16: return ncclBfloat16;
     case COMM_F16: return ncclFloat16;
     case COMM_F8E4M3: return ncclFloat8e4m3;
+    case COMM_F64: return ncclFloat64;
     default: return ncclFloat32;
     }
 }

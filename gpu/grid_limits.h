@@ -1,8 +1,8 @@
-/* The launch shape of the column sums (ops_cuda.cu), where a grid dimension meets the
- * hardware's limit: gridDim.y may not exceed 65535, and one chunk of 128 rows per block
- * row passes it at 8.4M rows. Block row y then takes chunks y, y + grid_y, y + 2 grid_y
- * ... in that order, so the sums still depend only on the shape. C and CUDA C++, host
- * code, checked on any machine by tests/test_gpu_host.c. */
+/* The launch shape of the column sums (ops_cuda_kernels.cu), where a grid dimension
+ * meets the hardware's limit: gridDim.y may not exceed 65535, and one chunk of 128 rows
+ * per block row passes it at 8.4M rows. Block row y then takes chunks y, y + grid_y,
+ * y + 2 grid_y ... in that order, so the sums still depend only on the shape. C and
+ * CUDA C++, host code, checked on any machine by tests/test_gpu_host.c. */
 #ifndef GRID_LIMITS_H
 #define GRID_LIMITS_H
 #include <stddef.h>

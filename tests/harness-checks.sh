@@ -63,7 +63,7 @@ expect_make() {
 # SAN=undefined is UBSan alone: compiled and linked with it, and no AddressSanitizer
 ubsan=build/cpu-undefined
 expect_make "SAN=undefined compiles with -fsanitize=undefined" \
-    '-fsanitize=undefined .*-c common/base/alloc.c' 0 SAN=undefined $ubsan/obj/common/base/alloc.o
+    '-fsanitize=undefined .*-c common/tensor/alloc.c' 0 SAN=undefined $ubsan/obj/common/tensor/alloc.o
 expect_make "SAN=undefined links with -fsanitize=undefined" \
     "-o $ubsan/baseline .*-fsanitize=undefined" 0 SAN=undefined $ubsan/baseline
 if make -n -B MPI= GPU= DEBUG= O= SAN=undefined $ubsan/baseline 2>&1 | grep -q -- '-fsanitize=address'; then

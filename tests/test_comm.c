@@ -308,6 +308,47 @@ START_TEST(test_doubling_order_negative) {
 }
 END_TEST
 
+/* ---- COMM_F64: every collective exactly, on every algorithm (tests/comm_f64.c) ---- */
+int comm_check_f64(comm *c, size_t count, const char *label);
+double comm_f64_sum_through(comm *c, size_t count, comm_dtype wire);
+
+static int f64_main(comm *world, void *arg) {
+    const collectives_args *a = arg;
+    return comm_check_f64(world, a->count, a->label) ? 1 : 0;
+}
+
+START_TEST(test_f64) {
+    static const size_t counts[] = {0, 7, 1000003};
+    for (int order = 0; order < 3; order++)
+        for (size_t c = 0; c < 3; c++) {
+            comm_options o = options(_i);
+            o.allreduce = algo_of_order[order];
+            collectives_args a = {counts[c], order, algo_labels[order]};
+            ck_assert_int_eq(launch_threads(&o, f64_main, &a), 0);
+        }
+}
+END_TEST
+
+/* Negative control: the same doubles sent as fp32 lose their low bits, and the check
+ * that passes f64 at tolerance 0 sees it. */
+static int f64_through_main(comm *world, void *arg) {
+    double *diffs = arg;
+    diffs[0] = comm_f64_sum_through(world, 1000, COMM_F64);
+    diffs[1] = comm_f64_sum_through(world, 1000, COMM_F32);
+    return 0;
+}
+
+START_TEST(test_f64_negative) {
+    double diffs[2] = {-1, -1};
+    comm_options o = options(4);
+    ck_assert_int_eq(launch_threads(&o, f64_through_main, diffs), 0);
+    printf("f64 all-reduce sum: largest |diff| %g as f64, %g as fp32 (negative control: "
+           "must be > 0)\n", diffs[0], diffs[1]);
+    ck_assert(diffs[0] == 0);
+    ck_assert(diffs[1] > 0);
+}
+END_TEST
+
 /* ---- the link model: a transfer takes at least latency + bytes / bandwidth --------- */
 static int link_main(comm *world, void *arg) {
     double *seconds = arg;
@@ -544,6 +585,8 @@ int main(int argc, char **argv) {
     tcase_add_test(collectives, test_send_recv);
     tcase_add_test(collectives, test_accounting);
     tcase_add_test(collectives, test_doubling_order_negative);
+    tcase_add_loop_test(collectives, test_f64, 1, 6);   /* 1..5 ranks */
+    tcase_add_test(collectives, test_f64_negative);
     tcase_add_test(collectives, test_link_model);
     tcase_add_test(collectives, test_trace);
     suite_add_tcase(s, collectives);

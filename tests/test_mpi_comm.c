@@ -144,6 +144,43 @@ START_TEST(test_trace) {
 }
 END_TEST
 
+/* ---- COMM_F64 over MPI_DOUBLE (tests/comm_f64.c) ------------------------------------ */
+int comm_check_f64(comm *c, size_t count, const char *label);
+double comm_f64_sum_through(comm *c, size_t count, comm_dtype wire);
+
+static int f64_main(comm *world, void *arg) {
+    return comm_check_f64(world, *(size_t *)arg, "mpi") ? 1 : 0;
+}
+
+START_TEST(test_f64) {
+    static const size_t counts[] = {0, 7, 1000003};
+    comm_options o = options();
+    ck_assert_int_eq(launch(&o, f64_main, (void *)&counts[_i]), 0);
+}
+END_TEST
+
+/* Negative control: the same doubles sent as fp32 lose their low bits. */
+static int f64_through_main(comm *world, void *arg) {
+    double *diffs = arg;
+    diffs[0] = comm_f64_sum_through(world, 1000, COMM_F64);
+    diffs[1] = comm_f64_sum_through(world, 1000, COMM_F32);
+    return 0;
+}
+
+START_TEST(test_f64_negative) {
+    double diffs[2] = {-1, -1};
+    comm_options o = options();
+    ck_assert_int_eq(launch(&o, f64_through_main, diffs), 0);
+    if (process_hosts_rank0())
+        printf("f64 all-reduce sum: largest |diff| %g as f64, %g as fp32 (negative "
+               "control: must be > 0)\n", diffs[0], diffs[1]);
+    check_verdict v = {0};
+    check_expect(&v, diffs[0] == 0);
+    check_expect(&v, diffs[1] > 0);
+    check_agree(&v);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     if (argc > 1) {   /* a fault scenario, see tests/comm_faults.c */
         comm_options o = options();
@@ -158,6 +195,8 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_send_recv);
     tcase_add_test(tc, test_accounting);
     tcase_add_test(tc, test_trace);
+    tcase_add_loop_test(tc, test_f64, 0, 3);   /* counts 0, 7, 1000003 */
+    tcase_add_test(tc, test_f64_negative);
     suite_add_tcase(s, tc);
     return check_run(s, 1);
 }

@@ -6,22 +6,13 @@
 
 #include "tensor_parallel.h"
 
-typedef struct {
-    const char *name;
-    double bytes_per_second, latency;
-} link_speed;
+/* The course's links (NVLink, IB, Ethernet) as the threads backend models them. */
+static const comm_link links[] = {LINK_NVLINK, LINK_IB, LINK_ETHERNET};
 
-/* The course's figures (H100 NVLink 4.0, 400 Gb/s InfiniBand, 25 Gb/s Ethernet);
- * latencies as the threads backend models them. */
-static const link_speed links[] = {
-    {"NVLink 900 GB/s", 900e9, 2e-6},
-    {"IB 400 Gb/s", 50e9, 5e-6},
-    {"Ethernet 25 Gb/s", 3.125e9, 30e-6},
-};
-
-static double allreduce_seconds(const link_speed *l, double bytes, int t) {
+static double allreduce_seconds(comm_link link, double bytes, int t) {
+    const comm_link_figures l = comm_link_spec(link);
     if (t < 2) return 0.0;
-    return 2.0 * (t - 1) * (l->latency + bytes / t / l->bytes_per_second);
+    return 2.0 * (t - 1) * (l.latency + bytes / t / l.bandwidth);
 }
 
 /* Wire time on each link of `count` all-reduces of `bytes`, plus two of the loss's
@@ -30,10 +21,10 @@ static void print_row(const char *what, double compute_s, int count, double byte
                       double loss_tokens, int t) {
     printf("  %-24s %9.2f ms", what, 1e3 * compute_s);
     for (int i = 0; i < 3; i++) {
-        double s = count * allreduce_seconds(&links[i], bytes, t);
+        double s = count * allreduce_seconds(links[i], bytes, t);
         if (loss_tokens > 0)
-            s += allreduce_seconds(&links[i], 4.0 * loss_tokens, t) +
-                 allreduce_seconds(&links[i], 8.0 * loss_tokens, t);
+            s += allreduce_seconds(links[i], 4.0 * loss_tokens, t) +
+                 allreduce_seconds(links[i], 8.0 * loss_tokens, t);
         printf(" %16.2f ms", 1e3 * s);
     }
     printf("\n");
@@ -45,7 +36,7 @@ void print_link_projection(const run_config *cfg, int t, int B_local,
     const double N = (double)B_local * m->ctx;
     printf("\nwhy TP needs NVLink: TP's all-reduces on the course's links (ring: 2(t-1)"
            " messages each)\n  %-24s %12s", "", "compute");
-    for (int i = 0; i < 3; i++) printf(" %19s", links[i].name);
+    for (int i = 0; i < 3; i++) printf(" %19s", comm_link_spec(links[i]).title);
     printf("\n");
     /* this run: (4L + 2) all-reduces of B T C floats, and the loss's */
     print_row("this run, one step", 1e-3 * compute_ms_per_step, 4 * m->layers + 2,

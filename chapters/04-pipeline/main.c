@@ -33,12 +33,11 @@ typedef struct {
 
 /* The wire as comm.h models it: latency, bandwidth (GB = 1e9 B), both x --link-scale. */
 static void link_model(const comm_options *o, double *alpha_ms, double *ms_per_byte) {
-    static const double latency_s[] = {0, 2e-6, 5e-6, 30e-6};
-    static const double bytes_per_s[] = {0, 900e9, 50e9, 3.125e9};
+    const comm_link_figures link = comm_link_spec(o->link);
     *alpha_ms = *ms_per_byte = 0;
     if (o->link == LINK_NONE) return;
-    *alpha_ms = 1e3 * latency_s[o->link] * o->link_scale;
-    *ms_per_byte = 1e3 / bytes_per_s[o->link] * o->link_scale;
+    *alpha_ms = 1e3 * link.latency * o->link_scale;
+    *ms_per_byte = 1e3 / link.bandwidth * o->link_scale;
 }
 
 /* Training: p stages on the ranks, the other ranks more pipelines side by side (data

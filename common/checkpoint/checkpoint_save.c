@@ -26,7 +26,6 @@
 
 #include "alloc.h"
 #include "checkpoint.h"
-#include "compare.h"
 #include "crc32.h"
 #include "ops.h"
 #include "safetensors.h"

@@ -1,20 +1,13 @@
 #include "cli.h"
-#include "checkpoint.h"
 
 #include "device.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
-
-static const char *program_name = "program";
 
 /* The flags given on the command line, by name (cli_given). */
 enum { GIVEN_MAX = 128 };
@@ -37,27 +30,6 @@ static int in_list(const char *name, const char *const *list) {
     for (int i = 0; list && list[i]; i++)
         if (strcmp(list[i], name) == 0) return 1;
     return 0;
-}
-
-_Noreturn void cli_fail(const char *fmt, ...) {
-    /* Under mpirun every process parses the same flags: one of them says why, in one
-     * write (mpirun forwards what it reads; a line in pieces could be split by its
-     * banners). The others leave a moment later, so that the line is out before
-     * mpirun notices their exit and starts a banner. */
-    if (process_hosts_rank0()) {
-        char line[1024];
-        int n = snprintf(line, sizeof line, "%s: error: ", program_name);
-        va_list args;
-        va_start(args, fmt);
-        if (n >= 0 && (size_t)n < sizeof line) vsnprintf(line + n, sizeof line - (size_t)n, fmt, args);
-        va_end(args);
-        fprintf(stderr, "%s\n", line);
-        fflush(stderr);
-    } else {
-        struct timespec moment = {.tv_nsec = 200 * 1000 * 1000};
-        nanosleep(&moment, NULL);
-    }
-    exit(2);
 }
 
 /* ---- the shared flags ------------------------------------------------------------ */
@@ -83,7 +55,7 @@ static int table_size(const cli_option *t) {
 static void print_usage(const cli_option *tables[2], const char *const *unused,
                         const char *description) {
     printf("usage: ./run N [flags]   (or %s [flags] --ranks N)\n%s\n\nflags:\n",
-           program_name, description ? description : "");
+           cli_program_name(), description ? description : "");
     for (int k = 0; k < 2; k++) {
         for (int i = 0; i < table_size(tables[k]); i++) {
             const cli_option *o = &tables[k][i];
@@ -150,21 +122,6 @@ static void parse_value(const cli_option *o, const char *text) {
     }
 }
 
-void cli_check_at_most(const char *flag, double value, double most, const char *why) {
-    if (value > most) cli_fail("--%s %g: must be at most %g (%s)", flag, value, most, why);
-}
-
-void check_writable(const char *flag, const char *path) {
-    struct stat st;
-    const int existed = stat(path, &st) == 0;
-    if (existed && S_ISDIR(st.st_mode))
-        cli_fail("--%s %s: is a directory; give a file name", flag, path);
-    FILE *f = fopen(path, "a");   /* "a": an existing file is not truncated yet */
-    if (!f) cli_fail("--%s %s: cannot write there (%s)", flag, path, strerror(errno));
-    fclose(f);
-    if (!existed) unlink(path);
-}
-
 static void apply_preset(const char *name, run_config *cfg) {
     if (strcmp(name, "bench128") == 0 || strcmp(name, "bench256") == 0) {
         cfg->model = (gpt_config){.vocab = 256, .ctx = 64, .layers = 4, .heads = 4,
@@ -175,16 +132,96 @@ static void apply_preset(const char *name, run_config *cfg) {
     }
 }
 
+/* Every flag of argv into its target. */
+static void parse_flags(int argc, char **argv, run_config *cfg, const cli_option *tables[2],
+                        const char *description) {
+    const cli_option *shared = tables[0];
+    /* A preset sets the model first, so flags after (or before) it can refine it. */
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--preset") == 0 && i + 1 < argc) apply_preset(argv[i + 1], cfg);
+        else if (strncmp(argv[i], "--preset=", 9) == 0) apply_preset(argv[i] + 9, cfg);
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            print_usage(tables, cfg->unused_flags, description);
+            exit(0);
+        }
+        if (strncmp(arg, "--", 2) != 0)
+            cli_fail("unexpected argument '%s' (flags start with --; see --help)", arg);
+        const char *name = arg + 2;
+        const char *eq = strchr(name, '=');
+        size_t name_len = eq ? (size_t)(eq - name) : strlen(name);
+        const cli_option *found = NULL;
+        for (int k = 0; k < 2 && !found; k++)
+            for (int j = 0; j < table_size(tables[k]); j++)
+                if (strlen(tables[k][j].name) == name_len &&
+                    strncmp(tables[k][j].name, name, name_len) == 0)
+                    found = &tables[k][j];
+        if (!found) cli_fail("unknown flag '%.*s' (see --help)", (int)(name_len + 2), arg);
+        if (found >= shared && found < shared + table_size(shared) &&
+            in_list(found->name, cfg->unused_flags))
+            cli_fail("--%s does nothing in %s (%s)", found->name, cli_program_name(), cfg->unused_why);
+        if (given_count < GIVEN_MAX) given_names[given_count++] = found->name;
+        if (found->type == OPT_FLAG) {
+            if (eq) cli_fail("--%s takes no value", found->name);
+            parse_value(found, "");
+            continue;
+        }
+        const char *value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (!value) cli_fail("--%s: missing value (%s)", found->name, found->help);
+        parse_value(found, value);
+    }
+}
+
+/* The shared values, checked, into cfg. */
+static void apply_shared_values(run_config *cfg, const shared_values *sv) {
+    if (sv->seed_text) {
+        /* Digits only: strtoull would skip blanks and wrap " -1" round to 2^64 - 1. */
+        char *end = NULL;
+        errno = 0;
+        unsigned long long seed = strtoull(sv->seed_text, &end, 10);
+        if (errno || !isdigit((unsigned char)sv->seed_text[0]) || *end)
+            cli_fail("--seed %s: must be an integer from 0 to %llu", sv->seed_text,
+                     (unsigned long long)UINT64_MAX);
+        cfg->seed = seed;
+    }
+    cli_check_at_most("ranks", cfg->comm.ranks, THREADS_MAX_RANKS,
+                      "the threads backend's most; more ranks run under MPI=1");
+    cli_check_at_most("comm-timeout", sv->timeout, COMM_TIMEOUT_MAX_SECONDS, "a week");
+    cli_check_at_most("link-scale", sv->link_scale, LINK_SCALE_MAX,
+                      "a message on ethernet then takes 0.3 s");
+    cfg->adamw.lr = (float)sv->lr;
+    cfg->adamw.weight_decay = (float)sv->weight_decay;
+    cfg->comm.allreduce = (comm_allreduce_algo)sv->allreduce;
+    cfg->comm.link = (comm_link)sv->link;
+    cfg->comm.link_scale = sv->link_scale;
+    cfg->comm.send_mode = (comm_send_mode)sv->send_mode;
+    cfg->comm.timeout_seconds = sv->timeout;
+    /* The device is settled here, before any rank starts: auto becomes what this machine
+     * has, and a GPU that is not there is one clear line. */
+    const device_kind requested = sv->device == 1   ? DEVICE_CPU
+                                  : sv->device == 2 ? DEVICE_CUDA
+                                                   : DEVICE_AUTO;
+    char why[160];
+    if (requested == DEVICE_CUDA && !device_gpu_backend())
+        cli_fail("--device cuda: this build has no GPU support (build with GPU=1, or use"
+                 " --device cpu)");
+    if (requested == DEVICE_CUDA && device_gpu_count() == 0)
+        cli_fail("--device cuda: no GPU is visible to this process (CUDA says: %s); use"
+                 " --device cpu or auto", device_no_gpu_reason(why, sizeof why));
+    cfg->comm.device = device_resolve(requested);
+}
+
 void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
                const char *program, const char *description) {
-    const char *base = strrchr(program, '/');
-    program_name = base ? base + 1 : program;
+    cli_set_program_name(program);
     shared_values sv = {.allreduce = cfg->comm.allreduce, .link = cfg->comm.link,
                         .send_mode = cfg->comm.send_mode,
                         .lr = cfg->adamw.lr, .weight_decay = cfg->adamw.weight_decay,
                         .link_scale = cfg->comm.link_scale,
                         .timeout = cfg->comm.timeout_seconds};
-    const char *preset = NULL;
+    const char *preset = NULL;   /* applied ahead of the other flags (parse_flags) */
     const cli_option shared[] = {
         {"ranks", OPT_INT, &cfg->comm.ranks, "number of ranks (./run N sets it)", NULL, 1},
         {"steps", OPT_INT, &cfg->steps, "training steps", NULL, 1},
@@ -219,80 +256,8 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
         {0},
     };
     const cli_option *tables[2] = {shared, extra};
-
-    /* A preset sets the model first, so flags after (or before) it can refine it. */
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--preset") == 0 && i + 1 < argc) apply_preset(argv[i + 1], cfg);
-        else if (strncmp(argv[i], "--preset=", 9) == 0) apply_preset(argv[i] + 9, cfg);
-    }
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            print_usage(tables, cfg->unused_flags, description);
-            exit(0);
-        }
-        if (strncmp(arg, "--", 2) != 0)
-            cli_fail("unexpected argument '%s' (flags start with --; see --help)", arg);
-        const char *name = arg + 2;
-        const char *eq = strchr(name, '=');
-        size_t name_len = eq ? (size_t)(eq - name) : strlen(name);
-        const cli_option *found = NULL;
-        for (int k = 0; k < 2 && !found; k++)
-            for (int j = 0; j < table_size(tables[k]); j++)
-                if (strlen(tables[k][j].name) == name_len &&
-                    strncmp(tables[k][j].name, name, name_len) == 0)
-                    found = &tables[k][j];
-        if (!found) cli_fail("unknown flag '%.*s' (see --help)", (int)(name_len + 2), arg);
-        if (found >= shared && found < shared + table_size(shared) &&
-            in_list(found->name, cfg->unused_flags))
-            cli_fail("--%s does nothing in %s (%s)", found->name, program_name, cfg->unused_why);
-        if (given_count < GIVEN_MAX) given_names[given_count++] = found->name;
-        if (found->type == OPT_FLAG) {
-            if (eq) cli_fail("--%s takes no value", found->name);
-            parse_value(found, "");
-            continue;
-        }
-        const char *value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
-        if (!value) cli_fail("--%s: missing value (%s)", found->name, found->help);
-        parse_value(found, value);
-    }
-
-    if (sv.seed_text) {
-        /* Digits only: strtoull would skip blanks and wrap " -1" round to 2^64 - 1. */
-        char *end = NULL;
-        errno = 0;
-        unsigned long long seed = strtoull(sv.seed_text, &end, 10);
-        if (errno || !isdigit((unsigned char)sv.seed_text[0]) || *end)
-            cli_fail("--seed %s: must be an integer from 0 to %llu", sv.seed_text,
-                     (unsigned long long)UINT64_MAX);
-        cfg->seed = seed;
-    }
-    cli_check_at_most("ranks", cfg->comm.ranks, THREADS_MAX_RANKS,
-                      "the threads backend's most; more ranks run under MPI=1");
-    cli_check_at_most("comm-timeout", sv.timeout, COMM_TIMEOUT_MAX_SECONDS, "a week");
-    cli_check_at_most("link-scale", sv.link_scale, LINK_SCALE_MAX,
-                      "a message on ethernet then takes 0.3 s");
-    cfg->adamw.lr = (float)sv.lr;
-    cfg->adamw.weight_decay = (float)sv.weight_decay;
-    cfg->comm.allreduce = (comm_allreduce_algo)sv.allreduce;
-    cfg->comm.link = (comm_link)sv.link;
-    cfg->comm.link_scale = sv.link_scale;
-    cfg->comm.send_mode = (comm_send_mode)sv.send_mode;
-    cfg->comm.timeout_seconds = sv.timeout;
-    /* The device is settled here, before any rank starts: auto becomes what this machine
-     * has, and a GPU that is not there is one clear line. */
-    const device_kind requested = sv.device == 1   ? DEVICE_CPU
-                                  : sv.device == 2 ? DEVICE_CUDA
-                                                   : DEVICE_AUTO;
-    char why[160];
-    if (requested == DEVICE_CUDA && !device_gpu_backend())
-        cli_fail("--device cuda: this build has no GPU support (build with GPU=1, or use"
-                 " --device cpu)");
-    if (requested == DEVICE_CUDA && device_gpu_count() == 0)
-        cli_fail("--device cuda: no GPU is visible to this process (CUDA says: %s); use"
-                 " --device cpu or auto", device_no_gpu_reason(why, sizeof why));
-    cfg->comm.device = device_resolve(requested);
-
+    parse_flags(argc, argv, cfg, tables, description);
+    apply_shared_values(cfg, &sv);
     char err[256];
     if (!gpt_config_check(&cfg->model, 1, err, sizeof err)) cli_fail("%s", err);
     if (cfg->comm.trace_path) check_writable("trace", cfg->comm.trace_path);

@@ -4,7 +4,8 @@
  * value and what would be valid, and exits with status 2. */
 #ifndef CLI_H
 #define CLI_H
-#include "data.h"
+#include "cli_checks.h"
+#include "cli_error.h"
 #include "run_config.h"
 
 typedef enum { OPT_INT, OPT_FLOAT, OPT_STRING, OPT_FLAG, OPT_CHOICE } cli_type;
@@ -32,24 +33,5 @@ int cli_given(const char *name);
  * without dashes) that was given is one line "--flag does nothing with <mode> (why)"
  * and exit 2. */
 void cli_refuse_in_mode(const char *mode, const char *const *flags, const char *why);
-
-/* --flag's value must be at most `most` (why: what the bound is), else cli_fail: for
- * values whose results would overflow or whose waits would never end. */
-void cli_check_at_most(const char *flag, double value, double most, const char *why);
-
-/* The file an output flag names (--trace, --svg) can be written: a clear line and exit
- * 2 now, not a lost result after training. Leaves no file behind that was not there. */
-void check_writable(const char *flag, const char *path);
-
-/* One error line "<program>: error: ..." and exit status 2. */
-_Noreturn void cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* The data set the flags ask for (exits 2 with a clear line if --data can't be used). */
-dataset *dataset_from_config(const run_config *cfg);
-
-/* In cli_parse: --save-every needs --save, --save is a directory this process can
- * create or write, and --resume names a sound checkpoint of
- * this model whose step is below --steps (cli_fail otherwise). */
-void checkpoint_cli_check(const run_config *cfg);
 
 #endif

@@ -1,6 +1,6 @@
 /* The checks every program runs on its flags before any rank starts, for the things
  * the flags name: the data file and the checkpoint directories. */
-#include "cli.h"
+#include "cli_checks.h"
 
 #include <errno.h>
 #include <string.h>
@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "cli_error.h"
 
 dataset *dataset_from_config(const run_config *cfg) {
     if (!cfg->data_path) return dataset_builtin();

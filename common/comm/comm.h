@@ -32,10 +32,11 @@ typedef enum { COMM_SUM, COMM_AVG, COMM_MAX } comm_op;
 
 /* Element types on the wire. Reductions of the 16- and 8-bit types are carried out
  * in fp32 and rounded back (as NCCL does), so compressed gradients really send 2 or
- * 1 bytes per element. */
-typedef enum { COMM_F32, COMM_BF16, COMM_F16, COMM_F8E4M3 } comm_dtype;
+ * 1 bytes per element. f64 is reduced in double: for sums and counters that fp32
+ * would round (losses, norms, step times). COMM_NDTYPES counts the types. */
+typedef enum { COMM_F32, COMM_BF16, COMM_F16, COMM_F8E4M3, COMM_F64, COMM_NDTYPES } comm_dtype;
 size_t comm_dtype_size(comm_dtype dt);
-const char *comm_dtype_name(comm_dtype dt);     /* "f32", "bf16", "f16", "f8e4m3" */
+const char *comm_dtype_name(comm_dtype dt);     /* "f32", "bf16", "f16", "f8e4m3", "f64" */
 
 /* Conversions used on the wire (also handy for compressing gradients by hand). All
  * round to nearest, ties to even; fp16 overflows to infinity; e4m3 (OCP "FN": no
@@ -164,11 +165,20 @@ mem_stats *comm_mem_stats(comm *c);
 typedef int (*rank_main_fn)(comm *world, void *args);
 
 /* The modelled wire (threads backend): every chunk a rank copies from a peer takes at
- * least latency + bytes / bandwidth of wall time, both multiplied by link_scale.
- *   LINK_NVLINK    900 GB/s,               2 us
- *   LINK_IB        400 Gb/s  =  50 GB/s,   5 us
- *   LINK_ETHERNET   25 Gb/s  = 3.125 GB/s, 30 us   (GB = 1e9 bytes) */
+ * least latency + bytes / bandwidth of wall time, both multiplied by link_scale; the
+ * figures are comm_link_spec's (NVLink 900 GB/s and 2 us, IB 50 GB/s and 5 us,
+ * Ethernet 3.125 GB/s and 30 us). */
 typedef enum { LINK_NONE, LINK_NVLINK, LINK_IB, LINK_ETHERNET } comm_link;
+
+/* A link's figures, written once (comm_job.c): the threads backend's model, the
+ * planners and the chapters' tables all read them. LINK_NONE: bandwidth 0 (no model). */
+typedef struct {
+    const char *name;      /* the --link value: "nvlink" */
+    const char *title;     /* for tables: "NVLink 900 GB/s" */
+    double bandwidth;      /* bytes per second */
+    double latency;        /* seconds per message */
+} comm_link_figures;
+comm_link_figures comm_link_spec(comm_link link);
 
 /* What comm_send waits for on the threads backend (see comm_send). MPI and NCCL keep
  * their own: MPI buffers, NCCL's send is a rendezvous. */

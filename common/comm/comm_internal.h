@@ -1,9 +1,10 @@
-/* Internals shared by the comm front end (comm.c) and its backends.
+/* Internals shared by the comm front end (comm_api.c) and its backends.
  *
  * The front end owns everything that does not depend on how bytes move: argument
- * checks and sequence numbers (comm.c), the wire's element types (comm_codec.c), the
- * flight recorder and failure reports (comm_failure.c), accounting and the trace
- * (comm_accounting.c). A backend only moves bytes, behind the comm_backend table below.
+ * checks and sequence numbers (comm_api.c), calls and their descriptions
+ * (comm_call.c), jobs, ranks and groups (comm_job.c), the wire's element types
+ * (comm_codec.c), the flight recorder and failure reports (comm_failure.c),
+ * accounting and the trace (comm_accounting.c). A backend only moves bytes, behind the comm_backend table below.
  *
  * Adding a backend (e.g. NCCL in gpu/, reached through comm_gpu_hooks below):
  *   1. Write the functions of a comm_backend (all are required) and one static table.
@@ -63,12 +64,12 @@ typedef struct comm_rank_state comm_rank_state;
 struct comm_request {
     comm *c;
     comm_call call;
-    double t_start;       /* comm.c, at start */
+    double t_start;       /* comm_api.c, at start */
     double t_done;        /* the backend, when the operation completed */
     uint64_t flight;      /* flight recorder entry */
     int done;             /* backend-owned completion flag */
     comm_request *next;   /* backend queue link */
-    comm_request *prev_unwaited, *next_unwaited;   /* comm.c: started, not yet waited */
+    comm_request *prev_unwaited, *next_unwaited;   /* comm_api.c: started, not yet waited */
     void *impl;           /* backend data */
     void *ready;          /* threads, CUDA ranks: the compute queued before the start */
 };
@@ -110,7 +111,7 @@ struct comm {
     int rank, size;
     int *world_ranks;     /* [size]: group rank -> world rank */
     char name[32];
-    uint64_t seq;         /* collectives issued on this group (comm.c) */
+    uint64_t seq;         /* collectives issued on this group (comm_api.c) */
     comm_counters counters;
     comm *next_of_rank;   /* every comm of a rank, for comm_stats_all */
     comm_request *unwaited;   /* requests a rank stopped by a failure never waited */

@@ -14,6 +14,7 @@
  * Bytes are counted as the textbook volume (comm_accounting.c, bytes_modelled = 1). */
 #include "comm_internal.h"
 #include "comm_mpi_roll_call.h"
+#include "comm_mpi_staging.h"
 #include "comm_mpi_watchdog.h"
 
 #include <limits.h>
@@ -99,10 +100,16 @@ static void init_once(void) {
 
 /* ---- helpers --------------------------------------------------------------------- */
 static MPI_Datatype type_of(int dt) {
-    return dt == COMM_F32 ? MPI_FLOAT : dt == COMM_F8E4M3 ? MPI_UINT8_T : MPI_UINT16_T;
+    switch (dt) {
+    case COMM_F32: return MPI_FLOAT;
+    case COMM_F64: return MPI_DOUBLE;
+    case COMM_F8E4M3: return MPI_UINT8_T;
+    default: return MPI_UINT16_T;
+    }
 }
+/* fp32 and f64 reduce with MPI's own ops; the narrow types with ours (wire_ops). */
 static MPI_Op op_of(int dt, int op) {
-    if (dt == COMM_F32) return op == COMM_MAX ? MPI_MAX : MPI_SUM;
+    if (dt == COMM_F32 || dt == COMM_F64) return op == COMM_MAX ? MPI_MAX : MPI_SUM;
     return wire_ops[dt][op == COMM_MAX];
 }
 static void check_mpi(comm *c, int err, const char *what) {
@@ -269,71 +276,18 @@ static int message_arrived(void *state, int *done) {
     return MPI_Improbe(s->source, s->tag, s->comm, done, &s->message, &s->status);
 }
 
-/* ---- device buffers: processes sharing GPUs (GPU=1) ---------------------------------- */
-#ifdef USE_CUDA
-/* The process's GPU staging, set by mpi_launch on CUDA ranks that are not NCCL's. */
-static comm_gpu *gpu_of(comm *c) { return c->job->impl; }
-
-static void *host_block(comm *c, size_t bytes) {
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) comm_fail(c, "out of memory staging %zu bytes", bytes);
-    return p;
-}
-
-/* When a call touches device memory: `host` becomes the same call on host copies (its
- * send side filled in) and 1 is returned; stage_out brings the result back. */
-static int stage_in(comm *c, const comm_call *call, comm_call *host) {
-    *host = *call;
-    comm_gpu *g = gpu_of(c);
-    if (!g || !((call->send && comm_gpu_is_device(call->send)) ||
-                (call->recv && comm_gpu_is_device(call->recv))))
-        return 0;
-    const size_t es = comm_dtype_size(call->dt), all = call->count * es;
-    const size_t shard = comm_shard(call->count, c->size, c->rank, NULL) * es;
-    const size_t send_bytes = call->kind == COMM_KIND_ALLGATHER ? shard : all;
-    const size_t recv_bytes = call->kind == COMM_KIND_REDUCE_SCATTER ? shard : all;
-    comm_gpu_compute_done();   /* the rank's kernels made the data */
-    host->send = host_block(c, send_bytes);
-    comm_gpu_copy(g, (void *)host->send, call->send, send_bytes);
-    /* in place (all-reduce, broadcast, reduce): one buffer, as the caller had */
-    host->recv = call->send == call->recv ? (void *)host->send : host_block(c, recv_bytes);
-    return 1;
-}
-
-static void stage_out(comm *c, const comm_call *call, comm_call *host) {
-    const size_t es = comm_dtype_size(call->dt);
-    const size_t recv_bytes = call->kind == COMM_KIND_REDUCE_SCATTER
-                                  ? comm_shard(call->count, c->size, c->rank, NULL) * es
-                                  : call->count * es;
-    /* a non-root of reduce keeps its buffer as it was */
-    if (!(call->kind == COMM_KIND_REDUCE && c->rank != call->root))
-        comm_gpu_copy(gpu_of(c), call->recv, host->recv, recv_bytes);
-    if (host->recv != host->send) free(host->recv);
-    free((void *)host->send);
-}
-#else
-static int stage_in(comm *c, const comm_call *call, comm_call *host) {
-    (void)c;
-    *host = *call;
-    return 0;
-}
-static void stage_out(comm *c, const comm_call *call, comm_call *host) {
-    (void)c, (void)call, (void)host;
-}
-#endif
-
 /* ---- the backend -------------------------------------------------------------------- */
 static void mpi_run(comm *c, const comm_call *call) {
     mpi_request r = {0};
     check_call(c, call);
     comm_call host;
-    const int staged = stage_in(c, call, &host);
+    const int staged = mpi_stage_in(c, call, &host);
     mpi_watchdog_arm(c, call);
     int err = issue(c, &host, &r, 0);
     mpi_watchdog_disarm();
     check_mpi(c, err, comm_kind_name((comm_kind)call->kind));
     after(c, &host, r.tmp);
-    if (staged) stage_out(c, call, &host);
+    if (staged) mpi_stage_out(c, call, &host);
     release(&r);
 }
 
@@ -343,7 +297,7 @@ static void mpi_start(comm *c, comm_request *req) {
     req->impl = r;
     comm_flight_set(c, req->flight, FLIGHT_RUNNING);   /* in flight from here */
     check_call(c, &req->call);
-    r->staged = stage_in(c, &req->call, &r->host);
+    r->staged = mpi_stage_in(c, &req->call, &r->host);
     check_mpi(c, issue(c, &r->host, r, 1), comm_kind_name((comm_kind)req->call.kind));
 }
 
@@ -352,7 +306,7 @@ static void mpi_wait(comm *c, comm_request *req) {
     poll_request(c, &r->request, MPI_STATUS_IGNORE, &req->call);
     req->t_done = comm_now();
     after(c, &r->host, r->tmp);
-    if (r->staged) stage_out(c, &req->call, &r->host);
+    if (r->staged) mpi_stage_out(c, &req->call, &r->host);
     release(r);
     free(r);
     req->impl = NULL;
@@ -387,9 +341,9 @@ static void mpi_send(comm *c, const comm_call *call) {
     pending_send *s = malloc(sizeof *s + bytes);
     if (!s) comm_fail(c, "out of memory sending %zu bytes", bytes);
 #ifdef USE_CUDA
-    if (gpu_of(c) && bytes) {   /* device memory comes down through the GPU */
+    if (mpi_staging_gpu(c) && bytes) {   /* device memory comes down through the GPU */
         comm_gpu_compute_done();
-        comm_gpu_copy(gpu_of(c), s->data, call->send, bytes);
+        comm_gpu_copy(mpi_staging_gpu(c), s->data, call->send, bytes);
     } else
 #endif
     if (bytes) memcpy(s->data, call->send, bytes);
@@ -406,8 +360,8 @@ static void mpi_recv(comm *c, const comm_call *call) {
     reap_sends(c, 0);
     void *into = call->recv;
 #ifdef USE_CUDA
-    const int staged = gpu_of(c) && bytes && comm_gpu_is_device(call->recv);
-    if (staged) into = host_block(c, bytes);
+    const int staged = mpi_staging_gpu(c) && bytes && comm_gpu_is_device(call->recv);
+    if (staged) into = mpi_host_block(c, bytes);
 #endif
     /* The size is checked before the bytes are taken: a receive that expects another
      * size than was sent is the two ranks' calls disagreeing, and is reported so. */
@@ -425,7 +379,7 @@ static void mpi_recv(comm *c, const comm_call *call) {
 #ifdef USE_CUDA
     if (staged) {
         comm_gpu_compute_done();   /* queued kernels may still read the old contents */
-        comm_gpu_copy(gpu_of(c), call->recv, into, bytes);
+        comm_gpu_copy(mpi_staging_gpu(c), call->recv, into, bytes);
         free(into);
     }
 #endif

@@ -1,7 +1,7 @@
 /* The threads backend's collectives: ring all-reduce, reduce-scatter and all-gather,
  * chain broadcast and reduce, the naive and the recursive-doubling all-reduce, and the
  * barrier, written over the progress counters of comm_threads.c (see there). */
-#include "comm_threads_internal.h"
+#include "comm_threads_algorithms.h"
 
 #include <string.h>
 

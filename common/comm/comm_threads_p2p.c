@@ -2,7 +2,7 @@
  * send leaves a copy of its bytes (buffered, the default) or waits until the receiver
  * has taken them (rendezvous, as NCCL's send). The receiver takes the oldest message of
  * its (source, tag) and holds for the modelled link. */
-#include "comm_threads_internal.h"
+#include "comm_threads_p2p.h"
 
 #include <stdlib.h>
 

@@ -1,13 +1,9 @@
 #include "plan_time.h"
 
 plan_link plan_link_of(comm_link link) {
-    /* the same figures as the threads backend's modelled wire (common/comm.c) */
-    switch (link) {
-    case LINK_NVLINK: return (plan_link){900e9, 2e-6};
-    case LINK_IB: return (plan_link){50e9, 5e-6};
-    case LINK_ETHERNET: return (plan_link){3.125e9, 30e-6};
-    default: return (plan_link){0, 0};
-    }
+    /* the threads backend's modelled wire */
+    const comm_link_figures figures = comm_link_spec(link);
+    return (plan_link){figures.bandwidth, figures.latency};
 }
 
 double plan_link_seconds(plan_link link, double bytes) {

@@ -2,53 +2,11 @@
  * computes on a GPU (device_ops() is its table) and the CPU version otherwise. The
  * choice is made per call because the device is per thread (= per rank); on the CPU it
  * costs one call and a branch, and the CPU op is called directly. An observer, when
- * this thread has one, sees each op begin and end. */
+ * this thread has one, sees each op begin and end (ops_observe.c). */
 #include "ops.h"
 
 #include "device.h"
 #include "ops_cpu.h"
-
-/* This thread's observer (ops_observe) and profiler (ops_profile), or NULL. */
-static _Thread_local const ops_observer *observer, *profiler;
-
-void ops_observe(const ops_observer *o) { observer = o; }
-void ops_profile(const ops_observer *p) { profiler = p; }
-
-int op_is_kernel(op_kind kind) {
-    return kind == OP_LINEAR_FORWARD || kind == OP_LINEAR_BACKWARD ||
-           kind == OP_ATTENTION_FORWARD || kind == OP_ATTENTION_BACKWARD;
-}
-
-/* The profiler is innermost: it times the op, not the observer's lock. */
-static void watch_begin(op_kind kind, double bytes) {
-    const ops_observer *o = observer, *p = profiler;
-    if (o) {
-        o->begin(o->ctx, kind);
-        if (o->traffic) o->traffic(o->ctx, kind, bytes);
-    }
-    if (p) {
-        p->begin(p->ctx, kind);
-        if (p->traffic) p->traffic(p->ctx, kind, bytes);
-    }
-}
-
-static void watch_end(op_kind kind) {
-    const ops_observer *o = observer, *p = profiler;
-    if (p) p->end(p->ctx, kind);
-    if (o) o->end(o->ctx, kind);
-}
-
-void ops_gemm_begin(int trans_a, int trans_b, int M, int N, int K) {
-    const ops_observer *w[2] = {observer, profiler};
-    for (int i = 0; i < 2; i++)
-        if (w[i] && w[i]->gemm_begin) w[i]->gemm_begin(w[i]->ctx, trans_a, trans_b, M, N, K);
-}
-
-void ops_gemm_end(void) {
-    const ops_observer *w[2] = {profiler, observer};
-    for (int i = 0; i < 2; i++)
-        if (w[i] && w[i]->gemm_end) w[i]->gemm_end(w[i]->ctx);
-}
 
 /* Floats to bytes, for the traffic each op reports. */
 #define F32(n) (4.0 * (double)(n))
@@ -56,12 +14,12 @@ void ops_gemm_end(void) {
 /* bytes: what the op reads and writes at least, evaluated only while watched. */
 #define DISPATCH(kind, bytes, name, ...)                     \
     do {                                                     \
-        const int watched_ = observer || profiler;           \
-        if (watched_) watch_begin(kind, bytes);              \
+        const int watched_ = ops_watched();                  \
+        if (watched_) ops_watch_begin(kind, bytes);              \
         const ops_table *gpu_ops_ = device_ops();            \
         if (gpu_ops_) gpu_ops_->name(__VA_ARGS__);           \
         else cpu_##name(__VA_ARGS__);                        \
-        if (watched_) watch_end(kind);                       \
+        if (watched_) ops_watch_end(kind);                       \
     } while (0)
 
 void embedding_forward(float *out, const int *tokens, const float *wte, int N, int C,
@@ -169,11 +127,11 @@ void vec_scale(float *x, float alpha, size_t n) {
 }
 
 double vec_sum(const float *x, size_t n) {
-    const int watched = observer || profiler;
-    if (watched) watch_begin(OP_VECTOR, F32(n));
+    const int watched = ops_watched();
+    if (watched) ops_watch_begin(OP_VECTOR, F32(n));
     const ops_table *gpu_ops = device_ops();
     double sum = gpu_ops ? gpu_ops->vec_sum(x, n) : cpu_vec_sum(x, n);
-    if (watched) watch_end(OP_VECTOR);
+    if (watched) ops_watch_end(OP_VECTOR);
     return sum;
 }
 

@@ -19,6 +19,9 @@
 #define OPS_H
 #include <stddef.h>
 
+#include "adamw_config.h"
+#include "ops_observe.h"
+
 /* ---- embeddings ---------------------------------------------------------------- */
 /* out[n,:] = wte[tokens[n]-vocab_start, :] when the token lies in
  * [vocab_start, vocab_start+vocab_len), else 0. With the whole vocabulary this is the
@@ -77,14 +80,6 @@ void crossentropy_backward(float *dlogits, const float *probs, const int *target
                            float dloss, int N, int V);
 
 /* ---- AdamW: decoupled weight decay, bias correction; step counts from 1 ---------- */
-/* The learning rate rises linearly over the first warmup_steps steps (0: none): early
- * Adam steps, with second moments estimated from a few gradients, are what makes a
- * loss spike, and a spike would magnify harmless rounding differences between
- * strategies. */
-typedef struct {
-    float lr, beta1, beta2, eps, weight_decay;
-    int warmup_steps;
-} adamw_config;
 void adamw_update(float *params, const float *grads, float *m, float *v, size_t n,
                   const adamw_config *cfg, int step);
 
@@ -97,39 +92,6 @@ void vec_add(float *y, const float *x, size_t n);          /* y += x */
 void residual_forward(float *out, const float *a, const float *b, size_t n);
 void vec_scale(float *x, float alpha, size_t n);           /* x *= alpha */
 double vec_sum(const float *x, size_t n);                  /* on the host, in double */
-
-/* ---- watching the ops ---------------------------------------------------------------- */
-/* An observer sees every op the calling thread runs, just before and just after it:
- * chapter 1's DataParallel takes a global interpreter lock there, as Python takes its
- * GIL around each op; a profiler times each kind. Per thread, like the device. Matmuls
- * and attention are split into forward and backward kinds, so that a profile shows
- * each; residual adds are apart from the other vector ops (copies, zeroing). */
-typedef enum {
-    OP_EMBEDDING, OP_LAYERNORM, OP_LINEAR_FORWARD, OP_LINEAR_BACKWARD,
-    OP_ATTENTION_FORWARD, OP_ATTENTION_BACKWARD, OP_GELU, OP_CROSSENTROPY, OP_ADAMW,
-    OP_RESIDUAL, OP_VECTOR, OP_TRANSFER, OP_KINDS
-} op_kind;
-typedef struct {
-    void (*begin)(void *ctx, op_kind kind);
-    void (*end)(void *ctx, op_kind kind);
-    void *ctx;
-    /* Optional (NULL: not told). traffic: the bytes the op must at least read and
-     * write, told between begin and end. gemm_begin/gemm_end: around each matrix
-     * product a backend runs inside the op (op(A)[M,K] @ op(B)[K,N]), so that a
-     * profiler sees the real shapes, causal blocks included. */
-    void (*traffic)(void *ctx, op_kind kind, double bytes);
-    void (*gemm_begin)(void *ctx, int trans_a, int trans_b, int M, int N, int K);
-    void (*gemm_end)(void *ctx);
-} ops_observer;
-void ops_observe(const ops_observer *observer);   /* NULL: none */
-/* A second, independent slot for a profiler, so that it can watch a thread that has an
- * observer of its own (DataParallel's lock). NULL: none. */
-void ops_profile(const ops_observer *profiler);
-/* Matrix multiplications and attention: the ops a framework runs as C/CUDA kernels. */
-int op_is_kernel(op_kind kind);
-/* For a backend: tell this thread's watchers that a matrix product begins / ends. */
-void ops_gemm_begin(int trans_a, int trans_b, int M, int N, int K);
-void ops_gemm_end(void);
 
 /* ---- moving data between the host and the current device ----------------------- */
 void ops_upload(void *device_dst, const void *host_src, size_t bytes);

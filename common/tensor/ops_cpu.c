@@ -4,6 +4,8 @@
  * outputs (OpenBLAS runs single-threaded: the program sets that once). */
 #include "ops_cpu.h"
 
+#include "ops_observe.h"
+
 #include <cblas.h>
 #include <float.h>
 #include <math.h>

@@ -4,7 +4,7 @@
 #define OPS_CPU_H
 #include <stddef.h>
 
-#include "ops.h"
+#include "adamw_config.h"
 
 void cpu_embedding_forward(float *out, const int *tokens, const float *wte, int N, int C,
                            int vocab_start, int vocab_len);

@@ -1,7 +1,9 @@
-/* What the threads backend's files share (comm_threads.c: progress, requests, groups;
- * comm_threads_p2p.c: the mailboxes; comm_threads_algorithms.c: the collectives). */
-#ifndef COMM_THREADS_INTERNAL_H
-#define COMM_THREADS_INTERNAL_H
+/* What the threads backend's files share: a group's state as every member sees it,
+ * and the steps the collectives are written with (comm_threads_steps.c). Above it:
+ * comm_threads_p2p.c (the mailboxes), comm_threads_algorithms.c (the collectives),
+ * comm_threads.c (requests, groups, the backend's table). */
+#ifndef COMM_THREADS_STEPS_H
+#define COMM_THREADS_STEPS_H
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -84,9 +86,12 @@ static inline char *at(const void *base, size_t index, const comm_call *call) {
 }
 
 
+/* pthread_cond_init on CLOCK_MONOTONIC, as threads_timed_wait expects. */
+void threads_cond_init(pthread_cond_t *cond);
+
 #define POLL_SECONDS 0.05   /* how often a sleeping wait looks around */
 
-/* ---- waiting, and the modelled link (comm_threads.c) ------------------------------- */
+/* ---- waiting, and the modelled link ----------------------------------------------- */
 /* The rank's own compute wrote the buffers it hands over: let it finish. */
 void threads_compute_done(comm *c);
 /* pthread_cond_timedwait for at most `seconds` (the conditions use CLOCK_MONOTONIC). */
@@ -96,11 +101,7 @@ void threads_sleep_until(double t);
 /* The modelled time of one transfer, refused when it is longer than the timeout. */
 double threads_link_seconds(comm *c, const comm_call *call, size_t bytes);
 
-/* ---- point to point (comm_threads_p2p.c) ------------------------------------------- */
-void threads_send(comm *c, const comm_call *call);
-void threads_recv(comm *c, const comm_call *call);
-
-/* ---- what the algorithms use (comm_threads.c) -------------------------------------- */
+/* ---- what the algorithms use ------------------------------------------------------- */
 void threads_move_bytes(comm *c, void *dst, const void *src, size_t bytes, int may_overlap);
 void threads_divide(comm *c, void *buf, size_t count, const comm_call *call, int divisor);
 /* Step k of this rank's collective is done: its peers may read what it wrote. */
@@ -116,11 +117,5 @@ void threads_finish(comm *c, const comm_call *call, int steps);
  * reduction with own), counting the bytes and holding for the modelled link. */
 void threads_pull(comm *c, int peer, void *dst, const void *own, const void *theirs,
                   size_t count, const comm_call *call);
-
-/* ---- the algorithms (comm_threads_algorithms.c) ------------------------------------ */
-/* Scratch one collective needs on a rank, and the collective run on this thread. */
-size_t threads_scratch_bytes(const comm *c, const comm_call *call);
-void threads_execute(comm *c, const comm_call *call, void *scratch);
-void threads_barrier(comm *c, const comm_call *call);
 
 #endif

@@ -1,143 +1,14 @@
 /* The comm front end: the calls of comm.h checked, numbered, recorded in the flight
- * recorder, handed to the backend and accounted. Also jobs, ranks and groups, shard
- * math, the link model and how calls are described. Elsewhere: comm_codec.c (element
- * types on the wire), comm_failure.c (flight recorder, failure reports),
- * comm_accounting.c (counters and the trace). Backends: comm_threads.c, comm_mpi.c,
- * gpu/ (NCCL). */
+ * recorder, handed to the backend and accounted. Below it: comm_call.c (what a call
+ * is and how it is described), comm_job.c (jobs, ranks, groups, the link model),
+ * comm_codec.c (element types on the wire), comm_failure.c (flight recorder, failure
+ * reports), comm_accounting.c (counters and the trace). Backends: comm_threads.c,
+ * comm_mpi.c, gpu/ (NCCL). */
 #include "comm_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-double comm_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-comm_options comm_options_default(void) {
-    return (comm_options){.ranks = 1, .allreduce = ALLREDUCE_RING, .link = LINK_NONE,
-                          .link_scale = 1.0, .timeout_seconds = 60.0, .trace_path = NULL};
-}
-
-size_t comm_shard(size_t count, int size, int rank, size_t *offset) {
-    size_t base = count / (size_t)size, extra = count % (size_t)size, r = (size_t)rank;
-    if (offset) *offset = r * base + (r < extra ? r : extra);
-    return base + (r < extra ? 1 : 0);
-}
-
-static const char *op_name(int op) {
-    static const char *names[] = {"sum", "avg", "max"};
-    return (op >= COMM_SUM && op <= COMM_MAX) ? names[op] : "?";
-}
-
-/* ---- jobs, ranks, comms ----------------------------------------------------------- */
-comm_job *comm_job_create(const comm_options *opts, int nranks, int first_world_rank) {
-    comm_job *job = calloc(1, sizeof *job);
-    comm_rank_state *ranks = calloc((size_t)nranks, sizeof *ranks);
-    if (!job || !ranks) { fprintf(stderr, "comm: out of memory\n"); exit(1); }
-    job->opts = *opts;
-    if (!(job->opts.timeout_seconds > 0)) job->opts.timeout_seconds = 60.0;
-    if (!(job->opts.link_scale > 0)) job->opts.link_scale = 1.0;
-    job->nranks = nranks;
-    job->ranks = ranks;
-    job->t0 = comm_now();
-    for (int r = 0; r < nranks; r++) {
-        ranks[r].world_rank = first_world_rank + r;
-        pthread_mutex_init(&ranks[r].lock, NULL);
-    }
-    return job;
-}
-
-static void comm_destroy(comm *c) {
-    comm **link = &c->rs->groups;
-    while (*link && *link != c) link = &(*link)->next_of_rank;
-    if (*link) *link = c->next_of_rank;
-    c->backend->free(c);
-    while (c->unwaited) {   /* their buffers went with the rank's memory (alloc.h) */
-        comm_request *req = c->unwaited;
-        c->unwaited = req->next_unwaited;
-        free(req);
-    }
-    free(c->world_ranks);
-    free(c);
-}
-
-void comm_job_free(comm_job *job) {
-    for (int r = 0; r < job->nranks; r++)
-        while (job->ranks[r].groups) comm_destroy(job->ranks[r].groups);
-    for (int r = 0; r < job->nranks; r++) {
-        /* a rank stopped by a failure left its model and buffers behind */
-        if (atomic_load(&job->ranks[r].finished) && atomic_load(&job->ranks[r].status) < 0)
-            mem_free_all_charged_to(&job->ranks[r].mem);
-        pthread_mutex_destroy(&job->ranks[r].lock);
-        free(job->ranks[r].events);
-    }
-    free(job->ranks);
-    free(job);
-}
-
-comm *comm_create(comm_job *job, comm_rank_state *rs, const comm_backend *backend,
-                  int rank, int size, const int *world_ranks, const char *name) {
-    comm *c = calloc(1, sizeof *c);
-    int *map = malloc((size_t)size * sizeof *map);
-    if (!c || !map) { fprintf(stderr, "comm: out of memory\n"); exit(1); }
-    memcpy(map, world_ranks, (size_t)size * sizeof *map);
-    *c = (comm){.backend = backend, .job = job, .rs = rs, .rank = rank, .size = size,
-                .world_ranks = map, .next_of_rank = rs->groups};
-    snprintf(c->name, sizeof c->name, "%s", name ? name : "group");
-    rs->groups = c;
-    return c;
-}
-
-int comm_rank(const comm *c) { return c->rank; }
-int comm_size(const comm *c) { return c->size; }
-int comm_world_rank(const comm *c) { return c->rs->world_rank; }
-const char *comm_backend_name(const comm *c) { return c->backend->name; }
-const char *comm_name(const comm *c) { return c->name; }
-int comm_bytes_are_modelled(const comm *c) { return c->backend->bytes_modelled; }
-mem_stats *comm_mem_stats(comm *c) { return &c->rs->mem; }
-
-double comm_link_seconds(const comm_job *job, size_t bytes) {
-    static const double bandwidth[] = {0, 900e9, 50e9, 3.125e9};
-    static const double latency[] = {0, 2e-6, 5e-6, 30e-6};
-    comm_link link = job->opts.link;
-    if (link <= LINK_NONE || link > LINK_ETHERNET) return 0;
-    return job->opts.link_scale * (latency[link] + (double)bytes / bandwidth[link]);
-}
-
-/* ---- describing calls -------------------------------------------------------------- */
-const char *comm_kind_name(comm_kind kind) {
-    static const char *names[] = {"allreduce", "reduce_scatter", "allgather", "broadcast",
-                                  "reduce", "sendrecv", "barrier"};
-    if ((int)kind == COMM_KIND_SPLIT) return "split";
-    return (kind >= 0 && kind < COMM_NKINDS) ? names[kind] : "?";
-}
-
-int comm_call_matches(const comm_call *a, const comm_call *b) {
-    return a->kind == b->kind && a->count == b->count && a->dt == b->dt &&
-           a->op == b->op && a->root == b->root;
-}
-
-void comm_call_describe(const comm_call *call, char *out, size_t size) {
-    const char *name = comm_kind_name((comm_kind)call->kind);
-    if (call->kind == COMM_KIND_BARRIER || call->kind == COMM_KIND_SPLIT) {
-        snprintf(out, size, "%s", name);
-    } else if (call->kind == COMM_KIND_SENDRECV) {
-        snprintf(out, size, "%s(%zu x %s, peer %d, tag %d)", call->op ? "recv" : "send",
-                 call->count, comm_dtype_name(call->dt), call->root, call->tag);
-    } else {
-        char extra[32] = "";
-        if (call->op >= 0) snprintf(extra, sizeof extra, ", %s", op_name(call->op));
-        if (call->root >= 0)
-            snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ", root %d",
-                     call->root);
-        snprintf(out, size, "%s(%zu x %s%s)", name, call->count, comm_dtype_name(call->dt),
-                 extra);
-    }
-}
 
 /* ---- the API: check, number, record, hand to the backend, account ----------------- */
 static comm_call make_call(int kind, const void *send, void *recv, size_t count,
@@ -148,7 +19,7 @@ static comm_call make_call(int kind, const void *send, void *recv, size_t count,
 
 static void check_call(comm *c, const comm_call *call) {
     const char *name = comm_kind_name((comm_kind)call->kind);
-    if (call->dt < COMM_F32 || call->dt > COMM_F8E4M3)
+    if (call->dt < COMM_F32 || call->dt >= COMM_NDTYPES)
         comm_fail(c, "comm_%s on '%s': unknown dtype %d", name, c->name, call->dt);
     if (call->kind != COMM_KIND_ALLGATHER && call->kind != COMM_KIND_BROADCAST &&
         call->kind != COMM_KIND_BARRIER && (call->op < COMM_SUM || call->op > COMM_MAX))
@@ -258,7 +129,7 @@ comm_request *comm_allgather_start(comm *c, const void *send, void *recv, size_t
 static void point_to_point(comm *c, comm_call call, int tag) {
     int is_recv = call.op;
     const char *name = is_recv ? "comm_recv" : "comm_send";
-    if (call.dt < COMM_F32 || call.dt > COMM_F8E4M3)
+    if (call.dt < COMM_F32 || call.dt >= COMM_NDTYPES)
         comm_fail(c, "%s on '%s': unknown dtype %d", name, c->name, call.dt);
     if (call.root < 0 || call.root >= c->size)
         comm_fail(c, "%s on '%s': peer %d out of range (the group has %d ranks)", name,
@@ -300,8 +171,4 @@ comm *comm_split(comm *c, int color, int key, const char *name) {
     if (c->job->opts.trace_path)
         comm_trace_span(c, comm_world_rank(c), "split", t0, comm_now(), 0);
     return group;
-}
-
-void comm_free(comm *c) {
-    if (c) comm_destroy(c);
 }

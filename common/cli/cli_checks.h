@@ -1,0 +1,16 @@
+/* The checks every program runs on its flags before any rank starts, for the things
+ * the flags name: the data file and the checkpoint directories. */
+#ifndef CLI_CHECKS_H
+#define CLI_CHECKS_H
+#include "data.h"
+#include "run_config.h"
+
+/* The data set the flags ask for (exits 2 with a clear line if --data can't be used). */
+dataset *dataset_from_config(const run_config *cfg);
+
+/* In cli_parse: --save-every needs --save, --save is a directory this process can
+ * create or write, and --resume names a sound checkpoint of
+ * this model whose step is below --steps (cli_fail otherwise). */
+void checkpoint_cli_check(const run_config *cfg);
+
+#endif

@@ -1,0 +1,89 @@
+/* fp32 <-> bf16 / fp16 / fp8 (e4m3) element conversions, rounding to nearest even by
+ * integer arithmetic, written once for the host (comm_codec.c) and the device
+ * (gpu/comm_gpu_kernels.cu), so that a reduction gives the same bits on either side.
+ * Header-only: static inline, and __host__ __device__ when nvcc compiles it. */
+#ifndef COMM_NUMBER_FORMATS_H
+#define COMM_NUMBER_FORMATS_H
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __CUDACC__
+#define NUMBER_FORMAT_FN static inline __host__ __device__
+#else
+#define NUMBER_FORMAT_FN static inline
+#endif
+
+NUMBER_FORMAT_FN uint32_t number_f32_bits(float x) {
+#ifdef __CUDA_ARCH__
+    return __float_as_uint(x);
+#else
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return u;
+#endif
+}
+NUMBER_FORMAT_FN float number_bits_f32(uint32_t u) {
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+#endif
+}
+
+/* Rounding to nearest even: add just under half a unit of the kept last bit, plus one
+ * when that bit is odd, then drop the low bits. A carry out of the mantissa correctly
+ * bumps the exponent. */
+NUMBER_FORMAT_FN uint16_t number_to_bf16(float x) {
+    uint32_t u = number_f32_bits(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);  /* NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+NUMBER_FORMAT_FN float number_from_bf16(uint16_t h) {
+    return number_bits_f32((uint32_t)h << 16);
+}
+
+NUMBER_FORMAT_FN uint16_t number_to_f16(float x) {
+    uint32_t u = number_f32_bits(x), a = u & 0x7fffffffu;
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    if (a > 0x7f800000u) return sign | 0x7e00u;                 /* NaN */
+    if (a >= 0x477ff000u) return sign | 0x7c00u;                /* >= 65520: infinity */
+    if (a < 0x38800000u)                                        /* < 2^-14: subnormal, */
+        return sign | (uint16_t)nearbyintf(number_bits_f32(a) * 0x1p24f);   /* 2^-24 units */
+    a -= 112u << 23;                                            /* exponent bias 127 -> 15 */
+    return sign | (uint16_t)((a + 0x0fffu + ((a >> 13) & 1u)) >> 13);
+}
+NUMBER_FORMAT_FN float number_from_f16(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0) {
+        float v = (float)m * 0x1p-24f;
+        return sign ? -v : v;
+    }
+    if (e == 31) return number_bits_f32(sign | 0x7f800000u | (m << 13));
+    return number_bits_f32(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+NUMBER_FORMAT_FN uint8_t number_to_f8e4m3(float x) {
+    uint32_t u = number_f32_bits(x), a = u & 0x7fffffffu;
+    uint8_t sign = (uint8_t)((u >> 24) & 0x80u);
+    if (a > 0x7f800000u) return sign | 0x7fu;                   /* NaN */
+    if (a >= 0x43e00000u) return sign | 0x7eu;                  /* >= 448: saturate */
+    if (a < 0x3c800000u)                                        /* < 2^-6: subnormal, */
+        return sign | (uint8_t)nearbyintf(number_bits_f32(a) * 512.0f);   /* 2^-9 units */
+    a -= 120u << 23;                                            /* exponent bias 127 -> 7 */
+    return sign | (uint8_t)((a + 0x7ffffu + ((a >> 20) & 1u)) >> 20);
+}
+NUMBER_FORMAT_FN float number_from_f8e4m3(uint8_t b) {
+    uint32_t sign = (uint32_t)(b & 0x80u) << 24, e = (b >> 3) & 0xfu, m = b & 7u;
+    if (e == 15 && m == 7) return number_bits_f32(sign | 0x7fc00000u);
+    if (e == 0) {
+        float v = (float)m * 0x1p-9f;
+        return sign ? -v : v;
+    }
+    return number_bits_f32(sign | ((e + 120u) << 23) | (m << 20));
+}
+
+#endif
