@@ -22,7 +22,6 @@
 
 enum { SCHEDULE_ALL = PP_NSCHEDULES };   /* --schedule all: after pp_schedule.h's names */
 static const char *const order_choices[] = {"ordered", "eager", NULL};
-static const char *const link_labels[] = {"none", "nvlink", "ib", "ethernet"};
 
 typedef struct {
     run_config cfg;
@@ -181,7 +180,7 @@ static pipeline_sim_config sim_config(const chapter_args *a) {
         .stage_ms = a->stage_ms > 0 ? a->stage_ms : 1.0,   /* the simulator's unit */
         .order = (pp_comm_order)a->order,
         .svg_path = a->svg_path, .json = cfg->json,
-        .link_name = cfg->comm.link == LINK_NONE ? NULL : link_labels[cfg->comm.link],
+        .link_name = cfg->comm.link == LINK_NONE ? NULL : comm_link_spec(cfg->comm.link).name,
     };
     /* one micro-batch's activations: batch/m sequences x ctx x dim fp32 */
     c.message_bytes = 4.0 * cfg->batch / a->micro * cfg->model.ctx * cfg->model.dim;

@@ -35,7 +35,13 @@ static int in_list(const char *name, const char *const *list) {
 /* ---- the shared flags ------------------------------------------------------------ */
 
 static const char *const allreduce_names[] = {"ring", "naive", "doubling", NULL};
-static const char *const link_names[] = {"none", "nvlink", "ib", "ethernet", NULL};
+/* --link's values, the names comm_link_spec gives (NULL-terminated, for OPT_CHOICE). */
+static const char *const *link_names(void) {
+    static const char *names[COMM_NLINKS + 1];
+    for (int i = 0; i < COMM_NLINKS; i++) names[i] = comm_link_spec((comm_link)i).name;
+    return names;
+}
+
 static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
 static const char *const send_mode_names[] = {"buffered", "rendezvous", NULL};
 
@@ -244,7 +250,7 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
         {"device", OPT_CHOICE, &sv.device, "where ranks compute", device_names, 0},
         {"tf32", OPT_FLAG, &cfg->comm.tf32, "let cuBLAS use TF32 (GPU)", NULL, 0},
         {"allreduce", OPT_CHOICE, &sv.allreduce, "all-reduce algorithm (threads)", allreduce_names, 0},
-        {"link", OPT_CHOICE, &sv.link, "modelled wire between ranks (threads)", link_names, 0},
+        {"link", OPT_CHOICE, &sv.link, "modelled wire between ranks (threads)", link_names(), 0},
         {"link-scale", OPT_FLOAT, &sv.link_scale, "slow every link down by this factor", NULL, 1e-9},
         {"send-mode", OPT_CHOICE, &sv.send_mode, "comm_send: copy and go, or wait for the receiver as NCCL (threads)", send_mode_names, 0},
         {"comm-timeout", OPT_FLOAT, &sv.timeout, "seconds before a stuck collective is reported", NULL, 0.001},

@@ -168,7 +168,7 @@ typedef int (*rank_main_fn)(comm *world, void *args);
  * least latency + bytes / bandwidth of wall time, both multiplied by link_scale; the
  * figures are comm_link_spec's (NVLink 900 GB/s and 2 us, IB 50 GB/s and 5 us,
  * Ethernet 3.125 GB/s and 30 us). */
-typedef enum { LINK_NONE, LINK_NVLINK, LINK_IB, LINK_ETHERNET } comm_link;
+typedef enum { LINK_NONE, LINK_NVLINK, LINK_IB, LINK_ETHERNET, COMM_NLINKS } comm_link;
 
 /* A link's figures, written once (comm_job.c): the threads backend's model, the
  * planners and the chapters' tables all read them. LINK_NONE: bandwidth 0 (no model). */
