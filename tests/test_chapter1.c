@@ -17,9 +17,10 @@
 #include <unistd.h>
 
 #include "compare.h"
-#include "ddp.h"
+#include "strategy_runs.h"
 #include "grad_buckets.h"
 #include "dp.h"
+#include "ddp.h"
 #include "baseline.h"
 #include "replica.h"
 #include "check_run.h"
@@ -36,13 +37,30 @@ static run_config tiny_config(int batch, int steps) {
     return cfg;
 }
 
-static ddp_job run_ddp(const run_config *cfg, const dataset *data, int ranks,
-                       ddp_options opts) {
-    ddp_job job = {.cfg = cfg, .data = data, .opts = opts};
-    comm_options co = cfg->comm;
-    co.ranks = ranks;
-    ck_assert_int_eq(launch(&co, ddp_rank_main, &job), 0);
-    return job;
+static ddp_result *run_ddp(const run_config *cfg, const dataset *data, int ranks,
+                           ddp_options opts) {
+    run_config on_ranks = *cfg;
+    on_ranks.comm.ranks = ranks;
+    return launch_ddp(&on_ranks, data, opts, NULL);
+}
+
+/* A DataParallel run's outcome and its extra, as for DDP. */
+typedef struct {
+    strategy_outcome o;
+    dp_extra x;
+} dp_result;
+
+static dp_result *run_dp(const run_config *cfg, const dataset *data, const dp_options *opts) {
+    dp_result *dp = calloc(1, sizeof *dp);
+    dp->o.extra = &dp->x;
+    strategy_outcome_alloc(&dp->o, cfg);
+    dp_train(cfg, data, opts, &dp->o);
+    return dp;
+}
+
+static void dp_result_free(dp_result *dp) {
+    strategy_outcome_free(&dp->o);
+    free(dp);
 }
 
 static void print_diffs(const char *what, const run_result *r) {
@@ -71,14 +89,14 @@ START_TEST(ddp_matches_baseline_on_1_to_4_ranks) {
     dataset *data = dataset_builtin();
     baseline_run *base = baseline_train(&cfg, data);
     for (int ranks = 1; ranks <= 4; ranks++) {
-        ddp_job job = run_ddp(&cfg, data, ranks, ddp_options_default());
-        compare_to_baseline(&job.result, base, job.loss, job.first_grads, job.final_params);
+        ddp_result *job = run_ddp(&cfg, data, ranks, ddp_options_default());
+        strategy_outcome_compare(&job->run, base);
         char label[64];
         snprintf(label, sizeof label, "ddp, %d thread rank%s:", ranks, ranks > 1 ? "s" : "");
-        print_diffs(label, &job.result);
-        assert_matches_baseline(&job.result);
-        ck_assert_msg(job.replica_max_diff == 0.0, "replicas diverged by %g", job.replica_max_diff);
-        ddp_job_release(&job);
+        print_diffs(label, &job->run.result);
+        assert_matches_baseline(&job->run.result);
+        ck_assert_msg(job->x.replica_max_diff == 0.0, "replicas diverged by %g", job->x.replica_max_diff);
+        ddp_result_free(job);
     }
     baseline_free(base);
     dataset_free(data);
@@ -92,18 +110,18 @@ START_TEST(dp_matches_baseline_with_2_and_4_threads) {
     for (int threads = 2; threads <= 4; threads += 2) {
         for (int release = 0; release <= 1; release++) {
             dp_options opts = {.threads = threads, .release_gil = release};
-            dp_run *dp = dp_train(&cfg, data, &opts);
-            compare_to_baseline(&dp->result, base, dp->loss, dp->first_grads, dp->final_params);
+            dp_result *dp = run_dp(&cfg, data, &opts);
+            strategy_outcome_compare(&dp->o, base);
             char label[64];
             snprintf(label, sizeof label, "dp, %d threads, --gil %s:", threads,
                      release ? "release" : "hold");
-            print_diffs(label, &dp->result);
-            assert_matches_baseline(&dp->result);
+            print_diffs(label, &dp->o.result);
+            assert_matches_baseline(&dp->o.result);
             /* the master's link: params out and grads in, (N-1) x the model each */
-            ck_assert_double_eq(dp->params_out_bytes, (threads - 1) * 4.0 * base->num_params);
-            ck_assert_double_eq(dp->grads_in_bytes, (threads - 1) * 4.0 * base->num_params);
-            ck_assert(dp->gil_acquisitions > 0);
-            dp_run_free(dp);
+            ck_assert_double_eq(dp->x.params_out_bytes, (threads - 1) * 4.0 * base->num_params);
+            ck_assert_double_eq(dp->x.grads_in_bytes, (threads - 1) * 4.0 * base->num_params);
+            ck_assert(dp->x.gil_acquisitions > 0);
+            dp_result_free(dp);
         }
     }
     baseline_free(base);
@@ -116,12 +134,12 @@ START_TEST(dp_with_one_thread_is_the_baseline_bit_for_bit) {
     run_config cfg = tiny_config(4, 3);
     dataset *data = dataset_builtin();
     baseline_run *base = baseline_train(&cfg, data);
-    dp_run *dp = dp_train(&cfg, data, &(dp_options){.threads = 1});
-    compare_to_baseline(&dp->result, base, dp->loss, dp->first_grads, dp->final_params);
-    print_diffs("dp, 1 thread (must be exactly 0):", &dp->result);
-    ck_assert(dp->result.diff_grads == 0 && dp->result.diff_loss == 0 &&
-              dp->result.diff_params == 0);
-    dp_run_free(dp);
+    dp_result *dp = run_dp(&cfg, data, &(dp_options){.threads = 1});
+    strategy_outcome_compare(&dp->o, base);
+    print_diffs("dp, 1 thread (must be exactly 0):", &dp->o.result);
+    ck_assert(dp->o.result.diff_grads == 0 && dp->o.result.diff_loss == 0 &&
+              dp->o.result.diff_params == 0);
+    dp_result_free(dp);
     baseline_free(base);
     dataset_free(data);
 }
@@ -135,17 +153,17 @@ START_TEST(ddp_without_allreduce_fails_the_comparison) {
     baseline_run *base = baseline_train(&cfg, data);
     ddp_options opts = ddp_options_default();
     opts.allreduce = 0;
-    ddp_job job = run_ddp(&cfg, data, 2, opts);
-    compare_to_baseline(&job.result, base, job.loss, job.first_grads, job.final_params);
-    print_diffs("negative control, no all-reduce:", &job.result);
+    ddp_result *job = run_ddp(&cfg, data, 2, opts);
+    strategy_outcome_compare(&job->run, base);
+    print_diffs("negative control, no all-reduce:", &job->run.result);
     printf("  replicas after 5 steps differ by %.2e; bytes sent per step %.0f\n",
-           job.replica_max_diff, job.result.bytes_sent_per_step);
-    ck_assert_msg(job.result.diff_grads > 100 * tol_grads,
-                  "no all-reduce, yet grads within %g", job.result.diff_grads);
-    ck_assert(job.result.diff_params > tol_params);
-    ck_assert(job.replica_max_diff > 0);
-    ck_assert(job.result.bytes_sent_per_step == 0);
-    ddp_job_release(&job);
+           job->x.replica_max_diff, job->run.result.bytes_sent_per_step);
+    ck_assert_msg(job->run.result.diff_grads > 100 * tol_grads,
+                  "no all-reduce, yet grads within %g", job->run.result.diff_grads);
+    ck_assert(job->run.result.diff_params > tol_params);
+    ck_assert(job->x.replica_max_diff > 0);
+    ck_assert(job->run.result.bytes_sent_per_step == 0);
+    ddp_result_free(job);
     baseline_free(base);
     dataset_free(data);
 }
@@ -163,15 +181,15 @@ START_TEST(accumulation_equals_a_larger_batch) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         ddp_options opts = ddp_options_default();
         opts.grad_accum = cases[i][1];
-        ddp_job job = run_ddp(&cfg, data, cases[i][0], opts);
-        compare_to_baseline(&job.result, base, job.loss, job.first_grads, job.final_params);
+        ddp_result *job = run_ddp(&cfg, data, cases[i][0], opts);
+        strategy_outcome_compare(&job->run, base);
         char label[80];
         snprintf(label, sizeof label, "%d rank(s) x %d micro-steps of %d:", cases[i][0],
                  cases[i][1], cfg.batch / cases[i][0] / cases[i][1]);
-        print_diffs(label, &job.result);
-        assert_matches_baseline(&job.result);
-        ck_assert_uint_eq(job.allreduce_calls, (uint64_t)job.num_buckets);
-        ddp_job_release(&job);
+        print_diffs(label, &job->run.result);
+        assert_matches_baseline(&job->run.result);
+        ck_assert_uint_eq(job->x.allreduce_calls, (uint64_t)job->x.num_buckets);
+        ddp_result_free(job);
     }
     baseline_free(base);
     dataset_free(data);
@@ -235,32 +253,32 @@ START_TEST(bucket_sizes_give_the_same_result) {
     run_config cfg = bucket_config();
     dataset *data = dataset_builtin();
     baseline_run *base = baseline_train(&cfg, data);
-    ddp_job first = {0};
+    ddp_result *first = NULL;
     for (int c = 0; c < NUM_BUCKET_CASES; c++) {
         ddp_options opts = ddp_options_default();
         opts.first_bucket_bytes = bucket_cases[c].first;
         opts.bucket_bytes = bucket_cases[c].cap;
-        ddp_job job = run_ddp(&cfg, data, 2, opts);
-        compare_to_baseline(&job.result, base, job.loss, job.first_grads, job.final_params);
+        ddp_result *job = run_ddp(&cfg, data, 2, opts);
+        strategy_outcome_compare(&job->run, base);
         char label[64];
-        snprintf(label, sizeof label, "buckets %s (%d):", bucket_cases[c].name, job.num_buckets);
-        print_diffs(label, &job.result);
-        assert_matches_baseline(&job.result);
+        snprintf(label, sizeof label, "buckets %s (%d):", bucket_cases[c].name, job->x.num_buckets);
+        print_diffs(label, &job->run.result);
+        assert_matches_baseline(&job->run.result);
         /* in flight = hidden under backward + blocked in the waits, never more */
-        ck_assert(job.result.hidden_seconds <= job.async_seconds * 1.0001 + 1e-9);
-        ck_assert(job.async_seconds <=
-                  (job.result.hidden_seconds + job.result.comm_seconds) * 1.0001 + 1e-9);
+        ck_assert(job->run.result.hidden_seconds <= job->x.async_seconds * 1.0001 + 1e-9);
+        ck_assert(job->x.async_seconds <=
+                  (job->run.result.hidden_seconds + job->run.result.comm_seconds) * 1.0001 + 1e-9);
         if (c == 0) {
             first = job;
             continue;
         }
-        double dg = max_abs_diff(job.first_grads, first.first_grads, base->num_params);
-        double dp = max_abs_diff(job.final_params, first.final_params, base->num_params);
+        double dg = max_abs_diff(job->run.first_grads, first->run.first_grads, base->num_params);
+        double dp = max_abs_diff(job->run.final_params, first->run.final_params, base->num_params);
         printf("  vs 1 MiB buckets: grads %.1e, params %.1e (must be 0)\n", dg, dp);
         ck_assert(dg == 0 && dp == 0);
-        ddp_job_release(&job);
+        ddp_result_free(job);
     }
-    ddp_job_release(&first);
+    ddp_result_free(first);
     baseline_free(base);
     dataset_free(data);
 }
@@ -273,12 +291,12 @@ START_TEST(ddp_sends_2_n_minus_1_over_n_gradient_bytes) {
     run_config cfg = tiny_config(12, 3);
     dataset *data = dataset_builtin();
     for (int ranks = 2; ranks <= 4; ranks++) {
-        ddp_job job = run_ddp(&cfg, data, ranks, ddp_options_default());
-        double ratio = job.result.bytes_sent_per_step / job.result.bytes_formula;
+        ddp_result *job = run_ddp(&cfg, data, ranks, ddp_options_default());
+        double ratio = job->run.result.bytes_sent_per_step / job->run.result.bytes_formula;
         printf("ddp %d ranks: sent %.0f bytes per rank per step, formula %.0f (ratio %.4f)\n",
-               ranks, job.result.bytes_sent_per_step, job.result.bytes_formula, ratio);
+               ranks, job->run.result.bytes_sent_per_step, job->run.result.bytes_formula, ratio);
         ck_assert(fabs(ratio - 1.0) < 0.01);
-        ddp_job_release(&job);
+        ddp_result_free(job);
     }
     dataset_free(data);
 }
@@ -297,24 +315,24 @@ START_TEST(compression_sends_fewer_bytes_with_bounded_error) {
     const struct { comm_dtype wire; const char *name; int bytes; double rel_error; } types[] = {
         {COMM_BF16, "bf16", 2, 0x1p-6}, {COMM_F16, "fp16", 2, 0x1p-9},
         {COMM_F8E4M3, "fp8 e4m3", 1, 0x1p-2}};
-    ddp_job full = run_ddp(&cfg, data, 2, ddp_options_default());
+    ddp_result *full = run_ddp(&cfg, data, 2, ddp_options_default());
     for (int t = 0; t < 3; t++) {
         ddp_options opts = ddp_options_default();
         opts.wire = types[t].wire;
-        ddp_job job = run_ddp(&cfg, data, 2, opts);
-        compare_to_baseline(&job.result, base, job.loss, job.first_grads, job.final_params);
-        double ratio = job.result.bytes_sent_per_step / full.result.bytes_sent_per_step;
+        ddp_result *job = run_ddp(&cfg, data, 2, opts);
+        strategy_outcome_compare(&job->run, base);
+        double ratio = job->run.result.bytes_sent_per_step / full->run.result.bytes_sent_per_step;
         printf("compress %-8s bytes %.3f of fp32's; grads error %.2e = %.2e x max|g| (bound "
-               "%.1e); loss error %.2e\n", types[t].name, ratio, job.result.diff_grads,
-               job.result.diff_grads / largest, types[t].rel_error, job.result.diff_loss);
+               "%.1e); loss error %.2e\n", types[t].name, ratio, job->run.result.diff_grads,
+               job->run.result.diff_grads / largest, types[t].rel_error, job->run.result.diff_loss);
         /* the fp16 / fp8 scale agreement adds a few bytes per bucket */
         ck_assert(ratio >= types[t].bytes / 4.0 && ratio < types[t].bytes / 4.0 + 0.01);
-        ck_assert(job.result.diff_grads <= types[t].rel_error * largest);
-        ck_assert(job.result.diff_grads > 0);   /* compression really happened */
-        ck_assert(job.result.diff_loss < 0.02);
-        ddp_job_release(&job);
+        ck_assert(job->run.result.diff_grads <= types[t].rel_error * largest);
+        ck_assert(job->run.result.diff_grads > 0);   /* compression really happened */
+        ck_assert(job->run.result.diff_loss < 0.02);
+        ddp_result_free(job);
     }
-    ddp_job_release(&full);
+    ddp_result_free(full);
     baseline_free(base);
     dataset_free(data);
 }
@@ -328,13 +346,13 @@ START_TEST(fp8_training_still_converges) {
     baseline_run *base = baseline_train(&cfg, data);
     ddp_options opts = ddp_options_default();
     opts.wire = COMM_F8E4M3;
-    ddp_job job = run_ddp(&cfg, data, 2, opts);
+    ddp_result *job = run_ddp(&cfg, data, 2, opts);
     const int last = cfg.steps - 1;
-    printf("fp8 DDP: loss %.3f -> %.3f over %d steps (baseline %.3f -> %.3f)\n", job.loss[0],
-           job.loss[last], cfg.steps, base->loss[0], base->loss[last]);
-    ck_assert(job.loss[last] < job.loss[0] - 1.0);
-    ck_assert(fabs(job.loss[last] - base->loss[last]) < 0.1);
-    ddp_job_release(&job);
+    printf("fp8 DDP: loss %.3f -> %.3f over %d steps (baseline %.3f -> %.3f)\n", job->run.loss[0],
+           job->run.loss[last], cfg.steps, base->loss[0], base->loss[last]);
+    ck_assert(job->run.loss[last] < job->run.loss[0] - 1.0);
+    ck_assert(fabs(job->run.loss[last] - base->loss[last]) < 0.1);
+    ddp_result_free(job);
     baseline_free(base);
     dataset_free(data);
 }

@@ -21,17 +21,15 @@
 #include "pp_draw.h"
 #include "pp_sim.h"
 #include "small_model.h"
-#include "train_run.h"
+#include "strategy_runs.h"
 #include "training.h"
 
 /* Eight blocks so that 4 stages x 2 chunks fit; small enough to run 90 launches. */
 static run_config small_config(int ranks) { return small_model_config(8, ranks); }
 
-static pp_outcome run(const run_config *cfg, const dataset *d, const baseline_run *b,
+static pp_result *run(const run_config *cfg, const dataset *d, const baseline_run *b,
                       pipeline_options opts) {
-    pp_outcome o;
-    ck_assert_int_eq(pp_run_launch(cfg, d, 0, &opts, b, &o), 0);
-    return o;
+    return launch_pp(cfg, d, 0, opts, b);
 }
 
 static void check_schedules(comm_send_mode mode) {
@@ -49,20 +47,20 @@ static void check_schedules(comm_send_mode mode) {
                 char why[256];
                 if (!pp_validate(kind, p, m, v, cfg.model.layers, cfg.batch, why, sizeof why))
                     continue;   /* naive takes m = 1; interleaved m a multiple of p */
-                pp_outcome o = run(&cfg, d, b, (pipeline_options){.schedule = kind,
+                pp_result *o = run(&cfg, d, b, (pipeline_options){.schedule = kind,
                                                                    .micro = m, .chunks = v});
-                const run_result *r = &o.result;
+                const run_result *r = &o->run.result;
                 printf("%-15s p=%d m=%d v=%d (%s sends): max |diff| loss %.2e grads %.2e "
                        "params %.2e; tied copies %.1e\n", r->strategy, p, m, v,
                        mode == COMM_SEND_RENDEZVOUS ? "rendezvous" : "buffered",
-                       r->diff_loss, r->diff_grads, r->diff_params, o.tied_drift);
+                       r->diff_loss, r->diff_grads, r->diff_params, o->x.tied_drift);
                 ck_assert_msg(r->diff_grads <= PP_TOL_GRADS, "%s p=%d m=%d: grads %g",
                               r->strategy, p, m, r->diff_grads);
                 ck_assert_msg(r->diff_loss <= PP_TOL_LOSS, "%s p=%d m=%d: loss %g",
                               r->strategy, p, m, r->diff_loss);
                 ck_assert_msg(r->diff_params <= PP_TOL_PARAMS, "%s p=%d m=%d: params %g",
                               r->strategy, p, m, r->diff_params);
-                ck_assert_msg(o.tied_drift == 0.0, "tied copies drifted by %g", o.tied_drift);
+                ck_assert_msg(o->x.tied_drift == 0.0, "tied copies drifted by %g", o->x.tied_drift);
                 /* the largest rank's bytes: its sends and the tied embedding's all-reduce */
                 ck_assert_msg(fabs(r->bytes_sent_per_step - r->bytes_formula) <=
                                   1e-9 * r->bytes_formula,
@@ -71,7 +69,7 @@ static void check_schedules(comm_send_mode mode) {
                 if (pp_worst_fraction_of_tolerance(r) > worst)
                     worst = pp_worst_fraction_of_tolerance(r);
                 runs++;
-                pp_outcome_free(&o);
+                pp_result_free(o);
             }
         baseline_free(b);
     }
@@ -91,13 +89,13 @@ START_TEST(a_dropped_activation_gradient_fails) {
     dataset *d = dataset_builtin();
     run_config cfg = small_config(3);
     baseline_run *b = baseline_train(&cfg, d);
-    pp_outcome o = run(&cfg, d, b, (pipeline_options){.schedule = PP_1F1B, .micro = 4,
+    pp_result *o = run(&cfg, d, b, (pipeline_options){.schedule = PP_1F1B, .micro = 4,
                                                        .chunks = 1, .fault = PIPELINE_FAULT_DROP_INPUT_GRAD});
     printf("1f1b with zeros sent as the last stage's d(input): grads differ by %.2e\n",
-           o.result.diff_grads);
-    ck_assert_msg(o.result.diff_grads > 100 * PP_TOL_GRADS, "grads differ by only %g",
-                  o.result.diff_grads);
-    pp_outcome_free(&o);
+           o->run.result.diff_grads);
+    ck_assert_msg(o->run.result.diff_grads > 100 * PP_TOL_GRADS, "grads differ by only %g",
+                  o->run.result.diff_grads);
+    pp_result_free(o);
     baseline_free(b);
     dataset_free(d);
 }
@@ -107,24 +105,24 @@ START_TEST(in_flight_and_activations_follow_the_schedule) {
     dataset *d = dataset_builtin();
     const int p = 4, m = 8;
     run_config cfg = small_config(p);
-    pp_outcome g = run(&cfg, d, NULL, (pipeline_options){.schedule = PP_GPIPE, .micro = m,
+    pp_result *g = run(&cfg, d, NULL, (pipeline_options){.schedule = PP_GPIPE, .micro = m,
                                                           .chunks = 1});
-    pp_outcome f = run(&cfg, d, NULL, (pipeline_options){.schedule = PP_1F1B, .micro = m,
+    pp_result *f = run(&cfg, d, NULL, (pipeline_options){.schedule = PP_1F1B, .micro = m,
                                                           .chunks = 1});
     for (int r = 0; r < p; r++) {
         printf("stage %d: in flight gpipe %d (m = %d), 1f1b %d (p - r = %d); activations "
-               "%.0f and %.0f bytes\n", r, g.measured.in_flight[r], m, f.measured.in_flight[r],
-               p - r, g.measured.peak_activations[r], f.measured.peak_activations[r]);
-        ck_assert_int_eq(g.measured.in_flight[r], m);
-        ck_assert_int_eq(f.measured.in_flight[r], p - r);
-        ck_assert_int_eq(g.in_flight_formula[r], m);
-        ck_assert_int_eq(f.in_flight_formula[r], p - r);
+               "%.0f and %.0f bytes\n", r, g->x.measured.in_flight[r], m, f->x.measured.in_flight[r],
+               p - r, g->x.measured.peak_activations[r], f->x.measured.peak_activations[r]);
+        ck_assert_int_eq(g->x.measured.in_flight[r], m);
+        ck_assert_int_eq(f->x.measured.in_flight[r], p - r);
+        ck_assert_int_eq(g->x.in_flight_formula[r], m);
+        ck_assert_int_eq(f->x.in_flight_formula[r], p - r);
         if (r > 0)   /* fewer micro-batches held, fewer bytes: stage r-1 holds one more */
-            ck_assert(f.measured.peak_activations[r] < f.measured.peak_activations[r - 1]);
-        ck_assert(f.measured.peak_activations[r] < g.measured.peak_activations[r]);
+            ck_assert(f->x.measured.peak_activations[r] < f->x.measured.peak_activations[r - 1]);
+        ck_assert(f->x.measured.peak_activations[r] < g->x.measured.peak_activations[r]);
     }
-    pp_outcome_free(&g);
-    pp_outcome_free(&f);
+    pp_result_free(g);
+    pp_result_free(f);
     dataset_free(d);
 }
 END_TEST
@@ -138,25 +136,25 @@ START_TEST(bubbles_and_bytes_match_their_formulas) {
     for (int i = 0; i < 2; i++) {
         /* 25 ms per modelled forward: far above this model's real compute (well under
          * 1 ms), so rank scheduling noise stays small next to the bubble */
-        pp_outcome o = run(&cfg, d, NULL, (pipeline_options){.schedule = kinds[i],
+        pp_result *o = run(&cfg, d, NULL, (pipeline_options){.schedule = kinds[i],
                                                               .micro = m, .chunks = 1,
                                                               .stage_seconds = 0.025});
-        const double measured = o.measured.bubble_fraction, formula = o.formula.fraction;
+        const double measured = o->x.measured.bubble_fraction, formula = o->x.formula.fraction;
         const double error = fabs(measured - formula) / formula;
         printf("%s p=4 m=8: bubble %.3f measured, %.3f formula ((p-1)/(m+p-1)): relative "
-               "error %.1f%% (tolerance 10%%)\n", o.result.strategy, measured, formula,
+               "error %.1f%% (tolerance 10%%)\n", o->run.result.strategy, measured, formula,
                100 * error);
-        ck_assert_msg(error <= 0.10, "%s: bubble %.3f, formula %.3f", o.result.strategy,
+        ck_assert_msg(error <= 0.10, "%s: bubble %.3f, formula %.3f", o->run.result.strategy,
                       measured, formula);
         /* bytes: the middle stages send activations and gradients, the ends one each */
-        const double per_boundary = o.bytes_formula;
+        const double per_boundary = o->x.bytes_formula;
         for (int r = 0; r < p; r++) {
             const double expected = (r > 0 && r < p - 1 ? 1.0 : 0.5) * per_boundary;
-            ck_assert_msg(fabs(o.measured.bytes_sent[r] - expected) <= 1e-9 * expected,
+            ck_assert_msg(fabs(o->x.measured.bytes_sent[r] - expected) <= 1e-9 * expected,
                           "stage %d sent %.0f bytes, formula %.0f", r,
-                          o.measured.bytes_sent[r], expected);
+                          o->x.measured.bytes_sent[r], expected);
         }
-        pp_outcome_free(&o);
+        pp_result_free(o);
     }
     dataset_free(d);
 }
@@ -172,21 +170,21 @@ START_TEST(interleaved_bubble_under_the_compute_model) {
     const double stage = 0.025;
     run_config cfg = small_config(p);
     cfg.steps = 3;
-    pp_outcome o = run(&cfg, d, NULL, (pipeline_options){.schedule = PP_INTERLEAVED,
+    pp_result *o = run(&cfg, d, NULL, (pipeline_options){.schedule = PP_INTERLEAVED,
                                                           .micro = m, .chunks = v,
                                                           .stage_seconds = stage});
-    const double measured = o.measured.bubble_fraction, want = o.cpu_ranks.fraction;
+    const double measured = o->x.measured.bubble_fraction, want = o->x.cpu_ranks.fraction;
     const double error = fabs(measured - want) / want, busy = 3e3 * m * stage;
     printf("interleaved p=2 m=8 v=4: bubble %.3f measured, %.3f CPU ranks (formula %.3f):"
            " relative error %.1f%% (tolerance 10%%); busy %.0f and %.0f ms per step, modelled"
-           " %.0f\n", measured, want, o.formula.fraction, 100 * error, o.measured.busy_ms[0],
-           o.measured.busy_ms[1], busy);
+           " %.0f\n", measured, want, o->x.formula.fraction, 100 * error, o->x.measured.busy_ms[0],
+           o->x.measured.busy_ms[1], busy);
     ck_assert_msg(error <= 0.10, "bubble %.3f, CPU ranks %.3f", measured, want);
     for (int r = 0; r < p; r++)
-        ck_assert_msg(fabs(o.measured.busy_ms[r] - busy) <= 0.10 * busy,
+        ck_assert_msg(fabs(o->x.measured.busy_ms[r] - busy) <= 0.10 * busy,
                       "rank %d busy %.0f ms per step, modelled 3 m x stage = %.0f", r,
-                      o.measured.busy_ms[r], busy);
-    pp_outcome_free(&o);
+                      o->x.measured.busy_ms[r], busy);
+    pp_result_free(o);
     dataset_free(d);
 }
 END_TEST
@@ -201,25 +199,24 @@ START_TEST(two_stages_on_four_ranks_train_data_parallel) {
     for (int kind = 0; kind < PP_NSCHEDULES; kind++) {
         const int m = kind == PP_NAIVE ? 1 : 2, v = kind == PP_INTERLEAVED ? 2 : 1;
         pipeline_options opts = {.schedule = kind, .micro = m, .chunks = v};
-        pp_outcome o;
-        ck_assert_int_eq(pp_run_launch(&cfg, d, 2, &opts, b, &o), 0);
-        const run_result *r = &o.result;
+        pp_result *o = launch_pp(&cfg, d, 2, opts, b);
+        const run_result *r = &o->run.result;
         printf("%-15s pp 2 x dp %d, m=%d v=%d: max |diff| loss %.2e grads %.2e params %.2e;"
-               " stages %d, in flight %d %d\n", r->strategy, o.replicas, m, v, r->diff_loss,
-               r->diff_grads, r->diff_params, o.stages, o.measured.in_flight[0],
-               o.measured.in_flight[1]);
-        ck_assert_int_eq(o.stages, 2);
-        ck_assert_int_eq(o.replicas, 2);
+               " stages %d, in flight %d %d\n", r->strategy, o->x.replicas, m, v, r->diff_loss,
+               r->diff_grads, r->diff_params, o->x.stages, o->x.measured.in_flight[0],
+               o->x.measured.in_flight[1]);
+        ck_assert_int_eq(o->x.stages, 2);
+        ck_assert_int_eq(o->x.replicas, 2);
         ck_assert_msg(pp_worst_fraction_of_tolerance(r) <= 1, "%s: outside the tolerances",
                       r->strategy);
         ck_assert_msg(fabs(r->bytes_sent_per_step - r->bytes_formula) <= 1e-9 * r->bytes_formula,
                       "%s: sent %.0f bytes per step, formula %.0f", r->strategy,
                       r->bytes_sent_per_step, r->bytes_formula);
         if (kind == PP_1F1B) {
-            ck_assert_int_eq(o.measured.in_flight[0], 2);
-            ck_assert_int_eq(o.measured.in_flight[1], 1);
+            ck_assert_int_eq(o->x.measured.in_flight[0], 2);
+            ck_assert_int_eq(o->x.measured.in_flight[1], 1);
         }
-        pp_outcome_free(&o);
+        pp_result_free(o);
     }
     baseline_free(b);
     dataset_free(d);
@@ -317,8 +314,9 @@ static char *read_svg(const pp_sim_result *res, const char *title) {
 START_TEST(interleaved_svg_has_v_labels_shades_and_a_legend) {
     pp_schedule *s;
     pp_sim_result res = interleaved_spans(&s);
-    pp_outcome o = {.opts = {.schedule = PP_INTERLEAVED, .micro = 4, .chunks = 4}, .stages = 2,
-                    .result = {.strategy = "pp-interleaved"}, .cpu_ranks = {0.2, 0.25}};
+    pp_extra x = {.opts = {.schedule = PP_INTERLEAVED, .micro = 4, .chunks = 4}, .stages = 2,
+                  .cpu_ranks = {0.2, 0.25}};
+    strategy_outcome o = {.result = {.strategy = "pp-interleaved"}, .extra = &x};
     char title[160];
     pipeline_svg_title(&o, title, sizeof title);
     const char *svg = read_svg(&res, title);

@@ -13,40 +13,38 @@
 
 #include "check_run.h"
 #include "small_model.h"
-#include "run3d.h"
+#include "strategy_runs.h"
 
 static run_config small_config(int ranks) { return small_model_config(6, ranks); }
 
-static mesh_outcome train(mesh_shape shape, pipeline_options opts, const dataset *d,
+static mesh_result *train(mesh_shape shape, pipeline_options opts, const dataset *d,
                           baseline_run **baseline) {
     run_config cfg = small_config(mesh_world(&shape));
     *baseline = baseline_train(&cfg, d);
-    mesh_outcome o;
-    ck_assert_int_eq(mesh_run_launch(&cfg, d, shape, &opts, *baseline, &o), 0);
-    return o;
+    return launch_mesh(&cfg, d, shape, opts, *baseline);
 }
 
 static void check_mesh(mesh_shape shape, pipeline_options opts) {
     dataset *d = dataset_builtin();
     baseline_run *b;
-    mesh_outcome o = train(shape, opts, d, &b);
-    const run_result *r = &o.result;
+    mesh_result *o = train(shape, opts, d, &b);
+    const run_result *r = &o->run.result;
     printf("tp %d x pp %d x dp %d, %s m=%d zero %d: max |diff| loss %.2e grads %.2e params "
            "%.2e; bytes vs formula %.1e; tied copies %.1e\n", shape.tp, shape.pp, shape.dp,
            pp_schedule_name(opts.schedule), opts.micro, opts.zero_stage, r->diff_loss,
-           r->diff_grads, r->diff_params, o.worst_bytes_error, o.tied_drift);
+           r->diff_grads, r->diff_params, o->x.worst_bytes_error, o->x.tied_drift);
     ck_assert_msg(r->diff_grads <= MESH_TOL_GRADS, "grads differ by %g", r->diff_grads);
     ck_assert_msg(r->diff_loss <= MESH_TOL_LOSS, "loss differs by %g", r->diff_loss);
     ck_assert_msg(r->diff_params <= MESH_TOL_PARAMS, "params differ by %g", r->diff_params);
-    ck_assert_msg(o.worst_bytes_error <= 1e-3, "bytes off their formula by %g",
-                  o.worst_bytes_error);
-    ck_assert_msg(o.tied_drift == 0.0, "copies drifted by %g", o.tied_drift);
+    ck_assert_msg(o->x.worst_bytes_error <= 1e-3, "bytes off their formula by %g",
+                  o->x.worst_bytes_error);
+    ck_assert_msg(o->x.tied_drift == 0.0, "copies drifted by %g", o->x.tied_drift);
     for (int w = 0; w < mesh_world(&shape); w++)
         for (int i = 0; i < 3; i++)
-            ck_assert_msg(o.ranks[w].state[i] == o.ranks[w].state_formula[i],
+            ck_assert_msg(o->x.ranks[w].state[i] == o->x.ranks[w].state_formula[i],
                           "rank %d state %d: %.0f bytes held, formula %.0f", w, i,
-                          o.ranks[w].state[i], o.ranks[w].state_formula[i]);
-    mesh_outcome_free(&o);
+                          o->x.ranks[w].state[i], o->x.ranks[w].state_formula[i]);
+    mesh_result_free(o);
     baseline_free(b);
     dataset_free(d);
 }
@@ -110,15 +108,15 @@ START_TEST(zero_without_its_dp_collectives_fails) {
         opts.zero_stage = cases[i].zero;
         opts.fault = cases[i].fault;
         baseline_run *b;
-        mesh_outcome o = train(shape, opts, d, &b);
-        const double worst = mesh_worst_fraction_of_tolerance(&o.result);
+        mesh_result *o = train(shape, opts, d, &b);
+        const double worst = mesh_worst_fraction_of_tolerance(&o->run.result);
         printf("%d x %d x %d %s: grads differ by %.2e, params by %.2e (%.0fx the"
                " tolerance)\n", shape.tp, shape.pp, shape.dp, cases[i].name,
-               o.result.diff_grads, o.result.diff_params, worst);
+               o->run.result.diff_grads, o->run.result.diff_params, worst);
         /* the comparison with the baseline must fail */
         ck_assert_msg(worst > 1, "%s: within the tolerances (%.2f of them)", cases[i].name,
                       worst);
-        mesh_outcome_free(&o);
+        mesh_result_free(o);
         baseline_free(b);
     }
     dataset_free(d);
@@ -134,7 +132,7 @@ START_TEST(zero_state_formulas_add_up_over_dp) {
         pipeline_options opts = one_f_one_b(4);
         opts.zero_stage = zero;
         double sum[3] = {0};
-        rank_traffic t[2];
+        mesh_rank_traffic t[2];
         for (int dp = 0; dp < 2; dp++) {
             mesh_traffic_formula(&cfg, shape, (mesh_coord){1, 1, dp}, &opts, &t[dp]);
             for (int i = 0; i < 3; i++) sum[i] += t[dp].state_formula[i];
@@ -166,13 +164,13 @@ START_TEST(leaving_out_any_communication_fails) {
         pipeline_options opts = one_f_one_b(4);
         opts.fault = faults[i];
         baseline_run *b;
-        mesh_outcome o = train((mesh_shape){2, 2, 2}, opts, d, &b);
+        mesh_result *o = train((mesh_shape){2, 2, 2}, opts, d, &b);
         printf("2 x 2 x 2 without %s: grads differ by %.2e, params by %.2e\n", names[i],
-               o.result.diff_grads, o.result.diff_params);
-        ck_assert_msg(o.result.diff_grads > 100 * MESH_TOL_GRADS ||
-                          o.result.diff_params > 100 * MESH_TOL_PARAMS,
-                      "%s: grads differ by only %g", names[i], o.result.diff_grads);
-        mesh_outcome_free(&o);
+               o->run.result.diff_grads, o->run.result.diff_params);
+        ck_assert_msg(o->run.result.diff_grads > 100 * MESH_TOL_GRADS ||
+                          o->run.result.diff_params > 100 * MESH_TOL_PARAMS,
+                      "%s: grads differ by only %g", names[i], o->run.result.diff_grads);
+        mesh_result_free(o);
         baseline_free(b);
     }
     dataset_free(d);
@@ -184,7 +182,7 @@ START_TEST(formulas_by_hand) {
      * micro-batch b = 1 sequence, b s h = 128 floats */
     run_config cfg = small_config(8);
     pipeline_options opts = one_f_one_b(4);
-    rank_traffic t;
+    mesh_rank_traffic t;
     mesh_traffic_formula(&cfg, (mesh_shape){2, 2, 2}, (mesh_coord){0, 0, 0}, &opts, &t);
     /* TP: 4 micro x ring 1 x (4 x 3 blocks + 1 embedding) x 128 floats x 4 B */
     ck_assert_double_eq_tol(t.formula[PIPELINE_TP], 4 * 1.0 * (12 + 1) * 128 * 4, 1e-9);

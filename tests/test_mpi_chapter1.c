@@ -13,7 +13,7 @@
 #include <stdlib.h>
 
 #include "compare.h"
-#include "ddp.h"
+#include "strategy_runs.h"
 #include "baseline.h"
 #include "replica.h"
 #include "check_run.h"
@@ -30,10 +30,8 @@ static run_config tiny_config(int batch, int steps) {
 }
 
 /* Every process runs this; only world rank 0's process gets the results. */
-static ddp_job run_ddp(const run_config *cfg, const dataset *data, ddp_options opts) {
-    ddp_job job = {.cfg = cfg, .data = data, .opts = opts};
-    ck_assert_int_eq(launch(&cfg->comm, ddp_rank_main, &job), 0);
-    return job;
+static ddp_result *run_ddp(const run_config *cfg, const dataset *data, ddp_options opts) {
+    return launch_ddp(cfg, data, opts, NULL);
 }
 
 static void print_diffs(const char *what, const run_result *r) {
@@ -47,25 +45,25 @@ START_TEST(ddp_on_mpi_ranks_matches_baseline) {
     run_config cfg = tiny_config(12, 5);
     dataset *data = dataset_builtin();
     baseline_run *base = process_hosts_rank0() ? baseline_train(&cfg, data) : NULL;
-    ddp_job job = run_ddp(&cfg, data, ddp_options_default());
+    ddp_result *job = run_ddp(&cfg, data, ddp_options_default());
     check_verdict v = {0};
     if (base) {
-        compare_to_baseline(&job.result, base, job.loss, job.first_grads, job.final_params);
+        strategy_outcome_compare(&job->run, base);
         char label[64];
         snprintf(label, sizeof label, "ddp, %d MPI rank%s:", N, N > 1 ? "s" : "");
-        print_diffs(label, &job.result);
+        print_diffs(label, &job->run.result);
         printf("  bytes sent per rank per step %.0f, 2(N-1)/N x gradient bytes %.0f;"
-               " replicas differ by %.1e\n", job.result.bytes_sent_per_step,
-               job.result.bytes_formula, job.replica_max_diff);
-        check_expect(&v, job.result.diff_grads <= tol_grads);
-        check_expect(&v, job.result.diff_loss <= tol_loss);
-        check_expect(&v, job.result.diff_params <= tol_params);
-        check_expect(&v, job.replica_max_diff == 0.0);
+               " replicas differ by %.1e\n", job->run.result.bytes_sent_per_step,
+               job->run.result.bytes_formula, job->x.replica_max_diff);
+        check_expect(&v, job->run.result.diff_grads <= tol_grads);
+        check_expect(&v, job->run.result.diff_loss <= tol_loss);
+        check_expect(&v, job->run.result.diff_params <= tol_params);
+        check_expect(&v, job->x.replica_max_diff == 0.0);
         if (N > 1)
-            check_expect(&v, fabs(job.result.bytes_sent_per_step / job.result.bytes_formula - 1) < 0.01);
+            check_expect(&v, fabs(job->run.result.bytes_sent_per_step / job->run.result.bytes_formula - 1) < 0.01);
         baseline_free(base);
     }
-    ddp_job_release(&job);
+    ddp_result_free(job);
     dataset_free(data);
     check_agree(&v);
 }
@@ -78,16 +76,16 @@ START_TEST(ddp_on_mpi_without_allreduce_fails_the_comparison) {
     baseline_run *base = process_hosts_rank0() ? baseline_train(&cfg, data) : NULL;
     ddp_options opts = ddp_options_default();
     opts.allreduce = 0;
-    ddp_job job = run_ddp(&cfg, data, opts);
+    ddp_result *job = run_ddp(&cfg, data, opts);
     check_verdict v = {0};
     if (base) {
-        compare_to_baseline(&job.result, base, job.loss, job.first_grads, job.final_params);
-        print_diffs("negative control, no all-reduce:", &job.result);
-        check_expect(&v, job.result.diff_grads > 100 * tol_grads);
-        check_expect(&v, job.replica_max_diff > 0);
+        strategy_outcome_compare(&job->run, base);
+        print_diffs("negative control, no all-reduce:", &job->run.result);
+        check_expect(&v, job->run.result.diff_grads > 100 * tol_grads);
+        check_expect(&v, job->x.replica_max_diff > 0);
         baseline_free(base);
     }
-    ddp_job_release(&job);
+    ddp_result_free(job);
     dataset_free(data);
     check_agree(&v);
 }
@@ -114,27 +112,27 @@ START_TEST(ddp_on_2_mpi_ranks_accumulation_and_buckets) {
         opts.first_bucket_bytes = cases[c].first;
         opts.bucket_bytes = cases[c].cap;
         opts.grad_accum = cases[c].accum;
-        ddp_job job = run_ddp(&cfg, data, opts);
+        ddp_result *job = run_ddp(&cfg, data, opts);
         if (base) {
-            compare_to_baseline(&job.result, base, job.loss, job.first_grads, job.final_params);
+            strategy_outcome_compare(&job->run, base);
             char label[80];
             snprintf(label, sizeof label, "2 MPI ranks, %s (%d buckets):", cases[c].name,
-                     job.num_buckets);
-            print_diffs(label, &job.result);
-            check_expect(&v, job.result.diff_grads <= tol_grads);
-            check_expect(&v, job.result.diff_loss <= tol_loss);
-            check_expect(&v, job.result.diff_params <= tol_params);
-            check_expect(&v, job.allreduce_calls == (uint64_t)job.num_buckets);
+                     job->x.num_buckets);
+            print_diffs(label, &job->run.result);
+            check_expect(&v, job->run.result.diff_grads <= tol_grads);
+            check_expect(&v, job->run.result.diff_loss <= tol_loss);
+            check_expect(&v, job->run.result.diff_params <= tol_params);
+            check_expect(&v, job->x.allreduce_calls == (uint64_t)job->x.num_buckets);
             if (c == 0) {
-                reference = job.final_params;
-                job.final_params = NULL;
+                reference = job->run.final_params;
+                job->run.final_params = NULL;
             } else if (cases[c].accum == 1) {
-                double d = max_abs_diff(job.final_params, reference, base->num_params);
+                double d = max_abs_diff(job->run.final_params, reference, base->num_params);
                 printf("  vs 1 MiB buckets: params differ by %.1e (must be 0)\n", d);
                 check_expect(&v, d == 0);
             }
         }
-        ddp_job_release(&job);
+        ddp_result_free(job);
     }
     free(reference);
     baseline_free(base);
@@ -158,31 +156,31 @@ START_TEST(compression_on_mpi_ranks_sends_fewer_bytes_with_bounded_error) {
     const struct { comm_dtype wire; const char *name; int bytes; double rel_error; } types[] = {
         {COMM_BF16, "bf16", 2, 0x1p-6}, {COMM_F16, "fp16", 2, 0x1p-9},
         {COMM_F8E4M3, "fp8 e4m3", 1, 0x1p-2}};
-    ddp_job full = run_ddp(&cfg, data, ddp_options_default());
+    ddp_result *full = run_ddp(&cfg, data, ddp_options_default());
     check_verdict v = {0};
     for (int t = 0; t < 3; t++) {
         ddp_options opts = ddp_options_default();
         opts.wire = types[t].wire;
-        ddp_job job = run_ddp(&cfg, data, opts);
+        ddp_result *job = run_ddp(&cfg, data, opts);
         if (base) {
-            compare_to_baseline(&job.result, base, job.loss, job.first_grads, job.final_params);
-            double ratio = N > 1 ? job.result.bytes_sent_per_step / full.result.bytes_sent_per_step : 0;
+            strategy_outcome_compare(&job->run, base);
+            double ratio = N > 1 ? job->run.result.bytes_sent_per_step / full->run.result.bytes_sent_per_step : 0;
             printf("compress %-8s %d MPI ranks: bytes %.5f of fp32's; grads error %.2e = %.2e x"
                    " max|g| (bound %.1e); loss error %.2e\n", types[t].name, N, ratio,
-                   job.result.diff_grads, job.result.diff_grads / largest, types[t].rel_error,
-                   job.result.diff_loss);
+                   job->run.result.diff_grads, job->run.result.diff_grads / largest, types[t].rel_error,
+                   job->run.result.diff_loss);
             /* the fp16 / fp8 scale agreement adds a few bytes per bucket; modelled bytes
              * are whole, 2(N-1)/N x B rounded down per call (a byte in ~10^5 below) */
             if (N > 1)
                 check_expect(&v, ratio >= types[t].bytes / 4.0 - 1e-4 &&
                                  ratio < types[t].bytes / 4.0 + 0.01);
-            check_expect(&v, job.result.diff_grads <= types[t].rel_error * largest);
-            check_expect(&v, job.result.diff_grads > 0);   /* compression really happened */
-            check_expect(&v, job.result.diff_loss < 0.02);
+            check_expect(&v, job->run.result.diff_grads <= types[t].rel_error * largest);
+            check_expect(&v, job->run.result.diff_grads > 0);   /* compression really happened */
+            check_expect(&v, job->run.result.diff_loss < 0.02);
         }
-        ddp_job_release(&job);
+        ddp_result_free(job);
     }
-    ddp_job_release(&full);
+    ddp_result_free(full);
     baseline_free(base);
     dataset_free(data);
     check_agree(&v);

@@ -9,7 +9,7 @@
 #include "check_run.h"
 #include "pp_execute.h"
 #include "small_model.h"
-#include "train_run.h"
+#include "strategy_runs.h"
 
 static run_config small_config(void) {
     run_config cfg = small_model_config(8, check_world_size());
@@ -29,18 +29,17 @@ START_TEST(every_schedule_matches_the_baseline) {
         if (!pp_validate(kind, N, m, chunks, cfg.model.layers, cfg.batch, why, sizeof why))
             continue;   /* interleaved at -np 1 and 3: m = 4 is no multiple of p */
         pipeline_options opts = {.schedule = kind, .micro = m, .chunks = chunks};
-        pp_outcome o;
-        ck_assert_int_eq(pp_run_launch(&cfg, d, 0, &opts, b, &o), 0);
+        pp_result *o = launch_pp(&cfg, d, 0, opts, b);
         if (b) {
-            const run_result *r = &o.result;
+            const run_result *r = &o->run.result;
             printf("mpi %-15s p=%d m=%d: max |diff| loss %.2e grads %.2e params %.2e\n",
                    r->strategy, N, m, r->diff_loss, r->diff_grads, r->diff_params);
             check_expect(&v, r->diff_grads <= PP_TOL_GRADS);
             check_expect(&v, r->diff_loss <= PP_TOL_LOSS);
             check_expect(&v, r->diff_params <= PP_TOL_PARAMS);
-            check_expect(&v, o.tied_drift == 0.0);
+            check_expect(&v, o->x.tied_drift == 0.0);
         }
-        pp_outcome_free(&o);
+        pp_result_free(o);
     }
     check_agree(&v);
     baseline_free(b);
@@ -55,13 +54,12 @@ START_TEST(a_dropped_activation_gradient_fails) {
     check_verdict v = {0};
     pipeline_options opts = {.schedule = PP_1F1B, .micro = 4, .chunks = 1,
                              .fault = PIPELINE_FAULT_DROP_INPUT_GRAD};
-    pp_outcome o;
-    ck_assert_int_eq(pp_run_launch(&cfg, d, 0, &opts, b, &o), 0);
+    pp_result *o = launch_pp(&cfg, d, 0, opts, b);
     if (b) {
-        printf("mpi 1f1b, zeros as one d(input): grads differ by %.2e\n", o.result.diff_grads);
-        check_expect(&v, o.result.diff_grads > 100 * PP_TOL_GRADS);
+        printf("mpi 1f1b, zeros as one d(input): grads differ by %.2e\n", o->run.result.diff_grads);
+        check_expect(&v, o->run.result.diff_grads > 100 * PP_TOL_GRADS);
     }
-    pp_outcome_free(&o);
+    pp_result_free(o);
     check_agree(&v);
     baseline_free(b);
     dataset_free(d);

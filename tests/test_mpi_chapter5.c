@@ -12,7 +12,7 @@
 
 #include "check_run.h"
 #include "small_model.h"
-#include "run3d.h"
+#include "strategy_runs.h"
 
 static mesh_shape mesh_for(int world) {
     switch (world) {
@@ -39,30 +39,29 @@ static void run_on(mesh_shape shape, pipeline_options opts, int expect_match) {
     run_config cfg = small_config();
     baseline_run *b = process_hosts_rank0() ? baseline_train(&cfg, d) : NULL;
     check_verdict v = {0};
-    mesh_outcome o;
-    ck_assert_int_eq(mesh_run_launch(&cfg, d, shape, &opts, b, &o), 0);
+    mesh_result *o = launch_mesh(&cfg, d, shape, opts, b);
     if (b) {
-        const run_result *r = &o.result;
+        const run_result *r = &o->run.result;
         double state_error = 0;
         for (int w = 0; w < mesh_world(&shape); w++)
             for (int i = 0; i < 3; i++)
                 state_error = fmax(state_error,
-                                   fabs(o.ranks[w].state[i] - o.ranks[w].state_formula[i]));
+                                   fabs(o->x.ranks[w].state[i] - o->x.ranks[w].state_formula[i]));
         printf("mpi tp %d x pp %d x dp %d, zero %d%s: max |diff| loss %.2e grads %.2e params "
                "%.2e; bytes vs formula %.1e; state vs formula %.0f B\n", shape.tp, shape.pp,
                shape.dp, opts.zero_stage, expect_match ? "" : ", with a fault", r->diff_loss,
-               r->diff_grads, r->diff_params, o.worst_bytes_error, state_error);
+               r->diff_grads, r->diff_params, o->x.worst_bytes_error, state_error);
         if (expect_match) {
             check_expect(&v, r->diff_grads <= MESH_TOL_GRADS);
             check_expect(&v, r->diff_loss <= MESH_TOL_LOSS);
             check_expect(&v, r->diff_params <= MESH_TOL_PARAMS);
-            check_expect(&v, o.worst_bytes_error <= 1e-3);
+            check_expect(&v, o->x.worst_bytes_error <= 1e-3);
             check_expect(&v, state_error == 0);
         } else {
             check_expect(&v, r->diff_grads > 100 * MESH_TOL_GRADS);
         }
-        mesh_outcome_free(&o);
     }
+    mesh_result_free(o);
     check_agree(&v);
     baseline_free(b);
     dataset_free(d);

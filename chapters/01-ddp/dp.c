@@ -61,7 +61,7 @@ typedef struct {
     int N, per_replica;
     replica master;
     dp_worker *workers;
-    dp_run *run;
+    strategy_outcome *out;
     double phase[PHASES];      /* seconds since warm-up, per phase */
 } dp_master;
 
@@ -101,7 +101,7 @@ static float dp_compute_grads(void *arg, int step) {
 
 static void dp_keep_first_grads(void *arg) {
     dp_master *m = arg;
-    ops_download(m->run->first_grads, m->master.grads, m->master.num_params * sizeof(float));
+    ops_download(m->out->first_grads, m->master.grads, m->master.num_params * sizeof(float));
 }
 
 static void dp_update(void *arg, int step) {
@@ -121,33 +121,31 @@ static void dp_after_warmup(void *arg) {
 }
 
 /* What the tables show, per timed step. */
-static void summarise(dp_master *m, int timed_steps) {
-    dp_run *run = m->run;
+static void summarise(dp_master *m, int timed_steps, dp_extra *x, run_result *r) {
     const int N = m->N;
     const double param_bytes = (double)m->master.num_params * sizeof(float);
     const double batch_bytes = sizeof(int) * 2.0 * m->per_replica * m->cfg->model.ctx;
-    run->replicate_seconds = m->phase[REPLICATE] / timed_steps;
-    run->scatter_seconds = m->phase[SCATTER] / timed_steps;
-    run->parallel_seconds = m->phase[PARALLEL] / timed_steps;
-    run->gather_seconds = m->phase[GATHER] / timed_steps;
-    run->optimizer_seconds = m->phase[OPTIMIZER] / timed_steps;
+    x->replicate_seconds = m->phase[REPLICATE] / timed_steps;
+    x->scatter_seconds = m->phase[SCATTER] / timed_steps;
+    x->parallel_seconds = m->phase[PARALLEL] / timed_steps;
+    x->gather_seconds = m->phase[GATHER] / timed_steps;
+    x->optimizer_seconds = m->phase[OPTIMIZER] / timed_steps;
     for (int k = 0; k < N; k++) {
         const gil_account *a = &m->workers[k].thread.account;
-        run->gil_wait_seconds += a->wait_seconds / timed_steps;
-        run->gil_held_seconds += a->held_seconds / timed_steps;
-        run->gil_acquisitions += (double)a->acquisitions / timed_steps;
+        x->gil_wait_seconds += a->wait_seconds / timed_steps;
+        x->gil_held_seconds += a->held_seconds / timed_steps;
+        x->gil_acquisitions += (double)a->acquisitions / timed_steps;
     }
-    if (run->parallel_seconds > 0)
-        run->gil_busy_fraction = run->gil_held_seconds / run->parallel_seconds;
-    run->params_out_bytes = (N - 1) * param_bytes;
-    run->batch_out_bytes = (N - 1) * batch_bytes;
-    run->grads_in_bytes = (N - 1) * param_bytes;
+    if (x->parallel_seconds > 0)
+        x->gil_busy_fraction = x->gil_held_seconds / x->parallel_seconds;
+    x->params_out_bytes = (N - 1) * param_bytes;
+    x->batch_out_bytes = (N - 1) * batch_bytes;
+    x->grads_in_bytes = (N - 1) * param_bytes;
 
-    run_result *r = &run->result;
     /* the master's link is busy while it copies parameters, batches and gradients */
     r->comm_seconds = m->phase[REPLICATE] + m->phase[SCATTER] + m->phase[GATHER];
     r->hidden_seconds = 0;
-    r->bytes_sent_per_step = run->params_out_bytes + run->batch_out_bytes;
+    r->bytes_sent_per_step = x->params_out_bytes + x->batch_out_bytes;
     r->bytes_formula = (N - 1) * param_bytes;
     /* the master's device holds the most: the optimizer state on top of a replica */
     r->memory = m->workers[0].stats;
@@ -155,7 +153,8 @@ static void summarise(dp_master *m, int timed_steps) {
         if (m->workers[k].stats.peak_total > r->memory.peak_total) r->memory = m->workers[k].stats;
 }
 
-dp_run *dp_train(const run_config *cfg, const dataset *data, const dp_options *opts) {
+void dp_train(const run_config *cfg, const dataset *data, const dp_options *opts,
+              strategy_outcome *out) {
     openblas_set_num_threads(1);   /* each thread's matmuls stay on its own core */
     /* The master computes on device 0, as the replica threads do on device k; a caller
      * that computed on the CPU does so again afterwards (as with baseline_train). */
@@ -163,13 +162,12 @@ dp_run *dp_train(const run_config *cfg, const dataset *data, const dp_options *o
     const device_kind device = launch_select_device(&cfg->comm, 0);
     mem_stats *caller_stats = mem_stats_current();
     const int N = opts->threads, T = cfg->model.ctx, per_replica = cfg->batch / N;
-    dp_run *run = calloc(1, sizeof *run);
-    run->opts = *opts;
+    dp_extra x = {.opts = *opts};
     gil lock;
     gil_init(&lock);
 
     gpt_shape shape = gpt_shape_make(&cfg->model, 1, 0);
-    dp_master m = {.cfg = cfg, .data = data, .N = N, .per_replica = per_replica, .run = run};
+    dp_master m = {.cfg = cfg, .data = data, .N = N, .per_replica = per_replica, .out = out};
     m.workers = calloc((size_t)N, sizeof *m.workers);
     mem_stats_bind(&m.workers[0].stats);
     replica_init(&m.master, &shape, cfg->seed, 1);
@@ -189,20 +187,15 @@ dp_run *dp_train(const run_config *cfg, const dataset *data, const dp_options *o
     }
     mem_stats_bind(caller_stats);
 
-    run->first_grads = malloc(param_bytes);
-    run->final_params = malloc(param_bytes);
     train_strategy strategy = {.name = "dp", .ctx = &m, .compute_grads = dp_compute_grads,
                                .keep_first_grads = dp_keep_first_grads, .update = dp_update,
                                .after_warmup = dp_after_warmup,
                                .checkpoint_state = dp_checkpoint_state};
-    train_outcome outcome;
-    train_loop(NULL, cfg, (double)cfg->batch * T, &strategy, &outcome);
-    ops_download(run->final_params, m.master.params, param_bytes);
-    run->result = outcome.result;
-    run->loss = train_outcome_take_loss(&outcome);
-    run->result.loss = run->loss;
-    train_outcome_free(&outcome);
-    summarise(&m, run->result.timed_steps);
+    out->world_size = N;
+    strategy_outcome_train(NULL, cfg, &strategy, out);
+    ops_download(out->final_params, m.master.params, param_bytes);
+    summarise(&m, out->result.timed_steps, &x, &out->result);
+    if (out->extra) *(dp_extra *)out->extra = x;
 
     for (int k = 0; k < N; k++) {
         dp_worker *w = &m.workers[k];
@@ -220,13 +213,4 @@ dp_run *dp_train(const run_config *cfg, const dataset *data, const dp_options *o
     free(m.workers);
     gil_destroy(&lock);
     if (caller_device == DEVICE_CPU && device != DEVICE_CPU) device_select(DEVICE_CPU, 0);
-    return run;
-}
-
-void dp_run_free(dp_run *r) {
-    if (!r) return;
-    free(r->loss);
-    free(r->first_grads);
-    free(r->final_params);
-    free(r);
 }

@@ -16,17 +16,15 @@
 #include "report.h"
 #include "baseline.h"
 #include "replica.h"
+#include "strategy_outcome.h"
 
 typedef struct {
     int threads;       /* replicas, one thread each */
     int release_gil;   /* --gil release: heavy kernels run without the lock */
 } dp_options;
 
+/* The outcome's extra for DataParallel (strategy_outcome.extra). */
 typedef struct {
-    run_result result;     /* strategy "dp"; differences left to the caller */
-    float *loss;           /* per step, global-batch mean */
-    float *first_grads;    /* the master's summed gradients of step 1 */
-    float *final_params;   /* the master's parameters after the last step */
     dp_options opts;
     /* per timed step, on the master's clock */
     double replicate_seconds, scatter_seconds, parallel_seconds, gather_seconds,
@@ -39,9 +37,12 @@ typedef struct {
     double gil_busy_fraction;
     /* bytes through the master per step */
     double params_out_bytes, batch_out_bytes, grads_in_bytes;
-} dp_run;
+} dp_extra;
 
-dp_run *dp_train(const run_config *cfg, const dataset *data, const dp_options *opts);
-void dp_run_free(dp_run *r);
+/* Trains with opts->threads replicas in this process and fills out, whose buffers the
+ * caller allocated (strategy_outcome_alloc): strategy "dp", the master's loss, summed
+ * gradients of step 1 and final parameters; out->extra, when set, is a dp_extra. */
+void dp_train(const run_config *cfg, const dataset *data, const dp_options *opts,
+              strategy_outcome *out);
 
 #endif

@@ -40,8 +40,8 @@ static int within_tolerance(const run_result *r) {
     return r->diff_loss <= TOL_LOSS && r->diff_params <= TOL_PARAMS;
 }
 
-static void print_bytes_table(const run_config *cfg, const dp_run *dp, const ddp_job *ddp,
-                              size_t num_params) {
+static void print_bytes_table(const run_config *cfg, const dp_extra *dp,
+                              const strategy_outcome *ddp, size_t num_params) {
     char a[32], b[32], c[32], d[32], e[32];
     const int N = cfg->comm.ranks;
     const double grad_bytes = (double)num_params * sizeof(float);
@@ -59,12 +59,13 @@ static void print_bytes_table(const run_config *cfg, const dp_run *dp, const ddp
         printf("  ddp  every rank sends %s and receives as much"
                "   (2(N-1)/N x %s = %s each way)\n",
                report_bytes(r->bytes_sent_per_step, a),
-               ddp->opts.wire == COMM_F32 ? "gradient bytes" : "gradient elements x wire size",
+               ddp_extra_of(ddp)->opts.wire == COMM_F32 ? "gradient bytes"
+                                                        : "gradient elements x wire size",
                report_bytes(r->bytes_formula, b));
     }
 }
 
-static void print_dp_table(const dp_run *dp) {
+static void print_dp_table(const dp_extra *dp) {
     const double ms = 1e3;
     const double step = dp->replicate_seconds + dp->scatter_seconds + dp->parallel_seconds +
                         dp->gather_seconds + dp->optimizer_seconds;
@@ -82,8 +83,9 @@ static void print_dp_table(const dp_run *dp) {
            step > 0 ? 100.0 * (step - dp->parallel_seconds) / step : 0.0);
 }
 
-static void print_ddp_table(const ddp_job *ddp, const chapter_flags *f) {
-    const run_result *r = &ddp->result;
+static void print_ddp_table(const strategy_outcome *o, const chapter_flags *f) {
+    const run_result *r = &o->result;
+    const ddp_extra *ddp = ddp_extra_of(o);
     const double ms = 1e3 / (r->timed_steps > 0 ? r->timed_steps : 1);
     char size[32];
     printf("\nddp: %d bucket%s (caps: first %.3g MiB, others %.3g MiB) in launch order:",
@@ -101,7 +103,9 @@ static void print_ddp_table(const ddp_job *ddp, const chapter_flags *f) {
            ddp->replica_max_diff);
 }
 
-static char *json_extra(const dp_run *dp, const ddp_job *ddp, const chapter_flags *f) {
+static char *json_extra(const dp_extra *dp, const strategy_outcome *ddp_run,
+                        const chapter_flags *f) {
+    const ddp_extra *ddp = ddp_run ? ddp_extra_of(ddp_run) : NULL;
     size_t cap = 4096 + (ddp ? 32 * (size_t)ddp->num_buckets : 0), n = 0;
     char *s = malloc(cap);
     s[0] = 0;
@@ -119,7 +123,7 @@ static char *json_extra(const dp_run *dp, const ddp_job *ddp, const chapter_flag
             dp->batch_out_bytes, dp->grads_in_bytes);
     }
     if (ddp) {
-        const int steps = ddp->result.timed_steps > 0 ? ddp->result.timed_steps : 1;
+        const int steps = ddp_run->result.timed_steps > 0 ? ddp_run->result.timed_steps : 1;
         n += snprintf(s + n, cap - n,
             "%s\"ddp\": {\"bucket_mb\": %g, \"first_bucket_mb\": %g, \"grad_accum\": %d, "
             "\"compress\": \"%s\", \"allreduce_calls_per_step\": %llu, "
@@ -128,7 +132,7 @@ static char *json_extra(const dp_run *dp, const ddp_job *ddp, const chapter_flag
             dp ? ", " : "", f->bucket_mb, f->first_bucket_mb, ddp->opts.grad_accum,
             compress_names[f->compress],
             (unsigned long long)ddp->allreduce_calls, 1e3 * ddp->async_seconds / steps,
-            1e3 * ddp->result.hidden_seconds / steps, ddp->replica_max_diff);
+            1e3 * ddp_run->result.hidden_seconds / steps, ddp->replica_max_diff);
         for (int i = 0; i < ddp->num_buckets; i++)
             n += snprintf(s + n, cap - n, "%s%zu", i ? ", " : "",
                           ddp->bucket_numel[i] * sizeof(float));
@@ -150,6 +154,56 @@ static void check_accumulation_fits(int ranks, int grad_accum) {
         cli_fail("--ranks %d x --grad-accum %d = %.0f sequences a step at least: more than"
                  " the largest --batch 1000000000; use fewer ranks or micro-steps", ranks,
                  grad_accum, smallest_batch);
+}
+
+/* DP and DDP (NULL: not run) against the baseline: the table and the tolerances' verdict,
+ * or the JSON; returns whether every checked run is within them. */
+static int compare_and_report(const run_config *cfg, const chapter_flags *f,
+                              const baseline_run *baseline, strategy_outcome *dp,
+                              strategy_outcome *ddp) {
+    const comm_dtype wire = compress_types[f->compress];
+    const ddp_extra *x = ddp ? ddp_extra_of(ddp) : NULL;
+    const char *backend = x && x->backend ? x->backend : "none";
+    run_result rows[3];
+    int n = 0;
+    rows[n++] = baseline->result;
+    int ok = 1;
+    if (dp) {
+        strategy_outcome_compare(dp, baseline);
+        ok &= within_tolerance(&dp->result);
+        rows[n++] = dp->result;
+    }
+    if (ddp) {
+        strategy_outcome_compare(ddp, baseline);
+        if (wire == COMM_F32) ok &= within_tolerance(&ddp->result);
+        rows[n++] = ddp->result;
+    }
+    const dp_extra *dp_shown = dp ? dp->extra : NULL;
+    const strategy_outcome *ddp_shown = ddp;
+    const int N = cfg->comm.ranks;
+    if (cfg->json) {
+        char *extra = json_extra(dp_shown, ddp_shown, f);
+        report_json(cfg, "01-ddp", N, backend, rows, n, extra);
+        free(extra);
+    } else {
+        report_table(cfg, rows, n);
+        print_bytes_table(cfg, dp_shown, ddp_shown, baseline->num_params);
+        if (dp_shown) print_dp_table(dp_shown);
+        if (ddp_shown) print_ddp_table(ddp_shown, f);
+        if (cfg->steps <= TOL_STEPS)
+            printf("\ntolerances (fp32, sums in another order): grads %.0e, loss %.0e, params"
+                   " %.0e -> %s", TOL_GRADS, TOL_LOSS, TOL_PARAMS,
+                   ok ? "all within" : "EXCEEDED");
+        else
+            printf("\ntolerance (fp32, sums in another order): grads of step 1 %.0e -> %s;"
+                   " loss and params are checked over at most %d steps (AdamW lets rounding"
+                   " differences grow)", TOL_GRADS, ok ? "within" : "EXCEEDED",
+                   TOL_STEPS);
+        printf("%s\n",
+               ddp_shown && wire != COMM_F32 ? " (compressed DDP: its error is the"
+               " cost of the wire type, not checked)" : "");
+    }
+    return ok;
 }
 
 int main(int argc, char **argv) {
@@ -188,17 +242,21 @@ int main(int argc, char **argv) {
     /* DDP first: under mpirun the other processes then leave, and the baseline and DP
      * below run in world rank 0's process without them polling the cores (or timing
      * out while waiting). */
-    ddp_job ddp = {.cfg = &cfg, .data = data, .opts = ddp_options_default(),
-                   .header_title = title};
-    ddp.opts.bucket_bytes = mib_to_bytes(f.bucket_mb);
-    ddp.opts.first_bucket_bytes = mib_to_bytes(f.first_bucket_mb);
-    ddp.opts.grad_accum = f.grad_accum;
-    ddp.opts.wire = compress_types[f.compress];
+    ddp_options opts = ddp_options_default();
+    opts.bucket_bytes = mib_to_bytes(f.bucket_mb);
+    opts.first_bucket_bytes = mib_to_bytes(f.first_bucket_mb);
+    opts.grad_accum = f.grad_accum;
+    opts.wire = compress_types[f.compress];
+    opts.header_title = title;
+    ddp_extra ddp_x = {0};
+    dp_extra dp_x = {0};
+    strategy_outcome ddp = {.extra = &ddp_x}, dp = {.extra = &dp_x};
     int status = 0;
-    if (f.strategy != RUN_DP) status = launch(&cfg.comm, ddp_rank_main, &ddp);
+    if (f.strategy != RUN_DP) status = ddp_launch(&cfg, data, &opts, &ddp);
     if (!rank0_here || status != 0) {   /* other MPI processes: their part is done; a
                                             failed DDP run has nothing to compare */
-        ddp_job_release(&ddp);
+        strategy_outcome_free(&ddp);
+        ddp_extra_free(&ddp_x);
         dataset_free(data);
         return status;
     }
@@ -206,53 +264,20 @@ int main(int argc, char **argv) {
 
     /* DataParallel is one process by nature: it runs here, after DDP has finished, with
      * N threads of its own (under MPI: in world rank 0's process). */
-    dp_run *dp = NULL;
-    if (f.strategy != RUN_DDP) {
+    const int run_dp = f.strategy != RUN_DDP, run_ddp = f.strategy != RUN_DP;
+    if (run_dp) {
         if (!cfg.json && !cfg.quiet)
             printf("dp: %d threads in this one process%s\n", N,
                    launch_mpi_world_size() > 0 ? " (world rank 0's; DP does not use MPI)" : "");
-        dp = dp_train(&cfg, data, &(dp_options){.threads = N, .release_gil = f.gil == 1});
+        strategy_outcome_alloc(&dp, &cfg);
+        dp_train(&cfg, data, &(dp_options){.threads = N, .release_gil = f.gil == 1}, &dp);
     }
 
-    run_result rows[3];
-    int n = 0;
-    rows[n++] = baseline->result;
-    int ok = 1;
-    if (dp) {
-        compare_to_baseline(&dp->result, baseline, dp->loss, dp->first_grads, dp->final_params);
-        ok &= within_tolerance(&dp->result);
-        rows[n++] = dp->result;
-    }
-    if (f.strategy != RUN_DP && status == 0) {
-        compare_to_baseline(&ddp.result, baseline, ddp.loss, ddp.first_grads, ddp.final_params);
-        if (ddp.opts.wire == COMM_F32) ok &= within_tolerance(&ddp.result);
-        rows[n++] = ddp.result;
-    }
-    const ddp_job *ddp_shown = f.strategy != RUN_DP && status == 0 ? &ddp : NULL;
-    if (cfg.json) {
-        char *extra = json_extra(dp, ddp_shown, &f);
-        report_json(&cfg, "01-ddp", N, ddp.backend ? ddp.backend : "none", rows, n, extra);
-        free(extra);
-    } else {
-        report_table(&cfg, rows, n);
-        print_bytes_table(&cfg, dp, ddp_shown, baseline->num_params);
-        if (dp) print_dp_table(dp);
-        if (ddp_shown) print_ddp_table(ddp_shown, &f);
-        if (cfg.steps <= TOL_STEPS)
-            printf("\ntolerances (fp32, sums in another order): grads %.0e, loss %.0e, params"
-                   " %.0e -> %s", TOL_GRADS, TOL_LOSS, TOL_PARAMS,
-                   ok ? "all within" : "EXCEEDED");
-        else
-            printf("\ntolerance (fp32, sums in another order): grads of step 1 %.0e -> %s;"
-                   " loss and params are checked over at most %d steps (AdamW lets rounding"
-                   " differences grow)", TOL_GRADS, ok ? "within" : "EXCEEDED",
-                   TOL_STEPS);
-        printf("%s\n",
-               ddp_shown && ddp.opts.wire != COMM_F32 ? " (compressed DDP: its error is the"
-               " cost of the wire type, not checked)" : "");
-    }
-    dp_run_free(dp);
-    ddp_job_release(&ddp);
+    const int ok = compare_and_report(&cfg, &f, baseline, run_dp ? &dp : NULL,
+                                      run_ddp ? &ddp : NULL);
+    strategy_outcome_free(&dp);
+    strategy_outcome_free(&ddp);
+    ddp_extra_free(&ddp_x);
     baseline_free(baseline);
     dataset_free(data);
     if (status != 0) return status;

@@ -7,10 +7,10 @@
 #include "cli.h"
 #include "pp_draw.h"
 #include "report.h"
-#include "train_run.h"
+#include "pp_train.h"
 
 /* One schedule's JSON keys (pp, micro, virtual, bubbles, activations per stage). */
-static char *run_json(const pp_outcome *o) {
+static char *run_json(const pp_extra *o) {
     size_t cap = 512 + 24 * (size_t)o->stages, n = 0;
     char *s = malloc(cap);
     n += snprintf(s + n, cap - n, "\"pp\": %d, \"micro\": %d, \"virtual\": %d, "
@@ -32,34 +32,36 @@ static char *run_json(const pp_outcome *o) {
 
 /* The bubble a run should show: the simulator's for ranks that do one operation at a
  * time (as these do) when it differs from the formula (interleaving), else the formula. */
-static double expected_bubble(const pp_outcome *o) {
+static double expected_bubble(const pp_extra *o) {
     return o->cpu_ranks.fraction >= 0 ? o->cpu_ranks.fraction : o->formula.fraction;
 }
 
-static void print_overrun(const pp_outcome *runs, int n) {
-    if (n == 0 || runs[0].opts.stage_seconds <= 0) {
+static void print_overrun(const strategy_outcome *runs, int n) {
+    if (n == 0 || pp_extra_of(&runs[0])->opts.stage_seconds <= 0) {
         printf("  (--stage-ms 0: real compute time; with more ranks than cores, idle time is"
                " partly waiting for a core)\n");
         return;
     }
     double late = 0;
     for (int i = 0; i < n; i++)
-        if (runs[i].measured.overrun_ms > late) late = runs[i].measured.overrun_ms;
+        if (pp_extra_of(&runs[i])->measured.overrun_ms > late)
+            late = pp_extra_of(&runs[i])->measured.overrun_ms;
     printf("  (compute model --stage-ms %g: a forward of one micro-batch through a stage"
            " lasts that long, a backward twice; passes ended %.2f ms/step later than modelled"
-           " at most, computing longer or waking late)\n", 1e3 * runs[0].opts.stage_seconds,
+           " at most, computing longer or waking late)\n",
+           1e3 * pp_extra_of(&runs[0])->opts.stage_seconds,
            late);
 }
 
-static void print_bubbles(const pp_outcome *runs, int n) {
+static void print_bubbles(const strategy_outcome *runs, int n) {
     printf("\nBubble (idle over all ranks' time, timed steps; formula for forward 1,"
            " backward 2)\n");
     printf("  %-15s %10s %10s %10s %8s   busy / idle ms per step, rank by rank\n", "schedule",
            "measured", "formula", "CPU ranks", "error");
     for (int i = 0; i < n; i++) {
-        const pp_outcome *o = &runs[i];
+        const pp_extra *o = pp_extra_of(&runs[i]);
         const double e = expected_bubble(o), m = o->measured.bubble_fraction;
-        printf("  %-15s %9.1f%% %9.1f%% %9.1f%% %7.0f%%  ", o->result.strategy, 100 * m,
+        printf("  %-15s %9.1f%% %9.1f%% %9.1f%% %7.0f%%  ", runs[i].result.strategy, 100 * m,
                100 * o->formula.fraction, 100 * e, e > 0 ? 100 * (m - e) / e : 0.0);
         for (int k = 0; k < o->stages; k++)
             printf(" %.0f/%.0f", o->measured.busy_ms[k], o->measured.idle_ms[k]);
@@ -70,23 +72,23 @@ static void print_bubbles(const pp_outcome *runs, int n) {
            " operation at a time, as here, and the error is against it: interleaving loses"
            " what the formula overlaps)\n");
     print_overrun(runs, n);
-    if (launch_mpi_world_size() > 0 && runs[0].opts.stage_seconds > 0)
+    if (launch_mpi_world_size() > 0 && pp_extra_of(&runs[0])->opts.stage_seconds > 0)
         printf("  (Open MPI: a message over the shared-memory eager limit moves only while its"
                " sender is inside an MPI call; the compute model lets it move every 0.5 ms while"
                " a rank waits out a pass, but not while the rank really computes, so idle time"
                " above the CPU-ranks column is partly that wait, not the schedule)\n");
 }
 
-static void print_memory(const pp_outcome *runs, int n) {
-    const int p = runs[0].stages;
+static void print_memory(const strategy_outcome *runs, int n) {
+    const int p = pp_extra_of(&runs[0])->stages;
     char b[32];
     printf("\nActivations per stage (measured peak bytes; micro-batches held at once,"
            " measured / the schedule's most)\n  %-15s", "schedule");
     for (int k = 0; k < p; k++) printf("       stage %-3d", k);
     printf("\n");
     for (int i = 0; i < n; i++) {
-        const pp_outcome *o = &runs[i];
-        printf("  %-15s", o->result.strategy);
+        const pp_extra *o = pp_extra_of(&runs[i]);
+        printf("  %-15s", runs[i].result.strategy);
         for (int k = 0; k < p; k++)
             printf(" %9s %2d/%-2d", report_bytes(o->measured.peak_activations[k], b),
                    o->measured.in_flight[k], o->in_flight_formula[k]);
@@ -96,43 +98,46 @@ static void print_memory(const pp_outcome *runs, int n) {
            " on stage r; each held micro-batch keeps its blocks' activations)\n");
 }
 
-static void print_traffic(const pp_outcome *runs, int n, const run_config *cfg) {
+static void print_traffic(const strategy_outcome *runs, int n, const run_config *cfg) {
     const gpt_shape whole = gpt_shape_make(&cfg->model, 1, 0);
-    const int p = runs[0].stages, ranks = cfg->comm.ranks;
+    const pp_extra *first = pp_extra_of(&runs[0]);
+    const int p = first->stages, ranks = cfg->comm.ranks;
     const double ddp = 2.0 * (ranks - 1) / ranks * (double)gpt_num_params(&whole) * sizeof(float);
     char a[32], b[32], c[32];
     printf("\nPoint-to-point traffic per step (bytes each stage sends: activations forward,"
            " gradients backward)\n");
     for (int i = 0; i < n; i++) {
-        const pp_outcome *o = &runs[i];
-        printf("  %-15s", o->result.strategy);
+        const pp_extra *o = pp_extra_of(&runs[i]);
+        printf("  %-15s", runs[i].result.strategy);
         for (int k = 0; k < p; k++) printf(" %10s", report_bytes(o->measured.bytes_sent[k], a));
         printf("\n");
     }
     printf("  per boundary: 2 x m x b x s x h x 4 B = 2 x %d x %d x %d x 4 B = %s (interleaving"
-           " crosses v times as many boundaries)\n", cfg->batch / runs[0].replicas,
-           cfg->model.ctx, cfg->model.dim, report_bytes(runs[0].bytes_formula, b));
+           " crosses v times as many boundaries)\n", cfg->batch / first->replicas,
+           cfg->model.ctx, cfg->model.dim, report_bytes(first->bytes_formula, b));
     printf("  DDP on the same %d ranks would all-reduce 2(N-1)/N x %zu parameters x 4 B = %s"
            " per rank per step: a pipeline sends activations, not the model, which is why it"
            " suits slow links between machines\n", ranks, gpt_num_params(&whole),
            report_bytes(ddp, c));
 }
 
-void pipeline_svg_title(const pp_outcome *o, char *out, size_t size) {
+void pipeline_svg_title(const strategy_outcome *run, char *out, size_t size) {
+    const pp_extra *o = pp_extra_of(run);
     snprintf(out, size, "%s: p = %d, m = %d, v = %d, the last step as it ran; bubble %.1f%%"
-             " (CPU ranks %.1f%%)", o->result.strategy, o->stages, o->opts.micro, o->opts.chunks,
-             100 * o->measured.bubble_fraction, 100 * expected_bubble(o));
+             " (CPU ranks %.1f%%)", run->result.strategy, o->stages, o->opts.micro,
+             o->opts.chunks, 100 * o->measured.bubble_fraction, 100 * expected_bubble(o));
 }
 
-static void draw(const pp_outcome *o, const pipeline_sim_config *c, int several) {
-    printf("\n%s, the last step as it ran (ms):\n", o->result.strategy);
+static void draw(const strategy_outcome *run, const pipeline_sim_config *c, int several) {
+    const pp_extra *o = pp_extra_of(run);
+    printf("\n%s, the last step as it ran (ms):\n", run->result.strategy);
     pp_draw_text(stdout, o->spans, o->nspans, o->stages, 96, 1e3);
     if (!c->svg_path) return;
     char path[1024];
     pipeline_svg_path(c->svg_path, pp_schedule_name(o->opts.schedule), several, path,
                       sizeof path);
     char title[160];
-    pipeline_svg_title(o, title, sizeof title);
+    pipeline_svg_title(run, title, sizeof title);
     if (pp_draw_svg(path, o->spans, o->nspans, o->stages, 1e3, title) == 0)
         printf("  (drawn to %s)\n", path);
 }
@@ -146,15 +151,18 @@ int pipeline_train(const pipeline_sim_config *c, const run_config *cfg) {
                       cfg->comm.ranks, 1);
         baseline = baseline_reference(cfg, data);
     }
-    pp_outcome runs[PP_NSCHEDULES];
+    strategy_outcome runs[PP_NSCHEDULES];
+    pp_extra extras[PP_NSCHEDULES];
     int n = 0, status = 0;
     for (int k = 0; k < PP_NSCHEDULES; k++) {
         if (!c->runs[k]) continue;
         pipeline_options opts = {.schedule = k, .micro = pipeline_micro_for(c, k),
                                  .chunks = pipeline_chunks_for(c, k),
                                  .stage_seconds = 1e-3 * c->stage_ms};
-        status = pp_run_launch(cfg, data, c->pp, &opts, baseline, &runs[n]);
-        if (root) runs[n].result.json_extra = run_json(&runs[n]);
+        runs[n] = (strategy_outcome){.extra = &extras[n]};
+        status = pp_launch(cfg, data, c->pp, &opts, &runs[n]);
+        if (root && status == 0 && baseline) strategy_outcome_compare(&runs[n], baseline);
+        if (root) runs[n].result.json_extra = run_json(&extras[n]);
         n++;
         if (status != 0) break;   /* a failed run (reported) gets no table and no verdict */
     }
@@ -169,12 +177,13 @@ int pipeline_train(const pipeline_sim_config *c, const run_config *cfg) {
             for (int k = 0; k < PP_NSCHEDULES; k++)
                 if (c->skipped[k])
                     printf("skipped %s: %s\n", pp_schedule_name(k), c->skipped[k]);
-            if (runs[0].replicas > 1)
+            const pp_extra *first = &extras[0];
+            if (first->replicas > 1)
                 printf("%d pipelines of %d stages, data parallel: each trains on %d of the %d"
                        " sequences, and each stage's gradients are all-reduced over the %d"
-                       " pipelines (the tables below are pipeline 0's)\n", runs[0].replicas,
-                       runs[0].stages, cfg->batch / runs[0].replicas, cfg->batch,
-                       runs[0].replicas);
+                       " pipelines (the tables below are pipeline 0's)\n", first->replicas,
+                       first->stages, cfg->batch / first->replicas, cfg->batch,
+                       first->replicas);
             report_table(cfg, rows, n + 1);
             print_bubbles(runs, n);
             print_memory(runs, n);
@@ -196,7 +205,8 @@ int pipeline_train(const pipeline_sim_config *c, const run_config *cfg) {
     }
     for (int i = 0; i < n; i++) {
         free((char *)runs[i].result.json_extra);
-        pp_outcome_free(&runs[i]);
+        strategy_outcome_free(&runs[i]);
+        pp_extra_free(&extras[i]);
     }
     baseline_free(baseline);
     dataset_free(data);

@@ -6,7 +6,7 @@
 
 #include "cli.h"
 #include "simulate.h"
-#include "train_run.h"
+#include "pp_train.h"
 
 /* The compute model's default on real ranks: a forward of one micro-batch through a
  * stage lasts 20 ms, well above the default model's real compute even with four ranks
@@ -18,6 +18,6 @@
 int pipeline_train(const pipeline_sim_config *c, const run_config *cfg);
 
 /* The title of a trained schedule's SVG: its name, p, m, v and the measured bubble. */
-void pipeline_svg_title(const pp_outcome *o, char *out, size_t size);
+void pipeline_svg_title(const strategy_outcome *run, char *out, size_t size);
 
 #endif

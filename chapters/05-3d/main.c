@@ -17,7 +17,7 @@
 #include "fits.h"
 #include "mesh_table.h"
 #include "report.h"
-#include "run3d.h"
+#include "mesh_train.h"
 
 typedef struct {
     run_config cfg;
@@ -81,7 +81,7 @@ static void check_or_exit(chapter_args *a, int world) {
 
 /* ---- the tables ---------------------------------------------------------------------- */
 
-static const char *what_moves[GROUP_KINDS] = {
+static const char *what_moves[PIPELINE_GROUP_KINDS] = {
     "all-reduces of b s h: 2 forward + 2 backward per block and micro-batch"
     " (+ embedding, head, loss)",
     "activations forward, gradients backward: b s h per micro-batch and boundary",
@@ -100,16 +100,16 @@ static const char *dp_moves(int zero) {
     return moves[zero >= 0 && zero <= 3 ? zero : 0];
 }
 
-static void print_collectives(const mesh_outcome *o, int world) {
+static void print_collectives(const mesh_extra *o, int world) {
     char a[32], b[32];
     printf("\nCollectives per step, by group kind (bytes each rank sends, measured, next to the"
            " formula for that rank; the largest rank shown)\n");
     printf("  %-10s %8s %12s %12s   what moves\n", "group", "calls", "measured", "formula");
-    for (int k = 0; k < GROUP_KINDS; k++) {
+    for (int k = 0; k < PIPELINE_GROUP_KINDS; k++) {
         int at = 0;
         for (int w = 1; w < world; w++)
             if (o->ranks[w].bytes[k] > o->ranks[at].bytes[k]) at = w;
-        const rank_traffic *t = &o->ranks[at];
+        const mesh_rank_traffic *t = &o->ranks[at];
         printf("  %-10s %8.0f %12s %12s   %s\n", pipeline_group_kind_name(k), t->calls[k],
                report_bytes(t->bytes[k], a), report_bytes(t->formula[k], b),
                k == PIPELINE_DP ? dp_moves(o->shape.dp > 1 ? o->opts.zero_stage : 0)
@@ -131,7 +131,7 @@ static const char *state_formula(int zero) {
     return formulas[zero >= 0 && zero <= 3 ? zero : 0];
 }
 
-static void print_memory(const mesh_outcome *o, int world) {
+static void print_memory(const mesh_extra *o, int world) {
     char a[32], b[32], c[32], d[32], e[32], f[32], g[32];
     printf("\nModel state per rank (bytes held, measured | as stored: %s, P the rank's stage"
            " slice, d = %d; a piece is exact to the element)\n",
@@ -144,7 +144,7 @@ static void print_memory(const mesh_outcome *o, int world) {
             w = world - 2;
             continue;
         }
-        const rank_traffic *t = &o->ranks[w];
+        const mesh_rank_traffic *t = &o->ranks[w];
         const mesh_coord c0 = mesh_coord_of(&o->shape, w);
         printf("  %-5d (%d %d %d)   %10s %10s %10s | %10s %10s %10s %12s\n", w, c0.tp, c0.pp,
                c0.dp, report_bytes(t->state[0], a), report_bytes(t->state[1], b),
@@ -168,10 +168,10 @@ static void print_comm_note(int world) {
            world, cores);
 }
 
-static char *run_json(const mesh_outcome *o, int world) {
-    double largest[GROUP_KINDS] = {0}, formula[GROUP_KINDS] = {0};
+static char *run_json(const mesh_extra *o, int world) {
+    double largest[PIPELINE_GROUP_KINDS] = {0}, formula[PIPELINE_GROUP_KINDS] = {0};
     for (int w = 0; w < world; w++)
-        for (int k = 0; k < GROUP_KINDS; k++)
+        for (int k = 0; k < PIPELINE_GROUP_KINDS; k++)
             if (o->ranks[w].bytes[k] >= largest[k])
                 largest[k] = o->ranks[w].bytes[k], formula[k] = o->ranks[w].formula[k];
     char *s = malloc(1024);
@@ -204,11 +204,13 @@ static int train(chapter_args *a, int world) {
     }
     pipeline_options opts = {.schedule = a->schedule, .micro = a->micro,
                              .chunks = a->chunks, .zero_stage = a->zero};
-    mesh_outcome o;
-    int status = mesh_run_launch(cfg, data, a->shape, &opts, baseline, &o);
+    mesh_extra x;
+    strategy_outcome o = {.extra = &x};
+    int status = mesh_launch(cfg, data, a->shape, &opts, &o);
     if (root && status == 0) {
+        strategy_outcome_compare(&o, baseline);
         run_result rows[2] = {baseline->result, o.result};
-        char *extra = run_json(&o, world);
+        char *extra = run_json(&x, world);
         rows[1].json_extra = extra;
         const double worst = mesh_worst_fraction_of_tolerance(&o.result);
         if (cfg->json) {
@@ -217,17 +219,18 @@ static int train(chapter_args *a, int world) {
         } else {
             report_table(cfg, rows, 2);
             print_comm_note(world);
-            print_collectives(&o, world);
-            print_memory(&o, world);
+            print_collectives(&x, world);
+            print_memory(&x, world);
             printf("\n%s: 3D against the baseline (tolerances: gradients of step 1 %.0e, loss"
                    " %.0e, parameters %.0e): %.0f%% of the tolerance at worst; the tied"
                    " embedding's two copies differ by %.1e\n", worst <= 1 ? "OK" : "FAILED",
-                   MESH_TOL_GRADS, MESH_TOL_LOSS, MESH_TOL_PARAMS, 100 * worst, o.tied_drift);
+                   MESH_TOL_GRADS, MESH_TOL_LOSS, MESH_TOL_PARAMS, 100 * worst, x.tied_drift);
         }
         if (worst > 1) status = 1;
         free(extra);
-        mesh_outcome_free(&o);
     }
+    strategy_outcome_free(&o);
+    mesh_extra_free(&x);
     baseline_free(baseline);
     dataset_free(data);
     return status;

@@ -68,14 +68,16 @@ static int run_ddp_once(const run_config *base, const dataset *data, const rung_
     cfg.comm.link_scale = link_scale;
     cfg.comm.trace_path = NULL;
     cfg.quiet = 1;
-    ddp_job job = {.cfg = &cfg, .data = data, .opts = ddp_options_default()};
-    job.opts.grad_accum = spec->grad_accum;
-    job.opts.wire = spec->wire;
-    job.opts.allreduce = allreduce;
+    ddp_options opts = ddp_options_default();
+    opts.grad_accum = spec->grad_accum;
+    opts.wire = spec->wire;
+    opts.allreduce = allreduce;
     size_t cap = spec->overlap ? (gradient_bytes + OVERLAP_BUCKETS - 1) / OVERLAP_BUCKETS
                                : SIZE_MAX;
-    job.opts.bucket_bytes = job.opts.first_bucket_bytes = cap;
-    int status = launch(&cfg.comm, ddp_rank_main, &job);
+    opts.bucket_bytes = opts.first_bucket_bytes = cap;
+    ddp_extra x;
+    strategy_outcome job = {.extra = &x};
+    int status = ddp_launch(&cfg, data, &opts, &job);
     if (status == 0) {
         *out = (ddp_figures){.tokens_per_s = run_tokens_per_second(&job.result),
                              .comm_fraction = run_comm_fraction(&job.result),
@@ -88,11 +90,12 @@ static int run_ddp_once(const run_config *base, const dataset *data, const rung_
             compare_to_baseline(&job.result, baseline, job.loss, NULL, NULL);
             out->diff_loss = job.result.diff_loss;
         }
-        out->buckets = job.num_buckets < 64 ? job.num_buckets : 64;
+        out->buckets = x.num_buckets < 64 ? x.num_buckets : 64;
         for (int i = 0; i < out->buckets; i++)
-            out->bucket_bytes[i] = (double)job.bucket_numel[i] * comm_dtype_size(spec->wire);
+            out->bucket_bytes[i] = (double)x.bucket_numel[i] * comm_dtype_size(spec->wire);
     }
-    ddp_job_release(&job);
+    strategy_outcome_free(&job);
+    ddp_extra_free(&x);
     return status;
 }
 

@@ -53,15 +53,18 @@ static run_config on_wire(const run_config *cfg, comm_link link, double scale) {
 
 static int run_ddp(const run_config *cfg, const dataset *data, int allreduce,
                    strategy_figures *out) {
-    ddp_job job = {.cfg = cfg, .data = data, .opts = ddp_options_default()};
-    job.opts.allreduce = allreduce;
-    int status = launch(&cfg->comm, ddp_rank_main, &job);
+    ddp_options opts = ddp_options_default();
+    opts.allreduce = allreduce;
+    ddp_extra x;
+    strategy_outcome o = {.extra = &x};
+    int status = ddp_launch(cfg, data, &opts, &o);
     if (!status)
-        *out = (strategy_figures){run_ms_per_step(&job.result), run_comm_fraction(&job.result),
-                                  (double)job.allreduce_calls *
+        *out = (strategy_figures){run_ms_per_step(&o.result), run_comm_fraction(&o.result),
+                                  (double)x.allreduce_calls *
                                       ring_steps(COMM_KIND_ALLREDUCE, cfg->comm.ranks),
-                                  job.result.bytes_sent_per_step};
-    ddp_job_release(&job);
+                                  o.result.bytes_sent_per_step};
+    strategy_outcome_free(&o);
+    ddp_extra_free(&x);
     return status;
 }
 

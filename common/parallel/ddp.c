@@ -41,20 +41,23 @@ void ddp_check_batch_or_exit(int batch, int ranks, int grad_accum) {
 
 /* One rank's DDP state for the training loop. */
 typedef struct {
-    ddp_job *job;
+    const run_config *cfg;
+    const dataset *data;
+    const ddp_options *opts;
     comm *world;
     gpt_model *model;
     replica rep;
     grad_buckets *buckets;
+    float *first_grads;   /* world rank 0: the caller's; NULL elsewhere */
 } ddp_rank;
 
 /* One rank's forward and backward over the micro-steps of one step; returns its share
  * of the global mean loss. The buckets' all-reduces start during the last backward. */
 static float ddp_compute_grads(void *arg, int step) {
     ddp_rank *d = arg;
-    const run_config *cfg = d->job->cfg;
+    const run_config *cfg = d->cfg;
     comm *world = d->world;
-    const int K = d->job->opts.grad_accum, N = comm_size(world);
+    const int K = d->opts->grad_accum, N = comm_size(world);
     const int per_rank = cfg->batch / N, micro = per_rank / K;
     const int first = comm_rank(world) * per_rank;
     /* every token's loss weighs 1/(global batch tokens): the SUM over ranks is the mean */
@@ -63,10 +66,10 @@ static float ddp_compute_grads(void *arg, int step) {
     vec_zero(d->rep.grads, d->rep.num_params);
     for (int k = 0; k < K; k++) {
         trace_begin(world, "forward");
-        load_batch(d->model, d->job->data, cfg, step, first + k * micro, micro);
+        load_batch(d->model, d->data, cfg, step, first + k * micro, micro);
         loss += gpt_forward(d->model, d->rep.params) / (float)K;
         trace_end(world);
-        const int sync = d->job->opts.allreduce && k == K - 1;
+        const int sync = d->opts->allreduce && k == K - 1;
         trace_begin(world, sync ? "backward (all-reduce in buckets)" : "backward (no sync)");
         gpt_backward(d->model, d->rep.params, d->rep.grads, dloss,
                      sync ? grad_buckets_slab_ready : NULL, d->buckets);
@@ -81,15 +84,15 @@ static float ddp_compute_grads(void *arg, int step) {
 
 static void ddp_keep_first_grads(void *arg) {
     ddp_rank *d = arg;
-    if (comm_rank(d->world) == 0)
-        ops_download(d->job->first_grads, d->rep.grads, d->rep.num_params * sizeof(float));
+    if (d->first_grads)
+        ops_download(d->first_grads, d->rep.grads, d->rep.num_params * sizeof(float));
 }
 
 static void ddp_update(void *arg, int step) {
     (void)step;
     ddp_rank *d = arg;
     trace_begin(d->world, "optimizer");
-    replica_adamw(&d->rep, &d->job->cfg->adamw);
+    replica_adamw(&d->rep, &d->cfg->adamw);
     trace_end(d->world);
 }
 
@@ -98,92 +101,104 @@ static void ddp_checkpoint_state(void *arg, ckpt_state *out) {
     replica_checkpoint_state(&d->rep, comm_rank(d->world) == 0, out);   /* one replica */
 }
 
-/* Rank 0 keeps the bucket plan for the tables. */
-static void record_buckets(ddp_job *job, const grad_buckets *buckets) {
-    job->num_buckets = grad_buckets_count(buckets);
-    job->bucket_numel = calloc((size_t)job->num_buckets, sizeof *job->bucket_numel);
-    for (int i = 0; i < job->num_buckets; i++)
-        job->bucket_numel[i] = grad_buckets_numel(buckets, i);
+/* Rank 0 keeps the bucket plan for the tables (room for one bucket per slab). */
+static void record_buckets(ddp_extra *x, const grad_buckets *buckets) {
+    x->num_buckets = grad_buckets_count(buckets);
+    for (int i = 0; i < x->num_buckets; i++)
+        x->bucket_numel[i] = grad_buckets_numel(buckets, i);
 }
 
 /* After the run, outside the measurements: are all replicas still the same model? */
 static double replica_divergence(comm *metrics, const replica *rep) {
     float *reference = mem_alloc(MEM_OTHER, rep->num_params * sizeof(float));
-    float *mine = malloc(rep->num_params * sizeof(float));
+    float *mine = mem_alloc(MEM_OTHER, rep->num_params * sizeof(float));
     ops_download(mine, rep->params, rep->num_params * sizeof(float));
     memcpy(reference, mine, rep->num_params * sizeof(float));
     comm_broadcast(metrics, reference, rep->num_params, COMM_F32, 0);
     float diff = (float)max_abs_diff(mine, reference, rep->num_params);
     comm_allreduce(metrics, &diff, 1, COMM_F32, COMM_MAX);
     mem_free(reference);
-    free(mine);
+    mem_free(mine);
     return diff;
 }
 
-int ddp_rank_main(comm *world, void *arg) {
-    ddp_job *job = arg;
-    const run_config *cfg = job->cfg;
+/* The run's DDP numbers, after the loop: the buckets' traffic (the largest rank's time
+ * in flight), and whether the replicas stayed identical. Collective over metrics. */
+static void ddp_measure(const ddp_rank *d, comm *metrics, int timed_steps, ddp_extra *x) {
+    comm_stats gradient_stats = grad_buckets_stats(d->buckets);
+    float async = (float)gradient_stats.async_seconds;
+    comm_allreduce(metrics, &async, 1, COMM_F32, COMM_MAX);
+    x->async_seconds = async;
+    /* the buckets' alone, without fp8 / fp16 scale agreements */
+    x->allreduce_calls = comm_stats_get(d->world).calls[COMM_KIND_ALLREDUCE] /
+                         (uint64_t)timed_steps;
+    x->replica_max_diff = replica_divergence(metrics, &d->rep);
+}
+
+void ddp_train(comm *world, const run_config *cfg, const dataset *data,
+               const ddp_options *opts, strategy_outcome *out) {
     const int N = comm_size(world), rank = comm_rank(world);
-    const int micro = cfg->batch / N / job->opts.grad_accum;
+    const int micro = cfg->batch / N / opts->grad_accum;
     /* the end-of-run checks go over their own group, so the statistics of the gradient
      * group hold the gradient traffic alone */
     comm *metrics = comm_split(world, 0, rank, "metrics");
-    if (rank == 0) {
-        job->backend = comm_backend_name(world);
-        if (job->header_title) report_header(cfg, job->header_title, N, 1);
-    }
+    ddp_extra x = {.opts = *opts, .backend = comm_backend_name(world)};
+    ddp_extra *wanted = strategy_outcome_keeps(out) ? out->extra : NULL;
+    if (wanted) x.bucket_numel = wanted->bucket_numel;
+    if (rank == 0 && opts->header_title) report_header(cfg, opts->header_title, N, 1);
 
     gpt_shape shape = gpt_shape_make(&cfg->model, 1, 0);
-    ddp_rank d = {.job = job, .world = world};
+    ddp_rank d = {.cfg = cfg, .data = data, .opts = opts, .world = world,
+                  .first_grads = out->first_grads};
     replica_init(&d.rep, &shape, cfg->seed, 1);
     d.model = gpt_model_create(&shape, micro, cfg->model.ctx, NULL);
-    d.buckets = grad_buckets_create(world, &shape, d.rep.grads, job->opts.first_bucket_bytes,
-                                    job->opts.bucket_bytes, job->opts.wire);
-    if (rank == 0) {
-        job->first_grads = malloc(d.rep.num_params * sizeof(float));
-        record_buckets(job, d.buckets);
-    }
+    d.buckets = grad_buckets_create(world, &shape, d.rep.grads, opts->first_bucket_bytes,
+                                    opts->bucket_bytes, opts->wire);
+    if (wanted) record_buckets(&x, d.buckets);
 
     train_strategy strategy = {.name = "ddp", .ctx = &d, .compute_grads = ddp_compute_grads,
                                .keep_first_grads = ddp_keep_first_grads,
                                .update = ddp_update,
                                .checkpoint_state = ddp_checkpoint_state};
-    train_outcome run;
-    train_loop(world, cfg, (double)cfg->batch * cfg->model.ctx, &strategy, &run);
-    run_result r = run.result;
-    r.bytes_formula = job->opts.allreduce
-        ? 2.0 * (N - 1) / N * (double)d.rep.num_params * (double)comm_dtype_size(job->opts.wire)
+    strategy_outcome_train(world, cfg, &strategy, out);
+    out->result.bytes_formula = opts->allreduce
+        ? 2.0 * (N - 1) / N * (double)d.rep.num_params * (double)comm_dtype_size(opts->wire)
         : 0.0;
-    comm_stats gradient_stats = grad_buckets_stats(d.buckets);
-    float async = (float)gradient_stats.async_seconds;
-    comm_allreduce(metrics, &async, 1, COMM_F32, COMM_MAX);
-    double divergence = replica_divergence(metrics, &d.rep);
+    ddp_measure(&d, metrics, out->result.timed_steps, &x);
+    if (out->final_params)
+        ops_download(out->final_params, d.rep.params, d.rep.num_params * sizeof(float));
+    if (wanted) *wanted = x;
 
-    if (rank == 0) {
-        job->result = r;
-        job->loss = train_outcome_take_loss(&run);
-        job->result.loss = job->loss;
-        job->final_params = malloc(d.rep.num_params * sizeof(float));
-        ops_download(job->final_params, d.rep.params, d.rep.num_params * sizeof(float));
-        job->async_seconds = async;
-        job->allreduce_calls =   /* the buckets' alone, without fp8 / fp16 scale agreements */
-            comm_stats_get(world).calls[COMM_KIND_ALLREDUCE] / (uint64_t)r.timed_steps;
-        job->replica_max_diff = divergence;
-        job->world = N;
-    }
-    train_outcome_free(&run);
     grad_buckets_free(d.buckets);
     gpt_model_free(d.model);
     replica_free(&d.rep);
     comm_free(metrics);
-    return 0;
 }
 
-void ddp_job_release(ddp_job *job) {
-    free(job->loss);
-    free(job->first_grads);
-    free(job->final_params);
-    free(job->bucket_numel);
-    job->loss = job->first_grads = job->final_params = NULL;
-    job->bucket_numel = NULL;
+typedef struct {
+    const run_config *cfg;
+    const dataset *data;
+    const ddp_options *opts;
+} ddp_launch_args;
+
+static void ddp_rank_fn(comm *world, void *args, strategy_outcome *out) {
+    const ddp_launch_args *a = args;
+    ddp_train(world, a->cfg, a->data, a->opts, out);
+}
+
+int ddp_launch(const run_config *cfg, const dataset *data, const ddp_options *opts,
+               strategy_outcome *rank0_out) {
+    ddp_extra *x = rank0_out->extra;
+    if (x) {
+        const gpt_shape whole = gpt_shape_make(&cfg->model, 1, 0);
+        *x = (ddp_extra){.opts = *opts};
+        x->bucket_numel = calloc((size_t)gpt_num_slabs(&whole), sizeof *x->bucket_numel);
+    }
+    ddp_launch_args args = {cfg, data, opts};
+    return strategy_launch(cfg, ddp_rank_fn, &args, rank0_out);
+}
+
+void ddp_extra_free(ddp_extra *x) {
+    free(x->bucket_numel);
+    memset(x, 0, sizeof *x);
 }

@@ -17,6 +17,7 @@
 #include "report.h"
 #include "baseline.h"
 #include "replica.h"
+#include "strategy_outcome.h"
 
 typedef struct {
     size_t bucket_bytes;   /* cap of one gradient bucket (--bucket-mb, default 25 MiB) */
@@ -24,6 +25,9 @@ typedef struct {
     int grad_accum;        /* micro-steps per optimizer step (--grad-accum) */
     comm_dtype wire;       /* type gradients travel in (--compress); COMM_F32: none */
     int allreduce;         /* 0: never average gradients (the tests' negative control) */
+    /* when set, world rank 0 prints the run's header (report_header) with this title
+     * before the first step, once the communicator, hence its backend, is known */
+    const char *header_title;
 } ddp_options;
 
 ddp_options ddp_options_default(void);
@@ -35,30 +39,28 @@ int ddp_check_batch(int batch, int ranks, int grad_accum, char *err, size_t err_
  * process only) and exits with status 2, before any rank starts. */
 void ddp_check_batch_or_exit(int batch, int ranks, int grad_accum);
 
-/* What a DDP run needs and, on world rank 0, what it measured. */
+/* The outcome's extra for DDP (strategy_outcome.extra), filled by world rank 0. */
 typedef struct {
-    const run_config *cfg;
-    const dataset *data;
     ddp_options opts;
-    /* when set, world rank 0 prints the run's header (report_header) with this title
-     * before the first step, once the communicator, hence its backend, is known */
-    const char *header_title;
-    /* filled on world rank 0 (host memory, freed by ddp_job_release) */
-    run_result result;        /* differences left to the caller */
-    float *loss;              /* per step, global-batch mean */
-    float *first_grads;       /* averaged gradients of step 1, before the update */
-    float *final_params;      /* rank 0's parameters after the last step */
+    const char *backend;      /* comm_backend_name(world): "threads", "mpi", "nccl" */
     int num_buckets;
-    size_t *bucket_numel;     /* [num_buckets], launch order */
+    size_t *bucket_numel;     /* [num_buckets], launch order (ddp_launch allocates room
+                                 for one bucket per slab; ddp_extra_free) */
     double async_seconds;     /* per rank per run: all-reduces in flight (largest rank) */
     uint64_t allreduce_calls; /* per rank per timed step, on the gradient group */
     double replica_max_diff;  /* largest |params_r - params_0| over ranks at the end */
-    int world;
-    const char *backend;      /* comm_backend_name(world): "threads", "mpi", "nccl" */
-} ddp_job;
+} ddp_extra;
+static inline const ddp_extra *ddp_extra_of(const strategy_outcome *o) { return o->extra; }
+void ddp_extra_free(ddp_extra *x);
 
-/* A rank_main for launch(): trains cfg->steps steps; args is a ddp_job. */
-int ddp_rank_main(comm *world, void *job);
-void ddp_job_release(ddp_job *job);
+/* Collective over world: trains cfg->steps steps and fills out (strategy_outcome.h).
+ * With opts->header_title, world rank 0 prints the run's header first. An extra, when
+ * set, needs its bucket_numel (ddp_launch gives it one). */
+void ddp_train(comm *world, const run_config *cfg, const dataset *data,
+               const ddp_options *opts, strategy_outcome *out);
+/* strategy_launch of ddp_train on cfg->comm's ranks; rank0_out->extra, when set, is a
+ * ddp_extra whose bucket list this allocates. */
+int ddp_launch(const run_config *cfg, const dataset *data, const ddp_options *opts,
+               strategy_outcome *rank0_out);
 
 #endif

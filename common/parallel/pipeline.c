@@ -268,7 +268,7 @@ void pipeline_measure(pipeline_rank *r, pipeline_measures *pm) {
     const int p = r->mesh->shape.pp, steps = r->cfg->steps;
     const int first = steps > 1 ? 1 : 0, timed = steps - first;   /* step 1 warms up */
     /* the makespan of each step: its last rank's finish */
-    double *finish = malloc(sizeof(double) * (size_t)steps * p);
+    double *finish = mem_alloc(MEM_OTHER, sizeof(double) * (size_t)steps * p);
     comm_allgather(r->metrics, r->finish, finish, (size_t)steps * p * 2, COMM_F32);
     double makespan = 0;
     for (int s = first; s < steps; s++) {
@@ -277,7 +277,7 @@ void pipeline_measure(pipeline_rank *r, pipeline_measures *pm) {
             if (finish[k * steps + s] > latest) latest = finish[k * steps + s];
         makespan += latest;
     }
-    free(finish);
+    mem_free(finish);
     double mine[M_COUNT] = {0};
     for (int s = first; s < steps; s++) mine[M_BUSY] += r->busy[s];
     mine[M_ACTIVATIONS] = (double)mem_stats_current()->peak[MEM_ACTIVATIONS];
@@ -285,21 +285,23 @@ void pipeline_measure(pipeline_rank *r, pipeline_measures *pm) {
     comm_stats pp_stats = comm_stats_get(r->mesh->pp);
     mine[M_BYTES] = (double)comm_stats_total_sent(&pp_stats) / (timed > 0 ? timed : 1);
     mine[M_OVERRUN] = r->exec.overrun_seconds;
-    double *all = malloc(sizeof mine * (size_t)p);
+    double *all = mem_alloc(MEM_OTHER, sizeof mine * (size_t)p);
     comm_allgather(r->metrics, mine, all, (size_t)p * 2 * M_COUNT, COMM_F32);
     double busy = 0, idle = 0;
     for (int k = 0; k < p; k++) {
         const double *them = all + k * M_COUNT;
-        pm->busy_ms[k] = 1e3 * them[M_BUSY] / (timed > 0 ? timed : 1);
-        pm->idle_ms[k] = 1e3 * (makespan - them[M_BUSY]) / (timed > 0 ? timed : 1);
-        pm->peak_activations[k] = them[M_ACTIVATIONS];
-        pm->in_flight[k] = (int)them[M_IN_FLIGHT];
-        pm->bytes_sent[k] = them[M_BYTES];
+        if (pm->busy_ms) {   /* arrays NULL: the scalars alone */
+            pm->busy_ms[k] = 1e3 * them[M_BUSY] / (timed > 0 ? timed : 1);
+            pm->idle_ms[k] = 1e3 * (makespan - them[M_BUSY]) / (timed > 0 ? timed : 1);
+            pm->peak_activations[k] = them[M_ACTIVATIONS];
+            pm->in_flight[k] = (int)them[M_IN_FLIGHT];
+            pm->bytes_sent[k] = them[M_BYTES];
+        }
         pm->overrun_ms = fmax(pm->overrun_ms, 1e3 * them[M_OVERRUN] / steps);
         busy += them[M_BUSY];
         idle += makespan - them[M_BUSY];
     }
-    free(all);
+    mem_free(all);
     pm->bubble_fraction = busy + idle > 0 ? idle / (busy + idle) : 0;
     pm->bubble_over_ideal = busy > 0 ? idle / busy : 0;
 }

@@ -85,6 +85,7 @@ typedef struct {
 
 void pipeline_measures_alloc(pipeline_measures *pm, int stages);
 void pipeline_measures_free(pipeline_measures *pm);
+/* Arrays NULL (a rank that keeps no tables): the scalars alone. */
 void pipeline_measure(pipeline_rank *r, pipeline_measures *pm);
 
 /* The groups a pipeline rank of a mesh talks on, and the bytes it sends on each per

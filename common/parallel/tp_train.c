@@ -189,9 +189,7 @@ void tp_train(comm *world, const mesh *m, const run_config *cfg, const tp_option
     train_strategy strategy = {.name = name, .ctx = &r, .compute_grads = tp_compute_grads,
                                .keep_first_grads = tp_keep_first_grads, .update = tp_update,
                                .checkpoint_state = tp_checkpoint_state};
-    train_outcome run;
-    train_loop(world, cfg, (double)cfg->batch * T, &strategy, &run);
-    strategy_outcome_take_run(out, &run);
+    strategy_outcome_train(world, cfg, &strategy, out);
     tp_extra x = {.tp = t, .dp = d, .vocab_local = r.shape.vocab_local,
                   .vocab_padding = r.shape.vocab_local * t - cfg->model.vocab,
                   .params_per_rank = r.rep.num_params};

@@ -87,9 +87,7 @@ void zero_train(comm *world, const run_config *cfg, const dataset *data,
                                .keep_first_grads = zero_keep_first_grads,
                                .update = zero_update,
                                .checkpoint_state = zero_step_checkpoint_state};
-    train_outcome run;
-    train_loop(world, cfg, (double)cfg->batch * T, &strategy, &run);
-    strategy_outcome_take_run(out, &run);
+    strategy_outcome_train(world, cfg, &strategy, out);
     out->result.bytes_formula = zero_bytes_formula(&shape, opts->stage, N);
 
     /* measurements, before any checking traffic: the state held between steps */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "compare.h"
 #include "model.h"
 
 static void *host_alloc(size_t bytes) {
@@ -47,6 +48,17 @@ void strategy_outcome_take_run(strategy_outcome *out, train_outcome *run) {
     }
     out->result.loss = out->loss;
     train_outcome_free(run);
+}
+
+void strategy_outcome_train(comm *world, const run_config *cfg, const train_strategy *strategy,
+                            strategy_outcome *out) {
+    train_outcome run;
+    train_loop(world, cfg, (double)cfg->batch * cfg->model.ctx, strategy, &run);
+    strategy_outcome_take_run(out, &run);
+}
+
+void strategy_outcome_compare(strategy_outcome *out, const baseline_run *baseline) {
+    compare_to_baseline(&out->result, baseline, out->loss, out->first_grads, out->final_params);
 }
 
 /* Each value replaced by its maximum over the ranks of group. Doubles travel as pairs

@@ -15,6 +15,7 @@
 #define STRATEGY_OUTCOME_H
 #include <stddef.h>
 
+#include "baseline.h"
 #include "comm.h"
 #include "report.h"
 #include "run_config.h"
@@ -48,6 +49,12 @@ int strategy_outcome_keeps(const strategy_outcome *o);
 
 /* The loop's row, loss and step times into `out` (buffers where it has them); frees run. */
 void strategy_outcome_take_run(strategy_outcome *out, train_outcome *run);
+/* train_loop of strategy over cfg's global batch, then strategy_outcome_take_run: the
+ * rank's whole training, as every strategy runs it. */
+void strategy_outcome_train(comm *world, const run_config *cfg, const train_strategy *strategy,
+                            strategy_outcome *out);
+/* The differences of world rank 0's outcome against the baseline, into out->result. */
+void strategy_outcome_compare(strategy_outcome *out, const baseline_run *baseline);
 /* Per timed step from stats (the strategy's own groups' traffic), maximum over world's
  * ranks (collective over `metrics`, a group of world's ranks kept apart from the
  * strategy's traffic). */

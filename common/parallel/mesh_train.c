@@ -1,0 +1,125 @@
+#include "mesh_train.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "compare.h"
+#include "pp_train.h"
+
+/* This rank's stage k of S = v x p, and its TP slice. */
+static gpt_shape stage_shape(const run_config *cfg, mesh_shape shape, mesh_coord me, int k,
+                             int S) {
+    gpt_shape s = gpt_shape_make(&cfg->model, shape.tp, me.tp);
+    if (shape.tp > 1) gpt_shape_split_vocab(&s);
+    gpt_shape_split_stages(&s, S, k);
+    return s;
+}
+
+void mesh_traffic_formula(const run_config *cfg, mesh_shape shape, mesh_coord me,
+                          const pipeline_options *opts, mesh_rank_traffic *t) {
+    const int v = opts->chunks, S = v * shape.pp;
+    const int zero = shape.dp > 1 ? opts->zero_stage : 0;   /* one replica: nothing sharded */
+    pipeline_bytes_formula(cfg, shape, me, opts, t->formula);
+    for (int i = 0; i < 3; i++) t->state_formula[i] = 0;
+    for (int c = 0; c < v; c++) {
+        const gpt_shape s = stage_shape(cfg, shape, me, c * shape.pp + me.pp, S);
+        double bytes[3];
+        dp_grads_state_bytes(&s, zero, shape.dp, me.dp, bytes);
+        for (int i = 0; i < 3; i++) t->state_formula[i] += bytes[i];
+    }
+}
+
+/* This rank's traffic per group kind and the model state it holds after the loop. */
+static void measure_rank(const mesh *m, int timed_steps, mesh_rank_traffic *t) {
+    comm *groups[PIPELINE_GROUP_KINDS] = {m->tp, m->pp, m->dp, m->embedding};
+    for (int k = 0; k < PIPELINE_GROUP_KINDS; k++) {
+        if (!groups[k]) continue;
+        comm_stats s = comm_stats_get(groups[k]);
+        t->bytes[k] = (double)comm_stats_total_sent(&s) / timed_steps;
+        double calls = 0;
+        for (int i = 0; i < COMM_NKINDS; i++)
+            if (i != COMM_KIND_BARRIER) calls += (double)s.calls[i];
+        t->calls[k] = calls / timed_steps;
+    }
+    const mem_stats *mem = mem_stats_current();
+    t->state[0] = (double)mem->current[MEM_PARAMS];
+    t->state[1] = (double)mem->current[MEM_GRADS];
+    t->state[2] = (double)mem->current[MEM_OPTIMIZER];
+    t->activations = (double)mem->peak[MEM_ACTIVATIONS];
+}
+
+/* The largest |measured / formula - 1| over ranks and kinds; the row's bytes formula
+ * is the largest rank's, as its bytes are. */
+static void judge_bytes(mesh_extra *x, int world, run_result *row) {
+    double worst = 0, largest = 0;
+    for (int w = 0; w < world; w++) {
+        double total = 0;
+        for (int k = 0; k < PIPELINE_GROUP_KINDS; k++) {
+            const double f = x->ranks[w].formula[k], b = x->ranks[w].bytes[k];
+            const double error = f > 0 ? fabs(b / f - 1) : b;
+            if (error > worst) worst = error;
+            total += f;
+        }
+        if (total > largest) largest = total;
+    }
+    x->worst_bytes_error = worst;
+    row->bytes_formula = largest;
+}
+
+typedef struct {
+    const run_config *cfg;
+    const dataset *data;
+    mesh_shape shape;
+    const pipeline_options *opts;
+} mesh_launch_args;
+
+/* Every rank's traffic next to its formula, gathered to every rank; world rank 0 keeps
+ * them. */
+static void mesh_measure(comm *world, pipeline_rank *r, void *ctx, strategy_outcome *out) {
+    const mesh_launch_args *a = ctx;
+    const int W = comm_size(world);
+    mesh_rank_traffic mine = {0};
+    measure_rank(r->mesh, out->result.timed_steps, &mine);
+    mesh_traffic_formula(a->cfg, a->shape, r->mesh->me, a->opts, &mine);
+    mesh_rank_traffic *gathered = mem_alloc(MEM_OTHER, (size_t)W * sizeof *gathered);
+    comm_allgather(world, &mine, gathered, (size_t)W * sizeof mine / 4, COMM_F32);
+    mesh_extra *x = strategy_outcome_keeps(out) ? out->extra : NULL;
+    if (x) {
+        memcpy(x->ranks, gathered, (size_t)W * sizeof *gathered);
+        judge_bytes(x, W, &out->result);
+    }
+    mem_free(gathered);
+}
+
+static void mesh_rank_fn(comm *world, void *args, strategy_outcome *out) {
+    const mesh_launch_args *a = args;
+    mesh m;
+    mesh_create(&m, world, a->shape);
+    const double drift = pp_train_on_mesh(world, &m, a->cfg, a->data, a->opts, "3d",
+                                          mesh_measure, args, out);
+    mesh_extra *x = strategy_outcome_keeps(out) ? out->extra : NULL;
+    if (x) x->tied_drift = drift;
+    mesh_free(&m);
+}
+
+int mesh_launch(const run_config *cfg, const dataset *data, mesh_shape shape,
+                const pipeline_options *opts, strategy_outcome *rank0_out) {
+    mesh_extra *x = rank0_out->extra;
+    if (x) {
+        *x = (mesh_extra){.shape = shape, .opts = *opts};
+        x->ranks = calloc((size_t)mesh_world(&shape), sizeof *x->ranks);
+    }
+    mesh_launch_args a = {cfg, data, shape, opts};
+    return strategy_launch(cfg, mesh_rank_fn, &a, rank0_out);
+}
+
+void mesh_extra_free(mesh_extra *x) {
+    free(x->ranks);
+    memset(x, 0, sizeof *x);
+}
+
+double mesh_worst_fraction_of_tolerance(const run_result *r) {
+    return run_worst_fraction_of_tolerance(r, MESH_TOL_GRADS, MESH_TOL_LOSS, MESH_TOL_PARAMS);
+}

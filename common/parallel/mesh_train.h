@@ -1,0 +1,52 @@
+/* Training on a TP x PP x DP mesh: every rank a pipeline stage's TP slice in one
+ * data-parallel replica, composed from the library pieces (mesh.h, pipeline.h, the TP
+ * layers inside the model's blocks). The outcome's extra (strategy_outcome.h) holds
+ * every rank's measured bytes per group kind next to its formula, and its model state
+ * next to the ZeRO paper's. */
+#ifndef MESH_TRAIN_H
+#define MESH_TRAIN_H
+
+#include "mesh.h"
+#include "pipeline.h"
+#include "strategy_outcome.h"
+#include "tolerances.h"
+
+/* Against the baseline, as every chapter: gradients of step 1, loss, parameters. */
+#define MESH_TOL_GRADS TOL_GRADS
+#define MESH_TOL_LOSS TOL_LOSS
+#define MESH_TOL_PARAMS TOL_PARAMS
+
+/* One rank's measured bytes per step on each kind of group (pipeline.h: TP
+ * all-reduces, PP sends, DP gradient reduction, the tied embedding's all-reduce), its
+ * formula, its calls. */
+typedef struct {
+    double bytes[PIPELINE_GROUP_KINDS], formula[PIPELINE_GROUP_KINDS];
+    double calls[PIPELINE_GROUP_KINDS];
+    double state[3], state_formula[3];   /* params, grads, optimizer bytes held */
+    double activations;                  /* peak activation bytes */
+} mesh_rank_traffic;
+
+/* The outcome's extra for 3D (strategy_outcome.extra): mesh_launch allocates `ranks`
+ * before the ranks start, world rank 0 fills it; mesh_extra_free. */
+typedef struct {
+    mesh_shape shape;
+    pipeline_options opts;
+    mesh_rank_traffic *ranks; /* [world], in world rank order */
+    double worst_bytes_error; /* largest |measured / formula - 1| over ranks and kinds */
+    double tied_drift;
+} mesh_extra;
+static inline const mesh_extra *mesh_extra_of(const strategy_outcome *o) { return o->extra; }
+void mesh_extra_free(mesh_extra *x);
+
+/* The formulas, for one rank of the mesh: bytes per group kind (pipeline_bytes_formula)
+ * and the model state it stores (exposed for the tests). */
+void mesh_traffic_formula(const run_config *cfg, mesh_shape shape, mesh_coord me,
+                          const pipeline_options *opts, mesh_rank_traffic *t);
+
+/* Launches t x p x d ranks (cfg->comm.ranks must equal it) and trains; rank0_out->extra,
+ * when set, is a mesh_extra. Returns launch's status. */
+int mesh_launch(const run_config *cfg, const dataset *data, mesh_shape shape,
+                const pipeline_options *opts, strategy_outcome *rank0_out);
+double mesh_worst_fraction_of_tolerance(const run_result *r);
+
+#endif

@@ -1,0 +1,50 @@
+#include "strategy_runs.h"
+
+#include <check.h>
+#include <stdlib.h>
+
+ddp_result *launch_ddp(const run_config *cfg, const dataset *d, ddp_options opts,
+                       const baseline_run *b) {
+    ddp_result *o = calloc(1, sizeof *o);
+    o->run.extra = &o->x;
+    ck_assert_int_eq(ddp_launch(cfg, d, &opts, &o->run), 0);
+    if (b) strategy_outcome_compare(&o->run, b);
+    return o;
+}
+
+void ddp_result_free(ddp_result *o) {
+    if (!o) return;
+    strategy_outcome_free(&o->run);
+    ddp_extra_free(&o->x);
+    free(o);
+}
+
+pp_result *launch_pp(const run_config *cfg, const dataset *d, int stages,
+                     pipeline_options opts, const baseline_run *b) {
+    pp_result *o = calloc(1, sizeof *o);
+    o->run.extra = &o->x;
+    ck_assert_int_eq(pp_launch(cfg, d, stages, &opts, &o->run), 0);
+    if (b) strategy_outcome_compare(&o->run, b);
+    return o;
+}
+
+void pp_result_free(pp_result *o) {
+    strategy_outcome_free(&o->run);
+    pp_extra_free(&o->x);
+    free(o);
+}
+
+mesh_result *launch_mesh(const run_config *cfg, const dataset *d, mesh_shape shape,
+                         pipeline_options opts, const baseline_run *b) {
+    mesh_result *o = calloc(1, sizeof *o);
+    o->run.extra = &o->x;
+    ck_assert_int_eq(mesh_launch(cfg, d, shape, &opts, &o->run), 0);
+    if (b) strategy_outcome_compare(&o->run, b);
+    return o;
+}
+
+void mesh_result_free(mesh_result *o) {
+    strategy_outcome_free(&o->run);
+    mesh_extra_free(&o->x);
+    free(o);
+}

@@ -1,0 +1,36 @@
+/* One strategy run for the suites: the outcome and its extra together on the heap (the
+ * outcome points at its extra), launched on cfg->comm's ranks (the launch must succeed)
+ * and compared with the baseline b when given (world rank 0's process). */
+#ifndef STRATEGY_RUNS_H
+#define STRATEGY_RUNS_H
+
+#include "ddp.h"
+#include "mesh_train.h"
+#include "pp_train.h"
+
+typedef struct {
+    strategy_outcome run;
+    ddp_extra x;
+} ddp_result;
+ddp_result *launch_ddp(const run_config *cfg, const dataset *d, ddp_options opts,
+                       const baseline_run *b);
+void ddp_result_free(ddp_result *o);   /* NULL is fine */
+
+typedef struct {
+    strategy_outcome run;
+    pp_extra x;
+} pp_result;
+/* stages 0: one pipeline of every rank */
+pp_result *launch_pp(const run_config *cfg, const dataset *d, int stages,
+                     pipeline_options opts, const baseline_run *b);
+void pp_result_free(pp_result *o);
+
+typedef struct {
+    strategy_outcome run;
+    mesh_extra x;
+} mesh_result;
+mesh_result *launch_mesh(const run_config *cfg, const dataset *d, mesh_shape shape,
+                         pipeline_options opts, const baseline_run *b);
+void mesh_result_free(mesh_result *o);
+
+#endif
