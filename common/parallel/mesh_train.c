@@ -84,7 +84,9 @@ static void mesh_measure(comm *world, pipeline_rank *r, void *ctx, strategy_outc
     measure_rank(r->mesh, out->result.timed_steps, &mine);
     mesh_traffic_formula(a->cfg, a->shape, r->mesh->me, a->opts, &mine);
     mesh_rank_traffic *gathered = mem_alloc(MEM_OTHER, (size_t)W * sizeof *gathered);
-    comm_allgather(world, &mine, gathered, (size_t)W * sizeof mine / 4, COMM_F32);
+    /* a rank's traffic is doubles only (mesh_train.h) */
+    const size_t doubles = sizeof mine / sizeof(double);
+    comm_allgather(world, &mine, gathered, (size_t)W * doubles, COMM_F64);
     mesh_extra *x = strategy_outcome_keeps(out) ? out->extra : NULL;
     if (x) {
         memcpy(x->ranks, gathered, (size_t)W * sizeof *gathered);

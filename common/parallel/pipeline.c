@@ -269,7 +269,7 @@ void pipeline_measure(pipeline_rank *r, pipeline_measures *pm) {
     const int first = steps > 1 ? 1 : 0, timed = steps - first;   /* step 1 warms up */
     /* the makespan of each step: its last rank's finish */
     double *finish = mem_alloc(MEM_OTHER, sizeof(double) * (size_t)steps * p);
-    comm_allgather(r->metrics, r->finish, finish, (size_t)steps * p * 2, COMM_F32);
+    comm_allgather(r->metrics, r->finish, finish, (size_t)steps * p, COMM_F64);
     double makespan = 0;
     for (int s = first; s < steps; s++) {
         double latest = 0;
@@ -286,7 +286,7 @@ void pipeline_measure(pipeline_rank *r, pipeline_measures *pm) {
     mine[M_BYTES] = (double)comm_stats_total_sent(&pp_stats) / (timed > 0 ? timed : 1);
     mine[M_OVERRUN] = r->exec.overrun_seconds;
     double *all = mem_alloc(MEM_OTHER, sizeof mine * (size_t)p);
-    comm_allgather(r->metrics, mine, all, (size_t)p * 2 * M_COUNT, COMM_F32);
+    comm_allgather(r->metrics, mine, all, (size_t)p * M_COUNT, COMM_F64);
     double busy = 0, idle = 0;
     for (int k = 0; k < p; k++) {
         const double *them = all + k * M_COUNT;

@@ -39,6 +39,8 @@ static void gather_spans(pipeline_rank *r, pp_extra *x) {
     memcpy(mine, r->exec.spans, (size_t)r->exec.nspans * sizeof *mine);
     for (int i = r->exec.nspans; i < most; i++) mine[i].rank = -1;   /* padding */
     pp_span *all = mem_alloc(MEM_OTHER, (size_t)most * p * sizeof *all);
+    /* spans mix ints and doubles: copied as 32-bit words, which an all-gather moves
+     * untouched (no arithmetic on them) */
     comm_allgather(g, mine, all, (size_t)most * p * sizeof *all / 4, COMM_F32);
     if (x) {
         x->nspans = 0;

@@ -2,7 +2,6 @@
 #include "op_profile.h"
 
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 double run_ms_per_step(const run_result *r) {
@@ -147,7 +146,6 @@ enum { M_SECONDS, M_COMM, M_COMM_LEAST, M_HIDDEN, M_BYTES, M_PEAK0,
        M_COUNT = M_PEAK0 + MEM_NTAGS + 1 };
 
 void run_result_take_max(comm *group, run_result *r) {
-    const int n = comm_size(group);
     double mine[M_COUNT];
     mine[M_SECONDS] = r->seconds;
     mine[M_COMM] = r->comm_seconds;
@@ -156,13 +154,7 @@ void run_result_take_max(comm *group, run_result *r) {
     mine[M_BYTES] = r->bytes_sent_per_step;
     for (int t = 0; t < MEM_NTAGS; t++) mine[M_PEAK0 + t] = (double)r->memory.peak[t];
     mine[M_PEAK0 + MEM_NTAGS] = (double)r->memory.peak_total;
-    /* doubles travel as pairs of f32 words: all-gather only copies, never adds */
-    double *all = malloc(sizeof mine * (size_t)n);
-    comm_allgather(group, mine, all, (size_t)n * 2 * M_COUNT, COMM_F32);
-    for (int k = 0; k < n; k++)
-        for (int i = 0; i < M_COUNT; i++)
-            if (all[k * M_COUNT + i] > mine[i]) mine[i] = all[k * M_COUNT + i];
-    free(all);
+    comm_allreduce(group, mine, M_COUNT, COMM_F64, COMM_MAX);
     r->seconds = mine[M_SECONDS];
     r->comm_seconds = mine[M_COMM];
     r->comm_seconds_least = -mine[M_COMM_LEAST];

@@ -61,16 +61,9 @@ void strategy_outcome_compare(strategy_outcome *out, const baseline_run *baselin
     compare_to_baseline(&out->result, baseline, out->loss, out->first_grads, out->final_params);
 }
 
-/* Each value replaced by its maximum over the ranks of group. Doubles travel as pairs
- * of f32 words through an all-gather, which only copies. */
+/* Each value replaced by its maximum over the ranks of group. */
 static void max_over_ranks(comm *group, double *values, int n) {
-    const int size = comm_size(group);
-    double *all = mem_alloc(MEM_OTHER, sizeof(double) * (size_t)n * size);
-    comm_allgather(group, values, all, (size_t)n * size * 2, COMM_F32);
-    for (int r = 0; r < size; r++)
-        for (int i = 0; i < n; i++)
-            if (all[r * n + i] > values[i]) values[i] = all[r * n + i];
-    mem_free(all);
+    comm_allreduce(group, values, (size_t)n, COMM_F64, COMM_MAX);
 }
 
 void strategy_outcome_measure_comm(strategy_outcome *out, comm *metrics, const comm_stats *s) {
