@@ -1,9 +1,10 @@
 /* fp32 <-> bf16 / fp16 / fp8 (e4m3) element conversions, rounding to nearest even by
- * integer arithmetic, written once for the host (comm_codec.c) and the device
- * (gpu/comm_gpu_kernels.cu), so that a reduction gives the same bits on either side.
+ * integer arithmetic, written once for the host (common/comm/comm_codec.c) and the
+ * device (gpu/comm_gpu_kernels.cu), so that a value gives the same bits on either side.
+ * Here in tensor/, below comm/, so that the tensor ops can use them too.
  * Header-only: static inline, and __host__ __device__ when nvcc compiles it. */
-#ifndef COMM_NUMBER_FORMATS_H
-#define COMM_NUMBER_FORMATS_H
+#ifndef NUMBER_FORMATS_H
+#define NUMBER_FORMATS_H
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
