@@ -20,6 +20,7 @@
 #include <cblas.h>
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -233,6 +234,31 @@ START_TEST(test_cached_and_named) {
 }
 END_TEST
 
+/* Two threads at once (as two ranks): each its own primitives, the same bits as one. */
+static void *run_in_thread(void *arg) {
+    product *q = arg;
+    product_run(q);
+    matmul16_release_thread();
+    return NULL;
+}
+
+START_TEST(test_threads) {
+    product q[3];
+    for (int i = 0; i < 3; i++) {
+        rng_seed(31);   /* the same operands in all three */
+        q[i] = product_make(PRECISION_BF16, 1, 0, 64, 96, 48, 0.0f, 0);
+    }
+    product_run(&q[0]);
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(pthread_create(&th[i], NULL, run_in_thread, &q[i + 1]), 0);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    for (int i = 1; i < 3; i++)
+        ck_assert_mem_eq(q[i].c, q[0].c, (size_t)64 * 96 * sizeof(float));
+    for (int i = 0; i < 3; i++) product_free(&q[i]);
+}
+END_TEST
+
 /* ---- conversions ----------------------------------------------------------------- */
 
 static uint16_t bf16_of(float x) {
@@ -366,6 +392,7 @@ static Suite *matmul16_suite(void) {
     tcase_add_test(tc, test_fp16_products);
     tcase_add_test(tc, test_negative_control);
     tcase_add_test(tc, test_cached_and_named);
+    tcase_add_test(tc, test_threads);
     tcase_add_test(tc, test_bf16_rounding);
     tcase_add_test(tc, test_fp16_rounding);
     tcase_add_test(tc, test_vectors_match_scalars);
