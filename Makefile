@@ -40,7 +40,12 @@ common_includes := $(common_dirs:%=-Icommon/%)
 CFLAGS   := -std=c11 -D_GNU_SOURCE -fno-math-errno -Wall -Wextra -Werror -pthread \
             $(common_includes) \
             $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(EXTRA_CFLAGS)
-LDLIBS   := $(shell pkg-config --libs openblas 2>/dev/null) -lm -pthread $(EXTRA_LDFLAGS)
+# oneDNN (Debian's libdnnl-dev ships no .pc file): 16-bit matmuls (common/tensor/
+# matmul16.c). It runs on the OpenMP runtime, which matmul16 keeps to one thread per
+# calling thread (omp_set_num_threads(1) there: one core per rank); -lgomp for that call.
+DNNL_LIBS := -ldnnl -lgomp
+LDLIBS   := $(shell pkg-config --libs openblas 2>/dev/null) $(DNNL_LIBS) -lm -pthread \
+            $(EXTRA_LDFLAGS)
 CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
 
 ifdef DEBUG

@@ -233,7 +233,7 @@ if ! pkg-config --exists openblas check 2>/dev/null; then
     check_flags="-I$r/usr/include"
     check_libs="$lib/libcheck_pic.a $lib/libsubunit.a -lrt -lm -pthread"
     extra_cflags="$extra_cflags $blas_flags $check_flags"
-    extra_ldflags="$blas_libs -Wl,-rpath,$lib/openblas-pthread:$lib"
+    extra_ldflags="$blas_libs -L$lib -Wl,-rpath,$lib/openblas-pthread:$lib"   # -L: oneDNN
     ldpath="$lib/openblas-pthread:$lib"
     log "OpenBLAS and Check from $debs/root"
 fi

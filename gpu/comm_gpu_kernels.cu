@@ -1,6 +1,6 @@
 // Element-wise reduction and division for the communicator's host-side backends when
 // their buffers live on a GPU (threads over a shared GPU, MPI processes sharing one).
-// The conversions are the host's own (common/comm/comm_number_formats.h, compiled here
+// The conversions are the host's own (common/tensor/number_formats.h, compiled here
 // for the device), so a reduction gives the same bits whichever side ran it: a
 // shared-GPU run matches the CPU one.
 
@@ -10,7 +10,7 @@
 #include <cstdint>
 
 #include "comm_gpu_kernels.h"
-#include "comm_number_formats.h"
+#include "number_formats.h"
 #include "cuda_check.h"
 
 namespace {

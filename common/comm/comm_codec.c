@@ -1,13 +1,13 @@
 /* The wire's element types: sizes and names, fp32 <-> bf16 / fp16 / fp8 (e4m3)
- * conversions rounding to nearest even (comm_number_formats.h, shared with the GPU
- * kernels), and the reductions the host-side backends apply to buffers of any of them
+ * conversions rounding to nearest even (common/tensor/number_formats.h, shared with the
+ * GPU kernels and the tensor ops), and the reductions the host-side backends apply to buffers of any of them
  * (the narrow types widened to fp32 and rounded back once per call; f64 in double). */
 #include "comm_internal.h"
 
 #include <math.h>
 #include <string.h>
 
-#include "comm_number_formats.h"
+#include "number_formats.h"
 
 /* ---- element types ------------------------------------------------------------------ */
 size_t comm_dtype_size(comm_dtype dt) {

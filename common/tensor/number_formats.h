@@ -1,9 +1,10 @@
 /* fp32 <-> bf16 / fp16 / fp8 (e4m3) element conversions, rounding to nearest even by
- * integer arithmetic, written once for the host (comm_codec.c) and the device
- * (gpu/comm_gpu_kernels.cu), so that a reduction gives the same bits on either side.
+ * integer arithmetic, written once for the host (common/comm/comm_codec.c) and the
+ * device (gpu/comm_gpu_kernels.cu), so that a value gives the same bits on either side.
+ * Here in tensor/, below comm/, so that the tensor ops can use them too.
  * Header-only: static inline, and __host__ __device__ when nvcc compiles it. */
-#ifndef COMM_NUMBER_FORMATS_H
-#define COMM_NUMBER_FORMATS_H
+#ifndef NUMBER_FORMATS_H
+#define NUMBER_FORMATS_H
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -56,14 +57,25 @@ NUMBER_FORMAT_FN uint16_t number_to_f16(float x) {
     a -= 112u << 23;                                            /* exponent bias 127 -> 15 */
     return sign | (uint16_t)((a + 0x0fffu + ((a >> 13) & 1u)) >> 13);
 }
+/* Leading zero bits of a nonzero x. */
+NUMBER_FORMAT_FN uint32_t number_clz32(uint32_t x) {
+#ifdef __CUDA_ARCH__
+    return (uint32_t)__clz((int)x);
+#else
+    return (uint32_t)__builtin_clz(x);
+#endif
+}
+
+/* Integer selects only, no branch and no float arithmetic (which gcc will not
+ * speculate), so that a host loop over it vectorises. A subnormal m 2^-24 is normalised
+ * by its top bit: m = 2^top (1 + f), stored with exponent top - 24 + 127. */
 NUMBER_FORMAT_FN float number_from_f16(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0) {
-        float v = (float)m * 0x1p-24f;
-        return sign ? -v : v;
-    }
-    if (e == 31) return number_bits_f32(sign | 0x7f800000u | (m << 13));
-    return number_bits_f32(sign | ((e + 112u) << 23) | (m << 13));
+    uint32_t top = 31u - number_clz32(m | 1u);
+    uint32_t subnormal = (((top + 103u) << 23) | ((m << (23u - top)) & 0x7fffffu)) * (m != 0);
+    uint32_t exponent = e + 112u + (e == 31u) * 112u;    /* rebias; 31 (inf, NaN) -> 255 */
+    uint32_t normal = (exponent << 23) | (m << 13);
+    return number_bits_f32(sign | (e == 0 ? subnormal : normal));
 }
 
 NUMBER_FORMAT_FN uint8_t number_to_f8e4m3(float x) {

@@ -1,0 +1,108 @@
+/* 16-bit matmuls against fp32 on one core: GFLOP/s of OpenBLAS's cblas_sgemm (fp32 in
+ * and out), matmul16 in bf16 and in fp16 (16-bit in, fp32 accumulation and out), at
+ * bench256's linear-layer shapes, with the kernel each runs on named. Speed only,
+ * never asserted.
+ *   build/cpu/bench/bench_matmul16 [repeats]     (best of repeats, default 5)
+ * The layout is linear_forward's: out[M,N] = inp[M,K] weight[N,K]^T (trans_b). */
+#include <cblas.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "matmul16.h"
+#include "precision.h"
+
+typedef struct { int M, N, K; const char *what; } shape;
+/* bench256 (dim 256, 512 tokens a step): qkv and fc forward, fc-proj forward */
+static const shape shapes[] = {{512, 768, 256, "qkv"},
+                               {512, 1024, 256, "fc"},
+                               {512, 256, 1024, "fc proj"}};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct {
+    int M, N, K;
+    float *a, *b, *c;
+    uint16_t *a16, *b16;
+} operands;
+
+/* One product in fp32 (p = PRECISION_FP32: cblas_sgemm) or 16 bits (matmul16). */
+static void run_once(const operands *o, precision p) {
+    if (p == PRECISION_FP32)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, o->M, o->N, o->K, 1.0f, o->a,
+                    o->K, o->b, o->K, 0.0f, o->c, o->N);
+    else
+        matmul16(p, 0, 1, o->M, o->N, o->K, o->a16, o->K, o->b16, o->K, 0.0f, o->c, o->N);
+}
+
+/* GFLOP/s: the best of repeats timings, each of enough products for ~50 ms. */
+static double gflops(const operands *o, precision p, int repeats) {
+    const double flops = 2.0 * o->M * o->N * o->K;
+    run_once(o, p);   /* the primitive is created here, outside the timing */
+    double t0 = now_s();
+    run_once(o, p);
+    double one = now_s() - t0;
+    int iters = one > 0 ? (int)(0.05 / one) + 1 : 100;
+    double best = 1e30;
+    for (int r = 0; r < repeats; r++) {
+        double start = now_s();
+        for (int i = 0; i < iters; i++) run_once(o, p);
+        double t = (now_s() - start) / iters;
+        if (t < best) best = t;
+    }
+    return flops / best / 1e9;
+}
+
+static operands operands_make(const shape *s, precision p16) {
+    operands o = {.M = s->M, .N = s->N, .K = s->K};
+    size_t na = (size_t)s->M * s->K, nb = (size_t)s->N * s->K, nc = (size_t)s->M * s->N;
+    o.a = malloc(na * sizeof(float));
+    o.b = malloc(nb * sizeof(float));
+    o.c = malloc(nc * sizeof(float));
+    o.a16 = malloc(na * sizeof(uint16_t));
+    o.b16 = malloc(nb * sizeof(uint16_t));
+    if (!o.a || !o.b || !o.c || !o.a16 || !o.b16) {
+        fprintf(stderr, "bench_matmul16: out of memory\n");
+        exit(1);
+    }
+    for (size_t i = 0; i < na; i++) o.a[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
+    for (size_t i = 0; i < nb; i++) o.b[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
+    precision_to16(p16, o.a16, o.a, na);
+    precision_to16(p16, o.b16, o.b, nb);
+    return o;
+}
+
+static void operands_free(operands *o) {
+    free(o->a); free(o->b); free(o->c); free(o->a16); free(o->b16);
+}
+
+int main(int argc, char **argv) {
+    const int repeats = argc > 1 ? atoi(argv[1]) : 5;
+    openblas_set_num_threads(1);   /* matmul16 keeps oneDNN to one thread itself */
+    printf("  fp32: OpenBLAS cblas_sgemm, %s kernels\n", openblas_get_corename());
+    for (int p = PRECISION_BF16; p <= PRECISION_FP16; p++)
+        printf("  %s: %s\n", precision_name((precision)p),
+               matmul16_impl((precision)p, 0, 1, shapes[0].M, shapes[0].N, shapes[0].K));
+    printf("  %-8s %16s %10s %10s %10s %9s  (GFLOP/s, 1 thread, best of %d)\n", "layer",
+           "M x N x K", "fp32", "bf16", "fp16", "bf16/fp32", repeats);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        double rate[PRECISION_COUNT];
+        for (int p = 0; p < PRECISION_COUNT; p++) {
+            operands o = operands_make(&shapes[s], p == PRECISION_FP16 ? PRECISION_FP16
+                                                                       : PRECISION_BF16);
+            rate[p] = gflops(&o, (precision)p, repeats);
+            operands_free(&o);
+        }
+        printf("  %-8s %4d x %4d x %4d %10.0f %10.0f %10.0f %8.2fx\n", shapes[s].what,
+               shapes[s].M, shapes[s].N, shapes[s].K, rate[PRECISION_FP32],
+               rate[PRECISION_BF16], rate[PRECISION_FP16],
+               rate[PRECISION_BF16] / rate[PRECISION_FP32]);
+    }
+    matmul16_release_thread();
+    return 0;
+}

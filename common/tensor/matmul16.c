@@ -1,0 +1,299 @@
+/* 16-bit matmuls through oneDNN (matmul16.h): a table of primitives per thread, each
+ * created once per (precision, transposes, shape, leading dimensions, beta).
+ *
+ * oneDNN 2.x C API: a matmul descriptor over three strided 2-D memory descriptors
+ * (transposes are strides, no copies), a primitive descriptor (oneDNN picks the fastest
+ * implementation this CPU has, e.g. brgemm on AVX512_BF16), a primitive. Creating one
+ * costs far more than running it (it JIT-compiles its kernels), hence the table. Its
+ * scratchpad is ours ("user" mode): one buffer per thread, sized by the largest
+ * primitive, so that a run never allocates inside oneDNN. */
+#include "matmul16.h"
+
+#include <cblas.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl_debug.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A model step has a few dozen distinct shapes (4 linears x forward, dinp, dweight, the
+ * head, the attention's blocks); more than that and the least recently used goes. */
+#define MM_SLOTS 64
+#define MM_IMPL_LEN 96
+
+typedef struct {
+    int used;
+    precision p;
+    int trans_a, trans_b, M, N, K, lda, ldb, ldc, accumulate;
+    unsigned long last_use;
+    int fallback;   /* no oneDNN implementation here: widen to fp32, cblas_sgemm */
+    dnnl_primitive_t prim;
+    dnnl_memory_t a, b, c, scratch;   /* handles set at each call */
+    char impl[MM_IMPL_LEN];
+} mm_slot;
+
+typedef struct {
+    dnnl_engine_t engine;
+    dnnl_stream_t stream;
+    mm_slot slots[MM_SLOTS];
+    unsigned long clock;
+    unsigned long creations;
+    void *scratch;   /* the primitives' scratchpad, shared: one runs at a time */
+    size_t scratch_bytes;
+    float *wide;     /* the fallback's fp32 copies of A and B */
+    size_t wide_floats;
+    char impl_copy[MM_IMPL_LEN];
+} mm_thread;
+
+static pthread_key_t mm_key;
+static pthread_once_t mm_key_once = PTHREAD_ONCE_INIT;
+
+static void mm_die(const char *what, dnnl_status_t st) {
+    fprintf(stderr, "matmul16: %s failed: %s\n", what, dnnl_status2str(st));
+    exit(1);
+}
+#define MM_CHECK(call)                              \
+    do {                                            \
+        dnnl_status_t st_ = (call);                 \
+        if (st_ != dnnl_success) mm_die(#call, st_); \
+    } while (0)
+
+static void mm_slot_clear(mm_slot *s) {
+    if (s->prim) dnnl_primitive_destroy(s->prim);
+    dnnl_memory_t mems[4] = {s->a, s->b, s->c, s->scratch};
+    for (int i = 0; i < 4; i++)
+        if (mems[i]) dnnl_memory_destroy(mems[i]);
+    memset(s, 0, sizeof *s);
+}
+
+static void mm_thread_free(void *arg) {
+    mm_thread *t = arg;
+    if (!t) return;
+    for (int i = 0; i < MM_SLOTS; i++) mm_slot_clear(&t->slots[i]);
+    dnnl_stream_destroy(t->stream);
+    dnnl_engine_destroy(t->engine);
+    free(t->scratch);
+    free(t->wide);
+    free(t);
+}
+
+static void mm_make_key(void) { pthread_key_create(&mm_key, mm_thread_free); }
+
+/* The calling thread's table, made on its first call. */
+static mm_thread *mm_thread_get(void) {
+    pthread_once(&mm_key_once, mm_make_key);
+    mm_thread *t = pthread_getspecific(mm_key);
+    if (t) return t;
+    t = calloc(1, sizeof *t);
+    if (!t) {
+        fprintf(stderr, "matmul16: out of memory\n");
+        exit(1);
+    }
+    /* One core per rank. OMP_NUM_THREADS would be read once, when libgomp loads (before
+     * main), and would bind every thread alike; this call sets the count of this thread
+     * only (OpenMP keeps it per thread), for every oneDNN primitive it runs. */
+    omp_set_num_threads(1);
+    MM_CHECK(dnnl_engine_create(&t->engine, dnnl_cpu, 0));
+    MM_CHECK(dnnl_stream_create(&t->stream, t->engine, dnnl_stream_default_flags));
+    pthread_setspecific(mm_key, t);
+    return t;
+}
+
+void matmul16_release_thread(void) {
+    pthread_once(&mm_key_once, mm_make_key);
+    mm_thread_free(pthread_getspecific(mm_key));
+    pthread_setspecific(mm_key, NULL);
+}
+
+/* Grows *buf to at least bytes (64-byte aligned); only when a new shape needs more. */
+static void mm_grow(void **buf, size_t *have, size_t bytes) {
+    if (bytes <= *have) return;
+    free(*buf);
+    *buf = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!*buf) {
+        fprintf(stderr, "matmul16: out of memory (%zu bytes)\n", bytes);
+        exit(1);
+    }
+    *have = bytes;
+}
+
+/* A rows x cols operand with leading dimension ld, as a strided 2-D descriptor: stored
+ * transposed, its logical [rows, cols] has strides {1, ld} instead of {ld, 1}. */
+static dnnl_memory_desc_t mm_desc(dnnl_data_type_t dt, int rows, int cols, int ld,
+                                  int transposed) {
+    dnnl_memory_desc_t md;
+    dnnl_dims_t dims = {rows, cols};
+    dnnl_dims_t strides = {transposed ? 1 : ld, transposed ? ld : 1};
+    MM_CHECK(dnnl_memory_desc_init_by_strides(&md, 2, dims, dt, strides));
+    return md;
+}
+
+/* The primitive descriptor for slot s: NULL when oneDNN has no implementation of this
+ * data type here (it says dnnl_unimplemented), which sends s to the fallback. */
+static dnnl_primitive_desc_t mm_describe(mm_thread *t, const mm_slot *s) {
+    dnnl_data_type_t dt = s->p == PRECISION_BF16 ? dnnl_bf16 : dnnl_f16;
+    dnnl_memory_desc_t a = mm_desc(dt, s->M, s->K, s->lda, s->trans_a);
+    dnnl_memory_desc_t b = mm_desc(dt, s->K, s->N, s->ldb, s->trans_b);
+    dnnl_memory_desc_t c = mm_desc(dnnl_f32, s->M, s->N, s->ldc, 0);
+    dnnl_matmul_desc_t desc;
+    MM_CHECK(dnnl_matmul_desc_init(&desc, &a, &b, NULL, &c));
+    dnnl_primitive_attr_t attr;
+    MM_CHECK(dnnl_primitive_attr_create(&attr));
+    MM_CHECK(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
+    if (s->accumulate) {   /* beta = 1: C += product, the "sum" post-op, in fp32 */
+        dnnl_post_ops_t ops;
+        MM_CHECK(dnnl_post_ops_create(&ops));
+        MM_CHECK(dnnl_post_ops_append_sum(ops, 1.0f));
+        MM_CHECK(dnnl_primitive_attr_set_post_ops(attr, ops));
+        dnnl_post_ops_destroy(ops);
+    }
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_status_t st = dnnl_primitive_desc_create(&pd, &desc, attr, t->engine, NULL);
+    dnnl_primitive_attr_destroy(attr);
+    if (st == dnnl_unimplemented) return NULL;
+    if (st != dnnl_success) mm_die("dnnl_primitive_desc_create (matmul)", st);
+    return pd;
+}
+
+static void mm_fallback_name(mm_slot *s) {
+    const char *type = precision_name(s->p);
+    snprintf(s->impl, sizeof s->impl, "sgemm (fp32 from %s: no oneDNN %s matmul here)",
+             type, type);
+    s->fallback = 1;
+}
+
+/* Creates slot s's primitive, its memory objects and its share of the scratchpad. */
+static void mm_create(mm_thread *t, mm_slot *s) {
+    dnnl_primitive_desc_t pd = mm_describe(t, s);
+    if (!pd) {
+        mm_fallback_name(s);
+        return;
+    }
+    const char *impl = NULL;
+    MM_CHECK(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl));
+    snprintf(s->impl, sizeof s->impl, "%s", impl ? impl : "?");
+    const dnnl_query_t which[4] = {dnnl_query_src_md, dnnl_query_weights_md,
+                                   dnnl_query_dst_md, dnnl_query_scratchpad_md};
+    dnnl_memory_t *mems[4] = {&s->a, &s->b, &s->c, &s->scratch};
+    for (int i = 0; i < 4; i++) {
+        const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, which[i], 0);
+        MM_CHECK(dnnl_memory_create(mems[i], md, t->engine, DNNL_MEMORY_NONE));
+    }
+    const dnnl_memory_desc_t *scratch_md =
+        dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    mm_grow(&t->scratch, &t->scratch_bytes, dnnl_memory_desc_get_size(scratch_md));
+    MM_CHECK(dnnl_primitive_create(&s->prim, pd));
+    dnnl_primitive_desc_destroy(pd);
+}
+
+/* The slot for this product: found, or made in the least recently used one. */
+static mm_slot *mm_lookup(mm_thread *t, const mm_slot *key) {
+    mm_slot *victim = &t->slots[0];
+    for (int i = 0; i < MM_SLOTS; i++) {
+        mm_slot *s = &t->slots[i];
+        if (s->used && s->p == key->p && s->trans_a == key->trans_a &&
+            s->trans_b == key->trans_b && s->M == key->M && s->N == key->N &&
+            s->K == key->K && s->lda == key->lda && s->ldb == key->ldb &&
+            s->ldc == key->ldc && s->accumulate == key->accumulate) {
+            s->last_use = ++t->clock;
+            return s;
+        }
+        if (!s->used || (victim->used && s->last_use < victim->last_use)) victim = s;
+    }
+    mm_slot_clear(victim);
+    *victim = *key;
+    victim->used = 1;
+    victim->last_use = ++t->clock;
+    t->creations++;
+    mm_create(t, victim);
+    return victim;
+}
+
+/* rows x cols of src (leading dimension ld) widened into dst, packed (ld = cols). */
+static void mm_widen(float *dst, precision p, const uint16_t *src, int rows, int cols,
+                     int ld) {
+    for (int r = 0; r < rows; r++)
+        precision_from16(p, dst + (size_t)r * cols, src + (size_t)r * ld, (size_t)cols);
+}
+
+static void mm_run_fallback(mm_thread *t, const mm_slot *s, const uint16_t *A,
+                            const uint16_t *B, float *C) {
+    const int a_rows = s->trans_a ? s->K : s->M, a_cols = s->trans_a ? s->M : s->K;
+    const int b_rows = s->trans_b ? s->N : s->K, b_cols = s->trans_b ? s->K : s->N;
+    const size_t a_n = (size_t)a_rows * a_cols, b_n = (size_t)b_rows * b_cols;
+    size_t have = t->wide_floats * sizeof(float);
+    mm_grow((void **)&t->wide, &have, (a_n + b_n) * sizeof(float));
+    t->wide_floats = have / sizeof(float);
+    float *wa = t->wide, *wb = t->wide + a_n;
+    mm_widen(wa, s->p, A, a_rows, a_cols, s->lda);
+    mm_widen(wb, s->p, B, b_rows, b_cols, s->ldb);
+    cblas_sgemm(CblasRowMajor, s->trans_a ? CblasTrans : CblasNoTrans,
+                s->trans_b ? CblasTrans : CblasNoTrans, s->M, s->N, s->K, 1.0f, wa,
+                a_cols, wb, b_cols, s->accumulate ? 1.0f : 0.0f, C, s->ldc);
+}
+
+static void mm_run(mm_thread *t, const mm_slot *s, const uint16_t *A, const uint16_t *B,
+                   float *C) {
+    if (s->fallback) {
+        mm_run_fallback(t, s, A, B, C);
+        return;
+    }
+    MM_CHECK(dnnl_memory_set_data_handle(s->a, (void *)A));
+    MM_CHECK(dnnl_memory_set_data_handle(s->b, (void *)B));
+    MM_CHECK(dnnl_memory_set_data_handle(s->c, C));
+    MM_CHECK(dnnl_memory_set_data_handle(s->scratch, t->scratch));
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, s->a},
+                               {DNNL_ARG_WEIGHTS, s->b},
+                               {DNNL_ARG_DST, s->c},
+                               {DNNL_ARG_SCRATCHPAD, s->scratch}};
+    MM_CHECK(dnnl_primitive_execute(s->prim, t->stream, 4, args));
+    MM_CHECK(dnnl_stream_wait(t->stream));
+}
+
+static mm_slot mm_key_of(precision p, int trans_a, int trans_b, int M, int N, int K,
+                         int lda, int ldb, float beta, int ldc) {
+    if (p != PRECISION_BF16 && p != PRECISION_FP16) {
+        fprintf(stderr, "matmul16: precision %s is not a 16-bit format\n",
+                precision_name(p));
+        exit(1);
+    }
+    if (beta != 0.0f && beta != 1.0f) {
+        fprintf(stderr, "matmul16: beta %g (only 0 or 1)\n", (double)beta);
+        exit(1);
+    }
+    mm_slot key = {.p = p, .trans_a = !!trans_a, .trans_b = !!trans_b, .M = M, .N = N,
+                   .K = K, .lda = lda, .ldb = ldb, .ldc = ldc, .accumulate = beta != 0.0f};
+    return key;
+}
+
+void matmul16(precision p, int trans_a, int trans_b, int M, int N, int K,
+              const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta, float *C,
+              int ldc) {
+    mm_slot key = mm_key_of(p, trans_a, trans_b, M, N, K, lda, ldb, beta, ldc);
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) {   /* an empty sum: C = 0, or C unchanged */
+        for (int i = 0; i < M && !key.accumulate; i++)
+            memset(C + (size_t)i * ldc, 0, (size_t)N * sizeof(float));
+        return;
+    }
+    mm_thread *t = mm_thread_get();
+    mm_run(t, mm_lookup(t, &key), A, B, C);
+}
+
+const char *matmul16_impl(precision p, int trans_a, int trans_b, int M, int N, int K) {
+    int lda = trans_a ? M : K, ldb = trans_b ? K : N;
+    mm_slot key = mm_key_of(p, trans_a, trans_b, M, N, K, lda, ldb, 0.0f, N);
+    if (M <= 0 || N <= 0 || K <= 0) return "none (empty product)";
+    mm_thread *t = mm_thread_get();
+    const mm_slot *s = mm_lookup(t, &key);
+    snprintf(t->impl_copy, sizeof t->impl_copy, "%s", s->impl);
+    return t->impl_copy;
+}
+
+unsigned long matmul16_creations(void) {
+    pthread_once(&mm_key_once, mm_make_key);
+    const mm_thread *t = pthread_getspecific(mm_key);
+    return t ? t->creations : 0;
+}

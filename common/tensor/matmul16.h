@@ -1,0 +1,50 @@
+/* Matrix products with 16-bit inputs and fp32 accumulation and output, on the CPU,
+ * through oneDNN's matmul: the building block of mixed-precision linear layers.
+ *
+ *   C[M,N] = op(A)[M,K] op(B)[K,N]  (+ C when beta = 1)
+ *
+ * Row-major, as cblas_sgemm(CblasRowMajor, ...) takes them: op(A) is A[M,K] (leading
+ * dimension lda) or, with trans_a, A stored as [K,M]; op(B) is B[K,N] (ldb) or, with
+ * trans_b, B stored as [N,K]; C is [M,N] with leading dimension ldc. A and B hold bf16
+ * or fp16 bit patterns (precision.h); every product is summed in fp32, and beta = 1
+ * adds onto what C holds (a bias put there first, or a gradient accumulating), beta = 0
+ * overwrites it. Only beta 0 and 1, and no alpha: what the linear layers need.
+ *
+ * The first call with a given (precision, transposes, shape, leading dimensions, beta)
+ * on a thread creates oneDNN's primitive for it; later calls reuse it from a small
+ * table of the thread's own, and neither allocate nor create anything. Each calling
+ * thread computes on one core: matmul16 sets its own OpenMP thread count to 1 (oneDNN
+ * is built on OpenMP), as one rank per core wants.
+ *
+ * Where oneDNN has no implementation for a 16-bit type on this CPU (fp16 without
+ * AVX512-FP16 or AMX-FP16), the inputs are widened to fp32 (exactly: every 16-bit
+ * value is an fp32 value) and multiplied by OpenBLAS's cblas_sgemm: the same product
+ * of the same rounded inputs, at fp32's speed. matmul16_impl names which one runs. */
+#ifndef MATMUL16_H
+#define MATMUL16_H
+#include <stdint.h>
+
+#include "precision.h"
+
+/* p is PRECISION_BF16 or PRECISION_FP16; beta is 0 or 1 (anything else exits with a
+ * message, as does a failure inside oneDNN). M, N or K of 0 is allowed. */
+void matmul16(precision p, int trans_a, int trans_b, int M, int N, int K,
+              const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta, float *C,
+              int ldc);
+
+/* The implementation matmul16 runs for this product with packed operands (lda, ldb,
+ * ldc the row lengths, beta 0): oneDNN's own name for it ("brg:avx512_core_bf16",
+ * "gemm:jit", ...), or "sgemm (fp32 from <type>: no oneDNN <type> matmul here)" for the
+ * fallback. Creates the primitive if the thread has none yet. The string stays valid
+ * until the thread's next call of this function. */
+const char *matmul16_impl(precision p, int trans_a, int trans_b, int M, int N, int K);
+
+/* How many products the calling thread has set up (a primitive created, or a fallback
+ * chosen) since its first call: constant while a loop repeats known shapes. */
+unsigned long matmul16_creations(void);
+
+/* Destroys the calling thread's primitives and buffers (a thread that ends does it by
+ * itself): what a leak checker wants before the main thread exits. */
+void matmul16_release_thread(void);
+
+#endif
