@@ -161,3 +161,39 @@ float layout_load(const layout_spec *l, const run_config *cfg, const char *dir, 
     ck_assert_float_eq(job.wrong_steps, 0);
     return job.worst;
 }
+
+run_config layout_tiny_config(void) {
+    run_config cfg = run_config_default();
+    cfg.model = (gpt_config){.vocab = 257, .ctx = 7, .layers = 2, .heads = 2, .dim = 26};
+    cfg.batch = 4;
+    cfg.steps = 10;
+    cfg.quiet = 1;
+    cfg.comm.timeout_seconds = 30;
+    return cfg;
+}
+
+static const char *scratch_root;
+
+int layout_scratch_open(char *root_template) {
+    scratch_root = mkdtemp(root_template);
+    return scratch_root != NULL;
+}
+
+static int remove_tree(const char *path) {
+    char cmd[300];
+    ckpt_fits(snprintf(cmd, sizeof cmd, "rm -rf %s", path), sizeof cmd);
+    return system(cmd) == 0;
+}
+
+const char *layout_scratch_dir(const char *name) {
+    static char path[4][256];
+    static int next;
+    char *p = path[next++ % 4];
+    ckpt_fits(snprintf(p, sizeof path[0], "%s/%s", scratch_root, name), sizeof path[0]);
+    ck_assert(remove_tree(p));
+    return p;
+}
+
+int layout_scratch_close(int status) {
+    return remove_tree(scratch_root) ? status : 1;
+}

@@ -36,4 +36,16 @@ void layout_upload_values(const gpt_shape *s, const shard_layout *layout, int ki
  * over all ranks (every process gets it); asserts that AdamW's step came back as 5. */
 float layout_load(const layout_spec *l, const run_config *cfg, const char *dir, uint64_t seed);
 
+/* The checkpoint suites' small model: vocab 257 leaves one padding row under TP 2, and
+ * its slabs divide by neither 3 nor 4; 4 sequences a step, 10 steps. */
+run_config layout_tiny_config(void);
+
+/* A suite's directories under one temporary root: layout_scratch_open makes the root
+ * (prefix "/tmp/NAME.XXXXXX", kept by the caller), layout_scratch_dir an empty
+ * directory under it (the last four names stay valid), layout_scratch_close removes it
+ * all and returns status, or 1 when it could not. */
+int layout_scratch_open(char *root_template);
+const char *layout_scratch_dir(const char *name);
+int layout_scratch_close(int status);
+
 #endif

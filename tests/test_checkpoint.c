@@ -27,38 +27,16 @@
 #include "replica.h"
 #include "zero_state.h"
 
-/* vocab 257 leaves one padding row under TP 2; slabs divide by neither 3 nor 4 */
-static run_config tiny_config(void) {
-    run_config cfg = run_config_default();
-    cfg.model = (gpt_config){.vocab = 257, .ctx = 7, .layers = 2, .heads = 2, .dim = 26};
-    cfg.batch = 4;
-    cfg.steps = 10;
-    cfg.quiet = 1;
-    cfg.comm.timeout_seconds = 30;
-    return cfg;
-}
 
-/* Every test's directories live under one temporary root, removed at the end. */
-static char scratch_root[] = "/tmp/test_checkpoint.XXXXXX";
 
-static char *scratch_dir(const char *name) {
-    static char path[4][256];
-    static int next;
-    char *p = path[next++ % 4];
-    ckpt_fits(snprintf(p, sizeof path[0], "%s/%s", scratch_root, name), sizeof path[0]);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", p);
-    ck_assert_int_eq(system(cmd), 0);
-    return p;
-}
 
 START_TEST(every_layout_loads_into_every_other_exactly) {
-    run_config cfg = tiny_config();
+    run_config cfg = layout_tiny_config();
     char paths[8][256];
     for (int a = 0; a < checkpoint_num_layouts; a++) {
         char name[32];
         snprintf(name, sizeof name, "layout-%d", a);
-        snprintf(paths[a], sizeof paths[a], "%s", scratch_dir(name));
+        snprintf(paths[a], sizeof paths[a], "%s", layout_scratch_dir(name));
         layout_save(&checkpoint_layouts[a], &cfg, paths[a], 77, 0);
     }
     float worst = 0;
@@ -110,12 +88,12 @@ static int zero_save_rank(comm *world, void *arg) {
 }
 
 START_TEST(zero_state_at_every_stage_loads_with_its_moments_in_other_layouts) {
-    run_config cfg = tiny_config();
+    run_config cfg = layout_tiny_config();
     float worst = 0;
     for (int stage = 0; stage <= 3; stage++) {
         char name[32];
         snprintf(name, sizeof name, "zero-stage-%d", stage);
-        zero_save_job job = {.cfg = &cfg, .dir = scratch_dir(name), .stage = stage};
+        zero_save_job job = {.cfg = &cfg, .dir = layout_scratch_dir(name), .stage = stage};
         comm_options opts = cfg.comm;
         opts.ranks = 3;
         ck_assert_int_eq(launch(&opts, zero_save_rank, &job), 0);
@@ -136,10 +114,10 @@ END_TEST
 /* ---- training: a resumed run is the uninterrupted run --------------------------------- */
 
 START_TEST(resumed_baseline_is_bit_identical_to_an_uninterrupted_run) {
-    run_config cfg = tiny_config();
+    run_config cfg = layout_tiny_config();
     dataset *data = dataset_builtin();
     baseline_run *full = baseline_train(&cfg, data);
-    const char *dir = scratch_dir("resume");
+    const char *dir = layout_scratch_dir("resume");
     run_config first = cfg, second = cfg;
     first.steps = 5;
     first.save_dir = dir;
@@ -240,8 +218,8 @@ START_TEST(numpy_reader_assembles_the_unsplit_tensors) {
         printf("SKIP: numpy_reader_assembles_the_unsplit_tensors: no python3 with numpy\n");
         return;
     }
-    run_config cfg = tiny_config();
-    const char *dir = scratch_dir("numpy");
+    run_config cfg = layout_tiny_config();
+    const char *dir = layout_scratch_dir("numpy");
     layout_save(&checkpoint_layouts[5], &cfg, dir, 91, 0);   /* TP 2 x PP 2 x DP 2, ZeRO-1 */
     char out[300], cmd[900];
     snprintf(out, sizeof out, "%s/whole.safetensors", dir);
@@ -310,8 +288,8 @@ static int replace_in_file(const char *path, const char *from, const char *to) {
 }
 
 START_TEST(damaged_or_foreign_checkpoints_are_refused_with_the_file_named) {
-    run_config cfg = tiny_config();
-    const char *good = scratch_dir("good");
+    run_config cfg = layout_tiny_config();
+    const char *good = layout_scratch_dir("good");
     layout_save(&checkpoint_layouts[3], &cfg, good, 77, 0);
     char err[1024], bad[300], file[400], good_step[300];
     ck_assert_int_eq(check_error(good, &cfg, err, sizeof err), 5);
@@ -373,8 +351,8 @@ END_TEST
 /* ---- the header parser under fuzz ----------------------------------------------------- */
 
 START_TEST(header_parser_survives_truncation_and_random_bytes) {
-    run_config cfg = tiny_config();
-    const char *dir = scratch_dir("fuzz");
+    run_config cfg = layout_tiny_config();
+    const char *dir = layout_scratch_dir("fuzz");
     layout_save(&checkpoint_layouts[0], &cfg, dir, 77, 0);
     char path[400];
     snprintf(path, sizeof path, "%s/step-000005/rank-00000.safetensors", dir);
@@ -504,10 +482,8 @@ int main(void) {
     tcase_add_test(tc, header_parser_survives_truncation_and_random_bytes);
     tcase_add_test(tc, malformed_headers_are_refused_not_only_survived);
     suite_add_tcase(suite, tc);
-    if (!mkdtemp(scratch_root)) return 1;
-    const int status = check_run(suite, 0);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", scratch_root);
-    if (system(cmd) != 0) return 1;
-    return status;
+    /* every test's directories live under one temporary root, removed at the end */
+    static char root[] = "/tmp/test_checkpoint.XXXXXX";
+    if (!layout_scratch_open(root)) return 1;
+    return layout_scratch_close(check_run(suite, 0));
 }

@@ -20,17 +20,7 @@
 #include "checkpoint_layouts.h"
 #include "cli.h"
 
-static run_config tiny_config(void) {
-    run_config cfg = run_config_default();
-    cfg.model = (gpt_config){.vocab = 257, .ctx = 7, .layers = 2, .heads = 2, .dim = 26};
-    cfg.batch = 4;
-    cfg.steps = 10;
-    cfg.quiet = 1;
-    cfg.comm.timeout_seconds = 30;
-    return cfg;
-}
 
-static char scratch_root[] = "/tmp/test_checkpoint_save.XXXXXX";
 
 static void shell(const char *fmt, const char *a, const char *b) {
     char cmd[1200];
@@ -38,15 +28,6 @@ static void shell(const char *fmt, const char *a, const char *b) {
     ck_assert_int_eq(system(cmd), 0);
 }
 
-/* An empty directory under the scratch root. */
-static const char *scratch_dir(const char *name) {
-    static char path[4][256];
-    static int next;
-    char *p = path[next++ % 4];
-    ckpt_fits(snprintf(p, sizeof path[0], "%s/%s", scratch_root, name), sizeof path[0]);
-    shell("rm -rf %s%s", p, "");
-    return p;
-}
 
 /* The names in dir that start with ".tmp" or ".latest" (a save's leftovers), or "". */
 static const char *leftover_in(const char *dir) {
@@ -99,11 +80,11 @@ static int step_index(const char *action, const char *path, int from) {
 /* ---- tests ------------------------------------------------------------------------------- */
 
 START_TEST(a_save_stopped_before_any_of_its_steps_leaves_a_loadable_checkpoint) {
-    const run_config cfg = tiny_config();
+    const run_config cfg = layout_tiny_config();
     const layout_spec *zero3 = &checkpoint_layouts[1];
-    const char *pristine = scratch_dir("pristine"), *dir = scratch_dir("stopped");
+    const char *pristine = layout_scratch_dir("pristine"), *dir = layout_scratch_dir("stopped");
     layout_save(zero3, &cfg, pristine, 77, 0);   /* the previous checkpoint: seed 77 */
-    const int total = record_save(zero3, &cfg, scratch_dir("counted"), 55);
+    const int total = record_save(zero3, &cfg, layout_scratch_dir("counted"), 55);
     int moves = -1;   /* the step that renames `latest` (1-based) */
     for (int i = 0; i < total; i++)
         if (strstr(steps[i], "rename ") == steps[i] && strstr(steps[i], "/latest")) moves = i + 1;
@@ -143,8 +124,8 @@ START_TEST(a_save_stopped_before_any_of_its_steps_leaves_a_loadable_checkpoint) 
 END_TEST
 
 START_TEST(every_file_and_directory_is_fsynced_before_latest_moves) {
-    const run_config cfg = tiny_config();
-    const char *dir = scratch_dir("fsync");
+    const run_config cfg = layout_tiny_config();
+    const char *dir = layout_scratch_dir("fsync");
     record_save(&checkpoint_layouts[1], &cfg, dir, 77);
     char latest[300], tmp[300], final[300], path[600];
     snprintf(latest, sizeof latest, "%s/latest", dir);
@@ -182,8 +163,8 @@ START_TEST(every_file_and_directory_is_fsynced_before_latest_moves) {
 END_TEST
 
 START_TEST(a_failed_save_removes_its_files_and_the_next_one_succeeds) {
-    const run_config cfg = tiny_config();
-    const char *dir = scratch_dir("full");
+    const run_config cfg = layout_tiny_config();
+    const char *dir = layout_scratch_dir("full");
     layout_save(&checkpoint_layouts[1], &cfg, dir, 77, 0);
     fflush(stdout);
     const pid_t child = fork();
@@ -209,8 +190,8 @@ START_TEST(a_failed_save_removes_its_files_and_the_next_one_succeeds) {
 END_TEST
 
 START_TEST(a_killed_saves_leftovers_are_removed_when_the_next_run_starts) {
-    run_config cfg = tiny_config();
-    const char *dir = scratch_dir("stale");
+    run_config cfg = layout_tiny_config();
+    const char *dir = layout_scratch_dir("stale");
     shell("mkdir -p %s/.tmp-step-000003 && echo x > %s/.tmp-step-000003/rank-00000.safetensors",
           dir, dir);
     shell("echo step-000003 > %s/.latest.tmp%s", dir, "");
@@ -231,9 +212,7 @@ int main(void) {
     tcase_add_test(tc, a_failed_save_removes_its_files_and_the_next_one_succeeds);
     tcase_add_test(tc, a_killed_saves_leftovers_are_removed_when_the_next_run_starts);
     suite_add_tcase(suite, tc);
-    if (!mkdtemp(scratch_root)) return 1;
-    const int status = check_run(suite, 0);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", scratch_root);
-    return system(cmd) == 0 ? status : 1;
+    static char root[] = "/tmp/test_checkpoint_save.XXXXXX";
+    if (!layout_scratch_open(root)) return 1;
+    return layout_scratch_close(check_run(suite, 0));
 }

@@ -30,20 +30,19 @@
 #include "matmul16.h"
 #include "number_formats.h"
 #include "precision.h"
+#include "rng.h"
 
 /* ---- helpers --------------------------------------------------------------------- */
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+/* The project's counter-based generator (rng.h), read as a stream: uniform in (0, 1). */
+static uint64_t rng_stream_seed, rng_next;
 
-static void rng_seed(uint64_t seed) { rng_state = seed * 0x9e3779b97f4a7c15ull + 1; }
-
-/* xorshift64*: uniform in [0, 1), reproducible everywhere */
-static double urand(void) {
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return (double)((rng_state * 0x2545f4914f6cdd1dull) >> 11) / 9007199254740992.0;
+static void rng_seed(uint64_t seed) {
+    rng_stream_seed = seed;
+    rng_next = 0;
 }
+
+static double urand(void) { return rng_uniform(rng_stream_seed, 0, rng_next++); }
 
 static void *xcalloc(size_t n, size_t size) {
     void *p = calloc(n ? n : 1, size);

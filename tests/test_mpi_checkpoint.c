@@ -15,9 +15,7 @@
 #include "compare.h"
 
 static run_config tiny_config(void) {
-    run_config cfg = run_config_default();
-    cfg.model = (gpt_config){.vocab = 257, .ctx = 7, .layers = 2, .heads = 2, .dim = 26};
-    cfg.quiet = 1;
+    run_config cfg = layout_tiny_config();
     cfg.comm.ranks = check_world_size();
     cfg.comm.timeout_seconds = 60;
     return cfg;
