@@ -1,0 +1,86 @@
+/* The model's ops in the precision a run computes in (precision.h): what mixed
+ * precision means here, op by op.
+ *
+ *   fp32        each op is its ops.h twin, the same call: bit for bit today's numbers.
+ *   bf16, fp16  activations, their gradients and the compute copy of the weights are
+ *               16-bit (uint16_t bit patterns, passed as void *). Every op reads them
+ *               widened to fp32 (exact), computes in fp32 as its ops.h twin does (the
+ *               LayerNorm statistics, softmax, cross-entropy and every sum accumulate in
+ *               fp32) and rounds what it writes to 16 bits (nearest even).
+ *               Matrix products multiply the 16-bit values and accumulate in fp32
+ *               (matmul16.h: oneDNN on the CPU).
+ *
+ * What stays fp32 in every precision (float * below): LayerNorm's mean and rstd, the
+ * per-token losses, and the parameter gradients (dweight, dbias, dwte, dwpe), the
+ * "main gradients" that micro-batches accumulate into, as Megatron-LM keeps them.
+ *
+ * Pointers typed void * hold elements of the precision p; the semantics of each op
+ * (what is overwritten, what accumulates, what may alias) are its ops.h twin's. Each op
+ * is watched as one op of its kind (ops_observe.h), whatever it runs inside. A 16-bit
+ * op on a thread that computes on a GPU exits with a message (not there yet). */
+#ifndef OPS_MIXED_H
+#define OPS_MIXED_H
+#include <stddef.h>
+
+#include "precision.h"
+
+/* The element i of a vector of precision p: base + i elements. */
+void *precision_at(precision p, const void *base, size_t i);
+
+/* ---- whole vectors between the master (fp32) and the compute precision ---------- */
+/* dst = src rounded to p (fp32: a copy); dst[n] of p, src[n] fp32 */
+void mixed_round(precision p, void *dst, const float *src, size_t n);
+/* dst = src widened to fp32 (exact; fp32: a copy) */
+void mixed_widen(precision p, float *dst, const void *src, size_t n);
+
+/* ---- the ops: arguments as in ops.h, with the precision first --------------------- */
+void mixed_embedding_forward(precision p, void *out, const int *tokens, const void *wte,
+                             int N, int C, int vocab_start, int vocab_len);
+void mixed_embedding_backward(precision p, float *dwte, const void *dout, const int *tokens,
+                              int N, int C, int vocab_start, int vocab_len);
+void mixed_position_forward(precision p, void *out, const void *wpe, int B, int T, int C);
+void mixed_position_backward(precision p, float *dwpe, const void *dout, int B, int T, int C);
+
+void mixed_layernorm_forward(precision p, void *out, float *mean, float *rstd,
+                             const void *inp, const void *weight, const void *bias, int N,
+                             int C);
+/* dinp += ... (widened, added in fp32, rounded once), dweight += ..., dbias += ... */
+void mixed_layernorm_backward(precision p, void *dinp, float *dweight, float *dbias,
+                              const void *dout, const void *inp, const void *weight,
+                              const float *mean, const float *rstd, int N, int C);
+
+/* out[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC]: the product summed in fp32, the
+ * bias added in fp32, rounded once. bias may be NULL. */
+void mixed_linear_forward(precision p, void *out, const void *inp, const void *weight,
+                          const void *bias, int N, int IC, int OC);
+/* dinp = dout @ weight (rounded); dweight += dout^T @ inp and dbias += column sums of
+ * dout, both fp32. Any of the three may be NULL: not computed. */
+void mixed_linear_backward(precision p, void *dinp, float *dweight, float *dbias,
+                           const void *dout, const void *inp, const void *weight, int N,
+                           int IC, int OC);
+
+void mixed_attention_forward(precision p, void *out, void *att, const void *qkv, int B,
+                             int T, int C, int NH);
+void mixed_attention_backward(precision p, void *dqkv, void *datt, const void *dout,
+                              const void *qkv, const void *att, int B, int T, int C, int NH);
+
+void mixed_gelu_forward(precision p, void *out, void *x, size_t n);
+void mixed_gelu_backward(precision p, void *dinp, const void *dgelu, const void *dout,
+                         size_t n);
+
+/* losses: fp32; probs (of p) may equal logits */
+void mixed_crossentropy_forward(precision p, float *losses, void *probs, const void *logits,
+                                const int *targets, int N, int V);
+void mixed_crossentropy_backward(precision p, void *dlogits, const void *probs,
+                                 const int *targets, float dloss, int N, int V);
+
+void mixed_vec_zero(precision p, void *x, size_t n);
+void mixed_vec_copy(precision p, void *dst, const void *src, size_t n);
+void mixed_vec_add(precision p, void *y, const void *x, size_t n);   /* y += x, rounded */
+
+/* The calling thread's scratch (the fp32 widenings a 16-bit op works in, kept between
+ * calls so that a loop allocates nothing): given back here; a thread that ends gives
+ * it back by itself. */
+void ops_mixed_release_thread(void);
+
+#endif
