@@ -79,8 +79,11 @@ void mixed_vec_copy(precision p, void *dst, const void *src, size_t n);
 void mixed_vec_add(precision p, void *y, const void *x, size_t n);   /* y += x, rounded */
 
 /* The calling thread's scratch (the fp32 widenings a 16-bit op works in, kept between
- * calls so that a loop allocates nothing): given back here; a thread that ends gives
- * it back by itself. */
+ * calls so that a loop allocates nothing, and matmul16's primitives): given back here;
+ * a thread that ends gives it back by itself. */
 void ops_mixed_release_thread(void);
+/* A diagnostic: the bytes of the calling thread's scratch now (0 before its first 16-bit
+ * op). It grows only when an op needs more, so it stays constant while a loop repeats. */
+size_t ops_mixed_scratch_bytes(void);
 
 #endif
