@@ -70,10 +70,11 @@ static int linear_rank(comm *world, void *p) {
     float *dx = random_floats((size_t)N * IC, 5, 0), *dw = random_floats((size_t)OCl * IC, 5, 0);
     float *dbl = random_floats(OCl, 5, 0);
     float *dy_local = columns_of(dY, N, OC, r * OCl, OCl);
-    column_parallel_forward(y_local, X, W + (size_t)r * OCl * IC, b + r * OCl, N, IC, OCl);
+    column_parallel_forward(PRECISION_FP32, y_local, X, W + (size_t)r * OCl * IC, b + r * OCl, N,
+                            IC, OCl);
     column_parallel_gather(world, y, y_local, N, OCl);
-    column_parallel_backward(world, dx, dw, dbl, dy_local, X, W + (size_t)r * OCl * IC, N,
-                             IC, OCl);
+    column_parallel_backward(world, PRECISION_FP32, dx, dw, dbl, dy_local, X,
+                             W + (size_t)r * OCl * IC, N, IC, OCl);
     double d = max_abs_diff(y, Y, (size_t)N * OC);
     d = worst(d, max_abs_diff(dx, dX, (size_t)N * IC));
     d = worst(d, max_abs_diff(dw, dW + (size_t)r * OCl * IC, (size_t)OCl * IC));
@@ -84,8 +85,8 @@ static int linear_rank(comm *world, void *p) {
     float *x_local = columns_of(X, N, IC, r * ICl, ICl), *w_local = columns_of(W, OC, IC, r * ICl, ICl);
     float *dx_local = random_floats((size_t)N * ICl, 5, 0), *dw2 = random_floats((size_t)OC * ICl, 5, 0);
     float *db2 = random_floats(OC, 5, 0);
-    row_parallel_forward(world, y, x_local, w_local, b, N, ICl, OC);
-    row_parallel_backward(dx_local, dw2, db2, dY, x_local, w_local, N, ICl, OC);
+    row_parallel_forward(world, PRECISION_FP32, y, x_local, w_local, b, N, ICl, OC);
+    row_parallel_backward(PRECISION_FP32, dx_local, dw2, db2, dY, x_local, w_local, N, ICl, OC);
     float *dX_mine = columns_of(dX, N, IC, r * ICl, ICl), *dW_mine = columns_of(dW, OC, IC, r * ICl, ICl);
     d = max_abs_diff(y, Y, (size_t)N * OC);
     d = worst(d, max_abs_diff(dx_local, dX_mine, (size_t)N * ICl));

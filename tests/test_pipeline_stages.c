@@ -208,8 +208,9 @@ START_TEST(split_backward_is_the_whole_backward_bit_for_bit) {
         for (int split = 0; split < 2; split++) {
             gpt_use_slot(m, split);
             load_batch(m, data, &cfg, 1, 0, B);
+            float *input = gpt_stage_input(m);   /* an fp32 model's */
             if (!s.has_embed)   /* some input activations: the whole model's embedding */
-                for (size_t i = 0; i < NC; i++) gpt_stage_input(m)[i] = d_out[(i * 31) % NC] * 40;
+                for (size_t i = 0; i < NC; i++) input[i] = d_out[(i * 31) % NC] * 40;
             gpt_forward(m, rep.params);
             if (!s.has_head) memcpy(gpt_stage_output_grad(m), d_out, NC * sizeof(float));
             grads[split] = calloc(rep.num_params, sizeof(float));

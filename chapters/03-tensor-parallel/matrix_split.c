@@ -120,7 +120,8 @@ static void split_by_rows(split_demo *d, split_report *out) {
     }
     size_t row_off, row_len = comm_shard(rows, t, d->me, &row_off);
     float *y_piece = device_floats(row_len);
-    column_parallel_forward(y_piece, d->x, d->W + row_off * cols, NULL, 1, cols, (int)row_len);
+    column_parallel_forward(PRECISION_FP32, y_piece, d->x, d->W + row_off * cols, NULL, 1, cols,
+                            (int)row_len);
     const double before = allgather_bytes(d->tp);
     if (t > 1) comm_allgather(d->tp, y_piece, d->y, rows, COMM_F32);
     else vec_copy(d->y, y_piece, rows);
@@ -179,7 +180,8 @@ static void split_by_columns(split_demo *d, split_report *out) {
     else vec_copy(partial, d->y, rows);
     ops_download(h_partial, partial, sizeof(float) * rows * t);
     const double before = allreduce_bytes(d->tp);
-    row_parallel_forward(d->tp, d->y, d->x + col_off, W_cols, NULL, 1, (int)col_len, rows);
+    row_parallel_forward(d->tp, PRECISION_FP32, d->y, d->x + col_off, W_cols, NULL, 1,
+                         (int)col_len, rows);
     out->bytes_reduce = group_max(d->tp, allreduce_bytes(d->tp) - before);
     out->formula_reduce = 2.0 * (t - 1) / t * rows * sizeof(float);
     ops_download(d->h_y, d->y, sizeof(float) * rows);

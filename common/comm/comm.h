@@ -24,6 +24,7 @@
 
 #include "alloc.h"
 #include "device.h"
+#include "precision.h"
 
 typedef struct comm comm;
 typedef struct comm_request comm_request;
@@ -36,6 +37,8 @@ typedef enum { COMM_SUM, COMM_AVG, COMM_MAX } comm_op;
  * would round (losses, norms, step times). COMM_NDTYPES counts the types. */
 typedef enum { COMM_F32, COMM_BF16, COMM_F16, COMM_F8E4M3, COMM_F64, COMM_NDTYPES } comm_dtype;
 size_t comm_dtype_size(comm_dtype dt);
+/* The wire type of a run precision's elements: f32, bf16, f16. */
+comm_dtype comm_dtype_of(precision p);
 const char *comm_dtype_name(comm_dtype dt);     /* "f32", "bf16", "f16", "f8e4m3", "f64" */
 
 /* Conversions used on the wire (also handy for compressing gradients by hand). All

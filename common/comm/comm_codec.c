@@ -15,6 +15,10 @@ size_t comm_dtype_size(comm_dtype dt) {
     return (dt >= COMM_F32 && dt < COMM_NDTYPES) ? sizes[dt] : 0;
 }
 
+comm_dtype comm_dtype_of(precision p) {
+    return p == PRECISION_BF16 ? COMM_BF16 : p == PRECISION_FP16 ? COMM_F16 : COMM_F32;
+}
+
 const char *comm_dtype_name(comm_dtype dt) {
     static const char *names[] = {"f32", "bf16", "f16", "f8e4m3", "f64"};
     return (dt >= COMM_F32 && dt < COMM_NDTYPES) ? names[dt] : "?";

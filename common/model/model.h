@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "comm.h"
+#include "precision.h"
 
 typedef struct {
     int vocab, ctx, layers, heads, dim;
@@ -91,6 +92,12 @@ typedef struct {
     float *ln2_w, *ln2_b, *fc_w, *fc_b, *fc2_w, *fc2_b;
 } gpt_block_tensors;
 gpt_block_tensors gpt_block_view(const gpt_shape *s, float *slab);
+/* The same tensors as element offsets in a block slab, for slabs of any precision. */
+typedef struct {
+    size_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b;
+    size_t ln2_w, ln2_b, fc_w, fc_b, fc2_w, fc2_b;
+} gpt_block_layout;
+gpt_block_layout gpt_block_offsets(const gpt_shape *s);
 
 /* Initial values of elements [begin, end) of the parameter vector, written to out on
  * the host: N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)), LayerNorm weights 1,
@@ -112,6 +119,11 @@ void gpt_init_params(const gpt_shape *s, uint64_t seed, size_t begin, size_t end
 typedef struct gpt_model gpt_model;
 
 typedef struct {
+    /* What activations, their gradients and the compute weights are held in (the
+     * parameter slabs every call is given are of this precision; parameter gradients
+     * are fp32 in every precision): fp32 (0, the default) or bf16/fp16, mixed
+     * precision (ops_mixed.h). */
+    precision precision;
     int checkpoint_activations;   /* keep only block inputs; recompute in backward */
     comm *tp;                     /* tensor-parallel group; NULL when tp_size is 1 */
     int drop_f_backward;          /* negative control: f's backward all-reduce skipped */
@@ -122,6 +134,7 @@ gpt_model *gpt_model_create(const gpt_shape *s, int B, int T,
                             const gpt_model_options *opts);
 void gpt_model_free(gpt_model *m);
 const gpt_shape *gpt_model_shape(const gpt_model *m);
+precision gpt_model_precision(const gpt_model *m);
 void gpt_use_slot(gpt_model *m, int slot);   /* 0 <= slot < max_slots */
 
 /* Uploads one micro-batch: tokens and next-token targets, B*T each, on the host. The
@@ -130,40 +143,41 @@ void gpt_set_batch(gpt_model *m, const int *tokens, const int *targets);
 /* Host memory for 2 x B*T ints, the model's own, to stage a batch in (load_batch). */
 int *gpt_host_batch(gpt_model *m);
 
-/* The stage's boundary, [B*T, dim] on the device, for the current slot:
+/* The stage's boundary, [B*T, dim] on the device, in the model's precision, for the
+ * current slot:
  *   input        write the previous stage's output here before gpt_forward
  *   output       the activations to send to the next stage, after gpt_forward
  *   output_grad  write d(output) from the next stage here before gpt_backward
  *   input_grad   d(input) to send to the previous stage, after gpt_backward
  * (output_grad and input_grad are the backward scratch: use them at once.) */
-float *gpt_stage_input(gpt_model *m);
-const float *gpt_stage_output(gpt_model *m);
-float *gpt_stage_output_grad(gpt_model *m);
-const float *gpt_stage_input_grad(gpt_model *m);
+void *gpt_stage_input(gpt_model *m);
+const void *gpt_stage_output(gpt_model *m);
+void *gpt_stage_output_grad(gpt_model *m);
+const void *gpt_stage_input_grad(gpt_model *m);
 
 /* The pieces of one step, for strategies that act between layers (FSDP).
  * Forward: embed, blocks, head. Backward: head, blocks in reverse, embed. `layer` is
  * the block's number in the whole model. `embed` for the head is the tied weight's
  * slab (gpt_head_slab on a last stage that is not the first, else the embedding). */
-void gpt_embed_forward(gpt_model *m, const float *embed);
-void gpt_block_forward(gpt_model *m, int layer, const float *block);
+void gpt_embed_forward(gpt_model *m, const void *embed);
+void gpt_block_forward(gpt_model *m, int layer, const void *block);
 /* Returns the mean loss over this micro-batch's tokens. */
-float gpt_head_forward(gpt_model *m, const float *final_ln, const float *embed);
+float gpt_head_forward(gpt_model *m, const void *final_ln, const void *embed);
 /* dloss: d(objective)/d(one token's loss), e.g. 1/(tokens in the global batch). */
-void gpt_head_backward(gpt_model *m, const float *final_ln, const float *embed,
+void gpt_head_backward(gpt_model *m, const void *final_ln, const void *embed,
                        float *final_ln_grad, float *embed_grad, float dloss);
-void gpt_block_backward(gpt_model *m, int layer, const float *block, float *block_grad);
+void gpt_block_backward(gpt_model *m, int layer, const void *block, float *block_grad);
 void gpt_embed_backward(gpt_model *m, float *embed_grad);
 
 /* The stage's whole step on its contiguous parameter vector. gpt_forward returns the
  * micro-batch's mean loss on the last stage, 0 elsewhere. */
-float gpt_forward(gpt_model *m, const float *params);
+float gpt_forward(gpt_model *m, const void *params);
 /* Accumulates into grads. on_slab_ready(ctx, slab) is called as soon as a slab's
  * gradients are final for this micro-batch (head, final LayerNorm, blocks from last
  * to first; the tied embedding comes last), so DDP can start its all-reduce during
  * backward. */
 typedef void (*gpt_slab_ready_fn)(void *ctx, int slab);
-void gpt_backward(gpt_model *m, const float *params, float *grads, float dloss,
+void gpt_backward(gpt_model *m, const void *params, float *grads, float dloss,
                   gpt_slab_ready_fn on_slab_ready, void *ctx);
 
 /* The same backward in two halves, as zero-bubble pipeline schedules run it:
@@ -171,8 +185,8 @@ void gpt_backward(gpt_model *m, const float *params, float *grads, float dloss,
  * output gradient of every linear; gpt_backward_weights then computes the weight
  * gradients from them (and calls on_slab_ready as gpt_backward does). Together they
  * give gpt_backward's numbers bit for bit. Not with activation checkpointing. */
-void gpt_backward_input(gpt_model *m, const float *params, float *grads, float dloss);
-void gpt_backward_weights(gpt_model *m, const float *params, float *grads,
+void gpt_backward_input(gpt_model *m, const void *params, float *grads, float dloss);
+void gpt_backward_weights(gpt_model *m, const void *params, float *grads,
                           gpt_slab_ready_fn on_slab_ready, void *ctx);
 
 /* FLOPs of one forward+backward over B*T tokens: 6 x (non-embedding params + LM head)

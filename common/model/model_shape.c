@@ -160,10 +160,10 @@ size_t gpt_tied_weight_numel(const gpt_shape *s) {
     return s->has_embed || s->has_head ? wte_numel(s) : 0;
 }
 
-gpt_block_tensors gpt_block_view(const gpt_shape *s, float *slab) {
+gpt_block_layout gpt_block_offsets(const gpt_shape *s) {
     size_t C = s->cfg.dim, Cl = s->dim_local, Hl = s->hidden_local;
-    gpt_block_tensors t;
-    float *p = slab;
+    gpt_block_layout t;
+    size_t p = 0;
     t.ln1_w = p;  p += C;
     t.ln1_b = p;  p += C;
     t.qkv_w = p;  p += 3 * Cl * C;
@@ -177,6 +177,15 @@ gpt_block_tensors gpt_block_view(const gpt_shape *s, float *slab) {
     t.fc2_w = p;  p += C * Hl;
     t.fc2_b = p;
     return t;
+}
+
+gpt_block_tensors gpt_block_view(const gpt_shape *s, float *slab) {
+    const gpt_block_layout o = gpt_block_offsets(s);
+    return (gpt_block_tensors){
+        .ln1_w = slab + o.ln1_w, .ln1_b = slab + o.ln1_b, .qkv_w = slab + o.qkv_w,
+        .qkv_b = slab + o.qkv_b, .proj_w = slab + o.proj_w, .proj_b = slab + o.proj_b,
+        .ln2_w = slab + o.ln2_w, .ln2_b = slab + o.ln2_b, .fc_w = slab + o.fc_w,
+        .fc_b = slab + o.fc_b, .fc2_w = slab + o.fc2_w, .fc2_b = slab + o.fc2_b};
 }
 
 /* ---- initialisation ---------------------------------------------------------------- */

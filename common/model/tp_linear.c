@@ -1,38 +1,42 @@
 #include "tp_linear.h"
 
+#include <stdlib.h>
+
 #include "alloc.h"
 #include "ops.h"
+#include "ops_mixed.h"
 
 static int group_size(const comm *tp) { return tp ? comm_size(tp) : 1; }
 
 /* ---- f and g ---------------------------------------------------------------------------- */
 
-void megatron_f_backward(comm *tp, float *grad, size_t n) {
-    if (group_size(tp) > 1) comm_allreduce(tp, grad, n, COMM_F32, COMM_SUM);
+void megatron_f_backward(comm *tp, precision p, void *grad, size_t n) {
+    if (group_size(tp) > 1) comm_allreduce(tp, grad, n, comm_dtype_of(p), COMM_SUM);
 }
 
-void megatron_g_forward(comm *tp, float *x, size_t n) {
-    if (group_size(tp) > 1) comm_allreduce(tp, x, n, COMM_F32, COMM_SUM);
+void megatron_g_forward(comm *tp, precision p, void *x, size_t n) {
+    if (group_size(tp) > 1) comm_allreduce(tp, x, n, comm_dtype_of(p), COMM_SUM);
 }
 
 /* ---- column-parallel: my outputs ------------------------------------------------------ */
 
-void column_parallel_forward(float *out_local, const float *inp, const float *w_local,
-                             const float *b_local, int N, int IC, int OC_local) {
+void column_parallel_forward(precision p, void *out_local, const void *inp,
+                             const void *w_local, const void *b_local, int N, int IC,
+                             int OC_local) {
     /* f forward: the replicated input is used as it is */
-    linear_forward(out_local, inp, w_local, b_local, N, IC, OC_local);
+    mixed_linear_forward(p, out_local, inp, w_local, b_local, N, IC, OC_local);
 }
 
-void column_parallel_backward(comm *tp, float *dinp, float *dw, float *db,
-                              const float *dout_local, const float *inp,
-                              const float *w_local, int N, int IC, int OC_local) {
+void column_parallel_backward(comm *tp, precision p, void *dinp, float *dw, float *db,
+                              const void *dout_local, const void *inp,
+                              const void *w_local, int N, int IC, int OC_local) {
     if (OC_local > 0) {
-        linear_backward(dinp, dw, db, dout_local, inp, w_local, N, IC, OC_local);
+        mixed_linear_backward(p, dinp, dw, db, dout_local, inp, w_local, N, IC, OC_local);
     } else if (dinp) {
-        vec_zero(dinp, (size_t)N * IC);   /* a rank with no outputs adds nothing */
+        mixed_vec_zero(p, dinp, (size_t)N * IC);   /* a rank with no outputs adds nothing */
     }
     /* the input fed every rank's outputs: its gradient is the sum of the ranks' parts */
-    if (dinp) megatron_f_backward(tp, dinp, (size_t)N * IC);
+    if (dinp) megatron_f_backward(tp, p, dinp, (size_t)N * IC);
 }
 
 void column_parallel_gather(comm *tp, float *out, const float *out_local, int N,
@@ -55,29 +59,32 @@ void column_parallel_gather(comm *tp, float *out, const float *out_local, int N,
 
 /* ---- row-parallel: my inputs ----------------------------------------------------------- */
 
-void row_parallel_forward(comm *tp, float *out, const float *inp_local,
-                          const float *w_local, const float *bias, int N, int IC_local,
+void row_parallel_forward(comm *tp, precision p, void *out, const void *inp_local,
+                          const void *w_local, const void *bias, int N, int IC_local,
                           int OC) {
     /* the bias belongs to the sum, not to a share: rank 0 adds it once */
-    const float *my_bias = (!tp || comm_rank(tp) == 0) ? bias : NULL;
+    const void *my_bias = (!tp || comm_rank(tp) == 0) ? bias : NULL;
     if (IC_local > 0) {
-        linear_forward(out, inp_local, w_local, my_bias, N, IC_local, OC);
+        mixed_linear_forward(p, out, inp_local, w_local, my_bias, N, IC_local, OC);
     } else {
-        vec_zero(out, (size_t)N * OC);
+        mixed_vec_zero(p, out, (size_t)N * OC);
         if (my_bias)
-            for (int n = 0; n < N; n++) vec_add(out + (size_t)n * OC, my_bias, (size_t)OC);
+            for (int n = 0; n < N; n++)
+                mixed_vec_add(p, precision_at(p, out, (size_t)n * OC), my_bias, (size_t)OC);
     }
-    megatron_g_forward(tp, out, (size_t)N * OC);
+    megatron_g_forward(tp, p, out, (size_t)N * OC);
 }
 
-void row_parallel_backward(float *dinp_local, float *dw, float *db, const float *dout,
-                           const float *inp_local, const float *w_local, int N,
-                           int IC_local, int OC) {
+void row_parallel_backward(precision p, void *dinp_local, float *dw, float *db,
+                           const void *dout, const void *inp_local, const void *w_local,
+                           int N, int IC_local, int OC) {
     /* g backward: dout arrives whole on every rank, nothing to exchange */
     if (IC_local > 0) {
-        linear_backward(dinp_local, dw, db, dout, inp_local, w_local, N, IC_local, OC);
-    } else if (db) {
-        for (int n = 0; n < N; n++) vec_add(db, dout + (size_t)n * OC, (size_t)OC);
+        mixed_linear_backward(p, dinp_local, dw, db, dout, inp_local, w_local, N, IC_local,
+                              OC);
+    } else if (db && p == PRECISION_FP32) {
+        for (int n = 0; n < N; n++) vec_add(db, (const float *)dout + (size_t)n * OC, (size_t)OC);
+    } else if (db) {   /* the column sums of dout alone, in fp32 */
+        mixed_linear_backward(p, NULL, NULL, db, dout, NULL, NULL, N, 0, OC);
     }
 }
-
