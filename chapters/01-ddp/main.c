@@ -226,6 +226,9 @@ int main(int argc, char **argv) {
     cli_parse(argc, argv, &cfg, options, argv[0],
               "DataParallel (threads + a GIL) against DistributedDataParallel (ranks +"
               " bucketed all-reduce), each compared with single-device training.");
+    if (cfg.precision != PRECISION_FP32 && f.strategy != RUN_DDP)
+        cli_fail("--precision %s: DataParallel trains in fp32 only so far; add --strategy ddp",
+                 precision_name(cfg.precision));
     check_accumulation_fits(cfg.comm.ranks, f.grad_accum);
     ddp_check_batch_or_exit(cfg.batch, cfg.comm.ranks, f.grad_accum);   /* DP needs it too */
     fits_check_or_exit(&cfg, 1.0);   /* DDP: a whole replica per rank */

@@ -44,9 +44,11 @@ static const char *const *link_names(void) {
 
 static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
 static const char *const send_mode_names[] = {"buffered", "rendezvous", NULL};
+/* --precision's values, in precision.h's order */
+static const char *const precision_names[] = {"fp32", "bf16", "fp16", NULL};
 
 typedef struct {
-    int allreduce, link, device, send_mode;
+    int allreduce, link, device, send_mode, precision;
     double lr, weight_decay, link_scale, timeout;
     const char *seed_text;
 } shared_values;
@@ -204,6 +206,9 @@ static void apply_shared_values(run_config *cfg, const shared_values *sv) {
     cfg->comm.link_scale = sv->link_scale;
     cfg->comm.send_mode = (comm_send_mode)sv->send_mode;
     cfg->comm.timeout_seconds = sv->timeout;
+    cfg->precision = (precision)sv->precision;
+    if (cfg->precision != PRECISION_FP32 && cfg->fp32_only)
+        cli_fail("--precision %s: %s", precision_name(cfg->precision), cfg->fp32_only);
     /* The device is settled here, before any rank starts: auto becomes what this machine
      * has, and a GPU that is not there is one clear line. */
     const device_kind requested = sv->device == 1   ? DEVICE_CPU
@@ -217,13 +222,16 @@ static void apply_shared_values(run_config *cfg, const shared_values *sv) {
         cli_fail("--device cuda: no GPU is visible to this process (CUDA says: %s); use"
                  " --device cpu or auto", device_no_gpu_reason(why, sizeof why));
     cfg->comm.device = device_resolve(requested);
+    if (cfg->precision != PRECISION_FP32 && cfg->comm.device == DEVICE_CUDA)
+        cli_fail("--precision %s: the GPU backend computes in fp32 only so far; add --device"
+                 " cpu", precision_name(cfg->precision));
 }
 
 void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
                const char *program, const char *description) {
     cli_set_program_name(program);
     shared_values sv = {.allreduce = cfg->comm.allreduce, .link = cfg->comm.link,
-                        .send_mode = cfg->comm.send_mode,
+                        .send_mode = cfg->comm.send_mode, .precision = cfg->precision,
                         .lr = cfg->adamw.lr, .weight_decay = cfg->adamw.weight_decay,
                         .link_scale = cfg->comm.link_scale,
                         .timeout = cfg->comm.timeout_seconds};
@@ -249,6 +257,8 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
         {"profile", OPT_FLAG, &cfg->profile, "time per op kind against the sgemm floor, after each run", NULL, 0},
         {"device", OPT_CHOICE, &sv.device, "where ranks compute", device_names, 0},
         {"tf32", OPT_FLAG, &cfg->comm.tf32, "let cuBLAS use TF32 (GPU)", NULL, 0},
+        {"precision", OPT_CHOICE, &sv.precision, "compute in fp32, or in bf16 / fp16 with fp32"
+         " master weights (mixed precision)", precision_names, 0},
         {"allreduce", OPT_CHOICE, &sv.allreduce, "all-reduce algorithm (threads)", allreduce_names, 0},
         {"link", OPT_CHOICE, &sv.link, "modelled wire between ranks (threads)", link_names(), 0},
         {"link-scale", OPT_FLOAT, &sv.link_scale, "slow every link down by this factor", NULL, 1e-9},

@@ -19,6 +19,11 @@ typedef struct {
     int json;             /* --json: one JSON object on stdout, no table */
     int quiet;            /* --quiet: no per-step lines */
     int profile;          /* --profile: where each step's time goes, op by op */
+    precision precision;  /* --precision: what forward and backward compute in (fp32;
+                             bf16 / fp16 with fp32 master weights: ops_mixed.h) */
+    const char *fp32_only;   /* set before cli_parse by a program (or mode) that trains
+                                in fp32 alone: why (then --precision bf16|fp16 is
+                                refused with it) */
     comm_options comm;    /* ranks, allreduce, link, link-scale, comm-timeout, trace,
                              device (--device, resolved: never auto after cli_parse)
                              and tf32 (--tf32) */

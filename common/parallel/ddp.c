@@ -64,14 +64,15 @@ static float ddp_compute_grads(void *arg, int step) {
     const float dloss = 1.0f / ((float)cfg->batch * (float)cfg->model.ctx);
     float loss = 0.0f;
     vec_zero(d->rep.grads, d->rep.num_params);
+    const void *weights = replica_compute_params(&d->rep);
     for (int k = 0; k < K; k++) {
         trace_begin(world, "forward");
         load_batch(d->model, d->data, cfg, step, first + k * micro, micro);
-        loss += gpt_forward(d->model, d->rep.params) / (float)K;
+        loss += gpt_forward(d->model, weights) / (float)K;
         trace_end(world);
         const int sync = d->opts->allreduce && k == K - 1;
         trace_begin(world, sync ? "backward (all-reduce in buckets)" : "backward (no sync)");
-        gpt_backward(d->model, d->rep.params, d->rep.grads, dloss,
+        gpt_backward(d->model, weights, d->rep.grads, dloss,
                      sync ? grad_buckets_slab_ready : NULL, d->buckets);
         trace_end(world);
     }
@@ -151,7 +152,9 @@ void ddp_train(comm *world, const run_config *cfg, const dataset *data,
     ddp_rank d = {.cfg = cfg, .data = data, .opts = opts, .world = world,
                   .first_grads = out->first_grads};
     replica_init(&d.rep, &shape, cfg->seed, 1);
-    d.model = gpt_model_create(&shape, micro, cfg->model.ctx, NULL);
+    replica_set_precision(&d.rep, cfg->precision);
+    d.model = gpt_model_create(&shape, micro, cfg->model.ctx,
+                               &(gpt_model_options){.precision = cfg->precision});
     d.buckets = grad_buckets_create(world, &shape, d.rep.grads, opts->first_bucket_bytes,
                                     opts->bucket_bytes, opts->wire);
     if (wanted) record_buckets(&x, d.buckets);

@@ -23,8 +23,9 @@ static float baseline_grads(void *arg, int step) {
     const int B = b->cfg->batch, T = b->cfg->model.ctx;
     load_batch(b->model, b->data, b->cfg, step, 0, B);
     vec_zero(b->rep.grads, b->rep.num_params);
-    float loss = gpt_forward(b->model, b->rep.params);
-    gpt_backward(b->model, b->rep.params, b->rep.grads, 1.0f / (float)(B * T), NULL, NULL);
+    const void *weights = replica_compute_params(&b->rep);
+    float loss = gpt_forward(b->model, weights);
+    gpt_backward(b->model, weights, b->rep.grads, 1.0f / (float)(B * T), NULL, NULL);
     return loss;
 }
 
@@ -58,7 +59,9 @@ baseline_run *baseline_train(const run_config *cfg, const dataset *data) {
     gpt_shape shape = gpt_shape_make(&cfg->model, 1, 0);
     baseline_step b = {.cfg = cfg, .data = data, .out = out};
     replica_init(&b.rep, &shape, cfg->seed, 1);
-    b.model = gpt_model_create(&shape, cfg->batch, cfg->model.ctx, NULL);
+    replica_set_precision(&b.rep, cfg->precision);
+    b.model = gpt_model_create(&shape, cfg->batch, cfg->model.ctx,
+                               &(gpt_model_options){.precision = cfg->precision});
     out->num_params = b.rep.num_params;
     out->first_grads = malloc(b.rep.num_params * sizeof(float));
     out->final_params = malloc(b.rep.num_params * sizeof(float));

@@ -5,6 +5,7 @@
 
 #include "alloc.h"
 #include "ops.h"
+#include "ops_mixed.h"
 
 static float *device_floats(mem_tag tag, size_t n) {
     return mem_alloc_on(MEM_DEVICE, tag, n * sizeof(float));
@@ -24,9 +25,28 @@ void replica_init(replica *r, const gpt_shape *s, uint64_t seed, int with_optimi
     gpt_init_params(s, seed, 0, r->num_params, host);
     ops_upload(r->params, host, r->num_params * sizeof(float));
     free(host);
+    r->compute = r->params;
+}
+
+void replica_set_precision(replica *r, precision p) {
+    r->precision = p;
+    if (p == PRECISION_FP32) return;
+    /* the masters are optimizer state now; the 16-bit copy is what the model holds */
+    float *master = device_floats(MEM_OPTIMIZER, r->num_params);
+    vec_copy(master, r->params, r->num_params);
+    mem_free(r->params);
+    r->params = master;
+    r->compute = mem_alloc_on(MEM_DEVICE, MEM_PARAMS, r->num_params * precision_bytes(p));
+}
+
+const void *replica_compute_params(replica *r) {
+    if (r->precision != PRECISION_FP32)
+        mixed_round(r->precision, r->compute, r->params, r->num_params);
+    return r->compute;
 }
 
 void replica_free(replica *r) {
+    if (r->compute != r->params) mem_free(r->compute);
     mem_free(r->params);
     mem_free(r->grads);
     mem_free(r->adam_m);

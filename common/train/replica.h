@@ -10,15 +10,29 @@
 #include "run_config.h"
 
 /* A whole (or TP-sliced) copy of the model on this rank: parameters, gradients and,
- * when asked, AdamW moments, each in one contiguous slab-ordered vector. */
+ * when asked, AdamW moments, each in one contiguous slab-ordered vector.
+ *
+ * In mixed precision (bf16, fp16) `params` are the fp32 master weights, which AdamW
+ * updates (tagged optimizer state, as the ZeRO paper counts them in its K = 12 bytes),
+ * and forward and backward read `compute`, their 16-bit copy (tagged params: 2 B per
+ * parameter), rounded from the masters at the start of every step. In fp32 both are
+ * the same vector. Gradients are fp32 in every precision. */
 typedef struct {
     gpt_shape shape;
     size_t num_params;
+    precision precision;   /* of `compute` */
     float *params, *grads, *adam_m, *adam_v;
+    void *compute;
     int adam_step;
 } replica;
 
 void replica_init(replica *r, const gpt_shape *s, uint64_t seed, int with_optimizer);
+/* Computes in p from now on (a 16-bit p allocates the compute copy). Before the first
+ * step. */
+void replica_set_precision(replica *r, precision p);
+/* The compute copy rounded from the master weights: at the start of a step (in fp32,
+ * nothing to do). Returns what forward and backward read. */
+const void *replica_compute_params(replica *r);
 void replica_free(replica *r);
 /* The replica as one checkpoint part; writes: whether this rank's copy is the one
  * saved (one replica of each TP slice and stage is). */

@@ -54,7 +54,11 @@ void report_header(const run_config *cfg, const char *title, int world, int laun
     char where[320];   /* what launch will really run: device and communicator */
     launch_describe(&cfg->comm, world, where, sizeof where);
     if (!launches) where[strcspn(where, ";")] = 0;   /* no communicator to describe */
-    printf("%s\n\n", where);
+    printf("%s\n", where);
+    if (cfg->precision != PRECISION_FP32)
+        printf("precision: %s compute (activations, compute weights), fp32 master weights,"
+               " gradients and AdamW\n", precision_name(cfg->precision));
+    printf("\n");
 }
 
 static void print_diff(double d) {
@@ -100,6 +104,8 @@ void report_json(const run_config *cfg, const char *chapter, int world,
            "\"batch\": %d, \"vocab\": %d, \"steps\": %d, \"seed\": %llu},\n",
            m->layers, m->heads, m->dim, m->ctx, cfg->batch, m->vocab, cfg->steps,
            (unsigned long long)cfg->seed);
+    printf(" \"precision\": \"%s\", \"grad_dtype\": \"fp32\",\n",
+           precision_name(cfg->precision));
     printf(" \"runs\": [");
     for (int i = 0; i < n; i++) {
         const run_result *r = &runs[i];
