@@ -156,7 +156,7 @@ START_TEST(model_state_bytes_match_the_stored_formula) {
         for (int stage = 0; stage <= 3; stage++) {
             strategy_outcome o = run_stage(&cfg, d, (zero_options){.stage = stage});
             const double measured = o.state[0] + o.state[1] + o.state[2];
-            const double formula = stage_stored_formula(stage, P, ranks);
+            const double formula = stage_stored_formula(stage, P, ranks, PRECISION_FP32);
             const double padding = stage_padding_bytes(&o, P);
             const int sharded = stage == 0 ? 0 : stage + 1;
             printf("stage %d, %d ranks: model state %.0f B measured, formula %.0f B,"
@@ -228,7 +228,7 @@ START_TEST(communication_matches_ring_theory) {
     for (int variant = 0; variant < 5; variant++) {
         zero_options opts = {.stage = variant < 4 ? variant : 3, .prefetch = variant == 4};
         strategy_outcome o = run_stage(&cfg, d, opts);
-        comm_plan plan = zero_comm_plan(&s, opts.stage);
+        comm_plan plan = zero_comm_plan(&s, opts.stage, PRECISION_FP32);
         double sent = 0, theory = 0;
         for (int k = 0; k < COMM_NKINDS; k++) {
             ck_assert_msg(o.comm_calls[k] == plan.calls[k], "stage %d %s: %g calls, plan %g",
@@ -285,7 +285,7 @@ START_TEST(estimate_agrees_with_hand_computed_cases) {
     /* this program's fp32: 1B parameters on 4 ranks: 16, 4+4+2 = 10, 4+3 = 7, 4 GB */
     const double stored[4] = {16, 10, 7, 4};
     for (int stage = 0; stage < 4; stage++)
-        ck_assert(fabs(state_total(zero_stored_bytes(stage, 1e9, 4)) / GB - stored[stage]) < 1e-9);
+        ck_assert(fabs(state_total(zero_stored_bytes(stage, 1e9, 4, PRECISION_FP32)) / GB - stored[stage]) < 1e-9);
     /* largest model on an 80 GB card, N = 64: 80/16 = 5B, 80/(4 + 12/64) = 19.104B,
      * 80/(2 + 14/64) = 36.06B, 80 x 64/16 = 320B */
     const double largest[4] = {5e9, 80e9 / 4.1875, 80e9 / 2.21875, 320e9};

@@ -104,9 +104,9 @@ START_TEST(model_state_and_bytes_match_the_formulas) {
         strategy_outcome o = run_stage(&cfg, d, (zero_options){.stage = stage});
         if (process_hosts_rank0()) {
             double measured = o.state[0] + o.state[1] + o.state[2];
-            double formula = stage_stored_formula(stage, P, N);
+            double formula = stage_stored_formula(stage, P, N, PRECISION_FP32);
             double padding = stage_padding_bytes(&o, P);
-            comm_plan plan = zero_comm_plan(&s, stage);
+            comm_plan plan = zero_comm_plan(&s, stage, PRECISION_FP32);
             double sent = 0, theory = 0;
             for (int k = 0; k < COMM_NKINDS; k++) {
                 check_expect(&v, o.comm_calls[k] == plan.calls[k]);

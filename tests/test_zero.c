@@ -47,7 +47,7 @@ START_TEST(every_stage_matches_the_baseline_and_its_state_formula) {
             zero_extra x;
             double worst = run_against(&cfg, d, b, (zero_options){.stage = stage}, &o, &x);
             const double P = (double)o.num_params;
-            const state_bytes f = zero_stored_bytes(stage, P, ranks);
+            const state_bytes f = zero_stored_bytes(stage, P, ranks, PRECISION_FP32);
             const double measured = o.state[0] + o.state[1] + o.state[2];
             printf("zero%d on %d ranks: max |diff| loss %.2e grads %.2e params %.2e (%.2f of"
                    " the tolerance); state %.0f B, formula %.0f B\n", stage, ranks,

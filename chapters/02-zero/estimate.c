@@ -21,10 +21,10 @@ static void print_stage_table(const char *title, double P, int N, double gpu_gb,
            "grads", "optimizer", "total", "saving", "fits", largest_header);
     double base = 0;
     for (int stage = 0; stage < ZERO_STAGES; stage++) {
-        state_bytes b = stored ? zero_stored_bytes(stage, P, N) : zero_paper_bytes(stage, P, N, K);
+        state_bytes b = stored ? zero_stored_bytes(stage, P, N, PRECISION_FP32) : zero_paper_bytes(stage, P, N, K);
         double total = state_total(b);
         if (stage == 0) base = total;
-        double largest = stored ? gpu_gb * GB / state_total(zero_stored_bytes(stage, 1, N))
+        double largest = stored ? gpu_gb * GB / state_total(zero_stored_bytes(stage, 1, N, PRECISION_FP32))
                                 : zero_largest_model(stage, gpu_gb * GB, N, K);
         printf("  %-17s %-15s %6.2f GB %6.2f GB %7.2f GB %7.2f GB %7.1fx %5s %9.3g billion\n",
                stage_names[stage], stored ? stored_formulas[stage] : paper_formulas[stage],

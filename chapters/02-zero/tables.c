@@ -7,6 +7,9 @@ static const char *const stage_labels[ZERO_STAGES] = {"zero0 (DDP)", "zero1", "z
                                                       "zero3 (FSDP)"};
 static const char *const stored_formulas[ZERO_STAGES] = {
     "4P + 4P + 8P", "4P + 4P + 8P/N", "4P + (4+8)P/N", "(4+4+8)P/N"};
+/* mixed precision: 16-bit compute weights, fp32 gradients, masters + m + v */
+static const char *const stored_mixed_formulas[ZERO_STAGES] = {
+    "2P + 4P + 12P", "2P + 4P + 12P/N", "2P + (4+12)P/N", "(2+4+12)P/N"};
 static const char *const paper_formulas[ZERO_STAGES] = {
     "2P + 2P + KP", "2P + 2P + KP/N", "2P + (2+K)P/N", "(2+2+K)P/N"};
 
@@ -14,15 +17,24 @@ static double state_sum(const strategy_outcome *o) {
     return o->state[0] + o->state[1] + o->state[2];
 }
 
-double stage_stored_formula(int stage, size_t num_params, int N) {
-    return state_total(zero_stored_bytes(stage, (double)num_params, N));
+double stage_stored_formula(int stage, size_t num_params, int N, precision p) {
+    return state_total(zero_stored_bytes(stage, (double)num_params, N, p));
+}
+
+/* Bytes per element of the vectors a stage shards: from stage 1 the optimizer state
+ * (m, v, and in mixed precision the fp32 masters), from 2 the gradients, at 3 the
+ * parameters (the compute weights). */
+static double sharded_bytes_per_element(int stage, precision p) {
+    const double optimizer = p == PRECISION_FP32 ? 8 : 12;
+    return (stage >= 1 ? optimizer : 0) + (stage >= 2 ? 4 : 0) +
+           (stage >= 3 ? (double)precision_bytes(p) : 0);
 }
 
 double stage_padding_bytes(const strategy_outcome *o, size_t num_params) {
-    static const int sharded_vectors[ZERO_STAGES] = {0, 2, 3, 4};   /* m v; + g; + p */
     const double even = (double)num_params / o->world_size;
     const zero_extra *x = zero_extra_of(o);
-    return sharded_vectors[x->opts.stage] * 4.0 * ((double)x->shard_len_largest - even);
+    return sharded_bytes_per_element(x->opts.stage, x->opts.precision) *
+           ((double)x->shard_len_largest - even);
 }
 
 /* The stage-0 run to compare savings with, if it ran. */
@@ -64,21 +76,31 @@ void print_memory_table(const run_config *cfg, const strategy_outcome *runs, int
 
     printf("\nModel state held between steps vs the formulas: P = %zu parameters, N = %d\n", P,
            N);
+    const int fp32 = cfg->precision == PRECISION_FP32;
+    char stored_title[32];
+    snprintf(stored_title, sizeof stored_title, "as stored %s", fp32 ? "fp32" : "mixed");
     printf("%-13s %11s | %-15s %11s %9s %9s | %-15s %11s\n", "stage", "measured",
-           "as stored fp32", "= bytes", "diff", "uneven", "ZeRO paper K=12", "= bytes");
+           stored_title, "= bytes", "diff", "uneven", "ZeRO paper K=12", "= bytes");
     for (int i = 0; i < n; i++) {
         const strategy_outcome *o = &runs[i];
         const int stage = zero_extra_of(o)->opts.stage;
-        const double stored = stage_stored_formula(stage, P, N);
+        const double stored = stage_stored_formula(stage, P, N, cfg->precision);
         const double paper = state_total(zero_paper_bytes(stage, (double)P, N, 12.0));
         printf("%-13s %11.0f | %-15s %11.0f %+9.0f %9.0f | %-15s %11.0f\n", stage_labels[stage],
-               state_sum(o), stored_formulas[stage], stored, state_sum(o) - stored,
-               stage_padding_bytes(o, P), paper_formulas[stage], paper);
+               state_sum(o), (fp32 ? stored_formulas : stored_mixed_formulas)[stage], stored,
+               state_sum(o) - stored, stage_padding_bytes(o, P), paper_formulas[stage], paper);
     }
-    printf("(as stored: fp32 parameters, gradients, Adam m and v, which this program keeps;"
-           " diff: measured minus\n formula; uneven: what the largest rank holds beyond P/N"
-           " when a slab does not divide by N, one\n element per slab and sharded vector;"
-           " the paper's fp16 + K = 12 totals 16 bytes/param too, split 2+2+12)\n");
+    if (fp32)
+        printf("(as stored: fp32 parameters, gradients, Adam m and v, which this program keeps;"
+               " diff: measured minus\n formula; uneven: what the largest rank holds beyond P/N"
+               " when a slab does not divide by N, one\n element per slab and sharded vector;"
+               " the paper's fp16 + K = 12 totals 16 bytes/param too, split 2+2+12)\n");
+    else
+        printf("(as stored: %s compute weights, fp32 gradients, and fp32 master weights + Adam"
+               " m and v (K = 12)\n as optimizer state; the paper's 16-bit gradients would"
+               " save 2 bytes/param more; diff: measured\n minus formula; uneven: what the"
+               " largest rank holds beyond P/N, one element per slab and sharded vector)\n",
+               precision_name(cfg->precision));
 }
 
 static const char *kind_label(int kind) {
@@ -106,19 +128,20 @@ void print_comm_table(const run_config *cfg, const char *backend, int bytes_mode
     double stage0_elements = 0;
     for (int i = 0; i < n; i++) {
         const strategy_outcome *o = &runs[i];
-        comm_plan plan = zero_comm_plan(&shape, zero_extra_of(o)->opts.stage);
+        comm_plan plan = zero_comm_plan(&shape, zero_extra_of(o)->opts.stage,
+                                        zero_extra_of(o)->opts.precision);
         double calls = 0, sent = 0, theory = 0, elements = 0, blocked = 0;
         const char *label = stage_labels[zero_extra_of(o)->opts.stage];
         for (int k = 0; k < COMM_NKINDS; k++) {
             if (o->comm_calls[k] == 0 && plan.calls[k] == 0) continue;
             printf("%-13s %-15s %6.0f %12s %12s %9.2f P %8.2f ms\n", label, kind_label(k),
                    o->comm_calls[k], report_bytes(o->comm_bytes[k], b[0]),
-                   report_bytes(ring_bytes(plan.elements[k], N), b[1]), plan.elements[k] / P,
+                   report_bytes(plan_ring_bytes(&plan, k, N), b[1]), plan.elements[k] / P,
                    1e3 * o->comm_seconds[k]);
             label = "";
             calls += o->comm_calls[k];
             sent += o->comm_bytes[k];
-            theory += ring_bytes(plan.elements[k], N);
+            theory += plan_ring_bytes(&plan, k, N);
             elements += plan.elements[k];
             blocked += o->comm_seconds[k];
         }
@@ -149,21 +172,22 @@ char *tables_json(const run_config *cfg, const strategy_outcome *runs, int n) {
     for (int i = 0; i < n; i++) {
         const strategy_outcome *o = &runs[i];
         const int stage = zero_extra_of(o)->opts.stage;
-        comm_plan plan = zero_comm_plan(&shape, stage);
+        comm_plan plan = zero_comm_plan(&shape, stage, cfg->precision);
         fprintf(f, "%s\n  {\"strategy\": \"%s\", \"stage\": %d,"
                    " \"model_state_bytes\": {\"params\": %.0f, \"grads\": %.0f,"
                    " \"optimizer\": %.0f},\n   \"formula_stored_bytes\": %.0f,"
                    " \"uneven_shard_bytes\": %.0f, \"formula_paper_k12_bytes\": %.0f,\n"
                    "   \"comm_per_step\": {",
                 i ? "," : "", zero_strategy_name(stage), stage, o->state[0], o->state[1],
-                o->state[2], stage_stored_formula(stage, P, N), stage_padding_bytes(o, P),
+                o->state[2], stage_stored_formula(stage, P, N, cfg->precision),
+                stage_padding_bytes(o, P),
                 state_total(zero_paper_bytes(stage, (double)P, N, 12.0)));
         int first = 1;
         for (int k = 0; k < COMM_NKINDS; k++) {
             if (o->comm_calls[k] == 0 && plan.calls[k] == 0) continue;
             fprintf(f, "%s\"%s\": {\"calls\": %.0f, \"bytes\": %.0f, \"theory_bytes\": %.0f,"
                        " \"elements_over_P\": %.6g}", first ? "" : ", ", comm_kind_name(k),
-                    o->comm_calls[k], o->comm_bytes[k], ring_bytes(plan.elements[k], N),
+                    o->comm_calls[k], o->comm_bytes[k], plan_ring_bytes(&plan, k, N),
                     plan.elements[k] / (double)P);
             first = 0;
         }

@@ -16,6 +16,6 @@ char *tables_json(const run_config *cfg, const strategy_outcome *runs, int n);
  * element per slab for each sharded vector of the stage. */
 double stage_padding_bytes(const strategy_outcome *o, size_t num_params);
 /* The model state this program's formula gives for the stage (fp32, 16 bytes/param). */
-double stage_stored_formula(int stage, size_t num_params, int N);
+double stage_stored_formula(int stage, size_t num_params, int N, precision p);
 
 #endif

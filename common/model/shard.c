@@ -4,6 +4,7 @@
 
 #include "alloc.h"
 #include "comm.h"
+#include "ops_mixed.h"
 
 static size_t *count_array(int n) {
     return mem_alloc(MEM_OTHER, (size_t)n * sizeof(size_t));   /* freed with a stopped rank */
@@ -53,10 +54,11 @@ void shard_reduce_scatter_in_place(comm *group, const shard_layout *l, float *wh
                             l->slab_numel[slab], COMM_F32, COMM_SUM);
 }
 
-void shard_allgather_in_place(comm *group, const shard_layout *l, float *whole) {
+void shard_allgather_in_place(comm *group, const shard_layout *l, precision p, void *whole) {
     for (int slab = 0; slab < l->num_slabs; slab++)
-        comm_allgather(group, whole + shard_piece_begin(l, slab), whole + l->slab_offset[slab],
-                       l->slab_numel[slab], COMM_F32);
+        comm_allgather(group, precision_at(p, whole, shard_piece_begin(l, slab)),
+                       precision_at(p, whole, l->slab_offset[slab]), l->slab_numel[slab],
+                       comm_dtype_of(p));
 }
 
 /* Where this rank's piece of slab lives in a whole vector or in a shard. */

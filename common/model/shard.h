@@ -37,8 +37,9 @@ static inline size_t shard_piece_begin(const shard_layout *l, int slab) {
 /* A whole gradient vector's reduction into this rank's pieces, in place: a
  * reduce-scatter per slab (the other pieces keep this rank's own partial sums). */
 void shard_reduce_scatter_in_place(comm *group, const shard_layout *l, float *whole);
-/* Every rank's pieces into every rank's whole vector: an all-gather per slab. */
-void shard_allgather_in_place(comm *group, const shard_layout *l, float *whole);
+/* Every rank's pieces into every rank's whole vector: an all-gather per slab, of
+ * elements of precision p (16-bit compute weights travel in 16 bits). */
+void shard_allgather_in_place(comm *group, const shard_layout *l, precision p, void *whole);
 /* AdamW on this rank's pieces alone, with moments m, v of shard_len elements. params
  * and grads are whole vectors or this rank's shard, as the flags say. AdamW is element
  * by element, so this gives exactly what the whole update would give there. */

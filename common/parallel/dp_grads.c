@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "ops_mixed.h"
 
 static float *device_floats(mem_tag tag, size_t n) {
     return mem_alloc_on(MEM_DEVICE, tag, n * sizeof(float));
@@ -50,13 +51,21 @@ void dp_grads_init(dp_grads *g, comm *group, const gpt_shape *part, uint64_t see
     g->shape = *part;
     shard_layout_init(&g->layout, part, comm_size(group), comm_rank(group));
     const size_t P = g->layout.num_params, shard = g->layout.shard_len;
-    g->params_whole = g->zero <= 2;
+    g->precision = opts->precision;
+    const int mixed = g->precision != PRECISION_FP32;
+    g->compute_whole = g->zero <= 2;
+    /* the fp32 masters: the compute weights themselves in fp32; optimizer state,
+     * sharded like m and v, in mixed precision */
+    g->params_whole = mixed ? g->zero == 0 : g->compute_whole;
     g->grads_whole = g->zero <= 1;
     g->optimizer_whole = g->zero == 0;
-    g->params = device_floats(MEM_PARAMS, g->params_whole ? P : shard);
+    g->params = device_floats(mixed ? MEM_OPTIMIZER : MEM_PARAMS, g->params_whole ? P : shard);
     g->grads = device_floats(MEM_GRADS, g->grads_whole ? P : shard);
     g->adam_m = device_floats(MEM_OPTIMIZER, g->optimizer_whole ? P : shard);
     g->adam_v = device_floats(MEM_OPTIMIZER, g->optimizer_whole ? P : shard);
+    g->compute = mixed ? mem_alloc_on(MEM_DEVICE, MEM_PARAMS, (g->compute_whole ? P : shard) *
+                                                                  precision_bytes(g->precision))
+                       : g->params;
     init_params(g, seed);
     if (g->zero == 0 && !(opts->quiet_alone && comm_size(group) == 1))
         g->buckets = grad_buckets_create(group, part, g->grads,
@@ -66,7 +75,8 @@ void dp_grads_init(dp_grads *g, comm *group, const gpt_shape *part, uint64_t see
 
 void dp_grads_free(dp_grads *g) {
     grad_buckets_free(g->buckets);
-    mem_free(g->step_params);
+    if (g->compute != g->params) mem_free(g->compute);
+    mem_free(g->step_compute);
     mem_free(g->step_grads);
     mem_free(g->params);
     mem_free(g->grads);
@@ -78,26 +88,48 @@ void dp_grads_free(dp_grads *g) {
 
 /* ---- whole gradients ------------------------------------------------------------- */
 
-/* Every rank's pieces of a sharded vector into a whole one, slab by slab. */
-static void allgather_shard(dp_grads *g, const float *shard, float *whole) {
+/* Every rank's pieces of a sharded vector (elements of p) into a whole one, slab by
+ * slab. */
+static void allgather_shard(dp_grads *g, precision p, const void *shard, void *whole) {
     const shard_layout *l = &g->layout;
     for (int slab = 0; slab < l->num_slabs; slab++)
-        comm_allgather(g->group, shard + l->shard_pos[slab], whole + l->slab_offset[slab],
-                       l->slab_numel[slab], COMM_F32);
+        comm_allgather(g->group, precision_at(p, shard, l->shard_pos[slab]),
+                       precision_at(p, whole, l->slab_offset[slab]), l->slab_numel[slab],
+                       comm_dtype_of(p));
+}
+
+void dp_grads_begin_step_compute(dp_grads *g) {
+    const precision p = g->precision;
+    if (p == PRECISION_FP32) return;
+    const shard_layout *l = &g->layout;
+    if (g->params_whole) {   /* zero 0: every rank rounds the whole model */
+        mixed_round(p, g->compute, g->params, l->num_params);
+        return;
+    }
+    for (int slab = 0; slab < l->num_slabs; slab++)   /* this rank's pieces */
+        mixed_round(p, precision_at(p, g->compute, g->compute_whole ? shard_piece_begin(l, slab)
+                                                                    : l->shard_pos[slab]),
+                    g->params + l->shard_pos[slab], l->piece_len[slab]);
+    if (g->compute_whole && g->fault != DP_FAULT_SKIP_PARAM_ALLGATHER)
+        shard_allgather_in_place(g->group, l, p, g->compute);   /* zero 1-2 */
+}
+
+const void *dp_grads_compute_piece(const dp_grads *g, int slab) {
+    return precision_at(g->precision, g->compute, g->layout.shard_pos[slab]);
 }
 
 void dp_grads_step_begin(dp_grads *g) {
     const size_t P = g->layout.num_params;
-    if (g->zero == 3 && !g->step_params) {
-        g->step_params = device_floats(MEM_PARAMS, P);
-        allgather_shard(g, g->params, g->step_params);
+    if (g->zero == 3 && !g->step_compute) {
+        g->step_compute = mem_alloc_on(MEM_DEVICE, MEM_PARAMS, P * precision_bytes(g->precision));
+        allgather_shard(g, g->precision, g->compute, g->step_compute);
     }
     if (!g->grads_whole && !g->step_grads) g->step_grads = device_floats(MEM_GRADS, P);
     vec_zero(dp_grads_whole_grads(g), P);
 }
 
-float *dp_grads_whole_params(const dp_grads *g) {
-    return g->params_whole ? g->params : g->step_params;
+void *dp_grads_whole_params(const dp_grads *g) {
+    return g->compute_whole ? g->compute : g->step_compute;
 }
 
 float *dp_grads_whole_grads(const dp_grads *g) {
@@ -111,8 +143,8 @@ void dp_grads_after_backward(dp_grads *g) {
             dp_grads_reduce_slab(g, slab, g->step_grads + l->slab_offset[slab]);
         mem_free(g->step_grads);   /* the rank keeps its shard of the gradient alone */
         g->step_grads = NULL;
-        mem_free(g->step_params);  /* zero 3: gathered again for the next step */
-        g->step_params = NULL;
+        mem_free(g->step_compute);  /* zero 3: gathered again for the next step */
+        g->step_compute = NULL;
         return;
     }
     if (g->fault == DP_FAULT_SKIP_GRAD_REDUCE) return;
@@ -165,9 +197,11 @@ void dp_grads_optimizer_step(dp_grads *g, const adamw_config *cfg) {
         shard_adamw(l, g->params, g->params_whole, g->grads, g->grads_whole, g->adam_m,
                     g->adam_v, cfg, g->adam_step);
     /* Zero 1 and 2 keep whole parameters for the next forward: every rank sends its
-     * updated piece to all the others. */
-    if ((g->zero == 1 || g->zero == 2) && g->fault != DP_FAULT_SKIP_PARAM_ALLGATHER)
-        shard_allgather_in_place(g->group, l, g->params);
+     * updated piece to all the others (mixed precision: 16-bit ones, when the next
+     * step begins). */
+    if ((g->zero == 1 || g->zero == 2) && g->precision == PRECISION_FP32 &&
+        g->fault != DP_FAULT_SKIP_PARAM_ALLGATHER)
+        shard_allgather_in_place(g->group, l, PRECISION_FP32, g->params);
 }
 
 /* ---- checking and saving --------------------------------------------------------------- */
@@ -178,11 +212,11 @@ float *dp_grads_gather_whole(dp_grads *g, dp_vector which) {
     if (whole) {
         /* zero 1's gradient: the other pieces hold this rank's partial sums */
         if (which == DP_GRADS && g->zero == 1)
-            shard_allgather_in_place(g->group, &g->layout, vector);
+            shard_allgather_in_place(g->group, &g->layout, PRECISION_FP32, vector);
         return vector;
     }
     float *out = device_floats(MEM_OTHER, g->layout.num_params);
-    allgather_shard(g, vector, out);
+    allgather_shard(g, PRECISION_FP32, vector, out);
     return out;
 }
 
@@ -201,14 +235,16 @@ ckpt_part dp_grads_checkpoint_part(dp_grads *g, int writes) {
     return p;
 }
 
-void dp_grads_state_bytes(const gpt_shape *part, int zero, int dp, int dp_rank,
+void dp_grads_state_bytes(const gpt_shape *part, int zero, precision p, int dp, int dp_rank,
                           double bytes[3]) {
     shard_layout l;
     shard_layout_init(&l, part, dp, dp_rank);
     const double whole = (double)l.num_params, shard = (double)l.shard_len;
     const double f32 = sizeof(float);
-    bytes[0] = f32 * (zero >= 3 ? shard : whole);
+    /* mixed precision: the fp32 masters count with m and v (K = 12 B per element) */
+    const double optimizer_bytes = (p == PRECISION_FP32 ? 2 : 3) * f32;
+    bytes[0] = (double)precision_bytes(p) * (zero >= 3 ? shard : whole);
     bytes[1] = f32 * (zero >= 2 ? shard : whole);
-    bytes[2] = 2 * f32 * (zero >= 1 ? shard : whole);
+    bytes[2] = optimizer_bytes * (zero >= 1 ? shard : whole);
     shard_layout_free(&l);
 }

@@ -20,7 +20,16 @@
  *             step (freed with the gradient): between steps a rank holds shards alone.
  *   per slab  plain ZeRO-2/3 reduce each slab's gradient the moment backward finishes
  *             it (dp_grads_reduce_slab) and never hold a whole gradient; FSDP gathers
- *             parameters slab by slab itself (fsdp.c), with prefetch. */
+ *             parameters slab by slab itself (fsdp.c), with prefetch.
+ *
+ * Mixed precision (bf16, fp16), as DeepSpeed's ZeRO and PyTorch FSDP keep it: forward
+ * and backward read 16-bit compute weights, whole at zero 0-2 and this rank's shard at
+ * zero 3 (tagged params: 2 B per element); the fp32 master weights are optimizer state
+ * (tagged so: the ZeRO paper's K = 12 is master + m + v), whole at zero 0 and sharded
+ * from zero 1 on, like m and v. dp_grads_begin_step_compute rounds this rank's masters
+ * into its compute weights at the start of every step and, at zero 1-2, all-gathers
+ * the 16-bit weights (half the bytes of fp32's all-gather after AdamW, which fp32 does
+ * instead); zero 3 gathers 16-bit slabs when they are used. Gradients are fp32. */
 #ifndef DP_GRADS_H
 #define DP_GRADS_H
 
@@ -41,6 +50,7 @@ typedef enum {
 
 typedef struct {
     int zero;                    /* 0 (DDP), 1, 2, 3 (FSDP) */
+    precision precision;         /* of the compute weights (fp32: they are the masters) */
     size_t first_bucket_bytes;   /* zero 0: DDP's bucket caps (0: one bucket) */
     size_t bucket_bytes;
     int quiet_alone;             /* a group of one rank calls no collective (else zero 0
@@ -55,11 +65,16 @@ typedef struct {
     gpt_shape shape;     /* the part */
     shard_layout layout; /* its slabs cut over the group */
     grad_buckets *buckets;   /* zero 0, unless quiet alone */
-    /* At rest: whole (layout.num_params) or this rank's shard (layout.shard_len). */
+    precision precision;
+    /* At rest: whole (layout.num_params) or this rank's shard (layout.shard_len).
+     * params: the fp32 masters; compute: what forward and backward read (params
+     * itself in fp32, else 16-bit: whole at zero 0-2, a shard at zero 3). */
     float *params, *grads, *adam_m, *adam_v;
-    int params_whole, grads_whole, optimizer_whole;
+    void *compute;
+    int params_whole, grads_whole, optimizer_whole, compute_whole;
     /* zero 3 / zero 2-3: the whole vectors of a step in progress, else NULL */
-    float *step_params, *step_grads;
+    void *step_compute;
+    float *step_grads;
     int adam_step;
 } dp_grads;
 
@@ -70,12 +85,20 @@ void dp_grads_init(dp_grads *g, comm *group, const gpt_shape *part, uint64_t see
                    const dp_grads_options *opts);
 void dp_grads_free(dp_grads *g);
 
+/* The start of every step, before forward: in mixed precision the compute weights
+ * rounded from the masters (and all-gathered at zero 1-2); nothing in fp32, whose
+ * compute weights are the masters. */
+void dp_grads_begin_step_compute(dp_grads *g);
+/* This rank's compute weights of a slab at zero 3 (its piece: the part to gather). */
+const void *dp_grads_compute_piece(const dp_grads *g, int slab);
+
 /* ---- whole gradients ------------------------------------------------------------- */
 /* Opens a step: the whole gradient vector zeroed (allocated at zero 2-3) and, at zero
  * 3, the whole parameters all-gathered. */
 void dp_grads_step_begin(dp_grads *g);
-/* The step's whole vectors: what forward reads and backward accumulates into. */
-float *dp_grads_whole_params(const dp_grads *g);
+/* The step's whole vectors: the compute weights forward and backward read (of the
+ * precision), and the gradient backward accumulates into (fp32). */
+void *dp_grads_whole_params(const dp_grads *g);
 float *dp_grads_whole_grads(const dp_grads *g);
 /* Reduces the whole gradient over the group: on return the summed gradient of this
  * rank's part is in g->grads (zero 1: in its pieces); zero 2-3 free the step's whole
@@ -105,8 +128,9 @@ void dp_grads_whole_free(dp_grads *g, float *whole);
 ckpt_part dp_grads_checkpoint_part(dp_grads *g, int writes);
 
 /* Bytes rank dp_rank of dp stores of the part at rest, as dp_grads_init allocates
- * them: [0] params, [1] grads, [2] Adam m and v (4 B each element). */
-void dp_grads_state_bytes(const gpt_shape *part, int zero, int dp, int dp_rank,
+ * them, by tag: [0] params (the compute weights), [1] grads (fp32), [2] optimizer
+ * (Adam m and v, and in mixed precision the fp32 masters). */
+void dp_grads_state_bytes(const gpt_shape *part, int zero, precision p, int dp, int dp_rank,
                           double bytes[3]);
 
 #endif

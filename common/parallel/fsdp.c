@@ -1,24 +1,26 @@
 #include "fsdp.h"
 
 #include "alloc.h"
+#include "ops_mixed.h"
 
 /* One slab gathered from every rank's piece into a temporary whole copy. */
 typedef struct {
-    float *whole;           /* tagged params; exists only while the slab is in use */
+    void *whole;            /* tagged params; exists only while the slab is in use (the
+                               compute weights: 16-bit in mixed precision) */
     comm_request *pending;  /* a prefetch still in flight */
 } gathered_slab;
 
 static void gather_start(zero_rank *z, gathered_slab *g, int slab, int async) {
-    const shard_layout *l = &z->dp.layout;
-    const size_t n = l->slab_numel[slab];
-    const float *piece = z->dp.params + l->shard_pos[slab];
-    g->whole = mem_alloc_on(MEM_DEVICE, MEM_PARAMS, n * sizeof(float));
+    const size_t n = z->dp.layout.slab_numel[slab];
+    const precision p = z->dp.precision;
+    const void *piece = dp_grads_compute_piece(&z->dp, slab);
+    g->whole = mem_alloc_on(MEM_DEVICE, MEM_PARAMS, n * precision_bytes(p));
     g->pending = NULL;
-    if (async) g->pending = comm_allgather_start(z->dp.group, piece, g->whole, n, COMM_F32);
-    else comm_allgather(z->dp.group, piece, g->whole, n, COMM_F32);
+    if (async) g->pending = comm_allgather_start(z->dp.group, piece, g->whole, n, comm_dtype_of(p));
+    else comm_allgather(z->dp.group, piece, g->whole, n, comm_dtype_of(p));
 }
 
-static float *gather_ready(gathered_slab *g) {
+static void *gather_ready(gathered_slab *g) {
     if (g->pending) comm_wait(g->pending);
     g->pending = NULL;
     return g->whole;

@@ -26,7 +26,7 @@ void mesh_traffic_formula(const run_config *cfg, mesh_shape shape, mesh_coord me
     for (int c = 0; c < v; c++) {
         const gpt_shape s = stage_shape(cfg, shape, me, c * shape.pp + me.pp, S);
         double bytes[3];
-        dp_grads_state_bytes(&s, zero, shape.dp, me.dp, bytes);
+        dp_grads_state_bytes(&s, zero, PRECISION_FP32, shape.dp, me.dp, bytes);
         for (int i = 0; i < 3; i++) t->state_formula[i] += bytes[i];
     }
 }

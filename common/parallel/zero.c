@@ -1,17 +1,18 @@
 #include "zero.h"
 
 #include "fsdp.h"
+#include "ops_mixed.h"
 
 /* ---- stages 0 and 1: whole gradients, reduced after backward (dp_grads.h) ---- */
 
 static float forward_backward_whole_grads(zero_rank *z, float dloss) {
     dp_grads *g = &z->dp;
     trace_begin(g->group, "forward");
-    float loss = gpt_forward(z->model, g->params);
+    float loss = gpt_forward(z->model, dp_grads_whole_params(g));
     trace_end(g->group);
     trace_begin(g->group, "backward");
     dp_grads_step_begin(g);
-    gpt_backward(z->model, g->params, g->grads, dloss, NULL, NULL);
+    gpt_backward(z->model, dp_grads_whole_params(g), g->grads, dloss, NULL, NULL);
     trace_end(g->group);
     dp_grads_after_backward(g);
     return loss;
@@ -19,8 +20,10 @@ static float forward_backward_whole_grads(zero_rank *z, float dloss) {
 
 /* ---- stage 2: one slab's gradient at a time ----------------------------------- */
 
-static const float *whole_slab(const zero_rank *z, int slab) {
-    return z->dp.params + z->dp.layout.slab_offset[slab];
+/* A slab of the whole compute weights (stage 2 keeps them whole). */
+static const void *whole_slab(const zero_rank *z, int slab) {
+    return precision_at(z->dp.precision, dp_grads_whole_params(&z->dp),
+                        z->dp.layout.slab_offset[slab]);
 }
 
 static float forward_backward_stage2(zero_rank *z, float dloss) {
@@ -30,7 +33,7 @@ static float forward_backward_stage2(zero_rank *z, float dloss) {
     const int final = gpt_final_slab(s);
 
     trace_begin(g->group, "forward");
-    float loss = gpt_forward(m, g->params);
+    float loss = gpt_forward(m, dp_grads_whole_params(g));
     trace_end(g->group);
 
     trace_begin(g->group, "backward");
@@ -53,6 +56,7 @@ static float forward_backward_stage2(zero_rank *z, float dloss) {
 }
 
 float zero_forward_backward(zero_rank *z, float dloss) {
+    dp_grads_begin_step_compute(&z->dp);   /* mixed precision: 16-bit weights, fresh */
     switch (z->opts.stage) {
     case 0:
     case 1: return forward_backward_whole_grads(z, dloss);

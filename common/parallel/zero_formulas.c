@@ -10,11 +10,12 @@ state_bytes zero_paper_bytes(int stage, double P, int N, double K) {
     }
 }
 
-state_bytes zero_stored_bytes(int stage, double P, int N) {
-    /* fp32 parameters and gradients, and Adam's m and v: the paper's table with 4-byte
-     * parameters and gradients and K = 8 */
-    state_bytes b = zero_paper_bytes(stage, P, N, 8.0);
-    b.params *= 2;
+state_bytes zero_stored_bytes(int stage, double P, int N, precision p) {
+    /* fp32: 4-byte parameters and gradients, Adam's m and v (K = 8); mixed: 2-byte
+     * compute weights, 4-byte gradients, masters + m + v (K = 12) */
+    const int fp32 = p == PRECISION_FP32;
+    state_bytes b = zero_paper_bytes(stage, P, N, fp32 ? 8.0 : 12.0);
+    if (fp32) b.params *= 2;
     b.grads *= 2;
     return b;
 }
@@ -23,8 +24,10 @@ double zero_largest_model(int stage, double bytes, int N, double K) {
     return bytes / state_total(zero_paper_bytes(stage, 1.0, N, K));
 }
 
-comm_plan zero_comm_plan(const gpt_shape *s, int stage) {
+comm_plan zero_comm_plan(const gpt_shape *s, int stage, precision p) {
     comm_plan plan = {0};
+    for (int k = 0; k < COMM_NKINDS; k++) plan.element_bytes[k] = 4;
+    plan.element_bytes[COMM_KIND_ALLGATHER] = (double)precision_bytes(p);   /* weights */
     const double P = (double)gpt_num_params(s), slabs = gpt_num_slabs(s);
     const int layers = s->cfg.layers;
     if (stage == 0) {
@@ -52,4 +55,8 @@ comm_plan zero_comm_plan(const gpt_shape *s, int stage) {
 
 double ring_bytes(double elements, int N) {
     return N > 1 ? elements * 4.0 * (N - 1) / N : 0.0;
+}
+
+double plan_ring_bytes(const comm_plan *plan, int kind, int N) {
+    return ring_bytes(plan->elements[kind], N) * plan->element_bytes[kind] / 4.0;
 }

@@ -10,9 +10,11 @@ zero_rank *zero_rank_create(comm *group, const gpt_shape *s, int local_batch, in
     z->shape = *s;
     z->opts = *opts;
     /* stage 0 is DDP: its all-reduce is DDP's, in one bucket, after backward */
-    const dp_grads_options dp = {.zero = opts->stage, .fault = (dp_fault)opts->fault};
+    const dp_grads_options dp = {.zero = opts->stage, .precision = opts->precision,
+                                 .fault = (dp_fault)opts->fault};
     dp_grads_init(&z->dp, group, s, seed, &dp);
-    gpt_model_options model_opts = {.checkpoint_activations = opts->checkpoint_activations};
+    gpt_model_options model_opts = {.precision = opts->precision,
+                                    .checkpoint_activations = opts->checkpoint_activations};
     z->model = gpt_model_create(s, local_batch, T, &model_opts);
     return z;
 }

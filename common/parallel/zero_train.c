@@ -55,16 +55,19 @@ static void zero_step_checkpoint_state(void *arg, ckpt_state *out) {
 }
 
 /* The textbook bytes a rank sends per step: the stage's collectives in a ring. */
-static double zero_bytes_formula(const gpt_shape *shape, int stage, int N) {
-    comm_plan plan = zero_comm_plan(shape, stage);
+static double zero_bytes_formula(const gpt_shape *shape, int stage, precision p, int N) {
+    comm_plan plan = zero_comm_plan(shape, stage, p);
     double bytes = 0;
-    for (int k = 0; k < COMM_NKINDS; k++) bytes += ring_bytes(plan.elements[k], N);
+    for (int k = 0; k < COMM_NKINDS; k++) bytes += plan_ring_bytes(&plan, k, N);
     return bytes;
 }
 
 void zero_train(comm *world, const run_config *cfg, const dataset *data,
-                const zero_options *opts, strategy_outcome *out) {
+                const zero_options *options, strategy_outcome *out) {
     const int N = comm_size(world), rank = comm_rank(world);
+    zero_options stage_opts = *options;
+    stage_opts.precision = cfg->precision;   /* the run's */
+    const zero_options *opts = &stage_opts;
     const int T = cfg->model.ctx;
     out->world_size = N;
     gpt_shape shape = gpt_shape_make(&cfg->model, 1, 0);
@@ -88,7 +91,7 @@ void zero_train(comm *world, const run_config *cfg, const dataset *data,
                                .update = zero_update,
                                .checkpoint_state = zero_step_checkpoint_state};
     strategy_outcome_train(world, cfg, &strategy, out);
-    out->result.bytes_formula = zero_bytes_formula(&shape, opts->stage, N);
+    out->result.bytes_formula = zero_bytes_formula(&shape, opts->stage, opts->precision, N);
 
     /* measurements, before any checking traffic: the state held between steps */
     const mem_stats at_end = *mem;

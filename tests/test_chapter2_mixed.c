@@ -1,0 +1,237 @@
+/* Mixed precision (bf16 and fp16 compute, fp32 master weights, gradients and AdamW) in
+ * the data-parallel strategies, on thread ranks: DDP and ZeRO 0-3 against the
+ * single-device run in the SAME precision, a negative control that must fail, the
+ * model-state bytes per tag against the mixed-precision formulas, the bytes moved
+ * against ring theory with 16-bit all-gathers, and activations at half their fp32 size.
+ *
+ * Tolerances, derived. A strategy runs the same 16-bit arithmetic as the baseline on
+ * the same rows: every activation of a token is computed by the same ops from the same
+ * values, whichever rank holds the token, so step 1's forward and the activation
+ * gradients are identical; what differs is where sums over tokens are split (weight
+ * gradients: a rank's tokens, then the reduction across ranks), in fp32 as in an fp32
+ * run. So step 1's gradients are held to the fp32 tolerance TOL_GRADS. After an update
+ * the fp32 masters differ by those rounding differences (1e-9 .. 1e-8), and a master
+ * that lies that close to a rounding boundary of the 16-bit compute copy rounds to the
+ * neighbouring value on one side: one unit in the last place, 2^-8 relative in bf16
+ * (2^-11 in fp16), up to 1e-4 absolute on weights of order 0.02 .. 1 (LayerNorm
+ * weights). A few such flips move the loss by far less than one flip's size and the
+ * masters through the next gradients by rounding-level amounts again, so: loss within
+ * MIXED_TOL_LOSS = 1e-4 (10x fp32's, one flip's size), parameters (the masters) within
+ * TOL_PARAMS, as in fp32, over TOL_STEPS steps. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "baseline.h"
+#include "check_run.h"
+#include "compare.h"
+#include "strategy_runs.h"
+#include "tables.h"
+#include "tolerances.h"
+#include "zero_train.h"
+
+#define MIXED_TOL_LOSS 1e-4
+
+static const precision sixteen_bits[] = {PRECISION_BF16, PRECISION_FP16};
+
+/* chapter 2's test model: slabs that divide by neither 3 nor 4, a batch of 5 */
+static run_config tiny_config(int ranks, precision p) {
+    run_config cfg = run_config_default();
+    cfg.model = (gpt_config){.vocab = 256, .ctx = 7, .layers = 2, .heads = 5, .dim = 25};
+    cfg.batch = 5;
+    cfg.steps = TOL_STEPS;
+    cfg.quiet = 1;
+    cfg.precision = p;
+    cfg.comm.ranks = ranks;
+    cfg.comm.timeout_seconds = 30;
+    return cfg;
+}
+
+static strategy_outcome run_stage(const run_config *cfg, const dataset *d, zero_options opts) {
+    strategy_outcome o = {.extra = calloc(1, sizeof(zero_extra))};
+    ck_assert_int_eq(zero_launch(cfg, d, &opts, &o), 0);
+    return o;
+}
+
+static void free_stage(strategy_outcome *o) {
+    free(o->extra);
+    o->extra = NULL;
+    strategy_outcome_free(o);
+}
+
+/* Held to the mixed-precision tolerances; returns the worst fraction of them. */
+static double check_against_baseline(const char *what, const run_result *r) {
+    printf("%-28s max |diff| loss %.2e  grads %.2e  params %.2e\n", what, r->diff_loss,
+           r->diff_grads, r->diff_params);
+    ck_assert_msg(r->diff_grads <= TOL_GRADS, "%s: grads %g", what, r->diff_grads);
+    ck_assert_msg(r->diff_loss <= MIXED_TOL_LOSS, "%s: loss %g", what, r->diff_loss);
+    ck_assert_msg(r->diff_params <= TOL_PARAMS, "%s: params %g", what, r->diff_params);
+    return run_worst_fraction_of_tolerance(r, TOL_GRADS, MIXED_TOL_LOSS, TOL_PARAMS);
+}
+
+START_TEST(every_data_parallel_strategy_matches_the_baseline_in_its_precision) {
+    dataset *d = dataset_builtin();
+    double worst = 0;
+    for (size_t i = 0; i < sizeof sixteen_bits / sizeof sixteen_bits[0]; i++) {
+        const precision p = sixteen_bits[i];
+        run_config base_cfg = tiny_config(1, p);
+        baseline_run *b = baseline_train(&base_cfg, d);
+        for (int ranks = 2; ranks <= 3; ranks++) {
+            run_config cfg = tiny_config(ranks, p);
+            char what[64];
+            for (int variant = 0; variant < 5; variant++) {
+                zero_options opts = {.stage = variant < 4 ? variant : 3, .prefetch = variant == 4};
+                strategy_outcome o = run_stage(&cfg, d, opts);
+                compare_to_baseline(&o.result, b, o.loss, o.first_grads, o.final_params);
+                snprintf(what, sizeof what, "%s zero%d%s, %d ranks:", precision_name(p),
+                         opts.stage, opts.prefetch ? "+prefetch" : "", ranks);
+                worst = fmax(worst, check_against_baseline(what, &o.result));
+                free_stage(&o);
+            }
+        }
+        run_config cfg = tiny_config(1, p);   /* DDP: a batch that 2 ranks divide */
+        cfg.batch = 4;
+        baseline_run *b4 = baseline_train(&cfg, d);
+        cfg.comm.ranks = 2;
+        ddp_result *o = launch_ddp(&cfg, d, ddp_options_default(), b4);
+        char what[64];
+        snprintf(what, sizeof what, "%s ddp, 2 ranks:", precision_name(p));
+        worst = fmax(worst, check_against_baseline(what, &o->run.result));
+        ddp_result_free(o);
+        baseline_free(b4);
+        baseline_free(b);
+    }
+    printf("worst: %.0f%% of the tolerances (grads %.0e, loss %.0e, params %.0e)\n",
+           100 * worst, TOL_GRADS, MIXED_TOL_LOSS, TOL_PARAMS);
+    dataset_free(d);
+}
+END_TEST
+
+/* The tolerances can fail: stage 1 whose 16-bit all-gather is left out computes with
+ * other ranks' stale weights. And they tell precisions apart: a bf16 run is far from the
+ * fp32 baseline. */
+START_TEST(negative_controls_fail) {
+    dataset *d = dataset_builtin();
+    run_config base_cfg = tiny_config(1, PRECISION_BF16);
+    baseline_run *b = baseline_train(&base_cfg, d);
+    run_config cfg = tiny_config(2, PRECISION_BF16);
+    strategy_outcome o = run_stage(&cfg, d, (zero_options){.stage = 1,
+                                                           .fault = ZERO_FAULT_SKIP_PARAM_ALLGATHER});
+    compare_to_baseline(&o.result, b, o.loss, o.first_grads, o.final_params);
+    double worst = run_worst_fraction_of_tolerance(&o.result, TOL_GRADS, MIXED_TOL_LOSS,
+                                                   TOL_PARAMS);
+    printf("negative control, bf16 zero1 without its 16-bit all-gather: %.0fx the tolerance\n",
+           worst);
+    ck_assert(worst > 10);
+    free_stage(&o);
+
+    run_config fp32_cfg = tiny_config(1, PRECISION_FP32);
+    baseline_run *b32 = baseline_train(&fp32_cfg, d);
+    compare_to_baseline(&b->result, b32, b->loss, b->first_grads, b->final_params);
+    worst = run_worst_fraction_of_tolerance(&b->result, TOL_GRADS, MIXED_TOL_LOSS, TOL_PARAMS);
+    printf("negative control, the bf16 baseline against the fp32 one: %.0fx the tolerance"
+           " (grads %.2e)\n", worst, b->result.diff_grads);
+    ck_assert(worst > 10);
+    baseline_free(b32);
+    baseline_free(b);
+    dataset_free(d);
+}
+END_TEST
+
+/* Bytes held between steps, by tag, against 2P + 4P + 12P and its ZeRO shardings (the
+ * masters count with m and v as optimizer state), up to the uneven-shard allowance. */
+START_TEST(model_state_bytes_match_the_mixed_formulas) {
+    dataset *d = dataset_builtin();
+    run_config one = tiny_config(1, PRECISION_BF16);
+    gpt_shape s = gpt_shape_make(&one.model, 1, 0);
+    const size_t P = gpt_num_params(&s);
+    for (int ranks = 1; ranks <= 4; ranks++) {
+        run_config cfg = tiny_config(ranks, PRECISION_BF16);
+        cfg.steps = 2;
+        for (int stage = 0; stage <= 3; stage++) {
+            strategy_outcome o = run_stage(&cfg, d, (zero_options){.stage = stage});
+            const double measured = o.state[0] + o.state[1] + o.state[2];
+            const double formula = stage_stored_formula(stage, P, ranks, PRECISION_BF16);
+            const double padding = stage_padding_bytes(&o, P);
+            const double shard_len = (double)zero_extra_of(&o)->shard_len_largest;
+            printf("bf16 stage %d, %d ranks: params %.0f grads %.0f optimizer %.0f B;"
+                   " formula %.0f B, diff %+.0f B (uneven %.0f B)\n", stage, ranks, o.state[0],
+                   o.state[1], o.state[2], formula, measured - formula, padding);
+            ck_assert(fabs(measured - (formula + padding)) < 1e-6);
+            ck_assert(o.state[0] == 2.0 * (stage <= 2 ? (double)P : shard_len));
+            ck_assert(o.state[1] == 4.0 * (stage <= 1 ? (double)P : shard_len));
+            ck_assert(o.state[2] == 12.0 * (stage == 0 ? (double)P : shard_len));
+            free_stage(&o);
+        }
+    }
+    dataset_free(d);
+}
+END_TEST
+
+/* The all-gathers move 16-bit weights (half fp32's bytes), the reductions fp32
+ * gradients: calls as planned, bytes as a ring sends them. */
+START_TEST(communication_matches_ring_theory_with_16_bit_weights) {
+    dataset *d = dataset_builtin();
+    run_config cfg = tiny_config(3, PRECISION_BF16);
+    cfg.steps = 3;
+    gpt_shape s = gpt_shape_make(&cfg.model, 1, 0);
+    for (int stage = 0; stage <= 3; stage++) {
+        strategy_outcome o = run_stage(&cfg, d, (zero_options){.stage = stage});
+        comm_plan plan = zero_comm_plan(&s, stage, PRECISION_BF16);
+        double sent = 0, theory = 0;
+        for (int k = 0; k < COMM_NKINDS; k++) {
+            ck_assert_msg(o.comm_calls[k] == plan.calls[k], "stage %d %s: %g calls, plan %g",
+                          stage, comm_kind_name(k), o.comm_calls[k], plan.calls[k]);
+            const double expected = plan_ring_bytes(&plan, k, 3);
+            ck_assert_msg(fabs(o.comm_bytes[k] - expected) <= 4.0 * plan.calls[k] * 2,
+                          "stage %d %s: %g bytes, theory %g", stage, comm_kind_name(k),
+                          o.comm_bytes[k], expected);
+            sent += o.comm_bytes[k];
+            theory += expected;
+        }
+        printf("bf16 stage %d, 3 ranks: %.0f bytes sent per rank per step, ring theory %.0f"
+               " (all-gathers at 2 B per element)\n", stage, sent, theory);
+        free_stage(&o);
+    }
+    dataset_free(d);
+}
+END_TEST
+
+/* Activations kept for backward are 16-bit: their bytes are half of fp32's, but for the
+ * fp32 LayerNorm statistics and losses (3 floats per token and LayerNorm) and the
+ * token ids, which stay as they are. */
+START_TEST(activations_take_half_the_bytes) {
+    dataset *d = dataset_builtin();
+    size_t bytes[2];
+    const precision ps[2] = {PRECISION_FP32, PRECISION_BF16};
+    for (int i = 0; i < 2; i++) {
+        run_config cfg = tiny_config(1, ps[i]);
+        cfg.steps = 2;
+        baseline_run *b = baseline_train(&cfg, d);
+        bytes[i] = b->result.memory.peak[MEM_ACTIVATIONS];
+        baseline_free(b);
+    }
+    const run_config cfg = tiny_config(1, PRECISION_FP32);
+    const double N = (double)cfg.batch * cfg.model.ctx, L = cfg.model.layers;
+    /* per token: 2 statistics per LayerNorm (2 per block, 1 final), a loss, 2 token ids */
+    const double kept_as_is = N * 4.0 * (2 * (2 * L + 1) + 1 + 2);
+    printf("activations: fp32 %zu B, bf16 %zu B (%.3f); fp32 statistics and ids %.0f B\n",
+           bytes[0], bytes[1], (double)bytes[1] / (double)bytes[0], kept_as_is);
+    ck_assert(fabs((double)bytes[1] - ((double)bytes[0] - kept_as_is) / 2 - kept_as_is) < 1);
+    dataset_free(d);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("chapter 2 in mixed precision");
+    TCase *t = tcase_create("mixed");
+    tcase_set_timeout(t, 600);
+    tcase_add_test(t, every_data_parallel_strategy_matches_the_baseline_in_its_precision);
+    tcase_add_test(t, negative_controls_fail);
+    tcase_add_test(t, model_state_bytes_match_the_mixed_formulas);
+    tcase_add_test(t, communication_matches_ring_theory_with_16_bit_weights);
+    tcase_add_test(t, activations_take_half_the_bytes);
+    suite_add_tcase(s, t);
+    return check_run(s, 0);
+}
