@@ -139,6 +139,49 @@ START_TEST(negative_controls_fail) {
 }
 END_TEST
 
+/* fp16's loss scale decides together: world rank 0's gradient overflows at step 2 (the
+ * test hook), and every rank must skip that update and halve the scale, or its
+ * parameters (its shard, or its replica) leave the baseline's, which skips it too. A
+ * baseline that does not skip shows that the skip is seen. */
+START_TEST(a_forced_overflow_skips_the_same_step_on_every_rank) {
+    dataset *d = dataset_builtin();
+    run_config base_cfg = tiny_config(1, PRECISION_FP16);
+    base_cfg.batch = 6;
+    base_cfg.test_overflow_step = 2;
+    baseline_run *b = baseline_train(&base_cfg, d);
+    ck_assert_int_eq(b->result.skipped_steps, 1);
+    ck_assert(b->result.loss_scale == 32768.0f);
+    run_config cfg = base_cfg;
+    cfg.comm.ranks = 3;
+    for (int stage = 0; stage <= 3; stage++) {
+        strategy_outcome o = run_stage(&cfg, d, (zero_options){.stage = stage});
+        compare_to_baseline(&o.result, b, o.loss, o.first_grads, o.final_params);
+        char what[64];
+        snprintf(what, sizeof what, "fp16 zero%d overflow at step 2:", stage);
+        check_against_baseline(what, &o.result);
+        ck_assert_int_eq(o.result.skipped_steps, 1);
+        ck_assert(o.result.loss_scale == 32768.0f);
+        free_stage(&o);
+    }
+    ddp_result *o = launch_ddp(&cfg, d, ddp_options_default(), b);
+    check_against_baseline("fp16 ddp overflow at step 2:", &o->run.result);
+    ck_assert(o->x.replica_max_diff == 0);   /* the replicas took the same steps */
+    ck_assert_int_eq(o->run.result.skipped_steps, 1);
+    ddp_result_free(o);
+
+    run_config no_skip = base_cfg;
+    no_skip.test_overflow_step = 0;
+    baseline_run *b2 = baseline_train(&no_skip, d);
+    compare_to_baseline(&b2->result, b, b2->loss, b2->first_grads, b2->final_params);
+    printf("negative control, a run that takes step 2: params differ by %.2e\n",
+           b2->result.diff_params);
+    ck_assert(b2->result.diff_params > 10 * TOL_PARAMS);
+    baseline_free(b2);
+    baseline_free(b);
+    dataset_free(d);
+}
+END_TEST
+
 /* Bytes held between steps, by tag, against 2P + 4P + 12P and its ZeRO shardings (the
  * masters count with m and v as optimizer state), up to the uneven-shard allowance. */
 START_TEST(model_state_bytes_match_the_mixed_formulas) {
@@ -229,6 +272,7 @@ int main(void) {
     tcase_set_timeout(t, 600);
     tcase_add_test(t, every_data_parallel_strategy_matches_the_baseline_in_its_precision);
     tcase_add_test(t, negative_controls_fail);
+    tcase_add_test(t, a_forced_overflow_skips_the_same_step_on_every_rank);
     tcase_add_test(t, model_state_bytes_match_the_mixed_formulas);
     tcase_add_test(t, communication_matches_ring_theory_with_16_bit_weights);
     tcase_add_test(t, activations_take_half_the_bytes);

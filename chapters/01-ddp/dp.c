@@ -76,8 +76,9 @@ static double lap(double *since) {
     return seconds;
 }
 
-static float dp_compute_grads(void *arg, int step) {
+static float dp_compute_grads(void *arg, int step, float loss_scale) {
     dp_master *m = arg;
+    (void)loss_scale;   /* 1: DataParallel trains in fp32 alone (chapter 1 says so) */
     const int T = m->cfg->model.ctx, per = m->per_replica;
     const size_t P = m->master.num_params;
     double t = comm_now();

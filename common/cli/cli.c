@@ -47,6 +47,21 @@ static const char *const send_mode_names[] = {"buffered", "rendezvous", NULL};
 /* --precision's values, in precision.h's order */
 static const char *const precision_names[] = {"fp32", "bf16", "fp16", NULL};
 
+/* The loss scale's flags do something in fp16 alone (bf16 and fp32 keep fp32's exponent
+ * range: nothing to scale). */
+static void check_loss_scale_flags(const run_config *cfg) {
+    const char *given = cfg->no_loss_scale           ? "--no-loss-scale"
+                        : cfg->loss_scale_init > 0   ? "--loss-scale"
+                        : cfg->loss_scale_window > 0 ? "--loss-scale-window"
+                        : cfg->test_overflow_step > 0 ? "--test-overflow-step"
+                                                      : NULL;
+    if (given && cfg->precision != PRECISION_FP16)
+        cli_fail("%s: only --precision fp16 takes a loss scale (this run computes in %s,"
+                 " whose exponent range is fp32's)", given, precision_name(cfg->precision));
+    if (cfg->no_loss_scale && (cfg->loss_scale_init > 0 || cfg->loss_scale_window > 0))
+        cli_fail("--no-loss-scale: leave out --loss-scale and --loss-scale-window with it");
+}
+
 typedef struct {
     int allreduce, link, device, send_mode, precision;
     double lr, weight_decay, link_scale, timeout;
@@ -209,6 +224,7 @@ static void apply_shared_values(run_config *cfg, const shared_values *sv) {
     cfg->precision = (precision)sv->precision;
     if (cfg->precision != PRECISION_FP32 && cfg->fp32_only)
         cli_fail("--precision %s: %s", precision_name(cfg->precision), cfg->fp32_only);
+    check_loss_scale_flags(cfg);
     /* The device is settled here, before any rank starts: auto becomes what this machine
      * has, and a GPU that is not there is one clear line. */
     const device_kind requested = sv->device == 1   ? DEVICE_CPU
@@ -259,6 +275,13 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
         {"tf32", OPT_FLAG, &cfg->comm.tf32, "let cuBLAS use TF32 (GPU)", NULL, 0},
         {"precision", OPT_CHOICE, &sv.precision, "compute in fp32, or in bf16 / fp16 with fp32"
          " master weights (mixed precision)", precision_names, 0},
+        {"loss-scale", OPT_FLOAT, &cfg->loss_scale_init, "fp16: the dynamic loss scale's start"
+         " (default 65536)", NULL, 1},
+        {"loss-scale-window", OPT_INT, &cfg->loss_scale_window, "fp16: clean steps before the"
+         " loss scale doubles (default 1000)", NULL, 1},
+        {"no-loss-scale", OPT_FLAG, &cfg->no_loss_scale, "fp16 without a loss scale (to see"
+         " small gradients flush to zero)", NULL, 0},
+        {"test-overflow-step", OPT_INT, &cfg->test_overflow_step, NULL, NULL, 1},   /* test hook: rank 0's gradient overflows at step K */
         {"allreduce", OPT_CHOICE, &sv.allreduce, "all-reduce algorithm (threads)", allreduce_names, 0},
         {"link", OPT_CHOICE, &sv.link, "modelled wire between ranks (threads)", link_names(), 0},
         {"link-scale", OPT_FLOAT, &sv.link_scale, "slow every link down by this factor", NULL, 1e-9},

@@ -24,6 +24,13 @@ typedef struct {
     const char *fp32_only;   /* set before cli_parse by a program (or mode) that trains
                                 in fp32 alone: why (then --precision bf16|fp16 is
                                 refused with it) */
+    /* fp16's dynamic loss scale (loss_scale.h): on with --precision fp16 unless
+     * --no-loss-scale; its start (--loss-scale) and the clean steps before it doubles
+     * (--loss-scale-window); 0: the defaults */
+    int no_loss_scale;
+    double loss_scale_init;
+    int loss_scale_window;
+    int test_overflow_step;   /* test hook: world rank 0's gradient overflows at step K */
     comm_options comm;    /* ranks, allreduce, link, link-scale, comm-timeout, trace,
                              device (--device, resolved: never auto after cli_parse)
                              and tf32 (--tf32) */

@@ -53,7 +53,7 @@ typedef struct {
 
 /* One rank's forward and backward over the micro-steps of one step; returns its share
  * of the global mean loss. The buckets' all-reduces start during the last backward. */
-static float ddp_compute_grads(void *arg, int step) {
+static float ddp_compute_grads(void *arg, int step, float loss_scale) {
     ddp_rank *d = arg;
     const run_config *cfg = d->cfg;
     comm *world = d->world;
@@ -61,7 +61,7 @@ static float ddp_compute_grads(void *arg, int step) {
     const int per_rank = cfg->batch / N, micro = per_rank / K;
     const int first = comm_rank(world) * per_rank;
     /* every token's loss weighs 1/(global batch tokens): the SUM over ranks is the mean */
-    const float dloss = 1.0f / ((float)cfg->batch * (float)cfg->model.ctx);
+    const float dloss = loss_scale / ((float)cfg->batch * (float)cfg->model.ctx);
     float loss = 0.0f;
     vec_zero(d->rep.grads, d->rep.num_params);
     const void *weights = replica_compute_params(&d->rep);
@@ -81,6 +81,10 @@ static float ddp_compute_grads(void *arg, int step) {
     trace_end(world);
     /* every rank's sequences are equally many: the global mean is the mean of means */
     return loss / (float)N;
+}
+
+static int ddp_optimizer_grads(void *arg, float **vectors, size_t *lengths) {
+    return replica_optimizer_grads(&((ddp_rank *)arg)->rep, vectors, lengths);
 }
 
 static void ddp_keep_first_grads(void *arg) {
@@ -162,6 +166,7 @@ void ddp_train(comm *world, const run_config *cfg, const dataset *data,
     train_strategy strategy = {.name = "ddp", .ctx = &d, .compute_grads = ddp_compute_grads,
                                .keep_first_grads = ddp_keep_first_grads,
                                .update = ddp_update,
+                               .optimizer_grads = ddp_optimizer_grads,
                                .checkpoint_state = ddp_checkpoint_state};
     strategy_outcome_train(world, cfg, &strategy, out);
     out->result.bytes_formula = opts->allreduce

@@ -187,6 +187,12 @@ void dp_grads_reduce_slab(dp_grads *g, int slab, float *slab_grad) {
         mem_free(slab_grad);
 }
 
+int dp_grads_optimizer_grads(const dp_grads *g, float **vectors, size_t *lengths) {
+    vectors[0] = g->grads;
+    lengths[0] = g->grads_whole ? g->layout.num_params : g->layout.shard_len;
+    return 1;
+}
+
 void dp_grads_optimizer_step(dp_grads *g, const adamw_config *cfg) {
     const shard_layout *l = &g->layout;
     g->adam_step++;

@@ -113,6 +113,9 @@ void dp_grads_reduce_slab(dp_grads *g, int slab, float *slab_grad);
 /* Where this rank's piece of a slab lives in a whole vector or in a shard. */
 float *dp_grads_piece(const dp_grads *g, float *vector, int is_whole, int slab);
 
+/* The gradient AdamW reads, whole or this rank's shard, as one vector for the loss
+ * scale (train_loop.h): returns 1. */
+int dp_grads_optimizer_grads(const dp_grads *g, float **vectors, size_t *lengths);
 /* AdamW on the part this rank updates, then (zero 1, 2) the parameter all-gather. */
 void dp_grads_optimizer_step(dp_grads *g, const adamw_config *cfg);
 

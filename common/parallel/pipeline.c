@@ -99,9 +99,11 @@ static void reduce_tied_grads(pipeline_rank *r) {
         pp_stage_reduce_tied_grads(&r->chunks[r->opts.chunks - 1], m->embedding);
 }
 
-static float pipeline_compute_grads(void *arg, int step) {
+static float pipeline_compute_grads(void *arg, int step, float loss_scale) {
     pipeline_rank *r = arg;
     const mesh *m = r->mesh;
+    /* d(objective)/d(one token's loss), times fp16's loss scale */
+    r->exec.dloss = loss_scale / ((float)r->cfg->batch * (float)r->cfg->model.ctx);
     for (int c = 0; c < r->opts.chunks; c++) {
         dp_grads_step_begin(&r->dp[c]);   /* ZeRO-3: the stage's parameters gathered */
         point_stage_at_step(r, c);

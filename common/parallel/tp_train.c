@@ -110,7 +110,7 @@ static void tp_checkpoint_state(void *arg, ckpt_state *out) {
     replica_checkpoint_state(&r->rep, r->m->me.dp == 0, out);
 }
 
-static float tp_compute_grads(void *arg, int step) {
+static float tp_compute_grads(void *arg, int step, float loss_scale) {
     tp_rank *r = arg;
     const double tokens = (double)r->cfg->batch * r->cfg->model.ctx;
     load_batch(r->model, r->data, r->cfg, step, r->m->me.dp * r->B, r->B);
@@ -121,7 +121,7 @@ static float tp_compute_grads(void *arg, int step) {
     /* data parallel over the groups: each slab's gradient is summed over the groups
      * while backward goes on (DDP's buckets on the dp group) */
     trace_begin(r->world, "backward");
-    gpt_backward(r->model, r->rep.params, r->rep.grads, (float)(1.0 / tokens),
+    gpt_backward(r->model, r->rep.params, r->rep.grads, (float)(loss_scale / tokens),
                  r->buckets ? grad_buckets_slab_ready : NULL, r->buckets);
     trace_end(r->world);
     if (r->buckets) {

@@ -28,15 +28,19 @@ typedef struct {
     float *first_grads; /* world rank 0: the caller's; NULL elsewhere */
 } zero_step;
 
-static float zero_compute_grads(void *arg, int step) {
+static float zero_compute_grads(void *arg, int step, float loss_scale) {
     zero_step *st = arg;
     const int T = st->cfg->model.ctx;
     const double global_tokens = (double)st->cfg->batch * T;
     load_batch(st->z->model, st->data, st->cfg, step, st->first, st->count);
     /* Each rank's gradient is d(sum of its tokens' losses)/(B*T): summed over ranks,
      * that is the gradient of the global-batch mean, as in the baseline. */
-    float loss = zero_forward_backward(st->z, (float)(1.0 / global_tokens));
+    float loss = zero_forward_backward(st->z, (float)(loss_scale / global_tokens));
     return (float)(loss * st->count * T / global_tokens);
+}
+
+static int zero_optimizer_grads(void *arg, float **vectors, size_t *lengths) {
+    return dp_grads_optimizer_grads(&((zero_step *)arg)->z->dp, vectors, lengths);
 }
 
 static void zero_keep_first_grads(void *arg) {
@@ -89,6 +93,7 @@ void zero_train(comm *world, const run_config *cfg, const dataset *data,
                                .compute_grads = zero_compute_grads,
                                .keep_first_grads = zero_keep_first_grads,
                                .update = zero_update,
+                               .optimizer_grads = zero_optimizer_grads,
                                .checkpoint_state = zero_step_checkpoint_state};
     strategy_outcome_train(world, cfg, &strategy, out);
     out->result.bytes_formula = zero_bytes_formula(&shape, opts->stage, opts->precision, N);

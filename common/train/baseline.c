@@ -18,15 +18,19 @@ typedef struct {
     baseline_run *out;
 } baseline_step;
 
-static float baseline_grads(void *arg, int step) {
+static float baseline_grads(void *arg, int step, float loss_scale) {
     baseline_step *b = arg;
     const int B = b->cfg->batch, T = b->cfg->model.ctx;
     load_batch(b->model, b->data, b->cfg, step, 0, B);
     vec_zero(b->rep.grads, b->rep.num_params);
     const void *weights = replica_compute_params(&b->rep);
     float loss = gpt_forward(b->model, weights);
-    gpt_backward(b->model, weights, b->rep.grads, 1.0f / (float)(B * T), NULL, NULL);
+    gpt_backward(b->model, weights, b->rep.grads, loss_scale / (float)(B * T), NULL, NULL);
     return loss;
+}
+
+static int baseline_optimizer_grads(void *arg, float **vectors, size_t *lengths) {
+    return replica_optimizer_grads(&((baseline_step *)arg)->rep, vectors, lengths);
 }
 
 static void baseline_keep_grads(void *arg) {
@@ -69,6 +73,7 @@ baseline_run *baseline_train(const run_config *cfg, const dataset *data) {
     train_strategy strategy = {.name = "baseline", .ctx = &b, .compute_grads = baseline_grads,
                                .keep_first_grads = baseline_keep_grads,
                                .update = baseline_update,
+                               .optimizer_grads = baseline_optimizer_grads,
                                .checkpoint_state = baseline_checkpoint_state};
     train_outcome run;
     train_loop(NULL, cfg, (double)cfg->batch * cfg->model.ctx, &strategy, &run);

@@ -62,6 +62,12 @@ void replica_checkpoint_state(replica *r, int writes, ckpt_state *out) {
     out->adam_steps[0] = &r->adam_step;
 }
 
+int replica_optimizer_grads(replica *r, float **vectors, size_t *lengths) {
+    vectors[0] = r->grads;
+    lengths[0] = r->num_params;
+    return 1;
+}
+
 void replica_adamw(replica *r, const adamw_config *cfg) {
     r->adam_step++;
     adamw_update(r->params, r->grads, r->adam_m, r->adam_v, r->num_params, cfg,

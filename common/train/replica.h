@@ -37,6 +37,8 @@ void replica_free(replica *r);
 /* The replica as one checkpoint part; writes: whether this rank's copy is the one
  * saved (one replica of each TP slice and stage is). */
 void replica_checkpoint_state(replica *r, int writes, ckpt_state *out);
+/* Its gradient as the one vector the loss scale checks (train_loop.h); returns 1. */
+int replica_optimizer_grads(replica *r, float **vectors, size_t *lengths);
 /* One AdamW step over the whole vector. */
 void replica_adamw(replica *r, const adamw_config *cfg);
 

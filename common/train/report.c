@@ -88,6 +88,11 @@ void report_table(const run_config *cfg, const run_result *runs, int n) {
                r->bytes_formula >= 0 ? report_bytes(r->bytes_formula, formula) : "-",
                report_bytes((double)r->memory.peak_total, peak));
     }
+    if (cfg->precision == PRECISION_FP16)
+        for (int i = 0; i < n; i++)
+            printf("%-*s fp16 loss scale after the last step %g; steps skipped for overflowing"
+                   " gradients: %d\n", name_width, runs[i].strategy,
+                   (double)runs[i].loss_scale, runs[i].skipped_steps);
 }
 
 static void json_number(double v) {
@@ -128,6 +133,9 @@ void report_json(const run_config *cfg, const char *chapter, int world,
         json_number(run_comm_fraction(r));
         printf(", \"comm_hidden_s\": ");
         json_number(r->hidden_seconds);
+        printf(", \"loss_scale\": ");
+        json_number(r->loss_scale);
+        printf(", \"skipped_steps\": %d", r->skipped_steps);
         printf(",\n   \"bytes_sent_per_rank_per_step\": %.0f, \"bytes_formula\": ",
                r->bytes_sent_per_step);
         json_number(r->bytes_formula < 0 ? NAN : r->bytes_formula);

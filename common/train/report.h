@@ -30,6 +30,9 @@ typedef struct {
                                        best time too: on a shared machine the pair
                                        is steadier than the mean and the floor) */
     const char *json_extra;         /* more keys for this run's JSON object, or NULL */
+    float loss_scale;               /* fp16's dynamic loss scale after the last step (1:
+                                       none), the same on every rank */
+    int skipped_steps;              /* steps whose gradients overflowed: no update */
 } run_result;
 
 double run_ms_per_step(const run_result *r);

@@ -7,6 +7,7 @@
 
 #include "alloc.h"
 #include "compare.h"
+#include "loss_scale.h"
 #include "op_profile.h"
 #include "ops.h"
 
@@ -61,6 +62,42 @@ static void stop_if_diverged(comm *metrics, const run_config *cfg, const char *s
     /* the others stop at their next collective, which sees the failure */
 }
 
+/* fp16's loss scale from the flags: on for fp16 unless --no-loss-scale. */
+static void loss_scale_from_config(const run_config *cfg, loss_scale *s) {
+    loss_scale_config c = loss_scale_defaults(cfg->precision);
+    if (cfg->no_loss_scale) c.enabled = 0;
+    if (cfg->loss_scale_init > 0) c.init_scale = (float)cfg->loss_scale_init;
+    if (cfg->loss_scale_window > 0) c.growth_interval = cfg->loss_scale_window;
+    loss_scale_init(s, &c);
+}
+
+/* The test hook: world rank 0's first gradient element becomes inf, as an fp16
+ * overflow in backward would make it. */
+static void force_overflow(float *grads) {
+    const float inf = INFINITY;
+    ops_upload(grads, &inf, sizeof inf);
+}
+
+/* After compute_grads with dloss x `used`: are every rank's gradients finite (one flag
+ * reduced over all of them)? Then unscale them and return 1 (take the step); else 0,
+ * and the scale backs off. Without a loss scale: 1. */
+static int loss_scale_step(comm *metrics, const run_config *cfg, const train_strategy *st,
+                           loss_scale *s, int step, float used) {
+    if (!s->cfg.enabled) return 1;
+    float *vectors[TRAIN_MAX_GRAD_VECTORS];
+    size_t lengths[TRAIN_MAX_GRAD_VECTORS];
+    const int count = st->optimizer_grads(st->ctx, vectors, lengths);
+    if (step == cfg->test_overflow_step && count > 0 && lengths[0] > 0 &&
+        (!metrics || comm_world_rank(metrics) == 0))
+        force_overflow(vectors[0]);
+    int finite = 1;
+    for (int i = 0; i < count; i++) finite &= grads_finite(vectors[i], lengths[i]);
+    const int take = loss_scale_update(s, loss_scale_all_finite(metrics, finite));
+    if (take)
+        for (int i = 0; i < count; i++) vec_scale(vectors[i], 1.0f / used, lengths[i]);
+    return take;
+}
+
 /* The strategy's state for checkpoints, when the flags ask for one. */
 static void checkpoint_state_of(const run_config *cfg, const train_strategy *st,
                                 ckpt_state *state) {
@@ -104,14 +141,22 @@ void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
     int timed_steps = 0;
     op_profile *profile = cfg->profile ? mem_alloc(MEM_OTHER, sizeof *profile) : NULL;
     if (profile) op_profile_start(profile);
+    loss_scale scale;
+    loss_scale_from_config(cfg, &scale);
+    if (scale.cfg.enabled && !st->optimizer_grads) {
+        fprintf(stderr, "error: strategy %s takes no loss scale (fp16)\n", st->name);
+        exit(2);
+    }
     for (int i = 1; i <= steps; i++) {
         const int step = done + i;
         double start = comm_now();
-        float loss = st->compute_grads(st->ctx, step);
+        const float used = scale.scale;
+        float loss = st->compute_grads(st->ctx, step, used);
+        const int take = loss_scale_step(metrics, cfg, st, &scale, step, used);
         double seconds = comm_now() - start;
         if (i == 1 && st->keep_first_grads) st->keep_first_grads(st->ctx);
         start = comm_now();
-        st->update(st->ctx, step);
+        if (take) st->update(st->ctx, step);
         ops_synchronize();
         seconds += comm_now() - start;
 
@@ -140,7 +185,8 @@ void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
                       .diff_loss = -1, .diff_grads = -1, .diff_params = -1,
                       .seconds = timed, .timed_steps = timed_steps,
                       .tokens_per_step = tokens_per_step, .bytes_formula = -1,
-                      .memory = *mem};
+                      .memory = *mem, .loss_scale = scale.scale,
+                      .skipped_steps = scale.skipped_steps};
     fill_comm(r, world, metrics);
     r->fastest_step_seconds = fastest_timed_step(out->step_seconds, steps);
     if (profile)   /* --json keeps stdout one JSON object */

@@ -2,7 +2,9 @@
  * loop does the rest the same way for all of them:
  *
  *   for step = 1 .. steps:
- *       loss = compute_grads(step)      forward, backward, gradient reduction
+ *       loss = compute_grads(step, S)   forward, backward with dloss x S, reduction
+ *       fp16: every rank's gradients finite? (one flag over all ranks) then unscale by
+ *             1/S, else skip this step's update and halve S (loss_scale.h)
  *       if step == 1: keep_first_grads  (not timed) for the comparison with the baseline
  *       update()                        the optimizer, and what the strategy does after it
  *       a progress line with the global-batch loss (world rank 0)
@@ -23,16 +25,23 @@
 #include "comm.h"
 #include "report.h"
 
+#define TRAIN_MAX_GRAD_VECTORS 64
+
 typedef struct {
     const char *name;   /* in tables and JSON: "ddp", "zero1", "tp", "pp-1f1b", ... */
     void *ctx;
     /* Returns this rank's share of the step's global-batch mean loss: the shares of all
      * ranks add up to it (a rank's mean loss x its tokens / the global batch's tokens;
      * 0 on a rank whose loss another rank already counts). */
-    float (*compute_grads)(void *ctx, int step);
+    float (*compute_grads)(void *ctx, int step, float loss_scale);
     void (*keep_first_grads)(void *ctx);   /* may be NULL */
     void (*update)(void *ctx, int step);
     void (*after_warmup)(void *ctx);       /* may be NULL */
+    /* The fp32 gradient vectors this rank's update reads (whole or its shard; one per
+     * pipeline chunk), after compute_grads: the loss scale checks and unscales them.
+     * Returns how many (at most TRAIN_MAX_GRAD_VECTORS); NULL: the strategy takes no
+     * loss scale (its program refuses fp16). */
+    int (*optimizer_grads)(void *ctx, float **vectors, size_t *lengths);
     /* What this rank holds, for --save and --resume; NULL: the strategy has none. */
     void (*checkpoint_state)(void *ctx, ckpt_state *out);
 } train_strategy;
