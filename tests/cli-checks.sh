@@ -240,6 +240,30 @@ expect_ok() {
 }
 [ -x "$programs"/baseline ] && expect_ok "$programs"/baseline --seed 18446744073709551615 --steps 1 \
     --layers 1 --dim 16 --heads 2 --ctx 8 --batch 1 --quiet
+# mixed precision: the precision's values, the loss scale's flags (fp16 alone) and the
+# programs and strategies that train in fp32 alone so far
+for program in "${every_program[@]}"; do
+    [ -x "$program" ] || continue
+    expect_training_error "$program" "--precision fp8: unknown value (valid: fp32, bf16, fp16)" --precision fp8
+    expect_training_error "$program" "--loss-scale 0: must be at least 1" --loss-scale 0 --precision fp16
+done
+for program in "$programs"/baseline "$programs"/chapter[12]; do   # those that train in 16 bits
+    [ -x "$program" ] || continue
+    expect_error "$program" "--loss-scale: only --precision fp16 takes a loss scale (this run computes in bf16" \
+        --loss-scale 8 --precision bf16
+    expect_error "$program" "--no-loss-scale: only --precision fp16 takes a loss scale (this run computes in fp32" \
+        --no-loss-scale
+    expect_error "$program" "--no-loss-scale: leave out --loss-scale" \
+        --no-loss-scale --loss-scale 8 --precision fp16
+done
+if [ -x "$programs"/chapter1 ]; then
+    expect_error "$programs"/chapter1 "--precision bf16: DataParallel trains in fp32 only so far; add --strategy ddp" \
+        --precision bf16
+    expect_error "$programs"/chapter1 "--precision fp16: DataParallel trains in fp32 only so far" \
+        --precision fp16 --strategy dp
+fi
+[ -x "$programs"/chapter7 ] && expect_error "$programs"/chapter7 \
+    "--precision bf16: chapter 7 trains in fp32 only so far" --precision bf16
 # chapter 6, the planner: sizes, shapes and meshes
 planner="$programs"/chapter6
 if [ -x "$planner" ] && [ -z "$mpi" ]; then

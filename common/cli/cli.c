@@ -56,8 +56,9 @@ static void check_loss_scale_flags(const run_config *cfg) {
                         : cfg->test_overflow_step > 0 ? "--test-overflow-step"
                                                       : NULL;
     if (given && cfg->precision != PRECISION_FP16)
-        cli_fail("%s: only --precision fp16 takes a loss scale (this run computes in %s,"
-                 " whose exponent range is fp32's)", given, precision_name(cfg->precision));
+        cli_fail("%s: only --precision fp16 takes a loss scale (this run computes in %s;"
+                 " fp32 and bf16 have fp32's exponent range, nothing to scale)", given,
+                 precision_name(cfg->precision));
     if (cfg->no_loss_scale && (cfg->loss_scale_init > 0 || cfg->loss_scale_window > 0))
         cli_fail("--no-loss-scale: leave out --loss-scale and --loss-scale-window with it");
 }

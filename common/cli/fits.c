@@ -24,9 +24,15 @@ static double params_of(const gpt_config *m) {
     return (double)m->vocab * C + (double)m->ctx * C + L * (12 * C * C + 13 * C) + 2 * C;
 }
 
+/* Model state per parameter: fp32 params, grads, m, v; in mixed precision 16-bit
+ * compute weights, fp32 grads, and masters, m, v (2 + 4 + 12). */
+static double state_bytes_per_param(precision p) { return p == PRECISION_FP32 ? 16 : 18; }
+
 double fits_estimate_bytes(const run_config *cfg, int ranks_here, double model_share_per_rank) {
-    const double state = 16.0 * params_of(&cfg->model);   /* params, grads, m, v */
-    const double acts = fits_activation_bytes(&cfg->model, cfg->batch);
+    const double state = state_bytes_per_param(cfg->precision) * params_of(&cfg->model);
+    /* 16-bit activations: half (at least: the fp32 statistics count as 16-bit here) */
+    const double acts = fits_activation_bytes(&cfg->model, cfg->batch) *
+                        (double)precision_bytes(cfg->precision) / 4.0;
     const double ranks = cfg->comm.ranks > 0 ? cfg->comm.ranks : 1;
     return state * (1 + ranks_here * model_share_per_rank) + acts * (1 + ranks_here / ranks);
 }
@@ -64,10 +70,11 @@ void fits_check_or_exit(const run_config *cfg, double model_share_per_rank) {
     const double have = fits_machine_bytes();
     if (needed > have) {
         char a[32], b[32];
-        cli_fail("this run needs at least %s of memory (%.3g parameters x 16 B of model"
+        cli_fail("this run needs at least %s of memory (%.3g parameters x %.0f B of model"
                  " state, and activations for --batch %d x --ctx %d, on %d rank%s), and this"
                  " machine has %s: use a smaller model, batch or fewer ranks",
-                 report_bytes(needed, a), params_of(m), cfg->batch, m->ctx, cfg->comm.ranks,
+                 report_bytes(needed, a), params_of(m), state_bytes_per_param(cfg->precision),
+                 cfg->batch, m->ctx, cfg->comm.ranks,
                  cfg->comm.ranks == 1 ? "" : "s", report_bytes(have, b));
     }
 }
