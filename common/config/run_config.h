@@ -31,6 +31,8 @@ typedef struct {
     double loss_scale_init;
     int loss_scale_window;
     int test_overflow_step;   /* test hook: world rank 0's gradient overflows at step K */
+    int test_16bit_masters;   /* negative control (baseline): master weights rounded to
+                                 the compute precision after every update */
     comm_options comm;    /* ranks, allreduce, link, link-scale, comm-timeout, trace,
                              device (--device, resolved: never auto after cli_parse)
                              and tf32 (--tf32) */

@@ -64,6 +64,7 @@ baseline_run *baseline_train(const run_config *cfg, const dataset *data) {
     baseline_step b = {.cfg = cfg, .data = data, .out = out};
     replica_init(&b.rep, &shape, cfg->seed, 1);
     replica_set_precision(&b.rep, cfg->precision);
+    b.rep.masters_in_16_bits = cfg->test_16bit_masters;
     b.model = gpt_model_create(&shape, cfg->batch, cfg->model.ctx,
                                &(gpt_model_options){.precision = cfg->precision});
     out->num_params = b.rep.num_params;

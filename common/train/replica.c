@@ -72,6 +72,10 @@ void replica_adamw(replica *r, const adamw_config *cfg) {
     r->adam_step++;
     adamw_update(r->params, r->grads, r->adam_m, r->adam_v, r->num_params, cfg,
                  r->adam_step);
+    if (r->masters_in_16_bits && r->precision != PRECISION_FP32) {
+        mixed_round(r->precision, r->compute, r->params, r->num_params);
+        mixed_widen(r->precision, r->params, r->compute, r->num_params);
+    }
 }
 
 void load_batch(gpt_model *m, const dataset *d, const run_config *cfg, int step,

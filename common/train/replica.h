@@ -24,6 +24,7 @@ typedef struct {
     float *params, *grads, *adam_m, *adam_v;
     void *compute;
     int adam_step;
+    int masters_in_16_bits;   /* negative control: the masters rounded after each update */
 } replica;
 
 void replica_init(replica *r, const gpt_shape *s, uint64_t seed, int with_optimizer);
