@@ -127,7 +127,7 @@ START_TEST(negative_controls_fail) {
         zero_options opts = {.stage = cases[i].stage, .fault = cases[i].fault};
         strategy_outcome o = run_stage(&cfg, d, opts);
         compare_to_baseline(&o.result, b, o.loss, o.first_grads, o.final_params);
-        double worst = zero_worst_fraction_of_tolerance(&o.result, 1);
+        double worst = zero_worst_fraction_of_tolerance(&o.result, &(run_tolerances){TOL_GRADS, TOL_LOSS, TOL_PARAMS}, 1);
         printf("negative control, %s: max |diff| loss %.2e grads %.2e params %.2e"
                " (%.0fx the tolerance)\n", cases[i].what, o.result.diff_loss,
                o.result.diff_grads, o.result.diff_params, worst);

@@ -33,7 +33,7 @@ static double run_against(const run_config *cfg, const dataset *d, const baselin
     ck_assert_int_eq(zero_launch(cfg, d, &opts, o), 0);
     ck_assert_ptr_nonnull(o->first_grads);
     compare_to_baseline(&o->result, b, o->loss, o->first_grads, o->final_params);
-    return zero_worst_fraction_of_tolerance(&o->result, 1);
+    return zero_worst_fraction_of_tolerance(&o->result, &(run_tolerances){TOL_GRADS, TOL_LOSS, TOL_PARAMS}, 1);
 }
 
 START_TEST(every_stage_matches_the_baseline_and_its_state_formula) {

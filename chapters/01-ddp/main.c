@@ -34,10 +34,11 @@ typedef struct {
     int grad_accum, compress, gil, strategy;
 } chapter_flags;
 
-static int within_tolerance(const run_result *r) {
-    if (r->diff_grads > TOL_GRADS) return 0;
+static int within_tolerance(const run_config *cfg, const run_result *r) {
+    const run_tolerances tol = tolerances_for(cfg);
+    if (r->diff_grads > tol.grads) return 0;
     if (r->steps > TOL_STEPS) return 1;
-    return r->diff_loss <= TOL_LOSS && r->diff_params <= TOL_PARAMS;
+    return r->diff_loss <= tol.loss && r->diff_params <= tol.params;
 }
 
 static void print_bytes_table(const run_config *cfg, const dp_extra *dp,
@@ -170,12 +171,12 @@ static int compare_and_report(const run_config *cfg, const chapter_flags *f,
     int ok = 1;
     if (dp) {
         strategy_outcome_compare(dp, baseline);
-        ok &= within_tolerance(&dp->result);
+        ok &= within_tolerance(cfg, &dp->result);
         rows[n++] = dp->result;
     }
     if (ddp) {
         strategy_outcome_compare(ddp, baseline);
-        if (wire == COMM_F32) ok &= within_tolerance(&ddp->result);
+        if (wire == COMM_F32) ok &= within_tolerance(cfg, &ddp->result);
         rows[n++] = ddp->result;
     }
     const dp_extra *dp_shown = dp ? dp->extra : NULL;
@@ -190,15 +191,16 @@ static int compare_and_report(const run_config *cfg, const chapter_flags *f,
         print_bytes_table(cfg, dp_shown, ddp_shown, baseline->num_params);
         if (dp_shown) print_dp_table(dp_shown);
         if (ddp_shown) print_ddp_table(ddp_shown, f);
+        const run_tolerances tol = tolerances_for(cfg);
+        const char *why = cfg->precision == PRECISION_FP32 ? "fp32, sums in another order"
+                                                           : "16 bits, tolerances.h";
         if (cfg->steps <= TOL_STEPS)
-            printf("\ntolerances (fp32, sums in another order): grads %.0e, loss %.0e, params"
-                   " %.0e -> %s", TOL_GRADS, TOL_LOSS, TOL_PARAMS,
-                   ok ? "all within" : "EXCEEDED");
+            printf("\ntolerances (%s): grads %.0e, loss %.0e, params %.1e -> %s", why,
+                   tol.grads, tol.loss, tol.params, ok ? "all within" : "EXCEEDED");
         else
-            printf("\ntolerance (fp32, sums in another order): grads of step 1 %.0e -> %s;"
-                   " loss and params are checked over at most %d steps (AdamW lets rounding"
-                   " differences grow)", TOL_GRADS, ok ? "within" : "EXCEEDED",
-                   TOL_STEPS);
+            printf("\ntolerance (%s): grads of step 1 %.0e -> %s; loss and params are checked"
+                   " over at most %d steps (AdamW lets rounding differences grow)", why,
+                   tol.grads, ok ? "within" : "EXCEEDED", TOL_STEPS);
         printf("%s\n",
                ddp_shown && wire != COMM_F32 ? " (compressed DDP: its error is the"
                " cost of the wire type, not checked)" : "");

@@ -13,10 +13,11 @@ const char *zero_strategy_name(int stage) {
     return stage >= 0 && stage < ZERO_STAGES ? names[stage] : "zero?";
 }
 
-double zero_worst_fraction_of_tolerance(const run_result *r, int all_three) {
+double zero_worst_fraction_of_tolerance(const run_result *r, const run_tolerances *tol,
+                                        int all_three) {
     const int later = all_three || r->steps <= TOL_STEPS;   /* loss, parameters too */
-    return run_worst_fraction_of_tolerance(r, TOL_GRADS, later ? TOL_LOSS : 0,
-                                           later ? TOL_PARAMS : 0);
+    return run_worst_fraction_of_tolerance(r, tol->grads, later ? tol->loss : 0,
+                                           later ? tol->params : 0);
 }
 
 /* One rank's ZeRO step for the training loop. */

@@ -8,6 +8,7 @@
 
 #include "data.h"
 #include "strategy_outcome.h"
+#include "tolerances.h"
 #include "zero.h"
 #include "zero_formulas.h"
 
@@ -33,6 +34,7 @@ const char *zero_strategy_name(int stage);
 /* The largest of the checked differences against its tolerance (tolerances.h; 1 = at
  * the limit): the gradients always, loss and parameters in runs of at most TOL_STEPS
  * steps or when all_three is set. */
-double zero_worst_fraction_of_tolerance(const run_result *r, int all_three);
+double zero_worst_fraction_of_tolerance(const run_result *r, const run_tolerances *tol,
+                                        int all_three);
 
 #endif

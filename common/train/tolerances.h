@@ -6,6 +6,8 @@
 #ifndef TOLERANCES_H
 #define TOLERANCES_H
 
+#include "run_config.h"
+
 /* The gradients of step 1, before any update: rounding alone, on gradients of order
  * 1e-2 .. 1e-1, so a few ulps of those. */
 #define TOL_GRADS 1e-6
@@ -23,5 +25,31 @@
 /* One split layer or block against the unsplit one (chapter 3's parts 1 and 2): one
  * product of values of order 1, summed in another order. */
 #define TOL_LAYER 1e-5
+
+/* ---- mixed precision (bf16, fp16) ----------------------------------------------------
+ * A strategy runs the same 16-bit arithmetic as the baseline on the same tokens, so
+ * step 1's forward is identical and its gradients differ by the fp32 reduction order
+ * alone: TOL_GRADS holds. After an update the fp32 masters differ by rounding (1e-9
+ * .. 1e-8), and a master that close to a rounding boundary of the compute copy rounds
+ * the other way in one run: its 16-bit weight then differs by a whole 16-bit step
+ * (2^-8 relative in bf16). Such flips change the gradients by far more than rounding,
+ * and AdamW, which normalises each element's update, turns a changed gradient near 0
+ * into a changed step of up to the learning rate: */
+/* The loss: measured 7e-5 at most (chapter 2, 2-4 ranks, 5 steps, bf16 and fp16);
+ * 10x that, and still 100x below the negative controls. */
+#define MIXED_TOL_LOSS 1e-3
+
+typedef struct {
+    double grads, loss, params;
+} run_tolerances;
+
+/* How far two runs' parameters can drift apart when their gradients differ: AdamW
+ * moves an element by at most about the step's learning rate (Kingma and Ba's bound
+ * |update| <= lr when 1 - beta1 <= sqrt(1 - beta2), true of the defaults), so by at
+ * most 2 x the sum of the scheduled learning rates over `steps` (warm-up included). */
+double adamw_drift_bound(const adamw_config *adamw, int steps);
+/* The tolerances a run is held to: TOL_GRADS, TOL_LOSS, TOL_PARAMS in fp32; in mixed
+ * precision TOL_GRADS, MIXED_TOL_LOSS and adamw_drift_bound(cfg's AdamW, its steps). */
+run_tolerances tolerances_for(const run_config *cfg);
 
 #endif
