@@ -250,8 +250,6 @@ int main(int argc, char **argv) {
         {"part", OPT_CHOICE, &a.part, "which part to run", part_names, 0},
         {0},
     };
-    a.cfg.fp32_only = "tensor parallelism trains in fp32 only so far (mixed precision"
-                      " runs in the baseline and in chapters 1-2: DDP and ZeRO)";
     cli_parse(argc, argv, &a.cfg, options, argv[0],
               "Tensor parallelism: y = W x split by rows and by columns, a Megatron"
               " transformer block, and the whole model trained with TP.");

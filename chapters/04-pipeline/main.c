@@ -217,8 +217,6 @@ int main(int argc, char **argv) {
     /* before cli_parse, whose check of --save would make the directory first */
     if (in_argv(argc, argv, "simulate"))
         a.cfg.no_checkpoints = "does nothing with --simulate (the simulator trains no model)";
-    a.cfg.fp32_only = "pipeline parallelism trains in fp32 only so far (mixed precision"
-                      " runs in the baseline and in chapters 1-2: DDP and ZeRO)";
     cli_parse(argc, argv, &a.cfg, options, argv[0],
               "Pipeline parallelism: naive, GPipe, 1F1B, interleaved 1F1B and ZB-H1"
               " schedules, their bubbles and pictures.");

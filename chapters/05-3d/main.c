@@ -288,8 +288,6 @@ int main(int argc, char **argv) {
     if (in_argv(argc, argv, "examples") || in_argv(argc, argv, "mesh-only"))
         a.cfg.no_checkpoints = "--mesh-only and --examples train nothing, so there is nothing"
                                " to save or resume (leave them out to train)";
-    a.cfg.fp32_only = "the 3D mesh trains in fp32 only so far (mixed precision"
-                      " runs in the baseline and in chapters 1-2: DDP and ZeRO)";
     cli_parse(argc, argv, &a.cfg, options, argv[0],
               "3D parallelism: TP x PP x DP on one device mesh, against single-device"
               " training; the course's meshes checked by arithmetic.");
