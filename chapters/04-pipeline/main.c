@@ -183,7 +183,8 @@ static pipeline_sim_config sim_config(const chapter_args *a) {
         .link_name = cfg->comm.link == LINK_NONE ? NULL : comm_link_spec(cfg->comm.link).name,
     };
     /* one micro-batch's activations: batch/m sequences x ctx x dim fp32 */
-    c.message_bytes = 4.0 * cfg->batch / a->micro * cfg->model.ctx * cfg->model.dim;
+    c.message_bytes = (double)precision_bytes(cfg->precision) * cfg->batch / a->micro *
+                      cfg->model.ctx * cfg->model.dim;   /* activations in the run's precision */
     link_model(&cfg->comm, &c.link_alpha_ms, &c.link_ms_per_byte);
     c.replicas = pipelines_on_ranks(a, c.pp);
     /* the default m: at most one sequence per micro-batch in each pipeline's share */

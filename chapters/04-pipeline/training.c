@@ -112,9 +112,11 @@ static void print_traffic(const strategy_outcome *runs, int n, const run_config 
         for (int k = 0; k < p; k++) printf(" %10s", report_bytes(o->measured.bytes_sent[k], a));
         printf("\n");
     }
-    printf("  per boundary: 2 x m x b x s x h x 4 B = 2 x %d x %d x %d x 4 B = %s (interleaving"
-           " crosses v times as many boundaries)\n", cfg->batch / first->replicas,
-           cfg->model.ctx, cfg->model.dim, report_bytes(first->bytes_formula, b));
+    const int act = (int)precision_bytes(cfg->precision);   /* activations' bytes */
+    printf("  per boundary: 2 x m x b x s x h x %d B = 2 x %d x %d x %d x %d B = %s (%s;"
+           " interleaving crosses v times as many boundaries)\n", act,
+           cfg->batch / first->replicas, cfg->model.ctx, cfg->model.dim, act,
+           report_bytes(first->bytes_formula, b), precision_name(cfg->precision));
     printf("  DDP on the same %d ranks would all-reduce 2(N-1)/N x %zu parameters x 4 B = %s"
            " per rank per step: a pipeline sends activations, not the model, which is why it"
            " suits slow links between machines\n", ranks, gpt_num_params(&whole),
