@@ -56,11 +56,6 @@
 
 static const precision sixteen_bits[] = {PRECISION_BF16, PRECISION_FP16};
 
-/* u: the relative rounding of one 16-bit value (half an ulp is u / 2) */
-static double unit_roundoff(precision p) {
-    return p == PRECISION_BF16 ? ldexp(1.0, -8) : ldexp(1.0, -11);
-}
-
 static run_config tiny_config(int ranks, int layers, precision p) {
     run_config cfg = run_config_default();
     cfg.model = (gpt_config){.vocab = 256, .ctx = 8, .layers = layers, .heads = 4, .dim = 32};
@@ -73,29 +68,13 @@ static run_config tiny_config(int ranks, int layers, precision p) {
     return cfg;
 }
 
-typedef struct {
-    double grads, loss, params;
-} tolerances;
+typedef run_bounds tolerances;
 
-static double max_abs(const float *v, size_t n) {
-    double m = 0;
-    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(v[i]));
-    return m;
-}
-
-/* The bounds of the header: pipelines and DP as chapter 2; with TP the 16-bit
- * all-reduces' own rounding on top. */
+/* The bounds of the header (parallel_run_bounds, which the chapters' verdicts use too):
+ * pipelines and DP as chapter 2 but for the masters; with TP the 16-bit all-reduces'
+ * own rounding on top. */
 static tolerances tolerances_for(const run_config *cfg, const baseline_run *b, int tp) {
-    /* a flipped compute copy can turn an AdamW step round after step 1 */
-    const double adam_flips = 2.0 * cfg->adamw.lr * (cfg->steps - 1);
-    tolerances t = {TOL_GRADS, MIXED_TOL_LOSS, fmax(TOL_PARAMS, adam_flips)};
-    if (tp < 2) return t;
-    const double u = unit_roundoff(cfg->precision), L = cfg->model.layers;
-    const double tokens = (double)cfg->batch * cfg->model.ctx;
-    t.grads = fmax(t.grads, 4 * L * u * max_abs(b->first_grads, b->num_params));
-    t.loss = fmax(t.loss, 4 * L * u * log((double)cfg->model.vocab) / sqrt(tokens));
-    t.params = fmax(t.params, 2.0 * cfg->adamw.lr * cfg->steps);
-    return t;
+    return parallel_run_bounds(cfg, tp, b);
 }
 
 static double check_within(const char *what, const run_result *r, tolerances t) {

@@ -8,6 +8,7 @@
 #include "pp_draw.h"
 #include "report.h"
 #include "pp_train.h"
+#include "tp_train.h"
 
 /* One schedule's JSON keys (pp, micro, virtual, bubbles, activations per stage). */
 static char *run_json(const pp_extra *o) {
@@ -194,15 +195,16 @@ int pipeline_train(const pipeline_sim_config *c, const run_config *cfg) {
         }
         double worst = 0;
         const char *name = "-";
+        const run_bounds bounds = parallel_run_bounds(cfg, 1, baseline);   /* its precision */
         for (int i = 0; i < n; i++) {
-            double f = pp_worst_fraction_of_tolerance(&runs[i].result);
+            double f = run_worst_fraction_of_bounds(&runs[i].result, bounds);
             if (f >= worst) worst = f, name = runs[i].result.strategy;
         }
         if (!cfg->json)
-            printf("\n%s: every schedule against the baseline (tolerances: gradients of step 1"
-                   " %.0e, loss %.0e, parameters %.0e); worst: %s at %.0f%% of its tolerance\n",
-                   worst <= 1 ? "OK" : "FAILED", PP_TOL_GRADS, PP_TOL_LOSS, PP_TOL_PARAMS, name,
-                   100 * worst);
+            printf("\n%s: every schedule against the baseline (%s tolerances: gradients of step"
+                   " 1 %.0e, loss %.0e, parameters %.0e); worst: %s at %.0f%% of its tolerance\n",
+                   worst <= 1 ? "OK" : "FAILED", precision_name(cfg->precision), bounds.grads,
+                   bounds.loss, bounds.params, name, 100 * worst);
         if (worst > 1) status = 1;
     }
     for (int i = 0; i < n; i++) {
