@@ -43,22 +43,28 @@ static void print_part3_intro(const chapter_args *a, int world) {
     const int t = a->tp, d = world / t;
     const gpt_shape s = gpt_shape_make(m, t, 0), whole = gpt_shape_make(m, 1, 0);
     gpt_shape v = s;
-    gpt_shape_split_vocab(&v);
+    tp_split_vocab(&v, t, a->cfg.precision);
     printf("Part 3. Training the whole model with TP = %d", t);
     if (d > 1) printf(" x DP = %d (ranks r, r+1, ... of one TP group are neighbours)", d);
     printf("\n  each rank holds %d of %d heads and %d of %d MLP units in every block,\n",
            s.heads_local, m->heads, s.hidden_local, 4 * m->dim);
-    printf("  and %d rows of the %d-token vocabulary (embedding = tied LM head), rows",
-           v.vocab_local, m->vocab);
-    for (int r = 0; r < t; r++) {
-        int lo = r * v.vocab_local, hi = lo + v.vocab_local - 1;
-        if (hi >= m->vocab) hi = m->vocab - 1;
-        printf("%s %d-%d", r ? "," : "", lo, hi);
+    if (!v.vocab_parallel) {   /* 16 bits: the vocab-parallel loss is fp32's alone */
+        printf("  and the whole %d-token vocabulary (embedding = tied LM head), replicated:"
+               " in %s the vocab-parallel loss is not used (it computes in fp32 only)\n",
+               m->vocab, precision_name(a->cfg.precision));
+    } else {
+        printf("  and %d rows of the %d-token vocabulary (embedding = tied LM head), rows",
+               v.vocab_local, m->vocab);
+        for (int r = 0; r < t; r++) {
+            int lo = r * v.vocab_local, hi = lo + v.vocab_local - 1;
+            if (hi >= m->vocab) hi = m->vocab - 1;
+            printf("%s %d-%d", r ? "," : "", lo, hi);
+        }
+        int padding = v.vocab_local * t - m->vocab;
+        if (padding) printf(" (+%d zero padding row%s)", padding, padding > 1 ? "s" : "");
+        printf(";\n  the loss is built from 3 numbers per token (max, sum of exp, target"
+               " logit): the full logits are never gathered\n");
     }
-    int padding = v.vocab_local * t - m->vocab;
-    if (padding) printf(" (+%d zero padding row%s)", padding, padding > 1 ? "s" : "");
-    printf(";\n  the loss is built from 3 numbers per token (max, sum of exp, target logit):"
-           " the full logits are never gathered\n");
     size_t mine = gpt_num_params(&v), all = gpt_num_params(&whole);
     char a_[32], b_[32];
     printf("  parameters per rank: %zu (%s) of %zu (%s): %.2fx\n", mine,
@@ -92,14 +98,20 @@ static int print_part3_summary(const chapter_args *a, comm *world, const strateg
     printf("  (parameters, gradients and AdamW state shrink to about 1/t; activations only"
            " in part: heads and MLP units are split, but every TP rank keeps the whole"
            " residual stream and LayerNorm outputs)\n");
-    printf("\nall-reduces per step on the TP group: %.0f measured; 4L + 4 = %d expected"
-           " (2 + 2 per block, 1 embedding, 2 loss, 1 LM head backward)\n",
-           tp_extra_of(run)->allreduces_per_step, 4 * L + 4);
+    if (tp_extra_of(run)->vocab_parallel)
+        printf("\nall-reduces per step on the TP group: %.0f measured; 4L + 4 = %d expected"
+               " (2 + 2 per block, 1 embedding, 2 loss, 1 LM head backward)\n",
+               tp_extra_of(run)->allreduces_per_step, 4 * L + 4);
+    else   /* the vocabulary whole (16 bits): the blocks' f and g alone */
+        printf("\nall-reduces per step on the TP group: %.0f measured; 4L = %d expected"
+               " (2 + 2 per block; the vocabulary is not split)\n",
+               tp_extra_of(run)->allreduces_per_step, 4 * L);
     printf("bytes sent per rank per step: %s measured, %s by the ring formula"
-           " 2(t-1)/t x 4 B x ((4L+2) B T C + 3 B T)%s\n",
-           report_bytes(r->bytes_sent_per_step, x),
+           " 2(t-1)/t x %s%s\n", report_bytes(r->bytes_sent_per_step, x),
            r->bytes_formula >= 0 ? report_bytes(r->bytes_formula, y) : "-",
-           tp_extra_of(run)->dp > 1 ? " + DP's 2(d-1)/d x gradient bytes" : "");
+           tp_extra_of(run)->vocab_parallel ? "4 B x ((4L+2) B T C + 3 B T)"
+                                            : "2 B x 4L B T C (16-bit activations)",
+           tp_extra_of(run)->dp > 1 ? " + DP's 2(d-1)/d x fp32 gradient bytes" : "");
     const double ms_per_step = run_ms_per_step(r);
     const double comm_ms = r->timed_steps ? 1e3 * r->comm_seconds / r->timed_steps : 0.0;
     printf("communication: %.1f%% of the step (%s backend, --link %s): %.2f of %.2f ms"
@@ -120,12 +132,14 @@ static int print_part3_summary(const chapter_args *a, comm *world, const strateg
     /* The gradients of step 1 are the exact check: the same numbers summed in another
      * order. Loss and parameters after several steps also carry the training's own
      * amplification of those rounding differences, which a loss spike makes large. */
-    const int grads_ok = r->diff_grads <= TOL_GRADS;
-    const int later_ok = r->diff_loss <= TOL_LOSS && r->diff_params <= TOL_PARAMS;
-    printf("\ntolerances vs baseline (fp32, sums in another order): grads of step 1 %.0e ->"
-           " %s; loss %.0e and params %.0e after %d steps -> %s\n", TOL_GRADS,
-           grads_ok ? "within" : "EXCEEDED", TOL_LOSS, TOL_PARAMS, cfg->steps,
-           later_ok ? "within" : "beyond");
+    /* In 16 bits TP's all-reduces round partial sums too: bounds of their own */
+    const run_bounds bounds = parallel_run_bounds(cfg, tp_extra_of(run)->tp, a->baseline);
+    const int grads_ok = r->diff_grads <= bounds.grads;
+    const int later_ok = r->diff_loss <= bounds.loss && r->diff_params <= bounds.params;
+    printf("\ntolerances vs baseline (%s, sums in another order): grads of step 1 %.0e ->"
+           " %s; loss %.0e and params %.0e after %d steps -> %s\n",
+           precision_name(cfg->precision), bounds.grads, grads_ok ? "within" : "EXCEEDED",
+           bounds.loss, bounds.params, cfg->steps, later_ok ? "within" : "beyond");
     if (grads_ok && !later_ok) {
         int spike = 0;
         for (int i = 1; i < cfg->steps; i++)
@@ -250,8 +264,6 @@ int main(int argc, char **argv) {
         {"part", OPT_CHOICE, &a.part, "which part to run", part_names, 0},
         {0},
     };
-    a.cfg.fp32_only = "tensor parallelism trains in fp32 only so far (mixed precision"
-                      " runs in the baseline and in chapters 1-2: DDP and ZeRO)";
     cli_parse(argc, argv, &a.cfg, options, argv[0],
               "Tensor parallelism: y = W x split by rows and by columns, a Megatron"
               " transformer block, and the whole model trained with TP.");

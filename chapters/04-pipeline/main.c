@@ -183,7 +183,8 @@ static pipeline_sim_config sim_config(const chapter_args *a) {
         .link_name = cfg->comm.link == LINK_NONE ? NULL : comm_link_spec(cfg->comm.link).name,
     };
     /* one micro-batch's activations: batch/m sequences x ctx x dim fp32 */
-    c.message_bytes = 4.0 * cfg->batch / a->micro * cfg->model.ctx * cfg->model.dim;
+    c.message_bytes = (double)precision_bytes(cfg->precision) * cfg->batch / a->micro *
+                      cfg->model.ctx * cfg->model.dim;   /* activations in the run's precision */
     link_model(&cfg->comm, &c.link_alpha_ms, &c.link_ms_per_byte);
     c.replicas = pipelines_on_ranks(a, c.pp);
     /* the default m: at most one sequence per micro-batch in each pipeline's share */
@@ -217,8 +218,6 @@ int main(int argc, char **argv) {
     /* before cli_parse, whose check of --save would make the directory first */
     if (in_argv(argc, argv, "simulate"))
         a.cfg.no_checkpoints = "does nothing with --simulate (the simulator trains no model)";
-    a.cfg.fp32_only = "pipeline parallelism trains in fp32 only so far (mixed precision"
-                      " runs in the baseline and in chapters 1-2: DDP and ZeRO)";
     cli_parse(argc, argv, &a.cfg, options, argv[0],
               "Pipeline parallelism: naive, GPipe, 1F1B, interleaved 1F1B and ZB-H1"
               " schedules, their bubbles and pictures.");

@@ -8,6 +8,7 @@
 #include "pp_draw.h"
 #include "report.h"
 #include "pp_train.h"
+#include "tp_train.h"
 
 /* One schedule's JSON keys (pp, micro, virtual, bubbles, activations per stage). */
 static char *run_json(const pp_extra *o) {
@@ -112,9 +113,11 @@ static void print_traffic(const strategy_outcome *runs, int n, const run_config 
         for (int k = 0; k < p; k++) printf(" %10s", report_bytes(o->measured.bytes_sent[k], a));
         printf("\n");
     }
-    printf("  per boundary: 2 x m x b x s x h x 4 B = 2 x %d x %d x %d x 4 B = %s (interleaving"
-           " crosses v times as many boundaries)\n", cfg->batch / first->replicas,
-           cfg->model.ctx, cfg->model.dim, report_bytes(first->bytes_formula, b));
+    const int act = (int)precision_bytes(cfg->precision);   /* activations' bytes */
+    printf("  per boundary: 2 x m x b x s x h x %d B = 2 x %d x %d x %d x %d B = %s (%s;"
+           " interleaving crosses v times as many boundaries)\n", act,
+           cfg->batch / first->replicas, cfg->model.ctx, cfg->model.dim, act,
+           report_bytes(first->bytes_formula, b), precision_name(cfg->precision));
     printf("  DDP on the same %d ranks would all-reduce 2(N-1)/N x %zu parameters x 4 B = %s"
            " per rank per step: a pipeline sends activations, not the model, which is why it"
            " suits slow links between machines\n", ranks, gpt_num_params(&whole),
@@ -192,15 +195,16 @@ int pipeline_train(const pipeline_sim_config *c, const run_config *cfg) {
         }
         double worst = 0;
         const char *name = "-";
+        const run_bounds bounds = parallel_run_bounds(cfg, 1, baseline);   /* its precision */
         for (int i = 0; i < n; i++) {
-            double f = pp_worst_fraction_of_tolerance(&runs[i].result);
+            double f = run_worst_fraction_of_bounds(&runs[i].result, bounds);
             if (f >= worst) worst = f, name = runs[i].result.strategy;
         }
         if (!cfg->json)
-            printf("\n%s: every schedule against the baseline (tolerances: gradients of step 1"
-                   " %.0e, loss %.0e, parameters %.0e); worst: %s at %.0f%% of its tolerance\n",
-                   worst <= 1 ? "OK" : "FAILED", PP_TOL_GRADS, PP_TOL_LOSS, PP_TOL_PARAMS, name,
-                   100 * worst);
+            printf("\n%s: every schedule against the baseline (%s tolerances: gradients of step"
+                   " 1 %.0e, loss %.0e, parameters %.0e); worst: %s at %.0f%% of its tolerance\n",
+                   worst <= 1 ? "OK" : "FAILED", precision_name(cfg->precision), bounds.grads,
+                   bounds.loss, bounds.params, name, 100 * worst);
         if (worst > 1) status = 1;
     }
     for (int i = 0; i < n; i++) {

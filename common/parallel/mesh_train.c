@@ -7,12 +7,13 @@
 #include "alloc.h"
 #include "compare.h"
 #include "pp_train.h"
+#include "tp_train.h"
 
 /* This rank's stage k of S = v x p, and its TP slice. */
 static gpt_shape stage_shape(const run_config *cfg, mesh_shape shape, mesh_coord me, int k,
                              int S) {
     gpt_shape s = gpt_shape_make(&cfg->model, shape.tp, me.tp);
-    if (shape.tp > 1) gpt_shape_split_vocab(&s);
+    tp_split_vocab(&s, shape.tp, cfg->precision);
     gpt_shape_split_stages(&s, S, k);
     return s;
 }
@@ -26,7 +27,7 @@ void mesh_traffic_formula(const run_config *cfg, mesh_shape shape, mesh_coord me
     for (int c = 0; c < v; c++) {
         const gpt_shape s = stage_shape(cfg, shape, me, c * shape.pp + me.pp, S);
         double bytes[3];
-        dp_grads_state_bytes(&s, zero, PRECISION_FP32, shape.dp, me.dp, bytes);
+        dp_grads_state_bytes(&s, zero, cfg->precision, shape.dp, me.dp, bytes);
         for (int i = 0; i < 3; i++) t->state_formula[i] += bytes[i];
     }
 }

@@ -8,6 +8,7 @@
 #include "alloc.h"
 #include "ops.h"
 #include "tp_slices.h"
+#include "tp_train.h"
 
 const char *pipeline_strategy_name(pp_schedule_kind kind) {
     const pp_schedule_info *s = pp_schedule_about(kind);
@@ -17,15 +18,18 @@ const char *pipeline_strategy_name(pp_schedule_kind kind) {
 /* This rank's slice of the whole model (TP), before the pipeline cuts it. */
 static gpt_shape tp_whole_shape(const run_config *cfg, const mesh *m) {
     gpt_shape s = gpt_shape_make(&cfg->model, m->shape.tp, m->me.tp);
-    if (m->shape.tp > 1) gpt_shape_split_vocab(&s);
+    tp_split_vocab(&s, m->shape.tp, cfg->precision);
     return s;
 }
 
-/* The stage's model reads and writes the step's whole vectors, which dp_grads holds
- * (NULL between steps where it keeps shards alone). */
+/* The stage's model reads the step's whole compute weights and writes its whole fp32
+ * gradient, which dp_grads holds (NULL between steps where it keeps shards alone);
+ * rep.params are the fp32 masters where the rank holds them whole, for checking. */
 static void point_stage_at_step(pipeline_rank *r, int c) {
-    r->chunks[c].rep.params = dp_grads_whole_params(&r->dp[c]);
-    r->chunks[c].rep.grads = dp_grads_whole_grads(&r->dp[c]);
+    const dp_grads *g = &r->dp[c];
+    r->chunks[c].rep.compute = dp_grads_whole_params(g);
+    r->chunks[c].rep.params = g->params_whole ? g->params : NULL;
+    r->chunks[c].rep.grads = dp_grads_whole_grads(g);
 }
 
 void pipeline_rank_init(pipeline_rank *r, comm *world, const mesh *m, const run_config *cfg,
@@ -41,7 +45,7 @@ void pipeline_rank_init(pipeline_rank *r, comm *world, const mesh *m, const run_
                                  pp_schedule_name(opts->schedule), p, opts->micro, v);
     const gpt_shape whole = tp_whole_shape(cfg, m);
     const gpt_model_options model_opts = {
-        .tp = m->shape.tp > 1 ? m->tp : NULL,
+        .tp = m->shape.tp > 1 ? m->tp : NULL, .precision = cfg->precision,
         .drop_f_backward = opts->fault == PIPELINE_FAULT_DROP_F_BACKWARD};
     r->chunks = mem_alloc(MEM_OTHER, (size_t)v * sizeof *r->chunks);
     for (int c = 0; c < v; c++) {
@@ -55,7 +59,8 @@ void pipeline_rank_init(pipeline_rank *r, comm *world, const mesh *m, const run_
                      m->me.dp * per_pipeline, dloss, opts->stage_seconds);
     /* each dp group shards its own stage's TP slice; without DP nothing is sharded */
     const dp_grads_options dp_opts = {
-        .zero = d > 1 ? opts->zero_stage : 0, .first_bucket_bytes = 1u << 20,
+        .zero = d > 1 ? opts->zero_stage : 0, .precision = cfg->precision,
+        .first_bucket_bytes = 1u << 20,
         .bucket_bytes = 25u << 20, .quiet_alone = 1,
         .fault = opts->fault == PIPELINE_FAULT_SKIP_DP_REDUCE         ? DP_FAULT_SKIP_GRAD_REDUCE
                  : opts->fault == PIPELINE_FAULT_SKIP_DP_PARAM_GATHER ? DP_FAULT_SKIP_PARAM_ALLGATHER
@@ -105,6 +110,7 @@ static float pipeline_compute_grads(void *arg, int step, float loss_scale) {
     /* d(objective)/d(one token's loss), times fp16's loss scale */
     r->exec.dloss = loss_scale / ((float)r->cfg->batch * (float)r->cfg->model.ctx);
     for (int c = 0; c < r->opts.chunks; c++) {
+        dp_grads_begin_step_compute(&r->dp[c]);   /* mixed precision: 16-bit weights */
         dp_grads_step_begin(&r->dp[c]);   /* ZeRO-3: the stage's parameters gathered */
         point_stage_at_step(r, c);
     }
@@ -173,6 +179,15 @@ static double gather_whole_over_dp(pipeline_rank *r, pp_vector which, float *who
     return drift;
 }
 
+/* The fp32 gradient AdamW reads, one vector per chunk, for fp16's loss scale. */
+static int pipeline_optimizer_grads(void *arg, float **vectors, size_t *lengths) {
+    pipeline_rank *r = arg;
+    int count = 0;
+    for (int c = 0; c < r->opts.chunks && count < TRAIN_MAX_GRAD_VECTORS; c++)
+        count += dp_grads_optimizer_grads(&r->dp[c], vectors + count, lengths + count);
+    return count;
+}
+
 static void pipeline_keep_first_grads(void *arg) {
     pipeline_rank *r = arg;
     gather_whole_over_dp(r, PP_GRADS, r->first_grads);
@@ -203,6 +218,7 @@ static void pipeline_checkpoint_state(void *arg, ckpt_state *out) {
 train_strategy pipeline_strategy(pipeline_rank *r) {
     return (train_strategy){.name = pipeline_strategy_name(r->opts.schedule), .ctx = r,
                             .compute_grads = pipeline_compute_grads,
+                            .optimizer_grads = pipeline_optimizer_grads,
                             .keep_first_grads = pipeline_keep_first_grads,
                             .update = pipeline_update,
                             .checkpoint_state = pipeline_checkpoint_state};
@@ -226,18 +242,25 @@ void pipeline_bytes_formula(const run_config *cfg, mesh_shape shape, mesh_coord 
     const int v = opts->chunks, S = v * shape.pp, m = opts->micro;
     const double N = (double)cfg->batch / shape.dp / m * cfg->model.ctx;   /* tokens per micro */
     const double C = cfg->model.dim, f32 = sizeof(float);
+    /* activations and their gradients travel in the model's precision (the loss's
+     * numbers in fp32), gradients and the tied weight's in fp32 */
+    const double act = (double)precision_bytes(cfg->precision);
+    const int zero = shape.dp > 1 ? opts->zero_stage : 0;
+    /* DDP all-reduces fp32 gradients; ZeRO reduce-scatters them (half a ring) and
+     * all-gathers the compute weights (the other half: 16-bit in mixed precision) */
+    const double dp_bytes_per_param = 0.5 * (f32 + (zero == 0 ? f32 : act));
     const mesh slice = {.shape = shape, .me = me};
     for (int k = 0; k < PIPELINE_GROUP_KINDS; k++) bytes[k] = 0;
     for (int c = 0; c < v; c++) {
         const int k = c * shape.pp + me.pp;
         gpt_shape s = tp_whole_shape(cfg, &slice);
         gpt_shape_split_stages(&s, S, k);
-        double tp_floats = 4.0 * gpt_stage_layers(&s) * N * C;
-        if (s.has_embed) tp_floats += N * C;
-        if (s.has_head) tp_floats += N * C + 3 * N;
-        bytes[PIPELINE_TP] += m * ring(shape.tp) * tp_floats * f32;
-        bytes[PIPELINE_PP] += m * N * C * f32 * ((k < S - 1) + (k > 0));
-        bytes[PIPELINE_DP] += ring(shape.dp) * (double)gpt_num_params(&s) * f32;
+        double tp_bytes = 4.0 * gpt_stage_layers(&s) * N * C * act;
+        if (s.vocab_parallel && s.has_embed) tp_bytes += N * C * act;
+        if (s.vocab_parallel && s.has_head) tp_bytes += N * C * act + 3 * N * f32;
+        bytes[PIPELINE_TP] += m * ring(shape.tp) * tp_bytes;
+        bytes[PIPELINE_PP] += m * N * C * act * ((k < S - 1) + (k > 0));
+        bytes[PIPELINE_DP] += ring(shape.dp) * (double)gpt_num_params(&s) * dp_bytes_per_param;
         if (shape.pp > 1 && (s.has_embed || s.has_head))
             bytes[PIPELINE_EMBEDDING] += ring(2) * (double)gpt_tied_weight_numel(&s) * f32;
     }

@@ -7,6 +7,7 @@
 
 #include "alloc.h"
 #include "ops.h"
+#include "ops_mixed.h"
 
 void pp_executor_init(pp_executor *e, const pp_schedule *schedule, int rank, pp_stage *chunks,
                       const run_config *cfg, const dataset *data, int first_sequence,
@@ -55,21 +56,22 @@ static int slot_for(pp_executor *e, int chunk, int micro) {
     return slot;
 }
 
-/* A boundary buffer (one micro-batch's activations or their gradient) in transit. */
-static float *box_take(pp_executor *e, const pp_stage *st) {
+/* A boundary buffer (one micro-batch's activations or their gradient, in the model's
+ * precision) in transit. Every chunk's boundary has the same size and precision. */
+static void *box_take(pp_executor *e, const pp_stage *st) {
     return e->spares > 0 ? e->spare[--e->spares]
-                         : mem_alloc_on(MEM_DEVICE, MEM_COMM, st->boundary_numel * sizeof(float));
+                         : mem_alloc_on(MEM_DEVICE, MEM_COMM, pp_boundary_bytes(st));
 }
 
-static void box_give(pp_executor *e, float *box) { e->spare[e->spares++] = box; }
+static void box_give(pp_executor *e, void *box) { e->spare[e->spares++] = box; }
 
 /* Its activations are no longer needed; its input gradient goes to the outbox. */
 static void slot_release(pp_executor *e, int chunk, int micro) {
     const int m = e->schedule->micro, at = chunk * m + micro;
     pp_stage *st = &e->chunks[chunk];
     if (!pp_stage_is_first(st) && !e->grad_sent[at]) {
-        float *box = box_take(e, st);
-        vec_copy(box, gpt_stage_input_grad(st->model), st->boundary_numel);
+        void *box = box_take(e, st);
+        mixed_vec_copy(st->precision, box, gpt_stage_input_grad(st->model), st->boundary_numel);
         e->outbox[at] = box;
     }
     e->slot_busy[chunk * m + e->slot_of[at]] = 0;
@@ -121,10 +123,10 @@ static float run_compute(pp_executor *e, const pp_op *op, int step) {
     float loss = 0;
     switch (op->kind) {
     case PP_FORWARD: {
-        float **box = &e->inbox[op->chunk * e->schedule->micro + op->micro];
+        void **box = &e->inbox[op->chunk * e->schedule->micro + op->micro];
         if (*box) {
             gpt_use_slot(st->model, slot);
-            vec_copy(gpt_stage_input(st->model), *box, st->boundary_numel);
+            mixed_vec_copy(st->precision, gpt_stage_input(st->model), *box, st->boundary_numel);
             box_give(e, *box);
             *box = NULL;
         }
@@ -138,11 +140,11 @@ static float run_compute(pp_executor *e, const pp_op *op, int step) {
         break;
     case PP_BACKWARD_INPUT:   /* d(input) is ready: its send may come before W */
         gpt_use_slot(st->model, slot);
-        gpt_backward_input(st->model, st->rep.params, st->rep.grads, e->dloss);
+        gpt_backward_input(st->model, st->rep.compute, st->rep.grads, e->dloss);
         break;
     default:   /* PP_BACKWARD_WEIGHT: the activations' last use */
         gpt_use_slot(st->model, slot);
-        gpt_backward_weights(st->model, st->rep.params, st->rep.grads, NULL, NULL);
+        gpt_backward_weights(st->model, st->rep.compute, st->rep.grads, NULL, NULL);
         slot_release(e, op->chunk, op->micro);
         break;
     }
@@ -154,7 +156,7 @@ static void run_message(pp_executor *e, const pp_op *op) {
     pp_stage *st = &e->chunks[op->chunk];
     switch (op->kind) {
     case PP_RECV_ACT: {   /* into the inbox: its slot is taken by its forward */
-        float *box = box_take(e, st);
+        void *box = box_take(e, st);
         pp_recv_input_into(st, box);
         e->inbox[op->chunk * e->schedule->micro + op->micro] = box;
         break;

@@ -31,10 +31,11 @@ typedef struct {
     /* slots */
     int *slot_of;             /* [v x m]: the slot micro-batch i holds on chunk c, or -1 */
     int *slot_busy;           /* [v x m]: which slots are taken */
-    float **inbox;            /* [v x m]: input activations received, until the forward */
-    float **outbox;           /* [v x m]: d(input) of micro-batch i of chunk c, until sent */
+    /* boxes hold boundary tensors in the model's precision */
+    void **inbox;             /* [v x m]: input activations received, until the forward */
+    void **outbox;            /* [v x m]: d(input) of micro-batch i of chunk c, until sent */
     int *grad_sent;           /* [v x m]: its d(input) has gone */
-    float **spare;            /* in- and outbox buffers not in use (at most 2 v m) */
+    void **spare;             /* in- and outbox buffers not in use (at most 2 v m) */
     int spares;
     int in_flight, in_flight_peak;   /* micro-batches held now / at most, all chunks */
     /* the last step, measured (seconds from its start) */

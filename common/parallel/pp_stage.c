@@ -6,6 +6,7 @@
 #include "alloc.h"
 #include "floats.h"
 #include "ops.h"
+#include "ops_mixed.h"
 
 /* Tags keep activations and gradients apart: a stage may have one of each in flight
  * to the same neighbour. */
@@ -18,9 +19,15 @@ void pp_stage_init(pp_stage *st, comm *pp, const gpt_shape *whole, int stage, in
                      .micro_batch = micro_batch, .T = T, .owns_state = owns_state};
     gpt_shape_split_stages(&st->shape, stages, stage);
     st->boundary_numel = (size_t)micro_batch * T * whole->cfg.dim;
-    if (owns_state) replica_init(&st->rep, &st->shape, seed, 1);
-    else st->rep = (replica){.shape = st->shape, .num_params = gpt_num_params(&st->shape)};
     gpt_model_options opts = model_opts ? *model_opts : (gpt_model_options){0};
+    st->precision = opts.precision;
+    if (owns_state) {
+        replica_init(&st->rep, &st->shape, seed, 1);
+        replica_set_precision(&st->rep, opts.precision);
+    } else {
+        st->rep = (replica){.shape = st->shape, .num_params = gpt_num_params(&st->shape),
+                            .precision = opts.precision};
+    }
     opts.max_slots = max_in_flight;
     st->model = gpt_model_create(&st->shape, micro_batch, T, &opts);
 }
@@ -35,9 +42,13 @@ int pp_stage_is_first(const pp_stage *st) { return st->stage == 0; }
 int pp_stage_is_last(const pp_stage *st) { return st->stage == st->stages - 1; }
 int pp_stage_rank_of(const pp_stage *st, int stage) { return stage % comm_size(st->pp); }
 
-void pp_recv_input_into(pp_stage *st, float *x) {
-    comm_recv(st->pp, x, st->boundary_numel, COMM_F32, pp_stage_rank_of(st, st->stage - 1),
-              TAG_ACTIVATION);
+size_t pp_boundary_bytes(const pp_stage *st) {
+    return st->boundary_numel * precision_bytes(st->precision);
+}
+
+void pp_recv_input_into(pp_stage *st, void *x) {
+    comm_recv(st->pp, x, st->boundary_numel, comm_dtype_of(st->precision),
+              pp_stage_rank_of(st, st->stage - 1), TAG_ACTIVATION);
 }
 
 void pp_recv_input(pp_stage *st, int slot) {
@@ -47,20 +58,20 @@ void pp_recv_input(pp_stage *st, int slot) {
 
 void pp_send_output(pp_stage *st, int slot) {
     gpt_use_slot(st->model, slot);
-    comm_send(st->pp, gpt_stage_output(st->model), st->boundary_numel, COMM_F32,
-              pp_stage_rank_of(st, st->stage + 1), TAG_ACTIVATION);
+    comm_send(st->pp, gpt_stage_output(st->model), st->boundary_numel,
+              comm_dtype_of(st->precision), pp_stage_rank_of(st, st->stage + 1), TAG_ACTIVATION);
 }
 
 void pp_recv_output_grad(pp_stage *st, int slot) {
     gpt_use_slot(st->model, slot);
-    comm_recv(st->pp, gpt_stage_output_grad(st->model), st->boundary_numel, COMM_F32,
-              pp_stage_rank_of(st, st->stage + 1), TAG_GRADIENT);
+    comm_recv(st->pp, gpt_stage_output_grad(st->model), st->boundary_numel,
+              comm_dtype_of(st->precision), pp_stage_rank_of(st, st->stage + 1), TAG_GRADIENT);
 }
 
-void pp_send_input_grad(pp_stage *st, const float *dx) {
-    if (st->drop_input_grad) vec_zero((float *)dx, st->boundary_numel);
-    comm_send(st->pp, dx, st->boundary_numel, COMM_F32, pp_stage_rank_of(st, st->stage - 1),
-              TAG_GRADIENT);
+void pp_send_input_grad(pp_stage *st, const void *dx) {
+    if (st->drop_input_grad) mixed_vec_zero(st->precision, (void *)dx, st->boundary_numel);
+    comm_send(st->pp, dx, st->boundary_numel, comm_dtype_of(st->precision),
+              pp_stage_rank_of(st, st->stage - 1), TAG_GRADIENT);
 }
 
 float pp_forward(pp_stage *st, int slot, const dataset *data, const run_config *cfg,
@@ -68,13 +79,13 @@ float pp_forward(pp_stage *st, int slot, const dataset *data, const run_config *
     gpt_use_slot(st->model, slot);
     if (pp_stage_is_first(st) || pp_stage_is_last(st))
         load_batch(st->model, data, cfg, step, first, st->micro_batch);
-    return gpt_forward(st->model, st->rep.params);
+    return gpt_forward(st->model, st->rep.compute);
 }
 
 void pp_backward(pp_stage *st, int slot, float dloss, gpt_slab_ready_fn on_slab_ready,
                  void *ctx) {
     gpt_use_slot(st->model, slot);
-    gpt_backward(st->model, st->rep.params, st->rep.grads, dloss, on_slab_ready, ctx);
+    gpt_backward(st->model, st->rep.compute, st->rep.grads, dloss, on_slab_ready, ctx);
 }
 
 void pp_stage_reduce_tied_grads(pp_stage *st, comm *embedding) {

@@ -32,14 +32,17 @@ typedef struct {
     comm *pp;              /* pipeline group: virtual stage k is rank k % size */
     int micro_batch, T;    /* sequences per micro-batch, tokens per sequence */
     size_t boundary_numel; /* one micro-batch's activations: micro_batch x T x dim */
+    precision precision;   /* of the model: its boundary tensors travel in it */
     int drop_input_grad;   /* negative control: sends zeros instead of d(input) */
 } pp_stage;
 
 /* Makes virtual stage `stage` of `stages` over the pipeline group pp: blocks split as
  * gpt_shape_split_stages does, from `whole` (the model, possibly a TP slice).
  * max_in_flight: micro-batch slots to allow. model_opts may be NULL. owns_state: rep
- * is the stage's own replica (parameters, gradients, AdamW moments); 0: rep holds the
- * shape alone, and its owner (the pipeline's dp_grads.h) points rep.params and
+ * is the stage's own replica (parameters, gradients, AdamW moments; in mixed precision
+ * replica_compute_params at each step's start rounds its compute weights); 0: rep
+ * holds the shape alone, and its owner (the pipeline's dp_grads.h) points rep.compute
+ * (what forward and backward read), rep.params (the fp32 masters, where whole) and
  * rep.grads at the step's whole vectors. */
 void pp_stage_init(pp_stage *st, comm *pp, const gpt_shape *whole, int stage, int stages,
                    int micro_batch, int T, int max_in_flight, uint64_t seed,
@@ -52,11 +55,14 @@ int pp_stage_rank_of(const pp_stage *st, int stage);   /* rank in pp of a virtua
 
 /* The pieces a schedule is made of, on micro-batch slot `slot`. */
 void pp_recv_input(pp_stage *st, int slot);
-void pp_recv_input_into(pp_stage *st, float *x);   /* into a buffer of boundary_numel */
+/* into a buffer of boundary_numel elements of the stage's precision */
+void pp_recv_input_into(pp_stage *st, void *x);
+/* One boundary buffer's bytes: boundary_numel elements of the stage's precision. */
+size_t pp_boundary_bytes(const pp_stage *st);
 void pp_send_output(pp_stage *st, int slot);
 void pp_recv_output_grad(pp_stage *st, int slot);
 /* d(input) from dx (the model's gpt_stage_input_grad, or a copy kept for later). */
-void pp_send_input_grad(pp_stage *st, const float *dx);
+void pp_send_input_grad(pp_stage *st, const void *dx);
 /* Forward of the micro-batch made of sequences [first, first + micro_batch) of step
  * `step`'s global batch (the first stage reads the tokens, the last the targets).
  * Returns the micro-batch's mean loss on the last stage, 0 elsewhere. */

@@ -123,7 +123,9 @@ static void pp_extra_prepare(pp_extra *x, const run_config *cfg, int p,
     pipeline_measures_alloc(&x->measured, p);
     x->formula = pp_bubble_formula(opts->schedule, p, opts->micro, opts->chunks);
     x->in_flight_formula = calloc((size_t)p, sizeof(int));
-    x->bytes_formula = 2.0 * cfg->batch / d * cfg->model.ctx * cfg->model.dim * sizeof(float);
+    /* activations forward and their gradients back, in the model's precision */
+    x->bytes_formula = 2.0 * cfg->batch / d * cfg->model.ctx * cfg->model.dim *
+                       (double)precision_bytes(cfg->precision);
     if (!s) return;   /* no such schedule: the ranks stop with the reason */
     x->cpu_ranks = cpu_ranks_bubble(s, cfg);
     int most = 0;

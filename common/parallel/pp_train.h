@@ -25,7 +25,7 @@ typedef struct {
     pp_bubble formula;          /* the textbook's (streams: a GPU's) */
     pp_bubble cpu_ranks;        /* the simulator's for one operation at a time, as here */
     int *in_flight_formula;     /* [stages] what the schedule holds at most */
-    double bytes_formula;       /* per boundary per step: 2 m b s h x 4 B */
+    double bytes_formula;       /* per boundary per step: 2 m b s h x 4 B (2 B in 16 bits) */
     double tied_drift;          /* the tied weight's two copies, at the end */
     pp_span *spans;             /* the last step's passes, every rank (seconds) */
     int nspans, spans_room;

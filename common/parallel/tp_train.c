@@ -7,9 +7,16 @@
  *                  maxima and sums (common/vocab_parallel.c)
  *   every DP group of TP ranks: its share of the batch; gradients summed over groups
  *   optimizer: plain AdamW on the slice; replicated tensors get identical gradients
- *              on every TP rank, so their copies stay identical */
+ *              on every TP rank, so their copies stay identical
+ *
+ * Mixed precision (bf16, fp16): the slice's fp32 masters and their 16-bit compute copy
+ * (replica.h), rounded at every step's start; f and g all-reduce 16-bit activations,
+ * the DP buckets fp32 gradients. The vocab-parallel loss computes in fp32 alone, so in
+ * 16 bits the vocabulary is not split: every TP rank embeds and scores the whole of it,
+ * a replicated tensor like wpe (tp_split_vocab). */
 #include "tp_train.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,17 +80,24 @@ int tp_check_sizes(const run_config *cfg, int world, int tp, char *err, size_t e
     return 1;
 }
 
-double tp_bytes_formula(const gpt_config *m, int B_local, int T, int tp, int dp,
+void tp_split_vocab(gpt_shape *s, int tp, precision p) {
+    if (tp > 1 && p == PRECISION_FP32) gpt_shape_split_vocab(s);
+}
+
+double tp_bytes_formula(const gpt_config *m, precision p, int B_local, int T, int tp, int dp,
                         size_t params_per_rank) {
     const double N = (double)B_local * T, ring_tp = 2.0 * (tp - 1) / tp;
     const double ring_dp = 2.0 * (dp - 1) / dp;
-    /* all-reduces of N x C floats: 2 per block forward, 2 backward, the vocab-parallel
-     * embedding (forward) and the LM head's f (backward); of N and 2N floats: the loss */
-    double tp_floats = (4.0 * m->layers + 2.0) * N * m->dim + 3.0 * N;
-    /* data parallel: every gradient of the slice (the loss travels on a group of the
-     * training loop's own) */
-    double dp_floats = (double)params_per_rank;
-    return 4.0 * (ring_tp * tp_floats + ring_dp * dp_floats);
+    const double act = (double)precision_bytes(p), f32 = sizeof(float);
+    /* all-reduces of N x C activations: 2 per block forward, 2 backward; with the
+     * vocabulary split (fp32) also the embedding (forward) and the LM head's f
+     * (backward), and of N and 2N fp32 numbers the loss */
+    double tp_bytes = 4.0 * m->layers * N * m->dim * act;
+    if (tp > 1 && p == PRECISION_FP32) tp_bytes += 2.0 * N * m->dim * act + 3.0 * N * f32;
+    /* data parallel: every fp32 gradient of the slice (the loss travels on a group of
+     * the training loop's own) */
+    const double dp_bytes = (double)params_per_rank * f32;
+    return ring_tp * tp_bytes + ring_dp * dp_bytes;
 }
 
 /* ---- training ----------------------------------------------------------------------- */
@@ -115,13 +129,14 @@ static float tp_compute_grads(void *arg, int step, float loss_scale) {
     const double tokens = (double)r->cfg->batch * r->cfg->model.ctx;
     load_batch(r->model, r->data, r->cfg, step, r->m->me.dp * r->B, r->B);
     vec_zero(r->rep.grads, r->rep.num_params);
+    const void *weights = replica_compute_params(&r->rep);   /* 16 bits: fresh copy */
     trace_begin(r->world, "forward");
-    float loss = gpt_forward(r->model, r->rep.params);
+    float loss = gpt_forward(r->model, weights);
     trace_end(r->world);
     /* data parallel over the groups: each slab's gradient is summed over the groups
      * while backward goes on (DDP's buckets on the dp group) */
     trace_begin(r->world, "backward");
-    gpt_backward(r->model, r->rep.params, r->rep.grads, (float)(loss_scale / tokens),
+    gpt_backward(r->model, weights, r->rep.grads, (float)(loss_scale / tokens),
                  r->buckets ? grad_buckets_slab_ready : NULL, r->buckets);
     trace_end(r->world);
     if (r->buckets) {
@@ -141,6 +156,10 @@ static void tp_keep_first_grads(void *arg) {
     double d = tp_gather_whole(r->m->tp, &r->shape, r->rep.grads, r->out->first_grads);
     mem_stats_bind(r->stats);
     if (d > r->drift) r->drift = d;
+}
+
+static int tp_optimizer_grads(void *arg, float **vectors, size_t *lengths) {
+    return replica_optimizer_grads(&((tp_rank *)arg)->rep, vectors, lengths);
 }
 
 static void tp_update(void *arg, int step) {
@@ -165,10 +184,12 @@ static void tp_rank_init(tp_rank *r, const tp_options *opts) {
     const mesh *m = r->m;
     const int t = m->shape.tp, d = m->shape.dp;
     r->shape = gpt_shape_make(&r->cfg->model, t, m->me.tp);
-    gpt_shape_split_vocab(&r->shape);
+    tp_split_vocab(&r->shape, t, r->cfg->precision);
     mem_stats_reset_peaks(r->stats);
     replica_init(&r->rep, &r->shape, r->cfg->seed, 1);
+    replica_set_precision(&r->rep, r->cfg->precision);
     gpt_model_options model_opts = {.tp = t > 1 ? m->tp : NULL,
+                                    .precision = r->cfg->precision,
                                     .drop_f_backward = opts && opts->drop_f_backward};
     r->model = gpt_model_create(&r->shape, r->B, r->cfg->model.ctx, &model_opts);
     if (d > 1)
@@ -187,15 +208,18 @@ void tp_train(comm *world, const mesh *m, const run_config *cfg, const tp_option
 
     const char *name = d > 1 ? "tp+dp" : "tp";
     train_strategy strategy = {.name = name, .ctx = &r, .compute_grads = tp_compute_grads,
+                               .optimizer_grads = tp_optimizer_grads,
                                .keep_first_grads = tp_keep_first_grads, .update = tp_update,
                                .checkpoint_state = tp_checkpoint_state};
     strategy_outcome_train(world, cfg, &strategy, out);
-    tp_extra x = {.tp = t, .dp = d, .vocab_local = r.shape.vocab_local,
+    tp_extra x = {.tp = t, .dp = d, .vocab_parallel = r.shape.vocab_parallel,
+                  .vocab_local = r.shape.vocab_local,
                   .vocab_padding = r.shape.vocab_local * t - cfg->model.vocab,
                   .params_per_rank = r.rep.num_params};
     tp_measure(&r, out->result.timed_steps, &x);
     out->result.bytes_formula = cfg->comm.allreduce == ALLREDUCE_RING
-                                    ? tp_bytes_formula(&cfg->model, r.B, T, t, d, r.rep.num_params)
+                                    ? tp_bytes_formula(&cfg->model, cfg->precision, r.B, T, t,
+                                                                      d, r.rep.num_params)
                                     : -1;
 
     /* the unsplit parameters for the comparison, charged to the side account */
@@ -243,4 +267,32 @@ int tp_largest_size(const run_config *cfg) {
 
 double tp_worst_fraction_of_tolerance(const run_result *r) {
     return run_worst_fraction_of_tolerance(r, TOL_GRADS, TOL_LOSS, TOL_PARAMS);
+}
+
+/* ---- bounds in mixed precision -------------------------------------------------------- */
+
+static double largest_magnitude(const float *v, size_t n) {
+    double most = 0;
+    for (size_t i = 0; i < n; i++) most = fmax(most, fabs(v[i]));
+    return most;
+}
+
+run_bounds parallel_run_bounds(const run_config *cfg, int tp, const baseline_run *b) {
+    if (cfg->precision == PRECISION_FP32) return (run_bounds){TOL_GRADS, TOL_LOSS, TOL_PARAMS};
+    /* a flipped compute copy can turn an AdamW step round after step 1 */
+    const double lr = cfg->adamw.lr, steps = cfg->steps;
+    run_bounds t = {TOL_GRADS, 1e-4, fmax(TOL_PARAMS, 2 * lr * (steps - 1))};
+    if (tp < 2) return t;
+    /* u: one 16-bit rounding, relative; each of the 4 all-reduces per block adds one */
+    const double u = ldexp(1.0, cfg->precision == PRECISION_BF16 ? -8 : -11);
+    const double L = cfg->model.layers, tokens = (double)cfg->batch * cfg->model.ctx;
+    const double G = b ? largest_magnitude(b->first_grads, b->num_params) : 1.0;
+    t.grads = fmax(t.grads, 4 * L * u * G);
+    t.loss = fmax(t.loss, 4 * L * u * log((double)cfg->model.vocab) / sqrt(tokens));
+    t.params = fmax(t.params, 2 * lr * steps);
+    return t;
+}
+
+double run_worst_fraction_of_bounds(const run_result *r, run_bounds bounds) {
+    return run_worst_fraction_of_tolerance(r, bounds.grads, bounds.loss, bounds.params);
 }

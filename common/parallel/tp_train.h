@@ -7,6 +7,7 @@
 #define TP_TRAIN_H
 #include <stddef.h>
 
+#include "baseline.h"
 #include "data.h"
 #include "mesh.h"
 #include "strategy_outcome.h"
@@ -22,6 +23,7 @@ int tp_largest_size(const run_config *cfg);
 /* The outcome's extra for TP (strategy_outcome.extra). */
 typedef struct {
     int tp, dp;
+    int vocab_parallel;               /* the vocabulary split over the TP ranks */
     int vocab_local, vocab_padding;   /* vocabulary rows per rank, zero rows added */
     size_t params_per_rank;           /* elements this rank holds */
     double allreduces_per_step;       /* measured on the tp group, timed steps */
@@ -42,10 +44,28 @@ void tp_train(comm *world, const mesh *m, const run_config *cfg, const tp_option
 int tp_launch(const run_config *cfg, const dataset *data, int tp, const tp_options *opts,
               strategy_outcome *rank0_out);
 
-/* The textbook bytes each rank sends per step (ring all-reduce). */
-double tp_bytes_formula(const gpt_config *m, int B_local, int T, int tp, int dp,
+/* The textbook bytes each rank sends per step (ring all-reduce): activations in p
+ * (2 B per element in 16 bits), the vocab-parallel loss's numbers and the data-parallel
+ * gradients in fp32. */
+double tp_bytes_formula(const gpt_config *m, precision p, int B_local, int T, int tp, int dp,
                         size_t params_per_rank);
+/* The vocabulary (embedding = tied LM head) is split over the TP ranks when tp > 1 and
+ * the run computes in fp32; a vocab-parallel head computes in fp32 alone, so in 16 bits
+ * every TP rank holds the whole vocabulary (replicated, identical gradients). */
+void tp_split_vocab(gpt_shape *s, int tp, precision p);
 /* Every difference against its tolerance (tolerances.h; 1 = at the limit). */
 double tp_worst_fraction_of_tolerance(const run_result *r);
+
+/* How close a TP, pipeline or mesh run must come to the baseline in cfg's precision:
+ * fp32, tolerances.h's; bf16/fp16 (derived in tests/test_chapter5_mixed.c), gradients
+ * of step 1 within 4 L u G with TP (u the format's rounding, G the baseline's largest
+ * gradient) else TOL_GRADS, the loss within 1e-4 or with TP 4 L u ln V / sqrt(B T),
+ * masters within AdamW's flips, 2 lr a step (from step 2 on without TP). tp: the run's
+ * TP size. */
+typedef struct {
+    double grads, loss, params;
+} run_bounds;
+run_bounds parallel_run_bounds(const run_config *cfg, int tp, const baseline_run *b);
+double run_worst_fraction_of_bounds(const run_result *r, run_bounds bounds);
 
 #endif
