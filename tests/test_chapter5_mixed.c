@@ -6,39 +6,16 @@
  * formulas with activations at 2 B per element; fp16's forced overflow skipping the
  * same step on every rank of a mesh.
  *
- * Tolerances, derived.
- *
- * Pipelines (and DP inside a mesh without TP) hold chapter 2's mixed tolerances
- * (test_chapter2_mixed.c): a stage runs the same 16-bit ops on the same token rows as
- * the baseline, its boundary tensors travel as the very 16-bit values the next stage
- * would have read on one device, and only where the sums over tokens split (micro-
- * batches, dp groups) differs, in fp32. So gradients of step 1 within TOL_GRADS and the
- * loss within MIXED_TOL_LOSS = 1e-4 (one 16-bit flip of a master's compute copy), as
- * in chapter 2. The masters are not held to TOL_PARAMS: once a master's compute copy
- * has flipped (after step 1), the next gradients differ by u |g|, and where a gradient
- * lies that close to zero AdamW, whose step per element is about lr whatever the
- * gradient's size, steps the other way: up to 2 lr per step from step 2 on,
- *     masters: 2 lr (steps - 1)
- * (measured: 3.5e-4 on a GPipe of 3 stages in bf16 and 2.9e-4 on 1F1B in fp16, the
- * same on 2 or 3 stages, so the micro-batch sums and not the stages; DDP on these
- * models happens to stay below 1e-7).
- *
- * TP rounds differently from the unsplit model, by construction: a row-parallel linear
- * (attention projection, second MLP matrix) rounds each rank's partial product to 16
- * bits and the 16-bit all-reduce rounds the sum again, where one device rounds the fp32
- * sum once; f's backward does the same to d(input). Each of those 4 all-reduces per
- * block and pass adds at most about one unit u of the 16-bit format's relative rounding
- * (u = 2^-8 in bf16, 2^-11 in fp16: half an ulp for each partial, half for the sum), to
- * an activation the rest of the model reads linearly to first order. Step 1's
- * gradients, products of those activations and activation gradients, then differ by at
- * most 4 L u relative to the largest gradient G (L blocks):
- *     TP grads:  4 L u G   (G = max |baseline gradient of step 1|, measured)
- * The loss is a mean over B T tokens of terms perturbed by independent roundings; it
- * is held to 4 L u times its own spread per token divided by sqrt(B T), which we bound
- * with the loss itself (ln V, about 5.5): 4 L u x 5.5 / sqrt(B T).
- * After an update the masters follow AdamW as above, from step 1 on (step 1's
- * gradients already differ by 4 L u G):
- *     TP params: 2 lr per step (plus the rounding level, far below).
+ * Tolerances: common/train/tolerances.h's, derived there (tolerances_for_tp, which the
+ * chapters' verdicts use too). Pipelines (and DP inside a mesh without TP) hold
+ * chapter 2's mixed tolerances: a stage runs the same 16-bit ops on the same token rows
+ * as the baseline, its boundary tensors travel as the very 16-bit values the next stage
+ * would have read on one device, and only the sums over tokens split (micro-batches,
+ * dp groups), in fp32. Measured on the masters: 3.5e-4 on a GPipe of 3 stages in bf16
+ * and 2.9e-4 on 1F1B in fp16, the same on 2 or 3 stages (the micro-batch sums, not the
+ * stages), within AdamW's drift bound; DDP on these models stays below 1e-7. TP adds
+ * its 16-bit all-reduces' own rounding: step 1's gradients within 4 L u G, the loss
+ * within 4 L u ln V / sqrt(B T).
  * Measured worst differences are printed beside these bounds. */
 #include <check.h>
 #include <math.h>
@@ -51,8 +28,6 @@
 #include "strategy_runs.h"
 #include "tolerances.h"
 #include "tp_train.h"
-
-#define MIXED_TOL_LOSS 1e-4
 
 static const precision sixteen_bits[] = {PRECISION_BF16, PRECISION_FP16};
 
@@ -68,13 +43,11 @@ static run_config tiny_config(int ranks, int layers, precision p) {
     return cfg;
 }
 
-typedef run_bounds tolerances;
+typedef run_tolerances tolerances;
 
-/* The bounds of the header (parallel_run_bounds, which the chapters' verdicts use too):
- * pipelines and DP as chapter 2 but for the masters; with TP the 16-bit all-reduces'
- * own rounding on top. */
-static tolerances tolerances_for(const run_config *cfg, const baseline_run *b, int tp) {
-    return parallel_run_bounds(cfg, tp, b);
+/* The tolerances of the header, for a run of tp TP ranks against baseline b. */
+static tolerances tolerances_of(const run_config *cfg, const baseline_run *b, int tp) {
+    return tp_run_tolerances(cfg, tp, b);
 }
 
 static double check_within(const char *what, const run_result *r, tolerances t) {
@@ -83,7 +56,7 @@ static double check_within(const char *what, const run_result *r, tolerances t) 
     ck_assert_msg(r->diff_grads <= t.grads, "%s: grads %g", what, r->diff_grads);
     ck_assert_msg(r->diff_loss <= t.loss, "%s: loss %g", what, r->diff_loss);
     ck_assert_msg(r->diff_params <= t.params, "%s: params %g", what, r->diff_params);
-    return run_worst_fraction_of_tolerance(r, t.grads, t.loss, t.params);
+    return run_worst_fraction_of(r, t);
 }
 
 /* ---- TP ----------------------------------------------------------------------------- */
@@ -110,7 +83,7 @@ START_TEST(tp_matches_the_baseline_in_its_precision) {
             char what[64];
             snprintf(what, sizeof what, "%s tp 2 x dp %d:", precision_name(cfg.precision),
                      ranks / 2);
-            worst = fmax(worst, check_within(what, &o.result, tolerances_for(&cfg, b, 2)));
+            worst = fmax(worst, check_within(what, &o.result, tolerances_of(&cfg, b, 2)));
             ck_assert_int_eq(x.vocab_parallel, 0);   /* 16 bits: the vocabulary whole */
             ck_assert_msg(x.replica_drift == 0, "replicated copies differ by %g",
                           x.replica_drift);
@@ -155,7 +128,7 @@ START_TEST(every_schedule_matches_the_baseline_in_its_precision) {
             char what[64];
             snprintf(what, sizeof what, "%s %s p %d m %d v %d:", precision_name(cfg.precision),
                      pp_schedule_name(c->schedule), c->stages, c->micro, c->chunks);
-            worst = fmax(worst, check_within(what, &o->run.result, tolerances_for(&cfg, b, 1)));
+            worst = fmax(worst, check_within(what, &o->run.result, tolerances_of(&cfg, b, 1)));
             ck_assert_msg(o->x.tied_drift == 0, "tied copies differ by %g", o->x.tied_drift);
             const run_result *r = &o->run.result;
             ck_assert_msg(fabs(r->bytes_sent_per_step / r->bytes_formula - 1) <= 1e-3,
@@ -201,7 +174,7 @@ START_TEST(the_mesh_matches_the_baseline_in_its_precision) {
             char what[64];
             snprintf(what, sizeof what, "%s 2 x 2 x 2 1f1b zero %d:",
                      precision_name(cfg.precision), zero);
-            worst = fmax(worst, check_within(what, &o->run.result, tolerances_for(&cfg, b, 2)));
+            worst = fmax(worst, check_within(what, &o->run.result, tolerances_of(&cfg, b, 2)));
             check_mesh_formulas(o, shape);
             mesh_result_free(o);
         }
@@ -221,7 +194,7 @@ START_TEST(negative_control_fails) {
     pipeline_options opts = one_f_one_b(0);
     opts.fault = PIPELINE_FAULT_DROP_F_BACKWARD;
     mesh_result *o = launch_mesh(&cfg, d, (mesh_shape){2, 2, 2}, opts, b);
-    const tolerances t = tolerances_for(&cfg, b, 2);
+    const tolerances t = tolerances_of(&cfg, b, 2);
     const double worst = run_worst_fraction_of_tolerance(&o->run.result, t.grads, t.loss,
                                                          t.params);
     printf("negative control, bf16 2 x 2 x 2 without f's backward all-reduce: %.1fx the"
@@ -269,7 +242,7 @@ START_TEST(a_forced_overflow_skips_the_same_step_on_every_rank) {
     baseline_run *b = baseline_train(&cfg, d);
     ck_assert_int_eq(b->result.skipped_steps, 1);
     ck_assert(b->result.loss_scale == 32768.0f);
-    const tolerances bounds = tolerances_for(&cfg, b, 2);
+    const tolerances bounds = tolerances_of(&cfg, b, 2);
     cfg.comm.ranks = 2;
     tp_extra x;
     strategy_outcome tp = run_tp(&cfg, d, 2, NULL, &x);

@@ -133,7 +133,7 @@ static int print_part3_summary(const chapter_args *a, comm *world, const strateg
      * order. Loss and parameters after several steps also carry the training's own
      * amplification of those rounding differences, which a loss spike makes large. */
     /* In 16 bits TP's all-reduces round partial sums too: bounds of their own */
-    const run_bounds bounds = parallel_run_bounds(cfg, tp_extra_of(run)->tp, a->baseline);
+    const run_tolerances bounds = tp_run_tolerances(cfg, tp_extra_of(run)->tp, a->baseline);
     const int grads_ok = r->diff_grads <= bounds.grads;
     const int later_ok = r->diff_loss <= bounds.loss && r->diff_params <= bounds.params;
     printf("\ntolerances vs baseline (%s, sums in another order): grads of step 1 %.0e ->"

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "compare.h"
 #include "pp_draw.h"
 #include "report.h"
 #include "pp_train.h"
@@ -195,9 +196,9 @@ int pipeline_train(const pipeline_sim_config *c, const run_config *cfg) {
         }
         double worst = 0;
         const char *name = "-";
-        const run_bounds bounds = parallel_run_bounds(cfg, 1, baseline);   /* its precision */
+        const run_tolerances bounds = tp_run_tolerances(cfg, 1, baseline);   /* its precision */
         for (int i = 0; i < n; i++) {
-            double f = run_worst_fraction_of_bounds(&runs[i].result, bounds);
+            double f = run_worst_fraction_of(&runs[i].result, bounds);
             if (f >= worst) worst = f, name = runs[i].result.strategy;
         }
         if (!cfg->json)

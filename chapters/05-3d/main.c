@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "compare.h"
 #include "fits.h"
 #include "mesh_table.h"
 #include "report.h"
@@ -213,8 +214,8 @@ static int train(chapter_args *a, int world) {
         run_result rows[2] = {baseline->result, o.result};
         char *extra = run_json(&x, world);
         rows[1].json_extra = extra;
-        const run_bounds bounds = parallel_run_bounds(cfg, a->shape.tp, baseline);
-        const double worst = run_worst_fraction_of_bounds(&o.result, bounds);
+        const run_tolerances bounds = tp_run_tolerances(cfg, a->shape.tp, baseline);
+        const double worst = run_worst_fraction_of(&o.result, bounds);
         if (cfg->json) {
             report_json(cfg, "05-3d", world, launch_backend_name(&cfg->comm, world), rows, 2,
                         NULL);

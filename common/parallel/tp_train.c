@@ -277,22 +277,6 @@ static double largest_magnitude(const float *v, size_t n) {
     return most;
 }
 
-run_bounds parallel_run_bounds(const run_config *cfg, int tp, const baseline_run *b) {
-    if (cfg->precision == PRECISION_FP32) return (run_bounds){TOL_GRADS, TOL_LOSS, TOL_PARAMS};
-    /* a flipped compute copy can turn an AdamW step round after step 1 */
-    const double lr = cfg->adamw.lr, steps = cfg->steps;
-    run_bounds t = {TOL_GRADS, 1e-4, fmax(TOL_PARAMS, 2 * lr * (steps - 1))};
-    if (tp < 2) return t;
-    /* u: one 16-bit rounding, relative; each of the 4 all-reduces per block adds one */
-    const double u = ldexp(1.0, cfg->precision == PRECISION_BF16 ? -8 : -11);
-    const double L = cfg->model.layers, tokens = (double)cfg->batch * cfg->model.ctx;
-    const double G = b ? largest_magnitude(b->first_grads, b->num_params) : 1.0;
-    t.grads = fmax(t.grads, 4 * L * u * G);
-    t.loss = fmax(t.loss, 4 * L * u * log((double)cfg->model.vocab) / sqrt(tokens));
-    t.params = fmax(t.params, 2 * lr * steps);
-    return t;
-}
-
-double run_worst_fraction_of_bounds(const run_result *r, run_bounds bounds) {
-    return run_worst_fraction_of_tolerance(r, bounds.grads, bounds.loss, bounds.params);
+run_tolerances tp_run_tolerances(const run_config *cfg, int tp, const baseline_run *b) {
+    return tolerances_for_tp(cfg, tp, b ? largest_magnitude(b->first_grads, b->num_params) : 1.0);
 }

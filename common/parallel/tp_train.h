@@ -11,6 +11,7 @@
 #include "data.h"
 #include "mesh.h"
 #include "strategy_outcome.h"
+#include "tolerances.h"
 
 /* Checks a TP size against the model and the world before any rank starts: heads,
  * dim and world must be multiples of tp, and the global batch of the dp size (tp 0:
@@ -56,16 +57,8 @@ void tp_split_vocab(gpt_shape *s, int tp, precision p);
 /* Every difference against its tolerance (tolerances.h; 1 = at the limit). */
 double tp_worst_fraction_of_tolerance(const run_result *r);
 
-/* How close a TP, pipeline or mesh run must come to the baseline in cfg's precision:
- * fp32, tolerances.h's; bf16/fp16 (derived in tests/test_chapter5_mixed.c), gradients
- * of step 1 within 4 L u G with TP (u the format's rounding, G the baseline's largest
- * gradient) else TOL_GRADS, the loss within 1e-4 or with TP 4 L u ln V / sqrt(B T),
- * masters within AdamW's flips, 2 lr a step (from step 2 on without TP). tp: the run's
- * TP size. */
-typedef struct {
-    double grads, loss, params;
-} run_bounds;
-run_bounds parallel_run_bounds(const run_config *cfg, int tp, const baseline_run *b);
-double run_worst_fraction_of_bounds(const run_result *r, run_bounds bounds);
+/* The tolerances of a TP, pipeline or mesh run against baseline b in cfg's precision
+ * (tolerances_for_tp, with b's largest step-1 gradient); tp: the run's TP size. */
+run_tolerances tp_run_tolerances(const run_config *cfg, int tp, const baseline_run *b);
 
 #endif

@@ -21,3 +21,7 @@ double run_worst_fraction_of_tolerance(const run_result *r, double tol_grads,
     }
     return worst;
 }
+
+double run_worst_fraction_of(const run_result *r, run_tolerances t) {
+    return run_worst_fraction_of_tolerance(r, t.grads, t.loss, t.params);
+}

@@ -5,6 +5,7 @@
 #include "baseline.h"
 #include "floats.h"
 #include "report.h"
+#include "tolerances.h"
 
 /* Fills r's diff_* fields from whole-model host vectors (any may be NULL: "-"). */
 void compare_to_baseline(run_result *r, const baseline_run *b, const float *loss,
@@ -14,5 +15,7 @@ void compare_to_baseline(run_result *r, const baseline_run *b, const float *loss
  * infinitely far); a tolerance <= 0 leaves that difference unchecked. */
 double run_worst_fraction_of_tolerance(const run_result *r, double tol_grads,
                                        double tol_loss, double tol_params);
+/* The same against a run's tolerances (tolerances.h). */
+double run_worst_fraction_of(const run_result *r, run_tolerances t);
 
 #endif

@@ -1,6 +1,8 @@
 /* The tolerances of a run in its precision (tolerances.h). */
 #include "tolerances.h"
 
+#include <math.h>
+
 double adamw_drift_bound(const adamw_config *adamw, int steps) {
     double sum = 0;
     for (int step = 1; step <= steps; step++)   /* ops.c's warm-up schedule */
@@ -14,4 +16,14 @@ run_tolerances tolerances_for(const run_config *cfg) {
         return (run_tolerances){TOL_GRADS, TOL_LOSS, TOL_PARAMS};
     return (run_tolerances){TOL_GRADS, MIXED_TOL_LOSS,
                             adamw_drift_bound(&cfg->adamw, cfg->steps)};
+}
+
+run_tolerances tolerances_for_tp(const run_config *cfg, int tp, double largest_grad) {
+    run_tolerances t = tolerances_for(cfg);
+    if (cfg->precision == PRECISION_FP32 || tp < 2) return t;
+    const double u = ldexp(1.0, cfg->precision == PRECISION_BF16 ? -8 : -11);
+    const double L = cfg->model.layers, tokens = (double)cfg->batch * cfg->model.ctx;
+    t.grads = fmax(t.grads, 4 * L * u * largest_grad);
+    t.loss = fmax(t.loss, 4 * L * u * log((double)cfg->model.vocab) / sqrt(tokens));
+    return t;
 }

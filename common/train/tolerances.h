@@ -49,7 +49,19 @@ typedef struct {
  * most 2 x the sum of the scheduled learning rates over `steps` (warm-up included). */
 double adamw_drift_bound(const adamw_config *adamw, int steps);
 /* The tolerances a run is held to: TOL_GRADS, TOL_LOSS, TOL_PARAMS in fp32; in mixed
- * precision TOL_GRADS, MIXED_TOL_LOSS and adamw_drift_bound(cfg's AdamW, its steps). */
+ * precision TOL_GRADS, MIXED_TOL_LOSS and adamw_drift_bound(cfg's AdamW, its steps).
+ * DDP, ZeRO and pipelines: their 16-bit arithmetic per token is the baseline's. */
 run_tolerances tolerances_for(const run_config *cfg);
+/* The same with tensor parallelism over tp ranks, which rounds differently from the
+ * unsplit model by construction: a row-parallel linear rounds each rank's partial
+ * product to 16 bits and the 16-bit all-reduce rounds their sum again, where one device
+ * rounds the fp32 sum once, and f's backward does the same to d(input). Each of those
+ * 4 all-reduces per block adds about one unit u of relative rounding (2^-8 in bf16,
+ * 2^-11 in fp16) to an activation the rest of the model reads linearly to first
+ * order, so in 16 bits step 1's gradients may differ by 4 L u G (G the largest of
+ * largest_grad, the baseline's step-1 gradient) and the loss, a mean over B T tokens
+ * of independently perturbed terms of about ln V, by 4 L u ln V / sqrt(B T). In fp32
+ * (and tp 1): tolerances_for. */
+run_tolerances tolerances_for_tp(const run_config *cfg, int tp, double largest_grad);
 
 #endif
