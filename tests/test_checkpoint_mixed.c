@@ -111,28 +111,50 @@ static void report(const char *what, const run_copy *full, const run_copy *resum
            full->skipped_steps, same_bits(full, resumed) ? "bit-identical" : "DIFFERENT");
 }
 
-/* Rewrites an index.json as a save from before precisions wrote it: the metadata
- * without its precision and loss scale, index_crc32 recomputed. 0 when they are not
- * there. */
-static int strip_run_state(const char *path) {
+/* An index.json's text into buf (NUL-terminated). */
+static void read_index(const char *path, char *buf, size_t cap) {
     FILE *f = fopen(path, "rb");
     ck_assert_ptr_nonnull(f);
-    char text[1 << 16];
-    const size_t len = fread(text, 1, sizeof text - 1, f);
+    const size_t len = fread(buf, 1, cap - 1, f);
     fclose(f);
-    text[len] = '\0';
-    char *from = strstr(text, ", \"precision\"");
-    char *to = from ? strstr(from, "},\n") : NULL;
-    if (!to) return 0;
-    memmove(from, to, strlen(to) + 1);
-    char *crc_line = strstr(text, CKPT_INDEX_CRC_LINE);
+    buf[len] = '\0';
+}
+
+/* Writes an edited index with its index_crc32 recomputed, as a save would have. */
+static void write_sealed_index(const char *path, const char *text) {
+    const char *crc_line = strstr(text, CKPT_INDEX_CRC_LINE);
     ck_assert_ptr_nonnull(crc_line);
     const size_t kept = (size_t)(crc_line - text) + 1;   /* with the newline */
-    f = fopen(path, "wb");
+    FILE *f = fopen(path, "wb");
     ck_assert_ptr_nonnull(f);
     fwrite(text, 1, kept, f);
     fprintf(f, "%s%u\n}\n", CKPT_INDEX_CRC_LINE + 1, crc32_update(0, text, kept));
     fclose(f);
+}
+
+/* Rewrites an index.json as a save from before precisions wrote it: the metadata
+ * without its precision and loss scale. 0 when they are not there. */
+static int strip_run_state(const char *path) {
+    static char text[1 << 16];
+    read_index(path, text, sizeof text);
+    char *from = strstr(text, ", \"precision\"");
+    char *to = from ? strstr(from, "},\n") : NULL;
+    if (!to) return 0;
+    memmove(from, to, strlen(to) + 1);
+    write_sealed_index(path, text);
+    return 1;
+}
+
+/* Names a precision no program knows in a sealed index. 0 when it names none. */
+static int rename_precision(const char *path, const char *name) {
+    static char text[1 << 16], edited[1 << 16];
+    read_index(path, text, sizeof text);
+    char *at = strstr(text, "\"precision\": \"");
+    if (!at) return 0;
+    at += strlen("\"precision\": \"");
+    const char *rest = strchr(at, '"');
+    snprintf(edited, sizeof edited, "%.*s%s%s", (int)(at - text), text, name, rest);
+    write_sealed_index(path, edited);
     return 1;
 }
 
@@ -187,10 +209,43 @@ START_TEST(fp16_resumes_with_its_loss_scale) {
     ck_assert_msg(checkpoint_check(dir, &second, err, sizeof err) == SAVED_AT, "%s", err);
     run_copy fresh = train(RUN_BASELINE, 0, &second, d);
     report("control: scale afresh", &full, &fresh);
+    ck_assert(rename_precision(index, "fp8") == 0);   /* stripped: none left to rename */
     ck_assert(!same_bits(&full, &fresh));
     ck_assert(memcmp(fresh.loss, full.loss + SAVED_AT, 2 * sizeof(float)) != 0);
     free(fresh.masters);
     free(full.masters);
+    dataset_free(d);
+}
+END_TEST
+
+/* checkpoint_check takes every precision it knows (any resumes any other: the masters
+ * are fp32) and names one it does not know, with what would be valid. */
+START_TEST(check_accepts_every_precision_and_names_an_unknown_one) {
+    dataset *d = dataset_builtin();
+    const precision all[] = {PRECISION_FP32, PRECISION_BF16, PRECISION_FP16};
+    char err[512], index[512];
+    for (int saved = 0; saved < 3; saved++) {
+        run_config cfg = mixed_config(all[saved], 1);
+        cfg.steps = SAVED_AT;
+        cfg.save_dir = layout_scratch_dir(precision_name(all[saved]));
+        run_copy head = train(RUN_BASELINE, 0, &cfg, d);
+        free(head.masters);
+        for (int resumed = 0; resumed < 3; resumed++) {
+            run_config next = mixed_config(all[resumed], 1);
+            err[0] = '\0';
+            const int step = checkpoint_check(cfg.save_dir, &next, err, sizeof err);
+            printf("checkpoint saved in %s, run in %s: %s\n", precision_name(all[saved]),
+                   precision_name(all[resumed]), step == SAVED_AT ? "accepted" : err);
+            ck_assert_msg(step == SAVED_AT, "%s", err);
+        }
+        ckpt_fits(snprintf(index, sizeof index, "%s/step-%06d/index.json", cfg.save_dir,
+                           SAVED_AT), sizeof index);
+        ck_assert(rename_precision(index, "fp8"));
+        const run_config next = mixed_config(all[saved], 1);
+        ck_assert_int_eq(checkpoint_check(cfg.save_dir, &next, err, sizeof err), -1);
+        printf("  its precision renamed fp8: %s\n", err);
+        ck_assert(strstr(err, "index.json") && strstr(err, "'fp8'") && strstr(err, "bf16"));
+    }
     dataset_free(d);
 }
 END_TEST
@@ -201,6 +256,7 @@ int main(void) {
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, bf16_resumed_runs_are_bit_identical_in_every_layout);
     tcase_add_test(tc, fp16_resumes_with_its_loss_scale);
+    tcase_add_test(tc, check_accepts_every_precision_and_names_an_unknown_one);
     suite_add_tcase(suite, tc);
     static char root[] = "/tmp/test_checkpoint_mixed.XXXXXX";
     if (!layout_scratch_open(root)) return 1;
