@@ -24,37 +24,39 @@ verdict() {   # verdict NAME STATUS OUTPUT
     else failed=$((failed + 1)); echo "FAIL $1: $3"; fi
 }
 
-# loss_gap FULL RESUMED STRATEGY: prints the gap; status 0 when steps 6-10 of FULL equal
-# RESUMED's bit for bit
+# loss_gap FULL RESUMED STRATEGY [SAVED]: prints the gap; status 0 when the steps after
+# SAVED (5 unless given) of FULL equal RESUMED's bit for bit
 loss_gap() {
-    "$python" - "$1" "$2" "$3" <<'PY'
+    "$python" - "$1" "$2" "$3" "${4:-5}" <<'PY'
 import json, sys
 runs = lambda p: {r["strategy"]: r["loss"] for r in json.load(open(p))["runs"]}
 full, resumed = runs(sys.argv[1])[sys.argv[3]], runs(sys.argv[2])[sys.argv[3]]
-d = max(abs(a - b) for a, b in zip(full[5:], resumed)) if len(resumed) == 5 else float("inf")
-print(f"steps 6-10 of {sys.argv[3]}: {len(resumed)} losses, largest difference {d:g} (tolerance 0)")
+saved = int(sys.argv[4])
+d = max(abs(a - b) for a, b in zip(full[saved:], resumed)) if len(resumed) == len(full) - saved else float("inf")
+print(f"steps {saved + 1}-{len(full)} of {sys.argv[3]}: {len(resumed)} losses, largest difference {d:g} (tolerance 0)")
 sys.exit(0 if d == 0 else 1)
 PY
 }
-same_losses() {   # same_losses NAME FULL RESUMED STRATEGY
+same_losses() {   # same_losses NAME FULL RESUMED STRATEGY [SAVED]
     local out status
-    out=$(loss_gap "$2" "$3" "$4")
+    out=$(loss_gap "$2" "$3" "$4" "${5:-5}")
     status=$?
     verdict "$1" $status "$out"
 }
 
-# within_tolerance NAME JSON: every strategy's difference from its (resumed) baseline
+# within_tolerance NAME JSON [STEPS]: every strategy's difference from its (resumed)
+# baseline, each having run STEPS steps (5 unless given)
 within_tolerance() {
     local out status
-    out=$("$python" - "$2" <<'PY'
+    out=$("$python" - "$2" "${3:-5}" <<'PY'
 import json, sys
 tol = {"loss": 1e-5, "grads": 1e-6, "params": 1e-4}
-runs = json.load(open(sys.argv[1]))["runs"]
+runs, steps = json.load(open(sys.argv[1]))["runs"], int(sys.argv[2])
 worst, text = 0.0, []
 for r in runs:
     d = r["diff_vs_baseline"]
     text.append(f"{r['strategy']} steps {len(r['loss'])} loss {d['loss']:g} grads {d['grads']:g} params {d['params']:g}")
-    worst = max([worst] + [d[k] / tol[k] for k in tol] + [0 if len(r["loss"]) == 5 else 9])
+    worst = max([worst] + [d[k] / tol[k] for k in tol] + [0 if len(r["loss"]) == steps else 9])
 print("; ".join(text) + f" (worst {worst:.2g} of tolerance)")
 sys.exit(0 if worst <= 1 else 1)
 PY
@@ -143,5 +145,118 @@ status=$?
 lines=$(printf '%s\n' "$out" | grep -c .)
 verdict "reader without numpy" $([ $status -eq 2 ] && [ "$lines" -eq 1 ] && printf '%s' "$out" | grep -q python3-numpy; echo $?) \
     "status $status, $lines line(s): $out"
+# 5. mixed precision: a checkpoint holds the fp32 masters, the precision and fp16's loss
+# scale. Saved at step 2 of 4 and resumed, the baseline, DDP and every ZeRO stage in
+# bf16 end bit-identical, and so does fp16, whose loss scale continues from the
+# checkpoint: 2^20 after the overflow forced at step 2, with 1 skipped step (started
+# afresh, the resumed run would end at 2^21 with none).
+mixed_pair() {   # mixed_pair TAG LAUNCHER... : 4 steps, 2 with --save, 4 with --resume
+    local tag=$1
+    shift
+    "$@" $model --steps 4 >"$work/$tag-full.json" &&
+        "$@" $model --steps 2 --save "$work/$tag" >"$work/$tag-a.json" 2>/dev/null &&
+        "$@" $model --steps 4 --resume "$work/$tag" >"$work/$tag-b.json"
+}
+mixed_same() {   # mixed_same NAME TAG STRATEGY...: steps 3-4 bit for bit, each strategy
+    local name=$1 tag=$2 strategy
+    shift 2
+    for strategy in "$@"; do
+        same_losses "$name $strategy" "$work/$tag-full.json" "$work/$tag-b.json" "$strategy" 2
+    done
+}
+# same_scale NAME FULL RESUMED STRATEGY: the final loss scale and skipped steps agree
+same_scale() {
+    local out status
+    out=$("$python" - "$2" "$3" "$4" <<'PY'
+import json, sys
+runs = lambda p: {r["strategy"]: r for r in json.load(open(p))["runs"]}
+got = [(runs(p)[sys.argv[3]]["loss_scale"], runs(p)[sys.argv[3]]["skipped_steps"]) for p in sys.argv[1:3]]
+print(f"{sys.argv[3]} (loss scale, skipped steps): uninterrupted {got[0]}, resumed {got[1]}")
+sys.exit(0 if got[0] == got[1] else 1)
+PY
+)
+    status=$?
+    verdict "$1" $status "$out"
+}
+mixed_checks() {   # mixed_checks BACKEND LAUNCHER...: bf16 stages 0-3, fp16 stage 2
+    local backend=$1 stage
+    shift
+    for stage in 0 1 2 3; do
+        if mixed_pair "$backend-bf16-z$stage" "$@" --stage $stage --precision bf16; then
+            mixed_same "bf16 x2 resumed ($backend):" "$backend-bf16-z$stage" zero$stage \
+                $([ $stage = 0 ] && echo baseline)
+        else
+            verdict "bf16 zero$stage x2 save and resume ($backend)" 1 "a run failed"
+        fi
+    done
+    if mixed_pair "$backend-fp16" "$@" --stage 2 $fp16_flags; then
+        mixed_same "fp16 x2 resumed ($backend):" "$backend-fp16" baseline zero2
+        same_scale "fp16 zero2 x2 resumed, its loss scale ($backend)" "$work/$backend-fp16-full.json" \
+            "$work/$backend-fp16-b.json" zero2
+    else
+        verdict "fp16 zero2 x2 save and resume ($backend)" 1 "a run failed"
+    fi
+}
+fp16_flags="--precision fp16 --loss-scale 2097152 --test-overflow-step 2"
+mixed_checks threads "$build"/chapter2 --ranks 2
+if mixed_pair bf16-ddp "$build"/chapter1 --ranks 2 --strategy ddp --precision bf16; then
+    mixed_same "bf16 x2 resumed (threads):" bf16-ddp ddp
+else
+    verdict "bf16 ddp x2 save and resume (threads)" 1 "a run failed"
+fi
+if "$build"/chapter2 --ranks 3 --stage 1 --precision bf16 $model --steps 4 \
+    --resume "$work/threads-bf16-z3" >"$work/bf16-across.json"; then
+    within_tolerance "bf16 zero3 x2 -> zero1 x3" "$work/bf16-across.json" 2
+else
+    verdict "bf16 zero3 x2 -> zero1 x3" 1 "exit status non-zero"
+fi
+if [ -n "$mpi_build" ] && [ -x "$mpi_build/chapter2" ]; then
+    mixed_checks "Open MPI" mpirun $mpirun_flags -np 2 "$mpi_build"/chapter2
+fi
+
+# 6. across precisions (the masters are fp32 either way): an fp32 checkpoint resumes a
+# bf16 run and a bf16 one an fp32 run; steps 3-4 stay as close to the uninterrupted run
+# in the new precision as the two precisions' uninterrupted runs are to each other over
+# steps 1-4 (the band); a resumed run with another --lr leaves the band.
+# band_check NAME TARGET_FULL OTHER_FULL RESUMED: zero1's losses
+band_check() {
+    "$python" - "$2" "$3" "$4" zero1 <<'PY'
+import json, sys
+runs = lambda p: {r["strategy"]: r["loss"] for r in json.load(open(p))["runs"]}
+target, other, resumed = (runs(p)[sys.argv[4]] for p in sys.argv[1:4])
+band = max(abs(a - b) for a, b in zip(target, other))
+d = max(abs(a - b) for a, b in zip(target[2:], resumed)) if len(resumed) == 2 else float("inf")
+print(f"steps 3-4 {d:.3g} from the uninterrupted run, band {band:.3g} (bf16 vs fp32, steps 1-4)")
+sys.exit(0 if d <= band else 1)
+PY
+}
+stage1="--ranks 2 --stage 1"
+if mixed_pair fp32-z1 "$build"/chapter2 $stage1 &&
+    "$build"/chapter2 $stage1 --precision bf16 $model --steps 4 --resume "$work/fp32-z1" \
+        >"$work/to-bf16.json" &&
+    "$build"/chapter2 $stage1 $model --steps 4 --resume "$work/threads-bf16-z1" \
+        >"$work/to-fp32.json" &&
+    "$build"/chapter2 $stage1 --precision bf16 $model --steps 4 --resume "$work/fp32-z1" \
+        --lr 2e-3 >"$work/to-bf16-lr.json"; then
+    full16="$work/threads-bf16-z1-full.json" full32="$work/fp32-z1-full.json"
+    out=$(band_check x "$full16" "$full32" "$work/to-bf16.json")
+    verdict "fp32 checkpoint -> bf16 run" $? "$out"
+    out=$(band_check x "$full32" "$full16" "$work/to-fp32.json")
+    verdict "bf16 checkpoint -> fp32 run" $? "$out"
+    if out=$(band_check x "$full16" "$full32" "$work/to-bf16-lr.json"); then
+        verdict "negative control: fp32 -> bf16 with --lr 2e-3" 1 "passed: $out"
+    else
+        verdict "negative control: fp32 -> bf16 with --lr 2e-3 fails as it must" 0 "$out"
+    fi
+else
+    verdict "resume across precisions" 1 "a run failed"
+fi
+# the line a resumed run starts with names the checkpoint's precision and the scale
+line=$("$build"/chapter2 --ranks 2 --stage 2 $fp16_flags ${model/--quiet/} --steps 4 \
+    --resume "$work/threads-fp16" 2>&1 >/dev/null | grep -m1 'resumed from')
+verdict "resumed line (fp16)" $(printf '%s' "$line" | grep -q 'at step 2, saved in fp16; loss scale 1048576 restored (0 clean, 1 skipped steps)'; echo $?) "$line"
+line=$("$build"/chapter2 $stage1 ${model/--quiet/} --steps 4 --resume "$work/threads-bf16-z1" \
+    2>&1 >/dev/null | grep -m1 'resumed from')
+verdict "resumed line (bf16 into fp32)" $(printf '%s' "$line" | grep -q 'at step 2, saved in bf16$'; echo $?) "$line"
 echo "checkpoint-checks: $passed passed, $failed failed"
 [ $failed -eq 0 ]

@@ -18,7 +18,9 @@
  * all ranks; loading, each rank copies from every saved piece the intersection with
  * what it holds. The step is the data position (dataset_batch is indexed by it) and
  * the RNG is counter-based from the seed, so step, seed and AdamW's step counter are
- * all the rest of the state. */
+ * all the rest of the state, with, in mixed precision, the run's precision and fp16's
+ * loss scale (ckpt_run_state). The parameters saved are always fp32: the masters in
+ * mixed precision, so any precision resumes any other. */
 #ifndef CHECKPOINT_H
 #define CHECKPOINT_H
 #include <stddef.h>
@@ -50,9 +52,23 @@ static inline size_t ckpt_element_index(const ckpt_part *p, int sharded, int sla
     return gpt_slab_offset(&p->shape, slab) + i;
 }
 
+/* The index's metadata beyond the tensors: the precision of the run that saved and,
+ * when it had fp16's dynamic loss scale (loss_scale.h), that scale's state. A checkpoint
+ * without them (saved before precisions) is fp32 without a loss scale. */
+typedef struct {
+    precision precision;
+    int has_loss_scale;        /* 0: no dynamic loss scale (scale 1, nothing to restore) */
+    float loss_scale;          /* S */
+    int clean_steps, skipped_steps;
+    int precision_listed;      /* on load: the metadata named the precision */
+} ckpt_run_state;
+
 typedef struct {
     ckpt_part parts[CKPT_MAX_PARTS];
     int count;
+    /* The training loop's (NULL: saved as fp32 without a loss scale, not read back):
+     * written into the metadata by a save, filled from it by a load. */
+    ckpt_run_state *run;
     /* Every counter of AdamW's step the strategy keeps (NULL-terminated): the first is
      * saved, all are set on load. */
     int *adam_steps[CKPT_MAX_PARTS + 1];
@@ -82,6 +98,11 @@ void checkpoint_observe_saves(ckpt_save_observer observer);
 /* Per rank, after checkpoint_check passed: fills the state from the checkpoint and
  * returns its step (exits with a message if a piece it needs is missing). */
 int checkpoint_load(const char *dir, const ckpt_state *state);
+
+/* The line a resumed run starts with: the checkpoint, its step, the precision it was
+ * saved in (when its metadata lists one) and whether its loss scale was restored. */
+void checkpoint_print_resumed(FILE *out, const char *dir, int step, const ckpt_run_state *saved,
+                              int scale_restored);
 
 /* For snprintf into a path or name buffer: a result that does not fit is an error. */
 static inline void ckpt_fits(int written, size_t capacity) {

@@ -227,6 +227,35 @@ static int meta_int(const index_file *x, const char *key) {
     return json_uint(json_get(x->meta, key), &v) && v < 1000000000ull ? (int)v : -1;
 }
 
+/* The precision and loss scale of the metadata (checkpoint.h: absent, fp32 without a
+ * loss scale); 0 with why in err when they are there but not valid. */
+static int read_run_state(const index_file *x, ckpt_run_state *out, char *err, size_t err_len) {
+    memset(out, 0, sizeof *out);
+    out->precision = PRECISION_FP32;
+    out->loss_scale = 1;
+    const char *name = json_string(json_get(x->meta, "precision"));
+    if (name && precision_parse(name, &out->precision) != 0) {
+        snprintf(err, err_len, "%s/index.json: precision '%s' (fp32, bf16 or fp16 are known)",
+                 x->dir, name);
+        return 0;
+    }
+    out->precision_listed = name != NULL;
+    const json_value *scale = json_get(x->meta, "loss_scale");
+    if (!scale) return 1;
+    double s;
+    out->has_loss_scale = 1;
+    out->clean_steps = meta_int(x, "loss_scale_clean_steps");
+    out->skipped_steps = meta_int(x, "skipped_steps");
+    if (!json_double(scale, &s) || !(s >= 1 && s <= 3.4e38) || out->clean_steps < 0 ||
+        out->skipped_steps < 0) {
+        snprintf(err, err_len, "%s/index.json: a loss scale >= 1 with its clean and skipped"
+                 " steps (counts >= 0) expected in the metadata", x->dir);
+        return 0;
+    }
+    out->loss_scale = (float)s;
+    return 1;
+}
+
 /* ---- checking, before any rank starts -------------------------------------------------- */
 
 static int check_model(const index_file *x, const run_config *cfg, char *err, size_t err_len) {
@@ -309,6 +338,7 @@ static int check_file(const index_file *x, const json_value *entry, char *err, s
 
 int checkpoint_check(const char *dir, const run_config *cfg, char *err, size_t err_len) {
     index_file x;
+    ckpt_run_state run;
     if (!index_open(dir, &x, err, err_len)) return -1;
     int step = meta_int(&x, "step");
     if (step < 0 || meta_int(&x, "adam_step") < 0) {
@@ -316,6 +346,8 @@ int checkpoint_check(const char *dir, const run_config *cfg, char *err, size_t e
         step = -1;
     } else if (!check_model(&x, cfg, err, err_len)) {
         step = -1;
+    } else if (!read_run_state(&x, &run, err, err_len)) {
+        step = -1;   /* any precision resumes any other: the parameters are fp32 */
     } else if (step >= cfg->steps) {
         snprintf(err, err_len, "--steps %d: the checkpoint in %s is at step %d; --steps is the"
                  " total, so a resumed run needs more than %d", cfg->steps, x.dir, step, step);
@@ -471,6 +503,7 @@ int checkpoint_load(const char *dir, const ckpt_state *state) {
     }
     for (int i = 0; state->adam_steps[i]; i++)
         *state->adam_steps[i] = meta_int(&ld.index, "adam_step");
+    if (state->run && !read_run_state(&ld.index, state->run, err, sizeof err)) load_fail(err, "");
     const int step = meta_int(&ld.index, "step");
     for (size_t i = 0; i < ld.num_files; i++) {
         safetensors_close(&ld.files[i].st);
@@ -479,4 +512,18 @@ int checkpoint_load(const char *dir, const ckpt_state *state) {
     free(ld.files);
     index_free(&ld.index);
     return step;
+}
+
+void checkpoint_print_resumed(FILE *out, const char *dir, int step, const ckpt_run_state *saved,
+                              int scale_restored) {
+    char path[4096], err[512], listed[64] = "";
+    if (!checkpoint_resolve(dir, path, sizeof path, err, sizeof err))
+        snprintf(path, sizeof path, "%s", dir);
+    if (saved->precision_listed)
+        snprintf(listed, sizeof listed, ", saved in %s", precision_name(saved->precision));
+    char scale[96] = "";
+    if (scale_restored)
+        snprintf(scale, sizeof scale, "; loss scale %.9g restored (%d clean, %d skipped steps)",
+                 (double)saved->loss_scale, saved->clean_steps, saved->skipped_steps);
+    fprintf(out, "checkpoint: resumed from %s at step %d%s%s\n", path, step, listed, scale);
 }

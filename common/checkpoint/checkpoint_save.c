@@ -274,18 +274,31 @@ static void copy_fragment(const save_ctx *sc, FILE *out, const char *fragment_pa
     fclose(in);
 }
 
+/* The metadata's members after "ranks": the precision and, with a dynamic loss scale,
+ * its state (%.9g gives a float back exactly). */
+static void write_run_state(FILE *f, const ckpt_run_state *run) {
+    const ckpt_run_state fp32 = {.precision = PRECISION_FP32};
+    if (!run) run = &fp32;
+    fprintf(f, ", \"precision\": \"%s\"", precision_name(run->precision));
+    if (run->has_loss_scale)
+        fprintf(f, ", \"loss_scale\": %.9g, \"loss_scale_clean_steps\": %d, \"skipped_steps\": %d",
+                (double)run->loss_scale, run->clean_steps, run->skipped_steps);
+}
+
 /* The index's text up to its checksum line, in memory (so that its CRC-32 is known). */
 static char *index_text(const save_ctx *sc, int ranks, const run_config *cfg,
-                        const char *strategy, int step, int adam_step, size_t *len) {
+                        const char *strategy, int step, const ckpt_state *state, size_t *len) {
     char *text = NULL, fragment[4096];
     FILE *f = open_memstream(&text, len);
     if (!f) abort();
     const gpt_config *m = &cfg->model;
     fprintf(f, "{\n  \"format\": \"tiny-gpt2 sharded checkpoint 1\",\n  \"metadata\": {\"vocab\": %d,"
             " \"ctx\": %d, \"layers\": %d, \"heads\": %d, \"dim\": %d, \"seed\": \"%llu\","
-            " \"batch\": %d, \"step\": %d, \"adam_step\": %d, \"strategy\": \"%s\", \"ranks\": %d},\n",
+            " \"batch\": %d, \"step\": %d, \"adam_step\": %d, \"strategy\": \"%s\", \"ranks\": %d",
             m->vocab, m->ctx, m->layers, m->heads, m->dim, (unsigned long long)cfg->seed,
-            cfg->batch, step, adam_step, strategy, ranks);
+            cfg->batch, step, *state->adam_steps[0], strategy, ranks);
+    write_run_state(f, state->run);
+    fprintf(f, "},\n");
     for (int pass = 0; pass < 2; pass++) {
         fprintf(f, "  \"%s\": [", pass == 0 ? "files" : "pieces");
         int written = 0;
@@ -300,10 +313,10 @@ static char *index_text(const save_ctx *sc, int ranks, const run_config *cfg,
 }
 
 static void write_index(const save_ctx *sc, int ranks, const run_config *cfg,
-                        const char *strategy, int step, int adam_step) {
+                        const char *strategy, int step, const ckpt_state *state) {
     char path[4096], fragment[4096];
     size_t len;
-    char *text = index_text(sc, ranks, cfg, strategy, step, adam_step, &len);
+    char *text = index_text(sc, ranks, cfg, strategy, step, state, &len);
     text[len] = '\n';   /* open_memstream's terminating NUL, now the newline */
     const uint32_t crc = crc32_update(0, text, len + 1);   /* every byte before the line */
     ckpt_fits(snprintf(path, sizeof path, "%s/index.json", sc->tmp), sizeof path);
@@ -363,7 +376,7 @@ void checkpoint_save(comm *world, const run_config *cfg, const char *strategy,
     if (world) comm_barrier(world);
     if (rank == 0) {
         char final[4096];
-        write_index(&sc, ranks, cfg, strategy, step, *state->adam_steps[0]);
+        write_index(&sc, ranks, cfg, strategy, step, state);
         publish(&sc, step, final, sizeof final);
         if (!cfg->quiet)
             fprintf(stderr, "checkpoint: step %d saved to %s: %.2f MB in %.3f s\n", step, final,

@@ -110,6 +110,30 @@ static void checkpoint_state_of(const run_config *cfg, const train_strategy *st,
     st->checkpoint_state(st->ctx, state);
 }
 
+/* --resume: fp16's loss scale continues from the checkpoint's when both runs are fp16
+ * with a dynamic scale; any other pair starts the scale afresh (loss_scale_init's). The
+ * reporting rank says so in the line that names the checkpoint. */
+static void resume_loss_scale(const run_config *cfg, int reports, int done,
+                              const ckpt_run_state *saved, loss_scale *s) {
+    if (!cfg->resume_dir) return;
+    const int restored = s->cfg.enabled && saved->has_loss_scale &&
+                         saved->precision == PRECISION_FP16;
+    if (restored) {
+        s->scale = saved->loss_scale;
+        s->clean_steps = saved->clean_steps;
+        s->skipped_steps = saved->skipped_steps;
+    }
+    if (reports && !cfg->quiet)
+        checkpoint_print_resumed(stderr, cfg->resume_dir, done, saved, restored);
+}
+
+/* What a save records besides the tensors: the precision and the loss scale's state. */
+static void record_run_state(const run_config *cfg, const loss_scale *s, ckpt_run_state *run) {
+    *run = (ckpt_run_state){.precision = cfg->precision, .has_loss_scale = s->cfg.enabled,
+                            .loss_scale = s->scale, .clean_steps = s->clean_steps,
+                            .skipped_steps = s->skipped_steps};
+}
+
 static int save_due(const run_config *cfg, int step) {
     return cfg->save_dir &&
            (step == cfg->steps || (cfg->save_every > 0 && step % cfg->save_every == 0));
@@ -129,7 +153,9 @@ void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
     const int reports = !world || comm_world_rank(world) == 0;
     comm *metrics = world ? comm_split(world, 0, comm_rank(world), "metrics") : NULL;
     ckpt_state state;
+    ckpt_run_state run_state = {.precision = cfg->precision};
     checkpoint_state_of(cfg, st, &state);
+    state.run = &run_state;
     const int done = cfg->resume_dir ? checkpoint_load(cfg->resume_dir, &state) : 0;
     const int steps = cfg->steps - done;   /* this run's: done + 1 .. cfg->steps */
     memset(out, 0, sizeof *out);
@@ -147,6 +173,7 @@ void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
         fprintf(stderr, "error: strategy %s takes no loss scale (fp16)\n", st->name);
         exit(2);
     }
+    resume_loss_scale(cfg, reports, done, &run_state, &scale);
     for (int i = 1; i <= steps; i++) {
         const int step = done + i;
         double start = comm_now();
@@ -177,7 +204,10 @@ void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
             if (profile) op_profile_clear(profile);
         }
         /* over the metrics group, whose traffic the strategy's statistics leave out */
-        if (save_due(cfg, step)) checkpoint_save(metrics, cfg, st->name, &state, step);
+        if (save_due(cfg, step)) {
+            record_run_state(cfg, &scale, &run_state);
+            checkpoint_save(metrics, cfg, st->name, &state, step);
+        }
     }
     if (profile) op_profile_stop(profile);
     run_result *r = &out->result;

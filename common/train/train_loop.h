@@ -14,8 +14,9 @@
  * so it is timed only when it is the only step.
  *
  * Checkpoints (checkpoint.h): with --resume the loop first loads the strategy's state
- * and runs steps saved + 1 .. --steps (the outcome's arrays hold those steps); with
- * --save it saves after the last step and every --save-every steps, untimed. The global loss of each step is summed
+ * and runs steps saved + 1 .. --steps (the outcome's arrays hold those steps), fp16's
+ * loss scale continuing from an fp16 checkpoint's; with --save it saves after the last
+ * step and every --save-every steps, untimed, with the precision and the loss scale. The global loss of each step is summed
  * over a group of the loop's own, so the strategy's groups count their traffic alone. */
 #ifndef TRAIN_LOOP_H
 #define TRAIN_LOOP_H
