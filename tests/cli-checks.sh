@@ -247,7 +247,7 @@ for program in "${every_program[@]}"; do
     expect_training_error "$program" "--precision fp8: unknown value (valid: fp32, bf16, fp16)" --precision fp8
     expect_training_error "$program" "--loss-scale 0: must be at least 1" --loss-scale 0 --precision fp16
 done
-for program in "$programs"/baseline "$programs"/chapter[12]; do   # those that train in 16 bits
+for program in "$programs"/baseline "$programs"/chapter[12345]; do   # those that train in 16 bits
     [ -x "$program" ] || continue
     expect_error "$program" "--loss-scale: only --precision fp16 takes a loss scale (this run computes in bf16" \
         --loss-scale 8 --precision bf16

@@ -180,8 +180,8 @@ int main(int argc, char **argv) {
     /* a checkpoint belongs to one run, and this chapter trains many short ones */
     cfg.no_checkpoints = "chapter 7 trains many short runs to compare links, none of them to"
                          " keep (save and resume in chapters 1-5)";
-    cfg.fp32_only = "chapter 7 trains in fp32 only so far (mixed precision"
-                      " runs in the baseline and in chapters 1-2: DDP and ZeRO)";
+    cfg.fp32_only = "chapter 7 trains in fp32 only so far (mixed precision runs in the"
+                    " baseline and chapters 1-5)";
     cli_parse(argc, argv, &cfg, options, argv[0],
               "Communication: links, all-reduce algorithms, DDP's efficiency ladder, and"
               " DDP / FSDP / TP on slow and fast wires, each next to the alpha-beta model.");
