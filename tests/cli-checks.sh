@@ -262,6 +262,9 @@ if [ -x "$programs"/chapter1 ]; then
     expect_error "$programs"/chapter1 "--precision fp16: DataParallel trains in fp32 only so far" \
         --precision fp16 --strategy dp
 fi
+[ -x "$programs"/chapter3 ] && expect_error "$programs"/chapter3 \
+    "--precision bf16: parts 1 and 2 show the split arithmetic in fp32; it applies to --part train" \
+    --precision bf16 --part block
 [ -x "$programs"/chapter7 ] && expect_error "$programs"/chapter7 \
     "--precision bf16: chapter 7 trains in fp32 only so far" --precision bf16
 # chapter 6, the planner: sizes, shapes and meshes

@@ -221,6 +221,9 @@ static int rank_main(comm *world, void *argp) {
     block_report block;
     strategy_outcome local, *run = strategy_outcome_for_rank(world, &a->run, &local);
     int ok = 1;
+    if (root && !cfg->json && cfg->precision != PRECISION_FP32 && a->part == PART_ALL)
+        printf("(parts 1 and 2 show the split arithmetic in fp32; part 3 trains in %s)\n\n",
+               precision_name(cfg->precision));
     if (runs_part(a, PART_SPLIT)) {
         part1_matrix_split(tp, cfg, &split);
         ok &= split.diff_column <= TOL_LAYER && split.diff_row <= TOL_LAYER;
@@ -267,6 +270,9 @@ int main(int argc, char **argv) {
     cli_parse(argc, argv, &a.cfg, options, argv[0],
               "Tensor parallelism: y = W x split by rows and by columns, a Megatron"
               " transformer block, and the whole model trained with TP.");
+    if (a.cfg.precision != PRECISION_FP32 && !runs_part(&a, PART_TRAIN))
+        cli_fail("--precision %s: parts 1 and 2 show the split arithmetic in fp32; it applies"
+                 " to --part train (or all)", precision_name(a.cfg.precision));
     const int world = a.cfg.comm.ranks;
     char err[512];
     if (!tp_check_sizes(&a.cfg, world, a.tp, err, sizeof err)) {

@@ -122,22 +122,29 @@ static void print_collectives(const mesh_extra *o, int world) {
 }
 
 /* The ZeRO paper's model states per rank, with P the rank's stage slice (its TP
- * slice of its pipeline stages) and d the dp degree. */
-static const char *state_formula(int zero) {
-    static const char *const formulas[4] = {
+ * slice of its pipeline stages) and d the dp degree; in mixed precision 16-bit compute
+ * weights, fp32 gradients and fp32 masters with m and v. */
+static const char *state_formula(int zero, precision p) {
+    static const char *const fp32[4] = {
         "4P params + 4P grads + 8P Adam (nothing sharded)",
         "4P params + 4P grads + 8P/d Adam (ZeRO-1)",
         "4P params + 4P/d grads + 8P/d Adam (ZeRO-2)",
         "4P/d params + 4P/d grads + 8P/d Adam (ZeRO-3; between steps: during one, the"
         " stage's whole 4P params and 4P grads as well)"};
-    return formulas[zero >= 0 && zero <= 3 ? zero : 0];
+    static const char *const mixed[4] = {
+        "2P params + 4P grads + 12P masters and Adam (nothing sharded)",
+        "2P params + 4P grads + 12P/d masters and Adam (ZeRO-1)",
+        "2P params + 4P/d grads + 12P/d masters and Adam (ZeRO-2)",
+        "2P/d params + 4P/d grads + 12P/d masters and Adam (ZeRO-3; between steps: during"
+        " one, the stage's whole 2P params and 4P grads as well)"};
+    return (p == PRECISION_FP32 ? fp32 : mixed)[zero >= 0 && zero <= 3 ? zero : 0];
 }
 
-static void print_memory(const mesh_extra *o, int world) {
+static void print_memory(const mesh_extra *o, int world, precision precision) {
     char a[32], b[32], c[32], d[32], e[32], f[32], g[32];
     printf("\nModel state per rank (bytes held, measured | as stored: %s, P the rank's stage"
            " slice, d = %d; a piece is exact to the element)\n",
-           state_formula(o->shape.dp > 1 ? o->opts.zero_stage : 0), o->shape.dp);
+           state_formula(o->shape.dp > 1 ? o->opts.zero_stage : 0, precision), o->shape.dp);
     printf("  %-5s %-9s %10s %10s %10s | %10s %10s %10s %12s\n", "rank", "(tp pp dp)", "params",
            "grads", "optimizer", "params", "grads", "optimizer", "activations");
     for (int w = 0; w < world; w++) {
@@ -223,7 +230,7 @@ static int train(chapter_args *a, int world) {
             report_table(cfg, rows, 2);
             print_comm_note(world);
             print_collectives(&x, world);
-            print_memory(&x, world);
+            print_memory(&x, world, cfg->precision);
             printf("\n%s: 3D against the baseline (%s tolerances: gradients of step 1 %.0e,"
                    " loss %.0e, parameters %.0e): %.0f%% of the tolerance at worst; the tied"
                    " embedding's two copies differ by %.1e\n", worst <= 1 ? "OK" : "FAILED",
