@@ -16,6 +16,13 @@ x tokens for attention.
                                   [--precision fp32|tf32|both] [--sdpa]
     /usr/bin/python3 bench/pytorch_gpt2.py --device cpu --layers 4 --heads 4 --dim 256 \
         --ctx 64 --batch 8 --vocab 256 --steps 20     (bench256, one thread)
+        [--autocast bf16]
+
+--autocast bf16: PyTorch's automatic mixed precision, the reference for our
+--precision bf16: torch.autocast(dtype=torch.bfloat16) around the forward and the loss
+(matmuls in bf16, LayerNorm, softmax and the loss in fp32 by autocast's own lists), the
+backward outside it, the weights and AdamW in fp32 as AMP keeps them (no loss scale:
+bf16 has fp32's range). Its row is named "autocast-bf16".
 
 On the CPU, Debian's torch runs its GEMMs in Debian's OpenBLAS, whose thread pool
 torch.set_num_threads does not reach: openblas_set_num_threads(1) is called through
@@ -38,6 +45,8 @@ def parse_args():
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--precision", choices=["fp32", "tf32", "both"], default="both")
     p.add_argument("--sdpa", action="store_true", help="fused attention (reference)")
+    p.add_argument("--autocast", choices=["bf16"], default=None,
+                   help="torch.autocast bf16 around forward and loss, fp32 weights")
     add_model_arguments(p, layers=12, heads=12, dim=768, ctx=1024, vocab=50304)
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     return p.parse_args()
@@ -166,7 +175,10 @@ def run(torch, args, tf32):
         tokens = host[0].to(device, non_blocking=True)
         targets = host[1].to(device, non_blocking=True)
         opt.zero_grad(set_to_none=True)
-        loss = model(tokens, targets)
+        # AMP: forward and loss under autocast, the backward outside it
+        with torch.autocast(device_type=args.device, dtype=torch.bfloat16,
+                            enabled=args.autocast == "bf16"):
+            loss = model(tokens, targets)
         loss.backward()
         opt.step()
         return loss
@@ -213,16 +225,17 @@ def main():
         return 0
     args.warmup = max(args.warmup, 1)
     impl = "pytorch-sdpa" if args.sdpa else "pytorch"
+    if args.device == "cpu" or args.autocast:
+        args.precision = "fp32"   # TF32 is a GPU format; autocast replaces it
     if args.device == "cpu":
         where = f"one CPU thread ({one_cpu_thread(torch)})"
-        args.precision = "fp32"   # TF32 is a GPU format
     else:
         where = torch.cuda.get_device_name(0)
     print(f"PyTorch {torch.__version__} eager ({'fused sdpa' if args.sdpa else 'naive'}"
           f" attention) on {where}: layers {args.layers}, heads"
           f" {args.heads}, dim {args.dim}, ctx {args.ctx}, vocab {args.vocab}; batch"
           f" {args.batch} x {args.ctx} tokens; {args.warmup} warm-up + {args.steps} timed steps")
-    print(f"{'precision':<10} {'ms/step':>10} {'tokens/s':>12} {'TFLOP/s':>9}"
+    print(f"{'precision':<14} {'ms/step':>10} {'tokens/s':>12} {'TFLOP/s':>9}"
           f" {'loss first -> last':>22} {'device mem':>12}")
     status = 0
     for tf32 in (False, True):
@@ -230,7 +243,9 @@ def main():
             continue
         r = run(torch, args, tf32)
         name = "tf32" if tf32 else "fp32"
-        print(f"{name:<10} {r['ms']:>10.1f} {r['tokens_per_s']:>12.0f} {r['tflops']:>9.2f}"
+        if args.autocast:
+            name = "autocast-" + args.autocast
+        print(f"{name:<14} {r['ms']:>10.1f} {r['tokens_per_s']:>12.0f} {r['tflops']:>9.2f}"
               f" {r['first']:>10.4f} -> {r['last']:<9.4f} {r['peak'] / 1e9:>9.2f} GB")
         print(f"RESULT impl={impl} precision={name} batch={args.batch} ms={r['ms']:.3f}"
               f" tokens_per_s={r['tokens_per_s']:.0f} tflops={r['tflops']:.3f}"

@@ -15,8 +15,10 @@
 #include "cli.h"
 #include "data.h"
 #include "model.h"
+#include "matmul16.h"
 #include "op_profile.h"
 #include "ops.h"
+#include "ops_mixed.h"
 #include "baseline.h"
 #include "replica.h"
 #include "check_run.h"
@@ -74,7 +76,7 @@ static void profiled_step(op_profile *p, int watch_backward) {
     run_config cfg = run_config_default();
     cfg.model = small;
     load_batch(m, d, &cfg, 1, 0, BATCH);
-    op_profile_start(p);
+    op_profile_start(p, PRECISION_FP32);
     gpt_forward(m, r.params);
     if (!watch_backward) op_profile_stop(p);
     gpt_backward(m, r.params, r.grads, 1.0f / (BATCH * small.ctx), NULL, NULL);
@@ -177,6 +179,51 @@ START_TEST(report_names_the_blas_kernel) {
 }
 END_TEST
 
+/* A bf16 linear and a bf16 attention under the profile, and its table in text. */
+static char *bf16_profile_text(op_profile *p) {
+    enum { N = 32, IC = 64, OC = 96, B = 2, T = 16, C = 32, NH = 2 };
+    uint16_t *inp = calloc(N * IC, 2), *weight = calloc(OC * IC, 2), *out = calloc(N * OC, 2);
+    uint16_t *qkv = calloc(B * T * 3 * C, 2), *att = calloc(B * NH * T * T, 2);
+    uint16_t *y = calloc(B * T * C, 2);
+    op_profile_start(p, PRECISION_BF16);
+    mixed_linear_forward(PRECISION_BF16, out, inp, weight, NULL, N, IC, OC);
+    mixed_attention_forward(PRECISION_BF16, y, att, qkv, B, T, C, NH);
+    op_profile_stop(p);
+    char *text = NULL;
+    size_t size = 0;
+    FILE *stream = open_memstream(&text, &size);
+    ck_assert_ptr_nonnull(stream);
+    op_profile_report(p, NULL, "baseline", 1, p->seconds[OP_LINEAR_FORWARD],
+                      p->seconds[OP_LINEAR_FORWARD], 0.0, stream);
+    fclose(stream);
+    void *buffers[] = {inp, weight, out, qkv, att, y};
+    for (int i = 0; i < 6; i++) free(buffers[i]);
+    return text;
+}
+
+/* In bf16 the linears' products are oneDNN's matmul16, floored by matmul16 at their
+ * shapes, and the rows and the kernel line say so; the attention's stay sgemm's. */
+START_TEST(bf16_report_names_the_matmul16_kernel) {
+    static op_profile p;
+    char *text = bf16_profile_text(&p);
+    char want[160];
+    snprintf(want, sizeof want, "bf16 matmul (the linears' products): oneDNN %s\n",
+             matmul16_impl(PRECISION_BF16, 0, 1, 32, 96, 64));
+    printf("the bf16 profile:%s", text);
+    ck_assert_msg(strstr(text, "linear fwd: bf16 matmul") != NULL, "no bf16 matmul row");
+    ck_assert_msg(strstr(text, "attention fwd: sgemm") != NULL, "no attention sgemm row");
+    ck_assert_msg(strstr(text, want) != NULL, "no \"%s\" in the profile", want);
+    ck_assert_str_eq(op_profile_matmul16_kernel(), matmul16_impl(PRECISION_BF16, 0, 1, 32, 96, 64));
+    for (int i = 0; i < p.num_shapes; i++)   /* the floor's kernel per shape */
+        ck_assert_int_eq(p.shapes[i].in_16_bits, p.shapes[i].kind == OP_LINEAR_FORWARD);
+    double by_kind[OP_KINDS];
+    op_profile_sgemm_floor(&p, by_kind);
+    ck_assert_double_gt(by_kind[OP_LINEAR_FORWARD], 0.0);
+    free(text);
+    ops_mixed_release_thread();
+}
+END_TEST
+
 int main(void) {
     Suite *suite = suite_create("profile");
     TCase *tc = tcase_create("profile");
@@ -186,6 +233,7 @@ int main(void) {
     tcase_add_test(tc, negative_control_a_profile_blind_to_backward_fails);
     tcase_add_test(tc, profile_flag_puts_the_floor_into_the_result);
     tcase_add_test(tc, report_names_the_blas_kernel);
+    tcase_add_test(tc, bf16_report_names_the_matmul16_kernel);
     suite_add_tcase(suite, tc);
     return check_run(suite, 0);
 }

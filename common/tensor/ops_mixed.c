@@ -8,9 +8,10 @@
  *
  * The CPU ops are called, not the ops.h ones, so that a watcher sees one op per mixed
  * op, with its traffic in the bytes of p. Row-wise ops work in chunks of rows, so that
- * the scratch stays small; ops whose fp32 twin sums over all rows (layernorm's and the
- * linear's parameter gradients, the position gradient) widen all rows at once, since
- * summing chunk by chunk would round differently.
+ * the scratch stays small; ops whose fp32 twin sums over all rows (layernorm's
+ * parameter gradients, the position gradient) widen all rows at once, since summing
+ * chunk by chunk would round differently. Two hot ones skip the scratch with the same
+ * bits: the linear's dbias (the twin's sums, read from 16 bits) and bf16's residual add.
  *
  * The scratch is one workspace per thread, grown when an op needs more and never
  * shrunk: a training loop allocates nothing after its first step. It is library
@@ -19,6 +20,7 @@
 
 #include "device.h"
 #include "matmul16.h"
+#include "number_formats.h"
 #include "ops.h"
 #include "ops_cpu.h"
 #include "ops_observe.h"
@@ -308,12 +310,29 @@ void mixed_linear_forward(precision p, void *out, const void *inp, const void *w
     mixed_end(w, OP_LINEAR_FORWARD);
 }
 
-/* dbias += column sums of dout, widened: the fp32 op's own sums (its dbias path). */
+/* Columns summed at a time, as ops_cpu.c's add_column_sums: its double accumulators
+ * stay in L1. */
+#define DBIAS_COLUMNS 1024
+
+/* dbias += column sums of dout: the fp32 op's own sums (add_column_sums in ops_cpu.c: a
+ * double per column, rows in order, dbias += its float), each 16-bit value widened as it
+ * is read. The same bits as widening all of dout first (test_ops_mixed checks them),
+ * without that copy's write and re-read: it made this 2.6x fp32's time in bench256. */
 static void linear_dbias(precision p, float *dbias, const void *dout, int N, int OC) {
-    const size_t n = (size_t)N * OC;
-    float *g = workspace(n);
-    widen(p, g, dout, n);
-    cpu_linear_backward(NULL, NULL, dbias, g, NULL, NULL, N, 0, OC);
+    const uint16_t *g = dout;
+    for (int c0 = 0; c0 < OC; c0 += DBIAS_COLUMNS) {
+        const int w = OC - c0 < DBIAS_COLUMNS ? OC - c0 : DBIAS_COLUMNS;
+        double acc[DBIAS_COLUMNS];
+        for (int j = 0; j < w; j++) acc[j] = 0.0;
+        for (int r = 0; r < N; r++) {
+            const uint16_t *row = g + (size_t)r * OC + c0;
+            if (p == PRECISION_BF16)
+                for (int j = 0; j < w; j++) acc[j] += number_from_bf16(row[j]);
+            else
+                for (int j = 0; j < w; j++) acc[j] += number_from_f16(row[j]);
+        }
+        for (int j = 0; j < w; j++) dbias[c0 + j] += (float)acc[j];
+    }
 }
 
 void mixed_linear_backward(precision p, void *dinp, float *dweight, float *dbias,
@@ -488,12 +507,26 @@ void mixed_vec_copy(precision p, void *dst, const void *src, size_t n) {
     mixed_end(w, OP_VECTOR);
 }
 
+/* bf16's y += x in one pass: each element widened, added in fp32 and rounded, the bits
+ * of widen + cpu_vec_add + round without their passes over scratch (those cost 2x
+ * fp32's residual add in bench256; this loop, which gcc vectorises, 0.6x of them).
+ * fp16's conversions do not vectorise as well: fused, its loop was no faster. */
+static void add_bf16(uint16_t *y, const uint16_t *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        y[i] = number_to_bf16(number_from_bf16(y[i]) + number_from_bf16(x[i]));
+}
+
 void mixed_vec_add(precision p, void *y, const void *x, size_t n) {
     if (p == PRECISION_FP32) {
         vec_add(y, x, n);
         return;
     }
     const int w = mixed_begin("mixed_vec_add", OP_RESIDUAL, bytes_of(p, 3.0 * n));
+    if (p == PRECISION_BF16) {
+        add_bf16(y, x, n);
+        mixed_end(w, OP_RESIDUAL);
+        return;
+    }
     float *ys = workspace(2 * CHUNK_FLOATS), *xs = ys + CHUNK_FLOATS;
     for (size_t i = 0; i < n; i += CHUNK_FLOATS) {
         const size_t len = n - i < CHUNK_FLOATS ? n - i : CHUNK_FLOATS;

@@ -1,11 +1,13 @@
 #include "op_profile.h"
 
 #include <cblas.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "alloc.h"
 #include "device.h"
+#include "matmul16.h"
 #include "rng.h"
 
 /* ---- watching ------------------------------------------------------------------- */
@@ -27,6 +29,14 @@ static void on_traffic(void *ctx, op_kind kind, double bytes) {
     ((op_profile *)ctx)->bytes[kind] += bytes;
 }
 
+/* Whether a product inside an op of this kind runs through matmul16: in a 16-bit run
+ * ops_mixed.c sends the linears' products there and runs the attention in its fp32 twin
+ * (widened copies, cblas_sgemm). */
+static int product_in_16_bits(precision compute, op_kind kind) {
+    return compute != PRECISION_FP32 &&
+           (kind == OP_LINEAR_FORWARD || kind == OP_LINEAR_BACKWARD);
+}
+
 static void note_shape(op_profile *p, op_kind kind, int ta, int tb, int M, int N, int K) {
     for (int i = 0; i < p->num_shapes; i++) {
         gemm_shape *s = &p->shapes[i];
@@ -42,7 +52,7 @@ static void note_shape(op_profile *p, op_kind kind, int ta, int tb, int M, int N
     }
     p->shapes[p->num_shapes++] =
         (gemm_shape){.trans_a = ta, .trans_b = tb, .M = M, .N = N, .K = K, .kind = kind,
-                     .calls = 1};
+                     .in_16_bits = product_in_16_bits(p->compute, kind), .calls = 1};
 }
 
 static void on_gemm_begin(void *ctx, int ta, int tb, int M, int N, int K) {
@@ -60,14 +70,17 @@ static void on_gemm_end(void *ctx) {
 void op_profile_clear(op_profile *p) {
     const ops_observer observer = p->observer;
     const int on_gpu = p->on_gpu;
+    const precision compute = p->compute;
     memset(p, 0, sizeof *p);
     p->observer = observer;
     p->on_gpu = on_gpu;
+    p->compute = compute;
 }
 
-void op_profile_start(op_profile *p) {
+void op_profile_start(op_profile *p, precision compute) {
     memset(p, 0, sizeof *p);
     p->on_gpu = device_current() != DEVICE_CPU;
+    p->compute = compute;
     p->observer = (ops_observer){.begin = on_begin, .end = on_end, .traffic = on_traffic,
                                  .gemm_begin = on_gemm_begin, .gemm_end = on_gemm_end,
                                  .ctx = p};
@@ -89,11 +102,30 @@ static void fill_like_activations(float *x, size_t n) {
         x[i] = (float)(2.0 * rng_uniform(12345, 0, i) - 1.0);
 }
 
-/* Best time of one cblas_sgemm at shape s, packed operands, over a few tries. */
-static double best_sgemm_seconds(const gemm_shape *s, float *a, float *b, float *c) {
+/* The operands of the floor's products: fp32 for sgemm, and the same values rounded to
+ * the run's 16-bit format for matmul16. */
+typedef struct {
+    float *a, *b, *c;
+    uint16_t *a16, *b16;
+    precision compute;
+} floor_operands;
+
+/* One product at shape s (packed) on the kernel it ran on in the step; C += A B, as
+ * the accumulating products do. */
+static void floor_product(const gemm_shape *s, const floor_operands *o) {
     const int lda = s->trans_a ? s->M : s->K, ldb = s->trans_b ? s->K : s->N;
-    const enum CBLAS_TRANSPOSE ta = s->trans_a ? CblasTrans : CblasNoTrans;
-    const enum CBLAS_TRANSPOSE tb = s->trans_b ? CblasTrans : CblasNoTrans;
+    if (s->in_16_bits) {
+        matmul16(o->compute, s->trans_a, s->trans_b, s->M, s->N, s->K, o->a16, lda, o->b16,
+                 ldb, 1.0f, o->c, s->N);
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, s->trans_a ? CblasTrans : CblasNoTrans,
+                s->trans_b ? CblasTrans : CblasNoTrans, s->M, s->N, s->K, 1.0f, o->a, lda,
+                o->b, ldb, 1.0f, o->c, s->N);
+}
+
+/* Best time of one product at shape s, packed operands, over a few tries. */
+static double best_product_seconds(const gemm_shape *s, const floor_operands *o) {
     /* enough repeats for about a millisecond per try */
     const double flops = 2.0 * s->M * s->N * s->K;
     const int repeats = flops > 2e7 ? 1 : (int)(2e7 / (flops + 1.0)) + 1;
@@ -104,9 +136,7 @@ static double best_sgemm_seconds(const gemm_shape *s, float *a, float *b, float 
     double best = 1e30;
     for (int attempt = 0; attempt < attempts; attempt++) {
         const double start = comm_now();
-        for (int r = 0; r < repeats; r++)
-            cblas_sgemm(CblasRowMajor, ta, tb, s->M, s->N, s->K, 1.0f, a, lda, b, ldb, 1.0f,
-                        c, s->N);
+        for (int r = 0; r < repeats; r++) floor_product(s, o);
         const double each = (comm_now() - start) / repeats;
         if (attempt > 0 && each < best) best = each;   /* the first warms the caches */
     }
@@ -122,21 +152,27 @@ double op_profile_sgemm_floor(const op_profile *p, double by_kind[OP_KINDS]) {
         most_b = b > most_b ? b : most_b;
         most_c = c > most_c ? c : most_c;
     }
-    float *a = mem_alloc(MEM_OTHER, most_a * sizeof(float));
-    float *b = mem_alloc(MEM_OTHER, most_b * sizeof(float));
-    float *c = mem_alloc(MEM_OTHER, most_c * sizeof(float));
-    fill_like_activations(a, most_a);
-    fill_like_activations(b, most_b);
+    floor_operands o = {.a = mem_alloc(MEM_OTHER, most_a * sizeof(float)),
+                        .b = mem_alloc(MEM_OTHER, most_b * sizeof(float)),
+                        .c = mem_alloc(MEM_OTHER, most_c * sizeof(float)),
+                        .a16 = mem_alloc(MEM_OTHER, most_a * sizeof(uint16_t)),
+                        .b16 = mem_alloc(MEM_OTHER, most_b * sizeof(uint16_t)),
+                        .compute = p->compute};
+    fill_like_activations(o.a, most_a);
+    fill_like_activations(o.b, most_b);
+    if (p->compute != PRECISION_FP32) {
+        precision_to16(p->compute, o.a16, o.a, most_a);
+        precision_to16(p->compute, o.b16, o.b, most_b);
+    }
     if (by_kind) memset(by_kind, 0, OP_KINDS * sizeof(double));
     double floor = 0.0;
     for (int i = 0; i < p->num_shapes; i++) {
-        const double t = p->shapes[i].calls * best_sgemm_seconds(&p->shapes[i], a, b, c);
+        const double t = p->shapes[i].calls * best_product_seconds(&p->shapes[i], &o);
         floor += t;
         if (by_kind) by_kind[p->shapes[i].kind] += t;
     }
-    mem_free(a);
-    mem_free(b);
-    mem_free(c);
+    void *buffers[] = {o.a, o.b, o.c, o.a16, o.b16};
+    for (int i = 0; i < 5; i++) mem_free(buffers[i]);
     return floor;
 }
 
@@ -216,9 +252,14 @@ static void rank_values(const op_profile *p, int steps, double step_seconds,
     v[ROWS * ROW_VALUES + 2] = (float)fastest_step;
 }
 
-static const char *row_name(int i) {
-    if (i < OP_ROWS) return rows[i].name;
-    return i == OP_ROWS ? "communication wait" : "outside ops";
+/* A row's name; the products of a 16-bit run's linears are "linear fwd: bf16 matmul". */
+static const char *row_name(int i, precision compute, char buf[32]) {
+    if (i >= OP_ROWS) return i == OP_ROWS ? "communication wait" : "outside ops";
+    const row_def *r = &rows[i];
+    if (r->part != PART_SGEMM || !product_in_16_bits(compute, r->kind)) return r->name;
+    const int stem = (int)(strchr(r->name, ':') - r->name);   /* "linear fwd" */
+    snprintf(buf, 32, "%.*s: %s matmul", stem, r->name, precision_name(compute));
+    return buf;
 }
 
 /* "12.3 GFLOP/s" or "4.5 GB/s", or "" where the row has no work of its own. */
@@ -246,8 +287,76 @@ static void print_blas_kernel(FILE *out) {
     fprintf(out, "; %s\n", openblas_get_config());
 }
 
+/* ---- the kernels named -------------------------------------------------------------- */
+
+static char matmul16_kernels[160];   /* of the last 16-bit table printed */
+
+const char *op_profile_matmul16_kernel(void) { return matmul16_kernels; }
+
+/* Whether list ("a, b, c") has name as one of its entries. */
+static int list_has(const char *list, const char *name) {
+    const size_t n = strlen(name);
+    for (const char *at = list; (at = strstr(at, name)) != NULL; at += n)
+        if ((at == list || at[-1] == ' ') && (at[n] == ',' || at[n] == 0)) return 1;
+    return 0;
+}
+
+/* The matmul16 implementations of p's 16-bit shapes, distinct, into matmul16_kernels
+ * ("" where there are none). Creates the primitives this thread lacks. */
+static void note_matmul16_kernels(const op_profile *p) {
+    char *list = matmul16_kernels;
+    const size_t size = sizeof matmul16_kernels;
+    list[0] = 0;
+    for (int i = 0; i < p->num_shapes; i++) {
+        const gemm_shape *s = &p->shapes[i];
+        if (!s->in_16_bits) continue;
+        const char *name = matmul16_impl(p->compute, s->trans_a, s->trans_b, s->M, s->N, s->K);
+        if (list_has(list, name)) continue;
+        const size_t used = strlen(list);
+        snprintf(list + used, size - used, "%s%s", used ? ", " : "", name);
+    }
+}
+
+/* The kernels under the table: the 16-bit linears' (oneDNN's, or the fp16 fallback's)
+ * and OpenBLAS's. */
+static void print_kernels(FILE *out, precision compute) {
+    if (compute != PRECISION_FP32 && matmul16_kernels[0]) {
+        const int fallback = strncmp(matmul16_kernels, "sgemm", 5) == 0;
+        fprintf(out, "%s matmul (the linears' products): %s%s\n", precision_name(compute),
+                fallback ? "" : "oneDNN ", matmul16_kernels);
+    }
+    print_blas_kernel(out);
+}
+
+/* The step against its floor, under the table; fp32 names it the sgemm floor. */
+static void print_floor_summary(FILE *out, precision compute, const float *first,
+                                const float *slow, int slow_rank) {
+    const double step0 = first[ROWS * ROW_VALUES], slow_step = slow[ROWS * ROW_VALUES];
+    const double floor0 = first[ROWS * ROW_VALUES + 1], slow_floor = slow[ROWS * ROW_VALUES + 1];
+    const int mixed = compute != PRECISION_FP32;
+    if (floor0 <= 0) {   /* a GPU's ops do not tell their shapes */
+        fprintf(out, "\nno sgemm floor: these ops reported no matrix products\n");
+        return;
+    }
+    fprintf(out, "\nstep / %s floor of its own shapes: %.2f on rank 0",
+            mixed ? "product" : "sgemm", step0 / floor0);
+    if (slow != first && slow_floor > 0)
+        fprintf(out, ", %.2f on rank %d", slow_step / slow_floor, slow_rank);
+    fprintf(out, "; rank 0's fastest step / floor: %.2f\n",
+            first[ROWS * ROW_VALUES + 2] / floor0);
+    if (mixed)
+        fprintf(out, "(floor: one %s matmul16 per linear product, one cblas_sgemm per"
+                     " attention product, packed operands, best of 4-5 tries)\n",
+                precision_name(compute));
+    else
+        fprintf(out, "(floor: one cblas_sgemm per product, packed operands, best of 4-5"
+                     " tries)\n");
+    print_kernels(out, compute);
+}
+
 static void print_table(FILE *out, const char *strategy, int steps, int ranks,
-                        const float *first, const float *slow, int slow_rank) {
+                        precision compute, const float *first, const float *slow,
+                        int slow_rank) {
     const double step0 = first[ROWS * ROW_VALUES], slow_step = slow[ROWS * ROW_VALUES];
     fprintf(out, "\nprofile of %s, per timed step (mean of %d): rank 0", strategy, steps);
     if (slow != first) fprintf(out, " | the slowest rank, %d", slow_rank);
@@ -259,9 +368,10 @@ static void print_table(FILE *out, const char *strategy, int steps, int ranks,
     for (int i = 0; i < ROWS; i++) {
         const float *a = first + i * ROW_VALUES, *b = slow + i * ROW_VALUES;
         if (a[1] == 0 && b[1] == 0 && i < OP_ROWS) continue;   /* never ran */
-        char rate[24];
+        char rate[24], name[32];
         format_rate(i, a, rate);
-        fprintf(out, "%-24s %7.0f %9.2f %6.1f%% %14s", row_name(i), a[1], 1e3 * a[0],
+        fprintf(out, "%-24s %7.0f %9.2f %6.1f%% %14s", row_name(i, compute, name), a[1],
+                1e3 * a[0],
                 step0 > 0 ? 100.0 * a[0] / step0 : 0.0, rate);
         print_floor(out, a, i);
         if (slow != first) {
@@ -276,17 +386,7 @@ static void print_table(FILE *out, const char *strategy, int steps, int ranks,
             1e3 * floor0);
     if (slow != first) fprintf(out, " | %9.2f %6.1f%% %8.2f", 1e3 * slow_step, 100.0,
                                1e3 * slow_floor);
-    if (floor0 <= 0) {   /* a GPU's ops do not tell their shapes */
-        fprintf(out, "\nno sgemm floor: these ops reported no matrix products\n");
-        return;
-    }
-    fprintf(out, "\nstep / sgemm floor of its own shapes: %.2f on rank 0", step0 / floor0);
-    if (slow != first && slow_floor > 0)
-        fprintf(out, ", %.2f on rank %d", slow_step / slow_floor, slow_rank);
-    fprintf(out, "; rank 0's fastest step / floor: %.2f\n",
-            first[ROWS * ROW_VALUES + 2] / floor0);
-    fprintf(out, "(floor: one cblas_sgemm per product, packed operands, best of 4-5 tries)\n");
-    print_blas_kernel(out);
+    print_floor_summary(out, compute, first, slow, slow_rank);
 }
 
 double op_profile_report(const op_profile *p, comm *group, const char *strategy,
@@ -306,7 +406,8 @@ double op_profile_report(const op_profile *p, comm *group, const char *strategy,
             slowest = r;
     const float *slow = all + (size_t)slowest * RANK_VALUES;
     if (!group || comm_world_rank(group) == 0) {
-        print_table(out, strategy, steps, size, all, slow, slowest);
+        note_matmul16_kernels(p);
+        print_table(out, strategy, steps, size, p->compute, all, slow, slowest);
         fflush(out);
     }
     const double slowest_floor = slow[ROWS * ROW_VALUES + 1];

@@ -149,6 +149,8 @@ void report_json(const run_config *cfg, const char *chapter, int world,
                    " \"blas_kernel\": \"%s\"",
                    1e3 * r->sgemm_floor_seconds, 1e3 * r->fastest_step_seconds,
                    op_profile_blas_kernel());
+        if (r->sgemm_floor_seconds > 0 && cfg->precision != PRECISION_FP32)
+            printf(", \"matmul16_kernel\": \"%s\"", op_profile_matmul16_kernel());
         if (r->json_extra) printf(",\n   %s", r->json_extra);
         printf("}");
     }

@@ -166,7 +166,7 @@ void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
     double timed = 0;
     int timed_steps = 0;
     op_profile *profile = cfg->profile ? mem_alloc(MEM_OTHER, sizeof *profile) : NULL;
-    if (profile) op_profile_start(profile);
+    if (profile) op_profile_start(profile, cfg->precision);
     loss_scale scale;
     loss_scale_from_config(cfg, &scale);
     if (scale.cfg.enabled && !st->optimizer_grads) {
