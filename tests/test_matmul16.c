@@ -192,6 +192,77 @@ START_TEST(test_fp16_products) { check_all(PRECISION_FP16); }
 END_TEST
 
 /* The negative control: bf16-rounded inputs against the fp32 inputs' exact product. */
+/* matmul16_out16: the product plus a bias row, rounded once to 16 bits by the product
+ * itself. Against fp64 of the same inputs its error is the fp32 sum's (the bound
+ * above, the bias counted as C0) plus one rounding of the output: at most one unit of
+ * the 16-bit format's relative spacing, 2^-8 in bf16, 2^-11 in fp16 (plus fp16's
+ * subnormal step). Every transpose, with and without the bias, at odd shapes (strided)
+ * and at one of bench256's; the fp16 ones run the widen + sgemm fallback. */
+static double out16_worst(precision p, int ta, int tb, shape sh, int with_bias, int pad) {
+    product q = product_make(p, ta, tb, sh.M, sh.N, sh.K, with_bias ? 1.0f : 0.0f, pad);
+    uint16_t *bias16 = xcalloc((size_t)sh.N, sizeof(uint16_t));
+    uint16_t *c16 = xcalloc((size_t)sh.M * q.ldc, sizeof(uint16_t));
+    for (int j = 0; j < sh.N; j++) {
+        bias16[j] = p == PRECISION_BF16 ? number_to_bf16(q.c0[j]) : number_to_f16(q.c0[j]);
+        for (int i = 0; i < sh.M && with_bias; i++)   /* the reference's C0: the bias row */
+            q.c0[(size_t)i * q.ldc + j] = p == PRECISION_BF16 ? number_from_bf16(bias16[j])
+                                                              : number_from_f16(bias16[j]);
+    }
+    matmul16_out16(p, ta, tb, sh.M, sh.N, sh.K, q.a16, q.lda, q.b16, q.ldb,
+                   with_bias ? bias16 : NULL, c16, q.ldc);
+    for (size_t i = 0; i < (size_t)sh.M * q.ldc; i++)
+        q.c[i] = p == PRECISION_BF16 ? number_from_bf16(c16[i]) : number_from_f16(c16[i]);
+    /* the output rounding, on top of worst_ratio's fp32 bound: recompute against both */
+    const double u16 = p == PRECISION_BF16 ? 0x1p-8 : 0x1p-11, tiny = 0x1p-24;
+    double *a = xcalloc((size_t)sh.M * sh.K, sizeof(double));
+    double *b = xcalloc((size_t)sh.K * sh.N, sizeof(double));
+    widen_operands(&q, 1, a, b);
+    const double c = (sh.K / 2.0) / (1.0 - sh.K * 0x1p-24);
+    double worst = 0;
+    for (int i = 0; i < sh.M; i++)
+        for (int j = 0; j < sh.N; j++) {
+            double ref = with_bias ? q.c0[(size_t)i * q.ldc + j] : 0, mag = fabs(ref);
+            for (int k = 0; k < sh.K; k++) {
+                ref += a[(size_t)i * sh.K + k] * b[(size_t)k * sh.N + j];
+                mag += fabs(a[(size_t)i * sh.K + k] * b[(size_t)k * sh.N + j]);
+            }
+            const double bound = c * FLT_EPSILON * mag + u16 * (fabs(ref) + c * FLT_EPSILON * mag) + tiny;
+            const double r = fabs(q.c[(size_t)i * q.ldc + j] - ref) / bound;
+            if (!(r <= worst)) worst = r;
+        }
+    free(a); free(b); free(bias16); free(c16);
+    product_free(&q);
+    return worst;
+}
+
+START_TEST(test_out16_products) {
+    const shape odd[] = {{1, 1, 1}, {7, 13, 5}, {33, 65, 17}, {512, 1024, 256}};
+    for (int pi = 0; pi < 2; pi++) {
+        const precision p = pi ? PRECISION_FP16 : PRECISION_BF16;
+        double worst = 0;
+        for (int s = 0; s < 4; s++)
+            for (int t = 0; t < 4; t++)
+                for (int with_bias = 0; with_bias <= 1; with_bias++) {
+                    rng_seed(7000 + 100 * s + 10 * t + with_bias);
+                    const double r = out16_worst(p, t & 1, t >> 1, odd[s], with_bias,
+                                                 odd[s].M < 100 ? 3 : 0);
+                    ck_assert_msg(r <= 1.0, "%s out16 %dx%dx%d t %d bias %d: ratio %g",
+                                  precision_name(p), odd[s].M, odd[s].N, odd[s].K, t,
+                                  with_bias, r);
+                    worst = fmax(worst, r);
+                }
+        printf("%s matmul16_out16: worst |C - ref| / bound %.3f (fp32 sum + one 16-bit"
+               " rounding)\n", precision_name(p), worst);
+    }
+    /* K = 0: the bias alone, or zeros */
+    uint16_t bias[3] = {0x3f80, 0x4000, 0xbf80}, c[6] = {1, 1, 1, 1, 1, 1};
+    matmul16_out16(PRECISION_BF16, 0, 1, 2, 3, 0, NULL, 1, NULL, 1, bias, c, 3);
+    ck_assert(c[0] == 0x3f80 && c[4] == 0x4000 && c[5] == 0xbf80);
+    matmul16_out16(PRECISION_BF16, 0, 1, 2, 3, 0, NULL, 1, NULL, 1, NULL, c, 3);
+    ck_assert(c[0] == 0 && c[5] == 0);
+}
+END_TEST
+
 START_TEST(test_negative_control) {
     const shape cases[] = {{7, 13, 5}, {33, 65, 17}, {512, 256, 1024}};
     for (int s = 0; s < 3; s++) {
@@ -389,6 +460,7 @@ static Suite *matmul16_suite(void) {
     tcase_set_timeout(tc, 120);   /* fp64 references at bench256's shapes; sanitizers */
     tcase_add_test(tc, test_bf16_products);
     tcase_add_test(tc, test_fp16_products);
+    tcase_add_test(tc, test_out16_products);
     tcase_add_test(tc, test_negative_control);
     tcase_add_test(tc, test_cached_and_named);
     tcase_add_test(tc, test_threads);

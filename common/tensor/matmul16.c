@@ -27,10 +27,11 @@ typedef struct {
     int used;
     precision p;
     int trans_a, trans_b, M, N, K, lda, ldb, ldc, accumulate;
+    int out16, has_bias;   /* matmul16_out16: C of p, and a bias row of p */
     unsigned long last_use;
     int fallback;   /* no oneDNN implementation here: widen to fp32, cblas_sgemm */
     dnnl_primitive_t prim;
-    dnnl_memory_t a, b, c, scratch;   /* handles set at each call */
+    dnnl_memory_t a, b, c, scratch, bias;   /* handles set at each call */
     char impl[MM_IMPL_LEN];
 } mm_slot;
 
@@ -62,8 +63,8 @@ static void mm_die(const char *what, dnnl_status_t st) {
 
 static void mm_slot_clear(mm_slot *s) {
     if (s->prim) dnnl_primitive_destroy(s->prim);
-    dnnl_memory_t mems[4] = {s->a, s->b, s->c, s->scratch};
-    for (int i = 0; i < 4; i++)
+    dnnl_memory_t mems[5] = {s->a, s->b, s->c, s->scratch, s->bias};
+    for (int i = 0; i < 5; i++)
         if (mems[i]) dnnl_memory_destroy(mems[i]);
     memset(s, 0, sizeof *s);
 }
@@ -136,9 +137,10 @@ static dnnl_primitive_desc_t mm_describe(mm_thread *t, const mm_slot *s) {
     dnnl_data_type_t dt = s->p == PRECISION_BF16 ? dnnl_bf16 : dnnl_f16;
     dnnl_memory_desc_t a = mm_desc(dt, s->M, s->K, s->lda, s->trans_a);
     dnnl_memory_desc_t b = mm_desc(dt, s->K, s->N, s->ldb, s->trans_b);
-    dnnl_memory_desc_t c = mm_desc(dnnl_f32, s->M, s->N, s->ldc, 0);
+    dnnl_memory_desc_t c = mm_desc(s->out16 ? dt : dnnl_f32, s->M, s->N, s->ldc, 0);
+    dnnl_memory_desc_t bias = mm_desc(dt, 1, s->N, s->N, 0);
     dnnl_matmul_desc_t desc;
-    MM_CHECK(dnnl_matmul_desc_init(&desc, &a, &b, NULL, &c));
+    MM_CHECK(dnnl_matmul_desc_init(&desc, &a, &b, s->has_bias ? &bias : NULL, &c));
     dnnl_primitive_attr_t attr;
     MM_CHECK(dnnl_primitive_attr_create(&attr));
     MM_CHECK(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
@@ -181,6 +183,10 @@ static void mm_create(mm_thread *t, mm_slot *s) {
         const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, which[i], 0);
         MM_CHECK(dnnl_memory_create(mems[i], md, t->engine, DNNL_MEMORY_NONE));
     }
+    if (s->has_bias)   /* the bias is the second "weights" of a matmul */
+        MM_CHECK(dnnl_memory_create(&s->bias,
+                                    dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 1),
+                                    t->engine, DNNL_MEMORY_NONE));
     const dnnl_memory_desc_t *scratch_md =
         dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     mm_grow(&t->scratch, &t->scratch_bytes, dnnl_memory_desc_get_size(scratch_md));
@@ -196,7 +202,8 @@ static mm_slot *mm_lookup(mm_thread *t, const mm_slot *key) {
         if (s->used && s->p == key->p && s->trans_a == key->trans_a &&
             s->trans_b == key->trans_b && s->M == key->M && s->N == key->N &&
             s->K == key->K && s->lda == key->lda && s->ldb == key->ldb &&
-            s->ldc == key->ldc && s->accumulate == key->accumulate) {
+            s->ldc == key->ldc && s->accumulate == key->accumulate &&
+            s->out16 == key->out16 && s->has_bias == key->has_bias) {
             s->last_use = ++t->clock;
             return s;
         }
@@ -218,37 +225,49 @@ static void mm_widen(float *dst, precision p, const uint16_t *src, int rows, int
         precision_from16(p, dst + (size_t)r * cols, src + (size_t)r * ld, (size_t)cols);
 }
 
+/* The fallback: A and B widened, cblas_sgemm. With a 16-bit C the product goes to fp32
+ * scratch first (started from the bias rows when there is one) and is rounded once. */
 static void mm_run_fallback(mm_thread *t, const mm_slot *s, const uint16_t *A,
-                            const uint16_t *B, float *C) {
+                            const uint16_t *B, const uint16_t *bias, void *C) {
     const int a_rows = s->trans_a ? s->K : s->M, a_cols = s->trans_a ? s->M : s->K;
     const int b_rows = s->trans_b ? s->N : s->K, b_cols = s->trans_b ? s->K : s->N;
     const size_t a_n = (size_t)a_rows * a_cols, b_n = (size_t)b_rows * b_cols;
+    const size_t c_n = s->out16 ? (size_t)s->M * s->N : 0;
     size_t have = t->wide_floats * sizeof(float);
-    mm_grow((void **)&t->wide, &have, (a_n + b_n) * sizeof(float));
+    mm_grow((void **)&t->wide, &have, (a_n + b_n + c_n) * sizeof(float));
     t->wide_floats = have / sizeof(float);
-    float *wa = t->wide, *wb = t->wide + a_n;
+    float *wa = t->wide, *wb = t->wide + a_n, *wc = s->out16 ? t->wide + a_n + b_n : C;
+    const int ldc = s->out16 ? s->N : s->ldc;
     mm_widen(wa, s->p, A, a_rows, a_cols, s->lda);
     mm_widen(wb, s->p, B, b_rows, b_cols, s->ldb);
+    if (bias)
+        for (int r = 0; r < s->M; r++) precision_from16(s->p, wc + (size_t)r * ldc, bias, s->N);
     cblas_sgemm(CblasRowMajor, s->trans_a ? CblasTrans : CblasNoTrans,
                 s->trans_b ? CblasTrans : CblasNoTrans, s->M, s->N, s->K, 1.0f, wa,
-                a_cols, wb, b_cols, s->accumulate ? 1.0f : 0.0f, C, s->ldc);
+                a_cols, wb, b_cols, s->accumulate || bias ? 1.0f : 0.0f, wc, ldc);
+    if (s->out16)
+        for (int r = 0; r < s->M; r++)
+            precision_to16(s->p, (uint16_t *)C + (size_t)r * s->ldc, wc + (size_t)r * ldc,
+                           s->N);
 }
 
 static void mm_run(mm_thread *t, const mm_slot *s, const uint16_t *A, const uint16_t *B,
-                   float *C) {
+                   const uint16_t *bias, void *C) {
     if (s->fallback) {
-        mm_run_fallback(t, s, A, B, C);
+        mm_run_fallback(t, s, A, B, bias, C);
         return;
     }
     MM_CHECK(dnnl_memory_set_data_handle(s->a, (void *)A));
     MM_CHECK(dnnl_memory_set_data_handle(s->b, (void *)B));
     MM_CHECK(dnnl_memory_set_data_handle(s->c, C));
     MM_CHECK(dnnl_memory_set_data_handle(s->scratch, t->scratch));
-    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, s->a},
+    dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, s->a},
                                {DNNL_ARG_WEIGHTS, s->b},
                                {DNNL_ARG_DST, s->c},
-                               {DNNL_ARG_SCRATCHPAD, s->scratch}};
-    MM_CHECK(dnnl_primitive_execute(s->prim, t->stream, 4, args));
+                               {DNNL_ARG_SCRATCHPAD, s->scratch},
+                               {DNNL_ARG_BIAS, s->bias}};
+    if (bias) MM_CHECK(dnnl_memory_set_data_handle(s->bias, (void *)bias));
+    MM_CHECK(dnnl_primitive_execute(s->prim, t->stream, bias ? 5 : 4, args));
     MM_CHECK(dnnl_stream_wait(t->stream));
 }
 
@@ -279,7 +298,26 @@ void matmul16(precision p, int trans_a, int trans_b, int M, int N, int K,
         return;
     }
     mm_thread *t = mm_thread_get();
-    mm_run(t, mm_lookup(t, &key), A, B, C);
+    mm_run(t, mm_lookup(t, &key), A, B, NULL, C);
+}
+
+void matmul16_out16(precision p, int trans_a, int trans_b, int M, int N, int K,
+                    const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                    const uint16_t *bias, uint16_t *C, int ldc) {
+    mm_slot key = mm_key_of(p, trans_a, trans_b, M, N, K, lda, ldb, 0.0f, ldc);
+    key.out16 = 1;
+    key.has_bias = bias != NULL;
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) {   /* an empty sum: the bias alone, or 0 */
+        for (int i = 0; i < M; i++) {
+            uint16_t *row = C + (size_t)i * ldc;
+            if (bias) memcpy(row, bias, (size_t)N * sizeof *row);
+            else memset(row, 0, (size_t)N * sizeof *row);
+        }
+        return;
+    }
+    mm_thread *t = mm_thread_get();
+    mm_run(t, mm_lookup(t, &key), A, B, bias, C);
 }
 
 const char *matmul16_impl(precision p, int trans_a, int trans_b, int M, int N, int K) {

@@ -32,6 +32,14 @@ void matmul16(precision p, int trans_a, int trans_b, int M, int N, int K,
               const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta, float *C,
               int ldc);
 
+/* The same product (beta 0) rounded once to p's 16 bits into C (leading dimension
+ * ldc), with bias[N] of p, when not NULL, added in fp32 before the rounding: a linear
+ * layer's output, without an fp32 copy of it (oneDNN writes the 16-bit result; the
+ * fallback computes in fp32 scratch and rounds). A bias-less product of K = 0 is 0. */
+void matmul16_out16(precision p, int trans_a, int trans_b, int M, int N, int K,
+                    const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                    const uint16_t *bias, uint16_t *C, int ldc);
+
 /* The implementation matmul16 runs for this product with packed operands (lda, ldb,
  * ldc the row lengths, beta 0): oneDNN's own name for it ("brg:avx512_core_bf16",
  * "gemm:jit", ...), or "sgemm (fp32 from <type>: no oneDNN <type> matmul here)" for the

@@ -140,6 +140,15 @@ static void product16(precision p, int trans_a, int trans_b, int M, int N, int K
     ops_gemm_end();
 }
 
+/* The same, rounded once to 16 bits by the product itself (bias of p added before). */
+static void product16_out16(precision p, int trans_a, int trans_b, int M, int N, int K,
+                            const void *A, int lda, const void *B, int ldb, const void *bias,
+                            void *C, int ldc) {
+    ops_gemm_begin(trans_a, trans_b, M, N, K);
+    matmul16_out16(p, trans_a, trans_b, M, N, K, A, lda, B, ldb, bias, C, ldc);
+    ops_gemm_end();
+}
+
 /* ---- whole vectors ------------------------------------------------------------------ */
 
 void mixed_round(precision p, void *dst, const float *src, size_t n) {
@@ -296,17 +305,9 @@ void mixed_linear_forward(precision p, void *out, const void *inp, const void *w
     const double elements = (double)N * IC + (double)N * OC + (double)OC * IC;
     const int w =
         mixed_begin("mixed_linear_forward", OP_LINEAR_FORWARD, bytes_of(p, elements));
-    if (N > 0 && OC > 0) {
-        const size_t n = (size_t)N * OC;
-        float *y = workspace(n);
-        if (bias) {   /* start from the bias, and let the product add onto it in fp32 */
-            widen(p, y, bias, (size_t)OC);
-            for (int r = 1; r < N; r++)
-                memcpy(y + (size_t)r * OC, y, (size_t)OC * sizeof(float));
-        }
-        product16(p, 0, 1, N, OC, IC, inp, IC, weight, IC, bias ? 1.0f : 0.0f, y, OC);
-        round_to(p, out, y, n);
-    }
+    /* the product and the bias summed in fp32, rounded once, by the product itself */
+    if (N > 0 && OC > 0)
+        product16_out16(p, 0, 1, N, OC, IC, inp, IC, weight, IC, bias, out, OC);
     mixed_end(w, OP_LINEAR_FORWARD);
 }
 
@@ -346,11 +347,8 @@ void mixed_linear_backward(precision p, void *dinp, float *dweight, float *dbias
                               bytes_of(p, 2.0 * N * OC + 2.0 * N * IC + (double)OC * IC) +
                                   F32(2.0 * OC * IC));
     if (N > 0) {
-        if (dinp) {   /* dinp[N,IC] = dout[N,OC] @ weight[OC,IC], rounded once */
-            float *dx = workspace((size_t)N * IC);
-            product16(p, 0, 0, N, IC, OC, dout, OC, weight, IC, 0.0f, dx, IC);
-            round_to(p, dinp, dx, (size_t)N * IC);
-        }
+        if (dinp)   /* dinp[N,IC] = dout[N,OC] @ weight[OC,IC], rounded once */
+            product16_out16(p, 0, 0, N, IC, OC, dout, OC, weight, IC, NULL, dinp, IC);
         if (dweight)   /* dweight[OC,IC] += dout^T @ inp, straight into the fp32 gradient */
             product16(p, 1, 0, OC, IC, N, dout, OC, inp, IC, 1.0f, dweight, IC);
         if (dbias) linear_dbias(p, dbias, dout, N, OC);
