@@ -437,7 +437,8 @@ START_TEST(predictions_can_fail) {
     ck_assert(chapter_json_figures(json, "zero2", &measured));
     /* the paper's formula alone, without the working buffers, misses ZeRO-2's gradients */
     const chapter_strategy as_zero1 = {2, "zero2", 1, 1, 0, 0};
-    chapter_figures wrong = predict_chapter_run(&bench, 8, 2, &as_zero1, 50, 2, LINK_NONE, 1);
+    chapter_figures wrong = predict_chapter_run(&bench, 8, 2, &as_zero1, 50, 2, LINK_NONE, 1,
+                                                PRECISION_FP32);
     printf("negative control: ZeRO-2 gradients predicted as ZeRO-1's %.0f, measured %.0f\n",
            wrong.grads, measured.grads);
     ck_assert(wrong.grads != measured.grads);
@@ -523,7 +524,8 @@ START_TEST(the_predicted_pipeline_step_is_stretched_by_m_plus_p_minus_1_over_m) 
      * = (4 + 1) / 4: 2.688 ms. */
     const gpt_config c = {.vocab = 256, .ctx = 8, .layers = 2, .heads = 2, .dim = 16};
     const chapter_strategy pipe = {4, "pp-1f1b", 1, 0, 2, 4};
-    const chapter_figures f = predict_chapter_run(&c, 8, 2, &pipe, 1.0, 2, LINK_NONE, 1);
+    const chapter_figures f = predict_chapter_run(&c, 8, 2, &pipe, 1.0, 2, LINK_NONE, 1,
+                                                      PRECISION_FP32);
     printf("predicted pipeline step, p 2, m 4: %.6g ms (by hand 2.688)\n", f.ms_per_step);
     ck_assert_msg(fabs(f.ms_per_step - 2.688) <= 1e-9, "pipeline step %.6g ms, by hand 2.1504"
                   " x (m + p - 1) / m = 2.688 ms", f.ms_per_step);

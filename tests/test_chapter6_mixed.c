@@ -1,12 +1,17 @@
 /* Chapter 6 in its precisions: the planner's bytes per parameter, per activation and per
  * message in bf16 / fp16 (the ZeRO paper's 2 + 2 + 12) and fp32 (4 + 4 + 8), each
- * against a case computed by hand here. */
+ * against a case computed by hand here, and --predict-chapters --precision bf16 against
+ * the chapters' own 16-bit runs (2 + 4 + 12: fp32 gradients), to the byte. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "../chapters/06-choose/planner.h"
 #include "check_run.h"
+#include "predict.h"
 
 #define EXACT(value, expected)                                                              \
     do {                                                                                    \
@@ -149,6 +154,67 @@ START_TEST(fp32_peak_is_h100s_fp32_over_its_bf16_dense) {
 }
 END_TEST
 
+/* ---- against the chapters' 16-bit runs ------------------------------------------------ */
+
+/* The chapter programs of this build (build/X/tests/test_chapter6_mixed -> build/X), or
+ * the plain build's, build/cpu, for variants that build only tests. */
+static void programs_dir(char *dir, size_t size) {
+    const ssize_t len = readlink("/proc/self/exe", dir, size - 1);
+    ck_assert(len > 0);
+    dir[len] = 0;
+    for (int up = 0; up < 2; up++) *strrchr(dir, '/') = 0;
+    int all_built = 1;
+    for (int n = 1; n <= 5; n++) {
+        char program[1100];
+        snprintf(program, sizeof program, "%s/chapter%d", dir, n);
+        all_built = all_built && access(program, X_OK) == 0;
+    }
+    if (all_built) return;
+    *strrchr(dir, '/') = 0;
+    snprintf(dir + strlen(dir), size - strlen(dir), "/cpu");
+    printf("chapter programs: not built in this variant, using %s\n", dir);
+}
+
+static const predict_options BF16_RUNS = {.steps = 2, .link_scale = 1, .dtype = PRECISION_BF16};
+
+START_TEST(bf16_predictions_match_the_chapters_runs) {
+    char dir[1024];
+    programs_dir(dir, sizeof dir);
+    double worst;
+    int mismatches;
+    const int status = predict_chapters_in(dir, &BF16_RUNS, &worst, &mismatches);
+    printf("predict-chapters --precision bf16: %d model-state figures differ (tolerance 0"
+           " bytes), activations at most %.3f%% off (tolerance 0 bytes)\n", mismatches,
+           100 * worst);
+    ck_assert_msg(status != 2, "chapters 1-5 must be built first (make chapter1 ... chapter5)");
+    ck_assert_int_eq(mismatches, 0);
+    ck_assert(worst == 0);
+    ck_assert_int_eq(status, 0);
+}
+END_TEST
+
+START_TEST(fp32_formulas_miss_a_bf16_run) {
+    char dir[1024];
+    programs_dir(dir, sizeof dir);
+    char *json = run_chapter_json(dir, 2, 2, &BF16_RUNS);
+    ck_assert_ptr_nonnull(json);
+    const gpt_config bench = {.vocab = 256, .ctx = 64, .layers = 4, .heads = 4, .dim = 256};
+    const chapter_strategy zero1 = {2, "zero1", 1, 1, 0, 0};
+    chapter_figures measured;
+    ck_assert(chapter_json_figures(json, "zero1", &measured));
+    const chapter_figures as_fp32 =
+        predict_chapter_run(&bench, 8, 2, &zero1, 50, 2, LINK_NONE, 1, PRECISION_FP32);
+    const chapter_figures as_bf16 =
+        predict_chapter_run(&bench, 8, 2, &zero1, 50, 2, LINK_NONE, 1, PRECISION_BF16);
+    printf("negative control: bf16 zero1 measured params %.0f, optimizer %.0f; fp32's formulas"
+           " %.0f, %.0f; bf16's %.0f, %.0f\n", measured.params, measured.optimizer,
+           as_fp32.params, as_fp32.optimizer, as_bf16.params, as_bf16.optimizer);
+    ck_assert(as_fp32.params != measured.params && as_fp32.optimizer != measured.optimizer);
+    ck_assert(as_bf16.params == measured.params && as_bf16.optimizer == measured.optimizer);
+    free(json);
+}
+END_TEST
+
 int main(void) {
     Suite *suite = suite_create("chapter6_mixed");
     TCase *formulas = tcase_create("formulas");
@@ -158,5 +224,10 @@ int main(void) {
     tcase_add_test(formulas, messages_move_the_bytes_of_their_precision);
     tcase_add_test(formulas, fp32_peak_is_h100s_fp32_over_its_bf16_dense);
     suite_add_tcase(suite, formulas);
+    TCase *runs = tcase_create("runs");
+    tcase_set_timeout(runs, 600);
+    tcase_add_test(runs, bf16_predictions_match_the_chapters_runs);
+    tcase_add_test(runs, fp32_formulas_miss_a_bf16_run);
+    suite_add_tcase(suite, runs);
     return check_run(suite, 0);
 }

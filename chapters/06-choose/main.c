@@ -246,7 +246,8 @@ int main(int argc, char **argv) {
     if (f.predict) {
         predict_options po = {.steps = cli_given("steps") ? cfg.steps : 3,
                               .link = cfg.comm.link, .link_scale = cfg.comm.link_scale,
-                              .data_path = cfg.data_path, .json = cfg.json};
+                              .data_path = cfg.data_path, .json = cfg.json,
+                              .dtype = cfg.precision};
         return predict_chapters(&po);
     }
     if (f.course) {
