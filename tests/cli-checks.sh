@@ -244,7 +244,7 @@ expect_ok() {
 # programs and strategies that train in fp32 alone so far
 for program in "${every_program[@]}"; do
     [ -x "$program" ] || continue
-    expect_training_error "$program" "--precision fp8: unknown value (valid: fp32, bf16, fp16)" --precision fp8
+    expect_error "$program" "--precision fp8: unknown value (valid: fp32, bf16, fp16)" --precision fp8
     expect_training_error "$program" "--loss-scale 0: must be at least 1" --loss-scale 0 --precision fp16
 done
 for program in "$programs"/baseline "$programs"/chapter[12345]; do   # those that train in 16 bits
@@ -300,6 +300,34 @@ if [ -x "$planner" ] && [ -z "$mpi" ]; then
     expect_error "$planner" "--gpus does nothing with --predict-chapters" --predict-chapters --gpus 64
     expect_error "$planner" "--json does nothing with --course (it prints its checks as text)" --course --json
     expect_error "$planner" "--tokens does nothing with --max-params without a model" --gpus 1024 --max-params --tokens 1e12
+    # it plans in a precision (bf16 unless told) and says which; fp16's loss scale is a
+    # training flag, and --course's numbers are the course's own
+    expect_error "$planner" "--loss-scale does nothing in chapter6" --params 70e9 --precision fp16 --loss-scale 8
+    expect_error "$planner" "--no-loss-scale does nothing in chapter6" --params 70e9 --no-loss-scale
+    expect_error "$planner" "--precision does nothing with --course (the course's numbers are mixed precision's)" --course --precision fp32
+    # expect_output PATTERN ARGS...: the planner exits 0 and prints a line matching PATTERN
+    expect_output() {
+        local pattern=$1 out
+        shift
+        out=$("$planner" "$@" 2>&1)
+        if [ $? -eq 0 ] && printf '%s\n' "$out" | grep -q -- "$pattern"; then
+            passed=$((passed + 1))
+            echo "ok   chapter6 $*  ->  prints $pattern"
+        else
+            failed=$((failed + 1))
+            echo "FAIL chapter6 $*: no line matches $pattern"
+        fi
+    }
+    expect_output '^precision bf16: 16-bit weights 2 B + gradients 2 B + fp32 master, m, v 12 B' --params 70e9 --gpus 64
+    expect_output '^precision fp32: fp32 weights 4 B + gradients 4 B + Adam m, v 8 B per parameter, 4 B activations' --params 70e9 --gpus 64 --precision fp32
+    expect_output 'The decision tree .*, in fp16:' --params 70e9 --gpus 64 --precision fp16
+    expect_output '^ddp .* 279.22 GB  279.22 GB  558.44 GB' --params 70e9 --gpus 64 --precision fp32
+    expect_output '"precision": "bf16", "params"' --params 70e9 --gpus 64 --json
+    expect_output '"precision": "fp32", "params"' --params 70e9 --gpus 64 --json --precision fp32
+    expect_output '"flops_per_gpu": 2.68e+13' --params 70e9 --gpus 64 --json --precision fp32
+    expect_output '"flops_per_gpu": 3e+13' --params 70e9 --gpus 64 --json --precision fp32 --gpu-tflops 30
+    expect_output '"precision": "fp32", "cluster"' --gpus 1024 --max-params --json --precision fp32
+    expect_output 'model states only .*, in fp32:' --gpus 1024 --max-params --precision fp32
     listed=$("$planner" --help 2>&1 | grep -o -e "--lr \|--save \|--profile \|--seed \|--trace " | tr '\n' ' ')
     if [ -z "$listed" ]; then
         passed=$((passed + 1))
@@ -316,6 +344,7 @@ if [ -x "$planner" ] && [ -z "$mpi" ]; then
     expect_ok "$planner" --course
     expect_ok "$planner" --params 70e9 --gpus 64 --json
     expect_ok "$planner" --gpus 1024 --gpu-mem 32 --tp 16 --max-params
+    expect_ok "$planner" --params 70e9 --gpus 64 --gpu-mem 80 --precision fp32
 fi
 # checkpoints: a --resume that cannot be used is one line before any rank starts
 ckpt=$(mktemp -d)

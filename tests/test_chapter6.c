@@ -31,7 +31,7 @@ static plan_request request(plan_model m, int gpus, double gpu_gb, int batch) {
                           .cluster = {.gpus = gpus, .gpus_per_node = 8, .between_nodes = LINK_IB,
                                       .flops_per_gpu = 0.4 * 989e12},
                           .gpu_bytes = gpu_gb * 1e9, .micro_batch = 1, .global_batch = batch,
-                          .recompute = -1};
+                          .recompute = -1, .dtype = PRECISION_BF16};
 }
 
 /* ---- formulas against hand-computed cases -------------------------------------- */
@@ -220,7 +220,7 @@ START_TEST(zero_paper_tables) {
            figure1_worst, worst);
     /* negative control: K = 8 (fp32 Adam without a master copy) misses Figure 1 */
     ck_assert(!matches_printed(plan_total(plan_states_bytes(7.5e9, 1, 64,
-                                                            (plan_precision){2, 2, 8})) / 1e9,
+                                                            (plan_precision){2, 2, 8, 2})) / 1e9,
                                31.4, 0.1));
 }
 END_TEST
@@ -437,7 +437,8 @@ START_TEST(predictions_can_fail) {
     ck_assert(chapter_json_figures(json, "zero2", &measured));
     /* the paper's formula alone, without the working buffers, misses ZeRO-2's gradients */
     const chapter_strategy as_zero1 = {2, "zero2", 1, 1, 0, 0};
-    chapter_figures wrong = predict_chapter_run(&bench, 8, 2, &as_zero1, 50, 2, LINK_NONE, 1);
+    chapter_figures wrong = predict_chapter_run(&bench, 8, 2, &as_zero1, 50, 2, LINK_NONE, 1,
+                                                PRECISION_FP32);
     printf("negative control: ZeRO-2 gradients predicted as ZeRO-1's %.0f, measured %.0f\n",
            wrong.grads, measured.grads);
     ck_assert(wrong.grads != measured.grads);
@@ -485,7 +486,7 @@ START_TEST(the_bubble_is_p_minus_1_over_m) {
      * = 0.0052224 s; total 0.026112 s. */
     const plan_mesh mesh = {.tp = 1, .pp = 2, .dp = 1, .micro_batch = 1, .global_batch = 4,
                             .recompute = RECOMPUTE_NONE};
-    const plan_step t = plan_step_time(&HAND, &mesh, &SLOW_PAIR);
+    const plan_step t = plan_step_time(&HAND, &mesh, &SLOW_PAIR, PLAN_MIXED_ADAM);
     printf("step with pp 2, m 4: compute %.7g s, bubble %.7g s (by hand 0.0208896, 0.0052224)\n",
            t.compute, t.bubble);
     ck_assert_msg(fabs(t.compute - 0.0208896) <= 1e-12, "compute %.10g s, by hand 0.0208896",
@@ -507,7 +508,7 @@ START_TEST(the_pipeline_link_is_tp_x_dp_ranks_away) {
                                      .flops_per_gpu = 1e9};
     const plan_mesh mesh = {.tp = 2, .pp = 2, .dp = 2, .micro_batch = 1, .global_batch = 4,
                             .recompute = RECOMPUTE_NONE, .sequence_parallel = 1};
-    const plan_step t = plan_step_time(&HAND, &mesh, &nodes_of_4);
+    const plan_step t = plan_step_time(&HAND, &mesh, &nodes_of_4, PLAN_MIXED_ADAM);
     printf("pipeline link, tp 2 x pp 2 x dp 2, 4 GPUs a node: %.7g s (by hand, InfiniBand"
            " 2.008192e-05)\n", t.pp_comm);
     ck_assert_msg(fabs(t.pp_comm - 2.008192e-5) <= 1e-15, "pipeline messages take %.7g s, by"
@@ -523,7 +524,8 @@ START_TEST(the_predicted_pipeline_step_is_stretched_by_m_plus_p_minus_1_over_m) 
      * = (4 + 1) / 4: 2.688 ms. */
     const gpt_config c = {.vocab = 256, .ctx = 8, .layers = 2, .heads = 2, .dim = 16};
     const chapter_strategy pipe = {4, "pp-1f1b", 1, 0, 2, 4};
-    const chapter_figures f = predict_chapter_run(&c, 8, 2, &pipe, 1.0, 2, LINK_NONE, 1);
+    const chapter_figures f = predict_chapter_run(&c, 8, 2, &pipe, 1.0, 2, LINK_NONE, 1,
+                                                      PRECISION_FP32);
     printf("predicted pipeline step, p 2, m 4: %.6g ms (by hand 2.688)\n", f.ms_per_step);
     ck_assert_msg(fabs(f.ms_per_step - 2.688) <= 1e-9, "pipeline step %.6g ms, by hand 2.1504"
                   " x (m + p - 1) / m = 2.688 ms", f.ms_per_step);

@@ -27,6 +27,7 @@ plan_request course_cluster(double params) {
         .micro_batch = 1,
         .global_batch = 2048,
         .recompute = -1,
+        .dtype = PRECISION_BF16,   /* the course's mixed precision */
     };
     return r;
 }

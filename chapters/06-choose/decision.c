@@ -86,10 +86,12 @@ static int try_zero(const plan_request *r, const plan_row *rows, int n, plan_dec
 
 static void try_3d(const plan_request *r, const plan_row *rows, int n, plan_decision *d) {
     const double h = r->model.hidden;
-    const plan_precision adam = PLAN_MIXED_ADAM;
+    const plan_precision adam = plan_precision_of(r->dtype);
     const double layer_states = (adam.params + adam.grads + adam.optimizer) *
                                 plan_layer_params(r->model.hidden);
-    const double layer_acts = plan_layer_activations(&r->model, r->micro_batch, 1, 0,
+    /* Korthikanti counts 2-byte elements */
+    const double layer_acts = adam.activation / 2 *
+                              plan_layer_activations(&r->model, r->micro_batch, 1, 0,
                                                      RECOMPUTE_NONE);
     const int layer_fits = layer_states + layer_acts <= r->gpu_bytes;
     add_step(d, "3. one layer fits one card? 12h^2 = %.3g parameters at h = %.0f: %.2f GB of"

@@ -34,7 +34,7 @@ typedef struct {
 static const char *const planner_unused[] = {
     "seed", "lr", "weight-decay", "warmup", "quiet", "profile", "device", "tf32",
     "allreduce", "send-mode", "comm-timeout", "trace", "save", "save-every", "resume",
-    "save-test-crash", "precision", "loss-scale", "loss-scale-window", "no-loss-scale",
+    "save-test-crash", "loss-scale", "loss-scale-window", "no-loss-scale",
     "test-overflow-step", NULL};
 /* Flags only --predict-chapters uses. */
 static const char *const predict_only[] = {"steps", "data", "link-scale", NULL};
@@ -78,6 +78,8 @@ static void refuse_ignored_flags(const planner_flags *f) {
                            "it prints its checks as text");
         cli_refuse_in_mode("--course", (const char *const[]){"link", NULL},
                            "its cluster is fixed: InfiniBand between nodes");
+        cli_refuse_in_mode("--course", (const char *const[]){"precision", NULL},
+                           "the course's numbers are mixed precision's");
     }
     if (cluster_only(f))
         cli_refuse_in_mode("--max-params without a model", model_plan_flags,
@@ -136,8 +138,22 @@ static void check_mesh_fits_model(const plan_mesh *mesh, const plan_model *m) {
                  m->layers);
 }
 
+/* The planner's precision: 16-bit unless --precision says otherwise (the chapters'
+ * default, fp32, is for training on this machine, not for planning a cluster). */
+static precision planned_precision(const run_config *cfg) {
+    return cli_given("precision") ? cfg->precision : PRECISION_BF16;
+}
+
+/* --gpu-tflops as given; else --peak-tflops, a 16-bit tensor-core peak, x --mfu, and in
+ * fp32 the fraction of it fp32 GEMMs reach (plan_time.h). */
+static double achieved_flops(const planner_flags *f, precision dtype) {
+    if (f->gpu_tflops > 0) return 1e12 * f->gpu_tflops;
+    const double fraction = dtype == PRECISION_FP32 ? PLAN_FP32_PEAK_FRACTION : 1;
+    return 1e12 * f->peak_tflops * fraction * f->mfu;
+}
+
 static plan_request request_from_flags(const run_config *cfg, const planner_flags *f) {
-    plan_request r = {.gpu_bytes = f->gpu_mem * 1e9};
+    plan_request r = {.gpu_bytes = f->gpu_mem * 1e9, .dtype = planned_precision(cfg)};
     r.cluster.gpus = f->gpus;
     r.mesh = mesh_from_flags(f);
     if (cluster_only(f)) return r;   /* no model: nothing else is used */
@@ -149,7 +165,7 @@ static plan_request request_from_flags(const run_config *cfg, const planner_flag
         .gpus = f->gpus,
         .gpus_per_node = f->gpus_per_node,
         .between_nodes = cfg->comm.link == LINK_NONE ? LINK_IB : cfg->comm.link,
-        .flops_per_gpu = 1e12 * (f->gpu_tflops > 0 ? f->gpu_tflops : f->peak_tflops * f->mfu),
+        .flops_per_gpu = achieved_flops(f, r.dtype),
     };
     r.micro_batch = f->micro_batch;
     /* default: 8 sequences per GPU, enough micro-batches to keep a pipeline busy */
@@ -194,7 +210,8 @@ int main(int argc, char **argv) {
         {"gpus-per-node", OPT_INT, &f.gpus_per_node, "GPUs joined by NVLink (default 8)", NULL, 1},
         {"micro-batch", OPT_INT, &f.micro_batch, "sequences per micro-batch (default 1)", NULL, 1},
         {"gpu-tflops", OPT_FLOAT, &f.gpu_tflops, "achieved TFLOP/s per GPU (default: peak x mfu)", NULL, 1e-6},
-        {"peak-tflops", OPT_FLOAT, &f.peak_tflops, "peak TFLOP/s per GPU (default 989: H100 BF16)", NULL, 1e-6},
+        {"peak-tflops", OPT_FLOAT, &f.peak_tflops, "16-bit tensor-core peak TFLOP/s per GPU"
+         " (default 989: H100 BF16; fp32 plans take 67/989 of it)", NULL, 1e-6},
         {"mfu", OPT_FLOAT, &f.mfu, "achieved fraction of peak (default 0.4)", NULL, 0},
         {"tokens", OPT_FLOAT, &f.tokens, "training tokens: print the days it takes", NULL, 1},
         {"tp", OPT_INT, &f.tp, "evaluate this mesh too: tensor-parallel size", NULL, 1},
@@ -229,7 +246,8 @@ int main(int argc, char **argv) {
     if (f.predict) {
         predict_options po = {.steps = cli_given("steps") ? cfg.steps : 3,
                               .link = cfg.comm.link, .link_scale = cfg.comm.link_scale,
-                              .data_path = cfg.data_path, .json = cfg.json};
+                              .data_path = cfg.data_path, .json = cfg.json,
+                              .dtype = cfg.precision};
         return predict_chapters(&po);
     }
     if (f.course) {

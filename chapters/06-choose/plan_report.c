@@ -17,14 +17,16 @@ static void print_header(const plan_request *r) {
     printf("Planning a GPT of %.4g parameters (Narayanan eq. 2): %d layers, hidden %d, %d heads,"
            " vocabulary %d, sequence %d\n", plan_params(m), m->layers, m->hidden, m->heads,
            m->vocab, m->seq);
+    char precision[256];
     printf("on %d GPUs of %.0f GB (%d per node, NVLink inside, %s between), %.0f TFLOP/s"
-           " achieved per GPU;\nglobal batch %d sequences, micro-batch %d; mixed-precision Adam"
-           " (2 + 2 + 12 bytes per parameter)\n\n", r->cluster.gpus, r->gpu_bytes / GB,
+           " achieved per GPU;\nglobal batch %d sequences, micro-batch %d;\n%s\n\n",
+           r->cluster.gpus, r->gpu_bytes / GB,
            r->cluster.gpus_per_node,
            r->cluster.between_nodes == LINK_ETHERNET ? "Ethernet 3.125 GB/s"
            : r->cluster.between_nodes == LINK_NVLINK ? "NVLink 900 GB/s"
                                                      : "InfiniBand 50 GB/s",
-           r->cluster.flops_per_gpu / 1e12, r->global_batch, r->micro_batch);
+           r->cluster.flops_per_gpu / 1e12, r->global_batch, r->micro_batch,
+           plan_precision_line(r, precision, sizeof precision));
 }
 
 static void print_rows(const plan_request *r, const plan_row *rows, int n) {
@@ -82,13 +84,14 @@ static int model_parallel(const plan_request *r) {
 
 static double max_params_of(const plan_request *r, int stage) {
     const int mp = model_parallel(r);
-    return plan_max_params(stage, r->gpu_bytes, r->cluster.gpus / mp, mp, PLAN_MIXED_ADAM);
+    return plan_max_params(stage, r->gpu_bytes, r->cluster.gpus / mp, mp,
+                           plan_precision_of(r->dtype));
 }
 
 static void print_max_params(const plan_request *r) {
     printf("\nLargest model that fits %d GPUs of %.4g GB with model parallelism %d, model"
-           " states only (the ZeRO paper's Table 2 arithmetic):\n", r->cluster.gpus,
-           r->gpu_bytes / GB, model_parallel(r));
+           " states only (the ZeRO paper's Table 2 arithmetic), in %s:\n", r->cluster.gpus,
+           r->gpu_bytes / GB, model_parallel(r), precision_name(r->dtype));
     for (int stage = 0; stage <= 3; stage++)
         printf("  %-6s %10.4g parameters\n", max_names[stage], max_params_of(r, stage));
 }
@@ -98,9 +101,9 @@ void plan_print_max_params(const plan_request *r, int json) {
         print_max_params(r);
         return;
     }
-    printf("{\"chapter\": \"06-choose\", \"cluster\": {\"gpus\": %d, \"gpu_bytes\": %.0f},"
-           " \"model_parallel\": %d,\n \"max_params\": {", r->cluster.gpus, r->gpu_bytes,
-           model_parallel(r));
+    printf("{\"chapter\": \"06-choose\", \"precision\": \"%s\", \"cluster\": {\"gpus\": %d,"
+           " \"gpu_bytes\": %.0f}, \"model_parallel\": %d,\n \"max_params\": {",
+           precision_name(r->dtype), r->cluster.gpus, r->gpu_bytes, model_parallel(r));
     for (int stage = 0; stage <= 3; stage++)
         printf("%s\"%s\": %.6g", stage ? ", " : "", max_names[stage], max_params_of(r, stage));
     printf("}}\n");
@@ -110,7 +113,8 @@ void plan_print(const plan_request *r, const plan_row *rows, int n,
                 const plan_decision *d, double tokens, int max_params) {
     print_header(r);
     print_rows(r, rows, n);
-    printf("The decision tree (the course's \"how to choose\"):\n");
+    printf("The decision tree (the course's \"how to choose\"), in %s:\n",
+           precision_name(r->dtype));
     for (int i = 0; i < d->num_steps; i++) printf("  %s\n", d->steps[i]);
     if (d->found) {
         const plan_mesh *m = &d->choice.mesh;
@@ -151,11 +155,12 @@ void plan_print_json(const plan_request *r, const plan_row *rows, int n,
                      const plan_decision *d, double tokens, int max_params) {
     const plan_model *m = &r->model;
     const plan_mesh *c = &d->choice.mesh;
-    printf("{\"chapter\": \"06-choose\", \"params\": %.0f,\n \"model\": {\"layers\": %d,"
+    printf("{\"chapter\": \"06-choose\", \"precision\": \"%s\", \"params\": %.0f,\n"
+           " \"model\": {\"layers\": %d,"
            " \"hidden\": %d, \"heads\": %d, \"vocab\": %d, \"seq\": %d},\n \"cluster\":"
            " {\"gpus\": %d, \"gpus_per_node\": %d, \"gpu_bytes\": %.0f, \"flops_per_gpu\": %.6g,"
            " \"global_batch\": %d, \"micro_batch\": %d},\n \"strategies\": [\n",
-           plan_params(m), m->layers, m->hidden, m->heads, m->vocab, m->seq, r->cluster.gpus,
+           precision_name(r->dtype), plan_params(m), m->layers, m->hidden, m->heads, m->vocab, m->seq, r->cluster.gpus,
            r->cluster.gpus_per_node, r->gpu_bytes, r->cluster.flops_per_gpu, r->global_batch,
            r->micro_batch);
     for (int i = 0; i < n; i++) json_row(&rows[i], i == n - 1);

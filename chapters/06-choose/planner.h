@@ -4,8 +4,11 @@
 #ifndef PLANNER_H
 #define PLANNER_H
 
+#include <stddef.h>
+
 #include "plan_memory.h"
 #include "plan_time.h"
+#include "precision.h"
 
 /* What to plan for. */
 typedef struct {
@@ -15,7 +18,15 @@ typedef struct {
     int micro_batch, global_batch;
     int recompute;               /* -1: the lightest that fits; else a plan_recompute */
     plan_mesh mesh;              /* an explicit mesh to evaluate too; tp = 0: none */
+    precision dtype;             /* what it trains in: bf16 or fp16 (main's default), or
+                                    fp32; set it, 0 is fp32 */
 } plan_request;
+
+/* The planner's bytes for a precision: bf16 and fp16 the ZeRO paper's 2 + 2 + 12 with
+ * 2-byte activations (PLAN_MIXED_ADAM), fp32 4 + 4 + 8 with 4-byte ones. */
+plan_precision plan_precision_of(precision dtype);
+/* One line: the precision and what it holds, e.g. "precision bf16: 2 + 2 + 12 ..." */
+const char *plan_precision_line(const plan_request *r, char *line, size_t size);
 
 /* One strategy on the request's cluster. */
 typedef struct {

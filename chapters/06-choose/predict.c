@@ -59,7 +59,7 @@ static int compare_strategies(char *const json[], int ranks, double gflops, int 
         predict_comparison *c = &out->rows[out->n++];
         *c = (predict_comparison){.ranks = ranks, .strategy = st, .gflops = gflops};
         c->predicted = predict_chapter_run(&bench, BENCH_BATCH, ranks, st, gflops, cores,
-                                           o->link, o->link_scale);
+                                           o->link, o->link_scale, o->dtype);
         if (!chapter_json_figures(json[st->chapter], st->strategy, &c->measured)) {
             fprintf(stderr, "predict: chapter %d printed no run '%s'\n", st->chapter,
                     st->strategy);
@@ -103,9 +103,9 @@ int predict_chapters_in(const char *programs_dir, const predict_options *o,
     *state_mismatches = all.state_mismatches;
     const int ok = all.state_mismatches == 0 && all.worst_activation <= 0.10;
     if (o->json)
-        predict_print_json(all.rows, all.n, ok);
+        predict_print_json(all.rows, all.n, ok, o->dtype);
     else
-        predict_print_table(all.rows, all.n, gflops[0], gflops[1], cores);
+        predict_print_table(all.rows, all.n, gflops[0], gflops[1], cores, o->dtype);
     return ok ? 0 : 1;
 }
 

@@ -6,11 +6,14 @@
  * chapter 3: tp) with --json and reads their memory_per_rank and ms_per_step.
  *
  * Model states are this project's: fp32 parameters, gradients and Adam m, v (16 bytes
- * per parameter), sharded per slab as chapter 2 does, with the working buffers its
- * stages hold (ZeRO-2/3: a block's and the tied embedding's full gradient; ZeRO-3:
- * the largest gathered slab). They must match to the byte.
+ * per parameter), or with --precision bf16|fp16 16-bit compute weights 2, fp32
+ * gradients 4 and fp32 master, m, v 12; sharded per slab as chapter 2 does, with the
+ * working buffers its stages hold (ZeRO-2/3: a block's and the tied embedding's full
+ * gradient; ZeRO-3: the largest gathered slab). They must match to the byte. In 16 bits
+ * TP keeps the whole vocabulary on every rank (the vocab-parallel head is fp32's).
  * Activations: Korthikanti's per-layer count with fp32 elements and no dropout,
  *     4 [s b (4h + 12h/t + 4) + a s^2 b / t] bytes per layer
+ * (16 bits: 2 [s b (4h + 12h/t) + a s^2 b / t] + 4 [4 s b], the statistics fp32)
  * (the 4 h whole: layer input, LayerNorm outputs, residual; the 12 h / t split: q, k,
  * v, attention output, MLP input and GELU output; 4: LayerNorm means and 1/std; the
  * softmax output a s^2 b / t), plus the head (final LayerNorm, logits, losses), the
@@ -32,6 +35,7 @@
 
 #include "comm.h"
 #include "model.h"
+#include "precision.h"
 
 /* Seconds a chapter's run may take before it is stopped (a few on an idle machine). */
 #define PREDICT_TIMEOUT_SECONDS 300
@@ -43,6 +47,7 @@ typedef struct {
     const char *data_path;   /* NULL: the built-in corpus */
     int json;
     double timeout_seconds;  /* 0: PREDICT_TIMEOUT_SECONDS */
+    precision dtype;         /* what the chapters train in: fp32, bf16 or fp16 */
 } predict_options;
 
 /* Bytes per rank and milliseconds per step, predicted or measured. */
@@ -64,10 +69,10 @@ extern const chapter_strategy PREDICT_STRATEGIES[];
 extern const int PREDICT_NUM_STRATEGIES;
 
 /* The prediction for one strategy of the model cfg (global batch `batch`) on `ranks`
- * ranks, at `gflops` per core with `cores` cores. */
+ * ranks, at `gflops` per core with `cores` cores, trained in `dtype`. */
 chapter_figures predict_chapter_run(const gpt_config *cfg, int batch, int ranks,
                                     const chapter_strategy *st, double gflops, int cores,
-                                    comm_link link, double link_scale);
+                                    comm_link link, double link_scale, precision dtype);
 /* The measured figures of the run `strategy` in a chapter's --json output (parsed
  * with json.h; the keys: docs/json.md): ms_per_step and memory_per_rank's params,
  * grads, optimizer and activations. 0 if the text does not parse, has no such run, or

@@ -4,11 +4,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+/* What the chapters keep per parameter and per activation in their precision. */
+static const char *states_of(precision dtype) {
+    return dtype == PRECISION_FP32
+               ? "fp32 Adam (4 + 4 + 8 bytes per parameter, 4-byte activations)"
+               : "mixed precision (16-bit weights 2 + fp32 gradients 4 + fp32 master, m, v 12"
+                 " bytes per parameter, 2-byte activations)";
+}
+
 void predict_print_table(const predict_comparison *rows, int n, double gflops_2, double gflops_4,
-                        int cores) {
-    printf("Predicted against measured: bench256 (layers 4, heads 4, dim 256, ctx 64, batch 8),"
-           " fp32 Adam (16 bytes per parameter)\nsgemm measured on this machine, one thread:"
-           " %.1f GFLOP/s at 256 tokens, %.1f at 128; %d cores\n\n", gflops_2, gflops_4, cores);
+                         int cores, precision dtype) {
+    printf("Predicted against measured: bench256 (layers 4, heads 4, dim 256, ctx 64, batch 8)"
+           " in %s,\n%s\nsgemm measured on this machine, one thread: %.1f GFLOP/s at 256"
+           " tokens, %.1f at 128; %d cores\n\n", precision_name(dtype), states_of(dtype),
+           gflops_2, gflops_4, cores);
     printf("%-6s %5s  %-24s %-24s %-24s %-29s %s\n", "", "ranks", "params pred = measured",
            "grads pred = measured", "optimizer pred = measured", "activations pred / measured",
            "ms/step pred / measured");
@@ -34,8 +43,9 @@ void predict_print_table(const predict_comparison *rows, int n, double gflops_2,
                " of it; the rest is other programs)\n", load[0], cores);
 }
 
-void predict_print_json(const predict_comparison *rows, int n, int ok) {
-    printf("{\"chapter\": \"06-choose\", \"predict_chapters\": [\n");
+void predict_print_json(const predict_comparison *rows, int n, int ok, precision dtype) {
+    printf("{\"chapter\": \"06-choose\", \"precision\": \"%s\", \"predict_chapters\": [\n",
+           precision_name(dtype));
     for (int i = 0; i < n; i++) {
         const predict_comparison *c = &rows[i];
         const chapter_figures *f[2] = {&c->predicted, &c->measured};

@@ -12,10 +12,11 @@ typedef struct {
     double gflops;           /* the sgemm rate the prediction used */
 } predict_comparison;
 
-/* The table, with the sgemm rates measured for 2 and 4 ranks and the core count. */
+/* The table, with the sgemm rates measured for 2 and 4 ranks, the core count and the
+ * chapters' precision. */
 void predict_print_table(const predict_comparison *rows, int n, double gflops_2,
-                         double gflops_4, int cores);
-/* {"chapter": "06-choose", "predict_chapters": [...], "ok": ok} */
-void predict_print_json(const predict_comparison *rows, int n, int ok);
+                         double gflops_4, int cores, precision dtype);
+/* {"chapter": "06-choose", "precision": ..., "predict_chapters": [...], "ok": ok} */
+void predict_print_json(const predict_comparison *rows, int n, int ok, precision dtype);
 
 #endif

@@ -17,6 +17,7 @@
 /* What each chapter's run is told beyond the common flags (PREDICT_STRATEGIES' sizes). */
 static void chapter_flags(int chapter, char *flags, size_t size) {
     switch (chapter) {
+    case 1: snprintf(flags, size, " --strategy ddp"); break;   /* DataParallel is fp32's */
     case 3: snprintf(flags, size, " --part train"); break;
     case 4:
         snprintf(flags, size, " --schedule %s --micro 8 --stage-ms 0", pp_schedule_name(PP_1F1B));
@@ -137,8 +138,8 @@ static int chapter_command(const char *programs_dir, int chapter, int ranks,
     chapter_flags(chapter, flags, sizeof flags);
     snprintf(command, command_size,
              "'%s' --ranks %d --preset bench256 --steps %d --json --quiet --link %s"
-             " --link-scale %g%s%s", program, ranks, o->steps, link_names[o->link],
-             o->link_scale, flags, data);
+             " --link-scale %g --precision %s%s%s", program, ranks, o->steps,
+             link_names[o->link], o->link_scale, precision_name(o->dtype), flags, data);
     return 1;
 }
 

@@ -3,14 +3,29 @@
 
 #include "planner.h"
 
+plan_precision plan_precision_of(precision dtype) {
+    return dtype == PRECISION_FP32 ? PLAN_FP32_ADAM : PLAN_MIXED_ADAM;
+}
+
+const char *plan_precision_line(const plan_request *r, char *line, size_t size) {
+    const plan_precision bytes = plan_precision_of(r->dtype), *p = &bytes;
+    snprintf(line, size, "precision %s: %s weights %g B + gradients %g B + %s %g B per"
+             " parameter, %g B activations and messages of weights and activations",
+             precision_name(r->dtype), r->dtype == PRECISION_FP32 ? "fp32" : "16-bit",
+             p->params, p->grads, r->dtype == PRECISION_FP32 ? "Adam m, v" : "fp32 master, m, v",
+             p->optimizer, p->activation);
+    return line;
+}
+
 static plan_row evaluate_with(const plan_request *r, const char *name, plan_mesh mesh) {
     plan_row row = {.mesh = mesh};
     snprintf(row.name, sizeof row.name, "%s", name);
     row.feasible = plan_micro_batches(&mesh) > 0;
     if (!row.feasible) return row;
-    row.memory = plan_memory_per_gpu(&r->model, &mesh, PLAN_MIXED_ADAM);
+    const plan_precision bytes = plan_precision_of(r->dtype);
+    row.memory = plan_memory_per_gpu(&r->model, &mesh, bytes);
     row.fits = plan_total(row.memory) <= r->gpu_bytes;
-    row.step = plan_step_time(&r->model, &mesh, &r->cluster);
+    row.step = plan_step_time(&r->model, &mesh, &r->cluster, bytes);
     return row;
 }
 

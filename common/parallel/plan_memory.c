@@ -3,8 +3,9 @@
 #include <math.h>
 
 const char *const plan_recompute_names[] = {"none", "selective", "full"};
-const plan_precision PLAN_MIXED_ADAM = {2, 2, 12};
-const plan_precision PLAN_FP32_ADAM = {4, 4, 8};
+const plan_precision PLAN_MIXED_ADAM = {2, 2, 12, 2};
+const plan_precision PLAN_MIXED_FP32_GRADS = {2, 4, 12, 2};
+const plan_precision PLAN_FP32_ADAM = {4, 4, 8, 4};
 
 double plan_layer_params(int hidden) {
     const double h = hidden;
@@ -55,7 +56,9 @@ double plan_layer_activations(const plan_model *m, int micro_batch, int tp, int 
     return sbh * (linear + attention);
 }
 
-double plan_activations_per_gpu(const plan_model *m, const plan_mesh *mesh) {
+/* element_bytes per kept activation; Korthikanti's counts are of 2-byte elements */
+static double activations_of(const plan_model *m, const plan_mesh *mesh, double element_bytes) {
+    const double scale = element_bytes / 2;
     const int micro_batches = plan_micro_batches(mesh);
     const int in_flight = mesh->pp < micro_batches ? mesh->pp : micro_batches;
     const double layers = plan_layers_per_stage(m, mesh->pp);
@@ -65,11 +68,21 @@ double plan_activations_per_gpu(const plan_model *m, const plan_mesh *mesh) {
     if (mesh->recompute == RECOMPUTE_FULL)
         bytes += plan_layer_activations(m, mesh->micro_batch, mesh->tp,
                                         mesh->sequence_parallel, RECOMPUTE_NONE);
+    bytes *= scale;
     if (mesh->pp == 1) {
         const double sb = (double)m->seq * mesh->micro_batch;
-        bytes += 2 * sb * m->hidden + 4 * sb * m->vocab / mesh->tp;
+        bytes += 2 * scale * sb * m->hidden + 4 * sb * m->vocab / mesh->tp;
     }
     return bytes;
+}
+
+double plan_activations_per_gpu(const plan_model *m, const plan_mesh *mesh) {
+    return activations_of(m, mesh, 2);
+}
+
+double plan_activations_in(const plan_model *m, const plan_mesh *mesh,
+                           plan_precision precision) {
+    return activations_of(m, mesh, precision.activation);
 }
 
 plan_bytes plan_states_bytes(double params, int zero_stage, int dp, plan_precision precision) {
@@ -94,7 +107,7 @@ plan_bytes plan_model_states(const plan_model *m, const plan_mesh *mesh,
 plan_bytes plan_memory_per_gpu(const plan_model *m, const plan_mesh *mesh,
                                plan_precision precision) {
     plan_bytes b = plan_model_states(m, mesh, precision);
-    b.activations = plan_activations_per_gpu(m, mesh);
+    b.activations = plan_activations_in(m, mesh, precision);
     return b;
 }
 

@@ -7,7 +7,8 @@
  *   model states Rajbhandari et al. 2019, ZeRO (arXiv:1910.02054) sec. 3.1 and 5:
  *                mixed-precision Adam keeps 2 (fp16 params) + 2 (fp16 grads) + K = 12
  *                (fp32 master, m, v) bytes per parameter; stage 1 shards K, stage 2 the
- *                gradients too, stage 3 everything, over the dp ranks
+ *                gradients too, stage 3 everything, over the dp ranks; fp32 Adam keeps
+ *                4 + 4 + 8 (plan_precision below)
  *   activations  Korthikanti et al. 2022 (arXiv:2205.05198) sec. 4, Table 2: bytes
  *                per layer for s tokens, b sequences, h hidden, a heads, t-way TP:
  *                  none                        s b h (34 + 5 a s / h)
@@ -15,6 +16,7 @@
  *                  + sequence parallel         s b h (34/t + 5 a s / (h t))
  *                  + selective recomputation   drops the 5 a s / (h t) term
  *                  full recomputation          2 s b h (the layer input; / t with SP)
+ *                (its elements are 16-bit; fp32 activations take twice the bytes)
  * Shapes: l layers, h hidden, a heads, V vocabulary, s sequence length (tokens).
  * GB in this project means 1e9 bytes. */
 #ifndef PLAN_MEMORY_H
@@ -37,12 +39,20 @@ typedef struct {
     int sequence_parallel;      /* Megatron SP along with TP (tp > 1) */
 } plan_mesh;
 
-/* Bytes per parameter of each model state. */
+/* Bytes per parameter of each model state, and per activation element (what backward
+ * keeps and what TP and the pipeline send). */
 typedef struct {
     double params, grads, optimizer;
+    double activation;
 } plan_precision;
-extern const plan_precision PLAN_MIXED_ADAM;   /* 2 + 2 + 12: the ZeRO paper, K = 12 */
-extern const plan_precision PLAN_FP32_ADAM;    /* 4 + 4 + 8: this project's training */
+/* 2 + 2 + 12, 2 B activations: the ZeRO paper's mixed-precision Adam (K = 12: fp32
+ * master, m, v), with 16-bit gradients as DeepSpeed keeps them */
+extern const plan_precision PLAN_MIXED_ADAM;
+/* 2 + 4 + 12, 2 B activations: fp32 gradients (Megatron-LM's bf16, and this project's
+ * own --precision bf16|fp16 training) */
+extern const plan_precision PLAN_MIXED_FP32_GRADS;
+/* 4 + 4 + 8, 4 B activations: fp32 training (this project's default) */
+extern const plan_precision PLAN_FP32_ADAM;
 
 typedef struct {
     double params, grads, optimizer, activations;
@@ -72,13 +82,18 @@ double plan_params_per_gpu(const plan_model *m, int tp, int pp);
 /* Korthikanti's activation bytes of one layer for one micro-batch of b sequences. */
 double plan_layer_activations(const plan_model *m, int micro_batch, int tp, int sp,
                               plan_recompute recompute);
-/* Activations on the GPU that holds the most (first stage of the pipeline):
+/* Activations on the GPU that holds the most (first stage of the pipeline), with
+ * Korthikanti's 2-byte elements:
  *   layers per stage x layer activations x micro-batches in flight
  *   (1F1B: min(pp, m) on the first stage, as Korthikanti's sec. 4.2.3 counts),
  *   + with full recomputation, one layer recomputed in full during its backward,
  *   + on a one-stage pipeline, the head: the final LayerNorm's input 2 s b h and the
  *     fp32 logits of the loss 4 s b V / t (ours; Korthikanti leaves them aside). */
 double plan_activations_per_gpu(const plan_model *m, const plan_mesh *mesh);
+/* The same with elements of precision.activation bytes (fp32: twice the 16-bit count);
+ * the logits stay fp32 in every precision. */
+double plan_activations_in(const plan_model *m, const plan_mesh *mesh,
+                           plan_precision precision);
 
 /* The ZeRO paper's model states of P parameters on one of dp ranks (its Figure 1 and
  * Table 1): params, grads and optimizer state, each sharded from its stage on. This
@@ -89,7 +104,7 @@ plan_bytes plan_states_bytes(double params, int zero_stage, int dp, plan_precisi
  * reduce-scattered, ZeRO-3 one layer's gathered parameters. */
 plan_bytes plan_model_states(const plan_model *m, const plan_mesh *mesh,
                              plan_precision precision);
-/* Everything on one GPU: model states and activations. */
+/* Everything on one GPU: model states and activations (plan_activations_in). */
 plan_bytes plan_memory_per_gpu(const plan_model *m, const plan_mesh *mesh,
                                plan_precision precision);
 

@@ -55,47 +55,49 @@ static plan_link group_link(const plan_cluster *c, int ranks, int stride) {
 }
 
 static double tp_seconds(const plan_model *m, const plan_mesh *mesh, const plan_cluster *c,
-                         int micro_batches) {
+                         int micro_batches, plan_precision precision) {
     if (mesh->tp == 1) return 0;
-    const double bytes = 2.0 * m->seq * mesh->micro_batch * m->hidden;
+    const double bytes = precision.activation * m->seq * mesh->micro_batch * m->hidden;
     const int per_layer = mesh->recompute == RECOMPUTE_FULL ? 6 : 4;
     const double calls = (double)plan_layers_per_stage(m, mesh->pp) * micro_batches * per_layer;
     return calls * plan_allreduce_seconds(group_link(c, mesh->tp, 1), mesh->tp, bytes);
 }
 
 static double pp_seconds(const plan_model *m, const plan_mesh *mesh, const plan_cluster *c,
-                         int micro_batches) {
+                         int micro_batches, plan_precision precision) {
     if (mesh->pp == 1) return 0;
-    const double bytes = 2.0 * m->seq * mesh->micro_batch * m->hidden / mesh->tp;
+    const double bytes = precision.activation * m->seq * mesh->micro_batch * m->hidden / mesh->tp;
     /* the next stage is tp x dp ranks away */
     plan_link link = group_link(c, 2, mesh->tp * mesh->dp);
     return 2.0 * micro_batches * plan_link_seconds(link, bytes);
 }
 
 static double dp_seconds(const plan_model *m, const plan_mesh *mesh, const plan_cluster *c,
-                         int micro_batches) {
+                         int micro_batches, plan_precision precision) {
     if (mesh->dp == 1) return 0;
     const double params = plan_params_per_gpu(m, mesh->tp, mesh->pp);
     const int layers = plan_layers_per_stage(m, mesh->pp);
     plan_link link = group_link(c, mesh->dp, mesh->tp);
-    /* one message per layer: each carries 1/layers of the bytes */
-    const double per_layer = 2.0 * params / layers;
+    /* one message per layer: each carries 1/layers of the elements */
+    const double weights = precision.params * params / layers;
+    const double grads = precision.grads * params / layers;
     if (mesh->zero_stage < 3)
-        return layers * plan_allreduce_seconds(link, mesh->dp, per_layer);
-    return (double)micro_batches * 3 * layers * plan_gather_seconds(link, mesh->dp, per_layer);
+        return layers * plan_allreduce_seconds(link, mesh->dp, grads);
+    return (double)micro_batches * layers * (2 * plan_gather_seconds(link, mesh->dp, weights) +
+                                             plan_gather_seconds(link, mesh->dp, grads));
 }
 
 plan_step plan_step_time(const plan_model *m, const plan_mesh *mesh,
-                         const plan_cluster *cluster) {
+                         const plan_cluster *cluster, plan_precision precision) {
     plan_step t = {0};
     const int micro_batches = plan_micro_batches(mesh);
     if (micro_batches == 0) return t;
     t.compute = plan_flops_per_iteration(m, mesh->global_batch, mesh->recompute) /
                 (cluster->gpus * cluster->flops_per_gpu);
     t.bubble = t.compute * (mesh->pp - 1) / micro_batches;
-    t.tp_comm = tp_seconds(m, mesh, cluster, micro_batches);
-    t.pp_comm = pp_seconds(m, mesh, cluster, micro_batches);
-    t.dp_comm = dp_seconds(m, mesh, cluster, micro_batches);
+    t.tp_comm = tp_seconds(m, mesh, cluster, micro_batches, precision);
+    t.pp_comm = pp_seconds(m, mesh, cluster, micro_batches, precision);
+    t.dp_comm = dp_seconds(m, mesh, cluster, micro_batches, precision);
     t.total = t.compute + t.bubble + t.tp_comm + t.pp_comm + t.dp_comm;
     return t;
 }

@@ -61,24 +61,34 @@ typedef struct {
     double flops_per_gpu;        /* achieved FLOP/s of one GPU on the model's GEMMs */
 } plan_cluster;
 
+/* A GPU's peak is quoted for 16-bit tensor-core GEMMs; fp32 GEMMs without tensor cores
+ * run at a fraction of it. NVIDIA's H100 SXM datasheet: FP32 67 TFLOPS, BF16/FP16
+ * tensor core 1979 TFLOPS with sparsity, 989 dense; A100's 19.5 / 312 is close (1/16).
+ * (TF32 tensor cores, which fp32 training may allow, run at half the 16-bit rate.) */
+#define PLAN_FP32_PEAK_FRACTION (67.0 / 989.0)
+
 /* One iteration on one GPU, in seconds. Communication is counted as not overlapped
  * with compute (an upper bound; overlap can hide the data-parallel part). */
 typedef struct {
     double compute;     /* F / (gpus x flops_per_gpu) */
     double bubble;      /* compute x (pp - 1) / m, 1F1B or GPipe */
-    double tp_comm;     /* 4 all-reduces of b s h fp16 values per layer and micro-batch
+    double tp_comm;     /* 4 all-reduces of b s h activations per layer and micro-batch
                            (6 with full recomputation); with SP the same bytes as
                            all-gather + reduce-scatter */
     double pp_comm;     /* per micro-batch, activation out and gradient back: b s h / t
-                           fp16 values each (Megatron's scatter/gather) */
-    double dp_comm;     /* ZeRO 0-2: one all-reduce of the fp16 gradients per iteration;
-                           ZeRO-3: all-gather in forward and backward and a
-                           reduce-scatter, per micro-batch; one message per layer */
+                           activations each (Megatron's scatter/gather) */
+    double dp_comm;     /* ZeRO 0-2: one all-reduce of the gradients per iteration;
+                           ZeRO-3: all-gather of the weights in forward and backward and
+                           a reduce-scatter of the gradients, per micro-batch; one
+                           message per layer */
     double total;
 } plan_step;
 
+/* Every message in the precision's bytes per element: activations (TP, PP) in
+ * precision.activation, weights (ZeRO-3's all-gathers) in precision.params, gradients
+ * in precision.grads. */
 plan_step plan_step_time(const plan_model *m, const plan_mesh *mesh,
-                         const plan_cluster *cluster);
+                         const plan_cluster *cluster, plan_precision precision);
 /* Narayanan's end-to-end estimate: iterations of `tokens` x F / (gpus x flops). */
 double plan_training_seconds_at(const plan_model *m, int global_batch,
                                 plan_recompute recompute, double tokens, int gpus,
