@@ -267,6 +267,30 @@ fi
     --precision bf16 --part block
 [ -x "$programs"/chapter7 ] && expect_error "$programs"/chapter7 \
     "--precision bf16: chapter 7 trains in fp32 only so far" --precision bf16
+# --grad-dtype: fp32, or 16 bits in the run's own precision; chapters 3-5 keep fp32
+# gradients so far, and DDP's --compress is a wire type for fp32 gradients
+for program in "${every_program[@]}"; do   # the planner (chapter 6) lists its own flags
+    [ -x "$program" ] && [ "$(basename "$program")" != chapter6 ] || continue
+    expect_training_error "$program" "--grad-dtype fp8: unknown value (valid: fp32, bf16, fp16)" --grad-dtype fp8
+done
+for program in "$programs"/baseline "$programs"/chapter[127]; do
+    [ -x "$program" ] || continue
+    expect_error "$program" "--grad-dtype bf16: 16-bit gradients take the precision the run computes in (this run: --precision fp32); valid: fp32$" \
+        --grad-dtype bf16
+done
+for program in "$programs"/baseline "$programs"/chapter[12]; do
+    [ -x "$program" ] || continue
+    expect_error "$program" "--grad-dtype bf16: 16-bit gradients take the precision the run computes in (this run: --precision fp16); valid: fp32 or fp16$" \
+        --grad-dtype bf16 --precision fp16
+done
+for program in "$programs"/chapter[345]; do
+    [ -x "$program" ] || continue
+    expect_error "$program" "--grad-dtype bf16: .* keeps* fp32 gradients so far (valid: fp32; 16-bit gradients run in chapters 1 and 2)" \
+        --grad-dtype bf16 --precision bf16
+done
+[ -x "$programs"/chapter1 ] && expect_error "$programs"/chapter1 \
+    "--compress bf16: DDP's wire type for fp32 gradients; --grad-dtype bf16 reduces 16-bit gradients as they are (valid: --compress none)" \
+    --grad-dtype bf16 --precision bf16 --strategy ddp --compress bf16
 # chapter 6, the planner: sizes, shapes and meshes
 planner="$programs"/chapter6
 if [ -x "$planner" ] && [ -z "$mpi" ]; then

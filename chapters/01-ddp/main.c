@@ -8,6 +8,7 @@
  *   make chapter1 && ./run 4 [--gil release] [--bucket-mb 1] [--grad-accum 2]
  *                            [--compress bf16|fp16|fp8] [--trace trace.json] */
 #include <stdint.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -34,11 +35,20 @@ typedef struct {
     int grad_accum, compress, gil, strategy;
 } chapter_flags;
 
-static int within_tolerance(const run_config *cfg, const run_result *r) {
-    const run_tolerances tol = tolerances_for(cfg);
-    if (r->diff_grads > tol.grads) return 0;
+/* The run's tolerances: with 16-bit gradients, rounding at 16 bits of each rank's
+ * micro-batch gradients (tolerances_for_grads16, G the baseline's largest). */
+static run_tolerances run_tolerances_of(const run_config *cfg, const chapter_flags *f,
+                                        const baseline_run *b) {
+    double largest = 0;
+    for (size_t i = 0; i < b->num_params; i++)
+        largest = fmax(largest, fabs((double)b->first_grads[i]));
+    return tolerances_for_grads16(cfg, cfg->comm.ranks * f->grad_accum, largest);
+}
+
+static int within_tolerance(const run_tolerances *tol, const run_result *r) {
+    if (r->diff_grads > tol->grads) return 0;
     if (r->steps > TOL_STEPS) return 1;
-    return r->diff_loss <= tol.loss && r->diff_params <= tol.params;
+    return r->diff_loss <= tol->loss && r->diff_params <= tol->params;
 }
 
 static void print_bytes_table(const run_config *cfg, const dp_extra *dp,
@@ -169,14 +179,15 @@ static int compare_and_report(const run_config *cfg, const chapter_flags *f,
     int n = 0;
     rows[n++] = baseline->result;
     int ok = 1;
+    const run_tolerances tol = run_tolerances_of(cfg, f, baseline);
     if (dp) {
         strategy_outcome_compare(dp, baseline);
-        ok &= within_tolerance(cfg, &dp->result);
+        ok &= within_tolerance(&tol, &dp->result);
         rows[n++] = dp->result;
     }
     if (ddp) {
         strategy_outcome_compare(ddp, baseline);
-        if (wire == COMM_F32) ok &= within_tolerance(cfg, &ddp->result);
+        if (wire == COMM_F32) ok &= within_tolerance(&tol, &ddp->result);
         rows[n++] = ddp->result;
     }
     const dp_extra *dp_shown = dp ? dp->extra : NULL;
@@ -191,11 +202,12 @@ static int compare_and_report(const run_config *cfg, const chapter_flags *f,
         print_bytes_table(cfg, dp_shown, ddp_shown, baseline->num_params);
         if (dp_shown) print_dp_table(dp_shown);
         if (ddp_shown) print_ddp_table(ddp_shown, f);
-        const run_tolerances tol = tolerances_for(cfg);
         const char *why = cfg->precision == PRECISION_FP32 ? "fp32, sums in another order"
-                                                           : "16 bits, tolerances.h";
+                          : cfg->grad_precision != PRECISION_FP32
+                              ? "16-bit gradients, tolerances_for_grads16"
+                              : "16 bits, tolerances.h";
         if (cfg->steps <= TOL_STEPS)
-            printf("\ntolerances (%s): grads %.0e, loss %.0e, params %.1e -> %s", why,
+            printf("\ntolerances (%s): grads %.1e, loss %.0e, params %.1e -> %s", why,
                    tol.grads, tol.loss, tol.params, ok ? "all within" : "EXCEEDED");
         else
             printf("\ntolerance (%s): grads of step 1 %.0e -> %s; loss and params are checked"
@@ -231,6 +243,10 @@ int main(int argc, char **argv) {
     if (cfg.precision != PRECISION_FP32 && f.strategy != RUN_DDP)
         cli_fail("--precision %s: DataParallel trains in fp32 only so far; add --strategy ddp",
                  precision_name(cfg.precision));
+    if (cfg.grad_precision != PRECISION_FP32 && compress_types[f.compress] != COMM_F32)
+        cli_fail("--compress %s: DDP's wire type for fp32 gradients; --grad-dtype %s reduces"
+                 " 16-bit gradients as they are (valid: --compress none)",
+                 compress_names[f.compress], precision_name(cfg.grad_precision));
     check_accumulation_fits(cfg.comm.ranks, f.grad_accum);
     ddp_check_batch_or_exit(cfg.batch, cfg.comm.ranks, f.grad_accum);   /* DP needs it too */
     fits_check_or_exit(&cfg, 1.0);   /* DDP: a whole replica per rank */

@@ -29,10 +29,22 @@ typedef struct {
     int status;                     /* world rank 0: 1 when a stage missed a tolerance */
 } chapter_args;
 
+/* The largest |g| of the baseline's step-1 gradient. */
+static double largest_grad(const baseline_run *b) {
+    double largest = 0;
+    for (size_t i = 0; i < b->num_params; i++)
+        largest = fmax(largest, fabs((double)b->first_grads[i]));
+    return largest;
+}
+
+/* The run's tolerances: with 16-bit gradients, rounding at 16 bits over N ranks. */
+static run_tolerances chapter_tolerances(const run_config *cfg, const baseline_run *b) {
+    return tolerances_for_grads16(cfg, cfg->comm.ranks, largest_grad(b));
+}
+
 /* The worst stage against the tolerances, over the checked differences or all three. */
-static double worst_stage(const run_config *cfg, const strategy_outcome *runs, int n,
+static double worst_stage(const run_tolerances tol, const strategy_outcome *runs, int n,
                           int all_three, const char **name) {
-    const run_tolerances tol = tolerances_for(cfg);
     double worst = 0;
     *name = "-";
     for (int i = 0; i < n; i++) {
@@ -45,14 +57,16 @@ static double worst_stage(const run_config *cfg, const strategy_outcome *runs, i
     return worst;
 }
 
-static void print_verdict(const run_config *cfg, const strategy_outcome *runs, int n) {
+static void print_verdict(const run_config *cfg, const run_tolerances tol,
+                          const strategy_outcome *runs, int n) {
     const char *name, *name_all;
-    const double worst = worst_stage(cfg, runs, n, 0, &name);
-    const double worst_all = worst_stage(cfg, runs, n, 1, &name_all);
-    const run_tolerances tol = tolerances_for(cfg);
-    printf("\n%s: every stage against the baseline (%s tolerances: gradients of step 1 %.0e,"
+    const double worst = worst_stage(tol, runs, n, 0, &name);
+    const double worst_all = worst_stage(tol, runs, n, 1, &name_all);
+    printf("\n%s: every stage against the baseline (%s%s tolerances: gradients of step 1 %.1e,"
            " loss %.0e, parameters %.1e)\n", worst <= 1 ? "OK" : "FAILED",
-           precision_name(cfg->precision), tol.grads, tol.loss, tol.params);
+           precision_name(cfg->precision),
+           cfg->grad_precision != PRECISION_FP32 ? ", 16-bit gradients" : "", tol.grads,
+           tol.loss, tol.params);
     if (worst_all <= 1)
         printf("    all within; worst: %s at %.0f%% of its tolerance\n", name_all,
                100 * worst_all);
@@ -80,6 +94,7 @@ static int rank_main(comm *world, void *argument) {
                                 o->final_params);
     }
     if (is_root) {
+        const run_tolerances tol = chapter_tolerances(&a->cfg, a->baseline);
         run_result rows[ZERO_STAGES + 1];
         rows[0] = a->baseline->result;
         for (int i = 0; i < a->num_stages; i++) rows[i + 1] = runs[i].result;
@@ -94,10 +109,10 @@ static int rank_main(comm *world, void *argument) {
             print_memory_table(&a->cfg, runs, a->num_stages);
             print_comm_table(&a->cfg, backend, comm_bytes_are_modelled(world), runs,
                              a->num_stages);
-            print_verdict(&a->cfg, runs, a->num_stages);
+            print_verdict(&a->cfg, tol, runs, a->num_stages);
         }
         for (int i = 0; i < a->num_stages; i++)
-            if (worst_stage(&a->cfg, &runs[i], 1, 0, &(const char *){0}) > 1) a->status = 1;
+            if (worst_stage(tol, &runs[i], 1, 0, &(const char *){0}) > 1) a->status = 1;
     }
     return 0;
 }

@@ -10,6 +10,9 @@ static const char *const stored_formulas[ZERO_STAGES] = {
 /* mixed precision: 16-bit compute weights, fp32 gradients, masters + m + v */
 static const char *const stored_mixed_formulas[ZERO_STAGES] = {
     "2P + 4P + 12P", "2P + 4P + 12P/N", "2P + (4+12)P/N", "(2+4+12)P/N"};
+/* 16-bit gradients (--grad-dtype): the paper's own storage */
+static const char *const stored_grads16_formulas[ZERO_STAGES] = {
+    "2P + 2P + 12P", "2P + 2P + 12P/N", "2P + (2+12)P/N", "(2+2+12)P/N"};
 static const char *const paper_formulas[ZERO_STAGES] = {
     "2P + 2P + KP", "2P + 2P + KP/N", "2P + (2+K)P/N", "(2+2+K)P/N"};
 
@@ -18,22 +21,27 @@ static double state_sum(const strategy_outcome *o) {
 }
 
 double stage_stored_formula(int stage, size_t num_params, int N, precision p) {
-    return state_total(zero_stored_bytes(stage, (double)num_params, N, p));
+    return stage_stored_formula_grads(stage, num_params, N, p, PRECISION_FP32);
+}
+
+double stage_stored_formula_grads(int stage, size_t num_params, int N, precision p,
+                                  precision gp) {
+    return state_total(zero_stored_bytes_grads(stage, (double)num_params, N, p, gp));
 }
 
 /* Bytes per element of the vectors a stage shards: from stage 1 the optimizer state
  * (m, v, and in mixed precision the fp32 masters), from 2 the gradients, at 3 the
  * parameters (the compute weights). */
-static double sharded_bytes_per_element(int stage, precision p) {
+static double sharded_bytes_per_element(int stage, precision p, precision gp) {
     const double optimizer = p == PRECISION_FP32 ? 8 : 12;
-    return (stage >= 1 ? optimizer : 0) + (stage >= 2 ? 4 : 0) +
+    return (stage >= 1 ? optimizer : 0) + (stage >= 2 ? (double)precision_bytes(gp) : 0) +
            (stage >= 3 ? (double)precision_bytes(p) : 0);
 }
 
 double stage_padding_bytes(const strategy_outcome *o, size_t num_params) {
     const double even = (double)num_params / o->world_size;
     const zero_extra *x = zero_extra_of(o);
-    return sharded_bytes_per_element(x->opts.stage, x->opts.precision) *
+    return sharded_bytes_per_element(x->opts.stage, x->opts.precision, x->opts.grad_precision) *
            ((double)x->shard_len_largest - even);
 }
 
@@ -78,16 +86,21 @@ void print_memory_table(const run_config *cfg, const strategy_outcome *runs, int
            N);
     const int fp32 = cfg->precision == PRECISION_FP32;
     char stored_title[32];
-    snprintf(stored_title, sizeof stored_title, "as stored %s", fp32 ? "fp32" : "mixed");
+    const int grads16 = cfg->grad_precision != PRECISION_FP32;
+    snprintf(stored_title, sizeof stored_title, "as stored %s",
+             fp32 ? "fp32" : grads16 ? "16-bit grads" : "mixed");
     printf("%-13s %11s | %-15s %11s %9s %9s | %-15s %11s\n", "stage", "measured",
            stored_title, "= bytes", "diff", "uneven", "ZeRO paper K=12", "= bytes");
     for (int i = 0; i < n; i++) {
         const strategy_outcome *o = &runs[i];
         const int stage = zero_extra_of(o)->opts.stage;
-        const double stored = stage_stored_formula(stage, P, N, cfg->precision);
+        const double stored =
+            stage_stored_formula_grads(stage, P, N, cfg->precision, cfg->grad_precision);
         const double paper = state_total(zero_paper_bytes(stage, (double)P, N, 12.0));
         printf("%-13s %11.0f | %-15s %11.0f %+9.0f %9.0f | %-15s %11.0f\n", stage_labels[stage],
-               state_sum(o), (fp32 ? stored_formulas : stored_mixed_formulas)[stage], stored,
+               state_sum(o),
+               (fp32 ? stored_formulas : grads16 ? stored_grads16_formulas
+                                                 : stored_mixed_formulas)[stage], stored,
                state_sum(o) - stored, stage_padding_bytes(o, P), paper_formulas[stage], paper);
     }
     if (fp32)
@@ -95,6 +108,13 @@ void print_memory_table(const run_config *cfg, const strategy_outcome *runs, int
                " diff: measured minus\n formula; uneven: what the largest rank holds beyond P/N"
                " when a slab does not divide by N, one\n element per slab and sharded vector;"
                " the paper's fp16 + K = 12 totals 16 bytes/param too, split 2+2+12)\n");
+    else if (grads16)
+        printf("(as stored: %s compute weights and gradients (--grad-dtype), fp32 master"
+               " weights + Adam m and v\n (K = 12) as optimizer state: the paper's own table;"
+               " grads (peak) holds the fp32 working\n copy of a slab in backward and the"
+               " widened gradient AdamW reads; uneven: what the largest\n rank holds beyond"
+               " P/N, one element per slab and sharded vector)\n",
+               precision_name(cfg->precision));
     else
         printf("(as stored: %s compute weights, fp32 gradients, and fp32 master weights + Adam"
                " m and v (K = 12)\n as optimizer state; the paper's 16-bit gradients would"
@@ -128,8 +148,9 @@ void print_comm_table(const run_config *cfg, const char *backend, int bytes_mode
     double stage0_elements = 0;
     for (int i = 0; i < n; i++) {
         const strategy_outcome *o = &runs[i];
-        comm_plan plan = zero_comm_plan(&shape, zero_extra_of(o)->opts.stage,
-                                        zero_extra_of(o)->opts.precision);
+        const zero_options *zo = &zero_extra_of(o)->opts;
+        comm_plan plan = zero_comm_plan_grads(&shape, zo->stage, zo->precision,
+                                              zo->grad_precision);
         double calls = 0, sent = 0, theory = 0, elements = 0, blocked = 0;
         const char *label = stage_labels[zero_extra_of(o)->opts.stage];
         for (int k = 0; k < COMM_NKINDS; k++) {
@@ -172,14 +193,16 @@ char *tables_json(const run_config *cfg, const strategy_outcome *runs, int n) {
     for (int i = 0; i < n; i++) {
         const strategy_outcome *o = &runs[i];
         const int stage = zero_extra_of(o)->opts.stage;
-        comm_plan plan = zero_comm_plan(&shape, stage, cfg->precision);
+        comm_plan plan =
+            zero_comm_plan_grads(&shape, stage, cfg->precision, cfg->grad_precision);
         fprintf(f, "%s\n  {\"strategy\": \"%s\", \"stage\": %d,"
                    " \"model_state_bytes\": {\"params\": %.0f, \"grads\": %.0f,"
                    " \"optimizer\": %.0f},\n   \"formula_stored_bytes\": %.0f,"
                    " \"uneven_shard_bytes\": %.0f, \"formula_paper_k12_bytes\": %.0f,\n"
                    "   \"comm_per_step\": {",
                 i ? "," : "", zero_strategy_name(stage), stage, o->state[0], o->state[1],
-                o->state[2], stage_stored_formula(stage, P, N, cfg->precision),
+                o->state[2],
+                stage_stored_formula_grads(stage, P, N, cfg->precision, cfg->grad_precision),
                 stage_padding_bytes(o, P),
                 state_total(zero_paper_bytes(stage, (double)P, N, 12.0)));
         int first = 1;

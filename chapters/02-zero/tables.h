@@ -17,5 +17,8 @@ char *tables_json(const run_config *cfg, const strategy_outcome *runs, int n);
 double stage_padding_bytes(const strategy_outcome *o, size_t num_params);
 /* The model state this program's formula gives for the stage (fp32, 16 bytes/param). */
 double stage_stored_formula(int stage, size_t num_params, int N, precision p);
+/* ... with gradients held in gp (--grad-dtype) */
+double stage_stored_formula_grads(int stage, size_t num_params, int N, precision p,
+                                  precision gp);
 
 #endif

@@ -218,6 +218,8 @@ int main(int argc, char **argv) {
     /* before cli_parse, whose check of --save would make the directory first */
     if (in_argv(argc, argv, "simulate"))
         a.cfg.no_checkpoints = "does nothing with --simulate (the simulator trains no model)";
+    a.cfg.fp32_grads_only = "the pipelines keep fp32 gradients so far (valid: fp32; 16-bit"
+                            " gradients run in chapters 1 and 2)";
     cli_parse(argc, argv, &a.cfg, options, argv[0],
               "Pipeline parallelism: naive, GPipe, 1F1B, interleaved 1F1B and ZB-H1"
               " schedules, their bubbles and pictures.");

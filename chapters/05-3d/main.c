@@ -299,6 +299,8 @@ int main(int argc, char **argv) {
     if (in_argv(argc, argv, "examples") || in_argv(argc, argv, "mesh-only"))
         a.cfg.no_checkpoints = "--mesh-only and --examples train nothing, so there is nothing"
                                " to save or resume (leave them out to train)";
+    a.cfg.fp32_grads_only = "the 3D mesh keeps fp32 gradients so far (valid: fp32; 16-bit"
+                            " gradients run in chapters 1 and 2)";
     cli_parse(argc, argv, &a.cfg, options, argv[0],
               "3D parallelism: TP x PP x DP on one device mesh, against single-device"
               " training; the course's meshes checked by arithmetic.");

@@ -63,8 +63,23 @@ static void check_loss_scale_flags(const run_config *cfg) {
         cli_fail("--no-loss-scale: leave out --loss-scale and --loss-scale-window with it");
 }
 
+/* --grad-dtype: fp32, or 16 bits in the precision the run computes in (bf16 compute
+ * with fp16 gradients, or the reverse, would round each gradient into a format its
+ * values never had). */
+static void check_grad_dtype(const run_config *cfg) {
+    const precision g = cfg->grad_precision;
+    if (g == PRECISION_FP32) return;
+    if (cfg->fp32_grads_only)
+        cli_fail("--grad-dtype %s: %s", precision_name(g), cfg->fp32_grads_only);
+    if (g != cfg->precision)
+        cli_fail("--grad-dtype %s: 16-bit gradients take the precision the run computes in"
+                 " (this run: --precision %s); valid: fp32%s%s", precision_name(g),
+                 precision_name(cfg->precision), cfg->precision == PRECISION_FP32 ? "" : " or ",
+                 cfg->precision == PRECISION_FP32 ? "" : precision_name(cfg->precision));
+}
+
 typedef struct {
-    int allreduce, link, device, send_mode, precision;
+    int allreduce, link, device, send_mode, precision, grad_precision;
     double lr, weight_decay, link_scale, timeout;
     const char *seed_text;
 } shared_values;
@@ -225,6 +240,8 @@ static void apply_shared_values(run_config *cfg, const shared_values *sv) {
     cfg->precision = (precision)sv->precision;
     if (cfg->precision != PRECISION_FP32 && cfg->fp32_only)
         cli_fail("--precision %s: %s", precision_name(cfg->precision), cfg->fp32_only);
+    cfg->grad_precision = (precision)sv->grad_precision;
+    check_grad_dtype(cfg);
     check_loss_scale_flags(cfg);
     /* The device is settled here, before any rank starts: auto becomes what this machine
      * has, and a GPU that is not there is one clear line. */
@@ -249,7 +266,8 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
     cli_set_program_name(program);
     shared_values sv = {.allreduce = cfg->comm.allreduce, .link = cfg->comm.link,
                         .send_mode = cfg->comm.send_mode, .precision = cfg->precision,
-                        .lr = cfg->adamw.lr, .weight_decay = cfg->adamw.weight_decay,
+                        .grad_precision = cfg->grad_precision, .lr = cfg->adamw.lr,
+                        .weight_decay = cfg->adamw.weight_decay,
                         .link_scale = cfg->comm.link_scale,
                         .timeout = cfg->comm.timeout_seconds};
     const char *preset = NULL;   /* applied ahead of the other flags (parse_flags) */
@@ -276,6 +294,8 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
         {"tf32", OPT_FLAG, &cfg->comm.tf32, "let cuBLAS use TF32 (GPU)", NULL, 0},
         {"precision", OPT_CHOICE, &sv.precision, "compute in fp32, or in bf16 / fp16 with fp32"
          " master weights (mixed precision)", precision_names, 0},
+        {"grad-dtype", OPT_CHOICE, &sv.grad_precision, "the gradients held and reduced: fp32,"
+         " or 16 bits in --precision's type", precision_names, 0},
         {"loss-scale", OPT_FLOAT, &cfg->loss_scale_init, "fp16: the dynamic loss scale's start"
          " (default 65536)", NULL, 1},
         {"loss-scale-window", OPT_INT, &cfg->loss_scale_window, "fp16: clean steps before the"

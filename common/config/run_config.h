@@ -24,6 +24,11 @@ typedef struct {
     const char *fp32_only;   /* set before cli_parse by a program (or mode) that trains
                                 in fp32 alone: why (then --precision bf16|fp16 is
                                 refused with it) */
+    precision grad_precision;   /* --grad-dtype: the parameter gradients held and reduced
+                                   (fp32, the default; or the run's 16-bit precision) */
+    const char *fp32_grads_only;   /* set before cli_parse by a program that keeps fp32
+                                      gradients alone: why (then --grad-dtype bf16|fp16
+                                      is refused with it) */
     /* fp16's dynamic loss scale (loss_scale.h): on with --precision fp16 unless
      * --no-loss-scale; its start (--loss-scale) and the clean steps before it doubles
      * (--loss-scale-window); 0: the defaults */

@@ -63,7 +63,7 @@ static float ddp_compute_grads(void *arg, int step, float loss_scale) {
     /* every token's loss weighs 1/(global batch tokens): the SUM over ranks is the mean */
     const float dloss = loss_scale / ((float)cfg->batch * (float)cfg->model.ctx);
     float loss = 0.0f;
-    vec_zero(d->rep.grads, d->rep.num_params);
+    replica_grads_zero(&d->rep);
     const void *weights = replica_compute_params(&d->rep);
     for (int k = 0; k < K; k++) {
         trace_begin(world, "forward");
@@ -72,13 +72,14 @@ static float ddp_compute_grads(void *arg, int step, float loss_scale) {
         trace_end(world);
         const int sync = d->opts->allreduce && k == K - 1;
         trace_begin(world, sync ? "backward (all-reduce in buckets)" : "backward (no sync)");
-        gpt_backward(d->model, weights, d->rep.grads, dloss,
-                     sync ? grad_buckets_slab_ready : NULL, d->buckets);
+        replica_backward(&d->rep, d->model, weights, dloss,
+                         sync ? grad_buckets_slab_ready : NULL, d->buckets);
         trace_end(world);
     }
     trace_begin(world, "wait for gradients");
     grad_buckets_wait(d->buckets);
     trace_end(world);
+    replica_grads_ready(&d->rep);   /* 16-bit gradients: widened for the update */
     /* every rank's sequences are equally many: the global mean is the mean of means */
     return loss / (float)N;
 }
@@ -157,10 +158,15 @@ void ddp_train(comm *world, const run_config *cfg, const dataset *data,
                   .first_grads = out->first_grads};
     replica_init(&d.rep, &shape, cfg->seed, 1);
     replica_set_precision(&d.rep, cfg->precision);
+    replica_set_grad_precision(&d.rep, cfg->grad_precision);
     d.model = gpt_model_create(&shape, micro, cfg->model.ctx,
                                &(gpt_model_options){.precision = cfg->precision});
-    d.buckets = grad_buckets_create(world, &shape, d.rep.grads, opts->first_bucket_bytes,
-                                    opts->bucket_bytes, opts->wire);
+    /* 16-bit gradients are all-reduced as they are held (--compress is refused then) */
+    const comm_dtype held = comm_dtype_of(cfg->grad_precision);
+    d.buckets = grad_buckets_create_held(world, &shape,
+                                         d.rep.grads16 ? d.rep.grads16 : (void *)d.rep.grads,
+                                         held, opts->first_bucket_bytes, opts->bucket_bytes,
+                                         held == COMM_F32 ? opts->wire : held);
     if (wanted) record_buckets(&x, d.buckets);
 
     train_strategy strategy = {.name = "ddp", .ctx = &d, .compute_grads = ddp_compute_grads,
@@ -170,7 +176,8 @@ void ddp_train(comm *world, const run_config *cfg, const dataset *data,
                                .checkpoint_state = ddp_checkpoint_state};
     strategy_outcome_train(world, cfg, &strategy, out);
     out->result.bytes_formula = opts->allreduce
-        ? 2.0 * (N - 1) / N * (double)d.rep.num_params * (double)comm_dtype_size(opts->wire)
+        ? 2.0 * (N - 1) / N * (double)d.rep.num_params *
+              (double)comm_dtype_size(held == COMM_F32 ? opts->wire : held)
         : 0.0;
     ddp_measure(&d, metrics, out->result.timed_steps, &x);
     if (out->final_params)

@@ -1,10 +1,12 @@
 #include "dp_grads.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "alloc.h"
+#include "grads16.h"
 #include "ops_mixed.h"
 
 static float *device_floats(mem_tag tag, size_t n) {
@@ -60,7 +62,12 @@ void dp_grads_init(dp_grads *g, comm *group, const gpt_shape *part, uint64_t see
     g->grads_whole = g->zero <= 1;
     g->optimizer_whole = g->zero == 0;
     g->params = device_floats(mixed ? MEM_OPTIMIZER : MEM_PARAMS, g->params_whole ? P : shard);
-    g->grads = device_floats(MEM_GRADS, g->grads_whole ? P : shard);
+    g->grad_precision = opts->grad_precision;
+    if (g->grad_precision == PRECISION_FP32)
+        g->grads = device_floats(MEM_GRADS, g->grads_whole ? P : shard);
+    else   /* `grads` is their fp32 widening, from dp_grads_grads_ready to the update */
+        g->grads16 = mem_alloc_on(MEM_DEVICE, MEM_GRADS, (g->grads_whole ? P : shard) *
+                                                            precision_bytes(g->grad_precision));
     g->adam_m = device_floats(MEM_OPTIMIZER, g->optimizer_whole ? P : shard);
     g->adam_v = device_floats(MEM_OPTIMIZER, g->optimizer_whole ? P : shard);
     g->compute = mixed ? mem_alloc_on(MEM_DEVICE, MEM_PARAMS, (g->compute_whole ? P : shard) *
@@ -68,9 +75,10 @@ void dp_grads_init(dp_grads *g, comm *group, const gpt_shape *part, uint64_t see
                        : g->params;
     init_params(g, seed);
     if (g->zero == 0 && !(opts->quiet_alone && comm_size(group) == 1))
-        g->buckets = grad_buckets_create(group, part, g->grads,
-                                         or_one_bucket(opts->first_bucket_bytes),
-                                         or_one_bucket(opts->bucket_bytes), COMM_F32);
+        g->buckets = grad_buckets_create_held(
+            group, part, g->grads16 ? g->grads16 : (void *)g->grads,
+            comm_dtype_of(g->grad_precision), or_one_bucket(opts->first_bucket_bytes),
+            or_one_bucket(opts->bucket_bytes), COMM_F32);
 }
 
 void dp_grads_free(dp_grads *g) {
@@ -80,6 +88,7 @@ void dp_grads_free(dp_grads *g) {
     mem_free(g->step_grads);
     mem_free(g->params);
     mem_free(g->grads);
+    mem_free(g->grads16);
     mem_free(g->adam_m);
     mem_free(g->adam_v);
     shard_layout_free(&g->layout);
@@ -124,6 +133,14 @@ void dp_grads_step_begin(dp_grads *g) {
         g->step_compute = mem_alloc_on(MEM_DEVICE, MEM_PARAMS, P * precision_bytes(g->precision));
         allgather_shard(g, g->precision, g->compute, g->step_compute);
     }
+    if (g->grads16) {
+        if (!g->grads_whole) {
+            fprintf(stderr, "error: 16-bit gradients at zero %d reduce per slab\n", g->zero);
+            abort();
+        }
+        mixed_vec_zero(g->grad_precision, g->grads16, P);
+        return;
+    }
     if (!g->grads_whole && !g->step_grads) g->step_grads = device_floats(MEM_GRADS, P);
     vec_zero(dp_grads_whole_grads(g), P);
 }
@@ -159,7 +176,32 @@ void dp_grads_after_backward(dp_grads *g) {
     /* ZeRO-1 needs the summed gradient only where it updates: a reduce-scatter (half of
      * an all-reduce) leaves it in place, in this rank's piece of every slab. The rest of
      * the buffer keeps this rank's own unreduced gradients, which nothing reads. */
-    shard_reduce_scatter_in_place(g->group, l, g->grads);
+    if (!g->grads16) {
+        shard_reduce_scatter_in_place(g->group, l, g->grads);
+        return;
+    }
+    const precision gp = g->grad_precision;
+    for (int slab = 0; slab < l->num_slabs; slab++)
+        comm_reduce_scatter(g->group, precision_at(gp, g->grads16, l->slab_offset[slab]),
+                            precision_at(gp, g->grads16, shard_piece_begin(l, slab)),
+                            l->slab_numel[slab], comm_dtype_of(gp), COMM_SUM);
+}
+
+void dp_grads_grads_ready(dp_grads *g) {
+    if (!g->grads16) return;
+    const shard_layout *l = &g->layout;
+    const precision gp = g->grad_precision;
+    if (g->zero == 0) {
+        g->grads = grads16_widen_for_optimizer(gp, g->grads16, l->num_params, g->grads);
+        return;
+    }
+    /* this rank's pieces, into a shard: zero 1 holds them inside its whole gradient */
+    if (!g->grads) g->grads = device_floats(MEM_GRADS, l->shard_len);
+    for (int slab = 0; slab < l->num_slabs; slab++) {
+        const size_t at = g->grads_whole ? shard_piece_begin(l, slab) : l->shard_pos[slab];
+        mixed_widen(gp, g->grads + l->shard_pos[slab], precision_at(gp, g->grads16, at),
+                    l->piece_len[slab]);
+    }
 }
 
 /* ---- per slab ------------------------------------------------------------------------ */
@@ -170,8 +212,29 @@ float *dp_grads_slab_grad_alloc(dp_grads *g, int slab) {
 
 /* Reduce-scatters into the shard; buffers inside the step's whole gradient are freed
  * with it, lone slab buffers here. */
+/* 16-bit gradients: the slab rounded once (its fp32 sums done) and reduce-scattered in
+ * 16 bits into this rank's 16-bit piece. */
+static void reduce_into_shard16(dp_grads *g, int slab, const float *slab_grad) {
+    const shard_layout *l = &g->layout;
+    const precision gp = g->grad_precision;
+    const size_t n = l->slab_numel[slab];
+    void *piece = precision_at(gp, g->grads16, l->shard_pos[slab]);
+    void *slab16 = mem_alloc_on(MEM_DEVICE, MEM_GRADS, n * precision_bytes(gp));
+    mixed_round(gp, slab16, slab_grad, n);
+    if (g->fault == DP_FAULT_SKIP_GRAD_REDUCE)
+        mixed_vec_copy(gp, piece, precision_at(gp, slab16, l->piece_offset[slab]),
+                       l->piece_len[slab]);
+    else
+        comm_reduce_scatter(g->group, slab16, piece, n, comm_dtype_of(gp), COMM_SUM);
+    mem_free(slab16);
+}
+
 static void reduce_into_shard(dp_grads *g, int slab, const float *slab_grad) {
     const shard_layout *l = &g->layout;
+    if (g->grads16) {
+        reduce_into_shard16(g, slab, slab_grad);
+        return;
+    }
     float *piece = g->grads + l->shard_pos[slab];
     if (g->fault == DP_FAULT_SKIP_GRAD_REDUCE)
         vec_copy(piece, slab_grad + l->piece_offset[slab], l->piece_len[slab]);
@@ -189,7 +252,8 @@ void dp_grads_reduce_slab(dp_grads *g, int slab, float *slab_grad) {
 
 int dp_grads_optimizer_grads(const dp_grads *g, float **vectors, size_t *lengths) {
     vectors[0] = g->grads;
-    lengths[0] = g->grads_whole ? g->layout.num_params : g->layout.shard_len;
+    const int whole = g->grads16 ? g->zero == 0 : g->grads_whole;
+    lengths[0] = whole ? g->layout.num_params : g->layout.shard_len;
     return 1;
 }
 
@@ -200,8 +264,12 @@ void dp_grads_optimizer_step(dp_grads *g, const adamw_config *cfg) {
         adamw_update(g->params, g->grads, g->adam_m, g->adam_v, l->num_params, cfg,
                      g->adam_step);
     else
-        shard_adamw(l, g->params, g->params_whole, g->grads, g->grads_whole, g->adam_m,
-                    g->adam_v, cfg, g->adam_step);
+        shard_adamw(l, g->params, g->params_whole, g->grads, g->grads16 ? 0 : g->grads_whole,
+                    g->adam_m, g->adam_v, cfg, g->adam_step);
+    if (g->grads16) {   /* the fp32 widening is transient */
+        mem_free(g->grads);
+        g->grads = NULL;
+    }
     /* Zero 1 and 2 keep whole parameters for the next forward: every rank sends its
      * updated piece to all the others (mixed precision: 16-bit ones, when the next
      * step begins). */
@@ -213,11 +281,12 @@ void dp_grads_optimizer_step(dp_grads *g, const adamw_config *cfg) {
 /* ---- checking and saving --------------------------------------------------------------- */
 
 float *dp_grads_gather_whole(dp_grads *g, dp_vector which) {
-    const int whole = which == DP_PARAMS ? g->params_whole : g->grads_whole;
+    const int grads_whole = g->grads16 ? g->zero == 0 : g->grads_whole;   /* widened */
+    const int whole = which == DP_PARAMS ? g->params_whole : grads_whole;
     float *vector = which == DP_PARAMS ? g->params : g->grads;
     if (whole) {
         /* zero 1's gradient: the other pieces hold this rank's partial sums */
-        if (which == DP_GRADS && g->zero == 1)
+        if (which == DP_GRADS && g->zero == 1 && !g->grads16)
             shard_allgather_in_place(g->group, &g->layout, PRECISION_FP32, vector);
         return vector;
     }

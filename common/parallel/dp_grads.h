@@ -29,7 +29,11 @@
  * from zero 1 on, like m and v. dp_grads_begin_step_compute rounds this rank's masters
  * into its compute weights at the start of every step and, at zero 1-2, all-gathers
  * the 16-bit weights (half the bytes of fp32's all-gather after AdamW, which fp32 does
- * instead); zero 3 gathers 16-bit slabs when they are used. Gradients are fp32. */
+ * instead); zero 3 gathers 16-bit slabs when they are used. Gradients are fp32, or
+ * with grad_precision 16 bits (grads16.h; plain ZeRO and DDP only: zero 0-1 whole
+ * gradients, zero 2-3 per slab): held in grads16 (whole at zero 0-1, a shard from 2),
+ * reduced in 16 bits, and widened into `grads` (zero 0: whole; else this rank's shard)
+ * by dp_grads_grads_ready for the loss scale and AdamW, freed after the update. */
 #ifndef DP_GRADS_H
 #define DP_GRADS_H
 
@@ -51,6 +55,7 @@ typedef enum {
 typedef struct {
     int zero;                    /* 0 (DDP), 1, 2, 3 (FSDP) */
     precision precision;         /* of the compute weights (fp32: they are the masters) */
+    precision grad_precision;    /* of the gradients held: fp32 or `precision` */
     size_t first_bucket_bytes;   /* zero 0: DDP's bucket caps (0: one bucket) */
     size_t bucket_bytes;
     int quiet_alone;             /* a group of one rank calls no collective (else zero 0
@@ -71,6 +76,8 @@ typedef struct {
      * itself in fp32, else 16-bit: whole at zero 0-2, a shard at zero 3). */
     float *params, *grads, *adam_m, *adam_v;
     void *compute;
+    precision grad_precision;
+    void *grads16;       /* 16-bit gradients (whole at zero 0-1, else a shard), or NULL */
     int params_whole, grads_whole, optimizer_whole, compute_whole;
     /* zero 3 / zero 2-3: the whole vectors of a step in progress, else NULL */
     void *step_compute;
@@ -104,6 +111,10 @@ float *dp_grads_whole_grads(const dp_grads *g);
  * rank's part is in g->grads (zero 1: in its pieces); zero 2-3 free the step's whole
  * vectors. */
 void dp_grads_after_backward(dp_grads *g);
+
+/* The gradients reduced: 16-bit ones widened into g->grads (zero 0: whole, else this
+ * rank's shard) for the loss scale and AdamW; nothing in fp32. */
+void dp_grads_grads_ready(dp_grads *g);
 
 /* ---- per slab (zero 2-3) ----------------------------------------------------------- */
 /* A zeroed full-size gradient buffer for one slab, tagged grads. */

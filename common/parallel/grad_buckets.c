@@ -32,7 +32,9 @@ struct grad_buckets {
     comm *group;
     comm *scale_group;           /* fp16 / fp8: agrees on scales without queueing
                                     behind the buckets in flight on `group` */
-    float *grads;
+    void *grads;
+    comm_dtype held;             /* the gradient vector's type: fp32, or 16-bit gradients
+                                    (--grad-dtype), all-reduced as they are */
     comm_dtype wire;
     int count;
     grad_bucket *bucket;         /* in launch order: the last slabs first */
@@ -44,10 +46,19 @@ struct grad_buckets {
 grad_buckets *grad_buckets_create(comm *group, const gpt_shape *s, float *grads,
                                   size_t first_bucket_bytes, size_t bucket_bytes,
                                   comm_dtype wire) {
+    return grad_buckets_create_held(group, s, grads, COMM_F32, first_bucket_bytes,
+                                    bucket_bytes, wire);
+}
+
+grad_buckets *grad_buckets_create_held(comm *group, const gpt_shape *s, void *grads,
+                                       comm_dtype held, size_t first_bucket_bytes,
+                                       size_t bucket_bytes, comm_dtype wire) {
+    if (held != COMM_F32) wire = held;   /* 16-bit gradients travel as they are */
     const int slabs = gpt_num_slabs(s);
     grad_buckets *b = mem_alloc(MEM_OTHER, sizeof *b);   /* freed with a stopped rank */
     b->group = group;
     b->grads = grads;
+    b->held = held;
     b->wire = wire;
     b->bucket = mem_alloc(MEM_OTHER, (size_t)slabs * sizeof *b->bucket);
     b->bucket_of_slab = mem_alloc(MEM_OTHER, (size_t)slabs * sizeof *b->bucket_of_slab);
@@ -65,20 +76,20 @@ grad_buckets *grad_buckets_create(comm *group, const gpt_shape *s, float *grads,
         open->numel += gpt_slab_numel(s, slab);
         b->bucket_of_slab[slab] = (int)(open - b->bucket);
         size_t cap = open == b->bucket ? first_bucket_bytes : bucket_bytes;
-        if (open->numel * sizeof(float) >= cap) open = NULL;
+        if (open->numel * comm_dtype_size(held) >= cap) open = NULL;
     }
     if (scaled_wire_max(wire) > 0)
         b->scale_group = comm_split(group, 0, comm_rank(group), "grad-scale");
     for (int i = 0; i < b->count; i++) {
         grad_bucket *k = &b->bucket[i];
         k->slabs_pending = k->last_slab - k->first_slab + 1;
-        if (wire != COMM_F32) {
+        if (wire != held) {
             k->wire_buffer = mem_alloc(MEM_COMM, k->numel * comm_dtype_size(wire));
             if (k->numel > b->staging_numel) b->staging_numel = k->numel;
         }
     }
     if (b->staging_numel > STAGING_FLOATS) b->staging_numel = STAGING_FLOATS;
-    if (wire != COMM_F32) b->staging = mem_alloc(MEM_COMM, b->staging_numel * sizeof(float));
+    if (wire != held) b->staging = mem_alloc(MEM_COMM, b->staging_numel * sizeof(float));
     return b;
 }
 
@@ -101,11 +112,14 @@ static size_t piece_numel(const grad_buckets *b, const grad_bucket *k, size_t do
 /* The power of two that brings the largest sum over ranks just under half of the wire
  * type's largest value (1 when the bucket is all zeros). Every rank gets the same.
  * Leaves the bucket's last piece in the staging buffer. */
+/* The fp32 gradients a compressed wire encodes (held fp32 then). */
+static float *f32_grads(const grad_buckets *b) { return b->grads; }
+
 static float agreed_scale(grad_buckets *b, const grad_bucket *k) {
     float largest = 0.0f;
     for (size_t done = 0; done < k->numel; done += b->staging_numel) {
         const size_t n = piece_numel(b, k, done);
-        ops_download(b->staging, b->grads + k->offset + done, n * sizeof(float));
+        ops_download(b->staging, f32_grads(b) + k->offset + done, n * sizeof(float));
         for (size_t i = 0; i < n; i++) largest = fmaxf(largest, fabsf(b->staging[i]));
     }
     comm_allreduce(b->scale_group, &largest, 1, COMM_F32, COMM_MAX);
@@ -115,9 +129,9 @@ static float agreed_scale(grad_buckets *b, const grad_bucket *k) {
 }
 
 static void start_bucket(grad_buckets *b, grad_bucket *k) {
-    if (b->wire == COMM_F32) {
-        k->request = comm_allreduce_start(b->group, b->grads + k->offset, k->numel,
-                                          COMM_F32, COMM_SUM);
+    if (b->wire == b->held) {   /* fp32, or 16-bit gradients: reduced where they are */
+        void *at = (char *)b->grads + k->offset * comm_dtype_size(b->held);
+        k->request = comm_allreduce_start(b->group, at, k->numel, b->held, COMM_SUM);
         return;
     }
     const int scaled = scaled_wire_max(b->wire) > 0;
@@ -128,7 +142,7 @@ static void start_bucket(grad_buckets *b, grad_bucket *k) {
     for (size_t done = 0; done < k->numel; done += b->staging_numel) {
         const size_t n = piece_numel(b, k, done);
         float *piece = b->staging;
-        if (!staged) ops_download(piece, b->grads + k->offset + done, n * sizeof(float));
+        if (!staged) ops_download(piece, f32_grads(b) + k->offset + done, n * sizeof(float));
         if (k->scale != 1.0f)
             for (size_t i = 0; i < n; i++) piece[i] *= k->scale;
         comm_convert((char *)k->wire_buffer + done * wire_size, b->wire, piece, COMM_F32, n);
@@ -147,7 +161,7 @@ static void finish_bucket(grad_buckets *b, const grad_bucket *k) {
                      b->wire, n);
         if (k->scale != 1.0f)
             for (size_t i = 0; i < n; i++) piece[i] *= unscale;
-        ops_upload(b->grads + k->offset + done, piece, n * sizeof(float));
+        ops_upload(f32_grads(b) + k->offset + done, piece, n * sizeof(float));
     }
 }
 
@@ -163,7 +177,7 @@ void grad_buckets_wait(grad_buckets *b) {
         if (k->request) {
             comm_wait(k->request);
             k->request = NULL;
-            if (b->wire != COMM_F32) finish_bucket(b, k);
+            if (b->wire != b->held) finish_bucket(b, k);
         } else if (k->slabs_pending != k->last_slab - k->first_slab + 1) {
             comm_abort(b->group, "DDP bucket %d (slabs %d..%d) was never started: %d slabs "
                        "did not report ready", i, k->first_slab, k->last_slab,

@@ -27,12 +27,18 @@ typedef struct grad_buckets grad_buckets;
 grad_buckets *grad_buckets_create(comm *group, const gpt_shape *s, float *grads,
                                   size_t first_bucket_bytes, size_t bucket_bytes,
                                   comm_dtype wire);
+/* The same over gradients held in `held`: fp32 as above, or 16-bit gradients
+ * (--grad-dtype bf16|fp16), all-reduced in their own type (the backend sums them in
+ * fp32 and rounds, as NCCL does; wire is then ignored). Bucket caps count held bytes. */
+grad_buckets *grad_buckets_create_held(comm *group, const gpt_shape *s, void *grads,
+                                       comm_dtype held, size_t first_bucket_bytes,
+                                       size_t bucket_bytes, comm_dtype wire);
 void grad_buckets_free(grad_buckets *b);
 
 /* gpt_backward's on_slab_ready: ctx is the grad_buckets. Starts a bucket's all-reduce
  * when its last slab arrives. */
 void grad_buckets_slab_ready(void *ctx, int slab);
-/* Waits for every started bucket and leaves the averaged fp32 gradients in grads.
+/* Waits for every started bucket and leaves the summed gradients in grads.
  * Every bucket must have been started (or none, when nothing was reduced). */
 void grad_buckets_wait(grad_buckets *b);
 

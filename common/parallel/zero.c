@@ -1,6 +1,7 @@
 #include "zero.h"
 
 #include "fsdp.h"
+#include "grads16.h"
 #include "ops_mixed.h"
 
 /* ---- stages 0 and 1: whole gradients, reduced after backward (dp_grads.h) ---- */
@@ -12,7 +13,11 @@ static float forward_backward_whole_grads(zero_rank *z, float dloss) {
     trace_end(g->group);
     trace_begin(g->group, "backward");
     dp_grads_step_begin(g);
-    gpt_backward(z->model, dp_grads_whole_params(g), g->grads, dloss, NULL, NULL);
+    if (g->grads16)   /* 16-bit gradients: slab by slab in fp32, rounded once */
+        gpt_backward_grads16(z->model, dp_grads_whole_params(g), g->grad_precision,
+                             g->grads16, dloss, NULL, NULL);
+    else
+        gpt_backward(z->model, dp_grads_whole_params(g), g->grads, dloss, NULL, NULL);
     trace_end(g->group);
     dp_grads_after_backward(g);
     return loss;
@@ -55,14 +60,20 @@ static float forward_backward_stage2(zero_rank *z, float dloss) {
     return loss;
 }
 
-float zero_forward_backward(zero_rank *z, float dloss) {
-    dp_grads_begin_step_compute(&z->dp);   /* mixed precision: 16-bit weights, fresh */
+static float forward_backward(zero_rank *z, float dloss) {
     switch (z->opts.stage) {
     case 0:
     case 1: return forward_backward_whole_grads(z, dloss);
     case 2: return forward_backward_stage2(z, dloss);
     default: return fsdp_forward_backward(z, dloss);
     }
+}
+
+float zero_forward_backward(zero_rank *z, float dloss) {
+    dp_grads_begin_step_compute(&z->dp);   /* mixed precision: 16-bit weights, fresh */
+    const float loss = forward_backward(z, dloss);
+    dp_grads_grads_ready(&z->dp);   /* 16-bit gradients: widened for the update */
+    return loss;
 }
 
 void zero_optimizer_step(zero_rank *z, const adamw_config *cfg) {

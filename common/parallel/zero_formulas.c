@@ -20,13 +20,23 @@ state_bytes zero_stored_bytes(int stage, double P, int N, precision p) {
     return b;
 }
 
+state_bytes zero_stored_bytes_grads(int stage, double P, int N, precision p, precision gp) {
+    state_bytes b = zero_stored_bytes(stage, P, N, p);
+    b.grads *= (double)precision_bytes(gp) / 4.0;
+    return b;
+}
+
 double zero_largest_model(int stage, double bytes, int N, double K) {
     return bytes / state_total(zero_paper_bytes(stage, 1.0, N, K));
 }
 
 comm_plan zero_comm_plan(const gpt_shape *s, int stage, precision p) {
+    return zero_comm_plan_grads(s, stage, p, PRECISION_FP32);
+}
+
+comm_plan zero_comm_plan_grads(const gpt_shape *s, int stage, precision p, precision gp) {
     comm_plan plan = {0};
-    for (int k = 0; k < COMM_NKINDS; k++) plan.element_bytes[k] = 4;
+    for (int k = 0; k < COMM_NKINDS; k++) plan.element_bytes[k] = (double)precision_bytes(gp);
     plan.element_bytes[COMM_KIND_ALLGATHER] = (double)precision_bytes(p);   /* weights */
     const double P = (double)gpt_num_params(s), slabs = gpt_num_slabs(s);
     const int layers = s->cfg.layers;

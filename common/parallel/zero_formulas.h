@@ -15,7 +15,8 @@
  * Communication per rank per step, in elements through the collectives: stages 0-2
  * 2P (all-reduce = reduce-scatter + all-gather), stage 3 3P (all-gather in forward,
  * again in backward, reduce-scatter); a ring sends (N-1)/N of that. Reductions move
- * fp32 gradients; in mixed precision the all-gathers move 16-bit weights. */
+ * fp32 gradients (16-bit ones with --grad-dtype); in mixed precision the all-gathers
+ * move 16-bit weights. */
 #ifndef ZERO_FORMULAS_H
 #define ZERO_FORMULAS_H
 
@@ -33,8 +34,11 @@ static inline double state_total(state_bytes b) { return b.params + b.grads + b.
 /* The paper's bytes per device for P parameters on N devices, K bytes of optimizer
  * state per parameter. */
 state_bytes zero_paper_bytes(int stage, double P, int N, double K);
-/* The same for this program's storage in precision p. */
+/* The same for this program's storage in precision p (fp32 gradients). */
 state_bytes zero_stored_bytes(int stage, double P, int N, precision p);
+/* ... and with gradients held in gp (--grad-dtype): 16-bit ones make the mixed table
+ * the paper's K = 12 column exactly. */
+state_bytes zero_stored_bytes_grads(int stage, double P, int N, precision p, precision gp);
 /* The largest P whose model state (paper formula) fits in `bytes` per device. */
 double zero_largest_model(int stage, double bytes, int N, double K);
 
@@ -46,6 +50,8 @@ typedef struct {
     double element_bytes[COMM_NKINDS];   /* 4, or 2 for 16-bit weights */
 } comm_plan;
 comm_plan zero_comm_plan(const gpt_shape *s, int stage, precision p);
+/* ... with the reductions (all-reduce, reduce-scatter) moving gradients of gp. */
+comm_plan zero_comm_plan_grads(const gpt_shape *s, int stage, precision p, precision gp);
 /* Bytes a rank sends for those elements in a ring of N: (N-1)/N x 4 bytes each. */
 double ring_bytes(double elements, int N);
 /* The same for one kind of a plan, at its element size. */

@@ -11,6 +11,7 @@ zero_rank *zero_rank_create(comm *group, const gpt_shape *s, int local_batch, in
     z->opts = *opts;
     /* stage 0 is DDP: its all-reduce is DDP's, in one bucket, after backward */
     const dp_grads_options dp = {.zero = opts->stage, .precision = opts->precision,
+                                 .grad_precision = opts->grad_precision,
                                  .fault = (dp_fault)opts->fault};
     dp_grads_init(&z->dp, group, s, seed, &dp);
     gpt_model_options model_opts = {.precision = opts->precision,

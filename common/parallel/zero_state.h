@@ -30,6 +30,7 @@ typedef enum {
 typedef struct {
     int stage;                    /* 0 (plain DDP), 1, 2, 3 (FSDP) */
     precision precision;          /* compute weights and activations (dp_grads.h) */
+    precision grad_precision;     /* gradients held and reduced: fp32 or `precision` */
     int prefetch;                 /* stage 3: all-gather the next block during this one */
     int checkpoint_activations;   /* keep block inputs only, recompute in backward */
     zero_fault fault;

@@ -60,8 +60,9 @@ static void zero_step_checkpoint_state(void *arg, ckpt_state *out) {
 }
 
 /* The textbook bytes a rank sends per step: the stage's collectives in a ring. */
-static double zero_bytes_formula(const gpt_shape *shape, int stage, precision p, int N) {
-    comm_plan plan = zero_comm_plan(shape, stage, p);
+static double zero_bytes_formula(const gpt_shape *shape, const zero_options *opts, int N) {
+    comm_plan plan = zero_comm_plan_grads(shape, opts->stage, opts->precision,
+                                          opts->grad_precision);
     double bytes = 0;
     for (int k = 0; k < COMM_NKINDS; k++) bytes += plan_ring_bytes(&plan, k, N);
     return bytes;
@@ -72,6 +73,7 @@ void zero_train(comm *world, const run_config *cfg, const dataset *data,
     const int N = comm_size(world), rank = comm_rank(world);
     zero_options stage_opts = *options;
     stage_opts.precision = cfg->precision;   /* the run's */
+    stage_opts.grad_precision = cfg->grad_precision;
     const zero_options *opts = &stage_opts;
     const int T = cfg->model.ctx;
     out->world_size = N;
@@ -97,7 +99,7 @@ void zero_train(comm *world, const run_config *cfg, const dataset *data,
                                .optimizer_grads = zero_optimizer_grads,
                                .checkpoint_state = zero_step_checkpoint_state};
     strategy_outcome_train(world, cfg, &strategy, out);
-    out->result.bytes_formula = zero_bytes_formula(&shape, opts->stage, opts->precision, N);
+    out->result.bytes_formula = zero_bytes_formula(&shape, opts, N);
 
     /* measurements, before any checking traffic: the state held between steps */
     const mem_stats at_end = *mem;

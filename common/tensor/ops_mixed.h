@@ -12,7 +12,9 @@
  *
  * What stays fp32 in every precision (float * below): LayerNorm's mean and rstd, the
  * per-token losses, and the parameter gradients (dweight, dbias, dwte, dwpe), the
- * "main gradients" that micro-batches accumulate into, as Megatron-LM keeps them.
+ * "main gradients" that micro-batches accumulate into, as Megatron-LM keeps them. With
+ * 16-bit gradients (--grad-dtype, grads16.h) they are a slab's fp32 working copy,
+ * widened from the 16-bit gradient before backward and rounded back after it.
  *
  * Pointers typed void * hold elements of the precision p; the semantics of each op
  * (what is overwritten, what accumulates, what may alias) are its ops.h twin's. Each op

@@ -22,10 +22,11 @@ static float baseline_grads(void *arg, int step, float loss_scale) {
     baseline_step *b = arg;
     const int B = b->cfg->batch, T = b->cfg->model.ctx;
     load_batch(b->model, b->data, b->cfg, step, 0, B);
-    vec_zero(b->rep.grads, b->rep.num_params);
+    replica_grads_zero(&b->rep);
     const void *weights = replica_compute_params(&b->rep);
     float loss = gpt_forward(b->model, weights);
-    gpt_backward(b->model, weights, b->rep.grads, loss_scale / (float)(B * T), NULL, NULL);
+    replica_backward(&b->rep, b->model, weights, loss_scale / (float)(B * T), NULL, NULL);
+    replica_grads_ready(&b->rep);
     return loss;
 }
 
@@ -64,6 +65,7 @@ baseline_run *baseline_train(const run_config *cfg, const dataset *data) {
     baseline_step b = {.cfg = cfg, .data = data, .out = out};
     replica_init(&b.rep, &shape, cfg->seed, 1);
     replica_set_precision(&b.rep, cfg->precision);
+    replica_set_grad_precision(&b.rep, cfg->grad_precision);
     b.rep.masters_in_16_bits = cfg->test_16bit_masters;
     b.model = gpt_model_create(&shape, cfg->batch, cfg->model.ctx,
                                &(gpt_model_options){.precision = cfg->precision});

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "grads16.h"
 #include "ops.h"
 #include "ops_mixed.h"
 
@@ -45,10 +46,39 @@ const void *replica_compute_params(replica *r) {
     return r->compute;
 }
 
+void replica_set_grad_precision(replica *r, precision gp) {
+    r->grad_precision = gp;
+    if (gp == PRECISION_FP32) return;
+    mem_free(r->grads);   /* widened only for the update */
+    r->grads = NULL;
+    r->grads16 = mem_alloc_on(MEM_DEVICE, MEM_GRADS, r->num_params * precision_bytes(gp));
+}
+
+void replica_grads_zero(replica *r) {
+    if (r->grads16) mixed_vec_zero(r->grad_precision, r->grads16, r->num_params);
+    else vec_zero(r->grads, r->num_params);
+}
+
+void replica_backward(replica *r, gpt_model *m, const void *weights, float dloss,
+                      gpt_slab_ready_fn on_slab_ready, void *ctx) {
+    if (r->grads16)
+        gpt_backward_grads16(m, weights, r->grad_precision, r->grads16, dloss, on_slab_ready,
+                             ctx);
+    else
+        gpt_backward(m, weights, r->grads, dloss, on_slab_ready, ctx);
+}
+
+void replica_grads_ready(replica *r) {
+    if (r->grads16)
+        r->grads = grads16_widen_for_optimizer(r->grad_precision, r->grads16, r->num_params,
+                                               r->grads);
+}
+
 void replica_free(replica *r) {
     if (r->compute != r->params) mem_free(r->compute);
     mem_free(r->params);
     mem_free(r->grads);
+    mem_free(r->grads16);
     mem_free(r->adam_m);
     mem_free(r->adam_v);
     memset(r, 0, sizeof *r);
@@ -72,6 +102,10 @@ void replica_adamw(replica *r, const adamw_config *cfg) {
     r->adam_step++;
     adamw_update(r->params, r->grads, r->adam_m, r->adam_v, r->num_params, cfg,
                  r->adam_step);
+    if (r->grads16) {   /* the fp32 widening is transient */
+        mem_free(r->grads);
+        r->grads = NULL;
+    }
     if (r->masters_in_16_bits && r->precision != PRECISION_FP32) {
         mixed_round(r->precision, r->compute, r->params, r->num_params);
         mixed_widen(r->precision, r->params, r->compute, r->num_params);

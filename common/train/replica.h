@@ -16,13 +16,17 @@
  * updates (tagged optimizer state, as the ZeRO paper counts them in its K = 12 bytes),
  * and forward and backward read `compute`, their 16-bit copy (tagged params: 2 B per
  * parameter), rounded from the masters at the start of every step. In fp32 both are
- * the same vector. Gradients are fp32 in every precision. */
+ * the same vector. Gradients are fp32, or with --grad-dtype bf16|fp16 (grads16.h)
+ * held 16-bit in `grads16` (tagged grads: 2 B per parameter), and `grads` is then their
+ * fp32 widening for AdamW, alive from replica_grads_ready to the update alone. */
 typedef struct {
     gpt_shape shape;
     size_t num_params;
     precision precision;   /* of `compute` */
     float *params, *grads, *adam_m, *adam_v;
     void *compute;
+    precision grad_precision;   /* of the gradients held: fp32, or `precision` */
+    void *grads16;              /* 16-bit gradients, else NULL */
     int adam_step;
     int masters_in_16_bits;   /* negative control: the masters rounded after each update */
 } replica;
@@ -34,13 +38,24 @@ void replica_set_precision(replica *r, precision p);
 /* The compute copy rounded from the master weights: at the start of a step (in fp32,
  * nothing to do). Returns what forward and backward read. */
 const void *replica_compute_params(replica *r);
+/* Holds its gradients in gp from now on (16 bits: grads16; fp32: nothing changes).
+ * After replica_set_precision, before the first step. */
+void replica_set_grad_precision(replica *r, precision gp);
+/* The gradients held, zeroed: a step's start. */
+void replica_grads_zero(replica *r);
+/* One micro-batch's backward onto the gradients held (gpt_backward's arguments). */
+void replica_backward(replica *r, gpt_model *m, const void *weights, float dloss,
+                      gpt_slab_ready_fn on_slab_ready, void *ctx);
+/* The gradients final (reduced): 16-bit ones widened into `grads` for the loss scale
+ * and AdamW. Nothing in fp32. */
+void replica_grads_ready(replica *r);
 void replica_free(replica *r);
 /* The replica as one checkpoint part; writes: whether this rank's copy is the one
  * saved (one replica of each TP slice and stage is). */
 void replica_checkpoint_state(replica *r, int writes, ckpt_state *out);
 /* Its gradient as the one vector the loss scale checks (train_loop.h); returns 1. */
 int replica_optimizer_grads(replica *r, float **vectors, size_t *lengths);
-/* One AdamW step over the whole vector. */
+/* One AdamW step over the whole vector (16-bit gradients: the widening freed after). */
 void replica_adamw(replica *r, const adamw_config *cfg);
 
 /* Uploads sequences [first, first + count) of a step's global batch into m; count is the

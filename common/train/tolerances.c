@@ -27,3 +27,11 @@ run_tolerances tolerances_for_tp(const run_config *cfg, int tp, double largest_g
     t.loss = fmax(t.loss, 4 * L * u * log((double)cfg->model.vocab) / sqrt(tokens));
     return t;
 }
+
+run_tolerances tolerances_for_grads16(const run_config *cfg, int parts, double largest_grad) {
+    run_tolerances t = tolerances_for(cfg);
+    if (cfg->grad_precision == PRECISION_FP32) return t;
+    const double u = ldexp(1.0, cfg->grad_precision == PRECISION_BF16 ? -8 : -11);
+    t.grads = fmax(t.grads, (parts + 2) * u * largest_grad);
+    return t;
+}

@@ -63,5 +63,14 @@ run_tolerances tolerances_for(const run_config *cfg);
  * of independently perturbed terms of about ln V, by 4 L u ln V / sqrt(B T). In fp32
  * (and tp 1): tolerances_for. */
 run_tolerances tolerances_for_tp(const run_config *cfg, int tp, double largest_grad);
+/* With 16-bit gradients (--grad-dtype bf16|fp16) step 1's gradients differ by
+ * rounding at 16 bits: the baseline rounds each gradient once (|error| <= u G, u =
+ * 2^-8 in bf16, 2^-11 in fp16, G = largest_grad, its largest step-1 gradient); a
+ * strategy rounds each of its `parts` partial gradients (ranks x micro-batches, each
+ * of them at most G in size) once, and the 16-bit reduction rounds their sum once
+ * more: (parts + 2) u G in all. Loss and parameters keep tolerances_for's (AdamW's
+ * drift bound already allows any gradient difference). fp32 gradients:
+ * tolerances_for. */
+run_tolerances tolerances_for_grads16(const run_config *cfg, int parts, double largest_grad);
 
 #endif

@@ -1,0 +1,197 @@
+/* 16-bit gradients (--grad-dtype bf16|fp16, grads16.h) in DDP and every ZeRO stage:
+ * against the baseline with the same precision and gradient dtype, within
+ * tolerances_for_grads16 ((parts + 2) u G on step-1 gradients, derived in
+ * tolerances.h); model state by tag 2P + 2P + 12P and its shardings; the reductions'
+ * bytes at 2 B an element; a run that skips the reduction fails. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "baseline.h"
+#include "check_run.h"
+#include "compare.h"
+#include "strategy_runs.h"
+#include "tables.h"
+#include "tolerances.h"
+#include "zero_train.h"
+
+static const precision sixteen_bits[] = {PRECISION_BF16, PRECISION_FP16};
+
+/* chapter 2's test model (test_chapter2_mixed's), gradients held in 16 bits */
+static run_config tiny_config(int ranks, precision p) {
+    run_config cfg = run_config_default();
+    cfg.model = (gpt_config){.vocab = 256, .ctx = 7, .layers = 2, .heads = 5, .dim = 25};
+    cfg.batch = 5;
+    cfg.steps = TOL_STEPS;
+    cfg.quiet = 1;
+    cfg.precision = p;
+    cfg.grad_precision = p;
+    cfg.comm.ranks = ranks;
+    cfg.comm.timeout_seconds = 30;
+    return cfg;
+}
+
+static strategy_outcome run_stage(const run_config *cfg, const dataset *d, zero_options opts) {
+    strategy_outcome o = {.extra = calloc(1, sizeof(zero_extra))};
+    ck_assert_int_eq(zero_launch(cfg, d, &opts, &o), 0);
+    return o;
+}
+
+static void free_stage(strategy_outcome *o) {
+    free(o->extra);
+    o->extra = NULL;
+    strategy_outcome_free(o);
+}
+
+static double largest_grad(const baseline_run *b) {
+    double largest = 0;
+    for (size_t i = 0; i < b->num_params; i++)
+        largest = fmax(largest, fabs((double)b->first_grads[i]));
+    return largest;
+}
+
+/* The worst fraction of the run's 16-bit-gradient tolerances. */
+static double fraction_of_tolerance(const char *what, const run_config *cfg, int parts,
+                                    const baseline_run *b, const run_result *r) {
+    const run_tolerances t = tolerances_for_grads16(cfg, parts, largest_grad(b));
+    printf("%-30s grads %.2e (tolerance %.2e)  loss %.2e  params %.2e\n", what, r->diff_grads,
+           t.grads, r->diff_loss, r->diff_params);
+    return run_worst_fraction_of_tolerance(r, t.grads, t.loss, t.params);
+}
+
+START_TEST(ddp_and_every_stage_match_the_baseline_with_16_bit_gradients) {
+    dataset *d = dataset_builtin();
+    double worst = 0;
+    for (size_t i = 0; i < sizeof sixteen_bits / sizeof sixteen_bits[0]; i++) {
+        const precision p = sixteen_bits[i];
+        run_config base_cfg = tiny_config(1, p);
+        baseline_run *b = baseline_train(&base_cfg, d);
+        for (int ranks = 2; ranks <= 3; ranks++) {
+            run_config cfg = tiny_config(ranks, p);
+            for (int stage = 0; stage <= 3; stage++) {
+                strategy_outcome o = run_stage(&cfg, d, (zero_options){.stage = stage});
+                compare_to_baseline(&o.result, b, o.loss, o.first_grads, o.final_params);
+                char what[64];
+                snprintf(what, sizeof what, "%s zero%d, %d ranks:", precision_name(p), stage,
+                         ranks);
+                const double f = fraction_of_tolerance(what, &cfg, ranks, b, &o.result);
+                ck_assert_msg(f <= 1, "%s at %.0f%% of its tolerance", what, 100 * f);
+                worst = fmax(worst, f);
+                free_stage(&o);
+            }
+        }
+        run_config cfg = tiny_config(1, p);   /* DDP: a batch that 2 ranks x 2 divide */
+        cfg.batch = 4;
+        baseline_run *b4 = baseline_train(&cfg, d);
+        cfg.comm.ranks = 2;
+        ddp_options opts = ddp_options_default();
+        opts.grad_accum = 2;
+        ddp_result *o = launch_ddp(&cfg, d, opts, b4);
+        char what[64];
+        snprintf(what, sizeof what, "%s ddp, 2 ranks x 2 micro:", precision_name(p));
+        const double f = fraction_of_tolerance(what, &cfg, 4, b4, &o->run.result);
+        ck_assert_msg(f <= 1, "%s at %.0f%% of its tolerance", what, 100 * f);
+        worst = fmax(worst, f);
+        ddp_result_free(o);
+        baseline_free(b4);
+        baseline_free(b);
+    }
+    printf("16-bit gradients: worst %.0f%% of the tolerance\n", 100 * worst);
+    dataset_free(d);
+}
+END_TEST
+
+/* Negative control: ranks that keep their own 16-bit gradient miss the bound. */
+START_TEST(skipping_the_16_bit_reduction_fails) {
+    dataset *d = dataset_builtin();
+    run_config base_cfg = tiny_config(1, PRECISION_BF16);
+    baseline_run *b = baseline_train(&base_cfg, d);
+    run_config cfg = tiny_config(2, PRECISION_BF16);
+    for (int stage = 0; stage <= 3; stage++) {
+        strategy_outcome o = run_stage(&cfg, d, (zero_options){.stage = stage,
+                                                               .fault = ZERO_FAULT_SKIP_GRAD_REDUCE});
+        compare_to_baseline(&o.result, b, o.loss, o.first_grads, o.final_params);
+        char what[64];
+        snprintf(what, sizeof what, "bf16 zero%d, no reduction:", stage);
+        ck_assert(fraction_of_tolerance(what, &cfg, 2, b, &o.result) > 1);
+        free_stage(&o);
+    }
+    baseline_free(b);
+    dataset_free(d);
+}
+END_TEST
+
+/* Bytes held between steps, by tag: 2P + 2P + 12P and its shardings, the ZeRO paper's
+ * K = 12 column, up to the uneven-shard allowance. */
+START_TEST(model_state_is_the_papers_2_2_12) {
+    dataset *d = dataset_builtin();
+    run_config one = tiny_config(1, PRECISION_BF16);
+    gpt_shape s = gpt_shape_make(&one.model, 1, 0);
+    const size_t P = gpt_num_params(&s);
+    for (int ranks = 1; ranks <= 4; ranks++) {
+        run_config cfg = tiny_config(ranks, PRECISION_BF16);
+        cfg.steps = 2;
+        for (int stage = 0; stage <= 3; stage++) {
+            strategy_outcome o = run_stage(&cfg, d, (zero_options){.stage = stage});
+            const double measured = o.state[0] + o.state[1] + o.state[2];
+            const double formula = stage_stored_formula_grads(stage, P, ranks, PRECISION_BF16,
+                                                              PRECISION_BF16);
+            const double paper = state_total(zero_paper_bytes(stage, (double)P, ranks, 12.0));
+            const double padding = stage_padding_bytes(&o, P);
+            const double shard_len = (double)zero_extra_of(&o)->shard_len_largest;
+            printf("bf16 grads, stage %d, %d ranks: params %.0f grads %.0f optimizer %.0f B;"
+                   " formula %.0f B (paper %.0f), uneven %.0f B\n", stage, ranks, o.state[0],
+                   o.state[1], o.state[2], formula, paper, padding);
+            ck_assert(formula == paper);
+            ck_assert(fabs(measured - (formula + padding)) < 1e-6);
+            ck_assert(o.state[0] == 2.0 * (stage <= 2 ? (double)P : shard_len));
+            ck_assert(o.state[1] == 2.0 * (stage <= 1 ? (double)P : shard_len));
+            ck_assert(o.state[2] == 12.0 * (stage == 0 ? (double)P : shard_len));
+            free_stage(&o);
+        }
+    }
+    dataset_free(d);
+}
+END_TEST
+
+/* Reductions and all-gathers both move 2 B an element: calls as planned, bytes as a
+ * ring sends them. */
+START_TEST(reductions_move_16_bit_gradients) {
+    dataset *d = dataset_builtin();
+    run_config cfg = tiny_config(3, PRECISION_BF16);
+    cfg.steps = 3;
+    gpt_shape s = gpt_shape_make(&cfg.model, 1, 0);
+    for (int stage = 0; stage <= 3; stage++) {
+        strategy_outcome o = run_stage(&cfg, d, (zero_options){.stage = stage});
+        comm_plan plan = zero_comm_plan_grads(&s, stage, PRECISION_BF16, PRECISION_BF16);
+        double sent = 0, theory = 0;
+        for (int k = 0; k < COMM_NKINDS; k++) {
+            ck_assert(o.comm_calls[k] == plan.calls[k]);
+            const double expected = plan_ring_bytes(&plan, k, 3);
+            ck_assert_msg(fabs(o.comm_bytes[k] - expected) <= 2.0 * plan.calls[k] * 2,
+                          "stage %d %s: %g bytes, theory %g", stage, comm_kind_name(k),
+                          o.comm_bytes[k], expected);
+            sent += o.comm_bytes[k];
+            theory += expected;
+        }
+        printf("bf16 grads, stage %d, 3 ranks: %.0f bytes sent per rank per step, ring theory"
+               " %.0f (2 B per element)\n", stage, sent, theory);
+        ck_assert(fabs(o.result.bytes_formula - theory) < 1e-6);
+        free_stage(&o);
+    }
+    dataset_free(d);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("chapter 2 with 16-bit gradients");
+    TCase *t = tcase_create("grads16");
+    tcase_set_timeout(t, 600);
+    tcase_add_test(t, ddp_and_every_stage_match_the_baseline_with_16_bit_gradients);
+    tcase_add_test(t, skipping_the_16_bit_reduction_fails);
+    tcase_add_test(t, model_state_is_the_papers_2_2_12);
+    tcase_add_test(t, reductions_move_16_bit_gradients);
+    suite_add_tcase(s, t);
+    return check_run(s, 0);
+}
