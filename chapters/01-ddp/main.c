@@ -39,10 +39,8 @@ typedef struct {
  * micro-batch gradients (tolerances_for_grads16, G the baseline's largest). */
 static run_tolerances run_tolerances_of(const run_config *cfg, const chapter_flags *f,
                                         const baseline_run *b) {
-    double largest = 0;
-    for (size_t i = 0; i < b->num_params; i++)
-        largest = fmax(largest, fabs((double)b->first_grads[i]));
-    return tolerances_for_grads16(cfg, cfg->comm.ranks * f->grad_accum, largest);
+    return tolerances_for_grads16(cfg, cfg->comm.ranks * f->grad_accum,
+                                  baseline_largest_grad(b));
 }
 
 static int within_tolerance(const run_tolerances *tol, const run_result *r) {
@@ -220,6 +218,18 @@ static int compare_and_report(const run_config *cfg, const chapter_flags *f,
     return ok;
 }
 
+/* 16 bits: DataParallel trains in fp32 alone so far, and 16-bit gradients travel as
+ * they are (no compression on top). */
+static void check_precision_flags(const run_config *cfg, const chapter_flags *f) {
+    if (cfg->precision != PRECISION_FP32 && f->strategy != RUN_DDP)
+        cli_fail("--precision %s: DataParallel trains in fp32 only so far; add --strategy ddp",
+                 precision_name(cfg->precision));
+    if (cfg->grad_precision != PRECISION_FP32 && compress_types[f->compress] != COMM_F32)
+        cli_fail("--compress %s: DDP's wire type for fp32 gradients; --grad-dtype %s reduces"
+                 " 16-bit gradients as they are (valid: --compress none)",
+                 compress_names[f->compress], precision_name(cfg->grad_precision));
+}
+
 int main(int argc, char **argv) {
     run_config cfg = run_config_default();
     cfg.steps = 5;   /* a few seconds on a laptop; --steps for more */
@@ -240,13 +250,7 @@ int main(int argc, char **argv) {
     cli_parse(argc, argv, &cfg, options, argv[0],
               "DataParallel (threads + a GIL) against DistributedDataParallel (ranks +"
               " bucketed all-reduce), each compared with single-device training.");
-    if (cfg.precision != PRECISION_FP32 && f.strategy != RUN_DDP)
-        cli_fail("--precision %s: DataParallel trains in fp32 only so far; add --strategy ddp",
-                 precision_name(cfg.precision));
-    if (cfg.grad_precision != PRECISION_FP32 && compress_types[f.compress] != COMM_F32)
-        cli_fail("--compress %s: DDP's wire type for fp32 gradients; --grad-dtype %s reduces"
-                 " 16-bit gradients as they are (valid: --compress none)",
-                 compress_names[f.compress], precision_name(cfg.grad_precision));
+    check_precision_flags(&cfg, &f);
     check_accumulation_fits(cfg.comm.ranks, f.grad_accum);
     ddp_check_batch_or_exit(cfg.batch, cfg.comm.ranks, f.grad_accum);   /* DP needs it too */
     fits_check_or_exit(&cfg, 1.0);   /* DDP: a whole replica per rank */

@@ -29,17 +29,9 @@ typedef struct {
     int status;                     /* world rank 0: 1 when a stage missed a tolerance */
 } chapter_args;
 
-/* The largest |g| of the baseline's step-1 gradient. */
-static double largest_grad(const baseline_run *b) {
-    double largest = 0;
-    for (size_t i = 0; i < b->num_params; i++)
-        largest = fmax(largest, fabs((double)b->first_grads[i]));
-    return largest;
-}
-
 /* The run's tolerances: with 16-bit gradients, rounding at 16 bits over N ranks. */
 static run_tolerances chapter_tolerances(const run_config *cfg, const baseline_run *b) {
-    return tolerances_for_grads16(cfg, cfg->comm.ranks, largest_grad(b));
+    return tolerances_for_grads16(cfg, cfg->comm.ranks, baseline_largest_grad(b));
 }
 
 /* The worst stage against the tolerances, over the checked differences or all three. */

@@ -271,12 +271,7 @@ double tp_worst_fraction_of_tolerance(const run_result *r) {
 
 /* ---- bounds in mixed precision -------------------------------------------------------- */
 
-static double largest_magnitude(const float *v, size_t n) {
-    double most = 0;
-    for (size_t i = 0; i < n; i++) most = fmax(most, fabs(v[i]));
-    return most;
-}
 
 run_tolerances tp_run_tolerances(const run_config *cfg, int tp, const baseline_run *b) {
-    return tolerances_for_tp(cfg, tp, b ? largest_magnitude(b->first_grads, b->num_params) : 1.0);
+    return tolerances_for_tp(cfg, tp, b ? baseline_largest_grad(b) : 1.0);
 }

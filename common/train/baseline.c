@@ -1,6 +1,7 @@
 #include "baseline.h"
 
 #include <cblas.h>
+#include <math.h>
 #include <stdlib.h>
 
 #include "alloc.h"
@@ -107,4 +108,10 @@ void baseline_free(baseline_run *b) {
     free(b->first_grads);
     free(b->final_params);
     free(b);
+}
+
+double baseline_largest_grad(const baseline_run *b) {
+    double largest = 0;
+    for (size_t i = 0; i < b->num_params; i++) largest = fmax(largest, fabs(b->first_grads[i]));
+    return largest;
 }

@@ -21,5 +21,8 @@ baseline_run *baseline_train(const run_config *cfg, const dataset *data);
  * does, but never saves (the strategy's checkpoint is the run's). */
 baseline_run *baseline_reference(const run_config *cfg, const dataset *data);
 void baseline_free(baseline_run *b);
+/* The largest |g| of its step-1 gradient: the scale of 16-bit rounding bounds
+ * (tolerances.h). */
+double baseline_largest_grad(const baseline_run *b);
 
 #endif
