@@ -9,3 +9,14 @@ run_config small_model_config(int layers, int ranks) {
     cfg.comm.ranks = ranks;
     return cfg;
 }
+
+run_config uneven_model_config(int ranks) {
+    run_config cfg = run_config_default();
+    cfg.model = (gpt_config){.vocab = 256, .ctx = 7, .layers = 2, .heads = 5, .dim = 25};
+    cfg.batch = 5;
+    cfg.steps = 5;
+    cfg.quiet = 1;
+    cfg.comm.ranks = ranks;
+    cfg.comm.timeout_seconds = 30;
+    return cfg;
+}

@@ -8,4 +8,10 @@
 /* `layers` blocks (enough for the stages and chunks a suite cuts), `ranks` ranks. */
 run_config small_model_config(int layers, int ranks);
 
+/* The ZeRO suites' model, whose slabs divide by neither 3 nor 4 (embedding 256*25 +
+ * 7*25 = 6575, block 12*625 + 13*25 = 7825, final LayerNorm 50), with a batch of 5
+ * sequences, uneven on 2, 3 and 4 ranks: vocab 256, ctx 7, 2 layers, 5 heads, dim 25,
+ * 5 steps, quiet, a 30 s communication timeout. */
+run_config uneven_model_config(int ranks);
+
 #endif

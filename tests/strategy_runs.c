@@ -3,6 +3,19 @@
 #include <check.h>
 #include <stdlib.h>
 
+strategy_outcome launch_zero(const run_config *cfg, const dataset *d, zero_options opts) {
+    strategy_outcome o = {.extra = calloc(1, sizeof(zero_extra))};
+    ck_assert_int_eq(zero_launch(cfg, d, &opts, &o), 0);
+    ck_assert_ptr_nonnull(o.first_grads);
+    return o;
+}
+
+void zero_outcome_free(strategy_outcome *o) {
+    free(o->extra);
+    o->extra = NULL;
+    strategy_outcome_free(o);
+}
+
 ddp_result *launch_ddp(const run_config *cfg, const dataset *d, ddp_options opts,
                        const baseline_run *b) {
     ddp_result *o = calloc(1, sizeof *o);

@@ -7,6 +7,13 @@
 #include "ddp.h"
 #include "mesh_train.h"
 #include "pp_train.h"
+#include "zero_train.h"
+
+/* A ZeRO stage: the outcome with its zero_extra (zero_extra_of), on the heap, given
+ * back by zero_outcome_free. Under MPI, world rank 0's in its process; in the others
+ * the buffers are there but unwritten. */
+strategy_outcome launch_zero(const run_config *cfg, const dataset *d, zero_options opts);
+void zero_outcome_free(strategy_outcome *o);
 
 typedef struct {
     strategy_outcome run;

@@ -14,41 +14,19 @@
 #include "floats.h"
 #include "tables.h"
 #include "tolerances.h"
+#include "small_model.h"
+#include "strategy_runs.h"
 #include "zero_train.h"
 #include "check_run.h"
 
-/* A model whose slabs do not divide by 3 or 4 (embedding 256*25 + 7*25 = 6575, block
- * 12*625 + 13*25 = 7825, final LayerNorm 50), and a batch of 5 sequences, uneven on 2,
- * 3 and 4 ranks. */
-static run_config tiny_config(int ranks) {
-    run_config cfg = run_config_default();
-    cfg.model = (gpt_config){.vocab = 256, .ctx = 7, .layers = 2, .heads = 5, .dim = 25};
-    cfg.batch = 5;
-    cfg.steps = 5;
-    cfg.quiet = 1;
-    cfg.comm.ranks = ranks;
-    cfg.comm.timeout_seconds = 30;
-    return cfg;
-}
+/* A model whose slabs divide by neither 3 nor 4, and a batch uneven on 2-4 ranks
+ * (small_model.h). */
+static run_config tiny_config(int ranks) { return uneven_model_config(ranks); }
 
 static size_t tiny_params(void) {
     run_config cfg = tiny_config(1);
     gpt_shape s = gpt_shape_make(&cfg.model, 1, 0);
     return gpt_num_params(&s);
-}
-
-/* The outcome's zero_extra is its own allocation, given back by free_stage. */
-static strategy_outcome run_stage(const run_config *cfg, const dataset *d, zero_options opts) {
-    strategy_outcome o = {.extra = calloc(1, sizeof(zero_extra))};
-    ck_assert_int_eq(zero_launch(cfg, d, &opts, &o), 0);
-    ck_assert_ptr_nonnull(o.first_grads);
-    return o;
-}
-
-static void free_stage(strategy_outcome *o) {
-    free(o->extra);
-    o->extra = NULL;
-    strategy_outcome_free(o);
 }
 
 static const char *option_text(const zero_options *o) {
@@ -87,7 +65,7 @@ START_TEST(every_stage_matches_the_baseline_on_1_to_4_ranks) {
         for (int variant = 0; variant < 5; variant++) {
             /* stages 0-3, and stage 3 again with prefetch */
             zero_options opts = {.stage = variant < 4 ? variant : 3, .prefetch = variant == 4};
-            strategy_outcome o = run_stage(&cfg, d, opts);
+            strategy_outcome o = launch_zero(&cfg, d, opts);
             compare_to_baseline(&o.result, b, o.loss, o.first_grads, o.final_params);
             printf("stage %d%-9s %d ranks: max |diff| loss %.2e  grads %.2e  params %.2e\n",
                    opts.stage, option_text(&opts), ranks, o.result.diff_loss,
@@ -99,7 +77,7 @@ START_TEST(every_stage_matches_the_baseline_on_1_to_4_ranks) {
             worst[0] = fmax(worst[0], o.result.diff_loss);
             worst[1] = fmax(worst[1], o.result.diff_grads);
             worst[2] = fmax(worst[2], o.result.diff_params);
-            free_stage(&o);
+            zero_outcome_free(&o);
         }
     }
     printf("all stages, 1-4 ranks: max |diff| loss %.2e (tol %.0e), grads %.2e (tol %.0e),"
@@ -125,7 +103,7 @@ START_TEST(negative_controls_fail) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         zero_options opts = {.stage = cases[i].stage, .fault = cases[i].fault};
-        strategy_outcome o = run_stage(&cfg, d, opts);
+        strategy_outcome o = launch_zero(&cfg, d, opts);
         compare_to_baseline(&o.result, b, o.loss, o.first_grads, o.final_params);
         double worst = zero_worst_fraction_of_tolerance(&o.result, &(run_tolerances){TOL_GRADS, TOL_LOSS, TOL_PARAMS}, 1);
         printf("negative control, %s: max |diff| loss %.2e grads %.2e params %.2e"
@@ -133,7 +111,7 @@ START_TEST(negative_controls_fail) {
                o.result.diff_grads, o.result.diff_params, worst);
         ck_assert_msg(worst > 10, "%s went unnoticed", cases[i].what);
         ck_assert(o.result.diff_params > TOL_PARAMS);
-        free_stage(&o);
+        zero_outcome_free(&o);
     }
     baseline_free(b);
     dataset_free(d);
@@ -154,7 +132,7 @@ START_TEST(model_state_bytes_match_the_stored_formula) {
         run_config cfg = tiny_config(ranks);
         cfg.steps = 2;
         for (int stage = 0; stage <= 3; stage++) {
-            strategy_outcome o = run_stage(&cfg, d, (zero_options){.stage = stage});
+            strategy_outcome o = launch_zero(&cfg, d, (zero_options){.stage = stage});
             const double measured = o.state[0] + o.state[1] + o.state[2];
             const double formula = stage_stored_formula(stage, P, ranks, PRECISION_FP32);
             const double padding = stage_padding_bytes(&o, P);
@@ -172,7 +150,7 @@ START_TEST(model_state_bytes_match_the_stored_formula) {
             if (stage == 3 && ranks == 1) stage3_at_1 = measured;
             if (stage == 3)   /* 1/N, up to one element per slab and vector */
                 ck_assert(fabs(measured * ranks - stage3_at_1) <= 16.0 * slabs * ranks);
-            free_stage(&o);
+            zero_outcome_free(&o);
         }
     }
     dataset_free(d);
@@ -191,17 +169,17 @@ START_TEST(stage2_and_3_free_whole_slabs_as_they_go) {
     const double embed = (double)gpt_slab_numel(&s, 0), block = (double)gpt_slab_numel(&s, 1);
     const double final_ln = (double)gpt_slab_numel(&s, gpt_final_slab(&s));
 
-    strategy_outcome o = run_stage(&cfg, d, (zero_options){.stage = 2});
+    strategy_outcome o = launch_zero(&cfg, d, (zero_options){.stage = 2});
     /* backward holds the tied embedding's gradient throughout, plus one other slab */
     double expected = 4 * ((double)zero_extra_of(&o)->shard_len_largest + embed + fmax(block, final_ln));
     printf("stage 2 peak gradient bytes %zu (shard + embedding + one block = %.0f;"
            " whole model %.0f)\n", o.result.memory.peak[MEM_GRADS], expected, 4 * P);
     ck_assert(o.result.memory.peak[MEM_GRADS] == expected);
     ck_assert(expected < 4 * P);
-    free_stage(&o);
+    zero_outcome_free(&o);
 
     for (int prefetch = 0; prefetch <= 1; prefetch++) {
-        o = run_stage(&cfg, d, (zero_options){.stage = 3, .prefetch = prefetch});
+        o = launch_zero(&cfg, d, (zero_options){.stage = 3, .prefetch = prefetch});
         /* without prefetch: one unit at a time, the head's being final LN + embedding;
          * with it: this unit and the next */
         double gathered = prefetch ? fmax(2 * block, block + embed + final_ln)
@@ -211,7 +189,7 @@ START_TEST(stage2_and_3_free_whole_slabs_as_they_go) {
                " whole model %.0f)\n", prefetch ? " +prefetch" : "",
                o.result.memory.peak[MEM_PARAMS], 4 * gathered, expected, 4 * P);
         ck_assert(o.result.memory.peak[MEM_PARAMS] == expected);
-        free_stage(&o);
+        zero_outcome_free(&o);
     }
     dataset_free(d);
 }
@@ -227,7 +205,7 @@ START_TEST(communication_matches_ring_theory) {
     double totals[5] = {0};
     for (int variant = 0; variant < 5; variant++) {
         zero_options opts = {.stage = variant < 4 ? variant : 3, .prefetch = variant == 4};
-        strategy_outcome o = run_stage(&cfg, d, opts);
+        strategy_outcome o = launch_zero(&cfg, d, opts);
         comm_plan plan = zero_comm_plan(&s, opts.stage, PRECISION_FP32);
         double sent = 0, theory = 0;
         for (int k = 0; k < COMM_NKINDS; k++) {
@@ -252,7 +230,7 @@ START_TEST(communication_matches_ring_theory) {
             ck_assert(o.async_seconds > 0 && o.hidden_seconds <= o.async_seconds * 1.0001);
             ck_assert(o.async_seconds <= (o.hidden_seconds + blocked) * 1.0001 + 1e-9);
         }
-        free_stage(&o);
+        zero_outcome_free(&o);
     }
     printf("stage 3 / stage 0 bytes: %.4f; stages 1, 2 / stage 0: %.4f, %.4f\n",
            totals[3] / totals[0], totals[1] / totals[0], totals[2] / totals[0]);
@@ -308,8 +286,8 @@ START_TEST(checkpointing_keeps_results_and_saves_activations) {
     cfg.model.layers = 3;
     cfg.steps = 2;
     for (int stage = 0; stage <= 3; stage += 3) {
-        strategy_outcome plain = run_stage(&cfg, d, (zero_options){.stage = stage});
-        strategy_outcome ckpt = run_stage(&cfg, d, (zero_options){.stage = stage,
+        strategy_outcome plain = launch_zero(&cfg, d, (zero_options){.stage = stage});
+        strategy_outcome ckpt = launch_zero(&cfg, d, (zero_options){.stage = stage,
                                                                .checkpoint_activations = 1});
         gpt_shape s = gpt_shape_make(&cfg.model, 1, 0);
         size_t P = gpt_num_params(&s);
@@ -323,8 +301,8 @@ START_TEST(checkpointing_keeps_results_and_saves_activations) {
                param_diff, loss_diff, a_plain, a_ckpt, 100.0 * (1 - (double)a_ckpt / a_plain));
         ck_assert(grad_diff == 0 && param_diff == 0 && loss_diff == 0);
         ck_assert_uint_lt(a_ckpt, a_plain);
-        free_stage(&plain);
-        free_stage(&ckpt);
+        zero_outcome_free(&plain);
+        zero_outcome_free(&ckpt);
     }
     dataset_free(d);
 }

@@ -11,6 +11,7 @@
 #include "baseline.h"
 #include "check_run.h"
 #include "compare.h"
+#include "small_model.h"
 #include "strategy_runs.h"
 #include "tables.h"
 #include "tolerances.h"
@@ -20,41 +21,16 @@ static const precision sixteen_bits[] = {PRECISION_BF16, PRECISION_FP16};
 
 /* chapter 2's test model (test_chapter2_mixed's), gradients held in 16 bits */
 static run_config tiny_config(int ranks, precision p) {
-    run_config cfg = run_config_default();
-    cfg.model = (gpt_config){.vocab = 256, .ctx = 7, .layers = 2, .heads = 5, .dim = 25};
-    cfg.batch = 5;
-    cfg.steps = TOL_STEPS;
-    cfg.quiet = 1;
+    run_config cfg = uneven_model_config(ranks);
     cfg.precision = p;
     cfg.grad_precision = p;
-    cfg.comm.ranks = ranks;
-    cfg.comm.timeout_seconds = 30;
     return cfg;
-}
-
-static strategy_outcome run_stage(const run_config *cfg, const dataset *d, zero_options opts) {
-    strategy_outcome o = {.extra = calloc(1, sizeof(zero_extra))};
-    ck_assert_int_eq(zero_launch(cfg, d, &opts, &o), 0);
-    return o;
-}
-
-static void free_stage(strategy_outcome *o) {
-    free(o->extra);
-    o->extra = NULL;
-    strategy_outcome_free(o);
-}
-
-static double largest_grad(const baseline_run *b) {
-    double largest = 0;
-    for (size_t i = 0; i < b->num_params; i++)
-        largest = fmax(largest, fabs((double)b->first_grads[i]));
-    return largest;
 }
 
 /* The worst fraction of the run's 16-bit-gradient tolerances. */
 static double fraction_of_tolerance(const char *what, const run_config *cfg, int parts,
                                     const baseline_run *b, const run_result *r) {
-    const run_tolerances t = tolerances_for_grads16(cfg, parts, largest_grad(b));
+    const run_tolerances t = tolerances_for_grads16(cfg, parts, baseline_largest_grad(b));
     printf("%-30s grads %.2e (tolerance %.2e)  loss %.2e  params %.2e\n", what, r->diff_grads,
            t.grads, r->diff_loss, r->diff_params);
     return run_worst_fraction_of_tolerance(r, t.grads, t.loss, t.params);
@@ -70,7 +46,7 @@ START_TEST(ddp_and_every_stage_match_the_baseline_with_16_bit_gradients) {
         for (int ranks = 2; ranks <= 3; ranks++) {
             run_config cfg = tiny_config(ranks, p);
             for (int stage = 0; stage <= 3; stage++) {
-                strategy_outcome o = run_stage(&cfg, d, (zero_options){.stage = stage});
+                strategy_outcome o = launch_zero(&cfg, d, (zero_options){.stage = stage});
                 compare_to_baseline(&o.result, b, o.loss, o.first_grads, o.final_params);
                 char what[64];
                 snprintf(what, sizeof what, "%s zero%d, %d ranks:", precision_name(p), stage,
@@ -78,7 +54,7 @@ START_TEST(ddp_and_every_stage_match_the_baseline_with_16_bit_gradients) {
                 const double f = fraction_of_tolerance(what, &cfg, ranks, b, &o.result);
                 ck_assert_msg(f <= 1, "%s at %.0f%% of its tolerance", what, 100 * f);
                 worst = fmax(worst, f);
-                free_stage(&o);
+                zero_outcome_free(&o);
             }
         }
         run_config cfg = tiny_config(1, p);   /* DDP: a batch that 2 ranks x 2 divide */
@@ -109,13 +85,13 @@ START_TEST(skipping_the_16_bit_reduction_fails) {
     baseline_run *b = baseline_train(&base_cfg, d);
     run_config cfg = tiny_config(2, PRECISION_BF16);
     for (int stage = 0; stage <= 3; stage++) {
-        strategy_outcome o = run_stage(&cfg, d, (zero_options){.stage = stage,
+        strategy_outcome o = launch_zero(&cfg, d, (zero_options){.stage = stage,
                                                                .fault = ZERO_FAULT_SKIP_GRAD_REDUCE});
         compare_to_baseline(&o.result, b, o.loss, o.first_grads, o.final_params);
         char what[64];
         snprintf(what, sizeof what, "bf16 zero%d, no reduction:", stage);
         ck_assert(fraction_of_tolerance(what, &cfg, 2, b, &o.result) > 1);
-        free_stage(&o);
+        zero_outcome_free(&o);
     }
     baseline_free(b);
     dataset_free(d);
@@ -133,7 +109,7 @@ START_TEST(model_state_is_the_papers_2_2_12) {
         run_config cfg = tiny_config(ranks, PRECISION_BF16);
         cfg.steps = 2;
         for (int stage = 0; stage <= 3; stage++) {
-            strategy_outcome o = run_stage(&cfg, d, (zero_options){.stage = stage});
+            strategy_outcome o = launch_zero(&cfg, d, (zero_options){.stage = stage});
             const double measured = o.state[0] + o.state[1] + o.state[2];
             const double formula = stage_stored_formula_grads(stage, P, ranks, PRECISION_BF16,
                                                               PRECISION_BF16);
@@ -148,7 +124,7 @@ START_TEST(model_state_is_the_papers_2_2_12) {
             ck_assert(o.state[0] == 2.0 * (stage <= 2 ? (double)P : shard_len));
             ck_assert(o.state[1] == 2.0 * (stage <= 1 ? (double)P : shard_len));
             ck_assert(o.state[2] == 12.0 * (stage == 0 ? (double)P : shard_len));
-            free_stage(&o);
+            zero_outcome_free(&o);
         }
     }
     dataset_free(d);
@@ -163,7 +139,7 @@ START_TEST(reductions_move_16_bit_gradients) {
     cfg.steps = 3;
     gpt_shape s = gpt_shape_make(&cfg.model, 1, 0);
     for (int stage = 0; stage <= 3; stage++) {
-        strategy_outcome o = run_stage(&cfg, d, (zero_options){.stage = stage});
+        strategy_outcome o = launch_zero(&cfg, d, (zero_options){.stage = stage});
         comm_plan plan = zero_comm_plan_grads(&s, stage, PRECISION_BF16, PRECISION_BF16);
         double sent = 0, theory = 0;
         for (int k = 0; k < COMM_NKINDS; k++) {
@@ -178,7 +154,7 @@ START_TEST(reductions_move_16_bit_gradients) {
         printf("bf16 grads, stage %d, 3 ranks: %.0f bytes sent per rank per step, ring theory"
                " %.0f (2 B per element)\n", stage, sent, theory);
         ck_assert(fabs(o.result.bytes_formula - theory) < 1e-6);
-        free_stage(&o);
+        zero_outcome_free(&o);
     }
     dataset_free(d);
 }

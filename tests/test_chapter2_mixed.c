@@ -19,6 +19,7 @@
 #include "baseline.h"
 #include "check_run.h"
 #include "compare.h"
+#include "small_model.h"
 #include "strategy_runs.h"
 #include "tables.h"
 #include "tolerances.h"
@@ -28,27 +29,9 @@ static const precision sixteen_bits[] = {PRECISION_BF16, PRECISION_FP16};
 
 /* chapter 2's test model: slabs that divide by neither 3 nor 4, a batch of 5 */
 static run_config tiny_config(int ranks, precision p) {
-    run_config cfg = run_config_default();
-    cfg.model = (gpt_config){.vocab = 256, .ctx = 7, .layers = 2, .heads = 5, .dim = 25};
-    cfg.batch = 5;
-    cfg.steps = TOL_STEPS;
-    cfg.quiet = 1;
+    run_config cfg = uneven_model_config(ranks);
     cfg.precision = p;
-    cfg.comm.ranks = ranks;
-    cfg.comm.timeout_seconds = 30;
     return cfg;
-}
-
-static strategy_outcome run_stage(const run_config *cfg, const dataset *d, zero_options opts) {
-    strategy_outcome o = {.extra = calloc(1, sizeof(zero_extra))};
-    ck_assert_int_eq(zero_launch(cfg, d, &opts, &o), 0);
-    return o;
-}
-
-static void free_stage(strategy_outcome *o) {
-    free(o->extra);
-    o->extra = NULL;
-    strategy_outcome_free(o);
 }
 
 /* Held to the mixed-precision tolerances of cfg; returns the worst fraction of them. */
@@ -75,12 +58,12 @@ START_TEST(every_data_parallel_strategy_matches_the_baseline_in_its_precision) {
             char what[64];
             for (int variant = 0; variant < 5; variant++) {
                 zero_options opts = {.stage = variant < 4 ? variant : 3, .prefetch = variant == 4};
-                strategy_outcome o = run_stage(&cfg, d, opts);
+                strategy_outcome o = launch_zero(&cfg, d, opts);
                 compare_to_baseline(&o.result, b, o.loss, o.first_grads, o.final_params);
                 snprintf(what, sizeof what, "%s zero%d%s, %d ranks:", precision_name(p),
                          opts.stage, opts.prefetch ? "+prefetch" : "", ranks);
                 worst = fmax(worst, check_against_baseline(what, &cfg, &o.result));
-                free_stage(&o);
+                zero_outcome_free(&o);
             }
         }
         run_config cfg = tiny_config(1, p);   /* DDP: a batch that 2 ranks divide */
@@ -112,7 +95,7 @@ START_TEST(negative_controls_fail) {
     run_config base_cfg = tiny_config(1, PRECISION_BF16);
     baseline_run *b = baseline_train(&base_cfg, d);
     run_config cfg = tiny_config(2, PRECISION_BF16);
-    strategy_outcome o = run_stage(&cfg, d, (zero_options){.stage = 1,
+    strategy_outcome o = launch_zero(&cfg, d, (zero_options){.stage = 1,
                                                            .fault = ZERO_FAULT_SKIP_PARAM_ALLGATHER});
     compare_to_baseline(&o.result, b, o.loss, o.first_grads, o.final_params);
     run_tolerances t = tolerances_for(&cfg);
@@ -120,7 +103,7 @@ START_TEST(negative_controls_fail) {
     printf("negative control, bf16 zero1 without its 16-bit all-gather: %.0fx the tolerance\n",
            worst);
     ck_assert(worst > 10);
-    free_stage(&o);
+    zero_outcome_free(&o);
 
     run_config fp32_cfg = tiny_config(1, PRECISION_FP32);
     baseline_run *b32 = baseline_train(&fp32_cfg, d);
@@ -150,14 +133,14 @@ START_TEST(a_forced_overflow_skips_the_same_step_on_every_rank) {
     run_config cfg = base_cfg;
     cfg.comm.ranks = 3;
     for (int stage = 0; stage <= 3; stage++) {
-        strategy_outcome o = run_stage(&cfg, d, (zero_options){.stage = stage});
+        strategy_outcome o = launch_zero(&cfg, d, (zero_options){.stage = stage});
         compare_to_baseline(&o.result, b, o.loss, o.first_grads, o.final_params);
         char what[64];
         snprintf(what, sizeof what, "fp16 zero%d overflow at step 2:", stage);
         check_against_baseline(what, &cfg, &o.result);
         ck_assert_int_eq(o.result.skipped_steps, 1);
         ck_assert(o.result.loss_scale == 32768.0f);
-        free_stage(&o);
+        zero_outcome_free(&o);
     }
     ddp_result *o = launch_ddp(&cfg, d, ddp_options_default(), b);
     check_against_baseline("fp16 ddp overflow at step 2:", &cfg, &o->run.result);
@@ -191,7 +174,7 @@ START_TEST(model_state_bytes_match_the_mixed_formulas) {
         run_config cfg = tiny_config(ranks, PRECISION_BF16);
         cfg.steps = 2;
         for (int stage = 0; stage <= 3; stage++) {
-            strategy_outcome o = run_stage(&cfg, d, (zero_options){.stage = stage});
+            strategy_outcome o = launch_zero(&cfg, d, (zero_options){.stage = stage});
             const double measured = o.state[0] + o.state[1] + o.state[2];
             const double formula = stage_stored_formula(stage, P, ranks, PRECISION_BF16);
             const double padding = stage_padding_bytes(&o, P);
@@ -203,7 +186,7 @@ START_TEST(model_state_bytes_match_the_mixed_formulas) {
             ck_assert(o.state[0] == 2.0 * (stage <= 2 ? (double)P : shard_len));
             ck_assert(o.state[1] == 4.0 * (stage <= 1 ? (double)P : shard_len));
             ck_assert(o.state[2] == 12.0 * (stage == 0 ? (double)P : shard_len));
-            free_stage(&o);
+            zero_outcome_free(&o);
         }
     }
     dataset_free(d);
@@ -218,7 +201,7 @@ START_TEST(communication_matches_ring_theory_with_16_bit_weights) {
     cfg.steps = 3;
     gpt_shape s = gpt_shape_make(&cfg.model, 1, 0);
     for (int stage = 0; stage <= 3; stage++) {
-        strategy_outcome o = run_stage(&cfg, d, (zero_options){.stage = stage});
+        strategy_outcome o = launch_zero(&cfg, d, (zero_options){.stage = stage});
         comm_plan plan = zero_comm_plan(&s, stage, PRECISION_BF16);
         double sent = 0, theory = 0;
         for (int k = 0; k < COMM_NKINDS; k++) {
@@ -233,7 +216,7 @@ START_TEST(communication_matches_ring_theory_with_16_bit_weights) {
         }
         printf("bf16 stage %d, 3 ranks: %.0f bytes sent per rank per step, ring theory %.0f"
                " (all-gathers at 2 B per element)\n", stage, sent, theory);
-        free_stage(&o);
+        zero_outcome_free(&o);
     }
     dataset_free(d);
 }

@@ -13,33 +13,16 @@
 #include "estimate.h"
 #include "tables.h"
 #include "tolerances.h"
+#include "small_model.h"
+#include "strategy_runs.h"
 #include "zero_train.h"
 #include "check_run.h"
 
 /* The same uneven model as test_chapter2.c: no slab divides by 3 or 4, 5 sequences. */
 static run_config tiny_config(void) {
-    run_config cfg = run_config_default();
-    cfg.model = (gpt_config){.vocab = 256, .ctx = 7, .layers = 2, .heads = 5, .dim = 25};
-    cfg.batch = 5;
-    cfg.steps = 5;
-    cfg.quiet = 1;
-    cfg.comm.ranks = check_world_size();
+    run_config cfg = uneven_model_config(check_world_size());
     cfg.comm.timeout_seconds = 60;
     return cfg;
-}
-
-/* world rank 0's outcome in its process (process_hosts_rank0); in the others the
- * buffers are there but unwritten. The zero_extra is given back by free_stage. */
-static strategy_outcome run_stage(const run_config *cfg, const dataset *d, zero_options opts) {
-    strategy_outcome o = {.extra = calloc(1, sizeof(zero_extra))};
-    ck_assert_int_eq(zero_launch(cfg, d, &opts, &o), 0);
-    return o;
-}
-
-static void free_stage(strategy_outcome *o) {
-    free(o->extra);
-    o->extra = NULL;
-    strategy_outcome_free(o);
 }
 
 START_TEST(every_stage_matches_the_baseline) {
@@ -50,7 +33,7 @@ START_TEST(every_stage_matches_the_baseline) {
     check_verdict v = {0};
     for (int variant = 0; variant < 5; variant++) {
         zero_options opts = {.stage = variant < 4 ? variant : 3, .prefetch = variant == 4};
-        strategy_outcome o = run_stage(&cfg, d, opts);
+        strategy_outcome o = launch_zero(&cfg, d, opts);
         if (process_hosts_rank0()) {
             compare_to_baseline(&o.result, b, o.loss, o.first_grads, o.final_params);
             printf("mpi stage %d%s, %d ranks: max |diff| loss %.2e (tol %.0e) grads %.2e"
@@ -61,7 +44,7 @@ START_TEST(every_stage_matches_the_baseline) {
             check_expect(&v, o.result.diff_grads <= TOL_GRADS);
             check_expect(&v, o.result.diff_params <= TOL_PARAMS);
         }
-        free_stage(&o);
+        zero_outcome_free(&o);
     }
     baseline_free(b);
     dataset_free(d);
@@ -75,7 +58,7 @@ START_TEST(negative_control_fails) {
     run_config cfg = tiny_config();
     baseline_run *b = process_hosts_rank0() ? baseline_train(&cfg, d) : NULL;
     zero_options opts = {.stage = 1, .fault = ZERO_FAULT_SKIP_PARAM_ALLGATHER};
-    strategy_outcome o = run_stage(&cfg, d, opts);
+    strategy_outcome o = launch_zero(&cfg, d, opts);
     check_verdict v = {0};
     if (process_hosts_rank0()) {
         compare_to_baseline(&o.result, b, o.loss, o.first_grads, o.final_params);
@@ -85,7 +68,7 @@ START_TEST(negative_control_fails) {
                worst);
         check_expect(&v, worst > 10);
     }
-    free_stage(&o);
+    zero_outcome_free(&o);
     baseline_free(b);
     dataset_free(d);
     check_agree(&v);
@@ -101,7 +84,7 @@ START_TEST(model_state_and_bytes_match_the_formulas) {
     const size_t P = gpt_num_params(&s);
     check_verdict v = {0};
     for (int stage = 0; stage <= 3; stage++) {
-        strategy_outcome o = run_stage(&cfg, d, (zero_options){.stage = stage});
+        strategy_outcome o = launch_zero(&cfg, d, (zero_options){.stage = stage});
         if (process_hosts_rank0()) {
             double measured = o.state[0] + o.state[1] + o.state[2];
             double formula = stage_stored_formula(stage, P, N, PRECISION_FP32);
@@ -119,7 +102,7 @@ START_TEST(model_state_and_bytes_match_the_formulas) {
             check_expect(&v, fabs(measured - (formula + padding)) < 1e-6);
             check_expect(&v, fabs(sent - theory) <= 8.0 * gpt_num_slabs(&s) * 3);
         }
-        free_stage(&o);
+        zero_outcome_free(&o);
     }
     dataset_free(d);
     check_agree(&v);
