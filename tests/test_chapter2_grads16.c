@@ -1,8 +1,8 @@
 /* 16-bit gradients (--grad-dtype bf16|fp16, grads16.h) in DDP and every ZeRO stage:
  * against the baseline with the same precision and gradient dtype, within
  * tolerances_for_grads16 ((parts + 2) u G on step-1 gradients, derived in
- * tolerances.h); model state by tag 2P + 2P + 12P and its shardings; the reductions'
- * bytes at 2 B an element; a run that skips the reduction fails. */
+ * tolerances.h), and a run that skips the reduction fails. Their model state by tag
+ * (2P + 2P + 12P) and bytes (reductions at 2 B an element) are test_chapter2_mixed's. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -13,7 +13,6 @@
 #include "compare.h"
 #include "small_model.h"
 #include "strategy_runs.h"
-#include "tables.h"
 #include "tolerances.h"
 #include "zero_train.h"
 
@@ -98,76 +97,12 @@ START_TEST(skipping_the_16_bit_reduction_fails) {
 }
 END_TEST
 
-/* Bytes held between steps, by tag: 2P + 2P + 12P and its shardings, the ZeRO paper's
- * K = 12 column, up to the uneven-shard allowance. */
-START_TEST(model_state_is_the_papers_2_2_12) {
-    dataset *d = dataset_builtin();
-    run_config one = tiny_config(1, PRECISION_BF16);
-    gpt_shape s = gpt_shape_make(&one.model, 1, 0);
-    const size_t P = gpt_num_params(&s);
-    for (int ranks = 1; ranks <= 4; ranks++) {
-        run_config cfg = tiny_config(ranks, PRECISION_BF16);
-        cfg.steps = 2;
-        for (int stage = 0; stage <= 3; stage++) {
-            strategy_outcome o = launch_zero(&cfg, d, (zero_options){.stage = stage});
-            const double measured = o.state[0] + o.state[1] + o.state[2];
-            const double formula = stage_stored_formula_grads(stage, P, ranks, PRECISION_BF16,
-                                                              PRECISION_BF16);
-            const double paper = state_total(zero_paper_bytes(stage, (double)P, ranks, 12.0));
-            const double padding = stage_padding_bytes(&o, P);
-            const double shard_len = (double)zero_extra_of(&o)->shard_len_largest;
-            printf("bf16 grads, stage %d, %d ranks: params %.0f grads %.0f optimizer %.0f B;"
-                   " formula %.0f B (paper %.0f), uneven %.0f B\n", stage, ranks, o.state[0],
-                   o.state[1], o.state[2], formula, paper, padding);
-            ck_assert(formula == paper);
-            ck_assert(fabs(measured - (formula + padding)) < 1e-6);
-            ck_assert(o.state[0] == 2.0 * (stage <= 2 ? (double)P : shard_len));
-            ck_assert(o.state[1] == 2.0 * (stage <= 1 ? (double)P : shard_len));
-            ck_assert(o.state[2] == 12.0 * (stage == 0 ? (double)P : shard_len));
-            zero_outcome_free(&o);
-        }
-    }
-    dataset_free(d);
-}
-END_TEST
-
-/* Reductions and all-gathers both move 2 B an element: calls as planned, bytes as a
- * ring sends them. */
-START_TEST(reductions_move_16_bit_gradients) {
-    dataset *d = dataset_builtin();
-    run_config cfg = tiny_config(3, PRECISION_BF16);
-    cfg.steps = 3;
-    gpt_shape s = gpt_shape_make(&cfg.model, 1, 0);
-    for (int stage = 0; stage <= 3; stage++) {
-        strategy_outcome o = launch_zero(&cfg, d, (zero_options){.stage = stage});
-        comm_plan plan = zero_comm_plan_grads(&s, stage, PRECISION_BF16, PRECISION_BF16);
-        double sent = 0, theory = 0;
-        for (int k = 0; k < COMM_NKINDS; k++) {
-            ck_assert(o.comm_calls[k] == plan.calls[k]);
-            const double expected = plan_ring_bytes(&plan, k, 3);
-            ck_assert_msg(fabs(o.comm_bytes[k] - expected) <= 2.0 * plan.calls[k] * 2,
-                          "stage %d %s: %g bytes, theory %g", stage, comm_kind_name(k),
-                          o.comm_bytes[k], expected);
-            sent += o.comm_bytes[k];
-            theory += expected;
-        }
-        printf("bf16 grads, stage %d, 3 ranks: %.0f bytes sent per rank per step, ring theory"
-               " %.0f (2 B per element)\n", stage, sent, theory);
-        ck_assert(fabs(o.result.bytes_formula - theory) < 1e-6);
-        zero_outcome_free(&o);
-    }
-    dataset_free(d);
-}
-END_TEST
-
 int main(void) {
     Suite *s = suite_create("chapter 2 with 16-bit gradients");
     TCase *t = tcase_create("grads16");
     tcase_set_timeout(t, 600);
     tcase_add_test(t, ddp_and_every_stage_match_the_baseline_with_16_bit_gradients);
     tcase_add_test(t, skipping_the_16_bit_reduction_fails);
-    tcase_add_test(t, model_state_is_the_papers_2_2_12);
-    tcase_add_test(t, reductions_move_16_bit_gradients);
     suite_add_tcase(s, t);
     return check_run(s, 0);
 }

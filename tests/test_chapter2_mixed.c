@@ -164,59 +164,75 @@ START_TEST(a_forced_overflow_skips_the_same_step_on_every_rank) {
 END_TEST
 
 /* Bytes held between steps, by tag, against 2P + 4P + 12P and its ZeRO shardings (the
- * masters count with m and v as optimizer state), up to the uneven-shard allowance. */
+ * masters count with m and v as optimizer state), and with 16-bit gradients (--grad-dtype
+ * bf16) 2P + 2P + 12P: the ZeRO paper's K = 12 column itself; up to the uneven-shard
+ * allowance. */
 START_TEST(model_state_bytes_match_the_mixed_formulas) {
     dataset *d = dataset_builtin();
     run_config one = tiny_config(1, PRECISION_BF16);
     gpt_shape s = gpt_shape_make(&one.model, 1, 0);
     const size_t P = gpt_num_params(&s);
-    for (int ranks = 1; ranks <= 4; ranks++) {
-        run_config cfg = tiny_config(ranks, PRECISION_BF16);
-        cfg.steps = 2;
-        for (int stage = 0; stage <= 3; stage++) {
-            strategy_outcome o = launch_zero(&cfg, d, (zero_options){.stage = stage});
-            const double measured = o.state[0] + o.state[1] + o.state[2];
-            const double formula = stage_stored_formula(stage, P, ranks, PRECISION_BF16);
-            const double padding = stage_padding_bytes(&o, P);
-            const double shard_len = (double)zero_extra_of(&o)->shard_len_largest;
-            printf("bf16 stage %d, %d ranks: params %.0f grads %.0f optimizer %.0f B;"
-                   " formula %.0f B, diff %+.0f B (uneven %.0f B)\n", stage, ranks, o.state[0],
-                   o.state[1], o.state[2], formula, measured - formula, padding);
-            ck_assert(fabs(measured - (formula + padding)) < 1e-6);
-            ck_assert(o.state[0] == 2.0 * (stage <= 2 ? (double)P : shard_len));
-            ck_assert(o.state[1] == 4.0 * (stage <= 1 ? (double)P : shard_len));
-            ck_assert(o.state[2] == 12.0 * (stage == 0 ? (double)P : shard_len));
-            zero_outcome_free(&o);
+    const precision grad_types[2] = {PRECISION_FP32, PRECISION_BF16};
+    for (int g = 0; g < 2; g++)
+        for (int ranks = 1; ranks <= 4; ranks++) {
+            run_config cfg = tiny_config(ranks, PRECISION_BF16);
+            cfg.grad_precision = grad_types[g];
+            cfg.steps = 2;
+            const double grad_bytes = (double)precision_bytes(cfg.grad_precision);
+            for (int stage = 0; stage <= 3; stage++) {
+                strategy_outcome o = launch_zero(&cfg, d, (zero_options){.stage = stage});
+                const double measured = o.state[0] + o.state[1] + o.state[2];
+                const double formula = stage_stored_formula_grads(stage, P, ranks,
+                                                                  PRECISION_BF16, grad_types[g]);
+                const double paper = state_total(zero_paper_bytes(stage, (double)P, ranks, 12));
+                const double padding = stage_padding_bytes(&o, P);
+                const double shard_len = (double)zero_extra_of(&o)->shard_len_largest;
+                printf("bf16, %s gradients, stage %d, %d ranks: params %.0f grads %.0f optimizer"
+                       " %.0f B; formula %.0f B (paper K = 12: %.0f B), uneven %.0f B\n",
+                       precision_name(grad_types[g]), stage, ranks, o.state[0], o.state[1],
+                       o.state[2], formula, paper, padding);
+                ck_assert(fabs(measured - (formula + padding)) < 1e-6);
+                if (grad_types[g] != PRECISION_FP32) ck_assert(formula == paper);
+                ck_assert(o.state[0] == 2.0 * (stage <= 2 ? (double)P : shard_len));
+                ck_assert(o.state[1] == grad_bytes * (stage <= 1 ? (double)P : shard_len));
+                ck_assert(o.state[2] == 12.0 * (stage == 0 ? (double)P : shard_len));
+                zero_outcome_free(&o);
+            }
         }
-    }
     dataset_free(d);
 }
 END_TEST
 
 /* The all-gathers move 16-bit weights (half fp32's bytes), the reductions fp32
- * gradients: calls as planned, bytes as a ring sends them. */
+ * gradients, or 16-bit ones with --grad-dtype bf16: calls as planned, bytes as a ring
+ * sends them, and the run's own formula the same. */
 START_TEST(communication_matches_ring_theory_with_16_bit_weights) {
     dataset *d = dataset_builtin();
-    run_config cfg = tiny_config(3, PRECISION_BF16);
-    cfg.steps = 3;
-    gpt_shape s = gpt_shape_make(&cfg.model, 1, 0);
-    for (int stage = 0; stage <= 3; stage++) {
-        strategy_outcome o = launch_zero(&cfg, d, (zero_options){.stage = stage});
-        comm_plan plan = zero_comm_plan(&s, stage, PRECISION_BF16);
-        double sent = 0, theory = 0;
-        for (int k = 0; k < COMM_NKINDS; k++) {
-            ck_assert_msg(o.comm_calls[k] == plan.calls[k], "stage %d %s: %g calls, plan %g",
-                          stage, comm_kind_name(k), o.comm_calls[k], plan.calls[k]);
-            const double expected = plan_ring_bytes(&plan, k, 3);
-            ck_assert_msg(fabs(o.comm_bytes[k] - expected) <= 4.0 * plan.calls[k] * 2,
-                          "stage %d %s: %g bytes, theory %g", stage, comm_kind_name(k),
-                          o.comm_bytes[k], expected);
-            sent += o.comm_bytes[k];
-            theory += expected;
+    const precision grad_types[2] = {PRECISION_FP32, PRECISION_BF16};
+    for (int g = 0; g < 2; g++) {
+        run_config cfg = tiny_config(3, PRECISION_BF16);
+        cfg.grad_precision = grad_types[g];
+        cfg.steps = 3;
+        gpt_shape s = gpt_shape_make(&cfg.model, 1, 0);
+        for (int stage = 0; stage <= 3; stage++) {
+            strategy_outcome o = launch_zero(&cfg, d, (zero_options){.stage = stage});
+            comm_plan plan = zero_comm_plan_grads(&s, stage, PRECISION_BF16, grad_types[g]);
+            double sent = 0, theory = 0;
+            for (int k = 0; k < COMM_NKINDS; k++) {
+                ck_assert_msg(o.comm_calls[k] == plan.calls[k], "stage %d %s: %g calls, plan %g",
+                              stage, comm_kind_name(k), o.comm_calls[k], plan.calls[k]);
+                const double expected = plan_ring_bytes(&plan, k, 3);
+                ck_assert_msg(fabs(o.comm_bytes[k] - expected) <= 4.0 * plan.calls[k] * 2,
+                              "stage %d %s: %g bytes, theory %g", stage, comm_kind_name(k),
+                              o.comm_bytes[k], expected);
+                sent += o.comm_bytes[k];
+                theory += expected;
+            }
+            printf("bf16, %s gradients, stage %d, 3 ranks: %.0f bytes sent per rank per step,"
+                   " ring theory %.0f\n", precision_name(grad_types[g]), stage, sent, theory);
+            ck_assert(fabs(o.result.bytes_formula - theory) < 1e-6);
+            zero_outcome_free(&o);
         }
-        printf("bf16 stage %d, 3 ranks: %.0f bytes sent per rank per step, ring theory %.0f"
-               " (all-gathers at 2 B per element)\n", stage, sent, theory);
-        zero_outcome_free(&o);
     }
     dataset_free(d);
 }
