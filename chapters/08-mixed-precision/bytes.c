@@ -15,17 +15,6 @@ const precision_case bytes_cases[BYTES_CASES] = {
 /* the ZeRO table's two precisions: fp32, and bf16 with bf16 gradients (the paper's) */
 static const int zero_cases[2] = {0, 2};
 
-run_config mixed_case_config(const run_config *cfg, const precision_case *c, int steps) {
-    run_config r = *cfg;
-    r.precision = c->p;
-    r.grad_precision = c->grads;
-    r.no_loss_scale = c->no_loss_scale;
-    r.steps = steps;
-    r.quiet = 1;
-    r.loss_scale_trace = NULL;
-    return r;
-}
-
 void bytes_formula_per_param(const precision_case *c, double out[3]) {
     const int mixed = c->p != PRECISION_FP32;
     out[0] = (double)precision_bytes(c->p);

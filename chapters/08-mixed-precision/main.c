@@ -12,7 +12,6 @@
  *                            [--json] */
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 #include "cli.h"
 #include "ddp.h"
@@ -24,9 +23,9 @@
 static const char *const part_names[] = {"all", "bytes", "speed", "accuracy", "wire", NULL};
 enum { PART_ALL, PART_BYTES, PART_SPEED, PART_ACCURACY, PART_WIRE };
 
-/* the precision flags: this chapter runs every precision itself */
-static const char *const unused_flags[] = {"precision", "grad-dtype", "no-loss-scale",
-                                           "profile", "trace", NULL};
+/* flags that would change one run of the many this chapter compares */
+static const char *const unused_flags[] = {"no-loss-scale", "profile", NULL};
+#define RUNS_EVERY_PRECISION "chapter 8 runs fp32, bf16 and fp16 itself (leave it out)"
 
 typedef struct {
     int part, probe_batch, wire_steps;
@@ -62,7 +61,23 @@ static void refuse_unread_flags(const chapter_flags *f) {
     }
 }
 
-static void validate(const run_config *cfg, const chapter_flags *f) {
+/* --precision and --grad-dtype name one run's precision: refused whatever their value.
+ * The chapter parsed the flags as an fp16 run's (so that the loss scale's are taken:
+ * they set every fp16 run's); its reference precision is fp32. */
+static void refuse_precision_flags(run_config *cfg) {
+    if (cli_given("precision"))
+        cli_fail("--precision %s: %s", precision_name(cfg->precision), RUNS_EVERY_PRECISION);
+    if (cli_given("grad-dtype"))
+        cli_fail("--grad-dtype %s: %s", precision_name(cfg->grad_precision),
+                 RUNS_EVERY_PRECISION);
+    if (cfg->comm.trace_path)
+        cli_fail("--trace %s: chapter 8 runs many strategies one after the other, and a"
+                 " trace belongs to one run (trace them in chapters 1-5)", cfg->comm.trace_path);
+    cfg->precision = PRECISION_FP32;
+}
+
+static void validate(run_config *cfg, const chapter_flags *f) {
+    refuse_precision_flags(cfg);
     refuse_unread_flags(f);
     cli_check_at_most("probe-batch", f->probe_batch, 4096, "4096 sequences");
     cli_check_at_most("wire-steps", f->wire_steps, 10000, "10000 steps");
@@ -121,19 +136,9 @@ static void print_json(const run_config *cfg, const chapter_flags *f, const chap
     free(extra);
 }
 
-/* A small model, so that the default run (every part) takes under a minute on 2 cores,
- * trained on this repository's design notes when they are at hand (real text, 7x the
- * built-in sentences). */
-static void chapter_defaults(run_config *cfg) {
-    cfg->model.layers = 2;
-    cfg->model.dim = 64;
-    cfg->steps = 200;
-    if (access("docs/design.md", R_OK) == 0) cfg->data_path = "docs/design.md";
-}
-
 int main(int argc, char **argv) {
     run_config cfg = run_config_default();
-    chapter_defaults(&cfg);
+    mixed_chapter_defaults(&cfg);
     chapter_flags f = {.probe_batch = 256, .wire_steps = 20};
     const cli_option options[] = {
         {"part", OPT_CHOICE, &f.part, "which part to run", part_names, 0},
@@ -146,8 +151,10 @@ int main(int argc, char **argv) {
     cfg.no_checkpoints = "chapter 8 trains many short runs to compare precisions, none of"
                          " them to keep (save and resume in chapters 1-5)";
     cfg.unused_flags = unused_flags;
-    cfg.unused_why = "chapter 8 runs fp32, bf16 and fp16 (with and without the loss scale)"
-                     " itself";
+    cfg.unused_why = "chapter 8 runs fp32, bf16 and fp16, with and without the loss scale,"
+                     " and times them itself";
+    cfg.precision = PRECISION_FP16;   /* --loss-scale and its window: the fp16 runs' */
+    cfg.fp32_grads_only = RUNS_EVERY_PRECISION;
     cli_parse(argc, argv, &cfg, options, argv[0],
               "Mixed precision: bytes per parameter, ZeRO in 16 bits, matmul and step speed,"
               " loss curves and underflow, and the wire, in fp32, bf16 and fp16.");

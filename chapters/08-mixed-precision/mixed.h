@@ -120,5 +120,8 @@ void wire_json(FILE *o, const wire_report *r);
 
 /* A run of cfg in one case: quiet, its precision, gradients and loss scale. */
 run_config mixed_case_config(const run_config *cfg, const precision_case *c, int steps);
+/* The chapter's model and data: 2 layers of the default width, 200 steps of the
+ * accuracy curves, docs/design.md when it is at hand. */
+void mixed_chapter_defaults(run_config *cfg);
 
 #endif
