@@ -104,7 +104,7 @@ int accuracy_write_svg(const char *path, const accuracy_report *r);
 #define WIRE_STRATEGIES 3  /* ddp, fsdp (zero3), tp */
 #define WIRE_CASES 3       /* fp32, bf16 (fp32 gradients), bf16 with bf16 gradients */
 typedef struct {
-    int ranks, steps;
+    int ranks, steps, tp;   /* tp: the TP run's size (the largest that divides) */
     double sent[WIRE_STRATEGIES][WIRE_CASES], formula[WIRE_STRATEGIES][WIRE_CASES];
     int ran[WIRE_STRATEGIES][WIRE_CASES];       /* TP keeps fp32 gradients */
     double loss_gap[WIRE_CASES];   /* DDP: largest |loss - fp32's| over the steps */

@@ -28,7 +28,7 @@ static int launch_one(const run_config *rc, const dataset *data, int strategy,
         const zero_options opts = {.stage = 3};
         return zero_launch(rc, data, &opts, o);
     }
-    return tp_launch(rc, data, tp_largest_size(rc), NULL, o);
+    return tp_launch(rc, data, tp_largest_size(rc), NULL, o);   /* x DDP over the rest */
 }
 
 /* DDP's losses of each case, against fp32's */
@@ -48,6 +48,7 @@ static void loss_gaps(wire_report *r, float *losses[WIRE_CASES]) {
 int wire_launches(const run_config *cfg, const dataset *data, int steps, wire_report *r) {
     r->ranks = cfg->comm.ranks;
     r->steps = steps;
+    r->tp = tp_largest_size(cfg);
     float *ddp_losses[WIRE_CASES] = {0};
     int status = 0;
     for (int s = 0; s < WIRE_STRATEGIES && !status; s++)
@@ -80,7 +81,10 @@ void wire_print(const wire_report *r) {
     for (int c = 0; c < WIRE_CASES; c++) printf(" | %-23s", wire_cases[c].label);
     printf("\n");
     for (int s = 0; s < WIRE_STRATEGIES; s++) {
-        printf("%-6s", wire_strategy_names[s]);
+        char label[16];   /* TP names its size: the largest that divides the ranks */
+        if (s == WIRE_TP) snprintf(label, sizeof label, "tp%d", r->tp);
+        else snprintf(label, sizeof label, "%s", wire_strategy_names[s]);
+        printf("%-6s", label);
         for (int c = 0; c < WIRE_CASES; c++) {
             if (!r->ran[s][c]) {
                 printf(" | %-23s", "(fp32 grads only)");
@@ -124,5 +128,6 @@ void wire_json(FILE *o, const wire_report *r) {
     for (int c = 0; c < WIRE_CASES; c++)
         fprintf(o, "%s{\"run\": \"%s\", \"max_loss_gap\": %.6e, \"final_loss\": %.6f}",
                 c ? ", " : "", wire_cases[c].label, r->loss_gap[c], r->final_loss[c]);
-    fprintf(o, "], \"grad_dtype_gap\": %.6e, \"wire_steps\": %d", r->grad_dtype_gap, r->steps);
+    fprintf(o, "], \"grad_dtype_gap\": %.6e, \"wire_steps\": %d, \"tp_size\": %d",
+            r->grad_dtype_gap, r->steps, r->tp);
 }
