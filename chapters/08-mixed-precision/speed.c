@@ -123,14 +123,16 @@ int speed_launches(const run_config *cfg, const dataset *data, speed_report *r) 
 
 static void print_verdict(const speed_report *r) {
     const double *one = r->step_ms[0];
+    const int slower = one[PRECISION_BF16] > one[PRECISION_FP32];
     if (!r->native_bf16)
-        printf("This CPU has no native bf16 (no AVX512_BF16 or AMX): oneDNN converts bf16 to"
-               " fp32 inside its\nkernels, so a bf16 matmul is no faster than sgemm%s.\n",
-               one[PRECISION_BF16] > one[PRECISION_FP32]
-                   ? ", and the bf16 step is slower than fp32's for it" : "");
+        printf("No native bf16 here (%s: the CPU lacks AVX512_BF16 and AMX, or"
+               " ONEDNN_MAX_CPU_ISA\nkeeps oneDNN from them): it converts bf16 to fp32 inside"
+               " its kernels, so a bf16 matmul is\nno faster than sgemm%s.\n",
+               r->kernel16[PRECISION_BF16],
+               slower ? ", and the bf16 step is slower than fp32's for it" : "");
     else
         printf("This CPU multiplies bf16 natively (%s).\n", r->kernel16[PRECISION_BF16]);
-    if (one[PRECISION_BF16] > one[PRECISION_FP32])
+    if (r->native_bf16 && slower)
         printf("The bf16 step is %.2fx fp32's on one rank: at this size the step is not its"
                " matmuls alone; each\n16-bit op widens its inputs, computes in fp32 and rounds"
                " its output, passes fp32 never makes.\n", one[PRECISION_BF16] /
