@@ -484,6 +484,33 @@ if [ -x "$chapter7" ]; then
     expect_error "$chapter7" "--ladder-scale -1: must be at least 0" --ladder-scale -1
     expect_error "$chapter7" "--allreduce tree: unknown value (valid: ring, naive, doubling)" --allreduce tree
 fi
+# chapter 8, mixed precision: it runs every precision itself, and each part reads its own
+# flags
+chapter8="$programs"/chapter8
+if [ -x "$chapter8" ]; then
+    expect_error "$chapter8" "--precision bf16: chapter 8 runs fp32, bf16 and fp16 itself (leave it out)" --precision bf16
+    expect_error "$chapter8" "--precision fp32: chapter 8 runs fp32, bf16 and fp16 itself" --precision fp32
+    expect_error "$chapter8" "--grad-dtype fp32: chapter 8 runs fp32, bf16 and fp16 itself" --grad-dtype fp32
+    expect_error "$chapter8" "--grad-dtype bf16: chapter 8 runs fp32, bf16 and fp16 itself" --grad-dtype bf16
+    expect_error "$chapter8" "--no-loss-scale does nothing in chapter8" --no-loss-scale
+    expect_error "$chapter8" "--profile does nothing in chapter8" --profile
+    expect_error "$chapter8" "--trace $scratch/t8.json: chapter 8 runs many strategies" --trace "$scratch/t8.json"
+    expect_error "$chapter8" "--part fast: unknown value (valid: all, bytes, speed, accuracy, wire)" --part fast
+    expect_error "$chapter8" "--steps does nothing with --part bytes (only part accuracy reads it)" --part bytes --steps 50
+    expect_error "$chapter8" "--svg does nothing with --part speed (only part accuracy reads it)" --part speed --svg x.svg
+    expect_error "$chapter8" "--probe-batch does nothing with --part wire" --part wire --probe-batch 8
+    expect_error "$chapter8" "--wire-steps does nothing with --part accuracy (only part wire reads it)" --part accuracy --wire-steps 5
+    expect_error "$chapter8" "--loss-scale does nothing with --part wire (part wire runs no fp16)" --part wire --loss-scale 8
+    expect_error "$chapter8" "--loss-scale 0: must be at least 1" --loss-scale 0
+    expect_error "$chapter8" "--probe-batch 5000: must be at most 4096" --probe-batch 5000
+    expect_error "$chapter8" "--probe-batch 0: must be an integer from 1" --probe-batch 0
+    expect_error "$chapter8" "--wire-steps 0: must be an integer from 1" --wire-steps 0
+    expect_error "$chapter8" "--svg $scratch/no/l.svg: cannot write there" --svg "$scratch/no/l.svg"
+    expect_error "$chapter8" "--save ckpt: chapter 8 trains many short runs" --save ckpt
+    if [ -z "$mpi" ]; then   # the rank count is ./run's under MPI
+        expect_error "$chapter8" "--batch 6 does not split evenly over 4 ranks" --ranks 4 --batch 6
+    fi
+fi
 # ./run itself (once, on threads: RUN_LAST names this build's baseline, whatever was
 # built last)
 if [ -z "$mpi" ] && [ -x "$build"/baseline ]; then

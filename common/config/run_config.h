@@ -35,6 +35,8 @@ typedef struct {
     int no_loss_scale;
     double loss_scale_init;
     int loss_scale_window;
+    float *loss_scale_trace;   /* when set ([steps], the caller's): world rank 0's loop
+                                  writes the loss scale each step's backward used */
     int test_overflow_step;   /* test hook: world rank 0's gradient overflows at step K */
     int test_16bit_masters;   /* negative control (baseline): master weights rounded to
                                  the compute precision after every update */

@@ -180,6 +180,8 @@ void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
         const float used = scale.scale;
         float loss = st->compute_grads(st->ctx, step, used);
         const int take = loss_scale_step(metrics, cfg, st, &scale, step, used);
+        if (cfg->loss_scale_trace && (!metrics || comm_world_rank(metrics) == 0))
+            cfg->loss_scale_trace[i - 1] = used;
         double seconds = comm_now() - start;
         if (i == 1 && st->keep_first_grads) st->keep_first_grads(st->ctx);
         start = comm_now();

@@ -1,0 +1,127 @@
+/* Chapter 8's parts: where the bytes per parameter come from (bytes), what 16 bits do
+ * to the matmul and the step (speed), to the loss (accuracy) and to the wire (wire).
+ * Every part measures through the library's strategies (zero_launch, ddp_launch,
+ * tp_launch, baseline_train) and formats; it owns no training code.
+ *
+ * Under mpirun every process calls the *_launches functions (the collective runs);
+ * the *_local functions train on world rank 0's process alone (one-rank baselines),
+ * and only that process prints. */
+#ifndef MIXED_H
+#define MIXED_H
+#include <stdio.h>
+
+#include "data.h"
+#include "run_config.h"
+#include "zero_train.h"
+
+/* The precisions a part compares, in table order. */
+typedef struct {
+    const char *label;   /* "fp32", "bf16", "bf16 fp32-grads", ... */
+    precision p, grads;
+    int no_loss_scale;
+} precision_case;
+
+/* ---- part 1-2: bytes ------------------------------------------------------------------ */
+#define BYTES_CASES 4      /* fp32, bf16 with fp32 gradients, bf16, fp16 */
+#define BYTES_STEPS 3
+typedef struct {
+    size_t num_params;
+    int ranks;
+    /* stage 0 (DDP) of each case: model state held (params, grads, optimizer), the
+     * activations' and communication buffers' peaks, bytes sent per step */
+    double state[BYTES_CASES][3], activations[BYTES_CASES], comm_buffers[BYTES_CASES];
+    double sent[BYTES_CASES];
+    /* ZeRO stages 0-3 in fp32 and in bf16 with bf16 gradients (the paper's storage):
+     * model state held by the largest rank, and what uneven shards add */
+    double zero_state[2][ZERO_STAGES], zero_padding[2][ZERO_STAGES];
+} bytes_report;
+
+extern const precision_case bytes_cases[BYTES_CASES];
+/* The formula's bytes per parameter for a case: params, grads, optimizer. */
+void bytes_formula_per_param(const precision_case *c, double out[3]);
+/* The ZeRO paper's Table 1 with K = 12 for a stage (bytes per rank), and this
+ * program's fp32 storage (4 + 4 + 8 sharded the same way). */
+double bytes_paper_k12(int stage, size_t P, int N);
+double bytes_fp32_stored(int stage, size_t P, int N);
+int bytes_launches(const run_config *cfg, const dataset *data, bytes_report *r);
+void bytes_print(const bytes_report *r);
+void bytes_json(FILE *o, const bytes_report *r);
+
+/* ---- part 3: speed -------------------------------------------------------------------- */
+#define SPEED_SHAPES 5
+typedef struct {
+    int M, N, K;
+    const char *what;
+    double gflops[PRECISION_COUNT];
+} speed_shape;
+typedef struct {
+    speed_shape shapes[SPEED_SHAPES];
+    const char *blas_kernel;
+    char kernel16[PRECISION_COUNT][128];   /* matmul16_impl at the step's first shape */
+    int native_bf16;                       /* the CPU multiplies bf16 itself */
+    /* ms per step: [0] one rank (the baseline), [1] cfg's ranks (DDP) */
+    double step_ms[2][PRECISION_COUNT];
+    int ranks;
+} speed_report;
+
+int speed_launches(const run_config *cfg, const dataset *data, speed_report *r);
+void speed_local(const run_config *cfg, const dataset *data, speed_report *r);
+void speed_print(const speed_report *r);
+void speed_json(FILE *o, const speed_report *r);
+
+/* ---- part 4: accuracy ----------------------------------------------------------------- */
+#define ACCURACY_CASES 4   /* fp32, bf16, fp16 with loss scale, fp16 without */
+typedef struct {
+    int steps;
+    float *loss[ACCURACY_CASES];          /* [steps] */
+    float *loss_scale;                    /* [steps], fp16 with its scale */
+    int skipped[ACCURACY_CASES];
+    int skipped_after_warmup;             /* fp16 scaled, after the warm-up steps */
+    double final_scale;
+    double max_param_diff[ACCURACY_CASES];   /* against fp32 after the last step */
+    /* the underflow probe: one step of probe_tokens tokens */
+    int probe_tokens;
+    double flush_unscaled, flush_scaled;  /* fp16_flush_share of fp32's gradients */
+    double lost_to_zero;                  /* fp16 without scale: fp32's non-zero elements
+                                             that came out 0 */
+    double grad_error[ACCURACY_CASES];    /* ||g - g32|| / ||g32|| of the probe */
+    /* the sum that goes wrong in bf16 */
+    int sum_terms;
+    double sum_term, sum_bf16, sum_fp32, sum_bf16_inputs_fp32;
+} accuracy_report;
+
+extern const precision_case accuracy_cases[ACCURACY_CASES];
+void accuracy_local(const run_config *cfg, const dataset *data, int probe_batch,
+                    accuracy_report *r);
+/* 10000 x 0.01 summed in a bf16 accumulator, in fp32, and bf16 inputs in fp32. */
+void accuracy_bf16_sum(accuracy_report *r);
+void accuracy_print(const accuracy_report *r);
+void accuracy_json(FILE *o, const accuracy_report *r);
+void accuracy_free(accuracy_report *r);
+int accuracy_write_svg(const char *path, const accuracy_report *r);
+
+/* ---- part 5: wire --------------------------------------------------------------------- */
+#define WIRE_STRATEGIES 3  /* ddp, fsdp (zero3), tp */
+#define WIRE_CASES 3       /* fp32, bf16 (fp32 gradients), bf16 with bf16 gradients */
+typedef struct {
+    int ranks, steps, tp;   /* tp: the TP run's size (the largest that divides) */
+    double sent[WIRE_STRATEGIES][WIRE_CASES], formula[WIRE_STRATEGIES][WIRE_CASES];
+    int ran[WIRE_STRATEGIES][WIRE_CASES];       /* TP keeps fp32 gradients */
+    double loss_gap[WIRE_CASES];   /* DDP: largest |loss - fp32's| over the steps */
+    double final_loss[WIRE_CASES];
+    double grad_dtype_gap;   /* largest |loss| between bf16 with bf16 and fp32 gradients */
+} wire_report;
+
+extern const precision_case wire_cases[WIRE_CASES];
+extern const char *const wire_strategy_names[WIRE_STRATEGIES];
+int wire_launches(const run_config *cfg, const dataset *data, int steps, wire_report *r);
+void wire_print(const wire_report *r);
+void wire_json(FILE *o, const wire_report *r);
+
+/* A run of cfg in one case: quiet, its precision, gradients and loss scale. */
+run_config mixed_case_config(const run_config *cfg, const precision_case *c, int steps);
+/* The chapter's model and data: 2 layers of the default width, 200 steps of the
+ * accuracy curves, docs/design.md when it is at hand. */
+void mixed_chapter_defaults(run_config *cfg);
+
+#endif
