@@ -127,6 +127,17 @@ static void resume_loss_scale(const run_config *cfg, int reports, int done,
         checkpoint_print_resumed(stderr, cfg->resume_dir, done, saved, restored);
 }
 
+/* fp16's loss scale at the start of this run: from the flags, or the checkpoint's. */
+static void loss_scale_start(const run_config *cfg, const train_strategy *st, int reports,
+                             int done, const ckpt_run_state *saved, loss_scale *s) {
+    loss_scale_from_config(cfg, s);
+    if (s->cfg.enabled && !st->optimizer_grads) {
+        fprintf(stderr, "error: strategy %s takes no loss scale (fp16)\n", st->name);
+        exit(2);
+    }
+    resume_loss_scale(cfg, reports, done, saved, s);
+}
+
 /* What a save records besides the tensors: the precision and the loss scale's state. */
 static void record_run_state(const run_config *cfg, const loss_scale *s, ckpt_run_state *run) {
     *run = (ckpt_run_state){.precision = cfg->precision, .has_loss_scale = s->cfg.enabled,
@@ -168,12 +179,7 @@ void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
     op_profile *profile = cfg->profile ? mem_alloc(MEM_OTHER, sizeof *profile) : NULL;
     if (profile) op_profile_start(profile, cfg->precision);
     loss_scale scale;
-    loss_scale_from_config(cfg, &scale);
-    if (scale.cfg.enabled && !st->optimizer_grads) {
-        fprintf(stderr, "error: strategy %s takes no loss scale (fp16)\n", st->name);
-        exit(2);
-    }
-    resume_loss_scale(cfg, reports, done, &run_state, &scale);
+    loss_scale_start(cfg, st, reports, done, &run_state, &scale);
     for (int i = 1; i <= steps; i++) {
         const int step = done + i;
         double start = comm_now();
