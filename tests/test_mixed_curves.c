@@ -20,6 +20,7 @@
 
 #include "baseline.h"
 #include "check_run.h"
+#include "floats.h"
 #include "loss_scale.h"
 
 #define STEPS 200
@@ -104,20 +105,6 @@ END_TEST
  * batch of a million tokens would not). Also printed: the share of non-zero fp32
  * elements that came out 0, and the share of fp32 weight gradients that fp16 itself
  * would flush (fp16_flush_share). */
-static double relative_error(const float *g, const float *ref, size_t n, double *zeroed) {
-    double diff = 0, norm = 0;
-    size_t nonzero = 0, lost = 0;
-    for (size_t i = 0; i < n; i++) {
-        diff += ((double)g[i] - ref[i]) * ((double)g[i] - ref[i]);
-        norm += (double)ref[i] * ref[i];
-        if (ref[i] != 0) {
-            nonzero++;
-            lost += g[i] == 0;
-        }
-    }
-    *zeroed = nonzero ? (double)lost / (double)nonzero : 0;
-    return sqrt(diff / norm);
-}
 
 START_TEST(fp16_without_a_loss_scale_loses_gradients) {
     dataset *d = dataset_builtin();
@@ -132,7 +119,7 @@ START_TEST(fp16_without_a_loss_scale_loses_gradients) {
         cfg.steps = 1;
         cfg.batch = 256;   /* 16384 tokens: each token's gradient weighs 1/16384 */
         b[i] = baseline_train(&cfg, d);
-        error[i] = relative_error(b[i]->first_grads, b[0]->first_grads, b[0]->num_params,
+        error[i] = relative_l2_diff(b[i]->first_grads, b[0]->first_grads, b[0]->num_params,
                                   &zeroed[i]);
         printf("%-24s step-1 gradient: relative error %.2e, %.3f%% of fp32's non-zero elements"
                " lost to 0\n", runs[i].name, error[i], 100 * zeroed[i]);

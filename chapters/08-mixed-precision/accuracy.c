@@ -4,12 +4,12 @@
  * time; and the sum that goes wrong in a bf16 accumulator. */
 #include "mixed.h"
 
-#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "baseline.h"
+#include "floats.h"
 #include "loss_scale.h"
 
 const precision_case accuracy_cases[ACCURACY_CASES] = {
@@ -19,28 +19,6 @@ const precision_case accuracy_cases[ACCURACY_CASES] = {
     {"fp16, no scale", PRECISION_FP16, PRECISION_FP32, 1},
 };
 enum { FP16_SCALED = 2, FP16_UNSCALED = 3 };
-
-static double largest_diff(const float *a, const float *b, size_t n) {
-    double worst = 0;
-    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)a[i] - b[i]));
-    return worst;
-}
-
-/* ||g - ref|| / ||ref||, and the share of ref's non-zero elements that g holds as 0 */
-static double relative_error(const float *g, const float *ref, size_t n, double *zeroed) {
-    double diff = 0, norm = 0;
-    size_t nonzero = 0, lost = 0;
-    for (size_t i = 0; i < n; i++) {
-        diff += ((double)g[i] - ref[i]) * ((double)g[i] - ref[i]);
-        norm += (double)ref[i] * ref[i];
-        if (ref[i] != 0) {
-            nonzero++;
-            lost += g[i] == 0;
-        }
-    }
-    *zeroed = nonzero ? (double)lost / (double)nonzero : 0;
-    return norm > 0 ? sqrt(diff / norm) : 0;
-}
 
 /* Steps whose gradients overflowed: the scale backed off after them. */
 static void count_skips(const run_config *cfg, accuracy_report *r) {
@@ -69,7 +47,7 @@ static void curves(const run_config *cfg, const dataset *data, accuracy_report *
     }
     for (int i = 0; i < ACCURACY_CASES; i++)
         r->max_param_diff[i] =
-            largest_diff(runs[i]->final_params, runs[0]->final_params, runs[0]->num_params);
+            max_abs_diff(runs[i]->final_params, runs[0]->final_params, runs[0]->num_params);
     for (int i = 0; i < ACCURACY_CASES; i++) baseline_free(runs[i]);
     count_skips(cfg, r);
 }
@@ -89,7 +67,7 @@ static void underflow_probe(const run_config *cfg, const dataset *data, int prob
     const size_t n = runs[0]->num_params;
     for (int i = 0; i < ACCURACY_CASES; i++) {
         double zeroed;
-        r->grad_error[i] = relative_error(runs[i]->first_grads, g32, n, &zeroed);
+        r->grad_error[i] = relative_l2_diff(runs[i]->first_grads, g32, n, &zeroed);
         if (i == FP16_UNSCALED) r->lost_to_zero = zeroed;
     }
     r->flush_unscaled = fp16_flush_share(g32, n, 1);

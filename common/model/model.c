@@ -536,3 +536,26 @@ void gpt_backward_weights(gpt_model *m, const void *params, float *grads,
         slab_ready(on_slab_ready, ctx, gpt_embed_slab(s));
     }
 }
+
+void gpt_backward_by_slab(gpt_model *m, const void *params, float dloss,
+                          gpt_slab_open_fn open, gpt_slab_close_fn close, void *ctx) {
+    const gpt_shape *s = &m->shape;
+    if (!s->has_head || !s->has_embed || s->tp_size > 1 || gpt_head_slab(s) >= 0) {
+        fprintf(stderr, "error: gpt_backward_by_slab needs a whole model (one stage, no TP)\n");
+        abort();
+    }
+    const int embed = gpt_embed_slab(s), final = gpt_final_slab(s);
+    float *embed_grad = open(ctx, embed);
+    float *final_grad = open(ctx, final);
+    gpt_head_backward(m, param_slab(m, params, final), head_weight(m, params), final_grad,
+                      embed_grad, dloss);
+    close(ctx, final, final_grad);
+    for (int layer = s->layer_end - 1; layer >= s->layer_begin; layer--) {
+        const int slab = gpt_block_slab(s, layer);
+        float *block_grad = open(ctx, slab);
+        gpt_block_backward(m, layer, param_slab(m, params, slab), block_grad);
+        close(ctx, slab, block_grad);
+    }
+    gpt_embed_backward(m, embed_grad);
+    close(ctx, embed, embed_grad);
+}

@@ -180,6 +180,18 @@ typedef void (*gpt_slab_ready_fn)(void *ctx, int slab);
 void gpt_backward(gpt_model *m, const void *params, float *grads, float dloss,
                   gpt_slab_ready_fn on_slab_ready, void *ctx);
 
+/* The whole model's backward slab by slab, each slab's fp32 gradient in a buffer the
+ * caller lends: open(ctx, slab) returns it (backward accumulates into it), close(ctx,
+ * slab, buffer) takes it back the moment the slab's gradient is final: the final
+ * LayerNorm, then the blocks from last to first, then the tied embedding, whose buffer
+ * stays open through the pass (the LM head adds to it first). ZeRO-2 reduce-scatters
+ * each slab in close; 16-bit gradients round it there. A whole model only (one stage,
+ * no TP). */
+typedef float *(*gpt_slab_open_fn)(void *ctx, int slab);
+typedef void (*gpt_slab_close_fn)(void *ctx, int slab, float *grad);
+void gpt_backward_by_slab(gpt_model *m, const void *params, float dloss,
+                          gpt_slab_open_fn open, gpt_slab_close_fn close, void *ctx);
+
 /* The same backward in two halves, as zero-bubble pipeline schedules run it:
  * gpt_backward_input computes d(input) (what the previous stage waits for) and keeps the
  * output gradient of every linear; gpt_backward_weights then computes the weight

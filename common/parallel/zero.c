@@ -25,37 +25,19 @@ static float forward_backward_whole_grads(zero_rank *z, float dloss) {
 
 /* ---- stage 2: one slab's gradient at a time ----------------------------------- */
 
-/* A slab of the whole compute weights (stage 2 keeps them whole). */
-static const void *whole_slab(const zero_rank *z, int slab) {
-    return precision_at(z->dp.precision, dp_grads_whole_params(&z->dp),
-                        z->dp.layout.slab_offset[slab]);
-}
+/* ZeRO-2's slab buffers: a whole-slab gradient, reduce-scattered into this rank's
+ * shard (and gone) the moment backward finishes the slab. */
+static float *stage2_open(void *ctx, int slab) { return dp_grads_slab_grad_alloc(ctx, slab); }
+static void stage2_close(void *ctx, int slab, float *grad) { dp_grads_reduce_slab(ctx, slab, grad); }
 
 static float forward_backward_stage2(zero_rank *z, float dloss) {
-    const gpt_shape *s = &z->shape;
     dp_grads *g = &z->dp;
-    gpt_model *m = z->model;
-    const int final = gpt_final_slab(s);
-
     trace_begin(g->group, "forward");
-    float loss = gpt_forward(m, dp_grads_whole_params(g));
+    float loss = gpt_forward(z->model, dp_grads_whole_params(g));
     trace_end(g->group);
-
     trace_begin(g->group, "backward");
-    /* The tied embedding collects gradient from the head now and from the embedding
-     * at the very end, so its full buffer lives through the whole backward pass. */
-    float *embed_grad = dp_grads_slab_grad_alloc(g, 0);
-    float *final_grad = dp_grads_slab_grad_alloc(g, final);
-    gpt_head_backward(m, whole_slab(z, final), whole_slab(z, 0), final_grad, embed_grad, dloss);
-    dp_grads_reduce_slab(g, final, final_grad);
-    for (int layer = s->cfg.layers - 1; layer >= 0; layer--) {
-        const int slab = gpt_block_slab(s, layer);
-        float *block_grad = dp_grads_slab_grad_alloc(g, slab);
-        gpt_block_backward(m, layer, whole_slab(z, slab), block_grad);
-        dp_grads_reduce_slab(g, slab, block_grad);   /* ... and the block's buffer is gone */
-    }
-    gpt_embed_backward(m, embed_grad);
-    dp_grads_reduce_slab(g, 0, embed_grad);
+    gpt_backward_by_slab(z->model, dp_grads_whole_params(g), dloss, stage2_open, stage2_close,
+                         g);
     trace_end(g->group);
     return loss;
 }

@@ -1,8 +1,5 @@
 #include "grads16.h"
 
-#include <stdio.h>
-#include <stdlib.h>
-
 #include "alloc.h"
 #include "ops_mixed.h"
 
@@ -19,47 +16,36 @@ void grads16_slab_round(precision gp, void *grad16, float *work, size_t n) {
     mem_free(work);
 }
 
-/* The 16-bit gradient of a slab inside the whole vector, and its length. */
-static void *slab_of(const gpt_shape *s, precision gp, void *grads, int slab) {
-    return precision_at(gp, grads, gpt_slab_offset(s, slab));
+/* One backward's slabs: widened from the 16-bit gradient when backward opens them,
+ * rounded back (and told to on_slab_ready) when it closes them. */
+typedef struct {
+    const gpt_shape *shape;
+    precision gp;
+    void *grads;
+    gpt_slab_ready_fn on_slab_ready;
+    void *ctx;
+} slab_walk;
+
+static void *slab_of(const slab_walk *w, int slab) {
+    return precision_at(w->gp, w->grads, gpt_slab_offset(w->shape, slab));
 }
 
-static const void *param_slab_of(const gpt_model *m, const void *params, int slab) {
-    return precision_at(gpt_model_precision(m), params, gpt_slab_offset(gpt_model_shape(m), slab));
+static float *open_slab(void *arg, int slab) {
+    const slab_walk *w = arg;
+    return grads16_slab_widen(w->gp, slab_of(w, slab), gpt_slab_numel(w->shape, slab));
 }
 
-static void round_slab(const gpt_shape *s, precision gp, void *grads, int slab, float *work,
-                       gpt_slab_ready_fn on_slab_ready, void *ctx) {
-    grads16_slab_round(gp, slab_of(s, gp, grads, slab), work, gpt_slab_numel(s, slab));
-    if (on_slab_ready) on_slab_ready(ctx, slab);
-}
-
-static float *widen_slab(const gpt_shape *s, precision gp, void *grads, int slab) {
-    return grads16_slab_widen(gp, slab_of(s, gp, grads, slab), gpt_slab_numel(s, slab));
+static void close_slab(void *arg, int slab, float *work) {
+    const slab_walk *w = arg;
+    grads16_slab_round(w->gp, slab_of(w, slab), work, gpt_slab_numel(w->shape, slab));
+    if (w->on_slab_ready) w->on_slab_ready(w->ctx, slab);
 }
 
 void gpt_backward_grads16(gpt_model *m, const void *params, precision gp, void *grads,
                           float dloss, gpt_slab_ready_fn on_slab_ready, void *ctx) {
-    const gpt_shape *s = gpt_model_shape(m);
-    if (!s->has_head || !s->has_embed || s->tp_size > 1 || gpt_head_slab(s) >= 0) {
-        fprintf(stderr, "error: 16-bit gradients need a whole model (one stage, no TP)\n");
-        abort();
-    }
-    const int embed = gpt_embed_slab(s), final = gpt_final_slab(s);
-    float *embed_work = widen_slab(s, gp, grads, embed);
-    float *final_work = widen_slab(s, gp, grads, final);
-    /* the tied weight is the first rows of the embedding's slab */
-    gpt_head_backward(m, param_slab_of(m, params, final), param_slab_of(m, params, embed),
-                      final_work, embed_work, dloss);
-    round_slab(s, gp, grads, final, final_work, on_slab_ready, ctx);
-    for (int layer = s->layer_end - 1; layer >= s->layer_begin; layer--) {
-        const int slab = gpt_block_slab(s, layer);
-        float *work = widen_slab(s, gp, grads, slab);
-        gpt_block_backward(m, layer, param_slab_of(m, params, slab), work);
-        round_slab(s, gp, grads, slab, work, on_slab_ready, ctx);
-    }
-    gpt_embed_backward(m, embed_work);
-    round_slab(s, gp, grads, embed, embed_work, on_slab_ready, ctx);
+    slab_walk w = {.shape = gpt_model_shape(m), .gp = gp, .grads = grads,
+                   .on_slab_ready = on_slab_ready, .ctx = ctx};
+    gpt_backward_by_slab(m, params, dloss, open_slab, close_slab, &w);
 }
 
 float *grads16_widen_for_optimizer(precision gp, const void *grads16, size_t n, float *reuse) {
