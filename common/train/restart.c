@@ -31,6 +31,7 @@ static struct {
     double load_seconds;    /* this attempt's checkpoint load */
     double previous_exit;   /* when the failed job before this attempt ended */
     int world_at_start;
+    int counted;            /* this attempt's relaunch and load are in cost */
     restart_cost cost;      /* the earlier attempts' (from ./run), then with this one's */
 } self = {.fd = -1};
 
@@ -112,8 +113,10 @@ void restart_loop_start(const run_config *cfg, comm *world, int done, double loa
     self.first_step_at = wall_clock();
     self.load_seconds = load_seconds;
     if (self.fd >= 0) write_progress(cfg, done, self.first_step_at);
-    if (cfg->restart.attempt == 0) return;
-    /* this attempt's share: ./run's record ends where the failed job did */
+    if (cfg->restart.attempt == 0 || self.counted) return;
+    /* this attempt's share, once (a chapter may run several strategies that save): ./run's
+     * record ends where the failed job did */
+    self.counted = 1;
     self.cost.relaunch_seconds += self.first_step_at - self.previous_exit - load_seconds;
     self.cost.load_seconds += load_seconds;
 }
