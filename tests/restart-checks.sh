@@ -1,5 +1,5 @@
 #!/bin/bash
-# Restarts after failures (./run --max-restarts, tools/restart-loop, common/train/restart.c).
+# Restarts after failures (./run --max-restarts, tools/restart-loop.sh, common/train/restart.c).
 # A rank killed (SIGKILL, the test hook) at a random step of a DDP run with --save-every 2
 # --max-restarts 2 must end with exit 0 and final parameters equal, bit for bit, to an
 # uninterrupted run's (every tensor of the two final checkpoints compared; the largest
@@ -167,6 +167,15 @@ threads_checks() {
     verdict "restarts beyond --max-restarts 2" \
         $([ $status -ne 0 ] && [ $status -ne 2 ] && [ -n "$line" ] &&
           [ "$(grep -c 'run: restart' "$work/beyond.err")" -eq 2 ]; echo $?) "exit $status: $line"
+
+    # a rank gone for good without --elastic: no restart on ranks that are not there
+    job stranded threads "$build/chapter1" 4 $model $ddp --save "$work/stranded" \
+        --test-fail-step 3 --test-fail-rank 1 --test-fail-gone
+    status=$?
+    line=$(said stranded 'run: giving up')
+    verdict "a rank gone for good without --elastic" \
+        $([ $status -ne 0 ] && [ -n "$line" ] && ! said stranded 'run: restart' >/dev/null; echo $?) \
+        "exit $status: $line"
 
     elastic "DDP x4" chapter1 ddp --strategy ddp
     elastic "ZeRO-3 x4" chapter2 zero3 --stage 3

@@ -72,6 +72,9 @@ void restart_check_flags(run_config *cfg) {
         cli_fail("--restart-attempt and --restart-record: ./run gives them with --max-restarts");
     self.world_at_start = cfg->comm.ranks;
     if (cfg->restart.record) read_record(cfg->restart.record);
+    if (cfg->restart.fail_how == 2 && cfg->restart.fail_step && launch_mpi_world_size() == 0)
+        cli_fail("--test-fail-how stop: a stopped threads job stops every rank, and none is"
+                 " left to time out (valid under Open MPI; here: kill or abort)");
     if (cfg->restart.fail_attempts == 0) cfg->restart.fail_attempts = 1;
     if (cfg->restart.attempt >= cfg->restart.fail_attempts) {   /* the hooks have fired */
         cfg->restart.fail_step = 0;
