@@ -4,15 +4,15 @@
 # --max-restarts 2 must end with exit 0 and final parameters equal, bit for bit, to an
 # uninterrupted run's (every tensor of the two final checkpoints compared; the largest
 # difference printed). So must a failure during a save (it restarts from the checkpoint
-# before) and one before the first save (from the start). A rank failing on every attempt
-# must end non-zero after K restarts with a line saying why. With --elastic and the
-# failed rank gone for good, DDP, ZeRO-3, TP 2 x DP 2 and PP 2 x DP 2 finish on fewer
-# ranks, their losses within 1e-5 (TOL_LOSS) of the uninterrupted run's. Negative
-# control: a restart resuming one step late (--test-resume-skew) must fail the
-# bit-for-bit comparison.
+# before) and one before the first save (comm_abort; from the start). A rank failing on
+# every attempt must end non-zero after K restarts with a line saying why, and so must a
+# rank gone for good without --elastic. With --elastic, DDP, ZeRO-3, TP 2 x DP 2 and
+# PP 2 x DP 2 finish on fewer ranks, their losses within 1e-5 (TOL_LOSS) of the
+# uninterrupted run's. Negative controls: a restart resuming one step late
+# (--test-resume-skew) must fail the bit-for-bit comparison, and the 1e-5 one.
 # With `mpi` (an MPI=1 build): the same kill of a real Open MPI process and a stuck one
 # (SIGSTOP, named by --comm-timeout), each restarted by a fresh mpirun that keeps
-# MPIRUN_ARGS (a hostfile), and ZeRO-3 going on with 2 of 3 processes.
+# MPIRUN_ARGS (a hostfile), and ZeRO-3 going on with 3 of 4 processes.
 # Usage: tests/restart-checks.sh BUILD_DIR [mpi]
 set -u
 cd "$(dirname "$0")/.."
@@ -149,9 +149,9 @@ threads_checks() {
           ! ls -a "$work/in-save" | grep -q '^\.tmp'; echo $?) \
         "exit $status; $out; $(said in-save 'run: restart 1')"
 
-    # 4. a failure before the first save: from step 0
+    # 4. a failure before the first save (comm_abort: the in-process failure path): from step 0
     job early threads "$build/chapter1" 4 $model $ddp --save-every 4 --save "$work/early" \
-        --test-fail-step 3 --test-fail-rank 1
+        --test-fail-step 3 --test-fail-rank 1 --test-fail-how abort
     status=$?
     out=$(same_tensors "$work/full" "$work/early")
     same=$?
