@@ -546,6 +546,8 @@ if [ -x "$chapter1" ]; then
         printf '%s\nthreads\n' "$build/chapter1" >"$scratch/last1"
         RUN_LAST=$scratch/last1 expect_error ./run "--max-restarts 1: needs --save DIR" 2 $tiny --max-restarts 1
         RUN_LAST=$scratch/last1 expect_error ./run "--max-restarts x: not an integer" 2 $tiny --max-restarts x --save "$scratch/r"
+        [ -x "$programs"/chapter6 ] && expect_error "$programs"/chapter6 "--max-restarts does nothing in chapter6 (the planner trains nothing)" --max-restarts 1
+        [ -x "$programs"/chapter7 ] && expect_error "$programs"/chapter7 "--max-restarts 1: chapter 7 trains many short runs" --max-restarts 1
     fi
 fi
 # negative control: the checker fails a program that takes bad input without a word

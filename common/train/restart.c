@@ -57,9 +57,20 @@ static void read_record(const char *record) {
                  record);
 }
 
+/* Whether the program refuses --save (a planner that trains nothing). */
+static int refuses_save(const run_config *cfg) {
+    for (int i = 0; cfg->unused_flags && cfg->unused_flags[i]; i++)
+        if (strcmp(cfg->unused_flags[i], "save") == 0) return 1;
+    return 0;
+}
+
 void restart_check_flags(run_config *cfg) {
     const int restarts = cli_given("max-restarts");
     const int K = cfg->restart.max_restarts;
+    if (restarts && refuses_save(cfg))
+        cli_fail("--max-restarts does nothing in %s (%s)", cli_program_name(), cfg->unused_why);
+    if (restarts && cfg->no_checkpoints)   /* a restart resumes from a checkpoint */
+        cli_fail("--max-restarts %d: %s", K, cfg->no_checkpoints);
     if (restarts && !cfg->save_dir)
         cli_fail("--max-restarts %d: needs --save DIR (a restart resumes from the latest"
                  " checkpoint there; --save-every N makes one every N steps)", K);
