@@ -562,6 +562,23 @@ if [ -z "$mpi" ] && [ -x "$build"/baseline ]; then
     expect_error ./run "N '-1' must be a positive whole number" -1
     expect_error ./run "--ranks 99999999999999999999: must be an integer from 1" 99999999999999999999
 fi
+# restarts after failures (./run --max-restarts, common/train/restart.c): they resume
+# from --save's checkpoints, and ./run, outside the job, makes them
+chapter1="$programs"/chapter1
+if [ -x "$chapter1" ]; then
+    expect_error "$chapter1" "--max-restarts 2: needs --save DIR (a restart resumes from the latest checkpoint there" $tiny --max-restarts 2
+    if [ -z "$mpi" ]; then   # under MPI the wrapper is ./run, which answers the next one
+        expect_error "$chapter1" "--max-restarts 2: ./run makes the restarts (it starts the job again after a failure); run it as ./run N ... --max-restarts 2" $tiny --max-restarts 2 --save "$scratch/r"
+        expect_error "$chapter1" "--elastic: needs --max-restarts K" $tiny --elastic
+        expect_error "$chapter1" "--max-restarts -1: must be an integer from 0" $tiny --max-restarts -1
+        expect_error "$chapter1" "--restart-attempt and --restart-record: ./run gives them with --max-restarts" $tiny --restart-attempt 1
+        printf '%s\nthreads\n' "$build/chapter1" >"$scratch/last1"
+        RUN_LAST=$scratch/last1 expect_error ./run "--max-restarts 1: needs --save DIR" 2 $tiny --max-restarts 1
+        RUN_LAST=$scratch/last1 expect_error ./run "--max-restarts x: not an integer" 2 $tiny --max-restarts x --save "$scratch/r"
+        [ -x "$programs"/chapter6 ] && expect_error "$programs"/chapter6 "--max-restarts does nothing in chapter6 (the planner trains nothing)" --max-restarts 1
+        [ -x "$programs"/chapter7 ] && expect_error "$programs"/chapter7 "--max-restarts 1: chapter 7 trains many short runs" --max-restarts 1
+    fi
+fi
 # negative control: the checker fails a program that takes bad input without a word
 before_passed=$passed before_failed=$failed
 expect_error /bin/true "anything" --bogus 1 >/dev/null
