@@ -11,9 +11,12 @@
 #include <math.h>
 #include <stdio.h>
 
+#include "activation_memory.h"
 #include "baseline.h"
 #include "check_run.h"
 #include "compare.h"
+#include "floats.h"
+#include "sequence.h"
 #include "tolerances.h"
 #include "tp_train.h"
 
@@ -85,6 +88,63 @@ START_TEST(sp_without_a_reduce_scatter_fails_the_comparison) {
 }
 END_TEST
 
+/* TP 2 (with SP or not) trained with recomputation against the same without: the
+ * recomputed probabilities are the same numbers, so gradients, loss and parameters are
+ * identical bit for bit. */
+static void check_recompute_is_exact(tp_options with) {
+    run_config cfg = tiny_config(2);
+    cfg.steps = 2;
+    dataset *d = dataset_builtin();
+    strategy_outcome kept = {0}, again = {0};
+    tp_extra x;
+    kept.extra = again.extra = &x;
+    tp_options without = with;
+    without.recompute_attention = without.checkpoint_activations = 0;
+    ck_assert_int_eq(tp_launch(&cfg, d, 2, &without, &kept), 0);
+    ck_assert_int_eq(tp_launch(&cfg, d, 2, &with, &again), 0);
+    const size_t n = kept.num_params;
+    const double grads = max_abs_diff(kept.first_grads, again.first_grads, n);
+    const double params = max_abs_diff(kept.final_params, again.final_params, n);
+    printf("tp 2%s, %s recomputation against none: max |diff| grads %.1e params %.1e loss"
+           " %.1e\n", with.sequence_parallel ? " + sp" : "",
+           with.recompute_attention ? "selective" : "full", grads, params,
+           fabs(kept.loss[1] - again.loss[1]));
+    ck_assert(grads == 0.0 && params == 0.0 && kept.loss[1] == again.loss[1]);
+    strategy_outcome_free(&kept);
+    strategy_outcome_free(&again);
+    dataset_free(d);
+}
+
+START_TEST(selective_recomputation_gives_the_same_numbers) {
+    check_recompute_is_exact((tp_options){.recompute_attention = 1});
+    check_recompute_is_exact((tp_options){.recompute_attention = 1, .sequence_parallel = 1});
+}
+END_TEST
+START_TEST(full_recomputation_gives_the_same_numbers) {
+    check_recompute_is_exact((tp_options){.checkpoint_activations = 1, .sequence_parallel = 1});
+}
+END_TEST
+
+/* The six configurations' bytes per layer, measured, against the re-derived ones. */
+static void check_memory(precision p) {
+    run_config cfg = tiny_config(4);
+    cfg.precision = p;
+    memory_report r;
+    ck_assert_int_eq(memory_launches(&cfg, 4, &r), 0);
+    for (int i = 0; i < MEMORY_SETUPS; i++) {
+        printf("%s %-20s measured %8.0f B per layer, re-derived %8.0f\n", precision_name(p),
+               memory_setup_names[i], r.measured[i], r.derived[i]);
+        ck_assert_msg(r.measured[i] == r.derived[i], "%s: measured %.0f, re-derived %.0f",
+                      memory_setup_names[i], r.measured[i], r.derived[i]);
+    }
+    /* what the paper says SP and selective recomputation do, here too */
+    ck_assert(r.measured[2] < r.measured[1] && r.measured[3] < r.measured[1]);
+    ck_assert(r.measured[4] < r.measured[2] && r.measured[4] < r.measured[3]);
+}
+
+START_TEST(activation_bytes_equal_the_re_derived_expressions) { check_memory(PRECISION_FP32); }
+END_TEST
+
 int main(void) {
     Suite *suite = suite_create("chapter9");
     TCase *tc = tcase_create("sequence");
@@ -92,6 +152,9 @@ int main(void) {
     tcase_add_test(tc, tp2_with_sp_matches_the_baseline);
     tcase_add_test(tc, tp4_with_sp_matches_the_baseline);
     tcase_add_test(tc, sp_without_a_reduce_scatter_fails_the_comparison);
+    tcase_add_test(tc, selective_recomputation_gives_the_same_numbers);
+    tcase_add_test(tc, full_recomputation_gives_the_same_numbers);
+    tcase_add_test(tc, activation_bytes_equal_the_re_derived_expressions);
     suite_add_tcase(suite, tc);
     return check_run(suite, 0);
 }

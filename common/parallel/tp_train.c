@@ -100,17 +100,30 @@ double tp_bytes_formula(const gpt_config *m, precision p, int B_local, int T, in
     return ring_tp * tp_bytes + ring_dp * dp_bytes;
 }
 
+double tp_sequence_bytes_gathered_again(const gpt_config *m, int B_local, int T, int tp) {
+    const double N = (double)B_local * T;   /* 2 all-gathers of N x C per block */
+    return (tp - 1.0) / tp * 2.0 * m->layers * N * m->dim * sizeof(float);
+}
+
+double tp_sequence_bytes_layernorm_grads(const gpt_config *m, int tp) {
+    /* 2 C numbers per LayerNorm: 2 per block and the final one, all-reduced */
+    return 2.0 * (tp - 1) / tp * (2.0 * m->layers + 1) * 2 * m->dim * sizeof(float);
+}
+
 double tp_sequence_bytes_added(const gpt_config *m, int B_local, int T, int tp) {
-    const double N = (double)B_local * T, f32 = sizeof(float);
-    const double gathered_again = 2.0 * m->layers * N * m->dim * f32;
-    const double layernorm_grads = (2.0 * m->layers + 1) * 2 * m->dim * f32;
-    return (tp - 1.0) / tp * gathered_again + 2.0 * (tp - 1) / tp * layernorm_grads;
+    return tp_sequence_bytes_gathered_again(m, B_local, T, tp) +
+           tp_sequence_bytes_layernorm_grads(m, tp);
 }
 
 double tp_sequence_bytes_formula(const gpt_config *m, int B_local, int T, int tp, int dp,
                                  size_t params_per_rank) {
     return tp_bytes_formula(m, PRECISION_FP32, B_local, T, tp, dp, params_per_rank) +
            tp_sequence_bytes_added(m, B_local, T, tp);
+}
+
+double tp_recompute_bytes(const gpt_config *m, precision p, int B_local, int T, int tp) {
+    const double N = (double)B_local * T;
+    return 2.0 * (tp - 1) / tp * 2.0 * m->layers * N * m->dim * precision_bytes(p);
 }
 
 int tp_sequence_check(const run_config *cfg, int tp, char *err, size_t err_len) {
@@ -265,7 +278,9 @@ void tp_train(comm *world, const mesh *m, const run_config *cfg, const tp_option
                                                           r.rep.num_params)
                               : tp_bytes_formula(&cfg->model, cfg->precision, r.B, T, t, d,
                                                  r.rep.num_params);
-    out->result.bytes_formula = cfg->comm.allreduce == ALLREDUCE_RING ? formula : -1;
+    const double again = opts && opts->checkpoint_activations
+                             ? tp_recompute_bytes(&cfg->model, cfg->precision, r.B, T, t) : 0;
+    out->result.bytes_formula = cfg->comm.allreduce == ALLREDUCE_RING ? formula + again : -1;
 
     /* the unsplit parameters for the comparison, charged to the side account */
     if (m->me.dp == 0) {

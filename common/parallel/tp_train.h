@@ -64,8 +64,15 @@ double tp_bytes_formula(const gpt_config *m, precision p, int B_local, int T, in
  * fp32 each). fp32 only. */
 double tp_sequence_bytes_formula(const gpt_config *m, int B_local, int T, int tp, int dp,
                                  size_t params_per_rank);
-/* What SP adds to TP's bytes alone (the formula's second and third terms). */
+/* What SP adds to TP's bytes alone: the inputs gathered again, the LayerNorm
+ * gradients' all-reduces, and the two together. */
+double tp_sequence_bytes_gathered_again(const gpt_config *m, int B_local, int T, int tp);
+double tp_sequence_bytes_layernorm_grads(const gpt_config *m, int tp);
 double tp_sequence_bytes_added(const gpt_config *m, int B_local, int T, int tp);
+/* Full recomputation runs each block's forward again in backward, and its collectives
+ * with it: 2 all-reduces of activations per block (with SP: 2 all-gathers and 2
+ * reduce-scatters, the same bytes). */
+double tp_recompute_bytes(const gpt_config *m, precision p, int B_local, int T, int tp);
 /* Checks --sp against cfg's model and precision and a TP size tp: tp > 1, dividing
  * ctx, fp32. On failure writes one line and returns 0. */
 int tp_sequence_check(const run_config *cfg, int tp, char *err, size_t err_len);
