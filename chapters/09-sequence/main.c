@@ -71,9 +71,10 @@ static void choose_tp(run_config *cfg, chapter_flags *f) {
     const int world = cfg->comm.ranks;
     if (f->tp == 0) f->tp = sp_largest_tp(cfg);
     if (f->tp == 1 && !cli_given("tp"))
-        cli_fail("./run %d: no TP size of 2 or more divides --heads %d, --ctx %d and the %d"
-                 " ranks (with --batch %d over the rest): run on 2 or 4 ranks", world,
-                 cfg->model.heads, cfg->model.ctx, world, cfg->batch);
+        cli_fail("./run %d: sequence parallelism needs a TP group of 2 or more ranks, and no"
+                 " such size divides --heads %d, --ctx %d and %d rank%s (with --batch %d over"
+                 " the rest): run on 2 or 4 ranks", world, cfg->model.heads, cfg->model.ctx,
+                 world, world > 1 ? "s" : "", cfg->batch);
     if (!tp_check_sizes(cfg, world, f->tp, err, sizeof err) ||
         !tp_sequence_check(cfg, f->tp, err, sizeof err)) {
         if (process_hosts_rank0()) cli_fail("%s", err);
@@ -164,10 +165,10 @@ int main(int argc, char **argv) {
     cli_parse(argc, argv, &cfg, options, argv[0],
               "Sequence parallelism (Megatron SP) against TP, activation memory per layer"
               " against Korthikanti et al. 2022, and context parallelism.");
+    dataset *data = dataset_from_config(&cfg);   /* a bad --data first, as in every program */
     validate(&cfg, &f);
     if (!cfg.json && process_hosts_rank0())
         report_header(&cfg, "Chapter 9: the sequence, split", cfg.comm.ranks, 1);
-    dataset *data = dataset_from_config(&cfg);
     chapter_results r = {0};
     int status = run_parts(&cfg, data, &f, &r);
     if (!status && process_hosts_rank0()) {

@@ -128,19 +128,19 @@ double tp_recompute_bytes(const gpt_config *m, precision p, int B_local, int T, 
 
 int tp_sequence_check(const run_config *cfg, int tp, char *err, size_t err_len) {
     if (tp < 2) {
-        snprintf(err, err_len, "--sp splits the sequence over the tensor-parallel ranks: it"
-                 " needs a TP size of 2 or more (--tp %d)", tp);
+        snprintf(err, err_len, "sequence parallelism splits the sequence over the"
+                 " tensor-parallel ranks: it needs --tp 2 or more, not %d", tp);
         return 0;
     }
     if (cfg->model.ctx % tp != 0) {
-        snprintf(err, err_len, "--sp with --tp %d: --ctx %d does not split into %d equal"
-                 " parts of the sequence (use a --ctx that is a multiple of %d)", tp,
-                 cfg->model.ctx, tp, tp);
+        snprintf(err, err_len, "sequence parallelism with TP %d: --ctx %d does not split"
+                 " into %d equal parts of the sequence (use a --ctx that is a multiple of %d)",
+                 tp, cfg->model.ctx, tp, tp);
         return 0;
     }
     if (cfg->precision != PRECISION_FP32) {
-        snprintf(err, err_len, "--sp runs in fp32 only, not --precision %s (its embedding"
-                 " and loss are the vocab-parallel ones, which compute in fp32)",
+        snprintf(err, err_len, "sequence parallelism runs in fp32 only, not --precision %s"
+                 " (its embedding and loss are the vocab-parallel ones, which compute in fp32)",
                  precision_name(cfg->precision));
         return 0;
     }
