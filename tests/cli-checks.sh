@@ -544,6 +544,11 @@ if [ -x "$chapter9" ] && [ -z "$mpi" ]; then   # under MPI the three above answe
     expect_error "$chapter9" "--svg $scratch/no/m.svg: cannot write there" --ranks 2 --svg "$scratch/no/m.svg"
     expect_error "$chapter9" "--save ckpt: chapter 9 compares short runs" --ranks 2 --save ckpt
 fi
+if [ -x "$programs"/chapter3 ] && [ -z "$mpi" ]; then   # chapter 3's --sp: part 3, TP 2 or more
+    expect_error "$programs"/chapter3 "--sp does nothing with --part block" --ranks 2 --part block --sp
+    expect_error "$programs"/chapter3 "sequence parallelism splits the sequence over the tensor-parallel ranks: it needs --tp 2 or more, not 1" --sp
+    expect_error "$programs"/chapter3 "sequence parallelism runs in fp32 only, not --precision bf16" --ranks 2 --sp --precision bf16
+fi
 # ./run itself (once, on threads: RUN_LAST names this build's baseline, whatever was
 # built last)
 if [ -z "$mpi" ] && [ -x "$build"/baseline ]; then
