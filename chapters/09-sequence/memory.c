@@ -32,11 +32,11 @@ static void *initial_params(const gpt_shape *s, const run_config *cfg) {
     const size_t n = gpt_num_params(s);
     float *host = mem_alloc(MEM_OTHER, n * sizeof(float));
     gpt_init_params(s, cfg->seed, 0, n, host);
+    float *master = mem_alloc_on(MEM_DEVICE, MEM_OTHER, n * sizeof(float));
+    ops_upload(master, host, n * sizeof(float));
     void *params = mem_alloc_on(MEM_DEVICE, MEM_PARAMS, n * precision_bytes(cfg->precision));
-    void *rounded = mem_alloc(MEM_OTHER, n * precision_bytes(cfg->precision));
-    mixed_round(cfg->precision, rounded, host, n);   /* fp32: a copy */
-    ops_upload(params, rounded, n * precision_bytes(cfg->precision));
-    mem_free(rounded);
+    mixed_round(cfg->precision, params, master, n);   /* fp32: a copy */
+    mem_free(master);
     mem_free(host);
     return params;
 }
