@@ -9,8 +9,9 @@ void memory_print(const memory_report *r) {
     char a[32], b[32], c[32], expression[96];
     printf("\nActivation memory per layer per rank (Korthikanti et al. 2022, Table 2, "
            "re-derived for this model)\n");
-    printf("  s = %d tokens, b = %d sequences, h = %d, a = %d heads, t = %d, e = 4 B"
-           " (fp32); LayerNorm statistics fp32\n", m->ctx, r->B, m->dim, m->heads, r->tp);
+    printf("  s = %d tokens, b = %d sequences, h = %d, a = %d heads, t = %d, e = %zu B"
+           " (%s); LayerNorm statistics fp32\n", m->ctx, r->B, m->dim, m->heads, r->tp,
+           precision_bytes(r->precision), precision_name(r->precision));
     printf("  %-21s %12s %12s  %-32s %12s %7s\n", "configuration", "measured", "re-derived",
            "expression", "paper (2 B)", "vs none");
     for (int i = 0; i < MEMORY_SETUPS; i++) {

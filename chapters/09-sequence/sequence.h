@@ -25,8 +25,9 @@ typedef struct {
     tp_extra extra[SP_RUNS];
     double worst[SP_RUNS];           /* largest difference / its tolerance */
     run_tolerances tolerances;
+    precision precision;
     double bytes_added;              /* SP's additions by the formula: */
-    double bytes_gathered_again, bytes_layernorm_grads;   /* ... its two parts */
+    double bytes_gathered_again, bytes_layernorm_grads;   /* ... all-gathers, all-reduces */
     double activations_per_layer[SP_RUNS];   /* the formula's, for the batch per group */
     float *losses[SP_RUNS + 1];      /* the rows' loss curves (baseline, tp, tp+sp) */
 } sp_report;
@@ -48,7 +49,7 @@ void sp_json(FILE *o, const sp_report *r);
 typedef struct {
     int tp, B;
     gpt_config model;
-    precision precision;   /* fp32 in the chapter; a test measures bf16 too */
+    precision precision;   /* of the activations (LayerNorm statistics: fp32) */
     activation_setup setup[MEMORY_SETUPS];
     /* bytes per layer per rank: measured (allocator, 2 layers less 1), re-derived,
      * and the paper's 16-bit-with-dropout Table 2 */
@@ -65,8 +66,6 @@ double memory_peak_activations(comm *tp, const run_config *cfg, activation_setup
                                int layers);
 int memory_launches(const run_config *cfg, int tp, memory_report *r);
 int memory_passed(const memory_report *r);
-/* Setup i was not measured: sequence parallelism runs in fp32 alone. */
-int memory_not_run(const memory_report *r, int i);
 void memory_print(const memory_report *r);
 void memory_json(FILE *o, const memory_report *r);
 int memory_write_svg(const char *path, const memory_report *r);

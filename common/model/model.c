@@ -271,7 +271,7 @@ void gpt_embed_forward(gpt_model *m, const void *embed) {
     mixed_embedding_forward(m->p, embedded, m->slot->tokens, wte, N, C, s->vocab_start,
                             s->vocab_local);
     /* vocab-parallel: each rank embedded only its tokens; the sum is the embedding (SP: mine) */
-    if (m->sp) tp_sequence_reduce_scatter(m->sp, x, embedded);
+    if (m->sp) tp_sequence_split(m->sp, x, embedded, s->vocab_parallel);
     else if (s->vocab_parallel) megatron_g_forward(m->opts.tp, m->p, x, (size_t)N * C);
     const size_t first = (size_t)tp_sequence_first_position(m->sp);   /* my positions' */
     mixed_position_forward(m->p, x, precision_at(m->p, wpe, first * C), m->B,
@@ -382,7 +382,7 @@ static void head_backward(gpt_model *m, const void *final_ln, const void *embed,
     void *d_lnf = m->sp ? tp_sequence_scratch(m->sp) : m->d_ln;
     column_parallel_backward(s->vocab_parallel && !m->sp ? f_group(m) : NULL, m->p, d_lnf,
                              dwte, NULL, k->logits, k->lnf, embed, N, C, s->vocab_local);
-    if (m->sp) tp_sequence_reduce_scatter(m->sp, m->d_ln, d_lnf);
+    if (m->sp) tp_sequence_split(m->sp, m->d_ln, d_lnf, s->vocab_parallel);
     const int Ns = (int)rows_held(m);
     mixed_vec_zero(m->p, m->dx, (size_t)Ns * C);
     tp_sequence_layernorm_backward(m->sp, m->p, m->dx, final_ln_grad, m->d_ln,

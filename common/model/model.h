@@ -132,8 +132,8 @@ typedef struct {
      * probabilities are not kept but formed again from Q and K in backward. */
     int recompute_attention;
     /* Megatron sequence parallelism on tp (tp_sequence.h): LayerNorms and the residual
-     * stream hold T/tp positions of each sequence. fp32 and a whole model (one stage)
-     * with the vocabulary split over tp; sp_copy_not_reduce: negative control. */
+     * stream hold T/tp positions of each sequence. A whole model (one stage), T a
+     * multiple of tp; sp_copy_not_reduce: negative control. */
     int sequence_parallel, sp_copy_not_reduce;
 } gpt_model_options;
 

@@ -28,10 +28,9 @@ struct tp_sequence {
 
 tp_sequence *tp_sequence_create(const gpt_shape *s, comm *tp, precision p, int B, int T,
                                 int copy_not_reduce) {
-    if (!tp || s->tp_size < 2 || T % s->tp_size || p != PRECISION_FP32 || !s->vocab_parallel ||
-        !s->has_embed || !s->has_head) {
-        fprintf(stderr, "error: sequence parallelism needs tp > 1 dividing T %d, fp32, the"
-                " vocabulary split over tp and a whole model\n", T);
+    if (!tp || s->tp_size < 2 || T % s->tp_size || !s->has_embed || !s->has_head) {
+        fprintf(stderr, "error: sequence parallelism needs tp > 1 dividing T %d and a whole"
+                " model\n", T);
         abort();
     }
     const int C = s->cfg.dim;
@@ -91,6 +90,17 @@ void tp_sequence_reduce_scatter(tp_sequence *sp, void *local, const void *full) 
         mixed_vec_copy(sp->p, local, precision_at(sp->p, sp->stacked, sp->rank * piece), piece);
     else
         comm_reduce_scatter(sp->tp, sp->stacked, local, n, comm_dtype_of(sp->p), COMM_SUM);
+}
+
+void tp_sequence_split(tp_sequence *sp, void *local, const void *full, int summed) {
+    if (summed) {
+        tp_sequence_reduce_scatter(sp, local, full);
+        return;
+    }
+    const size_t Tl = (size_t)sp->T / sp->t, C = sp->C;
+    for (size_t b = 0; b < (size_t)sp->B; b++)   /* my positions of each sequence */
+        mixed_vec_copy(sp->p, precision_at(sp->p, local, b * Tl * C),
+                       precision_at(sp->p, full, (b * sp->T + sp->rank * Tl) * C), Tl * C);
 }
 
 void tp_sequence_layernorm_backward(tp_sequence *sp, precision p, void *dinp,

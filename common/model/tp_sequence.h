@@ -30,10 +30,10 @@
 typedef struct tp_sequence tp_sequence;
 
 /* The state of SP for model shape s on group tp, micro-batches [B, T, C] in precision
- * p: scratch for the gathered rows. As this model runs it SP needs tp > 1 dividing T,
- * fp32, the vocabulary split over tp and a whole model (programs refuse anything else
- * before a rank starts: tp_sequence_check). copy_not_reduce: negative control, g-bar
- * copies this rank's rows of its own partial sum instead of reduce-scattering. */
+ * p: scratch for the gathered rows. As this model runs it SP needs tp > 1 dividing T
+ * and a whole model (programs refuse anything else before a rank starts:
+ * tp_sequence_check). copy_not_reduce: negative control, g-bar copies this rank's rows
+ * of its own partial sum instead of reduce-scattering. */
 tp_sequence *tp_sequence_create(const gpt_shape *s, comm *tp, precision p, int B, int T,
                                 int copy_not_reduce);
 void tp_sequence_free(tp_sequence *sp);
@@ -47,6 +47,11 @@ int tp_sequence_length(const tp_sequence *sp, int T);
 void tp_sequence_all_gather(tp_sequence *sp, void *out, const void *local);
 /* g-bar: local[B, T/t, C] = this rank's positions of the sum over ranks of full[B, T, C]. */
 void tp_sequence_reduce_scatter(tp_sequence *sp, void *local, const void *full);
+/* Into the sequence-parallel region: this rank's positions of full[B, T, C], summed over
+ * the ranks when each holds a partial sum (g-bar: the vocab-parallel embedding, and the
+ * vocab-parallel head's input gradient), else taken as they are (every rank holds the
+ * same numbers: the embedding and head of a vocabulary held whole, in 16 bits). */
+void tp_sequence_split(tp_sequence *sp, void *local, const void *full, int summed);
 /* A [B, T, C] buffer of the sp's for a row-parallel output's partial sums or a
  * column-parallel input's gradient (one at a time). */
 void *tp_sequence_scratch(tp_sequence *sp);

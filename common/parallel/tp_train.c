@@ -100,9 +100,16 @@ double tp_bytes_formula(const gpt_config *m, precision p, int B_local, int T, in
     return ring_tp * tp_bytes + ring_dp * dp_bytes;
 }
 
-double tp_sequence_bytes_gathered_again(const gpt_config *m, int B_local, int T, int tp) {
+double tp_sequence_bytes_gathered_again(const gpt_config *m, precision p, int B_local, int T,
+                                        int tp) {
     const double N = (double)B_local * T;   /* 2 all-gathers of N x C per block */
-    return (tp - 1.0) / tp * 2.0 * m->layers * N * m->dim * sizeof(float);
+    return (tp - 1.0) / tp * 2.0 * m->layers * N * m->dim * precision_bytes(p);
+}
+
+double tp_sequence_bytes_ends(const gpt_config *m, precision p, int B_local, int T, int tp) {
+    if (p == PRECISION_FP32) return 0;   /* vocab-parallel: they replace TP's all-reduces */
+    const double N = (double)B_local * T;   /* 2 all-gathers of N x C */
+    return (tp - 1.0) / tp * 2.0 * N * m->dim * precision_bytes(p);
 }
 
 double tp_sequence_bytes_layernorm_grads(const gpt_config *m, int tp) {
@@ -110,15 +117,15 @@ double tp_sequence_bytes_layernorm_grads(const gpt_config *m, int tp) {
     return 2.0 * (tp - 1) / tp * (2.0 * m->layers + 1) * 2 * m->dim * sizeof(float);
 }
 
-double tp_sequence_bytes_added(const gpt_config *m, int B_local, int T, int tp) {
-    return tp_sequence_bytes_gathered_again(m, B_local, T, tp) +
-           tp_sequence_bytes_layernorm_grads(m, tp);
+double tp_sequence_bytes_added(const gpt_config *m, precision p, int B_local, int T, int tp) {
+    return tp_sequence_bytes_gathered_again(m, p, B_local, T, tp) +
+           tp_sequence_bytes_layernorm_grads(m, tp) + tp_sequence_bytes_ends(m, p, B_local, T, tp);
 }
 
-double tp_sequence_bytes_formula(const gpt_config *m, int B_local, int T, int tp, int dp,
-                                 size_t params_per_rank) {
-    return tp_bytes_formula(m, PRECISION_FP32, B_local, T, tp, dp, params_per_rank) +
-           tp_sequence_bytes_added(m, B_local, T, tp);
+double tp_sequence_bytes_formula(const gpt_config *m, precision p, int B_local, int T, int tp,
+                                 int dp, size_t params_per_rank) {
+    return tp_bytes_formula(m, p, B_local, T, tp, dp, params_per_rank) +
+           tp_sequence_bytes_added(m, p, B_local, T, tp);
 }
 
 double tp_recompute_bytes(const gpt_config *m, precision p, int B_local, int T, int tp) {
@@ -136,12 +143,6 @@ int tp_sequence_check(const run_config *cfg, int tp, char *err, size_t err_len) 
         snprintf(err, err_len, "sequence parallelism with TP %d: --ctx %d does not split"
                  " into %d equal parts of the sequence (use a --ctx that is a multiple of %d)",
                  tp, cfg->model.ctx, tp, tp);
-        return 0;
-    }
-    if (cfg->precision != PRECISION_FP32) {
-        snprintf(err, err_len, "sequence parallelism runs in fp32 only, not --precision %s"
-                 " (its embedding and loss are the vocab-parallel ones, which compute in fp32)",
-                 precision_name(cfg->precision));
         return 0;
     }
     return 1;
@@ -274,8 +275,8 @@ void tp_train(comm *world, const mesh *m, const run_config *cfg, const tp_option
                   .vocab_padding = r.shape.vocab_local * t - cfg->model.vocab,
                   .params_per_rank = r.rep.num_params, .sequence_parallel = sp};
     tp_measure(&r, out->result.timed_steps, &x);
-    const double formula = sp ? tp_sequence_bytes_formula(&cfg->model, r.B, T, t, d,
-                                                          r.rep.num_params)
+    const double formula = sp ? tp_sequence_bytes_formula(&cfg->model, cfg->precision, r.B, T,
+                                                          t, d, r.rep.num_params)
                               : tp_bytes_formula(&cfg->model, cfg->precision, r.B, T, t, d,
                                                  r.rep.num_params);
     const double again = opts && opts->checkpoint_activations
