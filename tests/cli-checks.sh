@@ -552,6 +552,31 @@ if [ -x "$planner" ] && [ -z "$mpi" ]; then
     expect_ok "$planner" --model gpt4-moe --gpu-mem 141
     expect_ok "$planner" --params 70e9 --gpus 64 --moe-experts 8 --moe-top-k 1 --moe-every 2
 fi
+# chapter 9, the sequence split: sequence parallelism needs a TP size of 2 or more that
+# divides ctx, TP keeps fp32 gradients, and each part reads its own flags
+chapter9="$programs"/chapter9
+if [ -x "$chapter9" ]; then
+    expect_error "$chapter9" "--part fast: unknown value (valid: all, sp, memory, context)" --part fast
+    expect_error "$chapter9" "sequence parallelism with TP 2: --ctx 7 does not split into 2 equal parts" --ranks 2 --tp 2 --ctx 7
+    expect_error "$chapter9" "--grad-dtype bf16: tensor parallelism keeps fp32 gradients so far" --precision bf16 --grad-dtype bf16
+fi
+if [ -x "$chapter9" ] && [ -z "$mpi" ]; then   # under MPI the three above answer for the parser
+    expect_error "$chapter9" "--recompute sometimes: unknown value (valid: none, selective, full)" --ranks 2 --recompute sometimes
+    expect_error "$chapter9" "--recompute does nothing with --part memory (only part sp reads it)" --ranks 2 --part memory --recompute selective
+    expect_error "$chapter9" "--svg does nothing with --part sp (only part memory reads it)" --ranks 2 --part sp --svg x.svg
+    expect_error "$chapter9" "--trace does nothing with --part memory (only part sp reads it)" --ranks 2 --part memory --trace "$scratch/t9.json"
+    expect_error "$chapter9" "--tp does nothing with --part context" --ranks 2 --part context --tp 2
+    expect_error "$chapter9" "sequence parallelism splits the sequence over the tensor-parallel ranks: it needs --tp 2 or more, not 1" --ranks 2 --tp 1
+    expect_error "$chapter9" "./run 1: sequence parallelism needs a TP group of 2 or more ranks" --ranks 1
+    expect_error "$chapter9" "--tp 3 does not divide --heads 4" --ranks 4 --tp 3
+    expect_error "$chapter9" "--svg $scratch/no/m.svg: cannot write there" --ranks 2 --svg "$scratch/no/m.svg"
+    expect_error "$chapter9" "--save ckpt: chapter 9 compares short runs" --ranks 2 --save ckpt
+fi
+if [ -x "$programs"/chapter3 ] && [ -z "$mpi" ]; then   # chapter 3's --sp: part 3, TP 2 or more
+    expect_error "$programs"/chapter3 "--sp does nothing with --part block" --ranks 2 --part block --sp
+    expect_error "$programs"/chapter3 "sequence parallelism splits the sequence over the tensor-parallel ranks: it needs --tp 2 or more, not 1" --sp
+    expect_error "$programs"/chapter3 "sequence parallelism with TP 4: --ctx 6 does not split into 4 equal parts" --ranks 4 --sp --ctx 6
+fi
 # ./run itself (once, on threads: RUN_LAST names this build's baseline, whatever was
 # built last)
 if [ -z "$mpi" ] && [ -x "$build"/baseline ]; then

@@ -65,13 +65,14 @@ make -s -j2 MPI=1 SAN=address all >/dev/null ||
 # wire on threads only, so under MPI it must refuse cleanly (exit 2); chapter 8's whole
 # default takes minutes under the sanitizer: its parts run one by one below, accuracy
 # over 20 steps.
-for program in baseline chapter1 chapter2 chapter3 chapter4 chapter5 chapter6 chapter7 chapter8; do
+for program in baseline chapter1 chapter2 chapter3 chapter4 chapter5 chapter6 chapter7 chapter8 chapter9; do
     ranks=4 flags=() want=0
     case $program in
         baseline) ranks=1 ;;
         chapter4) ranks=2 flags=(--steps 1) ;;
         chapter7) ranks=2 want=2 ;;
         chapter8) continue ;;
+        chapter9) flags=(--part sp "${small[@]}") ;;   # TP 2 + SP x DP 2; part memory in test_chapter9
     esac
     run_program "$sanitized" $program $ranks "${flags[@]}"
     judge "$program on $ranks ranks${flags[*]:+ ${flags[*]}} (AddressSanitizer)" $? $want
@@ -85,7 +86,7 @@ done
 # 2. each program under MPI, RUNS times in a row in the plain build (the planner,
 # chapter 6, trains nothing and refuses the training flags: its default plan); the
 # first failure of a program is shown and ends its runs
-for program in baseline chapter1 chapter2 chapter3 chapter4 chapter5 chapter6 chapter8; do
+for program in baseline chapter1 chapter2 chapter3 chapter4 chapter5 chapter6 chapter8 chapter9; do
     ranks=2 flags=("${small[@]}")
     case $program in
         baseline) ranks=1 ;;
@@ -93,6 +94,7 @@ for program in baseline chapter1 chapter2 chapter3 chapter4 chapter5 chapter6 ch
         chapter5) ranks=4 ;;                          # a 3D mesh of 2 x 2
         chapter6) flags=() ;;
         chapter8) flags=(--part wire --layers 2 --dim 16 --heads 2 --ctx 8 --batch 8 --quiet) ;;
+        chapter9) flags+=(--part sp) ;;
     esac
     for run in $(seq $runs); do
         run_program "$plain" $program $ranks "${flags[@]}"

@@ -25,7 +25,7 @@ static const char *const link_names[] = {"none", "nvlink", "ib", "ethernet"};
 
 typedef struct {
     run_config cfg;
-    int tp, part;
+    int tp, part, sp;   /* sp: part 3 with sequence parallelism (chapter 9) */
     const dataset *data;
     const baseline_run *baseline;   /* in the process of world rank 0 */
     strategy_outcome run;           /* part 3's, buffers allocated before the ranks start */
@@ -95,10 +95,14 @@ static int print_part3_summary(const chapter_args *a, comm *world, const strateg
            "", "params", "grads", "optimizer", "activations", "comm", "peak");
     print_memory_row("baseline", &b->memory);
     print_memory_row(r->strategy, &r->memory);
+    const int sp = tp_extra_of(run)->sequence_parallel;
     printf("  (parameters, gradients and AdamW state shrink to about 1/t; activations only"
-           " in part: heads and MLP units are split, but every TP rank keeps the whole"
-           " residual stream and LayerNorm outputs)\n");
-    if (tp_extra_of(run)->vocab_parallel)
+           " in part: heads and MLP units are split, but every TP rank keeps %s)\n",
+           sp ? "the scratch of SP's gathers" : "the whole residual stream and LayerNorm outputs");
+    if (tp_extra_of(run)->sequence_parallel)
+        printf("\nsequence parallelism: f and g became all-gathers and reduce-scatters along"
+               " the sequence (g, g-bar); chapter 9 counts them collective by collective\n");
+    else if (tp_extra_of(run)->vocab_parallel)
         printf("\nall-reduces per step on the TP group: %.0f measured; 4L + 4 = %d expected"
                " (2 + 2 per block, 1 embedding, 2 loss, 1 LM head backward)\n",
                tp_extra_of(run)->allreduces_per_step, 4 * L + 4);
@@ -107,11 +111,12 @@ static int print_part3_summary(const chapter_args *a, comm *world, const strateg
                " (2 + 2 per block; the vocabulary is not split)\n",
                tp_extra_of(run)->allreduces_per_step, 4 * L);
     printf("bytes sent per rank per step: %s measured, %s by the ring formula"
-           " 2(t-1)/t x %s%s\n", report_bytes(r->bytes_sent_per_step, x),
+           " 2(t-1)/t x %s%s%s\n", report_bytes(r->bytes_sent_per_step, x),
            r->bytes_formula >= 0 ? report_bytes(r->bytes_formula, y) : "-",
            tp_extra_of(run)->vocab_parallel ? "4 B x ((4L+2) B T C + 3 B T)"
                                             : "2 B x 4L B T C (16-bit activations)",
-           tp_extra_of(run)->dp > 1 ? " + DP's 2(d-1)/d x fp32 gradient bytes" : "");
+           tp_extra_of(run)->dp > 1 ? " + DP's 2(d-1)/d x fp32 gradient bytes" : "",
+           sp ? " + SP's inputs gathered again and LayerNorm gradients (chapter 9)" : "");
     const double ms_per_step = run_ms_per_step(r);
     const double comm_ms = r->timed_steps ? 1e3 * r->comm_seconds / r->timed_steps : 0.0;
     printf("communication: %.1f%% of the step (%s backend, --link %s): %.2f of %.2f ms"
@@ -240,7 +245,7 @@ static int rank_main(comm *world, void *argp) {
     comm_barrier(world);
     if (runs_part(a, PART_TRAIN)) {
         if (root && !cfg->json) print_part3_intro(a, comm_size(world));
-        tp_train(world, &m, cfg, NULL, a->data, run);
+        tp_train(world, &m, cfg, &(tp_options){.sequence_parallel = a->sp}, a->data, run);
         if (root)
             compare_to_baseline(&run->result, a->baseline, run->loss, run->first_grads,
                                 run->final_params);
@@ -265,6 +270,8 @@ int main(int argc, char **argv) {
         {"tp", OPT_INT, &a.tp, "tensor-parallel size (default: the rank count; the rest"
          " of the ranks is data parallel)", NULL, 1},
         {"part", OPT_CHOICE, &a.part, "which part to run", part_names, 0},
+        {"sp", OPT_FLAG, &a.sp, "part 3 with Megatron sequence parallelism on the TP group"
+         " (chapter 9)", NULL, 0},
         {0},
     };
     a.cfg.fp32_grads_only = "tensor parallelism keeps fp32 gradients so far (valid: fp32;"
@@ -282,6 +289,13 @@ int main(int argc, char **argv) {
         exit(2);   /* the other MPI processes: one line is enough */
     }
     if (a.tp == 0) a.tp = world;
+    if (a.sp && !runs_part(&a, PART_TRAIN))
+        cli_fail("--sp does nothing with --part %s (it splits part 3's training along the"
+                 " sequence)", part_names[a.part]);
+    if (a.sp && !tp_sequence_check(&a.cfg, a.tp, err, sizeof err)) {
+        if (process_hosts_rank0()) cli_fail("%s", err);
+        exit(2);
+    }
     fits_check_or_exit(&a.cfg, 1.0 / a.tp);   /* a TP group holds one copy of the model */
 
     dataset *data = dataset_from_config(&a.cfg);

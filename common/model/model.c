@@ -11,6 +11,7 @@
 #include "ops.h"
 #include "ops_mixed.h"
 #include "tp_linear.h"
+#include "tp_sequence.h"
 #include "vocab_parallel.h"
 
 /* ---- the model instance --------------------------------------------------------- */
@@ -60,7 +61,14 @@ struct gpt_model {
     /* backward scratch, shared by all blocks and slots */
     void *dx;                /* gradient of the residual stream, walked back in place */
     void *d_ln, *d_atty, *d_qkv, *d_att, *d_fch, *d_fch_gelu;
+    tp_sequence *sp;         /* sequence parallelism; NULL without */
+    void *att_again;         /* selective recomputation: one block's probabilities */
 };
+
+/* Tokens a rank holds in the LayerNorm / residual region: B T, or B T / tp with SP. */
+static size_t rows_held(const gpt_model *m) {
+    return (size_t)tp_sequence_rows(m->sp, m->B * m->T);
+}
 
 /* n activations in the model's precision, or n fp32 statistics */
 static void *alloc_acts(const gpt_model *m, size_t n) {
@@ -73,17 +81,18 @@ static float *alloc_stats(size_t n) {
 
 static void block_acts_alloc(const gpt_model *m, block_acts *a) {
     const gpt_shape *s = &m->shape;
-    size_t N = (size_t)m->B * m->T, C = s->cfg.dim;
-    a->ln1 = alloc_acts(m, N * C);
-    a->ln1_mean = alloc_stats(N);
-    a->ln1_rstd = alloc_stats(N);
+    size_t N = (size_t)m->B * m->T, C = s->cfg.dim, Ns = rows_held(m);
+    a->ln1 = alloc_acts(m, Ns * C);
+    a->ln1_mean = alloc_stats(Ns);
+    a->ln1_rstd = alloc_stats(Ns);
     a->qkv = alloc_acts(m, N * 3 * s->dim_local);
-    a->att = alloc_acts(m, (size_t)m->B * s->heads_local * m->T * m->T);
+    if (!m->opts.recompute_attention)
+        a->att = alloc_acts(m, (size_t)m->B * s->heads_local * m->T * m->T);
     a->atty = alloc_acts(m, N * s->dim_local);
-    a->x_mid = alloc_acts(m, N * C);
-    a->ln2 = alloc_acts(m, N * C);
-    a->ln2_mean = alloc_stats(N);
-    a->ln2_rstd = alloc_stats(N);
+    a->x_mid = alloc_acts(m, Ns * C);
+    a->ln2 = alloc_acts(m, Ns * C);
+    a->ln2_mean = alloc_stats(Ns);
+    a->ln2_rstd = alloc_stats(Ns);
     a->dgelu = alloc_acts(m, N * s->hidden_local);
     a->fch_gelu = alloc_acts(m, N * s->hidden_local);
 }
@@ -101,7 +110,7 @@ static void slot_alloc(gpt_model *m, micro_slot *k) {
     k->tokens = mem_alloc_on(MEM_DEVICE, MEM_ACTIVATIONS, N * sizeof(int));
     k->targets = mem_alloc_on(MEM_DEVICE, MEM_ACTIVATIONS, N * sizeof(int));
     k->x = mem_alloc(MEM_OTHER, ((size_t)blocks + 1) * sizeof *k->x);
-    for (int i = 0; i <= blocks; i++) k->x[i] = alloc_acts(m, N * C);
+    for (int i = 0; i <= blocks; i++) k->x[i] = alloc_acts(m, rows_held(m) * C);
     if (!m->opts.checkpoint_activations) {
         k->acts = mem_alloc(MEM_OTHER, (size_t)blocks * sizeof *k->acts);
         for (int i = 0; i < blocks; i++) block_acts_alloc(m, &k->acts[i]);
@@ -158,6 +167,9 @@ gpt_model *gpt_model_create(const gpt_shape *s, int B, int T,
     m->host_batch = mem_alloc(MEM_OTHER, 2 * (size_t)B * T * sizeof(int));
     m->slots = mem_alloc(MEM_OTHER, (size_t)m->max_slots * sizeof *m->slots);
     const size_t N = (size_t)B * T, C = s->cfg.dim;
+    if (m->opts.sequence_parallel)
+        m->sp = tp_sequence_create(s, m->opts.tp, m->p, B, T, m->opts.sp_copy_not_reduce);
+    if (m->opts.recompute_attention) m->att_again = alloc_acts(m, N * T * s->heads_local);
     gpt_use_slot(m, 0);
     if (m->opts.checkpoint_activations) {
         m->recompute = mem_alloc(MEM_OTHER, sizeof *m->recompute);
@@ -178,7 +190,8 @@ void gpt_model_free(gpt_model *m) {
     for (int k = 0; k < m->max_slots; k++) slot_free(m, &m->slots[k]);
     if (m->recompute) block_acts_free(m->recompute);
     void *rest[] = {m->dx, m->d_ln, m->d_atty, m->d_qkv, m->d_att, m->d_fch,
-                    m->d_fch_gelu};
+                    m->d_fch_gelu, m->att_again};
+    tp_sequence_free(m->sp);
     for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++) mem_free(rest[i]);
     mem_free(m->recompute);
     mem_free(m->host_batch);
@@ -221,6 +234,11 @@ static block_acts *acts_of(gpt_model *m, int layer) {
     return m->opts.checkpoint_activations ? m->recompute : &m->slot->acts[local_block(m, layer)];
 }
 
+/* The attention's probabilities: kept per block, or (selective) formed again in one buffer */
+static void *probabilities(const gpt_model *m, const block_acts *a) {
+    return m->opts.recompute_attention ? m->att_again : a->att;
+}
+
 /* The group f's backward all-reduces over (NULL for the negative control). */
 static comm *f_group(const gpt_model *m) { return m->opts.drop_f_backward ? NULL : m->opts.tp; }
 
@@ -249,11 +267,15 @@ void gpt_embed_forward(gpt_model *m, const void *embed) {
     const int N = m->B * m->T, C = s->cfg.dim;
     const void *wte = embed, *wpe = precision_at(m->p, embed, (size_t)s->vocab_local * C);
     void *x = m->slot->x[0];
-    mixed_embedding_forward(m->p, x, m->slot->tokens, wte, N, C, s->vocab_start,
+    void *embedded = m->sp ? tp_sequence_scratch(m->sp) : x;
+    mixed_embedding_forward(m->p, embedded, m->slot->tokens, wte, N, C, s->vocab_start,
                             s->vocab_local);
-    /* vocab-parallel: each rank embedded only its tokens; the sum is the embedding */
-    if (s->vocab_parallel) megatron_g_forward(m->opts.tp, m->p, x, (size_t)N * C);
-    mixed_position_forward(m->p, x, wpe, m->B, m->T, C);
+    /* vocab-parallel: each rank embedded only its tokens; the sum is the embedding (SP: mine) */
+    if (m->sp) tp_sequence_split(m->sp, x, embedded, s->vocab_parallel);
+    else if (s->vocab_parallel) megatron_g_forward(m->opts.tp, m->p, x, (size_t)N * C);
+    const size_t first = (size_t)tp_sequence_first_position(m->sp);   /* my positions' */
+    mixed_position_forward(m->p, x, precision_at(m->p, wpe, first * C), m->B,
+                           tp_sequence_length(m->sp, m->T), C);
 }
 
 /* Megatron's block: attention heads and MLP units split over the tp group.
@@ -262,34 +284,38 @@ void gpt_embed_forward(gpt_model *m, const void *embed) {
 void gpt_block_forward(gpt_model *m, int layer, const void *block) {
     const gpt_shape *s = &m->shape;
     const precision P = m->p;
-    const int B = m->B, T = m->T, N = B * T, C = s->cfg.dim;
+    const int B = m->B, T = m->T, N = B * T, C = s->cfg.dim, Ns = (int)rows_held(m);
     const int Cl = s->dim_local, Hl = s->hidden_local;
     const block_weights p = weights_of(m, block);
     block_acts *a = acts_of(m, layer);
     const void *x_in = m->slot->x[local_block(m, layer)];
     void *x_out = m->slot->x[local_block(m, layer) + 1];
     comm *tp = m->opts.tp;
+    tp_sequence *sp = m->sp;   /* with SP, f -> g (all-gather), g -> g-bar (reduce-scatter) */
 
-    mixed_layernorm_forward(P, a->ln1, a->ln1_mean, a->ln1_rstd, x_in, p.ln1_w, p.ln1_b, N, C);
-    column_parallel_forward(P, a->qkv, a->ln1, p.qkv_w, p.qkv_b, N, C, 3 * Cl);
-    mixed_attention_forward(P, a->atty, a->att, a->qkv, B, T, Cl, s->heads_local);
-    row_parallel_forward(tp, P, a->x_mid, a->atty, p.proj_w, p.proj_b, N, Cl, C);
-    mixed_vec_add(P, a->x_mid, x_in, (size_t)N * C);
+    mixed_layernorm_forward(P, a->ln1, a->ln1_mean, a->ln1_rstd, x_in, p.ln1_w, p.ln1_b, Ns, C);
+    tp_sequence_column_forward(sp, P, a->qkv, a->ln1, p.qkv_w, p.qkv_b, N, C, 3 * Cl);
+    mixed_attention_forward(P, a->atty, probabilities(m, a), a->qkv, B, T, Cl, s->heads_local);
+    tp_sequence_row_forward(sp, tp, P, a->x_mid, a->atty, p.proj_w, p.proj_b, N, Cl, C);
+    mixed_vec_add(P, a->x_mid, x_in, (size_t)Ns * C);
 
     mixed_layernorm_forward(P, a->ln2, a->ln2_mean, a->ln2_rstd, a->x_mid, p.ln2_w, p.ln2_b,
-                            N, C);
-    column_parallel_forward(P, a->dgelu, a->ln2, p.fc_w, p.fc_b, N, C, Hl);
+                            Ns, C);
+    tp_sequence_column_forward(sp, P, a->dgelu, a->ln2, p.fc_w, p.fc_b, N, C, Hl);
     mixed_gelu_forward(P, a->fch_gelu, a->dgelu, (size_t)N * Hl);
-    row_parallel_forward(tp, P, x_out, a->fch_gelu, p.fc2_w, p.fc2_b, N, Hl, C);
-    mixed_vec_add(P, x_out, a->x_mid, (size_t)N * C);
+    tp_sequence_row_forward(sp, tp, P, x_out, a->fch_gelu, p.fc2_w, p.fc2_b, N, Hl, C);
+    mixed_vec_add(P, x_out, a->x_mid, (size_t)Ns * C);
 }
 
 float gpt_head_forward(gpt_model *m, const void *final_ln, const void *embed) {
     const gpt_shape *s = &m->shape;
     micro_slot *k = m->slot;
     const int N = m->B * m->T, C = s->cfg.dim, V = s->cfg.vocab;
-    mixed_layernorm_forward(m->p, k->lnf, k->lnf_mean, k->lnf_rstd, k->x[gpt_stage_layers(s)],
-                            final_ln, precision_at(m->p, final_ln, C), N, C);
+    /* with SP: my positions normalised, then gathered (g) for the vocab-parallel head */
+    void *lnf = m->sp ? tp_sequence_scratch(m->sp) : k->lnf;
+    mixed_layernorm_forward(m->p, lnf, k->lnf_mean, k->lnf_rstd, k->x[gpt_stage_layers(s)],
+                            final_ln, precision_at(m->p, final_ln, C), (int)rows_held(m), C);
+    if (m->sp) tp_sequence_all_gather(m->sp, k->lnf, lnf);
     if (!s->vocab_parallel) {   /* tied: wte is [V, C] */
         mixed_linear_forward(m->p, k->logits, k->lnf, embed, NULL, N, C, V);
         mixed_crossentropy_forward(m->p, k->losses, k->logits, k->logits, k->targets, N, V);
@@ -351,13 +377,17 @@ static void head_backward(gpt_model *m, const void *final_ln, const void *embed,
                                              vocab_slice_of(s, N));
     }
     /* vocab-parallel: d(lnf) summed over every rank's vocabulary, f's backward
-     * all-reduce; a whole head's d(lnf) is complete as it is */
-    column_parallel_backward(s->vocab_parallel ? f_group(m) : NULL, m->p, m->d_ln, dwte, NULL,
-                             k->logits, k->lnf, embed, N, C, s->vocab_local);
-    mixed_vec_zero(m->p, m->dx, (size_t)N * C);
-    mixed_layernorm_backward(m->p, m->dx, final_ln_grad, final_ln_grad + C, m->d_ln,
-                             k->x[gpt_stage_layers(s)], final_ln, k->lnf_mean, k->lnf_rstd,
-                             N, C);
+     * all-reduce (with SP, g's backward: the sum's reduce-scatter, my positions); a
+     * whole head's d(lnf) is complete as it is */
+    void *d_lnf = m->sp ? tp_sequence_scratch(m->sp) : m->d_ln;
+    column_parallel_backward(s->vocab_parallel && !m->sp ? f_group(m) : NULL, m->p, d_lnf,
+                             dwte, NULL, k->logits, k->lnf, embed, N, C, s->vocab_local);
+    if (m->sp) tp_sequence_split(m->sp, m->d_ln, d_lnf, s->vocab_parallel);
+    const int Ns = (int)rows_held(m);
+    mixed_vec_zero(m->p, m->dx, (size_t)Ns * C);
+    tp_sequence_layernorm_backward(m->sp, m->p, m->dx, final_ln_grad, m->d_ln,
+                                   k->x[gpt_stage_layers(s)], final_ln, k->lnf_mean,
+                                   k->lnf_rstd, Ns, C);
 }
 
 void gpt_head_backward(gpt_model *m, const void *final_ln, const void *embed,
@@ -371,8 +401,9 @@ static void block_backward(gpt_model *m, int layer, const void *block, float *bl
                            block_douts *keep) {
     const gpt_shape *s = &m->shape;
     const precision P = m->p;
-    const int B = m->B, T = m->T, N = B * T, C = s->cfg.dim;
+    const int B = m->B, T = m->T, N = B * T, C = s->cfg.dim, Ns = (int)rows_held(m);
     const int Cl = s->dim_local, Hl = s->hidden_local;
+    tp_sequence *sp = m->sp;
     if (m->opts.checkpoint_activations) gpt_block_forward(m, layer, block);  /* recompute */
     const block_weights p = weights_of(m, block);
     gpt_block_tensors g = gpt_block_view(s, block_grad);
@@ -388,23 +419,26 @@ static void block_backward(gpt_model *m, int layer, const void *block, float *bl
      * onto it (after the last read of d(out)), and then d(x_in) the same way: the
      * same sums as with a copy of dx, without the copies. */
     if (keep) mixed_vec_copy(P, keep->d_fc2_out, dx, (size_t)N * C);
-    row_parallel_backward(P, m->d_fch_gelu, w.fc2_w, w.fc2_b, dx, a->fch_gelu, p.fc2_w, N, Hl,
-                          C);
+    tp_sequence_row_backward(sp, P, m->d_fch_gelu, w.fc2_w, w.fc2_b, dx, a->fch_gelu, p.fc2_w,
+                             N, Hl, C);
     mixed_gelu_backward(P, d_fch, a->dgelu, m->d_fch_gelu, (size_t)N * Hl);
-    column_parallel_backward(f_group(m), P, m->d_ln, w.fc_w, w.fc_b, d_fch, a->ln2, p.fc_w, N,
-                             C, Hl);
-    mixed_layernorm_backward(P, dx, g.ln2_w, g.ln2_b, m->d_ln, a->x_mid, p.ln2_w, a->ln2_mean,
-                             a->ln2_rstd, N, C);   /* dx: d(x_mid) now */
+    tp_sequence_column_backward(sp, f_group(m), P, m->d_ln, w.fc_w, w.fc_b, d_fch, a->ln2,
+                                p.fc_w, N, C, Hl);
+    tp_sequence_layernorm_backward(sp, P, dx, g.ln2_w, m->d_ln, a->x_mid, p.ln2_w,
+                                   a->ln2_mean, a->ln2_rstd, Ns, C);   /* dx: d(x_mid) now */
 
     /* attention branch: x_mid = x_in + proj(attention(qkv(ln1(x_in)))) */
     if (keep) mixed_vec_copy(P, keep->d_proj_out, dx, (size_t)N * C);
-    row_parallel_backward(P, m->d_atty, w.proj_w, w.proj_b, dx, a->atty, p.proj_w, N, Cl, C);
-    mixed_attention_backward(P, d_qkv, m->d_att, m->d_atty, a->qkv, a->att, B, T, Cl,
-                             s->heads_local);
-    column_parallel_backward(f_group(m), P, m->d_ln, w.qkv_w, w.qkv_b, d_qkv, a->ln1, p.qkv_w,
-                             N, C, 3 * Cl);
-    mixed_layernorm_backward(P, dx, g.ln1_w, g.ln1_b, m->d_ln, x_in, p.ln1_w, a->ln1_mean,
-                             a->ln1_rstd, N, C);
+    tp_sequence_row_backward(sp, P, m->d_atty, w.proj_w, w.proj_b, dx, a->atty, p.proj_w, N,
+                             Cl, C);
+    if (m->opts.recompute_attention)   /* selective: the probabilities again, from Q, K */
+        mixed_attention_forward(P, a->atty, m->att_again, a->qkv, B, T, Cl, s->heads_local);
+    mixed_attention_backward(P, d_qkv, m->d_att, m->d_atty, a->qkv, probabilities(m, a), B,
+                             T, Cl, s->heads_local);
+    tp_sequence_column_backward(sp, f_group(m), P, m->d_ln, w.qkv_w, w.qkv_b, d_qkv, a->ln1,
+                                p.qkv_w, N, C, 3 * Cl);
+    tp_sequence_layernorm_backward(sp, P, dx, g.ln1_w, m->d_ln, x_in, p.ln1_w, a->ln1_mean,
+                                   a->ln1_rstd, Ns, C);
 }
 
 void gpt_block_backward(gpt_model *m, int layer, const void *block, float *block_grad) {
@@ -432,6 +466,10 @@ static void block_weight_grads(gpt_model *m, int layer, const void *block, float
 static void embed_backward_from(gpt_model *m, float *embed_grad, const void *d_x) {
     const gpt_shape *s = &m->shape;
     const int N = m->B * m->T, C = s->cfg.dim;
+    if (m->sp) {   /* g-bar's backward: every position's gradient, for every token's row */
+        tp_sequence_all_gather(m->sp, tp_sequence_scratch(m->sp), d_x);
+        d_x = tp_sequence_scratch(m->sp);
+    }
     mixed_embedding_backward(m->p, embed_grad, d_x, m->slot->tokens, N, C, s->vocab_start,
                              s->vocab_local);
     mixed_position_backward(m->p, embed_grad + (size_t)s->vocab_local * C, d_x, m->B, m->T,
@@ -455,9 +493,10 @@ static block_douts *slot_douts(gpt_model *m) {
     micro_slot *k = m->slot;
     const gpt_shape *s = &m->shape;
     const size_t N = (size_t)m->B * m->T, C = s->cfg.dim;
-    if (m->opts.checkpoint_activations) {
+    if (m->opts.checkpoint_activations || m->sp) {
         fprintf(stderr, "error: a split backward needs every block's activations until its"
-                " weight gradients: it does not combine with activation checkpointing\n");
+                " weight gradients: it does not combine with activation checkpointing or"
+                " sequence parallelism (which keeps 1/tp of them)\n");
         abort();
     }
     if (!k->douts) {

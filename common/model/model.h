@@ -128,6 +128,13 @@ typedef struct {
     comm *tp;                     /* tensor-parallel group; NULL when tp_size is 1 */
     int drop_f_backward;          /* negative control: f's backward all-reduce skipped */
     int max_slots;                /* micro-batches in flight at most (0: 1) */
+    /* Selective recomputation (Korthikanti et al. 2022): the attention core's softmax
+     * probabilities are not kept but formed again from Q and K in backward. */
+    int recompute_attention;
+    /* Megatron sequence parallelism on tp (tp_sequence.h): LayerNorms and the residual
+     * stream hold T/tp positions of each sequence. A whole model (one stage), T a
+     * multiple of tp; sp_copy_not_reduce: negative control. */
+    int sequence_parallel, sp_copy_not_reduce;
 } gpt_model_options;
 
 gpt_model *gpt_model_create(const gpt_shape *s, int B, int T,

@@ -100,6 +100,54 @@ double tp_bytes_formula(const gpt_config *m, precision p, int B_local, int T, in
     return ring_tp * tp_bytes + ring_dp * dp_bytes;
 }
 
+double tp_sequence_bytes_gathered_again(const gpt_config *m, precision p, int B_local, int T,
+                                        int tp) {
+    const double N = (double)B_local * T;   /* 2 all-gathers of N x C per block */
+    return (tp - 1.0) / tp * 2.0 * m->layers * N * m->dim * precision_bytes(p);
+}
+
+double tp_sequence_bytes_ends(const gpt_config *m, precision p, int B_local, int T, int tp) {
+    if (p == PRECISION_FP32) return 0;   /* vocab-parallel: they replace TP's all-reduces */
+    const double N = (double)B_local * T;   /* 2 all-gathers of N x C */
+    return (tp - 1.0) / tp * 2.0 * N * m->dim * precision_bytes(p);
+}
+
+double tp_sequence_bytes_layernorm_grads(const gpt_config *m, int tp) {
+    /* 2 C numbers per LayerNorm: 2 per block and the final one, all-reduced */
+    return 2.0 * (tp - 1) / tp * (2.0 * m->layers + 1) * 2 * m->dim * sizeof(float);
+}
+
+double tp_sequence_bytes_added(const gpt_config *m, precision p, int B_local, int T, int tp) {
+    return tp_sequence_bytes_gathered_again(m, p, B_local, T, tp) +
+           tp_sequence_bytes_layernorm_grads(m, tp) + tp_sequence_bytes_ends(m, p, B_local, T, tp);
+}
+
+double tp_sequence_bytes_formula(const gpt_config *m, precision p, int B_local, int T, int tp,
+                                 int dp, size_t params_per_rank) {
+    return tp_bytes_formula(m, p, B_local, T, tp, dp, params_per_rank) +
+           tp_sequence_bytes_added(m, p, B_local, T, tp);
+}
+
+double tp_recompute_bytes(const gpt_config *m, precision p, int B_local, int T, int tp) {
+    const double N = (double)B_local * T;
+    return 2.0 * (tp - 1) / tp * 2.0 * m->layers * N * m->dim * precision_bytes(p);
+}
+
+int tp_sequence_check(const run_config *cfg, int tp, char *err, size_t err_len) {
+    if (tp < 2) {
+        snprintf(err, err_len, "sequence parallelism splits the sequence over the"
+                 " tensor-parallel ranks: it needs --tp 2 or more, not %d", tp);
+        return 0;
+    }
+    if (cfg->model.ctx % tp != 0) {
+        snprintf(err, err_len, "sequence parallelism with TP %d: --ctx %d does not split"
+                 " into %d equal parts of the sequence (use a --ctx that is a multiple of %d)",
+                 tp, cfg->model.ctx, tp, tp);
+        return 0;
+    }
+    return 1;
+}
+
 /* ---- training ----------------------------------------------------------------------- */
 
 /* One rank's TP (x DP) state for the training loop. */
@@ -176,6 +224,10 @@ static void tp_measure(const tp_rank *r, int timed_steps, tp_extra *x) {
     comm_stats dp_stats = grad_buckets_stats(r->buckets);
     x->allreduces_per_step = (double)tp_stats.calls[COMM_KIND_ALLREDUCE] / timed_steps;
     x->bytes_tp_per_step = (double)comm_stats_total_sent(&tp_stats) / timed_steps;
+    x->tp_allreduce_bytes = (double)tp_stats.bytes_sent[COMM_KIND_ALLREDUCE] / timed_steps;
+    x->tp_reduce_scatter_bytes =
+        (double)tp_stats.bytes_sent[COMM_KIND_REDUCE_SCATTER] / timed_steps;
+    x->tp_allgather_bytes = (double)tp_stats.bytes_sent[COMM_KIND_ALLGATHER] / timed_steps;
     x->bytes_dp_per_step = (double)comm_stats_total_sent(&dp_stats) / timed_steps;
 }
 
@@ -188,9 +240,14 @@ static void tp_rank_init(tp_rank *r, const tp_options *opts) {
     mem_stats_reset_peaks(r->stats);
     replica_init(&r->rep, &r->shape, r->cfg->seed, 1);
     replica_set_precision(&r->rep, r->cfg->precision);
+    const tp_options none = {0}, *o = opts ? opts : &none;
     gpt_model_options model_opts = {.tp = t > 1 ? m->tp : NULL,
                                     .precision = r->cfg->precision,
-                                    .drop_f_backward = opts && opts->drop_f_backward};
+                                    .drop_f_backward = o->drop_f_backward,
+                                    .sequence_parallel = o->sequence_parallel,
+                                    .sp_copy_not_reduce = o->sp_copy_not_reduce,
+                                    .recompute_attention = o->recompute_attention,
+                                    .checkpoint_activations = o->checkpoint_activations};
     r->model = gpt_model_create(&r->shape, r->B, r->cfg->model.ctx, &model_opts);
     if (d > 1)
         r->buckets = grad_buckets_create(m->dp, &r->shape, r->rep.grads, 1u << 20, 25u << 20,
@@ -206,7 +263,8 @@ void tp_train(comm *world, const mesh *m, const run_config *cfg, const tp_option
                  .out = out, .stats = mem_stats_current()};
     tp_rank_init(&r, opts);
 
-    const char *name = d > 1 ? "tp+dp" : "tp";
+    const int sp = opts && opts->sequence_parallel;
+    const char *name = d > 1 ? (sp ? "tp+sp+dp" : "tp+dp") : (sp ? "tp+sp" : "tp");
     train_strategy strategy = {.name = name, .ctx = &r, .compute_grads = tp_compute_grads,
                                .optimizer_grads = tp_optimizer_grads,
                                .keep_first_grads = tp_keep_first_grads, .update = tp_update,
@@ -215,12 +273,15 @@ void tp_train(comm *world, const mesh *m, const run_config *cfg, const tp_option
     tp_extra x = {.tp = t, .dp = d, .vocab_parallel = r.shape.vocab_parallel,
                   .vocab_local = r.shape.vocab_local,
                   .vocab_padding = r.shape.vocab_local * t - cfg->model.vocab,
-                  .params_per_rank = r.rep.num_params};
+                  .params_per_rank = r.rep.num_params, .sequence_parallel = sp};
     tp_measure(&r, out->result.timed_steps, &x);
-    out->result.bytes_formula = cfg->comm.allreduce == ALLREDUCE_RING
-                                    ? tp_bytes_formula(&cfg->model, cfg->precision, r.B, T, t,
-                                                                      d, r.rep.num_params)
-                                    : -1;
+    const double formula = sp ? tp_sequence_bytes_formula(&cfg->model, cfg->precision, r.B, T,
+                                                          t, d, r.rep.num_params)
+                              : tp_bytes_formula(&cfg->model, cfg->precision, r.B, T, t, d,
+                                                 r.rep.num_params);
+    const double again = opts && opts->checkpoint_activations
+                             ? tp_recompute_bytes(&cfg->model, cfg->precision, r.B, T, t) : 0;
+    out->result.bytes_formula = cfg->comm.allreduce == ALLREDUCE_RING ? formula + again : -1;
 
     /* the unsplit parameters for the comparison, charged to the side account */
     if (m->me.dp == 0) {

@@ -31,11 +31,18 @@ typedef struct {
     double bytes_tp_per_step, bytes_dp_per_step;   /* per rank, measured */
     double replica_drift;             /* largest difference between TP ranks' copies of
                                          the replicated tensors */
+    int sequence_parallel;            /* Megatron SP on the tp group */
+    /* bytes per rank per step on the tp group by collective, measured */
+    double tp_allreduce_bytes, tp_reduce_scatter_bytes, tp_allgather_bytes;
 } tp_extra;
 static inline const tp_extra *tp_extra_of(const strategy_outcome *o) { return o->extra; }
 
 typedef struct {
     int drop_f_backward;   /* negative control: f's backward all-reduce left out */
+    int sequence_parallel;    /* Megatron SP (tp_sequence.h) */
+    int sp_copy_not_reduce;   /* negative control: SP's reduce-scatters left out */
+    int recompute_attention;  /* selective recomputation */
+    int checkpoint_activations;   /* full recomputation: block inputs kept alone */
 } tp_options;
 
 /* Collective over world, the mesh m's (pp 1). opts may be NULL. */
@@ -50,6 +57,30 @@ int tp_launch(const run_config *cfg, const dataset *data, int tp, const tp_optio
  * gradients in fp32. */
 double tp_bytes_formula(const gpt_config *m, precision p, int B_local, int T, int tp, int dp,
                         size_t params_per_rank);
+/* Sequence parallelism's bytes: TP's (every all-reduce of activations becomes a
+ * reduce-scatter and an all-gather, (t-1)/t of the bytes each) plus what SP adds: the
+ * column-parallel layers' inputs gathered again in backward (2 per block), the
+ * LayerNorms' weight gradients summed over tp (2 per block and the final one, 2 C
+ * fp32 each), and in 16 bits, where the vocabulary is held whole and TP's embedding
+ * and head move nothing, the head's input gathered (g) and the embedding's output
+ * gradient gathered (g-bar's backward). Activations in p. */
+double tp_sequence_bytes_formula(const gpt_config *m, precision p, int B_local, int T, int tp,
+                                 int dp, size_t params_per_rank);
+/* What SP adds to TP's bytes alone: the inputs gathered again, the LayerNorm
+ * gradients' all-reduces, the ends' gathers (16 bits), and all of them together. */
+double tp_sequence_bytes_gathered_again(const gpt_config *m, precision p, int B_local, int T,
+                                        int tp);
+double tp_sequence_bytes_layernorm_grads(const gpt_config *m, int tp);
+double tp_sequence_bytes_ends(const gpt_config *m, precision p, int B_local, int T, int tp);
+double tp_sequence_bytes_added(const gpt_config *m, precision p, int B_local, int T, int tp);
+/* Full recomputation runs each block's forward again in backward, and its collectives
+ * with it: 2 all-reduces of activations per block (with SP: 2 all-gathers and 2
+ * reduce-scatters, the same bytes). */
+double tp_recompute_bytes(const gpt_config *m, precision p, int B_local, int T, int tp);
+/* Checks --sp against cfg's model and a TP size tp: tp > 1, dividing ctx. On failure
+ * writes one line and returns 0. */
+int tp_sequence_check(const run_config *cfg, int tp, char *err, size_t err_len);
+
 /* The vocabulary (embedding = tied LM head) is split over the TP ranks when tp > 1 and
  * the run computes in fp32; a vocab-parallel head computes in fp32 alone, so in 16 bits
  * every TP rank holds the whole vocabulary (replicated, identical gradients). */
