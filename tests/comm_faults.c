@@ -28,8 +28,27 @@ const char *const comm_fault_scenarios[] = {
     "recv-size",       /* rank 1 expects fewer bytes than rank 0 sends */
     "abort",           /* the last rank calls comm_abort while the others all-reduce */
     "fail",            /* rank 1 returns 3 from rank_main while the others wait */
+    "alltoall-hang",   /* the last rank skips an all-to-all */
+    "alltoallv-count", /* rank 1 expects one element fewer from rank 0 than it sends */
     NULL,
 };
+
+/* 2 elements from every rank to every rank; rank 1's recv_counts[0] says 1. */
+static void alltoall_fault(comm *world, const char *name) {
+    int r = comm_rank(world), n = comm_size(world);
+    float send[16] = {0}, recv[16];
+    size_t counts[8], offsets[8], expected[8];
+    for (int j = 0; j < n && j < 8; j++) {
+        counts[j] = expected[j] = 2;
+        offsets[j] = 2 * (size_t)j;
+    }
+    if (!strcmp(name, "alltoall-hang")) {
+        if (r != n - 1) comm_alltoall(world, send, recv, 2, COMM_F32);
+    } else {
+        if (r == 1) expected[0] = 1;
+        comm_alltoallv(world, send, counts, offsets, recv, expected, offsets, COMM_F32);
+    }
+}
 
 /* Every scenario first runs one good collective, so the flight recorder shows it. */
 int comm_fault_main(comm *world, void *scenario) {
@@ -61,6 +80,8 @@ int comm_fault_main(comm *world, void *scenario) {
     } else if (!strcmp(name, "fail")) {
         if (r == 1) return 3;
         comm_barrier(world);
+    } else if (!strncmp(name, "alltoall", 8)) {
+        alltoall_fault(world, name);
     } else {
         fprintf(stderr, "unknown fault scenario '%s'\n", name);
         return 2;

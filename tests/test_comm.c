@@ -353,6 +353,30 @@ START_TEST(test_f64_negative) {
 }
 END_TEST
 
+/* ---- all-to-all against a serial reference (tests/comm_alltoall.c) ------------------ */
+int comm_check_alltoall(comm *c, int rotated_reference, const char *label);
+
+static int alltoall_main(comm *world, void *rotated) {
+    return comm_check_alltoall(world, rotated != NULL,
+                               rotated ? "negative control (blocks one rank too far)"
+                                       : "threads pairwise") ? 1 : 0;
+}
+
+START_TEST(test_alltoall) {
+    comm_options o = options(_i);
+    ck_assert_int_eq(launch_threads(&o, alltoall_main, NULL), 0);
+}
+END_TEST
+
+START_TEST(test_alltoall_negative) {
+    comm_options o = options(3);
+    int status = launch_threads(&o, alltoall_main, "rotated");
+    printf("negative control: all-to-all against a reference one rank off -> status %d "
+           "(must be non-zero)\n", status);
+    ck_assert_int_ne(status, 0);
+}
+END_TEST
+
 /* ---- the link model: a transfer takes at least latency + bytes / bandwidth --------- */
 static int link_main(comm *world, void *arg) {
     double *seconds = arg;
@@ -440,6 +464,10 @@ static const fault_case fault_cases[] = {
     {"recv-size", {"rank 1 failed: recv on 'world': rank 0 sent 64 bytes with tag 5, rank 1 expects 60", NULL}},
     {"abort", {"rank 2 failed: boom: loss is NaN at step 7", NULL}},
     {"fail", {"rank 1 failed: rank_main returned 3", NULL}},
+    {"alltoall-hang", {"TIMEOUT", "alltoall(2 x f32 per rank) #2 on group 'world'",
+                       "rank 2: returned 0 from rank_main", "rank 0:"}},
+    {"alltoallv-count", {"rank 1 failed: comm_alltoallv on 'world': rank 0 sends 2 elements "
+                         "to rank 1, which expects 1 (its recv_counts[0])", NULL}},
 };
 
 /* Runs launch_threads(o, fn, arg) in a child process, so that a hang cannot hang the
@@ -591,6 +619,8 @@ int main(int argc, char **argv) {
     tcase_add_test(collectives, test_doubling_order_negative);
     tcase_add_loop_test(collectives, test_f64, 1, 6);   /* 1..5 ranks */
     tcase_add_test(collectives, test_f64_negative);
+    tcase_add_loop_test(collectives, test_alltoall, 1, 6);   /* 1..5 ranks */
+    tcase_add_test(collectives, test_alltoall_negative);
     tcase_add_test(collectives, test_link_model);
     tcase_add_test(collectives, test_trace);
     suite_add_tcase(s, collectives);

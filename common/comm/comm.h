@@ -87,6 +87,21 @@ void comm_broadcast(comm *c, void *buf, size_t count, comm_dtype dt, int root);
 void comm_reduce(comm *c, void *buf, size_t count, comm_dtype dt, comm_op op, int root);
 void comm_barrier(comm *c);
 
+/* All-to-all: send holds `size` blocks of `count` elements; block j goes to rank j,
+ * into block r (this rank's number) of j's recv. The block to itself is a local copy.
+ * send and recv must not overlap. Bytes sent per rank: (N-1) count x element size. */
+void comm_alltoall(comm *c, const void *send, void *recv, size_t count, comm_dtype dt);
+/* The uneven form (expert parallelism, Ulysses with uneven heads): send_counts[j]
+ * elements at send + send_offsets[j] go to rank j, which receives them at its recv +
+ * recv_offsets[r]; blocks may be empty. Every rank passes arrays of `size` entries,
+ * and recv_counts[j] must equal rank j's send_counts[r]: a rank that does not know
+ * what it will receive learns it first with comm_alltoall of one count per peer.
+ * Counts that disagree stop the job naming both ranks. Bytes sent per rank: the sum
+ * of send_counts[j] over j != rank, x element size (the block to itself stays). */
+void comm_alltoallv(comm *c, const void *send, const size_t *send_counts,
+                    const size_t *send_offsets, void *recv, const size_t *recv_counts,
+                    const size_t *recv_offsets, comm_dtype dt);
+
 /* ---- point to point (not collective; messages of one tag arrive in order) -------- */
 /* Buffered (the default, comm_options.send_mode): comm_send returns once buf has been
  * copied, without waiting for the receiver, so two ranks may send to each other before
@@ -135,6 +150,7 @@ typedef enum {
     COMM_KIND_REDUCE,
     COMM_KIND_SENDRECV,
     COMM_KIND_BARRIER,
+    COMM_KIND_ALLTOALL,        /* both forms */
     COMM_NKINDS
 } comm_kind;
 const char *comm_kind_name(comm_kind kind);
@@ -159,7 +175,8 @@ double comm_stats_total_seconds(const comm_stats *s);
  * buffer counts as received by the copier and sent by the peer). Textbook volume per
  * rank for B bytes on N ranks: all-reduce 2(N-1)/N B, reduce-scatter and all-gather
  * (N-1)/N B, broadcast and reduce B along a chain (the end of the chain sends, resp.
- * the start receives, nothing), send/recv B. */
+ * the start receives, nothing), send/recv B, all-to-all the blocks to the other
+ * ranks (sum of send_counts[j], j != rank, x element size; received: recv_counts). */
 int comm_bytes_are_modelled(const comm *c);
 /* The memory accounting of the rank that owns c (bound by launch on every rank). */
 mem_stats *comm_mem_stats(comm *c);

@@ -17,7 +17,8 @@ void comm_count(comm *copier, comm *owner, int kind, uint64_t bytes) {
 }
 
 /* The textbook volume a rank moves (MPI, NCCL): rings for all-reduce, reduce-scatter
- * and all-gather, a pipelined chain from (broadcast) or to (reduce) the root. */
+ * and all-gather, a pipelined chain from (broadcast) or to (reduce) the root, all-to-all
+ * straight to each peer. */
 void comm_count_modelled(comm *c, const comm_call *call) {
     if (!c->backend->bytes_modelled) return;
     uint64_t n = (uint64_t)c->size, bytes = call->count * comm_dtype_size(call->dt);
@@ -39,6 +40,10 @@ void comm_count_modelled(comm *c, const comm_call *call) {
         break;
     case COMM_KIND_SENDRECV:
         if (call->op) received = bytes; else sent = bytes;
+        break;
+    case COMM_KIND_ALLTOALL:   /* every block but its own, straight to its rank */
+        sent = comm_alltoall_moved(call, 0, c->size, c->rank) * comm_dtype_size(call->dt);
+        received = comm_alltoall_moved(call, 1, c->size, c->rank) * comm_dtype_size(call->dt);
         break;
     }
     atomic_fetch_add(&c->counters.sent[call->kind], sent);

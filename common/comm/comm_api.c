@@ -17,6 +17,24 @@ static comm_call make_call(int kind, const void *send, void *recv, size_t count,
                        .dt = (int)dt, .op = op, .root = root};
 }
 
+/* All-to-all: the arrays of the -v form, buffers for the blocks, no overlap (a peer
+ * may still read this rank's send while it writes its recv). */
+static void check_alltoall(comm *c, const comm_call *call) {
+    if (call->op == 1 && (!call->send_counts || !call->send_offsets || !call->recv_counts ||
+                          !call->recv_offsets))
+        comm_fail(c, "comm_alltoallv on '%s': NULL counts or offsets", c->name);
+    size_t es = comm_dtype_size(call->dt);
+    size_t send_extent = comm_alltoall_extent(call, 0, c->size) * es;
+    size_t recv_extent = comm_alltoall_extent(call, 1, c->size) * es;
+    if ((send_extent && !call->send) || (recv_extent && !call->recv))
+        comm_fail(c, "comm_alltoall on '%s': NULL buffer for %zu bytes", c->name,
+                  call->send ? recv_extent : send_extent);
+    const char *send = call->send, *recv = call->recv;
+    if (send_extent && recv_extent && send < recv + recv_extent && recv < send + send_extent)
+        comm_fail(c, "comm_alltoall on '%s': send and recv overlap (not supported in place)",
+                  c->name);
+}
+
 static void check_call(comm *c, const comm_call *call) {
     const char *name = comm_kind_name((comm_kind)call->kind);
     if (call->dt < COMM_F32 || call->dt >= COMM_NDTYPES)
@@ -30,6 +48,15 @@ static void check_call(comm *c, const comm_call *call) {
     if (call->count > 0 && (!call->send || !call->recv))
         comm_fail(c, "comm_%s on '%s': NULL buffer for %zu elements", name, c->name,
                   call->count);
+    if (call->kind == COMM_KIND_ALLTOALL) check_alltoall(c, call);
+}
+
+/* Bytes a call carries, for the trace: the buffer, or what all-to-all sends away. */
+static uint64_t call_bytes(const comm *c, const comm_call *call) {
+    size_t elements = call->kind == COMM_KIND_ALLTOALL
+                          ? comm_alltoall_moved(call, 0, c->size, c->rank)
+                          : call->count;
+    return elements * comm_dtype_size(call->dt);
 }
 
 static void trace_call(comm *c, int tid, const char *prefix, const comm_call *call,
@@ -37,7 +64,7 @@ static void trace_call(comm *c, int tid, const char *prefix, const comm_call *ca
     if (!c->job->opts.trace_path) return;
     char name[48];
     snprintf(name, sizeof name, "%s%s", prefix, comm_kind_name((comm_kind)call->kind));
-    comm_trace_span(c, tid, name, t0, t1, call->count * comm_dtype_size(call->dt));
+    comm_trace_span(c, tid, name, t0, t1, call_bytes(c, call));
 }
 
 static void run_blocking(comm *c, comm_call call) {
@@ -110,6 +137,20 @@ void comm_reduce(comm *c, void *buf, size_t count, comm_dtype dt, comm_op op, in
 }
 void comm_barrier(comm *c) {
     run_blocking(c, make_call(COMM_KIND_BARRIER, NULL, NULL, 0, COMM_F32, -1, -1));
+}
+
+void comm_alltoall(comm *c, const void *send, void *recv, size_t count, comm_dtype dt) {
+    run_blocking(c, make_call(COMM_KIND_ALLTOALL, send, recv, count, dt, 0, -1));
+}
+void comm_alltoallv(comm *c, const void *send, const size_t *send_counts,
+                    const size_t *send_offsets, void *recv, const size_t *recv_counts,
+                    const size_t *recv_offsets, comm_dtype dt) {
+    comm_call call = make_call(COMM_KIND_ALLTOALL, send, recv, 0, dt, 1, -1);
+    call.send_counts = send_counts;
+    call.send_offsets = send_offsets;
+    call.recv_counts = recv_counts;
+    call.recv_offsets = recv_offsets;
+    run_blocking(c, call);
 }
 
 comm_request *comm_allreduce_start(comm *c, void *buf, size_t count, comm_dtype dt,

@@ -20,7 +20,7 @@ static const char *op_name(int op) {
 
 const char *comm_kind_name(comm_kind kind) {
     static const char *names[] = {"allreduce", "reduce_scatter", "allgather", "broadcast",
-                                  "reduce", "sendrecv", "barrier"};
+                                  "reduce", "sendrecv", "barrier", "alltoall"};
     if ((int)kind == COMM_KIND_SPLIT) return "split";
     return (kind >= 0 && kind < COMM_NKINDS) ? names[kind] : "?";
 }
@@ -32,7 +32,12 @@ int comm_call_matches(const comm_call *a, const comm_call *b) {
 
 void comm_call_describe(const comm_call *call, char *out, size_t size) {
     const char *name = comm_kind_name((comm_kind)call->kind);
-    if (call->kind == COMM_KIND_BARRIER || call->kind == COMM_KIND_SPLIT) {
+    if (call->kind == COMM_KIND_ALLTOALL && call->op == 1) {
+        snprintf(out, size, "alltoallv(%s)", comm_dtype_name(call->dt));
+    } else if (call->kind == COMM_KIND_ALLTOALL) {
+        snprintf(out, size, "alltoall(%zu x %s per rank)", call->count,
+                 comm_dtype_name(call->dt));
+    } else if (call->kind == COMM_KIND_BARRIER || call->kind == COMM_KIND_SPLIT) {
         snprintf(out, size, "%s", name);
     } else if (call->kind == COMM_KIND_SENDRECV) {
         snprintf(out, size, "%s(%zu x %s, peer %d, tag %d)", call->op ? "recv" : "send",
@@ -48,3 +53,31 @@ void comm_call_describe(const comm_call *call, char *out, size_t size) {
     }
 }
 
+
+/* ---- all-to-all blocks ---------------------------------------------------------------- */
+size_t comm_alltoall_block(const comm_call *call, int recv_side, int peer, size_t *offset) {
+    const size_t *counts = recv_side ? call->recv_counts : call->send_counts;
+    const size_t *offsets = recv_side ? call->recv_offsets : call->send_offsets;
+    if (!counts) {   /* the even form */
+        *offset = (size_t)peer * call->count;
+        return call->count;
+    }
+    *offset = offsets[peer];
+    return counts[peer];
+}
+
+size_t comm_alltoall_extent(const comm_call *call, int recv_side, int size) {
+    size_t extent = 0;
+    for (int j = 0; j < size; j++) {
+        size_t offset, len = comm_alltoall_block(call, recv_side, j, &offset);
+        if (len && offset + len > extent) extent = offset + len;
+    }
+    return extent;
+}
+
+size_t comm_alltoall_moved(const comm_call *call, int recv_side, int size, int rank) {
+    size_t moved = 0, offset;
+    for (int j = 0; j < size; j++)
+        if (j != rank) moved += comm_alltoall_block(call, recv_side, j, &offset);
+    return moved;
+}

@@ -52,9 +52,19 @@ typedef struct {
                           /* (send/recv: op is 0 for send, 1 for recv) */
     int tag;              /* send/recv */
     uint64_t seq;         /* number of this collective in its group, from 1 */
+    /* all-to-all: op 0 for the even form (`count` per peer, block j at j x count), op 1
+     * for the -v form (count 0, these [size] arrays; NULL for the even form) */
+    const size_t *send_counts, *send_offsets, *recv_counts, *recv_offsets;
 } comm_call;
 
 int comm_call_matches(const comm_call *a, const comm_call *b);
+/* All-to-all: the block of `peer` on the send side (recv_side 0) or the receive side
+ * (1): returns its length and sets *offset (elements). */
+size_t comm_alltoall_block(const comm_call *call, int recv_side, int peer, size_t *offset);
+/* Elements the blocks of one side reach in its buffer (the largest offset + length),
+ * and elements a rank moves to (or from) the others: its own block excluded. */
+size_t comm_alltoall_extent(const comm_call *call, int recv_side, int size);
+size_t comm_alltoall_moved(const comm_call *call, int recv_side, int size, int rank);
 /* "allreduce(1000 x f32, sum)", "broadcast(10 x bf16, root 2)", "barrier". */
 void comm_call_describe(const comm_call *call, char *out, size_t size);
 

@@ -1,8 +1,10 @@
 /* The threads backend's collectives: ring all-reduce, reduce-scatter and all-gather,
- * chain broadcast and reduce, the naive and the recursive-doubling all-reduce, and the
- * barrier, written over the progress counters of comm_threads.c (see there). */
+ * chain broadcast and reduce, the naive and the recursive-doubling all-reduce, the
+ * pairwise all-to-all and the barrier, written over the progress counters of
+ * comm_threads.c (see there). */
 #include "comm_threads_algorithms.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* ---- the algorithms ---------------------------------------------------------------- */
@@ -243,6 +245,56 @@ static void doubling_allreduce(comm *c, const comm_call *call, void *scratch) {
     threads_finish(c, call, done);
 }
 
+/* All-to-all: copies rank `source`'s block for this rank (its own: a local copy). The
+ * length comes from the sender's counts and must be the receiver's; when they differ
+ * nothing is copied and `mismatch` says why. */
+static void take_block(comm *c, const comm_call *call, int source, char *mismatch,
+                       size_t size) {
+    member *m = member_of(c, source);
+    const comm_call *theirs = source == c->rank ? call : &m->call;
+    const void *their_send = source == c->rank ? call->send : m->send;
+    size_t their_offset, my_offset;
+    size_t len = comm_alltoall_block(theirs, 0, c->rank, &their_offset);
+    size_t expected = comm_alltoall_block(call, 1, source, &my_offset);
+    if (len != expected) {
+        if (!mismatch[0])
+            snprintf(mismatch, size, "comm_alltoallv on '%s': rank %d sends %zu elements to "
+                     "rank %d, which expects %zu (its recv_counts[%d])", c->name, source,
+                     len, c->rank, expected, source);
+        return;
+    }
+    if (source == c->rank && len)
+        threads_move_bytes(c, at(call->recv, my_offset, call), at(their_send, their_offset, call),
+                           len * comm_dtype_size(call->dt), 0);
+    else if (source != c->rank)
+        threads_pull(c, source, at(call->recv, my_offset, call), NULL,
+                     at(their_send, their_offset, call), len, call);
+}
+
+/* Pairwise all-to-all: at step k = 1..N-1 rank r copies its block out of rank r-k's
+ * send buffer, so rank r+k takes r's block at the same step ("send to r+k, receive
+ * from r-k") and no peer is read by two ranks at once. Step 1 = "took every block": a
+ * rank leaves once every peer has taken its blocks out of its buffers, and reports
+ * counts that disagree only then, so that no peer reads the arrays of a rank gone. */
+static void pairwise_alltoall(comm *c, const comm_call *call) {
+    int n = c->size, r = c->rank;
+    char mismatch[200] = "";
+    threads_enter(c, call, call->send, call->recv, NULL);
+    take_block(c, call, r, mismatch, sizeof mismatch);
+    for (int k = 1; k < n; k++) {
+        int source = mod(r - k, n);
+        threads_wait_step(c, call, source, 0);
+        if (comm_job_stopping(c->job)) comm_leave_thread();   /* it may have left */
+        const comm_call *theirs = &member_of(c, source)->call;
+        if (!comm_call_matches(call, theirs)) comm_fail_mismatch(c, source, call, theirs);
+        take_block(c, call, source, mismatch, sizeof mismatch);
+    }
+    threads_publish(c, 1);
+    for (int q = 0; q < n; q++) threads_wait_step(c, call, q, 1);
+    threads_finish(c, call, 1);
+    if (mismatch[0]) comm_fail(c, "%s", mismatch);
+}
+
 /* Step 1 = "arrived and checked": nobody leaves before its right neighbour has read
  * its call (enter), as in every collective. */
 void threads_barrier(comm *c, const comm_call *call) {
@@ -266,6 +318,12 @@ size_t threads_scratch_bytes(const comm *c, const comm_call *call) {
 
 void threads_execute(comm *c, const comm_call *call, void *scratch) {
     if (comm_job_stopping(c->job)) comm_leave_thread();
+    if (c->size == 1 && call->kind == COMM_KIND_ALLTOALL) {
+        char mismatch[200] = "";
+        take_block(c, call, 0, mismatch, sizeof mismatch);
+        if (mismatch[0]) comm_fail(c, "%s", mismatch);
+        return;
+    }
     if (c->size == 1) {   /* alone: only out-of-place copies remain */
         size_t bytes = call->count * comm_dtype_size(call->dt);
         if ((call->kind == COMM_KIND_REDUCE_SCATTER || call->kind == COMM_KIND_ALLGATHER) &&
@@ -284,6 +342,7 @@ void threads_execute(comm *c, const comm_call *call, void *scratch) {
     case COMM_KIND_ALLGATHER: ring_allgather(c, call); break;
     case COMM_KIND_BROADCAST: chain_broadcast(c, call); break;
     case COMM_KIND_REDUCE: chain_reduce(c, call, scratch); break;
+    case COMM_KIND_ALLTOALL: pairwise_alltoall(c, call); break;
     default: threads_barrier(c, call); break;
     }
 }
