@@ -1,5 +1,5 @@
 /* Context parallelism on the threads backend: the mesh's CP dimension, ring attention
- * (contiguous and balanced) trained against the single-device baseline, the
+ * (contiguous and balanced) and Ulysses trained against the single-device baseline, the
  * negative controls that must fail, each layer's bytes against the formulas and the
  * causal mask's work imbalance. */
 #include <check.h>
@@ -50,7 +50,8 @@ static cp_case train_against_baseline(int ranks, int cp, cp_options opts, int st
 
 static const char *label(cp_options o) {
     static char buf[64];
-    snprintf(buf, sizeof buf, "%s %s", cp_attention_name(o.kind), cp_split_name(o.split));
+    snprintf(buf, sizeof buf, "%s%s%s", cp_attention_name(o.kind), o.kind == CP_RING ? " " : "",
+             o.kind == CP_RING ? cp_split_name(o.split) : "");
     return buf;
 }
 
@@ -72,6 +73,7 @@ static void check_training(int ranks, int cp, cp_options opts) {
 
 static const cp_options ring = {.kind = CP_RING, .split = CP_CONTIGUOUS};
 static const cp_options balanced = {.kind = CP_RING, .split = CP_BALANCED};
+static const cp_options ulysses = {.kind = CP_ULYSSES};
 
 START_TEST(ring_cp1_is_the_baseline) { check_training(1, 1, ring); }
 END_TEST
@@ -83,7 +85,13 @@ START_TEST(balanced_ring_cp2_matches_the_baseline) { check_training(2, 2, balanc
 END_TEST
 START_TEST(balanced_ring_cp4_matches_the_baseline) { check_training(4, 4, balanced); }
 END_TEST
+START_TEST(ulysses_cp2_matches_the_baseline) { check_training(2, 2, ulysses); }
+END_TEST
+START_TEST(ulysses_cp4_matches_the_baseline) { check_training(4, 4, ulysses); }
+END_TEST
 START_TEST(balanced_ring_cp2_times_dp2_matches_the_baseline) { check_training(4, 2, balanced); }
+END_TEST
+START_TEST(ulysses_cp2_times_dp2_matches_the_baseline) { check_training(4, 2, ulysses); }
 END_TEST
 
 /* ---- negative controls: the comparison catches each bug ------------------------------ */
@@ -168,6 +176,11 @@ START_TEST(sizes_that_do_not_fit_are_refused) {
     ck_assert(!cp_check_sizes(&cfg, 4, 4, &balanced, err, sizeof err));
     printf("refused: %s\n", err);
     ck_assert(strstr(err, "--ctx 12 does not split into 8 equal chunks"));
+    cfg.model.ctx = 16;
+    cfg.model.heads = 2;
+    ck_assert(!cp_check_sizes(&cfg, 4, 4, &ulysses, err, sizeof err));
+    printf("refused: %s\n", err);
+    ck_assert(strstr(err, "--cp 4 does not divide --heads 2"));
 }
 END_TEST
 
@@ -185,7 +198,10 @@ int main(void) {
     tcase_add_test(training, ring_cp4_matches_the_baseline);
     tcase_add_test(training, balanced_ring_cp2_matches_the_baseline);
     tcase_add_test(training, balanced_ring_cp4_matches_the_baseline);
+    tcase_add_test(training, ulysses_cp2_matches_the_baseline);
+    tcase_add_test(training, ulysses_cp4_matches_the_baseline);
     tcase_add_test(training, balanced_ring_cp2_times_dp2_matches_the_baseline);
+    tcase_add_test(training, ulysses_cp2_times_dp2_matches_the_baseline);
     tcase_add_test(training, ring_without_the_diagonal_mask_fails);
     tcase_add_test(training, ring_with_a_stale_kv_block_in_backward_fails);
     tcase_add_test(training, balanced_split_evens_out_the_causal_work);

@@ -7,6 +7,10 @@
  *            accumulates its queries' attention with an online softmax
  *            (attention_block.h); backward recomputes each block's probabilities from
  *            the saved log-sum-exp and sends dK/dV around the ring back to their owner.
+ *   ulysses  (DeepSpeed) an all-to-all turns [s/P tokens, all heads] into [all s tokens,
+ *            H/P heads]; plain attention over the whole sequence on those heads; an
+ *            all-to-all back. Backward: the same all-to-alls the other way. Needs the
+ *            heads to divide by P.
  *
  * Splits of a sequence of T positions into 2P or P pieces (ring only: balanced):
  *   contiguous  rank i holds [i T/P, (i+1) T/P): under the causal mask rank P-1 works
@@ -24,9 +28,9 @@
 #include "attention_block.h"
 #include "comm.h"
 
-typedef enum { CP_RING } cp_attention_kind;
+typedef enum { CP_RING, CP_ULYSSES } cp_attention_kind;
 typedef enum { CP_CONTIGUOUS, CP_BALANCED } cp_split;
-const char *cp_attention_name(cp_attention_kind kind);   /* "ring" */
+const char *cp_attention_name(cp_attention_kind kind);   /* "ring", "ulysses" */
 const char *cp_split_name(cp_split split);               /* "contiguous", "balanced" */
 
 typedef struct {
@@ -46,7 +50,7 @@ cp_attention *cp_attention_create(comm *cp, const cp_options *opts, int B, int T
                                   int NH);
 void cp_attention_free(cp_attention *a);
 /* What one layer's attention keeps for its backward, in floats: the log-sum-exp per
- * query and head (ring). */
+ * query and head (ring), or the head-sharded Q, K, V, output and probabilities (ulysses). */
 size_t cp_attention_saved_numel(const cp_attention *a);
 void cp_attention_forward(cp_attention *a, float *out, float *saved, const float *qkv);
 /* dqkv [B, Tc, 3C] overwritten. */
@@ -58,10 +62,12 @@ uint64_t cp_attention_work(const cp_attention *a);
 
 /* Bytes one rank sends per layer per step (forward and backward), by the formula:
  *   ring     forward (P-1) K/V blocks; backward (P-1) K/V blocks again and P dK/dV
- *            blocks (the last hop takes them home); a block is B x Tc x 2C floats */
+ *            blocks (the last hop takes them home); a block is B x Tc x 2C floats
+ *   ulysses  4 all-to-alls each way (Q, K, V, output; dO, dQ, dK, dV), each sending
+ *            (P-1)/P of B x Tc x C floats */
 double cp_attention_bytes_formula(cp_attention_kind kind, int P, int B, int T, int C);
 
-/* ---- the implementation (cp_ring_attention.c) ------------------------------------- */
+/* ---- the two implementations (cp_ring_attention.c, cp_ulysses.c) ------------------- */
 typedef struct cp_ring cp_ring;
 cp_ring *cp_ring_create(comm *cp, const cp_options *opts, int B, int T, int C, int NH);
 void cp_ring_free(cp_ring *r);
@@ -70,5 +76,13 @@ void cp_ring_backward(cp_ring *r, float *dqkv, const float *dout, const float *q
                       const float *out, const float *lse);
 uint64_t cp_ring_work(const cp_ring *r);
 int cp_ring_size(const cp_ring *r);   /* P */
+
+typedef struct cp_ulysses cp_ulysses;
+cp_ulysses *cp_ulysses_create(comm *cp, int B, int T, int C, int NH);
+void cp_ulysses_free(cp_ulysses *u);
+size_t cp_ulysses_saved_numel(const cp_ulysses *u);
+void cp_ulysses_forward(cp_ulysses *u, float *out, float *saved, const float *qkv);
+void cp_ulysses_backward(cp_ulysses *u, float *dqkv, const float *dout, const float *saved);
+uint64_t cp_ulysses_work(const cp_ulysses *u);
 
 #endif

@@ -14,7 +14,7 @@
 
 int cp_check_sizes(const run_config *cfg, int world, int cp, const cp_options *opts,
                    char *err, size_t err_len) {
-    const int T = cfg->model.ctx;
+    const int T = cfg->model.ctx, H = cfg->model.heads;
     const int balanced = opts->kind == CP_RING && opts->split == CP_BALANCED;
     const int pieces = balanced ? 2 * cp : cp;
     if (cp < 1 || world % cp) {
@@ -31,6 +31,17 @@ int cp_check_sizes(const run_config *cfg, int world, int cp, const cp_options *o
         snprintf(err, err_len, "--ctx %d does not split into %d equal chunks (--cp %d%s):"
                  " use a ctx that is a multiple of %d", T, pieces, cp,
                  balanced ? " balanced: 2 chunks per rank" : "", pieces);
+        return 0;
+    }
+    if (opts->kind == CP_ULYSSES && H % cp) {
+        snprintf(err, err_len, "--cp %d does not divide --heads %d (Ulysses gives each rank"
+                 " heads/cp whole heads): use a CP size that divides %d, or --cp-attention"
+                 " ring", cp, H, H);
+        return 0;
+    }
+    if (opts->kind == CP_ULYSSES && opts->split == CP_BALANCED) {
+        snprintf(err, err_len, "--cp-split balanced is for ring attention: Ulysses sees the"
+                 " whole sequence on its heads, so no rank waits on the causal mask");
         return 0;
     }
     if (cfg->batch % (world / cp)) {
@@ -97,6 +108,7 @@ static int cp_optimizer_grads(void *arg, float **vectors, size_t *lengths) {
 }
 
 static const char *strategy_name(const cp_options *o) {
+    if (o->kind == CP_ULYSSES) return "cp-ulysses";
     return o->split == CP_BALANCED ? "cp-ring-balanced" : "cp-ring";
 }
 
