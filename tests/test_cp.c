@@ -31,14 +31,15 @@ typedef struct {
     cp_extra extra;
 } cp_case;
 
-/* cp x (ranks / cp) with these options, compared with the baseline. */
-static cp_case train_against_baseline(int ranks, int cp, cp_options opts, int steps) {
+/* tp x cp x (ranks / (tp x cp)) with these options, compared with the baseline. */
+static cp_case train_mesh_against_baseline(int ranks, int tp, int cp, cp_options opts,
+                                           int steps) {
     run_config cfg = small_config(ranks, steps);
     dataset *d = dataset_builtin();
     baseline_run *b = baseline_train(&cfg, d);
     cp_case c = {0};
     strategy_outcome out = {.extra = &c.extra};
-    ck_assert_int_eq(cp_launch(&cfg, d, cp, &opts, &out), 0);
+    ck_assert_int_eq(cp_launch_tp(&cfg, d, tp, cp, &opts, &out), 0);
     strategy_outcome_compare(&out, b);
     c.result = out.result;
     c.result.loss = NULL;
@@ -48,6 +49,10 @@ static cp_case train_against_baseline(int ranks, int cp, cp_options opts, int st
     return c;
 }
 
+static cp_case train_against_baseline(int ranks, int cp, cp_options opts, int steps) {
+    return train_mesh_against_baseline(ranks, 1, cp, opts, steps);
+}
+
 static const char *label(cp_options o) {
     static char buf[64];
     snprintf(buf, sizeof buf, "%s%s%s", cp_attention_name(o.kind), o.kind == CP_RING ? " " : "",
@@ -55,12 +60,13 @@ static const char *label(cp_options o) {
     return buf;
 }
 
-static void check_training(int ranks, int cp, cp_options opts) {
-    cp_case c = train_against_baseline(ranks, cp, opts, 3);
+static void check_mesh_training(int ranks, int tp, int cp, cp_options opts) {
+    cp_case c = train_mesh_against_baseline(ranks, tp, cp, opts, 3);
     const run_result *r = &c.result;
-    printf("cp %d x dp %d, %s, 3 steps: max diff loss %.2e (tol %.0e), grads of step 1 %.2e"
-           " (tol %.0e), params %.2e (tol %.0e)\n", cp, ranks / cp, label(opts), r->diff_loss,
-           TOL_LOSS, r->diff_grads, TOL_GRADS, r->diff_params, TOL_PARAMS);
+    printf("tp %d x cp %d x dp %d, %s, 3 steps: max diff loss %.2e (tol %.0e), grads of step"
+           " 1 %.2e (tol %.0e), params %.2e (tol %.0e)\n", tp, cp, ranks / (tp * cp),
+           label(opts), r->diff_loss, TOL_LOSS, r->diff_grads, TOL_GRADS, r->diff_params,
+           TOL_PARAMS);
     ck_assert(r->diff_loss <= TOL_LOSS);
     ck_assert(r->diff_grads <= TOL_GRADS);
     ck_assert(r->diff_params <= TOL_PARAMS);
@@ -69,6 +75,10 @@ static void check_training(int ranks, int cp, cp_options opts) {
            c.extra.cp_bytes_per_layer, c.extra.cp_bytes_per_layer_formula);
     ck_assert(c.extra.cp_bytes_per_layer == c.extra.cp_bytes_per_layer_formula);
     ck_assert(r->bytes_sent_per_step == r->bytes_formula);
+}
+
+static void check_training(int ranks, int cp, cp_options opts) {
+    check_mesh_training(ranks, 1, cp, opts);
 }
 
 static const cp_options ring = {.kind = CP_RING, .split = CP_CONTIGUOUS};
@@ -92,6 +102,13 @@ END_TEST
 START_TEST(balanced_ring_cp2_times_dp2_matches_the_baseline) { check_training(4, 2, balanced); }
 END_TEST
 START_TEST(ulysses_cp2_times_dp2_matches_the_baseline) { check_training(4, 2, ulysses); }
+END_TEST
+/* Megatron's TP inside every chunk: the mesh's tp x cp x dp on 8 ranks */
+START_TEST(balanced_ring_tp2_cp2_dp2_matches_the_baseline) {
+    check_mesh_training(8, 2, 2, balanced);
+}
+END_TEST
+START_TEST(ulysses_tp2_cp2_dp2_matches_the_baseline) { check_mesh_training(8, 2, 2, ulysses); }
 END_TEST
 
 /* ---- negative controls: the comparison catches each bug ------------------------------ */
@@ -168,17 +185,17 @@ END_TEST
 START_TEST(sizes_that_do_not_fit_are_refused) {
     run_config cfg = small_config(4, 1);
     char err[256];
-    ck_assert(cp_check_sizes(&cfg, 4, 4, &balanced, err, sizeof err));
-    ck_assert(!cp_check_sizes(&cfg, 4, 3, &ring, err, sizeof err));
+    ck_assert(cp_check_sizes(&cfg, 4, 1, 4, &balanced, err, sizeof err));
+    ck_assert(!cp_check_sizes(&cfg, 4, 1, 3, &ring, err, sizeof err));
     printf("refused: %s\n", err);
     cfg.model.ctx = 12;
-    ck_assert(cp_check_sizes(&cfg, 4, 4, &ring, err, sizeof err));
-    ck_assert(!cp_check_sizes(&cfg, 4, 4, &balanced, err, sizeof err));
+    ck_assert(cp_check_sizes(&cfg, 4, 1, 4, &ring, err, sizeof err));
+    ck_assert(!cp_check_sizes(&cfg, 4, 1, 4, &balanced, err, sizeof err));
     printf("refused: %s\n", err);
     ck_assert(strstr(err, "--ctx 12 does not split into 8 equal chunks"));
     cfg.model.ctx = 16;
     cfg.model.heads = 2;
-    ck_assert(!cp_check_sizes(&cfg, 4, 4, &ulysses, err, sizeof err));
+    ck_assert(!cp_check_sizes(&cfg, 4, 1, 4, &ulysses, err, sizeof err));
     printf("refused: %s\n", err);
     ck_assert(strstr(err, "--cp 4 does not divide --heads 2"));
 }
@@ -202,6 +219,8 @@ int main(void) {
     tcase_add_test(training, ulysses_cp4_matches_the_baseline);
     tcase_add_test(training, balanced_ring_cp2_times_dp2_matches_the_baseline);
     tcase_add_test(training, ulysses_cp2_times_dp2_matches_the_baseline);
+    tcase_add_test(training, balanced_ring_tp2_cp2_dp2_matches_the_baseline);
+    tcase_add_test(training, ulysses_tp2_cp2_dp2_matches_the_baseline);
     tcase_add_test(training, ring_without_the_diagonal_mask_fails);
     tcase_add_test(training, ring_with_a_stale_kv_block_in_backward_fails);
     tcase_add_test(training, balanced_split_evens_out_the_causal_work);

@@ -43,7 +43,8 @@ void context_check_flags(const run_config *cfg, int ranks, const context_flags *
     const int cp = cp_size(f, ranks);
     char err[256];
     for (int i = 0; i < CONTEXT_RUNS; i++)
-        if (wanted(f, i) && !cp_check_sizes(cfg, ranks, cp, &run_options[i], err, sizeof err))
+        if (wanted(f, i) &&
+            !cp_check_sizes(cfg, ranks, 1, cp, &run_options[i], err, sizeof err))
             cli_fail("%s", err);
 }
 

@@ -6,6 +6,7 @@
 
 #include "alloc.h"
 #include "ops.h"
+#include "tp_linear.h"
 
 /* One block's activations over the chunk (N = B x Tc rows). */
 typedef struct {
@@ -14,8 +15,10 @@ typedef struct {
 } chunk_acts;
 
 struct cp_model {
-    gpt_shape shape;          /* the whole model's slabs */
+    gpt_shape shape;          /* the model's slabs: whole, or this rank's TP slice */
+    comm *tp;                 /* NULL: no tensor parallelism */
     int B, Tc, C, V;
+    int Cl, Hl;               /* attention channels and MLP units on this TP rank */
     position_span span;
     cp_attention *attention;
     int *tokens, *targets;    /* [B, Tc] */
@@ -28,12 +31,12 @@ struct cp_model {
 
 static float *acts(size_t n) { return mem_alloc(MEM_ACTIVATIONS, n * sizeof(float)); }
 
-static void chunk_acts_alloc(chunk_acts *a, size_t N, size_t C, size_t saved) {
+static void chunk_acts_alloc(const cp_model *m, chunk_acts *a, size_t N, size_t saved) {
+    const size_t C = m->C, Cl = m->Cl, Hl = m->Hl;
     *a = (chunk_acts){.ln1 = acts(N * C), .ln1_mean = acts(N), .ln1_rstd = acts(N),
-                      .qkv = acts(N * 3 * C), .atty = acts(N * C), .saved = acts(saved),
+                      .qkv = acts(N * 3 * Cl), .atty = acts(N * Cl), .saved = acts(saved),
                       .x_mid = acts(N * C), .ln2 = acts(N * C), .ln2_mean = acts(N),
-                      .ln2_rstd = acts(N), .dgelu = acts(N * 4 * C),
-                      .fch_gelu = acts(N * 4 * C)};
+                      .ln2_rstd = acts(N), .dgelu = acts(N * Hl), .fch_gelu = acts(N * Hl)};
 }
 
 static void chunk_acts_free(chunk_acts *a) {
@@ -42,12 +45,15 @@ static void chunk_acts_free(chunk_acts *a) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) mem_free(all[i]);
 }
 
-cp_model *cp_model_create(const gpt_config *cfg, int B, position_span span,
-                          cp_attention *attention) {
+cp_model *cp_model_create(const gpt_shape *shape, int B, position_span span,
+                          cp_attention *attention, comm *tp) {
     cp_model *m = mem_alloc(MEM_OTHER, sizeof *m);
-    const int L = cfg->layers;
-    m->shape = gpt_shape_make(cfg, 1, 0);
-    m->B = B, m->Tc = position_span_rows(&span), m->C = cfg->dim, m->V = cfg->vocab;
+    const int L = shape->cfg.layers;
+    m->shape = *shape;
+    m->tp = tp;
+    m->B = B, m->Tc = position_span_rows(&span), m->C = shape->cfg.dim;
+    m->V = shape->cfg.vocab;
+    m->Cl = shape->dim_local, m->Hl = shape->hidden_local;
     m->span = span;
     m->attention = attention;
     const size_t N = (size_t)B * m->Tc, C = m->C;
@@ -57,11 +63,11 @@ cp_model *cp_model_create(const gpt_config *cfg, int B, position_span span,
     for (int l = 0; l <= L; l++) m->x[l] = acts(N * C);
     m->acts = mem_alloc(MEM_OTHER, (size_t)L * sizeof *m->acts);
     for (int l = 0; l < L; l++)
-        chunk_acts_alloc(&m->acts[l], N, C, cp_attention_saved_numel(attention));
+        chunk_acts_alloc(m, &m->acts[l], N, cp_attention_saved_numel(attention));
     m->lnf = acts(N * C), m->lnf_mean = acts(N), m->lnf_rstd = acts(N);
     m->logits = acts(N * m->V), m->losses = acts(N);
-    m->dx = acts(N * C), m->d_ln = acts(N * C), m->d_atty = acts(N * C);
-    m->d_qkv = acts(N * 3 * C), m->d_fch = acts(N * 4 * C), m->d_fch_gelu = acts(N * 4 * C);
+    m->dx = acts(N * C), m->d_ln = acts(N * C), m->d_atty = acts(N * m->Cl);
+    m->d_qkv = acts(N * 3 * m->Cl), m->d_fch = acts(N * m->Hl), m->d_fch_gelu = acts(N * m->Hl);
     return m;
 }
 
@@ -118,20 +124,24 @@ static void positions(const cp_model *m, float *rows, float *wpe, int backward) 
 
 /* ---- forward ------------------------------------------------------------------------ */
 
+/* Megatron's block on the chunk (tp_linear.h: with a NULL group, the plain layers):
+ *   ln1 -> QKV (column) -> attention across the chunks, my heads -> proj (row, g) -> + x
+ *   ln2 -> fc (column) -> GELU -> fc2 (row, g) -> + x_mid */
 static void block_forward(cp_model *m, int l, const gpt_block_tensors *w) {
-    const int N = m->B * m->Tc, C = m->C;
+    const int N = m->B * m->Tc, C = m->C, Cl = m->Cl, Hl = m->Hl;
+    const precision P = PRECISION_FP32;
     chunk_acts *a = &m->acts[l];
     const float *x_in = m->x[l];
     float *x_out = m->x[l + 1];
     layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x_in, w->ln1_w, w->ln1_b, N, C);
-    linear_forward(a->qkv, a->ln1, w->qkv_w, w->qkv_b, N, C, 3 * C);
+    column_parallel_forward(P, a->qkv, a->ln1, w->qkv_w, w->qkv_b, N, C, 3 * Cl);
     cp_attention_forward(m->attention, a->atty, a->saved, a->qkv);   /* the only talk */
-    linear_forward(a->x_mid, a->atty, w->proj_w, w->proj_b, N, C, C);
+    row_parallel_forward(m->tp, P, a->x_mid, a->atty, w->proj_w, w->proj_b, N, Cl, C);
     vec_add(a->x_mid, x_in, (size_t)N * C);
     layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->x_mid, w->ln2_w, w->ln2_b, N, C);
-    linear_forward(a->dgelu, a->ln2, w->fc_w, w->fc_b, N, C, 4 * C);
-    gelu_forward(a->fch_gelu, a->dgelu, (size_t)N * 4 * C);
-    linear_forward(x_out, a->fch_gelu, w->fc2_w, w->fc2_b, N, 4 * C, C);
+    column_parallel_forward(P, a->dgelu, a->ln2, w->fc_w, w->fc_b, N, C, Hl);
+    gelu_forward(a->fch_gelu, a->dgelu, (size_t)N * Hl);
+    row_parallel_forward(m->tp, P, x_out, a->fch_gelu, w->fc2_w, w->fc2_b, N, Hl, C);
     vec_add(x_out, a->x_mid, (size_t)N * C);
 }
 
@@ -156,17 +166,21 @@ double cp_model_forward(cp_model *m, const float *params) {
 /* dx: in d(block output), out d(block input), as the model's block_backward walks it. */
 static void block_backward(cp_model *m, int l, const gpt_block_tensors *w,
                            gpt_block_tensors *g) {
-    const int N = m->B * m->Tc, C = m->C;
+    const int N = m->B * m->Tc, C = m->C, Cl = m->Cl, Hl = m->Hl;
+    const precision P = PRECISION_FP32;
     chunk_acts *a = &m->acts[l];
-    linear_backward(m->d_fch_gelu, g->fc2_w, g->fc2_b, m->dx, a->fch_gelu, w->fc2_w, N, 4 * C,
-                    C);
-    gelu_backward(m->d_fch, a->dgelu, m->d_fch_gelu, (size_t)N * 4 * C);
-    linear_backward(m->d_ln, g->fc_w, g->fc_b, m->d_fch, a->ln2, w->fc_w, N, C, 4 * C);
+    row_parallel_backward(P, m->d_fch_gelu, g->fc2_w, g->fc2_b, m->dx, a->fch_gelu, w->fc2_w,
+                          N, Hl, C);
+    gelu_backward(m->d_fch, a->dgelu, m->d_fch_gelu, (size_t)N * Hl);
+    column_parallel_backward(m->tp, P, m->d_ln, g->fc_w, g->fc_b, m->d_fch, a->ln2, w->fc_w, N,
+                             C, Hl);   /* f: d(ln2) summed over the TP ranks */
     layernorm_backward(m->dx, g->ln2_w, g->ln2_b, m->d_ln, a->x_mid, w->ln2_w, a->ln2_mean,
                        a->ln2_rstd, N, C);   /* dx: d(x_mid) now */
-    linear_backward(m->d_atty, g->proj_w, g->proj_b, m->dx, a->atty, w->proj_w, N, C, C);
+    row_parallel_backward(P, m->d_atty, g->proj_w, g->proj_b, m->dx, a->atty, w->proj_w, N,
+                          Cl, C);
     cp_attention_backward(m->attention, m->d_qkv, m->d_atty, a->qkv, a->atty, a->saved);
-    linear_backward(m->d_ln, g->qkv_w, g->qkv_b, m->d_qkv, a->ln1, w->qkv_w, N, C, 3 * C);
+    column_parallel_backward(m->tp, P, m->d_ln, g->qkv_w, g->qkv_b, m->d_qkv, a->ln1, w->qkv_w,
+                             N, C, 3 * Cl);
     layernorm_backward(m->dx, g->ln1_w, g->ln1_b, m->d_ln, m->x[l], w->ln1_w, a->ln1_mean,
                        a->ln1_rstd, N, C);
 }

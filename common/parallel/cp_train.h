@@ -1,9 +1,10 @@
-/* Training with context parallelism (times data parallelism): each rank of a CP group
+/* Training with context parallelism (times tensor and data parallelism): each rank of a CP group
  * holds a chunk of every sequence of its DP group's batch (cp_model.h), attention
  * crosses the chunks (cp_attention.h: ring or Ulysses), and the parameter gradients,
  * each rank's chunk's share, are summed over the CP and DP groups together (one
  * all-reduce over the cp x dp ranks, as Megatron-LM's data-parallel-with-CP group).
- * Every rank holds the whole model, fp32.
+ * Every rank holds the whole model, fp32, or with TP its Megatron slice (the TP group
+ * splits heads and MLP units inside every chunk; the vocabulary stays whole).
  *
  *   loss = (sum over every rank's tokens of their losses) / (batch x ctx): chunks of
  *          equal length, so each token weighs 1/(batch x ctx) wherever it sits. */
@@ -29,7 +30,7 @@ typedef struct {
 
 /* The outcome's extra (strategy_outcome.extra), filled by world rank 0. */
 typedef struct {
-    int cp, dp;
+    int tp, cp, dp;
     cp_options opts;
     cp_rank_numbers ranks[CP_MAX_RANKS];   /* [world], in world rank order */
     double cp_bytes_per_layer;              /* largest rank, measured */
@@ -39,15 +40,18 @@ typedef struct {
 
 /* Whether cp ranks of `world` can split cfg's model and batch this way; if not, one
  * line in err naming the value and what would fit. */
-int cp_check_sizes(const run_config *cfg, int world, int cp, const cp_options *opts,
+int cp_check_sizes(const run_config *cfg, int world, int tp, int cp, const cp_options *opts,
                    char *err, size_t err_len);
 
-/* One rank: CP on the mesh's cp group, DP over its dp group. */
+/* One rank: CP on the mesh's cp group, TP on its tp group, DP over its dp group. */
 void cp_train(comm *world, const mesh *m, const run_config *cfg, const cp_options *opts,
               const dataset *data, strategy_outcome *out);
 /* Launches cfg->comm.ranks ranks as cp x (ranks / cp) and trains; rank0_out->extra, when
  * set, is a cp_extra. Returns launch's status. */
 int cp_launch(const run_config *cfg, const dataset *data, int cp, const cp_options *opts,
               strategy_outcome *rank0_out);
+/* The same on tp x cp x (ranks / (tp x cp)) ranks, in the mesh's order. */
+int cp_launch_tp(const run_config *cfg, const dataset *data, int tp, int cp,
+                 const cp_options *opts, strategy_outcome *rank0_out);
 
 #endif
