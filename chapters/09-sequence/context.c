@@ -7,6 +7,7 @@
 
 #include "baseline.h"
 #include "cli.h"
+#include "tolerances.h"
 
 const char *const context_attention_choices[] = {"both", "ring", "ulysses", NULL};
 const char *const context_split_choices[] = {"both", "contiguous", "balanced", NULL};
@@ -88,7 +89,10 @@ static int long_sequence(const run_config *cfg, const dataset *data, context_rep
     if (b) r->long_baseline_activations = (double)b->result.memory.peak[MEM_ACTIVATIONS];
     int status = 0;
     for (int i = 1; i < CONTEXT_RUNS && status == 0; i++) {   /* balanced ring, Ulysses */
-        if (!wanted(&r->flags, i)) continue;   /* the same on every process */
+        char err[200];
+        if (!wanted(&r->flags, i) || !cp_check_sizes(&lc, r->world, 1, r->cp, &run_options[i],
+                                                     err, sizeof err))
+            continue;   /* the same on every process */
         context_run run = {.opts = run_options[i]};
         status = run_one(&lc, data, r->cp, b, &run);
         if (!run.ran) continue;
@@ -128,12 +132,31 @@ int context_launches(const run_config *cfg, const dataset *data, context_report 
     }
     int status = 0;
     for (int i = 0; i < CONTEXT_RUNS && status == 0; i++) {
-        r->runs[i].opts = run_options[i];
-        if (wanted(&r->flags, i)) status = run_one(cfg, data, r->cp, b, &r->runs[i]);
+        context_run *run = &r->runs[i];
+        run->opts = run_options[i];
+        if (!wanted(&r->flags, i)) continue;
+        if (cp_check_sizes(cfg, ranks, 1, r->cp, &run->opts, run->skipped, sizeof run->skipped))
+            status = run_one(cfg, data, r->cp, b, run);
     }
     baseline_free(b);
     if (status == 0 && r->cp > 1) status = long_sequence(cfg, data, r);
     return status;
+}
+
+int context_passed(const context_report *r) {
+    int ok = 1;
+    for (int i = 0; i < CONTEXT_RUNS; i++) {
+        const context_run *c = &r->runs[i];
+        if (!c->ran) continue;
+        ok &= c->result.diff_loss <= TOL_LOSS && c->result.diff_grads <= TOL_GRADS &&
+              c->result.diff_params <= TOL_PARAMS;
+        ok &= c->extra.cp_bytes_per_layer == c->extra.cp_bytes_per_layer_formula;
+        if (c->opts.kind == CP_RING && c->opts.split == CP_BALANCED)
+            ok &= c->extra.work_imbalance == 1.0;
+    }
+    for (int i = 0; i < CONTEXT_RUNS; i++)
+        if (r->long_ran[i]) ok &= r->long_diff_loss[i] <= TOL_LOSS;
+    return ok;
 }
 
 void context_report_free(context_report *r) {

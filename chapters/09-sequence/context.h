@@ -13,7 +13,8 @@
  *     context_check_flags(&cfg, ranks, &f);        (exits 2 with one line if bad)
  *     context_report r = {.flags = f};
  *     context_launches(&cfg, data, &r);            (every process of an mpirun)
- *     if (process_hosts_rank0()) context_print(&r) or context_json(stdout, &r);
+ *     if (process_hosts_rank0()) context_print(&r) or context_json(stdout, &r),
+ *                                 and context_passed(&r) for the exit status;
  *     context_report_free(&r);
  * and in a mode without context parallelism refuses the flags:
  *     context_refuse_flags("--part sp");  */
@@ -49,6 +50,7 @@ void context_refuse_flags(const char *mode);
 enum { CONTEXT_RUNS = 3 };   /* ring contiguous, ring balanced, Ulysses */
 typedef struct {
     int ran;
+    char skipped[200];   /* why it did not run, when the sizes do not fit it ("" else) */
     cp_options opts;
     run_result result;   /* against the baseline; loss points into `loss` */
     float *loss;
@@ -69,8 +71,14 @@ typedef struct {
     double long_diff_loss[CONTEXT_RUNS];
 } context_report;
 
-/* Collective: every process of an mpirun calls it. Returns 0, or launch's status. */
+/* Collective: every process of an mpirun calls it. A run whose sizes do not fit (the
+ * flags were not checked, e.g. in a run of every part) is skipped and says why.
+ * Returns 0, or launch's status. */
 int context_launches(const run_config *cfg, const dataset *data, context_report *r);
+/* Whether every run that ran holds the part's claims: loss, gradients and parameters
+ * within the tolerances, bytes per layer equal to the formula, the balanced split's work
+ * even (world rank 0's process). */
+int context_passed(const context_report *r);
 void context_print(const context_report *r);
 /* Keys of the top-level object: "context": {...} (docs/json.md). */
 void context_json(FILE *o, const context_report *r);

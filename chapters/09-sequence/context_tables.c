@@ -23,6 +23,7 @@ static void print_runs(const context_report *r) {
            run_tokens_per_second(&r->baseline), 0.0);
     for (int i = 0; i < CONTEXT_RUNS; i++) {
         const context_run *c = &r->runs[i];
+        if (c->skipped[0]) printf("%-18s skipped: %s\n", run_label(&c->opts), c->skipped);
         if (!c->ran) continue;
         const run_result *x = &c->result;
         printf("%-18s %10.4f %9.2e %9.2e %9.2e %9.1f %9.0f %6.1f%%\n", run_label(&c->opts),
@@ -102,6 +103,10 @@ void context_print(const context_report *r) {
     print_work(r);
     print_bytes(r);
     print_long(r);
+    printf("%s\n", context_passed(r)
+                       ? "context: every run matches one device within the tolerances, and"
+                         " sends the bytes of its formula"
+                       : "context: FAILED: a run left the tolerances or its formula (above)");
 }
 
 void context_json(FILE *o, const context_report *r) {
@@ -125,8 +130,20 @@ void context_json(FILE *o, const context_report *r) {
         fprintf(o, "]}");
         first = 0;
     }
-    fprintf(o, "],\n \"sp_bytes_per_layer_formula\": %.0f, \"long\": {\"ctx\": %d,"
-               " \"baseline_activations\": %.0f", r->sp_bytes_per_layer, r->long_ctx,
+    fprintf(o, "], \"skipped\": [");
+    first = 1;
+    for (int i = 0; i < CONTEXT_RUNS; i++)
+        if (r->runs[i].skipped[0]) {
+            /* the reasons are cp_check_sizes' lines: no quotes or backslashes */
+            fprintf(o, "%s{\"attention\": \"%s\", \"split\": \"%s\", \"reason\": \"%s\"}",
+                    first ? "" : ", ", cp_attention_name(r->runs[i].opts.kind),
+                    cp_split_name(r->runs[i].opts.split), r->runs[i].skipped);
+            first = 0;
+        }
+    fprintf(o, "], \"passed\": %s,\n \"sp_bytes_per_layer_formula\": %.0f,"
+               " \"long\": {\"ctx\": %d,"
+               " \"baseline_activations\": %.0f", context_passed(r) ? "true" : "false",
+            r->sp_bytes_per_layer, r->long_ctx,
             r->long_baseline_activations);
     for (int i = 0; i < CONTEXT_RUNS; i++)
         if (r->long_ran[i])
