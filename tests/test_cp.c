@@ -14,10 +14,10 @@
 #include "tolerances.h"
 
 /* Small enough for seconds, big enough that a wrong mask or block shows: 4 heads split
- * by 4 ranks, 16 positions cut into 2 x 4 balanced pieces. */
+ * by 4 ranks, 24 positions cut into 2 x 4 (or 2 x 3) balanced pieces. */
 static run_config small_config(int ranks, int steps) {
     run_config cfg = run_config_default();
-    cfg.model = (gpt_config){.vocab = 256, .ctx = 16, .layers = 2, .heads = 4, .dim = 32};
+    cfg.model = (gpt_config){.vocab = 256, .ctx = 24, .layers = 2, .heads = 4, .dim = 32};
     cfg.batch = 4;
     cfg.steps = steps;
     cfg.quiet = 1;
@@ -31,10 +31,12 @@ typedef struct {
     cp_extra extra;
 } cp_case;
 
-/* tp x cp x (ranks / (tp x cp)) with these options, compared with the baseline. */
-static cp_case train_mesh_against_baseline(int ranks, int tp, int cp, cp_options opts,
-                                           int steps) {
+/* tp x cp x (ranks / (tp x cp)) with these options, compared with the baseline;
+ * send_mode: comm_send's (rendezvous: it waits for the receiver, as NCCL's does). */
+static cp_case train_on(int ranks, int tp, int cp, cp_options opts, int steps,
+                        comm_send_mode send_mode) {
     run_config cfg = small_config(ranks, steps);
+    cfg.comm.send_mode = send_mode;
     dataset *d = dataset_builtin();
     baseline_run *b = baseline_train(&cfg, d);
     cp_case c = {0};
@@ -47,6 +49,11 @@ static cp_case train_mesh_against_baseline(int ranks, int tp, int cp, cp_options
     baseline_free(b);
     dataset_free(d);
     return c;
+}
+
+static cp_case train_mesh_against_baseline(int ranks, int tp, int cp, cp_options opts,
+                                           int steps) {
+    return train_on(ranks, tp, cp, opts, steps, COMM_SEND_BUFFERED);
 }
 
 static cp_case train_against_baseline(int ranks, int cp, cp_options opts, int steps) {
@@ -111,6 +118,19 @@ END_TEST
 START_TEST(ulysses_tp2_cp2_dp2_matches_the_baseline) { check_mesh_training(8, 2, 2, ulysses); }
 END_TEST
 
+/* Sends that wait for their receiver (NCCL's): the ring's order cannot deadlock, on
+ * even and odd rings. */
+START_TEST(ring_with_rendezvous_sends_does_not_deadlock) {
+    for (int P = 2; P <= 4; P++) {
+        const cp_options o = balanced;
+        cp_case c = train_on(P, 1, P, o, 2, COMM_SEND_RENDEZVOUS);
+        printf("rendezvous sends, cp %d %s: grads differ by %.2e\n", P, label(o),
+               c.result.diff_grads);
+        ck_assert(c.result.diff_grads <= TOL_GRADS);
+    }
+}
+END_TEST
+
 /* ---- negative controls: the comparison catches each bug ------------------------------ */
 
 static void check_fails(cp_options opts, const char *what) {
@@ -153,7 +173,7 @@ START_TEST(balanced_split_evens_out_the_causal_work) {
     ck_assert(contiguous.extra.work_imbalance == 2 * P / (P + 1));
     ck_assert(even.extra.work_imbalance == 1.0);
     /* per sequence, head and layer, forward + backward: (i+1) (T/P)^2 x 2 */
-    const double per_block = 4.0 * 4 * 2 * 2 * (16 / 4) * (16 / 4);   /* B H L fwd+bwd */
+    const double per_block = 4.0 * 4 * 2 * 2 * (24 / 4) * (24 / 4);   /* B H L fwd+bwd */
     for (int i = 0; i < 4; i++)
         ck_assert(contiguous.extra.ranks[i].attention_work == (i + 1) * per_block);
 }
@@ -193,7 +213,7 @@ START_TEST(sizes_that_do_not_fit_are_refused) {
     ck_assert(!cp_check_sizes(&cfg, 4, 1, 4, &balanced, err, sizeof err));
     printf("refused: %s\n", err);
     ck_assert(strstr(err, "--ctx 12 does not split into 8 equal chunks"));
-    cfg.model.ctx = 16;
+    cfg.model.ctx = 24;
     cfg.model.heads = 2;
     ck_assert(!cp_check_sizes(&cfg, 4, 1, 4, &ulysses, err, sizeof err));
     printf("refused: %s\n", err);
@@ -221,6 +241,7 @@ int main(void) {
     tcase_add_test(training, ulysses_cp2_times_dp2_matches_the_baseline);
     tcase_add_test(training, balanced_ring_tp2_cp2_dp2_matches_the_baseline);
     tcase_add_test(training, ulysses_tp2_cp2_dp2_matches_the_baseline);
+    tcase_add_test(training, ring_with_rendezvous_sends_does_not_deadlock);
     tcase_add_test(training, ring_without_the_diagonal_mask_fails);
     tcase_add_test(training, ring_with_a_stale_kv_block_in_backward_fails);
     tcase_add_test(training, balanced_split_evens_out_the_causal_work);

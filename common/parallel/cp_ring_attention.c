@@ -10,8 +10,10 @@
  *         receive kv from r-1 (s < P-1)             receive kv from r-1 (s < P-1)
  *     O /= l; lse = m + log l                   dkv is now mine (its last hop took it home)
  *
- * Sends are buffered (comm.h), so every rank sends before it receives and computes while
- * the block travels. Blocks after a query's chunk are skipped (the causal mask), the
+ * Even ranks send before they compute and receive, odd ranks after they receive: with
+ * buffered sends (comm.h's default) the block travels while both compute, and with
+ * sends that wait for their receiver (NCCL's, --send-mode rendezvous) the ring still
+ * cannot deadlock. Blocks after a query's chunk are skipped (the causal mask), the
  * chunk's own block is masked inside. */
 #include <math.h>
 #include <string.h>
@@ -120,19 +122,34 @@ static void block_forward(cp_ring *r, float *out, const float *qkv, const float 
                 }
 }
 
+/* One hop of a buffer around the ring: send *cur to the next rank, receive the
+ * previous rank's into *next, swap. sent_already: an even rank sent before computing. */
+static void hop(cp_ring *r, float **cur, float **next, int tag, int sent_already) {
+    const size_t block = (size_t)r->B * r->Tc * 2 * r->C;
+    const int to = (r->me + 1) % r->P, from = (r->me + r->P - 1) % r->P;
+    if (!sent_already && r->me % 2 == 0) comm_send(r->cp, *cur, block, COMM_F32, to, tag);
+    comm_recv(r->cp, *next, block, COMM_F32, from, tag);
+    if (r->me % 2) comm_send(r->cp, *cur, block, COMM_F32, to, tag);
+    swap(cur, next);
+}
+
+/* Even ranks start their send before the block's compute. */
+static void send_early(cp_ring *r, const float *cur, int tag) {
+    if (r->me % 2 == 0)
+        comm_send(r->cp, cur, (size_t)r->B * r->Tc * 2 * r->C, COMM_F32, (r->me + 1) % r->P,
+                  tag);
+}
+
 void cp_ring_forward(cp_ring *r, float *out, float *lse, const float *qkv) {
-    const size_t block = (size_t)r->B * r->Tc * 2 * r->C, rows = (size_t)r->B * r->NH * r->Tc;
-    const int next = (r->me + 1) % r->P, prev = (r->me + r->P - 1) % r->P;
+    const size_t rows = (size_t)r->B * r->NH * r->Tc;
     pack_kv(r, r->kv, qkv);
     vec_zero(out, (size_t)r->B * r->Tc * r->C);
     for (size_t i = 0; i < rows; i++) r->m[i] = -INFINITY, r->l[i] = 0.0f;
     for (int s = 0; s < r->P; s++) {
-        if (s < r->P - 1) comm_send(r->cp, r->kv, block, COMM_F32, next, TAG_KV);
+        const int more = s < r->P - 1;
+        if (more) send_early(r, r->kv, TAG_KV);
         block_forward(r, out, qkv, r->kv, (r->me - s + r->P) % r->P);
-        if (s < r->P - 1) {
-            comm_recv(r->cp, r->kv_next, block, COMM_F32, prev, TAG_KV);
-            swap(&r->kv, &r->kv_next);
-        }
+        if (more) hop(r, &r->kv, &r->kv_next, TAG_KV, 1);
     }
     for (int b = 0; b < r->B; b++)
         for (int h = 0; h < r->NH; h++) {
@@ -167,7 +184,6 @@ static void block_backward(cp_ring *r, float *dqkv, const float *dout, const flo
 void cp_ring_backward(cp_ring *r, float *dqkv, const float *dout, const float *qkv,
                       const float *out, const float *lse) {
     const size_t block = (size_t)r->B * r->Tc * 2 * r->C, rows = (size_t)r->B * r->Tc;
-    const int next = (r->me + 1) % r->P, prev = (r->me + r->P - 1) % r->P;
     for (int b = 0; b < r->B; b++)
         for (int h = 0; h < r->NH; h++) {
             const size_t at = (size_t)b * r->Tc * r->C + (size_t)h * r->hs;
@@ -178,20 +194,16 @@ void cp_ring_backward(cp_ring *r, float *dqkv, const float *dout, const float *q
     vec_zero(r->dkv, block);
     vec_zero(dqkv, rows * 3 * r->C);
     for (int s = 0; s < r->P; s++) {
-        if (s < r->P - 1) comm_send(r->cp, r->kv, block, COMM_F32, next, TAG_KV);
+        const int more = s < r->P - 1;
+        if (more) send_early(r, r->kv, TAG_KV);
         /* the negative control computes with the block of the step before */
         const float *kv = r->opts.test_stale_kv && s > 0 ? r->kv_stale : r->kv;
         block_backward(r, dqkv, dout, qkv, lse, kv, r->dkv, (r->me - s + r->P) % r->P);
-        if (r->P > 1) comm_send(r->cp, r->dkv, block, COMM_F32, next, TAG_DKV);
-        if (s < r->P - 1) {
+        if (more) {
             if (r->kv_stale) memcpy(r->kv_stale, r->kv, block * sizeof(float));
-            comm_recv(r->cp, r->kv_next, block, COMM_F32, prev, TAG_KV);
-            swap(&r->kv, &r->kv_next);
+            hop(r, &r->kv, &r->kv_next, TAG_KV, 1);
         }
-        if (r->P > 1) {
-            comm_recv(r->cp, r->dkv_next, block, COMM_F32, prev, TAG_DKV);
-            swap(&r->dkv, &r->dkv_next);
-        }
+        if (r->P > 1) hop(r, &r->dkv, &r->dkv_next, TAG_DKV, 0);   /* the last hop: home */
     }
     /* dkv is my own block's gradient now: into dqkv's K and V columns */
     for (size_t i = 0; i < rows; i++)
