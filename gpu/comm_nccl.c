@@ -15,7 +15,8 @@
  *
  * Uneven shards (comm_shard) have no NCCL collective of their own: reduce-scatter then
  * runs as one grouped ncclReduce per shard, all-gather as one grouped ncclBroadcast
- * per shard; even ones use ncclReduceScatter / ncclAllGather.
+ * per shard; even ones use ncclReduceScatter / ncclAllGather. All-to-all is one grouped
+ * ncclSend and ncclRecv per peer.
  *
  * Limits that come from NCCL: a GPU may hold only one rank of a communicator; tags of
  * send/recv are not matched (messages between two ranks pair up in the order they are
@@ -161,6 +162,31 @@ static void call_bytes(const comm *c, const comm_call *call, size_t *send_bytes,
     size_t shard = comm_shard(call->count, c->size, c->rank, NULL) * elem;
     *send_bytes = call->kind == COMM_KIND_ALLGATHER ? shard : all;
     *recv_bytes = call->kind == COMM_KIND_REDUCE_SCATTER ? shard : all;
+    if (call->kind == COMM_KIND_ALLTOALL) {   /* as far as the blocks reach */
+        *send_bytes = comm_alltoall_extent(call, 0, c->size) * elem;
+        *recv_bytes = comm_alltoall_extent(call, 1, c->size) * elem;
+    }
+}
+
+/* All-to-all: NCCL has none of its own; one grouped launch of a send and a receive per
+ * peer (the block to itself is NCCL's local copy). */
+static void enqueue_alltoall(comm *c, const comm_call *call, const void *send, void *recv) {
+    nccl_group *g = c->impl;
+    const ncclDataType_t type = nccl_type(call->dt);
+    const size_t elem = comm_dtype_size((comm_dtype)call->dt);
+    NCCL_CHECK(ncclGroupStart());
+    for (int j = 0; j < c->size; j++) {
+        size_t send_offset, recv_offset;
+        size_t send_len = comm_alltoall_block(call, 0, j, &send_offset);
+        size_t recv_len = comm_alltoall_block(call, 1, j, &recv_offset);
+        if (send_len)
+            NCCL_CHECK(ncclSend((const char *)send + send_offset * elem, send_len, type, j,
+                                g->nccl, g->stream));
+        if (recv_len)
+            NCCL_CHECK(ncclRecv((char *)recv + recv_offset * elem, recv_len, type, j,
+                                g->nccl, g->stream));
+    }
+    NCCL_CHECK(ncclGroupEnd());
 }
 
 /* Queues the NCCL work of one call on the group's stream (device buffers). */
@@ -222,6 +248,7 @@ static void enqueue(comm *c, const comm_call *call, const void *send, void *recv
         if (call->op) NCCL_CHECK(ncclRecv(recv, n, type, call->root, g->nccl, g->stream));
         else NCCL_CHECK(ncclSend(send, n, type, call->root, g->nccl, g->stream));
         break;
+    case COMM_KIND_ALLTOALL: enqueue_alltoall(c, call, send, recv); break;
     default:
         comm_fail(c, "NCCL backend: unexpected call kind %d", call->kind);
     }
@@ -255,6 +282,9 @@ static void execute(comm *c, const comm_call *call) {
                                            g->stream));
         }
         dev_recv = in_place ? (void *)dev_send : stage_recv ? buf + send_part : recv;
+        if (stage_recv && call->kind == COMM_KIND_ALLTOALL)   /* the gaps between blocks */
+            CUDA_CHECK(cudaMemcpyAsync(dev_recv, recv, recv_bytes, cudaMemcpyHostToDevice,
+                                       g->stream));
     }
     after_compute(g, g->compute_ready);
     enqueue(c, call, dev_send, dev_recv);
@@ -273,8 +303,32 @@ static void execute(comm *c, const comm_call *call) {
 
 /* ---- the backend -------------------------------------------------------------------- */
 
+/* All-to-all -v: every rank learns what each peer will send it (one count each, as an
+ * all-to-all of host words) and a receiver whose recv_counts disagree stops the job
+ * naming both ranks, before NCCL could pair a send with a receive of another size. */
+static void check_alltoallv_counts(comm *c, const comm_call *call) {
+    uint64_t *sending = malloc(2 * (size_t)c->size * sizeof *sending);
+    if (!sending) comm_fail(c, "out of memory");
+    uint64_t *arriving = sending + c->size;
+    for (int j = 0; j < c->size; j++) sending[j] = call->send_counts[j];
+    comm_call exchange = {.kind = COMM_KIND_ALLTOALL, .send = sending, .recv = arriving,
+                          .count = 1, .dt = COMM_F64, .op = 0, .root = -1,
+                          .seq = call->seq};   /* moves bits: no arithmetic */
+    execute(c, &exchange);
+    for (int j = 0; j < c->size; j++)
+        if (arriving[j] != call->recv_counts[j]) {
+            size_t sent = (size_t)arriving[j];
+            free(sending);
+            comm_fail(c, "comm_alltoallv on '%s': rank %d sends %zu elements to rank %d, "
+                      "which expects %zu (its recv_counts[%d])", c->name, j, sent, c->rank,
+                      call->recv_counts[j], j);
+        }
+    free(sending);
+}
+
 static void nccl_run(comm *c, const comm_call *call) {
     if (comm_job_stopping(c->job)) comm_leave_thread();
+    if (call->kind == COMM_KIND_ALLTOALL && call->send_counts) check_alltoallv_counts(c, call);
     execute(c, call);
 }
 

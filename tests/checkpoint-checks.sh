@@ -258,5 +258,13 @@ verdict "resumed line (fp16)" $(printf '%s' "$line" | grep -q 'at step 2, saved 
 line=$("$build"/chapter2 $stage1 ${model/--quiet/} --steps 4 --resume "$work/threads-bf16-z1" \
     2>&1 >/dev/null | grep -m1 'resumed from')
 verdict "resumed line (bf16 into fp32)" $(printf '%s' "$line" | grep -q 'at step 2, saved in bf16$'; echo $?) "$line"
+# --resume DIR --save DIR: every strategy of a chapter resumes from the checkpoint
+# DIR/latest named at the start, although each one's save moves DIR/latest on
+"$build"/chapter1 --ranks 2 $model --steps 2 --save "$work/same-dir" >/dev/null 2>&1
+out=$("$build"/chapter1 --ranks 2 ${model/--quiet/} --steps 4 --resume "$work/same-dir" \
+    --save "$work/same-dir" 2>&1 >"$work/same-dir.json" | grep 'resumed from' | sort | uniq -c)
+lines=$(printf '%s\n' "$out" | grep -c 'at step 2')
+verdict "--resume and --save one directory: 3 strategies from the same checkpoint" \
+    $([ "$lines" -eq 1 ] && printf '%s' "$out" | grep -q '^ *3 '; echo $?) "$(echo $out)"
 echo "checkpoint-checks: $passed passed, $failed failed"
 [ $failed -eq 0 ]

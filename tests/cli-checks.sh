@@ -523,6 +523,35 @@ elif [ -x "$chapter8" ]; then
         expect_error "$chapter8" "--batch 6 does not split evenly over 4 ranks" --ranks 4 --batch 6
     fi
 fi
+# chapter 6's mixture of experts and checkpoint interval: flags where they do not apply,
+# values that do not fit, and the numbers tests/test_chapter6_moe.c and
+# test_chapter6_failures.c compute by hand, as printed
+if [ -x "$planner" ] && [ -z "$mpi" ]; then
+    expect_error "$planner" "--moe-top-k 3 is more than the 2 experts (at most 2)" --moe-experts 2 --moe-top-k 3
+    expect_error "$planner" "--ep does nothing with a dense model (it has no experts: give --moe-experts)" --ep 4
+    expect_error "$planner" "--ep 3 does not divide both the 16 experts and dp 64 (try a divisor of 16)" --moe-experts 16 --gpus 64 --ep 3
+    expect_error "$planner" "--layers does nothing with --model (the preset fixes the model" --model gpt4-moe --layers 4
+    expect_error "$planner" "--max-params does nothing with a mixture of experts" --model gpt4-moe --max-params
+    expect_error "$planner" "--model gpt5: unknown value (valid: gpt3, gpt4-moe)" --model gpt5
+    expect_error "$planner" "--tp 8 x --pp 15 = 120 does not divide --gpus 1000" --model gpt4-moe --gpus 1000
+    expect_error "$planner" "--mtbf-hours 3 and --gpu-mtbf-hours 50000 both given" --mtbf-hours 3 --gpu-mtbf-hours 5e4
+    expect_error "$planner" "--save-seconds 10 and --save-bandwidth 1 both given" --save-seconds 10 --save-bandwidth 1
+    expect_error "$planner" "--save-seconds 0: must be at least 1e-06" --save-seconds 0
+    expect_error "$planner" "--mtbf-hours does nothing with --course" --course --mtbf-hours 3
+    expect_error "$planner" "--moe-experts does nothing with --predict-chapters" --predict-chapters --moe-experts 8
+    expect_error "$planner" "--save-seconds does nothing with --max-params without a model" --gpus 1024 --max-params --save-seconds 10
+    expect_output '^  parameters  *1.832e+12  *2.778e+11$' --model gpt4-moe
+    expect_output '^  active parameters a token  *2.787e+11  *2.778e+11$' --model gpt4-moe
+    expect_output '= 161.28 KB a token per MoE layer' --model gpt4-moe
+    expect_output '^  moe  *8  *15  *64  *16  *1 .* yes$' --model gpt4-moe
+    expect_output '"alltoall_bytes_per_token_per_layer": 161280' --model gpt4-moe --json
+    expect_output 'save every sqrt(2 x 16.8 s x 49.5 h) = 40.7 min of work' --model gpt3
+    expect_output 'save every sqrt(2 x 10.0 s x 5.0 h) = 10.0 min of work' --mtbf-hours 5 --save-seconds 10 --restart-seconds 30
+    expect_output '= 3.5% of its time' --mtbf-hours 5 --save-seconds 10 --restart-seconds 30
+    expect_output '"interval_seconds": 600,' --mtbf-hours 5 --save-seconds 10 --json
+    expect_ok "$planner" --model gpt4-moe --gpu-mem 141
+    expect_ok "$planner" --params 70e9 --gpus 64 --moe-experts 8 --moe-top-k 1 --moe-every 2
+fi
 # chapter 9's context-parallel flags (chapters/09-sequence/context.c): sizes that do not
 # split the ranks, the sequence or the heads, and a split Ulysses does not take
 chapter9="$programs"/chapter9
@@ -547,6 +576,23 @@ if [ -z "$mpi" ] && [ -x "$build"/baseline ]; then
     expect_error ./run "N '0' must be a positive whole number" 0
     expect_error ./run "N '-1' must be a positive whole number" -1
     expect_error ./run "--ranks 99999999999999999999: must be an integer from 1" 99999999999999999999
+fi
+# restarts after failures (./run --max-restarts, common/train/restart.c): they resume
+# from --save's checkpoints, and ./run, outside the job, makes them
+chapter1="$programs"/chapter1
+if [ -x "$chapter1" ]; then
+    expect_error "$chapter1" "--max-restarts 2: needs --save DIR (a restart resumes from the latest checkpoint there" $tiny --max-restarts 2
+    if [ -z "$mpi" ]; then   # under MPI the wrapper is ./run, which answers the next one
+        expect_error "$chapter1" "--max-restarts 2: ./run makes the restarts (it starts the job again after a failure); run it as ./run N ... --max-restarts 2" $tiny --max-restarts 2 --save "$scratch/r"
+        expect_error "$chapter1" "--elastic: needs --max-restarts K" $tiny --elastic
+        expect_error "$chapter1" "--max-restarts -1: must be an integer from 0" $tiny --max-restarts -1
+        expect_error "$chapter1" "--restart-attempt and --restart-record: ./run gives them with --max-restarts" $tiny --restart-attempt 1
+        printf '%s\nthreads\n' "$build/chapter1" >"$scratch/last1"
+        RUN_LAST=$scratch/last1 expect_error ./run "--max-restarts 1: needs --save DIR" 2 $tiny --max-restarts 1
+        RUN_LAST=$scratch/last1 expect_error ./run "--max-restarts x: not an integer" 2 $tiny --max-restarts x --save "$scratch/r"
+        [ -x "$programs"/chapter6 ] && expect_error "$programs"/chapter6 "--max-restarts does nothing in chapter6 (the planner trains nothing)" --max-restarts 1
+        [ -x "$programs"/chapter7 ] && expect_error "$programs"/chapter7 "--max-restarts 1: chapter 7 trains many short runs" --max-restarts 1
+    fi
 fi
 # negative control: the checker fails a program that takes bad input without a word
 before_passed=$passed before_failed=$failed

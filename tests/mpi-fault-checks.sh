@@ -61,5 +61,9 @@ expect_fault recv-hang "TIMEOUT: rank 0 waited" "in recv(16 x f32, peer 2, tag 7
 expect_fault recv-size "rank 1 failed: recv on 'world': rank 0 sent 64 bytes with tag 5, rank 1 expects 60"
 expect_fault abort "rank 2 failed: boom: loss is NaN at step 7"
 expect_fault fail "rank 1 failed: rank_main returned 3"
+expect_fault alltoall-hang "TIMEOUT" "in alltoall(2 x f32 per rank) #2 on group 'world'" \
+    "comm: rank 2 had returned from rank_main: it skipped a collective the others are in"
+expect_fault alltoallv-count \
+    "rank 1 failed: comm_alltoallv on 'world': rank 0 sends 2 elements to rank 1, which expects 1 (its recv_counts[0])"
 echo "mpi-fault-checks: $passed passed, $failed failed"
 [ $failed -eq 0 ]

@@ -417,6 +417,8 @@ static int trace_main(comm *world, void *arg) {
     trace_end(world);
     comm_wait(req);
     trace_end(world);
+    float blocks[2 * 96] = {0}, got[2 * 96];   /* 2 ranks: one block of 384 B sent */
+    comm_alltoall(world, blocks, got, 96, COMM_F32);
     return 0;
 }
 
@@ -437,7 +439,8 @@ START_TEST(test_trace) {
     static const char *expected[] = {"\"name\":\"forward \\\"block\\\" 0\"", "\"name\":\"backward\"",
                                      "\"name\":\"allreduce\"", "\"name\":\"wait allreduce\"",
                                      "\"tid\":1,", "\"tid\":1001,", "\"bytes\":4096",
-                                     "\"ph\":\"X\"", "\"pid\":0"};
+                                     "\"ph\":\"X\"", "\"pid\":0", "\"name\":\"alltoall\"",
+                                     "\"bytes\":384"};
     for (size_t i = 0; i < sizeof expected / sizeof *expected; i++)
         ck_assert_msg(strstr(text, expected[i]), "trace lacks %s", expected[i]);
     int depth = 0;

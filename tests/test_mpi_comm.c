@@ -181,6 +181,42 @@ START_TEST(test_f64_negative) {
 }
 END_TEST
 
+/* ---- all-to-all against a serial reference (tests/comm_alltoall.c) ------------------ */
+int comm_check_alltoall(comm *c, int rotated_reference, const char *label);
+
+/* arg: where the check's failures go (every process gets the same count); the rank
+ * returns 0 so that the negative control's failures do not end the job. */
+static int alltoall_main(comm *world, void *arg) {
+    int *result = arg;   /* in: 1 for the negative control; out: the failures */
+    *result = comm_check_alltoall(world, *result,
+                                  *result ? "mpi negative control (blocks one rank too far)"
+                                          : "mpi");
+    return 0;
+}
+
+START_TEST(test_alltoall) {
+    int failures = 0;
+    comm_options o = options();
+    ck_assert_int_eq(launch(&o, alltoall_main, &failures), 0);
+    check_verdict v = {0};
+    check_expect(&v, failures == 0);
+    check_agree(&v);
+}
+END_TEST
+
+START_TEST(test_alltoall_negative) {
+    int failures = 1;
+    comm_options o = options();
+    ck_assert_int_eq(launch(&o, alltoall_main, &failures), 0);
+    if (process_hosts_rank0())
+        printf("negative control: all-to-all against a reference one rank off -> %d "
+               "failed checks (must be > 0 from 2 ranks on)\n", failures);
+    check_verdict v = {0};
+    check_expect(&v, check_world_size() < 2 || failures > 0);
+    check_agree(&v);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     if (argc > 1) {   /* a fault scenario, see tests/comm_faults.c */
         comm_options o = options();
@@ -197,6 +233,8 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_trace);
     tcase_add_loop_test(tc, test_f64, 0, 3);   /* counts 0, 7, 1000003 */
     tcase_add_test(tc, test_f64_negative);
+    tcase_add_test(tc, test_alltoall);
+    tcase_add_test(tc, test_alltoall_negative);
     suite_add_tcase(s, tc);
     return check_run(s, 1);
 }

@@ -4,7 +4,9 @@
  *   make chapter6 && ./run 1 --params 70e9 --gpus 64 --gpu-mem 80
  *   ./run 1 --layers 96 --hidden 12288 --heads 96 --vocab 51200 --seq 2048 --gpus 1024
  *   ./run 1 --course               the course text's claims, re-derived
- *   ./run 1 --predict-chapters     predicted against measured, chapters 1-5 on bench256 */
+ *   ./run 1 --predict-chapters     predicted against measured, chapters 1-5 on bench256
+ *   ./run 1 --model gpt4-moe       a mixture of experts against a dense GPT of its active size
+ *   ./run 1 --model gpt3           the course's GPT-3 on 1024 GPUs, and how often to save it */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -19,11 +21,18 @@
 
 static const char *const recompute_choices[] = {"auto", "none", "selective", "full", NULL};
 static const char *const zero_choices[] = {"0", "1", "2", "3", NULL};
+static const char *const every_choices[] = {"1", "2", NULL};
+static const char *const model_choices[] = {"gpt3", "gpt4-moe", NULL};
+enum { MODEL_GPT3, MODEL_GPT4_MOE };
 
 typedef struct {
     double params, gpu_mem, gpu_tflops, peak_tflops, mfu, tokens;
     int gpus, gpus_per_node, micro_batch, tp, pp, dp, zero, recompute;
     int max_params, course, predict;
+    int model;                                  /* with --model: a model_choices index */
+    int batch;                                  /* --model's global batch; 0: 8 a GPU */
+    int moe_experts, moe_top_k, moe_every, moe_ffn, ep;
+    double mtbf_hours, gpu_mtbf_hours, save_seconds, save_bandwidth, restart_seconds;
 } planner_flags;
 
 /* The most GPUs planned for: the default batch, 8 sequences a GPU, stays an int. */
@@ -42,14 +51,24 @@ static const char *const predict_only[] = {"steps", "data", "link-scale", NULL};
 static const char *const plan_flags[] = {
     "params", "hidden", "seq", "layers", "heads", "dim", "ctx", "vocab", "preset", "batch",
     "gpus", "gpu-mem", "gpus-per-node", "micro-batch", "gpu-tflops", "peak-tflops", "mfu",
-    "tokens", "tp", "pp", "dp", "zero", "recompute", "max-params", NULL};
+    "tokens", "tp", "pp", "dp", "zero", "recompute", "max-params", "model", "moe-experts",
+    "moe-top-k", "moe-every", "moe-ffn", "ep", "mtbf-hours", "gpu-mtbf-hours", "save-seconds",
+    "save-bandwidth", "restart-seconds", NULL};
 /* A model given by shape. */
 static const char *const shape_flags[] = {"layers", "hidden", "dim", "heads", "vocab", "seq",
-                                          "ctx", "preset", NULL};
+                                          "ctx", "preset", "model", NULL};
 /* What only a model's plan uses, not the largest model per ZeRO stage. */
 static const char *const model_plan_flags[] = {
     "batch", "micro-batch", "gpu-tflops", "peak-tflops", "mfu", "tokens", "zero", "recompute",
-    "gpus-per-node", "link", NULL};
+    "gpus-per-node", "link", "model", "moe-experts", "moe-top-k", "moe-every", "moe-ffn", "ep",
+    "mtbf-hours", "gpu-mtbf-hours", "save-seconds", "save-bandwidth", "restart-seconds", NULL};
+/* What only a mixture of experts uses, and what a preset fixes. */
+static const char *const moe_detail_flags[] = {"moe-top-k", "moe-every", "moe-ffn", "ep", NULL};
+static const char *const model_fixed_flags[] = {
+    "params", "layers", "hidden", "dim", "heads", "vocab", "seq", "ctx", "preset",
+    "moe-experts", "moe-top-k", "moe-every", "moe-ffn", NULL};
+/* What a mixture of experts' plan does not print. */
+static const char *const dense_only_flags[] = {"max-params", "tokens", NULL};
 
 static int any_given(const char *const *flags) {
     for (int i = 0; flags[i]; i++)
@@ -60,6 +79,30 @@ static int any_given(const char *const *flags) {
 /* --max-params without a model: the largest model per ZeRO stage is all it prints. */
 static int cluster_only(const planner_flags *f) {
     return f->max_params && f->params < 0 && !any_given(shape_flags);
+}
+
+static int is_moe(const planner_flags *f) {
+    return f->moe_experts > 0 || (cli_given("model") && f->model == MODEL_GPT4_MOE);
+}
+
+/* A mixture of experts' flags and the checkpoint section's, where they do not apply. */
+static void refuse_moe_and_failure_flags(const planner_flags *f) {
+    if (cli_given("model"))
+        cli_refuse_in_mode("--model", model_fixed_flags, "the preset fixes the model; plan"
+                           " another with --params or a shape and --moe-experts");
+    if (!is_moe(f))
+        cli_refuse_in_mode("a dense model", moe_detail_flags, "it has no experts: give"
+                           " --moe-experts");
+    else
+        cli_refuse_in_mode("a mixture of experts", dense_only_flags, "its plan compares it"
+                           " with a dense model and prints no training days or largest models");
+    if (cli_given("mtbf-hours") && cli_given("gpu-mtbf-hours"))
+        cli_fail("--mtbf-hours %g and --gpu-mtbf-hours %g both given: give the job's MTBF or"
+                 " one GPU's, not both", f->mtbf_hours, f->gpu_mtbf_hours);
+    if (cli_given("save-seconds") && cli_given("save-bandwidth"))
+        cli_fail("--save-seconds %g and --save-bandwidth %g both given: give the save's time"
+                 " or the bandwidth it follows from, not both", f->save_seconds,
+                 f->save_bandwidth);
 }
 
 /* The modes that ignore flags refuse them, in one line, before anything runs. */
@@ -85,6 +128,70 @@ static void refuse_ignored_flags(const planner_flags *f) {
         cli_refuse_in_mode("--max-params without a model", model_plan_flags,
                            "the largest models need only the GPUs, their memory and --tp x"
                            " --pp; give --params or a shape to plan a model too");
+    refuse_moe_and_failure_flags(f);
+}
+
+/* --model: a published shape with its cluster and mesh, where the flags say nothing else.
+ * GPT-3 175B: Brown et al. 2020 Table 2.1, batch 1536 (Narayanan Table 1), on the course
+ * text's 1024 GPUs as tp 8 x pp 16 x dp 8. GPT-4: the rumoured MoE (moe.c says whose),
+ * 16 experts of 4h, top-2, on 960 nodes of 8 as tp 8 x pp 15 x dp 64 (pp 15: the same
+ * rumour), batch 7296 x 8192 tokens (the rumour's 60M, a multiple of dp). */
+static void apply_model(run_config *cfg, planner_flags *f) {
+    if (!cli_given("model")) return;
+    const int gpt4 = f->model == MODEL_GPT4_MOE;
+    gpt_config *g = &cfg->model;
+    g->layers = gpt4 ? 120 : 96;
+    g->dim = gpt4 ? 10752 : 12288;
+    g->heads = 96;
+    g->vocab = gpt4 ? 100277 : 51200;
+    g->ctx = gpt4 ? 8192 : 2048;
+    if (gpt4) {
+        f->moe_experts = 16;
+        f->moe_top_k = 2;
+        f->moe_ffn = 4 * g->dim;
+    }
+    if (!cli_given("gpus")) f->gpus = gpt4 ? 7680 : 1024;
+    if (!cli_given("tp") && !cli_given("pp") && !cli_given("dp")) {
+        f->tp = 8;
+        f->pp = gpt4 ? 15 : 16;
+        if (!cli_given("zero")) f->zero = gpt4;   /* ZeRO-1 over dp: the optimizer sharded */
+    }
+    if (!cli_given("batch")) f->batch = gpt4 ? 7296 : 1536;
+}
+
+/* The experts and their EP size: by default the largest that divides both the experts
+ * and dp; with no mesh given, the experts spread over a plain data-parallel mesh. */
+static void moe_from_flags(plan_request *r, const planner_flags *f) {
+    if (!is_moe(f)) return;
+    r->moe = (plan_moe){.experts = f->moe_experts, .top_k = f->moe_top_k,
+                        .every = f->moe_every + 1,
+                        .expert_ffn = f->moe_ffn ? f->moe_ffn : 4.0 * r->model.hidden};
+    if (r->moe.top_k > r->moe.experts)
+        cli_fail("--moe-top-k %d is more than the %d experts (at most %d)", r->moe.top_k,
+                 r->moe.experts, r->moe.experts);
+    if (!r->mesh.tp) r->mesh = (plan_mesh){.tp = 1, .pp = 1, .dp = f->gpus};
+    int common = r->moe.experts;
+    for (int dp = r->mesh.dp; dp;) {   /* gcd(experts, dp) */
+        const int rest = common % dp;
+        common = dp;
+        dp = rest;
+    }
+    r->ep = f->ep ? f->ep : common;
+    if (r->moe.experts % r->ep || r->mesh.dp % r->ep)
+        cli_fail("--ep %d does not divide both the %d experts and dp %d (try a divisor of %d)",
+                 r->ep, r->moe.experts, r->mesh.dp, common);
+}
+
+static plan_failure_inputs failures_from_flags(const planner_flags *f) {
+    return (plan_failure_inputs){
+        .gpu_mtbf_hours = f->gpu_mtbf_hours > 0 ? f->gpu_mtbf_hours
+                          : f->mtbf_hours > 0   ? f->mtbf_hours * f->gpus
+                                                : plan_llama3_gpu_mtbf_hours(),
+        .mtbf_given = f->gpu_mtbf_hours > 0 ? 1 : f->mtbf_hours > 0 ? 2 : 0,
+        .save_bandwidth = 1e9 * f->save_bandwidth,
+        .save_seconds = f->save_seconds,
+        .restart_seconds = f->restart_seconds,
+    };
 }
 
 static plan_model model_from_flags(const run_config *cfg, const planner_flags *f) {
@@ -158,6 +265,9 @@ static plan_request request_from_flags(const run_config *cfg, const planner_flag
     r.mesh = mesh_from_flags(f);
     if (cluster_only(f)) return r;   /* no model: nothing else is used */
     r.model = model_from_flags(cfg, f);
+    r.model_name = cli_given("model") ? model_choices[f->model] : NULL;
+    r.failures = failures_from_flags(f);
+    moe_from_flags(&r, f);
     check_mesh_fits_model(&r.mesh, &r.model);
     if (f->mfu <= 0 || f->mfu > 1)
         cli_fail("--mfu %g: must be a fraction of peak in (0, 1]", f->mfu);
@@ -169,7 +279,7 @@ static plan_request request_from_flags(const run_config *cfg, const planner_flag
     };
     r.micro_batch = f->micro_batch;
     /* default: 8 sequences per GPU, enough micro-batches to keep a pipeline busy */
-    r.global_batch = cli_given("batch") ? cfg->batch : 8 * f->gpus;
+    r.global_batch = cli_given("batch") ? cfg->batch : f->batch ? f->batch : 8 * f->gpus;
     r.recompute = f->recompute - 1;   /* auto (-1), none, selective, full */
     r.mesh.micro_batch = r.micro_batch;
     r.mesh.global_batch = r.global_batch;
@@ -186,6 +296,10 @@ static int plan_and_print(const run_config *cfg, const planner_flags *f) {
         plan_print_max_params(&r, cfg->json);
         return 0;
     }
+    if (r.moe.experts > 0) {
+        moe_print(&r, cfg->json);
+        return 0;
+    }
     plan_row rows[PLAN_MAX_ROWS];
     const int n = plan_strategies(&r, rows);
     plan_decision d;
@@ -197,36 +311,69 @@ static int plan_and_print(const run_config *cfg, const planner_flags *f) {
     return 0;
 }
 
+/* The planner's own flags, into options[PLANNER_NUM_OPTIONS]. */
+#define PLANNER_NUM_OPTIONS 40
+static void planner_options(cli_option *options, run_config *cfg, planner_flags *f) {
+    const cli_option table[] = {
+        {"params", OPT_FLOAT, &f->params, "plan for this many parameters (a shape is derived)", NULL, 1},
+        {"hidden", OPT_INT, &cfg->model.dim, "hidden size h (the same as --dim)", NULL, 1},
+        {"seq", OPT_INT, &cfg->model.ctx, "sequence length s (the same as --ctx)", NULL, 1},
+        {"gpus", OPT_INT, &f->gpus, "GPUs of the cluster (default 8)", NULL, 1},
+        {"gpu-mem", OPT_FLOAT, &f->gpu_mem, "GB per GPU (default 80)", NULL, 1e-3},
+        {"gpus-per-node", OPT_INT, &f->gpus_per_node, "GPUs joined by NVLink (default 8)", NULL, 1},
+        {"micro-batch", OPT_INT, &f->micro_batch, "sequences per micro-batch (default 1)", NULL, 1},
+        {"gpu-tflops", OPT_FLOAT, &f->gpu_tflops, "achieved TFLOP/s per GPU (default: peak x mfu)", NULL, 1e-6},
+        {"peak-tflops", OPT_FLOAT, &f->peak_tflops, "16-bit tensor-core peak TFLOP/s per GPU"
+         " (default 989: H100 BF16; fp32 plans take 67/989 of it)", NULL, 1e-6},
+        {"mfu", OPT_FLOAT, &f->mfu, "achieved fraction of peak (default 0.4)", NULL, 0},
+        {"tokens", OPT_FLOAT, &f->tokens, "training tokens: print the days it takes", NULL, 1},
+        {"tp", OPT_INT, &f->tp, "evaluate this mesh too: tensor-parallel size", NULL, 1},
+        {"pp", OPT_INT, &f->pp, "... pipeline stages", NULL, 1},
+        {"dp", OPT_INT, &f->dp, "... data-parallel size (default: the rest)", NULL, 1},
+        {"zero", OPT_CHOICE, &f->zero, "... ZeRO stage of that mesh", zero_choices, 0},
+        {"recompute", OPT_CHOICE, &f->recompute, "activation recomputation (auto: the lightest"
+         " that fits)", recompute_choices, 0},
+        {"max-params", OPT_FLAG, &f->max_params,
+         "largest model per ZeRO stage on the cluster (model parallel: --tp x --pp)", NULL, 0},
+        {"course", OPT_FLAG, &f->course, "check the course text's claims by arithmetic", NULL, 0},
+        {"predict-chapters", OPT_FLAG, &f->predict,
+         "predict chapters 1-5 on bench256 (2 and 4 ranks) and run them to compare", NULL, 0},
+        {"model", OPT_CHOICE, &f->model, "a published model with its cluster and mesh: gpt3"
+         " (175B on 1024 GPUs, the course's), gpt4-moe (the rumoured 1.8T mixture of experts)",
+         model_choices, 0},
+        {"moe-experts", OPT_INT, &f->moe_experts, "a mixture of experts: E experts replace each"
+         " MLP (of the shape --params or the flags give)", NULL, 1},
+        {"moe-top-k", OPT_INT, &f->moe_top_k, "... experts a token visits (default 2)", NULL, 1},
+        {"moe-every", OPT_CHOICE, &f->moe_every, "... in every layer, or every other (default 1)",
+         every_choices, 0},
+        {"moe-ffn", OPT_INT, &f->moe_ffn, "... an expert's MLP size (default 4 x hidden)", NULL, 1},
+        {"ep", OPT_INT, &f->ep, "... expert-parallel size, out of dp (default: the largest that"
+         " divides the experts and dp)", NULL, 1},
+        {"gpu-mtbf-hours", OPT_FLOAT, &f->gpu_mtbf_hours, "one GPU's mean time between failures"
+         " (default 50677: Llama 3's 419 interruptions in 54 days on 16384 GPUs)", NULL, 1e-6},
+        {"mtbf-hours", OPT_FLOAT, &f->mtbf_hours, "the job's mean time between failures (default:"
+         " one GPU's / GPUs)", NULL, 1e-6},
+        {"save-bandwidth", OPT_FLOAT, &f->save_bandwidth, "GB/s each GPU writes its share of a"
+         " checkpoint at (default 0.122: Llama 3's 2 TB/s storage over its 16384 GPUs)", NULL, 1e-9},
+        {"save-seconds", OPT_FLOAT, &f->save_seconds, "a checkpoint save's time (default: 12 B a"
+         " parameter over the GPUs' bandwidth)", NULL, 1e-6},
+        {"restart-seconds", OPT_FLOAT, &f->restart_seconds, "from a failure back to training"
+         " (default: the checkpoint's load, as long as its save)", NULL, 0},
+        {0},
+    };
+    _Static_assert(sizeof table <= PLANNER_NUM_OPTIONS * sizeof(cli_option), "too many flags");
+    memcpy(options, table, sizeof table);
+}
+
 int main(int argc, char **argv) {
     run_config cfg = run_config_default();
     planner_flags f = {.params = -1, .gpu_mem = 80, .peak_tflops = 989, .mfu = 0.4,
-                       .gpus = 8, .gpus_per_node = 8, .micro_batch = 1};
-    const cli_option options[] = {
-        {"params", OPT_FLOAT, &f.params, "plan for this many parameters (a shape is derived)", NULL, 1},
-        {"hidden", OPT_INT, &cfg.model.dim, "hidden size h (the same as --dim)", NULL, 1},
-        {"seq", OPT_INT, &cfg.model.ctx, "sequence length s (the same as --ctx)", NULL, 1},
-        {"gpus", OPT_INT, &f.gpus, "GPUs of the cluster (default 8)", NULL, 1},
-        {"gpu-mem", OPT_FLOAT, &f.gpu_mem, "GB per GPU (default 80)", NULL, 1e-3},
-        {"gpus-per-node", OPT_INT, &f.gpus_per_node, "GPUs joined by NVLink (default 8)", NULL, 1},
-        {"micro-batch", OPT_INT, &f.micro_batch, "sequences per micro-batch (default 1)", NULL, 1},
-        {"gpu-tflops", OPT_FLOAT, &f.gpu_tflops, "achieved TFLOP/s per GPU (default: peak x mfu)", NULL, 1e-6},
-        {"peak-tflops", OPT_FLOAT, &f.peak_tflops, "16-bit tensor-core peak TFLOP/s per GPU"
-         " (default 989: H100 BF16; fp32 plans take 67/989 of it)", NULL, 1e-6},
-        {"mfu", OPT_FLOAT, &f.mfu, "achieved fraction of peak (default 0.4)", NULL, 0},
-        {"tokens", OPT_FLOAT, &f.tokens, "training tokens: print the days it takes", NULL, 1},
-        {"tp", OPT_INT, &f.tp, "evaluate this mesh too: tensor-parallel size", NULL, 1},
-        {"pp", OPT_INT, &f.pp, "... pipeline stages", NULL, 1},
-        {"dp", OPT_INT, &f.dp, "... data-parallel size (default: the rest)", NULL, 1},
-        {"zero", OPT_CHOICE, &f.zero, "... ZeRO stage of that mesh", zero_choices, 0},
-        {"recompute", OPT_CHOICE, &f.recompute, "activation recomputation (auto: the lightest"
-         " that fits)", recompute_choices, 0},
-        {"max-params", OPT_FLAG, &f.max_params,
-         "largest model per ZeRO stage on the cluster (model parallel: --tp x --pp)", NULL, 0},
-        {"course", OPT_FLAG, &f.course, "check the course text's claims by arithmetic", NULL, 0},
-        {"predict-chapters", OPT_FLAG, &f.predict,
-         "predict chapters 1-5 on bench256 (2 and 4 ranks) and run them to compare", NULL, 0},
-        {0},
-    };
+                       .gpus = 8, .gpus_per_node = 8, .micro_batch = 1, .moe_top_k = 2,
+                       .gpu_mtbf_hours = -1, .mtbf_hours = -1, .save_seconds = -1,
+                       .save_bandwidth = plan_llama3_save_bandwidth_per_gpu() / 1e9,
+                       .restart_seconds = -1};
+    cli_option options[PLANNER_NUM_OPTIONS];
+    planner_options(options, &cfg, &f);
     cfg.unused_flags = planner_unused;
     cfg.unused_why = "the planner trains nothing";
     cli_parse(argc, argv, &cfg, options, argv[0],
@@ -241,6 +388,7 @@ int main(int argc, char **argv) {
     cli_check_at_most("tokens", f.tokens, 1e18, "a billion billion tokens");
     if (cfg.data_path) dataset_free(dataset_from_config(&cfg));   /* refuse a bad file */
     refuse_ignored_flags(&f);
+    apply_model(&cfg, &f);
     if (!process_hosts_rank0()) return 0;   /* under mpirun: one process answers */
 
     if (f.predict) {

@@ -1,5 +1,6 @@
 /* The planner's output: one table of strategies, the decision tree walked, the time of
- * the choice, training days and the largest models; or the same as one JSON object. */
+ * the choice, training days, the largest models and how often to save a checkpoint; or
+ * the same as one JSON object. */
 #include <stdio.h>
 
 #include "planner.h"
@@ -126,6 +127,7 @@ void plan_print(const plan_request *r, const plan_row *rows, int n,
         printf("Recommendation: none: the model does not fit this cluster\n");
     }
     if (max_params) print_max_params(r);
+    failures_print(r);
 }
 
 /* ---- --json --------------------------------------------------------------------- */
@@ -188,5 +190,6 @@ void plan_print_json(const plan_request *r, const plan_row *rows, int n,
             printf("%s\"%s\": %.6g", stage ? ", " : "", max_names[stage], max_params_of(r, stage));
         printf("}");
     }
+    failures_print_json(r);
     printf("}\n");
 }

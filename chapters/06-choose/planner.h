@@ -7,8 +7,21 @@
 #include <stddef.h>
 
 #include "plan_memory.h"
+#include "plan_moe.h"
+#include "plan_restart.h"
 #include "plan_time.h"
 #include "precision.h"
+
+/* What the checkpoint section is given: one GPU's MTBF, and the save time or the write
+ * bandwidth it follows from. */
+typedef struct {
+    double gpu_mtbf_hours;       /* one GPU's (a job's MTBF x its GPUs when given so) */
+    int mtbf_given;              /* 0: Llama 3's rate; 1: --gpu-mtbf-hours; 2: the job's,
+                                    --mtbf-hours */
+    double save_bandwidth;       /* bytes/s each GPU writes its share of a checkpoint at */
+    double save_seconds;         /* > 0: as given, else 12 P / (GPUs x save_bandwidth) */
+    double restart_seconds;      /* >= 0: as given, else the load: the save's time again */
+} plan_failure_inputs;
 
 /* What to plan for. */
 typedef struct {
@@ -20,6 +33,10 @@ typedef struct {
     plan_mesh mesh;              /* an explicit mesh to evaluate too; tp = 0: none */
     precision dtype;             /* what it trains in: bf16 or fp16 (main's default), or
                                     fp32; set it, 0 is fp32 */
+    const char *model_name;      /* --model's preset, or NULL */
+    plan_moe moe;                /* experts 0: a dense model */
+    int ep;                      /* expert-parallel size, out of the mesh's dp (MoE) */
+    plan_failure_inputs failures;
 } plan_request;
 
 /* The planner's bytes for a precision: bf16 and fp16 the ZeRO paper's 2 + 2 + 12 with
@@ -69,6 +86,18 @@ void plan_print_json(const plan_request *r, const plan_row *rows, int n,
 /* --max-params without a model: the largest model per ZeRO stage alone (r's GPUs,
  * memory and mesh), as a table or JSON. */
 void plan_print_max_params(const plan_request *r, int json);
+
+/* A mixture of experts (moe.c): the MoE on the request's mesh against a dense model of
+ * its active size, as text or as one JSON object. */
+void moe_print(const plan_request *r, int json);
+
+/* Checkpoints and failures (failures.c): the job's MTBF, the save time, Young's
+ * interval and what failures cost, for the request's model (an MoE's total
+ * parameters). */
+plan_failures plan_failures_of(const plan_request *r);
+void failures_print(const plan_request *r);
+/* ,\n "checkpoint": {...}: keys to append to an open JSON object */
+void failures_print_json(const plan_request *r);
 
 /* --course: the course text's claims checked by arithmetic (course.c). */
 void course_print(void);

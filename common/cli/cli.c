@@ -1,6 +1,7 @@
 #include "cli.h"
 
 #include "device.h"
+#include "restart.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -313,6 +314,16 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
         {"save-every", OPT_INT, &cfg->save_every, "with --save: also every K steps", NULL, 1},
         {"resume", OPT_STRING, &cfg->resume_dir, "continue from this checkpoint (or its latest)", NULL, 0},
         {"save-test-crash", OPT_INT, &cfg->save_test_crash, NULL, NULL, 1},   /* test hook: a save dies before its Nth step */
+        {"max-restarts", OPT_INT, &cfg->restart.max_restarts, "with --save: after a failure, start again from the latest checkpoint, up to K times (./run)", NULL, 0},
+        {"elastic", OPT_FLAG, &cfg->restart.elastic, "with --max-restarts: a rank that does not come back leaves the job on fewer ranks", NULL, 0},
+        {"restart-attempt", OPT_INT, &cfg->restart.attempt, NULL, NULL, 0},   /* ./run: restarts so far */
+        {"restart-record", OPT_STRING, &cfg->restart.record, NULL, NULL, 0},   /* ./run: the earlier attempts' costs */
+        {"test-fail-step", OPT_INT, &cfg->restart.fail_step, NULL, NULL, 1},   /* test hook: a rank fails as step K starts */
+        {"test-fail-rank", OPT_INT, &cfg->restart.fail_rank, NULL, NULL, 0},
+        {"test-fail-how", OPT_CHOICE, &cfg->restart.fail_how, NULL, restart_fail_hows, 0},
+        {"test-fail-attempts", OPT_INT, &cfg->restart.fail_attempts, NULL, NULL, 1},
+        {"test-fail-gone", OPT_FLAG, &cfg->restart.fail_gone, NULL, NULL, 0},
+        {"test-resume-skew", OPT_INT, &cfg->restart.resume_skew, NULL, NULL, 1},   /* negative control */
         {0},
     };
     const cli_option *tables[2] = {shared, extra};
@@ -322,6 +333,7 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
     if (!gpt_config_check(&cfg->model, 1, err, sizeof err)) cli_fail("%s", err);
     if (cfg->comm.trace_path) check_writable("trace", cfg->comm.trace_path);
     checkpoint_cli_check(cfg);
+    restart_check_flags(cfg);
     int mpi_ranks = launch_mpi_world_size();
     if (mpi_ranks > 0) cfg->comm.ranks = mpi_ranks;
 }

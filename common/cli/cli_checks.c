@@ -18,7 +18,7 @@ dataset *dataset_from_config(const run_config *cfg) {
     return d;
 }
 
-void checkpoint_cli_check(const run_config *cfg) {
+void checkpoint_cli_check(run_config *cfg) {
     if (cfg->no_checkpoints && (cfg->save_dir || cfg->resume_dir))
         cli_fail("--%s %s: %s", cfg->save_dir ? "save" : "resume",
                  cfg->save_dir ? cfg->save_dir : cfg->resume_dir, cfg->no_checkpoints);
@@ -33,4 +33,10 @@ void checkpoint_cli_check(const run_config *cfg) {
     if (!cfg->resume_dir) return;
     char err[1024];
     if (checkpoint_check(cfg->resume_dir, cfg, err, sizeof err) < 0) cli_fail("%s", err);
+    /* DIR/latest moves with every save: a program that runs several strategies, each
+     * resuming from DIR and saving into it, must resume each from the same checkpoint */
+    static char resolved[4096];
+    if (!checkpoint_resolve(cfg->resume_dir, resolved, sizeof resolved, err, sizeof err))
+        cli_fail("%s", err);
+    cfg->resume_dir = resolved;
 }

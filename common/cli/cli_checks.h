@@ -10,7 +10,8 @@ dataset *dataset_from_config(const run_config *cfg);
 
 /* In cli_parse: --save-every needs --save, --save is a directory this process can
  * create or write, and --resume names a sound checkpoint of
- * this model whose step is below --steps (cli_fail otherwise). */
-void checkpoint_cli_check(const run_config *cfg);
+ * this model whose step is below --steps (cli_fail otherwise); --resume DIR is then
+ * pinned to the checkpoint DIR/latest names now. */
+void checkpoint_cli_check(run_config *cfg);
 
 #endif

@@ -3,7 +3,8 @@
  *  - bf16/fp16/fp8 reductions: MPI_Op_create on MPI_UINT16_T / MPI_UINT8_T, widening
  *    to fp32 per hop (comm_reduce_buffers), and AVG = SUM then divide;
  *  - a mismatch check before each collective: an MPI_Allgather of every rank's call on
- *    a duplicate communicator (so it can never pair with a data collective);
+ *    a duplicate communicator (so it can never pair with a data collective), and for
+ *    all-to-all -v one count per peer (comm_mpi_alltoall.c);
  *  - timeouts: a blocking MPI call runs under a watchdog thread that reports and ends
  *    the job at the deadline; waits for requests poll MPI_Test against the deadline;
  *  - buffered sends (the message is copied, MPI_Isend completes in the background);
@@ -13,6 +14,7 @@
  *    through host copies (this Open MPI cannot read device memory).
  * Bytes are counted as the textbook volume (comm_accounting.c, bytes_modelled = 1). */
 #include "comm_internal.h"
+#include "comm_mpi_alltoall.h"
 #include "comm_mpi_roll_call.h"
 #include "comm_mpi_staging.h"
 #include "comm_mpi_watchdog.h"
@@ -165,6 +167,7 @@ static void check_call(comm *c, const comm_call *call) {
 
 /* What to do once a collective has finished: AVG's division, the copy out of tmp. */
 static void after(comm *c, const comm_call *call, void *tmp) {
+    if (call->kind == COMM_KIND_ALLTOALL) return;   /* op says which form, not a sum */
     size_t len = comm_shard(call->count, c->size, c->rank, NULL);
     if (call->kind == COMM_KIND_REDUCE_SCATTER && tmp && len)
         memcpy(call->recv, tmp, len * comm_dtype_size(call->dt));
@@ -183,6 +186,8 @@ static int issue(comm *c, const comm_call *call, mpi_request *r, int nonblocking
     int count = int_count(c, call->count), n = c->size;
     size_t es = comm_dtype_size(call->dt), off, len = comm_shard(call->count, n, c->rank, &off);
     MPI_Request *req = nonblocking ? &r->request : NULL;
+    if (call->kind == COMM_KIND_ALLTOALL)   /* comm_mpi_alltoall.c */
+        return mpi_issue_alltoall(c, call, comm_, type, &r->counts, req);
     if (call->kind == COMM_KIND_REDUCE_SCATTER || call->kind == COMM_KIND_ALLGATHER) {
         r->counts = malloc(2 * (size_t)n * sizeof(int));
         if (!r->counts) comm_fail(c, "out of memory");
@@ -280,6 +285,12 @@ static int message_arrived(void *state, int *done) {
 static void mpi_run(comm *c, const comm_call *call) {
     mpi_request r = {0};
     check_call(c, call);
+    if (call->kind == COMM_KIND_ALLTOALL && call->send_counts) {
+        mpi_watchdog_arm(c, call);
+        int err = mpi_check_alltoallv_counts(c, call, ((mpi_comm *)c->impl)->check);
+        mpi_watchdog_disarm();
+        check_mpi(c, err, "the all-to-all count check");
+    }
     comm_call host;
     const int staged = mpi_stage_in(c, call, &host);
     mpi_watchdog_arm(c, call);

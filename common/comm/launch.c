@@ -104,7 +104,15 @@ const char *launch_backend_name(const comm_options *opts, int world) {
 }
 
 /* ---- launching ---------------------------------------------------------------------- */
+/* ./run's question before an elastic restart: does the program accept this many ranks?
+ * Every check of the flags and the layout runs before the first launch, so reaching it
+ * means yes (exit 0), and a refusal is their exit 2. */
+static void answer_layout_probe(void) {
+    if (getenv("RUN_LAYOUT_PROBE")) exit(0);
+}
+
 int launch(const comm_options *opts, rank_main_fn fn, void *args) {
+    answer_layout_probe();
 #ifdef USE_MPI
     if (launch_mpi_world_size() > 0) return launch_mpi(opts, fn, args);
 #endif

@@ -55,6 +55,21 @@ typedef struct {
      * refused in one line when given. */
     const char *const *unused_flags;
     const char *unused_why;
+    /* Restarts after a failure (restart.h): ./run starts the job again from --save's
+     * latest checkpoint, up to max_restarts times; the rest is what ./run tells each
+     * attempt and the test hooks that make a failure. */
+    struct {
+        int max_restarts;      /* --max-restarts K (0 and not given: no restarts) */
+        int elastic;           /* --elastic: go on with the surviving ranks */
+        int attempt;           /* --restart-attempt: restarts before this attempt (./run) */
+        const char *record;    /* --restart-record: the earlier attempts' costs (./run) */
+        int fail_step;         /* test hook: a rank fails as step K starts (0: never) */
+        int fail_rank;         /* ... that world rank */
+        int fail_how;          /* SIGKILL of its process, comm_abort, SIGSTOP */
+        int fail_attempts;     /* ... on attempts 0 .. N-1 (default 1: the first) */
+        int fail_gone;         /* ... and it does not come back (--elastic's test) */
+        int resume_skew;       /* negative control: a resume starts K steps late */
+    } restart;
 } run_config;
 
 /* Defaults: layers 4, heads 4, dim 128, ctx 64, batch 8, vocab 256, steps 10,

@@ -1,4 +1,5 @@
 #include "report.h"
+#include "restart.h"
 #include "op_profile.h"
 
 #include <math.h>
@@ -154,7 +155,9 @@ void report_json(const run_config *cfg, const char *chapter, int world,
         if (r->json_extra) printf(",\n   %s", r->json_extra);
         printf("}");
     }
-    printf("]%s%s}\n", extra ? ",\n " : "", extra ? extra : "");
+    printf("]%s%s", extra ? ",\n " : "", extra ? extra : "");
+    restart_json_keys(cfg);   /* after failures: what they cost */
+    printf("}\n");
 }
 
 /* The measurements that are maximised over ranks, packed as doubles. */

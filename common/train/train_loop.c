@@ -10,6 +10,7 @@
 #include "loss_scale.h"
 #include "op_profile.h"
 #include "ops.h"
+#include "restart.h"
 
 /* a - b, kind by kind: the strategy's traffic without the loop's own */
 static comm_stats stats_minus(comm_stats a, const comm_stats *b) {
@@ -150,6 +151,16 @@ static int save_due(const run_config *cfg, int step) {
            (step == cfg->steps || (cfg->save_every > 0 && step % cfg->save_every == 0));
 }
 
+/* --resume: the checkpoint's state into the strategy's; returns its step. Timed, and
+ * this attempt's start noted, for the cost of a restart (restart.h). */
+static int load_checkpoint(const run_config *cfg, comm *world, const ckpt_state *state) {
+    const double start = comm_now();
+    const int done =
+        cfg->resume_dir ? restart_resumed_step(cfg, checkpoint_load(cfg->resume_dir, state)) : 0;
+    restart_loop_start(cfg, world, done, comm_now() - start);
+    return done;
+}
+
 /* The fastest of the timed steps: all but the warm-up step, or the only one (0: none). */
 static double fastest_timed_step(const double *step_seconds, int steps) {
     if (steps <= 0) return 0.0;
@@ -167,7 +178,7 @@ void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
     ckpt_run_state run_state = {.precision = cfg->precision};
     checkpoint_state_of(cfg, st, &state);
     state.run = &run_state;
-    const int done = cfg->resume_dir ? checkpoint_load(cfg->resume_dir, &state) : 0;
+    const int done = load_checkpoint(cfg, world, &state);
     const int steps = cfg->steps - done;   /* this run's: done + 1 .. cfg->steps */
     memset(out, 0, sizeof *out);
     /* through the accounting allocator: a rank stopped by a failure gives them back */
@@ -182,6 +193,7 @@ void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
     loss_scale_start(cfg, st, reports, done, &run_state, &scale);
     for (int i = 1; i <= steps; i++) {
         const int step = done + i;
+        restart_maybe_fail(cfg, world, step);
         double start = comm_now();
         const float used = scale.scale;
         float loss = st->compute_grads(st->ctx, step, used);
@@ -211,12 +223,14 @@ void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
             mem_stats_reset_peaks(mem);
             if (profile) op_profile_clear(profile);
         }
+        restart_step_done(cfg, world, step);   /* before its save: a failed save loses it */
         /* over the metrics group, whose traffic the strategy's statistics leave out */
         if (save_due(cfg, step)) {
             record_run_state(cfg, &scale, &run_state);
             checkpoint_save(metrics, cfg, st->name, &state, step);
         }
     }
+    restart_loop_end(cfg, world);
     if (profile) op_profile_stop(profile);
     run_result *r = &out->result;
     *r = (run_result){.strategy = st->name, .steps = steps, .loss = out->loss,

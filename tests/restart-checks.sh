@@ -1,0 +1,221 @@
+#!/bin/bash
+# Restarts after failures (./run --max-restarts, tools/restart-loop.sh, common/train/restart.c).
+# A rank killed (SIGKILL, the test hook) at a random step of a DDP run with --save-every 2
+# --max-restarts 2 must end with exit 0 and final parameters equal, bit for bit, to an
+# uninterrupted run's (every tensor of the two final checkpoints compared; the largest
+# difference printed). So must a failure during a save (it restarts from the checkpoint
+# before) and one before the first save (comm_abort; from the start). A rank failing on
+# every attempt must end non-zero after K restarts with a line saying why, and so must a
+# rank gone for good without --elastic. With --elastic, DDP, ZeRO-3, TP 2 x DP 2 and
+# PP 2 x DP 2 finish on fewer ranks, their losses within 1e-5 (TOL_LOSS) of the
+# uninterrupted run's. Negative controls: a restart resuming one step late
+# (--test-resume-skew) must fail the bit-for-bit comparison, and the 1e-5 one.
+# With `mpi` (an MPI=1 build): the same kill of a real Open MPI process and a stuck one
+# (SIGSTOP, named by --comm-timeout), each restarted by a fresh mpirun that keeps
+# MPIRUN_ARGS (a hostfile), and ZeRO-3 going on with 3 of 4 processes.
+# Usage: tests/restart-checks.sh BUILD_DIR [mpi]
+set -u
+cd "$(dirname "$0")/.."
+build=${1:-build/cpu}
+backend=${2:-threads}
+python=$(command -v python3 || echo /usr/bin/python3)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+model="--layers 2 --dim 32 --heads 2 --ctx 16 --batch 8 --steps 8 --quiet --json"
+passed=0
+failed=0
+programs="chapter1 chapter2 chapter3 chapter4"
+[ "$backend" = mpi ] && programs="chapter1 chapter2"
+for p in $programs; do
+    [ -x "$build/$p" ] || { echo "SKIP: $build/$p is not built (make all)"; exit 77; }
+done
+
+verdict() {   # verdict NAME STATUS OUTPUT
+    if [ "$2" -eq 0 ]; then passed=$((passed + 1)); echo "ok   $1: $3"
+    else failed=$((failed + 1)); echo "FAIL $1: $3"; sed 's/^/     | /' "$work/err" | tail -8; fi
+}
+
+# job TAG BACKEND PROGRAM RANKS FLAGS...: ./run with RUN_LAST pointing at PROGRAM; the
+# JSON in TAG.json, stderr in $work/err and TAG.err; returns the exit status
+job() {
+    local tag=$1 backend=$2 program=$3 ranks=$4
+    shift 4
+    printf '%s\n%s\n' "$program" "$backend" >"$work/last"
+    RUN_LAST=$work/last ./run "$ranks" "$@" >"$work/$tag.json" 2>"$work/err"
+    local status=$?
+    cp "$work/err" "$work/$tag.err"
+    return $status
+}
+
+# same_tensors A B: every tensor of the final checkpoints DIR A and B, bit for bit
+same_tensors() {
+    "$python" - "$1" "$2" <<'PY'
+import array, glob, json, os, struct, sys
+def tensors(d):
+    d = os.path.join(d, open(os.path.join(d, "latest")).read().strip())
+    out = {}
+    for path in sorted(glob.glob(os.path.join(d, "rank-*.safetensors"))):
+        raw = open(path, "rb").read()
+        n = struct.unpack("<Q", raw[:8])[0]
+        for name, t in json.loads(raw[8:8 + n]).items():
+            if name == "__metadata__": continue
+            a, b = t["data_offsets"]
+            out[(os.path.basename(path), name)] = array.array("f", raw[8 + n + a:8 + n + b])
+    return out
+x, y = tensors(sys.argv[1]), tensors(sys.argv[2])
+if x.keys() != y.keys(): print("the checkpoints hold different tensors"); sys.exit(1)
+worst = max(max((abs(p - q) for p, q in zip(x[k], y[k])), default=0.0) for k in x)
+same = all(x[k].tobytes() == y[k].tobytes() for k in x)
+print(f"{len(x)} tensors, largest difference {worst:g}, {'bit for bit equal' if same else 'NOT bit-identical'}")
+sys.exit(0 if same else 1)
+PY
+}
+
+# losses_close FULL RESUMED STRATEGY: RESUMED's losses (the steps after its resume) next to
+# the same steps of FULL, within 1e-5
+losses_close() {
+    "$python" - "$1" "$2" "$3" <<'PY'
+import json, sys
+# the run whose strategy starts with the name (TP x DP on 2 ranks is "tp", on 4 "tp+dp")
+runs = lambda p: {sys.argv[3]: [r["loss"] for r in json.load(open(p))["runs"] if r["strategy"].startswith(sys.argv[3])][0]}
+j = json.load(open(sys.argv[2]))
+full, resumed = runs(sys.argv[1])[sys.argv[3]], runs(sys.argv[2])[sys.argv[3]]
+d = max(abs(a - b) for a, b in zip(full[len(full) - len(resumed):], resumed))
+print(f"world {j['world_at_start']} -> {j['world']}, {j['restarts']} restart, steps"
+      f" {len(full) - len(resumed) + 1}-{len(full)}: largest loss difference {d:.3g} (tolerance 1e-5)")
+sys.exit(0 if d <= 1e-5 and j["world"] < j["world_at_start"] else 1)
+PY
+}
+
+# one_restart JSON: the report has the cost keys of docs/json.md, and 1 restart
+one_restart() {
+    "$python" -c '
+import json, sys
+j = json.load(open(sys.argv[1]))
+keys = "max_restarts restarts elastic world_at_start lost_steps restart_seconds detect_seconds relaunch_seconds load_seconds".split()
+sys.exit(0 if all(k in j for k in keys) and j["restarts"] == 1 else 1)' "$1"
+}
+
+# the line of ./run that PATTERN matches, in TAG.err
+said() { grep -m 1 -- "$2" "$work/$1.err"; }
+
+# 6. --elastic: rank 3 gone for good at step 5; the job goes on with fewer ranks
+elastic() {   # elastic NAME PROGRAM STRATEGY FLAGS...
+    local name=$1 program=$2 strategy=$3
+    shift 3
+    job "$strategy-full" "$backend" "$build/$program" 4 $model "$@" &&
+        job "$strategy-elastic" "$backend" "$build/$program" 4 $model "$@" --save "$work/el-$strategy" \
+            --save-every 2 --max-restarts 1 --elastic --test-fail-step 5 --test-fail-rank 3 \
+            --test-fail-gone
+    local status=$? out
+    out=$(losses_close "$work/$strategy-full.json" "$work/$strategy-elastic.json" "$strategy" 2>&1)
+    local same=$?
+    verdict "elastic $name, rank 3 gone" $([ $status -eq 0 ] && [ $same -eq 0 ]; echo $?) "$out"
+}
+threads_checks() {
+    # 1. a rank SIGKILLed at a random step, threads: exit 0, the same final tensors
+    ddp="--strategy ddp --save-every 2 --max-restarts 2"
+    job full threads "$build/chapter1" 4 $model --strategy ddp --save "$work/full"
+    kill_step=$((3 + RANDOM % 6))   # 3 .. 8
+    kill_rank=$((RANDOM % 4))
+    job killed threads "$build/chapter1" 4 $model $ddp --save "$work/killed" \
+        --test-fail-step $kill_step --test-fail-rank $kill_rank
+    status=$?
+    out=$(same_tensors "$work/full" "$work/killed")
+    same=$?
+    verdict "DDP x4, rank $kill_rank SIGKILLed at step $kill_step (threads)" \
+        $([ $status -eq 0 ] && [ $same -eq 0 ] && one_restart "$work/killed.json"; echo $?) \
+        "exit $status; $out; $(said killed 'run: restart 1')"
+
+    # 2. negative control: the restart resumes one step late (comm_abort on rank 2 at step 5)
+    job skewed threads "$build/chapter1" 4 $model $ddp --save "$work/skewed" --test-fail-step 5 \
+        --test-fail-rank 2 --test-fail-how abort --test-resume-skew 1
+    if out=$(same_tensors "$work/full" "$work/skewed"); then
+        failed=$((failed + 1)); echo "FAIL negative control passed: $out"
+    else
+        passed=$((passed + 1)); echo "ok   negative control (resumed from the wrong step) fails as it must: $out"
+    fi
+
+    # 3. a failure during a save (of step 4, before its rename): from step 2 again, and the
+    # half-written checkpoint is never loaded (the next save removes it)
+    job part threads "$build/chapter1" 4 $model --strategy ddp --steps 2 --save "$work/in-save"
+    job in-save threads "$build/chapter1" 4 $model $ddp --save "$work/in-save" \
+        --resume "$work/in-save/step-000002" --save-test-crash 20
+    status=$?
+    out=$(same_tensors "$work/full" "$work/in-save")
+    same=$?
+    verdict "a failure during the save of step 4" \
+        $([ $status -eq 0 ] && [ $same -eq 0 ] && said in-save 'resuming from step 2' >/dev/null &&
+          ! ls -a "$work/in-save" | grep -q '^\.tmp'; echo $?) \
+        "exit $status; $out; $(said in-save 'run: restart 1')"
+
+    # 4. a failure before the first save (comm_abort: the in-process failure path): from step 0
+    job early threads "$build/chapter1" 4 $model $ddp --save-every 4 --save "$work/early" \
+        --test-fail-step 3 --test-fail-rank 1 --test-fail-how abort
+    status=$?
+    out=$(same_tensors "$work/full" "$work/early")
+    same=$?
+    verdict "a failure before the first save" \
+        $([ $status -eq 0 ] && [ $same -eq 0 ] && said early 'resuming from step 0' >/dev/null; echo $?) \
+        "exit $status; $out; $(said early 'run: restart 1')"
+
+    # 5. a rank that fails on every attempt: K restarts, then exit non-zero and why
+    job beyond threads "$build/chapter1" 4 $model $ddp --save "$work/beyond" --test-fail-step 3 \
+        --test-fail-rank 1 --test-fail-attempts 9
+    status=$?
+    line=$(said beyond 'run: giving up')
+    verdict "restarts beyond --max-restarts 2" \
+        $([ $status -ne 0 ] && [ $status -ne 2 ] && [ -n "$line" ] &&
+          [ "$(grep -c 'run: restart' "$work/beyond.err")" -eq 2 ]; echo $?) "exit $status: $line"
+
+    # a rank gone for good without --elastic: no restart on ranks that are not there
+    job stranded threads "$build/chapter1" 4 $model $ddp --save "$work/stranded" \
+        --test-fail-step 3 --test-fail-rank 1 --test-fail-gone
+    status=$?
+    line=$(said stranded 'run: giving up')
+    verdict "a rank gone for good without --elastic" \
+        $([ $status -ne 0 ] && [ -n "$line" ] && ! said stranded 'run: restart' >/dev/null; echo $?) \
+        "exit $status: $line"
+
+    elastic "DDP x4" chapter1 ddp --strategy ddp
+    elastic "ZeRO-3 x4" chapter2 zero3 --stage 3
+    elastic "TP 2 x DP 2" chapter3 tp --tp 2 --part train
+    elastic "PP 2 x DP 2" chapter4 pp-1f1b --pp 2 --schedule 1f1b --micro 4
+    # its negative control: the DDP restart resuming one step late leaves the tolerance
+    job ddp-late threads "$build/chapter1" 4 $model $ddp --save "$work/el-late" --max-restarts 1 \
+        --elastic --test-fail-step 5 --test-fail-rank 3 --test-fail-gone --test-resume-skew 1
+    if out=$(losses_close "$work/ddp-full.json" "$work/ddp-late.json" ddp); then
+        failed=$((failed + 1)); echo "FAIL negative control passed: $out"
+    else
+        passed=$((passed + 1)); echo "ok   negative control (elastic, resumed one step late) fails as it must: $out"
+    fi
+
+}
+
+# 7. Open MPI: rank 1's process SIGKILLed, then a stuck one; fresh mpiruns, same hostfile
+mpi_checks() {
+    echo "localhost slots=8" >"$work/hosts"
+    export MPIRUN_ARGS="--hostfile $work/hosts ${MPIRUN_ARGS:-}"
+    local ddp="--strategy ddp --save-every 2 --max-restarts 2" status same out how kill_step
+    job mpi-full mpi "$build/chapter1" 3 $model --strategy ddp --batch 6 --save "$work/mpi-full"
+    for how in kill stop; do
+        kill_step=$((3 + RANDOM % 6))
+        job "mpi-$how" mpi "$build/chapter1" 3 $model $ddp --batch 6 --save "$work/mpi-$how" \
+            --test-fail-step $kill_step --test-fail-rank 1 --test-fail-how $how --comm-timeout 1
+        status=$?
+        out=$(same_tensors "$work/mpi-full" "$work/mpi-$how")
+        same=$?
+        verdict "DDP x3, rank 1's process $([ $how = kill ] && echo SIGKILLed || echo stuck) at step $kill_step (Open MPI, --hostfile)" \
+            $([ $status -eq 0 ] && [ $same -eq 0 ] && said "mpi-$how" 'run: restart 1' >/dev/null; echo $?) \
+            "exit $status; $out; $(said "mpi-$how" 'was killed by signal 9\|it was stopped' | cut -c1-90); $(said "mpi-$how" 'run: restart 1')"
+    done
+    elastic "ZeRO-3 x4 (Open MPI)" chapter2 zero3 --stage 3
+}
+
+if [ "$backend" = mpi ]; then
+    mpi_checks
+else
+    threads_checks
+fi
+echo "restart-checks: $passed passed, $failed failed"
+[ $failed -eq 0 ]

@@ -1,0 +1,170 @@
+/* Chapter 6's mixture of experts (common/parallel/plan_moe.h): parameters, FLOPs a
+ * token, memory per GPU under expert parallelism and the all-to-all bytes, each against
+ * a case computed by hand here, a dense model's figures where an MoE of one expert
+ * must give them, and the rumoured GPT-4 shape's sums. Every comparison is exact (to
+ * 1e-12 relative: sums of a few doubles) and prints the largest difference it saw; a
+ * negative control shows that formulas with a factor left out are caught. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+
+#include "check_run.h"
+#include "plan_moe.h"
+#include "plan_time.h"
+
+#define TOLERANCE 1e-12
+
+static double worst;   /* largest relative difference seen by the suite */
+
+static int agrees(double value, double expected) {
+    const double diff = fabs(value - expected) / fmax(fabs(expected), 1);
+    return diff <= TOLERANCE;
+}
+
+#define EXACT(value, expected)                                                           \
+    do {                                                                                 \
+        const double v_ = (value), e_ = (expected);                                      \
+        const double d_ = fabs(v_ - e_) / fmax(fabs(e_), 1);                             \
+        if (d_ > worst) worst = d_;                                                      \
+        ck_assert_msg(agrees(v_, e_), "%s = %.17g, by hand %.17g", #value, v_, e_);      \
+    } while (0)
+
+/* l 2, h 64, a 4, V 100, s 16 (test_chapter6's hand case): 107392 parameters dense;
+ * 4 experts of MLP size 128, top-2, in every layer */
+static const plan_model small = {.layers = 2, .hidden = 64, .heads = 4, .vocab = 100, .seq = 16};
+static const plan_moe small_moe = {.experts = 4, .top_k = 2, .every = 1, .expert_ffn = 128};
+
+START_TEST(parameters_and_flops_by_hand) {
+    worst = 0;
+    /* MLP 8 * 4096 + 5 * 64; an expert 2 * 64 * 128 + 128 + 64; the router 64 * 4 */
+    EXACT(plan_mlp_params(64), 33088);
+    EXACT(plan_expert_params(64, 128), 16576);
+    /* 107392 + 2 (256 + 4 * 16576 - 33088) and + 2 (256 + 2 * 16576 - 33088) */
+    EXACT(plan_moe_total_params(&small, &small_moe), 174336);
+    EXACT(plan_moe_active_params(&small, &small_moe), 108032);
+    /* every other layer: one MoE layer of the two */
+    plan_moe every_other = small_moe;
+    every_other.every = 2;
+    ck_assert_int_eq(plan_moe_layers_in(2, &every_other), 1);
+    ck_assert_int_eq(plan_moe_layers_in(5, &every_other), 2);
+    EXACT(plan_moe_total_params(&small, &every_other), 107392 + 33472);
+    /* forward: 2 (8 * 4096 + 4 * 16 * 64) + 2 (2 * 64 * 4 + 2 * 4 * 64 * 128) + 2 * 64 * 100
+     *        = 73728 + 132096 + 12800 */
+    EXACT(plan_moe_forward_flops_per_token(&small, &small_moe), 218624);
+    /* the all-to-all: 2 x 2 x k 2 x h 64 x 2 B x 3/4 on ep 4; nothing leaves one rank */
+    EXACT(plan_moe_alltoall_bytes_per_token(&small_moe, 64, 2, 4), 768);
+    EXACT(plan_moe_alltoall_bytes_per_token(&small_moe, 64, 2, 1), 0);
+    printf("MoE parameters, FLOPs and all-to-all bytes by hand: largest relative difference"
+           " %.3g (tolerance %g)\n", worst, TOLERANCE);
+}
+END_TEST
+
+START_TEST(one_expert_of_4h_is_the_dense_model) {
+    worst = 0;
+    const plan_moe one = {.experts = 1, .top_k = 1, .every = 1, .expert_ffn = 4 * 64};
+    /* the same MLP, plus the router's h weights and 2 h FLOPs a layer */
+    EXACT(plan_moe_total_params(&small, &one), plan_params(&small) + 2 * 64);
+    EXACT(plan_moe_active_params(&small, &one), plan_params(&small) + 2 * 64);
+    EXACT(3 * plan_moe_forward_flops_per_token(&small, &one),
+          plan_flops_per_iteration(&small, 1, RECOMPUTE_NONE) / small.seq + 3 * 2 * 2 * 64);
+    /* no experts at all: the planner's dense figures on every mesh */
+    const plan_moe dense = {0};
+    const plan_mesh meshes[] = {
+        {.tp = 2, .pp = 1, .dp = 4, .zero_stage = 1, .micro_batch = 1, .global_batch = 8,
+         .sequence_parallel = 1},
+        {.tp = 1, .pp = 2, .dp = 2, .zero_stage = 1, .micro_batch = 1, .global_batch = 8,
+         .recompute = RECOMPUTE_FULL},
+        {.tp = 2, .pp = 1, .dp = 4, .zero_stage = 3, .micro_batch = 2, .global_batch = 16,
+         .recompute = RECOMPUTE_SELECTIVE},
+    };
+    for (size_t i = 0; i < sizeof meshes / sizeof meshes[0]; i++) {
+        const plan_bytes moe = plan_moe_memory_per_gpu(&small, &dense, &meshes[i], 1, PLAN_MIXED_ADAM);
+        const plan_bytes ref = plan_memory_per_gpu(&small, &meshes[i], PLAN_MIXED_ADAM);
+        EXACT(moe.params, ref.params);
+        EXACT(moe.grads, ref.grads);
+        EXACT(moe.optimizer, ref.optimizer);
+        EXACT(moe.activations, ref.activations);
+    }
+    printf("an MoE of one 4h expert against the dense planner: largest relative difference"
+           " %.3g (tolerance %g)\n", worst, TOLERANCE);
+}
+END_TEST
+
+START_TEST(memory_under_expert_parallelism_by_hand) {
+    worst = 0;
+    /* tp 2, pp 1, dp 4, ep 2, ZeRO-1, micro-batch 1 of global 8, SP, no recomputation */
+    const plan_mesh mesh = {.tp = 2, .pp = 1, .dp = 4, .zero_stage = 1, .micro_batch = 1,
+                            .global_batch = 8, .sequence_parallel = 1};
+    /* dense part: 2 layers (12 * 4096 + 13 * 64) / 2 + 100 * 64 / 2 + 16 * 64 = 54208,
+     * less 2 x (33088 / 2 - 256): each MLP gone, its router kept whole */
+    EXACT(plan_moe_dense_params_per_gpu(&small, &small_moe, 2, 1), 21632);
+    /* 2 layers x 4/2 experts x 16576 / 2 */
+    EXACT(plan_moe_expert_params_per_gpu(&small, &small_moe, 2, 1, 2), 33152);
+    const plan_bytes b = plan_moe_memory_per_gpu(&small, &small_moe, &mesh, 2, PLAN_MIXED_ADAM);
+    /* 2 B each of both; 12 B sharded over dp 4 (dense) and dp / ep = 2 (experts) */
+    EXACT(b.params, 2 * 21632 + 2 * 33152);
+    EXACT(b.grads, 2 * 21632 + 2 * 33152);
+    EXACT(b.optimizer, 12 * 21632 / 4.0 + 12 * 33152 / 2.0);
+    /* dense: 2 layers of s b h (34/2 + 5 a s / (h t)) = 1024 x 19.5, + head 2 s b h + 4 s b V / t
+     * = 39936 + 2048 + 3200; each MoE layer's MLP: k s b (3h + 4f) / t = 2 * 16 * 704 / 2
+     * in place of 16 * 1216 / 2: + 1536 a layer */
+    EXACT(b.activations, 45184 + 2 * 1536);
+    printf("memory per GPU under EP by hand: largest relative difference %.3g (tolerance %g)\n",
+           worst, TOLERANCE);
+}
+END_TEST
+
+START_TEST(gpt4_rumoured_shape_gives_the_reported_sums) {
+    worst = 0;
+    /* SemiAnalysis (July 2023): ~1.8T in 120 layers, 16 experts of ~111B, 2 a token,
+     * ~280B active, ~55B of attention; h 10752 is ours: 8 h^2 x 120 = 111.0B an expert */
+    const plan_model m = {.layers = 120, .hidden = 10752, .heads = 96, .vocab = 100277, .seq = 8192};
+    const plan_moe moe = {.experts = 16, .top_k = 2, .every = 1, .expert_ffn = 4 * 10752};
+    /* 120 (12 h^2 + 13 h) + (100277 + 8192) h */
+    EXACT(plan_params(&m), 167654957568.0);
+    EXACT(120 * plan_expert_params(10752, 4 * 10752), 110987735040.0);
+    /* + 120 (16 h + 16 expert - MLP) and + 120 (16 h + 2 expert - MLP) */
+    EXACT(plan_moe_total_params(&m, &moe), 1832491627008.0);
+    EXACT(plan_moe_active_params(&m, &moe), 278663336448.0);
+    /* 120 (8 h^2 + 4 s h) + 120 (2 h 16 + 2 x 4 h 4h) + 2 h V */
+    EXACT(plan_moe_forward_flops_per_token(&m, &moe), 599382647808.0);
+    /* 2 x 2 x 2 x 10752 x 2 B x 15/16 */
+    EXACT(plan_moe_alltoall_bytes_per_token(&moe, 10752, 2, 16), 161280);
+    ck_assert(fabs(plan_moe_total_params(&m, &moe) / 1.8e12 - 1) < 0.02);
+    ck_assert(fabs(plan_moe_active_params(&m, &moe) / 280e9 - 1) < 0.01);
+    printf("GPT-4's rumoured shape: %.4g parameters, %.4g active; largest relative difference"
+           " %.3g (tolerance %g)\n", plan_moe_total_params(&m, &moe),
+           plan_moe_active_params(&m, &moe), worst, TOLERANCE);
+}
+END_TEST
+
+/* Negative control: the comparison rejects the formulas with a factor left out. */
+START_TEST(formulas_with_a_factor_left_out_are_caught) {
+    const double k = 2, h = 64, bytes = 2;
+    const double alltoall = plan_moe_alltoall_bytes_per_token(&small_moe, 64, 2, 4);
+    const double wrong[] = {
+        2 * 2 * k * h * bytes,                  /* every byte counted as leaving the rank */
+        2 * k * h * bytes * 3 / 4.0,            /* forward only */
+        2 * 2 * h * bytes * 3 / 4.0,            /* k left out */
+    };
+    for (int i = 0; i < 3; i++) {
+        ck_assert_msg(!agrees(wrong[i], alltoall), "%g passed for %g", wrong[i], alltoall);
+        printf("negative control: all-to-all %g bytes against %g: differs by %.3g, caught\n",
+               wrong[i], alltoall, fabs(wrong[i] - alltoall) / alltoall);
+    }
+    /* active parameters counted with all E experts, as total */
+    ck_assert(!agrees(plan_moe_total_params(&small, &small_moe), 108032));
+}
+END_TEST
+
+int main(void) {
+    Suite *suite = suite_create("chapter6_moe");
+    TCase *formulas = tcase_create("formulas");
+    tcase_add_test(formulas, parameters_and_flops_by_hand);
+    tcase_add_test(formulas, one_expert_of_4h_is_the_dense_model);
+    tcase_add_test(formulas, memory_under_expert_parallelism_by_hand);
+    tcase_add_test(formulas, gpt4_rumoured_shape_gives_the_reported_sums);
+    tcase_add_test(formulas, formulas_with_a_factor_left_out_are_caught);
+    suite_add_tcase(suite, formulas);
+    return check_run(suite, 0);
+}
