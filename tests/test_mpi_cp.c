@@ -1,8 +1,8 @@
 /* Context parallelism on Open MPI processes (mpirun -np 1..4, CK_FORK=no): the world is
- * the CP group. Ring attention (contiguous and balanced) against the baseline, and each
- * layer's bytes against the formula (MPI counts send/recv bytes by their textbook
- * volume, which is what the formulas say). ctx 24 splits into 2P pieces and heads 12
- * into P for every P up to 4. Judged in world rank
+ * the CP group. Ring attention (contiguous and balanced) and Ulysses against the
+ * baseline, and each layer's bytes against the formula (MPI counts send/recv and
+ * all-to-all bytes by their textbook volume, which is what the formulas say). ctx 24
+ * splits into 2P pieces and heads 12 into P for every P up to 4. Judged in world rank
  * 0's process (check_expect); every process waits for the verdict (check_agree).
  *
  * Tolerances as in test_cp.c (tolerances.h): loss 1e-5, step-1 gradients 1e-6,
@@ -57,6 +57,10 @@ START_TEST(balanced_ring_over_all_processes_matches_the_baseline) {
     check_training((cp_options){.kind = CP_RING, .split = CP_BALANCED});
 }
 END_TEST
+START_TEST(ulysses_over_all_processes_matches_the_baseline) {
+    check_training((cp_options){.kind = CP_ULYSSES});
+}
+END_TEST
 
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -65,6 +69,7 @@ int main(void) {
     tcase_set_timeout(training, 120);
     tcase_add_test(training, ring_over_all_processes_matches_the_baseline);
     tcase_add_test(training, balanced_ring_over_all_processes_matches_the_baseline);
+    tcase_add_test(training, ulysses_over_all_processes_matches_the_baseline);
     suite_add_tcase(suite, training);
     return check_run(suite, 1);
 }
