@@ -218,6 +218,10 @@ START_TEST(sizes_that_do_not_fit_are_refused) {
     ck_assert(!cp_check_sizes(&cfg, 4, 1, 4, &ulysses, err, sizeof err));
     printf("refused: %s\n", err);
     ck_assert(strstr(err, "--cp 4 does not divide --heads 2"));
+    cfg.model.heads = 4;
+    cfg.comm.device = DEVICE_CUDA;
+    ck_assert(!cp_check_sizes(&cfg, 4, 1, 4, &ring, err, sizeof err));
+    printf("refused: %s\n", err);
 }
 END_TEST
 

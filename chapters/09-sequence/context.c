@@ -33,7 +33,16 @@ static int wanted(const context_flags *f, int run) {
 
 static int cp_size(const context_flags *f, int ranks) { return f->cp > 0 ? f->cp : ranks; }
 
-void context_check_flags(const run_config *cfg, int ranks, const context_flags *f) {
+/* The part's runs compute on the CPU, whatever --device the other parts use: the
+ * blockwise attention kernels are CPU code (common/tensor/attention_block.c). */
+static run_config on_the_cpu(const run_config *cfg) {
+    run_config c = *cfg;
+    c.comm.device = DEVICE_CPU;
+    return c;
+}
+
+void context_check_flags(const run_config *given, int ranks, const context_flags *f) {
+    const run_config cpu = on_the_cpu(given), *cfg = &cpu;
     if (f->attention == 2 && f->split != 0)
         cli_fail("--cp-split %s does nothing with --cp-attention ulysses (Ulysses sees the"
                  " whole sequence on its heads: no chunk order to balance)",
@@ -115,7 +124,8 @@ static double sp_bytes_per_layer(int t, int B, int T, int C) {
     return 8.0 * (t - 1) / t * (double)B * T * C * sizeof(float);
 }
 
-int context_launches(const run_config *cfg, const dataset *data, context_report *r) {
+int context_launches(const run_config *given, const dataset *data, context_report *r) {
+    const run_config cpu = on_the_cpu(given), *cfg = &cpu;
     const int ranks = launch_mpi_world_size() > 0 ? launch_mpi_world_size() : cfg->comm.ranks;
     r->world = ranks;
     r->cp = cp_size(&r->flags, ranks);

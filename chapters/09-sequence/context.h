@@ -71,9 +71,10 @@ typedef struct {
     double long_diff_loss[CONTEXT_RUNS];
 } context_report;
 
-/* Collective: every process of an mpirun calls it. A run whose sizes do not fit (the
- * flags were not checked, e.g. in a run of every part) is skipped and says why.
- * Returns 0, or launch's status. */
+/* Collective: every process of an mpirun calls it. Its runs and their baseline compute
+ * on the CPU whatever cfg's device (the CP kernels are CPU code). A run whose sizes do
+ * not fit (the flags were not checked, e.g. in a run of every part) is skipped and says
+ * why. Returns 0, or launch's status. */
 int context_launches(const run_config *cfg, const dataset *data, context_report *r);
 /* Whether every run that ran holds the part's claims: loss, gradients and parameters
  * within the tolerances, bytes per layer equal to the formula, the balanced split's work

@@ -18,6 +18,11 @@ int cp_check_sizes(const run_config *cfg, int world, int tp, int cp, const cp_op
     const int T = cfg->model.ctx, H = cfg->model.heads;
     const int balanced = opts->kind == CP_RING && opts->split == CP_BALANCED;
     const int pieces = balanced ? 2 * cp : cp;
+    if (cfg->comm.device == DEVICE_CUDA) {
+        snprintf(err, err_len, "--device cuda: context parallelism runs on the CPU here (its"
+                 " blockwise attention has no CUDA kernels yet): give --device cpu");
+        return 0;
+    }
     if (tp < 1 || H % tp) {
         snprintf(err, err_len, "--tp %d does not divide --heads %d", tp, H);
         return 0;
