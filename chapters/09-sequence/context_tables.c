@@ -16,20 +16,24 @@ static double final_loss(const run_result *r) {
 static void print_runs(const context_report *r) {
     printf("\ncontext parallelism: cp %d x dp %d on %d ranks; each rank holds %d of every"
            " sequence's %d positions\n", r->cp, r->dp, r->world, r->T / r->cp, r->T);
-    printf("%-18s %10s %9s %9s %9s %9s %9s %7s\n", "run", "final loss", "d loss", "d grads",
-           "d params", "ms/step", "tok/s", "comm %");
-    printf("%-18s %10.4f %9s %9s %9s %9.1f %9.0f %6.1f%%\n", "one device",
+    printf("%-18s %10s %9s %9s %9s %9s %9s %7s %12s %12s\n", "run", "final loss", "d loss",
+           "d grads", "d params", "ms/step", "tok/s", "comm %", "sent/rank/st", "formula");
+    printf("%-18s %10.4f %9s %9s %9s %9.1f %9.0f %6.1f%% %12s %12s\n", "one device",
            final_loss(&r->baseline), "-", "-", "-", run_ms_per_step(&r->baseline),
-           run_tokens_per_second(&r->baseline), 0.0);
+           run_tokens_per_second(&r->baseline), 0.0, "0 B", "0 B");
     for (int i = 0; i < CONTEXT_RUNS; i++) {
         const context_run *c = &r->runs[i];
         if (c->skipped[0]) printf("%-18s skipped: %s\n", run_label(&c->opts), c->skipped);
         if (!c->ran) continue;
         const run_result *x = &c->result;
-        printf("%-18s %10.4f %9.2e %9.2e %9.2e %9.1f %9.0f %6.1f%%\n", run_label(&c->opts),
-               final_loss(x), x->diff_loss, x->diff_grads, x->diff_params, run_ms_per_step(x),
-               run_tokens_per_second(x), 100.0 * run_comm_fraction(x));
+        char sent[32], formula[32];
+        printf("%-18s %10.4f %9.2e %9.2e %9.2e %9.1f %9.0f %6.1f%% %12s %12s\n",
+               run_label(&c->opts), final_loss(x), x->diff_loss, x->diff_grads, x->diff_params,
+               run_ms_per_step(x), run_tokens_per_second(x), 100.0 * run_comm_fraction(x),
+               report_bytes(x->bytes_sent_per_step, sent), report_bytes(x->bytes_formula, formula));
     }
+    printf("(sent: every layer's CP traffic and the gradient all-reduce over the cp x dp"
+           " ranks)\n");
     printf("(tolerances: loss %.0e, step-1 gradients %.0e, parameters %.0e)\n", TOL_LOSS,
            TOL_GRADS, TOL_PARAMS);
 }
@@ -79,6 +83,9 @@ static void print_bytes(const context_report *r) {
     }
     printf("%-16s %12s %12s   %s\n", "megatron-sp", "-", report_bytes(r->sp_bytes_per_layer, f),
            "(t = P) 4 all-gathers + 4 reduce-scatters of B x T x C: 8 (P-1) chunks");
+    printf("Ulysses sends P times less than SP and its bytes fall as 1/P, but P must divide the"
+           " heads;\nthe ring takes any P that divides ctx, sends about 6 B T C floats a rank"
+           " whatever P, in P-1 hops one after the other\n");
 }
 
 static void print_long(const context_report *r) {
@@ -118,12 +125,14 @@ void context_json(FILE *o, const context_report *r) {
         fprintf(o, "%s\n  {\"attention\": \"%s\", \"split\": \"%s\", \"final_loss\": %.6f,"
                    " \"diff_vs_baseline\": {\"loss\": %.3e, \"grads\": %.3e, \"params\": %.3e},"
                    " \"ms_per_step\": %.3f, \"tokens_per_s\": %.1f,"
+                   " \"bytes_sent_per_rank_per_step\": %.0f, \"bytes_formula\": %.0f,"
                    " \"cp_bytes_per_layer\": %.0f, \"cp_bytes_per_layer_formula\": %.0f,"
                    " \"work_imbalance\": %.4f, \"work_per_rank\": [",
                 first ? "" : ",", cp_attention_name(c->opts.kind),
                 cp_split_name(c->opts.split), final_loss(&c->result), c->result.diff_loss,
                 c->result.diff_grads, c->result.diff_params, run_ms_per_step(&c->result),
-                run_tokens_per_second(&c->result), c->extra.cp_bytes_per_layer,
+                run_tokens_per_second(&c->result), c->result.bytes_sent_per_step,
+                c->result.bytes_formula, c->extra.cp_bytes_per_layer,
                 c->extra.cp_bytes_per_layer_formula, c->extra.work_imbalance);
         for (int k = 0; k < r->cp; k++)
             fprintf(o, "%s%.0f", k ? ", " : "", c->extra.ranks[k].attention_work);
