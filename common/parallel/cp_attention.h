@@ -56,8 +56,10 @@ void cp_attention_forward(cp_attention *a, float *out, float *saved, const float
 /* dqkv [B, Tc, 3C] overwritten. */
 void cp_attention_backward(cp_attention *a, float *dqkv, const float *dout, const float *qkv,
                            const float *out, const float *saved);
-/* Score entries this rank has computed (forward and backward alike count their
- * blocks' q x k), since create: its share of the attention's work. */
+/* Score entries this rank has computed since create, forward and backward alike: its
+ * share of the attention's work. Ring: q x k of every block pair it computes (a
+ * diagonal pair whole, masked after); Ulysses: the causal triangle T (T+1) / 2 of each of
+ * its heads. */
 uint64_t cp_attention_work(const cp_attention *a);
 
 /* Bytes one rank sends per layer per step (forward and backward), by the formula:
