@@ -563,6 +563,7 @@ if [ -x "$chapter9" ]; then
     expect_error "$chapter9" "--cp 3 does not divide the" $tiny --part context --cp 3
     expect_error "$chapter9" "--cp does nothing with --part sp (it runs no context parallelism)" $tiny --part sp --cp 2
     expect_error "$chapter9" "--cp-split does nothing with --part memory" $tiny --part memory --cp-split balanced
+    expect_error "$chapter9" "--precision bf16: context parallelism here computes in fp32 only" $tiny --part context --precision bf16
     if [ -z "$mpi" ]; then   # the rank count is ./run's under MPI
         expect_error "$chapter9" "--ctx 12 does not split into 8 equal chunks (--cp 4 balanced" --ranks 4 $tiny --part context --ctx 12
         expect_error "$chapter9" "--ctx 12 does not split into 8 equal chunks (--cp 8)" --ranks 8 $tiny --part context --ctx 12 --cp-attention ring --cp-split contiguous

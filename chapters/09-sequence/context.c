@@ -33,23 +33,29 @@ static int wanted(const context_flags *f, int run) {
 
 static int cp_size(const context_flags *f, int ranks) { return f->cp > 0 ? f->cp : ranks; }
 
-/* The part's runs compute on the CPU, whatever --device the other parts use: the
- * blockwise attention kernels are CPU code (common/tensor/attention_block.c). */
-static run_config on_the_cpu(const run_config *cfg) {
+/* The part's runs compute in fp32 on the CPU, whatever --precision and --device the
+ * other parts use: the blockwise attention kernels are fp32 CPU code
+ * (common/tensor/attention_block.c). */
+static run_config part_config(const run_config *cfg) {
     run_config c = *cfg;
     c.comm.device = DEVICE_CPU;
+    c.precision = c.grad_precision = PRECISION_FP32;
     return c;
 }
 
-void context_check_flags(const run_config *given, int ranks, const context_flags *f) {
-    const run_config cpu = on_the_cpu(given), *cfg = &cpu;
+void context_check_flags(const run_config *given, int ranks, const context_flags *f,
+                         int alone) {
+    const run_config part = part_config(given), *cfg = &part;
     if (f->attention == 2 && f->split != 0)
         cli_fail("--cp-split %s does nothing with --cp-attention ulysses (Ulysses sees the"
                  " whole sequence on its heads: no chunk order to balance)",
                  context_split_choices[f->split]);
-    if (cfg->precision != PRECISION_FP32)
+    if (alone && given->precision != PRECISION_FP32)
         cli_fail("--precision %s: context parallelism here computes in fp32 only",
-                 precision_name(cfg->precision));
+                 precision_name(given->precision));
+    if (alone && given->comm.device == DEVICE_CUDA)
+        cli_fail("--device cuda: context parallelism runs on the CPU here (its blockwise"
+                 " attention has no CUDA kernels yet): give --device cpu");
     const int cp = cp_size(f, ranks);
     char err[256];
     for (int i = 0; i < CONTEXT_RUNS; i++)
@@ -125,7 +131,7 @@ static double sp_bytes_per_layer(int t, int B, int T, int C) {
 }
 
 int context_launches(const run_config *given, const dataset *data, context_report *r) {
-    const run_config cpu = on_the_cpu(given), *cfg = &cpu;
+    const run_config part = part_config(given), *cfg = &part;
     const int ranks = launch_mpi_world_size() > 0 ? launch_mpi_world_size() : cfg->comm.ranks;
     r->world = ranks;
     r->cp = cp_size(&r->flags, ranks);

@@ -10,7 +10,7 @@
  *     context_flags f = {0};
  *     cli_option opts[] = {..., CONTEXT_CLI_OPTIONS(f), ..., {0}};
  *     cli_parse(...);
- *     context_check_flags(&cfg, ranks, &f);        (exits 2 with one line if bad)
+ *     context_check_flags(&cfg, ranks, &f, alone); (exits 2 with one line if bad)
  *     context_report r = {.flags = f};
  *     context_launches(&cfg, data, &r);            (every process of an mpirun)
  *     if (process_hosts_rank0()) context_print(&r) or context_json(stdout, &r),
@@ -42,8 +42,11 @@ extern const char *const context_split_choices[];       /* "both", "contiguous",
      0},                                                                                  \
     {"cp-split", OPT_CHOICE, &(f).split, "both|contiguous|balanced (ring)",               \
      context_split_choices, 0}
-/* Before any rank starts: cli_fail (one line, exit 2) where the sizes do not fit. */
-void context_check_flags(const run_config *cfg, int ranks, const context_flags *f);
+/* Before any rank starts: cli_fail (one line, exit 2) where the sizes do not fit; with
+ * alone (the program runs this part alone) also --precision bf16|fp16 and --device
+ * cuda, which this part ignores (its runs compute in fp32 on the CPU). */
+void context_check_flags(const run_config *cfg, int ranks, const context_flags *f,
+                         int alone);
 /* A mode of the chapter that runs no context parallelism refuses the three flags. */
 void context_refuse_flags(const char *mode);
 
@@ -72,7 +75,8 @@ typedef struct {
 } context_report;
 
 /* Collective: every process of an mpirun calls it. Its runs and their baseline compute
- * on the CPU whatever cfg's device (the CP kernels are CPU code). A run whose sizes do
+ * in fp32 on the CPU whatever cfg's precision and device (the CP kernels are fp32 CPU
+ * code). A run whose sizes do
  * not fit (the flags were not checked, e.g. in a run of every part) is skipped and says
  * why. Returns 0, or launch's status. */
 int context_launches(const run_config *cfg, const dataset *data, context_report *r);

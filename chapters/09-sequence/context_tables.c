@@ -15,7 +15,8 @@ static double final_loss(const run_result *r) {
 
 static void print_runs(const context_report *r) {
     printf("\ncontext parallelism: cp %d x dp %d on %d ranks; each rank holds %d of every"
-           " sequence's %d positions\n", r->cp, r->dp, r->world, r->T / r->cp, r->T);
+           " sequence's %d positions (fp32, CPU)\n", r->cp, r->dp, r->world, r->T / r->cp,
+           r->T);
     printf("%-18s %10s %9s %9s %9s %9s %9s %7s %12s %12s\n", "run", "final loss", "d loss",
            "d grads", "d params", "ms/step", "tok/s", "comm %", "sent/rank/st", "formula");
     printf("%-18s %10.4f %9s %9s %9s %9.1f %9.0f %6.1f%% %12s %12s\n", "one device",
