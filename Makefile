@@ -92,6 +92,8 @@ common_obj := $(common_src:%.c=$(BUILD)/obj/%.o) $(cuda_src:%.cu=$(BUILD)/obj/%.
 .SECONDEXPANSION:
 
 chapter_dirs := $(filter-out chapters/00-%,$(wildcard chapters/0*))
+# a folder builds its program once it has a main.c (a chapter's parts may come first)
+chapter_dirs := $(foreach dir,$(chapter_dirs),$(if $(wildcard $(dir)/main.c),$(dir)))
 chapter_number = $(patsubst chapters/0%,%,$(firstword $(subst -, ,$(1))))
 all: baseline $(foreach dir,$(chapter_dirs),chapter$(call chapter_number,$(dir)))
 

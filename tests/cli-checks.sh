@@ -577,6 +577,25 @@ if [ -x "$programs"/chapter3 ] && [ -z "$mpi" ]; then   # chapter 3's --sp: part
     expect_error "$programs"/chapter3 "sequence parallelism splits the sequence over the tensor-parallel ranks: it needs --tp 2 or more, not 1" --sp
     expect_error "$programs"/chapter3 "sequence parallelism with TP 4: --ctx 6 does not split into 4 equal parts" --ranks 4 --sp --ctx 6
 fi
+# chapter 9's context-parallel flags (chapters/09-sequence/context.c): sizes that do not
+# split the ranks, the sequence or the heads, a split Ulysses does not take, and the
+# flags in the parts that run no context parallelism
+chapter9="$programs"/chapter9
+if [ -x "$chapter9" ]; then
+    expect_error "$chapter9" "--cp-attention bogus: unknown value (valid: both, ring, ulysses)" --cp-attention bogus
+    expect_error "$chapter9" "--cp 0: must be an integer from 1" --cp 0
+    expect_error "$chapter9" "--cp-split balanced does nothing with --cp-attention ulysses" $tiny --part context --cp-attention ulysses --cp-split balanced
+    expect_error "$chapter9" "--cp 3 does not divide the" $tiny --part context --cp 3
+    expect_error "$chapter9" "--cp does nothing with --part sp (it runs no context parallelism)" $tiny --part sp --cp 2
+    expect_error "$chapter9" "--cp-split does nothing with --part memory" $tiny --part memory --cp-split balanced
+    expect_error "$chapter9" "--precision bf16: context parallelism here computes in fp32 only" $tiny --part context --precision bf16
+    if [ -z "$mpi" ]; then   # the rank count is ./run's under MPI
+        expect_error "$chapter9" "--ctx 12 does not split into 8 equal chunks (--cp 4 balanced" --ranks 4 $tiny --part context --ctx 12
+        expect_error "$chapter9" "--ctx 12 does not split into 8 equal chunks (--cp 8)" --ranks 8 $tiny --part context --ctx 12 --cp-attention ring --cp-split contiguous
+        expect_error "$chapter9" "--cp 4 does not divide --heads 2 (Ulysses" --ranks 4 $tiny --part context --cp-attention ulysses
+        expect_error "$chapter9" "--batch 3 does not split over 2 data-parallel groups" --ranks 4 --cp 2 $tiny --part context --batch 3
+    fi
+fi
 # ./run itself (once, on threads: RUN_LAST names this build's baseline, whatever was
 # built last)
 if [ -z "$mpi" ] && [ -x "$build"/baseline ]; then

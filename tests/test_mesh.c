@@ -38,7 +38,7 @@ START_TEST(sixteen_ranks_in_megatron_order) {
 END_TEST
 
 START_TEST(every_rank_in_exactly_one_group_of_each_kind) {
-    const mesh_shape shapes[] = {{8, 16, 8}, {1, 1, 1024}, {4, 8, 32}, {2, 1, 3}};
+    const mesh_shape shapes[] = {{8, 16, 8, 1}, {1, 1, 1024, 1}, {4, 8, 32, 1}, {2, 1, 3, 1}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const mesh_shape *m = &shapes[s];
         const int world = mesh_world(m);
@@ -98,13 +98,13 @@ END_TEST
 
 START_TEST(meshes_that_do_not_multiply_are_refused) {
     char err[256];
-    ck_assert(mesh_check(&(mesh_shape){2, 2, 2}, 8, NULL, NULL, err, sizeof err));
-    ck_assert(!mesh_check(&(mesh_shape){2, 2, 2}, 6, NULL, NULL, err, sizeof err));
+    ck_assert(mesh_check(&(mesh_shape){2, 2, 2, 1}, 8, NULL, NULL, err, sizeof err));
+    ck_assert(!mesh_check(&(mesh_shape){2, 2, 2, 1}, 6, NULL, NULL, err, sizeof err));
     printf("refused: %s\n", err);
     ck_assert_msg(strstr(err, "needs 8 ranks, not 6"), "%s", err);
     ck_assert_msg(strstr(err, "--tp 2 --pp 3 --dp 1") || strstr(err, "--tp 2 --pp 1 --dp 3"),
                   "no fitting suggestion in: %s", err);
-    ck_assert(!mesh_check(&(mesh_shape){0, 2, 2}, 4, NULL, NULL, err, sizeof err));
+    ck_assert(!mesh_check(&(mesh_shape){0, 2, 2, 1}, 4, NULL, NULL, err, sizeof err));
     ck_assert_msg(strstr(err, "at least 1"), "%s", err);
 }
 END_TEST

@@ -5,54 +5,72 @@
 #include <string.h>
 
 const char *mesh_group_kind_name(mesh_group_kind kind) {
-    static const char *const names[MESH_KINDS] = {"tp", "pp", "dp"};
-    return kind >= 0 && kind < MESH_KINDS ? names[kind] : "?";
+    static const char *const names[MESH_ALL_KINDS] = {"tp", "pp", "dp", "cp"};
+    return kind >= 0 && kind < MESH_ALL_KINDS ? names[kind] : "?";
 }
 
-int mesh_world(const mesh_shape *m) { return m->tp * m->pp * m->dp; }
+int mesh_cp_size(const mesh_shape *m) { return m->cp > 0 ? m->cp : 1; }
+
+int mesh_world(const mesh_shape *m) { return m->tp * mesh_cp_size(m) * m->pp * m->dp; }
 
 mesh_coord mesh_coord_of(const mesh_shape *m, int rank) {
-    return (mesh_coord){.tp = rank % m->tp, .dp = rank / m->tp % m->dp,
-                        .pp = rank / (m->tp * m->dp)};
+    const int c = mesh_cp_size(m);
+    return (mesh_coord){.tp = rank % m->tp, .cp = rank / m->tp % c,
+                        .dp = rank / (m->tp * c) % m->dp, .pp = rank / (m->tp * c * m->dp)};
 }
 
 int mesh_rank_of(const mesh_shape *m, mesh_coord c) {
-    return c.tp + m->tp * (c.dp + m->dp * c.pp);
+    return c.tp + m->tp * (c.cp + mesh_cp_size(m) * (c.dp + m->dp * c.pp));
 }
 
-/* A group is named by the two coordinates its members share. */
+/* The sizes and a rank's coordinates as arrays in mesh order (fastest first: tp, cp,
+ * dp, pp), so that a group is "every coordinate but one fixed". */
+enum { AXES = 4 };
+static const mesh_group_kind axis_kind[AXES] = {MESH_TP, MESH_CP, MESH_DP, MESH_PP};
+
+static void sizes_of(const mesh_shape *m, int size[AXES]) {
+    size[0] = m->tp, size[1] = mesh_cp_size(m), size[2] = m->dp, size[3] = m->pp;
+}
+
+static void coords_of(mesh_coord c, int at[AXES]) {
+    at[0] = c.tp, at[1] = c.cp, at[2] = c.dp, at[3] = c.pp;
+}
+
+static int axis_of(mesh_group_kind kind) {
+    for (int a = 0; a < AXES; a++)
+        if (axis_kind[a] == kind) return a;
+    return AXES - 1;
+}
+
+/* A group is named by the coordinates its members share, in mesh order. */
 int mesh_group_index(const mesh_shape *m, mesh_group_kind kind, int rank) {
-    const mesh_coord c = mesh_coord_of(m, rank);
-    switch (kind) {
-    case MESH_TP: return c.dp + m->dp * c.pp;
-    case MESH_DP: return c.tp + m->tp * c.pp;
-    default: return c.tp + m->tp * c.dp;
-    }
+    int size[AXES], at[AXES], index = 0;
+    sizes_of(m, size);
+    coords_of(mesh_coord_of(m, rank), at);
+    for (int a = AXES - 1; a >= 0; a--)
+        if (a != axis_of(kind)) index = index * size[a] + at[a];
+    return index;
 }
 
 int mesh_group_count(const mesh_shape *m, mesh_group_kind kind) {
-    switch (kind) {
-    case MESH_TP: return m->dp * m->pp;
-    case MESH_DP: return m->tp * m->pp;
-    default: return m->tp * m->dp;
-    }
+    return mesh_world(m) / (mesh_group_members(m, kind, 0, NULL));
 }
 
 int mesh_group_members(const mesh_shape *m, mesh_group_kind kind, int index, int *members) {
-    mesh_coord c = {0};
-    int size;
-    switch (kind) {
-    case MESH_TP: c.dp = index % m->dp, c.pp = index / m->dp, size = m->tp; break;
-    case MESH_DP: c.tp = index % m->tp, c.pp = index / m->tp, size = m->dp; break;
-    default: c.tp = index % m->tp, c.dp = index / m->tp, size = m->pp; break;
+    int size[AXES], at[AXES];
+    sizes_of(m, size);
+    const int along = axis_of(kind);
+    for (int a = 0; a < AXES; a++) {   /* the shared coordinates, from the index */
+        if (a == along) continue;
+        at[a] = index % size[a];
+        index /= size[a];
     }
-    for (int i = 0; i < size; i++) {
-        if (kind == MESH_TP) c.tp = i;
-        else if (kind == MESH_DP) c.dp = i;
-        else c.pp = i;
-        members[i] = mesh_rank_of(m, c);
+    for (int i = 0; members && i < size[along]; i++) {
+        at[along] = i;
+        members[i] = mesh_rank_of(m, (mesh_coord){.tp = at[0], .cp = at[1], .dp = at[2],
+                                                  .pp = at[3]});
     }
-    return size;
+    return size[along];
 }
 
 /* ---- checking ------------------------------------------------------------------- */
@@ -93,8 +111,13 @@ void mesh_suggest(const mesh_shape *want, int world, mesh_fits_fn fits, const vo
 
 int mesh_check(const mesh_shape *m, int world, mesh_fits_fn fits, const void *ctx,
                char *err, size_t err_len) {
-    if (m->tp >= 1 && m->pp >= 1 && m->dp >= 1 && (long)m->tp * m->pp * m->dp == world)
+    if (m->tp >= 1 && m->pp >= 1 && m->dp >= 1 && (long)mesh_world(m) == world)
         return 1;
+    if (mesh_cp_size(m) > 1) {   /* the 3D suggestions below know no CP */
+        snprintf(err, err_len, "--tp %d --cp %d --dp %d --pp %d needs %ld ranks, not %d",
+                 m->tp, m->cp, m->dp, m->pp, (long)mesh_world(m), world);
+        return 0;
+    }
     char try[192];
     mesh_suggest(m, world, fits, ctx, 2, try, sizeof try);
     if (m->tp < 1 || m->pp < 1 || m->dp < 1)
@@ -118,6 +141,7 @@ void mesh_create(mesh *m, comm *world, mesh_shape shape) {
     m->tp = comm_split(world, mesh_group_index(&shape, MESH_TP, rank), m->me.tp, "tp");
     m->dp = comm_split(world, mesh_group_index(&shape, MESH_DP, rank), m->me.dp, "dp");
     m->pp = comm_split(world, mesh_group_index(&shape, MESH_PP, rank), m->me.pp, "pp");
+    m->cp = comm_split(world, mesh_group_index(&shape, MESH_CP, rank), m->me.cp, "cp");
     const int at_an_end = m->me.pp == 0 || m->me.pp == shape.pp - 1;
     m->embedding = comm_split(world, shape.pp > 1 && at_an_end
                                          ? mesh_group_index(&shape, MESH_PP, rank) : -1,
@@ -128,6 +152,7 @@ void mesh_free(mesh *m) {
     comm_free(m->tp);
     comm_free(m->dp);
     comm_free(m->pp);
+    comm_free(m->cp);
     comm_free(m->embedding);
     memset(m, 0, sizeof *m);
 }

@@ -1,16 +1,21 @@
-/* The device mesh: world = tp x pp x dp ranks, in Megatron-LM's order
+/* The device mesh: world = tp x cp x dp x pp ranks, in Megatron-LM's order
  *
- *     rank = tp_index + t * (dp_index + d * pp_index)
+ *     rank = tp_index + t * (cp_index + c * (dp_index + d * pp_index))
  *
  * Tensor-parallel ranks are consecutive, so a TP group (whose all-reduces run in every
  * layer) stays inside one node, on its fastest links; the ranks of one pipeline stage
  * come next, d TP groups of data-parallel replicas; pipeline stages are outermost,
  * since they exchange only one activation per micro-batch and suit the slowest links.
+ * Context parallelism (each rank a chunk of every sequence, cp_train.h) sits between TP
+ * and DP, as Megatron-LM puts it: its K/V blocks move in every layer, less often than
+ * TP's all-reduces but more than DP's gradients. Without it (cp 1, or 0 in a shape
+ * written before it existed) the mesh is the 3D one, rank for rank.
  *
  *   group   members: the ranks that differ only in     each rank belongs to one
  *   tp      tp_index (t consecutive ranks)             of d x p groups
- *   dp      dp_index (stride t)                        of t x p groups
- *   pp      pp_index (stride t x d)                    of t x d groups
+ *   cp      cp_index (stride t)                        of t x d x p groups
+ *   dp      dp_index (stride t x c)                    of t x c x p groups
+ *   pp      pp_index (stride t x c x d)                of t x c x d groups
  *   embedding  the first and last stage of a pipeline  (p > 1)
  *
  * The arithmetic (mesh_shape, mesh_coord_of, mesh_group_members) needs no ranks, so a
@@ -22,12 +27,16 @@
 
 #include "comm.h"
 
-typedef struct { int tp, pp, dp; } mesh_shape;
-typedef struct { int tp, pp, dp; } mesh_coord;
-typedef enum { MESH_TP, MESH_PP, MESH_DP, MESH_KINDS } mesh_group_kind;
+/* cp last, so that shapes written as {tp, pp, dp} keep their meaning (cp 0 is 1) */
+typedef struct { int tp, pp, dp, cp; } mesh_shape;
+typedef struct { int tp, pp, dp, cp; } mesh_coord;
+/* The 3D mesh's kinds (MESH_KINDS of them, what chapter 5 trains on), then CP's. */
+typedef enum { MESH_TP, MESH_PP, MESH_DP, MESH_KINDS, MESH_CP = MESH_KINDS,
+               MESH_ALL_KINDS } mesh_group_kind;
 
-const char *mesh_group_kind_name(mesh_group_kind kind);   /* "tp", "pp", "dp" */
-int mesh_world(const mesh_shape *m);                       /* t x p x d */
+const char *mesh_group_kind_name(mesh_group_kind kind);   /* "tp", "pp", "dp", "cp" */
+int mesh_world(const mesh_shape *m);                       /* t x c x p x d */
+int mesh_cp_size(const mesh_shape *m);                     /* cp, 1 when 0 */
 
 /* Whether the mesh has `world` ranks (every size >= 1); if not, writes one line naming
  * the sizes and meshes of `world` ranks that would fit, e.g. "--tp 2 --pp 2 --dp 2
@@ -60,11 +69,12 @@ typedef struct {
     mesh_shape shape;
     mesh_coord me;
     comm *tp, *pp, *dp;
+    comm *cp;          /* context-parallel group (a group of one when cp is 1) */
     comm *embedding;   /* first and last stage of this rank's pipeline; NULL elsewhere
                           and when there is one stage */
 } mesh;
 
-/* Collective over world, whose size must be t x p x d (mesh_check first). */
+/* Collective over world, whose size must be t x c x p x d (mesh_check first). */
 void mesh_create(mesh *m, comm *world, mesh_shape shape);
 void mesh_free(mesh *m);
 

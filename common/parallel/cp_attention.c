@@ -1,0 +1,71 @@
+/* Context-parallel attention: the splits of a sequence, the choice of ring or Ulysses,
+ * and the bytes each sends by formula (cp_attention.h). */
+#include "cp_attention.h"
+
+#include "alloc.h"
+
+const char *cp_attention_name(cp_attention_kind kind) {
+    return kind == CP_ULYSSES ? "ulysses" : "ring";
+}
+
+const char *cp_split_name(cp_split split) {
+    return split == CP_BALANCED ? "balanced" : "contiguous";
+}
+
+position_span cp_span_of(int T, int P, int rank, cp_split split) {
+    if (split == CP_CONTIGUOUS || P == 1)
+        return (position_span){.pieces = 1, .start = {rank * (T / P)}, .len = {T / P}};
+    const int piece = T / (2 * P);   /* pieces rank and 2P-1-rank, in position order */
+    return (position_span){.pieces = 2, .start = {rank * piece, (2 * P - 1 - rank) * piece},
+                           .len = {piece, piece}};
+}
+
+struct cp_attention {
+    cp_attention_kind kind;
+    int B, T, NH;
+    cp_ring *ring;
+    cp_ulysses *ulysses;
+};
+
+cp_attention *cp_attention_create(comm *cp, const cp_options *opts, int B, int T, int C,
+                                  int NH) {
+    cp_attention *a = mem_alloc(MEM_OTHER, sizeof *a);
+    *a = (cp_attention){.kind = opts->kind, .B = B, .T = T, .NH = NH};
+    if (opts->kind == CP_ULYSSES) a->ulysses = cp_ulysses_create(cp, B, T, C, NH);
+    else a->ring = cp_ring_create(cp, opts, B, T, C, NH);
+    return a;
+}
+
+void cp_attention_free(cp_attention *a) {
+    if (!a) return;
+    cp_ring_free(a->ring);
+    cp_ulysses_free(a->ulysses);
+    mem_free(a);
+}
+
+size_t cp_attention_saved_numel(const cp_attention *a) {
+    if (a->ulysses) return cp_ulysses_saved_numel(a->ulysses);
+    return (size_t)a->B * a->NH * (a->T / cp_ring_size(a->ring));   /* lse per query row */
+}
+
+void cp_attention_forward(cp_attention *a, float *out, float *saved, const float *qkv) {
+    if (a->ulysses) cp_ulysses_forward(a->ulysses, out, saved, qkv);
+    else cp_ring_forward(a->ring, out, saved, qkv);
+}
+
+void cp_attention_backward(cp_attention *a, float *dqkv, const float *dout, const float *qkv,
+                           const float *out, const float *saved) {
+    if (a->ulysses) cp_ulysses_backward(a->ulysses, dqkv, dout, saved);
+    else cp_ring_backward(a->ring, dqkv, dout, qkv, out, saved);
+}
+
+uint64_t cp_attention_work(const cp_attention *a) {
+    return a->ulysses ? cp_ulysses_work(a->ulysses) : cp_ring_work(a->ring);
+}
+
+double cp_attention_bytes_formula(cp_attention_kind kind, int P, int B, int T, int C) {
+    const double chunk = (double)B * (T / P) * C * sizeof(float);   /* B x Tc x C floats */
+    if (P == 1) return 0.0;
+    if (kind == CP_ULYSSES) return 8.0 * (P - 1) / P * chunk;
+    return 2.0 * chunk * ((P - 1) + (P - 1) + P);   /* K/V fwd, K/V and dK/dV bwd */
+}
