@@ -17,10 +17,8 @@
 #include "cli.h"
 #include "fits.h"
 #include "report.h"
-#include "sequence.h"
-#ifdef CHAPTER9_CONTEXT
 #include "context.h"
-#endif
+#include "sequence.h"
 
 static const char *const part_names[] = {"all", "sp", "memory", "context", NULL};
 enum { PART_ALL, PART_SP, PART_MEMORY, PART_CONTEXT };
@@ -29,14 +27,13 @@ static const char *const recompute_names[] = {"none", "selective", "full", NULL}
 typedef struct {
     int part, tp, recompute;
     const char *svg;
+    context_flags context;
 } chapter_flags;
 
 typedef struct {
     sp_report sp;
     memory_report memory;
-#ifdef CHAPTER9_CONTEXT
     context_report context;
-#endif
 } chapter_results;
 
 static int runs(const chapter_flags *f, int part) {
@@ -59,6 +56,7 @@ static void refuse_unread_flags(const chapter_flags *f, const run_config *cfg) {
         static const char *const tp_only[] = {"tp", NULL};
         cli_refuse_in_mode(mode, tp_only, "parts sp and memory read it");
     }
+    if (!runs(f, PART_CONTEXT)) context_refuse_flags(mode);
     if (cfg->comm.trace_path && f->part != PART_SP)
         cli_fail("--trace %s: a trace belongs to one run; give --part sp (it traces the"
                  " TP + SP run)", cfg->comm.trace_path);
@@ -84,13 +82,10 @@ static void choose_tp(run_config *cfg, chapter_flags *f) {
 
 static void validate(run_config *cfg, chapter_flags *f) {
     refuse_unread_flags(f, cfg);
-#ifndef CHAPTER9_CONTEXT
-    if (f->part == PART_CONTEXT)
-        cli_fail("--part context: context parallelism is not in this build (parts that"
-                 " are: sp, memory)");
-#endif
     if (f->svg) check_writable("svg", f->svg);
     if (runs(f, PART_SP) || runs(f, PART_MEMORY)) choose_tp(cfg, f);
+    if (runs(f, PART_CONTEXT))
+        context_check_flags(cfg, cfg->comm.ranks, &f->context, f->part == PART_CONTEXT);
     fits_check_or_exit(cfg, 1.0);
 }
 
@@ -100,9 +95,8 @@ static int run_parts(const run_config *cfg, const dataset *data, const chapter_f
     int status = 0;
     if (runs(f, PART_SP)) status = sp_launches(cfg, data, f->tp, f->recompute, &r->sp);
     if (!status && runs(f, PART_MEMORY)) status = memory_launches(cfg, f->tp, &r->memory);
-#ifdef CHAPTER9_CONTEXT
+    r->context.flags = f->context;
     if (!status && runs(f, PART_CONTEXT)) status = context_launches(cfg, data, &r->context);
-#endif
     if (!status && process_hosts_rank0() && runs(f, PART_MEMORY) && f->svg)
         status = memory_write_svg(f->svg, &r->memory);
     return status;
@@ -113,6 +107,7 @@ static int verdict(const chapter_flags *f, const chapter_results *r) {
     int ok = 1;
     if (runs(f, PART_SP)) ok &= sp_passed(&r->sp);
     if (runs(f, PART_MEMORY)) ok &= memory_passed(&r->memory);
+    if (runs(f, PART_CONTEXT)) ok &= context_passed(&r->context);
     return ok ? 0 : 1;
 }
 
@@ -121,9 +116,7 @@ static void print_tables(const run_config *cfg, const chapter_flags *f,
     if (runs(f, PART_SP)) sp_print(cfg, &r->sp);
     if (runs(f, PART_MEMORY)) memory_print(&r->memory);
     if (runs(f, PART_MEMORY) && f->svg) printf("  bars written to %s\n", f->svg);
-#ifdef CHAPTER9_CONTEXT
     if (runs(f, PART_CONTEXT)) context_print(&r->context);
-#endif
 }
 
 static void print_json(const run_config *cfg, const chapter_flags *f, const chapter_results *r) {
@@ -134,9 +127,7 @@ static void print_json(const run_config *cfg, const chapter_flags *f, const chap
     fprintf(o, "\"part\": \"%s\"", part_names[f->part]);
     if (runs(f, PART_SP)) { fputs(",\n ", o); sp_json(o, &r->sp); }
     if (runs(f, PART_MEMORY)) { fputs(",\n ", o); memory_json(o, &r->memory); }
-#ifdef CHAPTER9_CONTEXT
     if (runs(f, PART_CONTEXT)) { fputs(",\n ", o); context_json(o, &r->context); }
-#endif
     fclose(o);
     report_json(cfg, "09-sequence", cfg->comm.ranks,
                 launch_mpi_world_size() > 0 ? "mpi" : "threads", NULL, 0, extra);
@@ -155,6 +146,7 @@ int main(int argc, char **argv) {
          " the attention's probabilities; full: all but the block inputs)", recompute_names, 0},
         {"svg", OPT_STRING, &f.svg, "memory: write the six configurations' bars as SVG", NULL,
          0},
+        CONTEXT_CLI_OPTIONS(f.context),
         {0},
     };
     cfg.no_checkpoints = "chapter 9 compares short runs, none of them to keep (save and"
@@ -176,6 +168,7 @@ int main(int argc, char **argv) {
         status = verdict(&f, &r);
     }
     sp_free(&r.sp);
+    context_report_free(&r.context);
     dataset_free(data);
     return status;
 }
