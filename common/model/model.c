@@ -152,6 +152,10 @@ gpt_model *gpt_model_create(const gpt_shape *s, int B, int T,
                 precision_name(m->p));
         exit(2);
     }
+    if (m->opts.mlp && (m->p != PRECISION_FP32 || s->tp_size > 1)) {
+        fprintf(stderr, "error: a replaced MLP (mixture of experts) runs in fp32 without TP\n");
+        exit(2);
+    }
     m->B = B;
     m->T = T;
     m->max_slots = m->opts.max_slots > 0 ? m->opts.max_slots : 1;
@@ -224,6 +228,12 @@ static block_acts *acts_of(gpt_model *m, int layer) {
 /* The group f's backward all-reduces over (NULL for the negative control). */
 static comm *f_group(const gpt_model *m) { return m->opts.drop_f_backward ? NULL : m->opts.tp; }
 
+/* Whether the options' MLP hook replaces this block's MLP. */
+static int mlp_replaced(const gpt_model *m, int layer) {
+    const gpt_mlp_hook *h = m->opts.mlp;
+    return h && h->replaces(h->ctx, layer);
+}
+
 /* ---- forward ---------------------------------------------------------------------- */
 
 /* The compute weights of one block, inside a slab of the model's precision. */
@@ -278,9 +288,13 @@ void gpt_block_forward(gpt_model *m, int layer, const void *block) {
 
     mixed_layernorm_forward(P, a->ln2, a->ln2_mean, a->ln2_rstd, a->x_mid, p.ln2_w, p.ln2_b,
                             N, C);
-    column_parallel_forward(P, a->dgelu, a->ln2, p.fc_w, p.fc_b, N, C, Hl);
-    mixed_gelu_forward(P, a->fch_gelu, a->dgelu, (size_t)N * Hl);
-    row_parallel_forward(tp, P, x_out, a->fch_gelu, p.fc2_w, p.fc2_b, N, Hl, C);
+    if (mlp_replaced(m, layer)) {
+        m->opts.mlp->forward(m->opts.mlp->ctx, layer, x_out, a->ln2);
+    } else {
+        column_parallel_forward(P, a->dgelu, a->ln2, p.fc_w, p.fc_b, N, C, Hl);
+        mixed_gelu_forward(P, a->fch_gelu, a->dgelu, (size_t)N * Hl);
+        row_parallel_forward(tp, P, x_out, a->fch_gelu, p.fc2_w, p.fc2_b, N, Hl, C);
+    }
     mixed_vec_add(P, x_out, a->x_mid, (size_t)N * C);
 }
 
@@ -388,11 +402,15 @@ static void block_backward(gpt_model *m, int layer, const void *block, float *bl
      * onto it (after the last read of d(out)), and then d(x_in) the same way: the
      * same sums as with a copy of dx, without the copies. */
     if (keep) mixed_vec_copy(P, keep->d_fc2_out, dx, (size_t)N * C);
-    row_parallel_backward(P, m->d_fch_gelu, w.fc2_w, w.fc2_b, dx, a->fch_gelu, p.fc2_w, N, Hl,
-                          C);
-    mixed_gelu_backward(P, d_fch, a->dgelu, m->d_fch_gelu, (size_t)N * Hl);
-    column_parallel_backward(f_group(m), P, m->d_ln, w.fc_w, w.fc_b, d_fch, a->ln2, p.fc_w, N,
-                             C, Hl);
+    if (mlp_replaced(m, layer)) {
+        m->opts.mlp->backward(m->opts.mlp->ctx, layer, m->d_ln, dx);
+    } else {
+        row_parallel_backward(P, m->d_fch_gelu, w.fc2_w, w.fc2_b, dx, a->fch_gelu, p.fc2_w, N,
+                              Hl, C);
+        mixed_gelu_backward(P, d_fch, a->dgelu, m->d_fch_gelu, (size_t)N * Hl);
+        column_parallel_backward(f_group(m), P, m->d_ln, w.fc_w, w.fc_b, d_fch, a->ln2, p.fc_w,
+                                 N, C, Hl);
+    }
     mixed_layernorm_backward(P, dx, g.ln2_w, g.ln2_b, m->d_ln, a->x_mid, p.ln2_w, a->ln2_mean,
                              a->ln2_rstd, N, C);   /* dx: d(x_mid) now */
 
@@ -458,6 +476,10 @@ static block_douts *slot_douts(gpt_model *m) {
     if (m->opts.checkpoint_activations) {
         fprintf(stderr, "error: a split backward needs every block's activations until its"
                 " weight gradients: it does not combine with activation checkpointing\n");
+        abort();
+    }
+    if (m->opts.mlp) {
+        fprintf(stderr, "error: a split backward does not take a replaced MLP\n");
         abort();
     }
     if (!k->douts) {
