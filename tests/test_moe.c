@@ -1,4 +1,5 @@
-/* The mixture-of-experts layer (common/model/moe.h).
+/* The mixture-of-experts layer (common/model/moe.h) and expert parallelism
+ * (common/parallel/ep_train.h).
  *
  * The layer alone: its float backward against central finite differences of a double
  * reference (moe_reference.h) of J = sum(G * out) + aux, for the router, every expert
@@ -6,7 +7,14 @@
  * the loads and the dropped pairs against values worked out by hand.
  *
  * A difference is |got - want| / max(1, |want|), as in test_ops; each check prints the
- * largest it saw next to its tolerance. */
+ * largest it saw next to its tolerance.
+ *
+ * Expert parallelism: the mesh's order; EP 2, EP 4 with dropping, EP 2 x DP 2 with and
+ * without dropping and EP 4 x DP 2 on thread ranks against the single-device MoE run
+ * (loss, step-1 gradients, final parameters within the chapters' tolerances); every
+ * rank's all-to-all bytes equal to the bytes its routing implies, exactly; and two
+ * negative controls that must fail: the combine's rows in the wrong order, the experts'
+ * gradients reduced over the wrong group. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -14,6 +22,8 @@
 #include <string.h>
 
 #include "check_run.h"
+#include "compare.h"
+#include "ep_train.h"
 #include "moe.h"
 #include "moe_reference.h"
 #include "rng.h"
@@ -187,6 +197,120 @@ START_TEST(aux_loss_load_and_dropping_by_hand) {
 }
 END_TEST
 
+/* ---- expert parallelism against one device ------------------------------------------ */
+
+static run_config ep_config(int ranks) {
+    run_config cfg = run_config_default();
+    cfg.model = (gpt_config){.vocab = 256, .ctx = 8, .layers = 2, .heads = 2, .dim = 16};
+    cfg.batch = 8;
+    cfg.steps = TOL_STEPS;
+    cfg.quiet = 1;
+    cfg.comm.ranks = ranks;
+    cfg.comm.timeout_seconds = 30;
+    return cfg;
+}
+
+typedef struct { int ep, dp, top_k; double capacity; int misorder, wrong_group; } ep_case;
+
+/* Trains the case on ep x dp ranks and on one device; returns the worst difference as a
+ * fraction of its tolerance (1: at the limit), after printing the row. */
+static double ep_against_one_device(ep_case c) {
+    run_config cfg = ep_config(c.ep * c.dp), single = cfg;
+    single.comm.ranks = 1;
+    const ep_options opts = {.moe = {.experts = 4, .top_k = c.top_k, .every = 1,
+                                     .capacity_factor = c.capacity, .aux_coef = 0.01f},
+                             .mesh = {c.ep, c.dp}, .test_combine_misorder = c.misorder,
+                             .test_expert_grads_over_ep = c.wrong_group};
+    dataset *d = dataset_builtin();
+    ep_outcome one, many;
+    ep_outcome_alloc(&one, &single, &opts.moe);
+    ep_outcome_alloc(&many, &cfg, &opts.moe);
+    ep_train_single(&single, d, &opts, &one);
+    ck_assert_int_eq(ep_launch(&cfg, d, &opts, &many), 0);
+    const baseline_run b = ep_outcome_as_baseline(&one);
+    compare_to_baseline(&many.result, &b, many.loss, many.first_grads, many.final_params);
+    double dropped = 0;
+    for (int i = 0; i < cfg.steps * one.shape.moe_layers; i++) dropped += one.dropped[i];
+    const run_result *r = &many.result;
+    printf("ep %d x dp %d, top-%d, capacity %g (%g pairs dropped in %d steps): max |diff| loss"
+           " %.1e grads %.1e params %.1e (tol %.0e %.0e %.0e); all-to-all %.0f B/step"
+           " measured, %.0f routed, worst mismatch %.0f\n", c.ep, c.dp, c.top_k, c.capacity,
+           dropped, cfg.steps, r->diff_loss, r->diff_grads, r->diff_params, EP_TOL_LOSS,
+           EP_TOL_GRADS, EP_TOL_PARAMS, many.alltoall_bytes, many.alltoall_routed_bytes,
+           many.alltoall_worst_mismatch);
+    if (!c.wrong_group)   /* that control's all-reduce runs on the EP group too */
+        ck_assert_double_eq(many.alltoall_worst_mismatch, 0);
+    if (c.ep > 1) ck_assert_double_gt(many.alltoall_bytes, 0);
+    if (c.capacity > 0) ck_assert_double_gt(dropped, 0);
+    const double worst = run_worst_fraction_of_tolerance(r, EP_TOL_GRADS, EP_TOL_LOSS,
+                                                         EP_TOL_PARAMS);
+    ep_outcome_free(&one);
+    ep_outcome_free(&many);
+    dataset_free(d);
+    return worst;
+}
+
+START_TEST(ep2_matches_one_device) {
+    ck_assert_double_le(ep_against_one_device((ep_case){.ep = 2, .dp = 1, .top_k = 2}), 1);
+}
+END_TEST
+START_TEST(ep4_with_dropping_matches_one_device) {
+    ck_assert_double_le(
+        ep_against_one_device((ep_case){.ep = 4, .dp = 1, .top_k = 1, .capacity = 1.0}), 1);
+}
+END_TEST
+START_TEST(ep2_dp2_matches_one_device) {
+    ck_assert_double_le(ep_against_one_device((ep_case){.ep = 2, .dp = 2, .top_k = 2}), 1);
+}
+END_TEST
+START_TEST(ep2_dp2_with_dropping_matches_one_device) {
+    ck_assert_double_le(
+        ep_against_one_device((ep_case){.ep = 2, .dp = 2, .top_k = 2, .capacity = 1.25}), 1);
+}
+END_TEST
+START_TEST(ep4_dp2_matches_one_device) {
+    ck_assert_double_le(
+        ep_against_one_device((ep_case){.ep = 4, .dp = 2, .top_k = 1, .capacity = 1.0}), 1);
+}
+END_TEST
+
+/* Negative controls: each must miss the tolerance by far. */
+START_TEST(rows_combined_in_the_wrong_order_fail) {
+    const double worst =
+        ep_against_one_device((ep_case){.ep = 2, .dp = 1, .top_k = 2, .misorder = 1});
+    printf("negative control, combine in expert order: %.3g x the tolerance\n", worst);
+    ck_assert_double_gt(worst, 10);
+}
+END_TEST
+START_TEST(expert_grads_over_the_wrong_group_fail) {
+    const double worst =
+        ep_against_one_device((ep_case){.ep = 2, .dp = 2, .top_k = 2, .wrong_group = 1});
+    printf("negative control, expert gradients over the EP group: %.3g x the tolerance\n",
+           worst);
+    ck_assert_double_gt(worst, 10);
+}
+END_TEST
+
+/* ---- the EP x DP mesh: Megatron-LM's order ------------------------------------------ */
+
+/* rank = ep + EP x dp: EP groups are consecutive ranks, expert_dp groups stride EP */
+START_TEST(the_mesh_is_in_megatron_order) {
+    const ep_mesh_shape m = {.ep = 2, .dp = 3};
+    for (int rank = 0; rank < 6; rank++) {
+        const ep_mesh_coord c = ep_mesh_coord_of(&m, rank);
+        ck_assert_int_eq(c.ep, rank % 2);
+        ck_assert_int_eq(c.dp, rank / 2);
+        ck_assert_int_eq(ep_mesh_rank_of(&m, c), rank);
+    }
+    char err[256];
+    ck_assert(ep_mesh_check(&m, 6, 4, err, sizeof err));
+    ck_assert(!ep_mesh_check(&m, 8, 4, err, sizeof err));
+    printf("ep 2 x dp 3 on 8 ranks: %s\n", err);
+    ck_assert(!ep_mesh_check(&(ep_mesh_shape){.ep = 3, .dp = 2}, 6, 4, err, sizeof err));
+    printf("ep 3 with 4 experts: %s\n", err);
+}
+END_TEST
+
 int main(void) {
     Suite *suite = suite_create("moe");
     TCase *layer = tcase_create("layer");
@@ -196,6 +320,17 @@ int main(void) {
     tcase_add_test(layer, top2_with_dropping_matches_finite_differences);
     tcase_add_test(layer, the_check_sees_a_missing_aux_gradient);
     tcase_add_test(layer, aux_loss_load_and_dropping_by_hand);
+    tcase_add_test(layer, the_mesh_is_in_megatron_order);
     suite_add_tcase(suite, layer);
+    TCase *ep = tcase_create("expert parallelism");
+    tcase_set_timeout(ep, 120);
+    tcase_add_test(ep, ep2_matches_one_device);
+    tcase_add_test(ep, ep4_with_dropping_matches_one_device);
+    tcase_add_test(ep, ep2_dp2_matches_one_device);
+    tcase_add_test(ep, ep2_dp2_with_dropping_matches_one_device);
+    tcase_add_test(ep, ep4_dp2_matches_one_device);
+    tcase_add_test(ep, rows_combined_in_the_wrong_order_fail);
+    tcase_add_test(ep, expert_grads_over_the_wrong_group_fail);
+    suite_add_tcase(suite, ep);
     return check_run(suite, 0);
 }
