@@ -91,8 +91,8 @@ common_obj := $(common_src:%.c=$(BUILD)/obj/%.o) $(cuda_src:%.cu=$(BUILD)/obj/%.
 .SECONDARY:
 .SECONDEXPANSION:
 
-chapter_dirs := $(filter-out chapters/00-%,$(wildcard chapters/0*))
-chapter_number = $(patsubst chapters/0%,%,$(firstword $(subst -, ,$(1))))
+chapter_dirs := $(filter-out chapters/00-%,$(wildcard chapters/0* chapters/1*))
+chapter_number = $(patsubst chapters/%,%,$(patsubst chapters/0%,%,$(firstword $(subst -, ,$(1)))))
 all: baseline $(foreach dir,$(chapter_dirs),chapter$(call chapter_number,$(dir)))
 
 deps: $(DEPS_STAMP)
