@@ -192,6 +192,12 @@ START_TEST(aux_loss_load_and_dropping_by_hand) {
     ck_assert(moe_layer_capacity(layer) == 2 && moe_layer_dropped(layer, 0) == 1);
     ck_assert(out[6] == 0 && out[7] == 0);              /* token 3 dropped */
     ck_assert(out[0] != 0 && out[2] != 0 && out[4] != 0);
+    /* parameters, C = 2, L = 1, V = 16, T = 4: the dense model 12 C^2 + 13 C + (V + T +
+     * 2) C = 48 + 26 + 44 = 118; an expert H C + H + C H + C = 16 + 8 + 16 + 2 = 42; the
+     * MoE 118 - 42 + router 4 + 2 x 42 = 164, and a token uses 1 expert: 122 */
+    printf("MoE parameters %g (by hand 164), used a token %g (122)\n",
+           moe_total_params(&s, &model), moe_active_params(&s, &model));
+    ck_assert(moe_total_params(&s, &model) == 164 && moe_active_params(&s, &model) == 122);
     moe_layer_free(layer);
     free(experts), free(grads);
 }
@@ -210,14 +216,14 @@ static run_config ep_config(int ranks) {
     return cfg;
 }
 
-typedef struct { int ep, dp, top_k; double capacity; int misorder, wrong_group; } ep_case;
+typedef struct { int ep, dp, top_k; double capacity; int misorder, wrong_group, every; } ep_case;
 
 /* Trains the case on ep x dp ranks and on one device; returns the worst difference as a
  * fraction of its tolerance (1: at the limit), after printing the row. */
 static double ep_against_one_device(ep_case c) {
     run_config cfg = ep_config(c.ep * c.dp), single = cfg;
     single.comm.ranks = 1;
-    const ep_options opts = {.moe = {.experts = 4, .top_k = c.top_k, .every = 1,
+    const ep_options opts = {.moe = {.experts = 4, .top_k = c.top_k, .every = c.every ? c.every : 1,
                                      .capacity_factor = c.capacity, .aux_coef = 0.01f},
                              .mesh = {c.ep, c.dp}, .test_combine_misorder = c.misorder,
                              .test_expert_grads_over_ep = c.wrong_group};
@@ -232,10 +238,11 @@ static double ep_against_one_device(ep_case c) {
     double dropped = 0;
     for (int i = 0; i < cfg.steps * one.shape.moe_layers; i++) dropped += one.dropped[i];
     const run_result *r = &many.result;
-    printf("ep %d x dp %d, top-%d, capacity %g (%g pairs dropped in %d steps): max |diff| loss"
-           " %.1e grads %.1e params %.1e (tol %.0e %.0e %.0e); all-to-all %.0f B/step"
-           " measured, %.0f routed, worst mismatch %.0f\n", c.ep, c.dp, c.top_k, c.capacity,
-           dropped, cfg.steps, r->diff_loss, r->diff_grads, r->diff_params, EP_TOL_LOSS,
+    printf("ep %d x dp %d, top-%d, MoE every %d, capacity %g (%g pairs dropped in %d steps):"
+           " max |diff| loss %.1e grads %.1e params %.1e (tol %.0e %.0e %.0e); all-to-all"
+           " %.0f B/step measured, %.0f routed, worst mismatch %.0f\n", c.ep, c.dp, c.top_k,
+           opts.moe.every, c.capacity, dropped, cfg.steps, r->diff_loss, r->diff_grads,
+           r->diff_params, EP_TOL_LOSS,
            EP_TOL_GRADS, EP_TOL_PARAMS, many.alltoall_bytes, many.alltoall_routed_bytes,
            many.alltoall_worst_mismatch);
     if (!c.wrong_group)   /* that control's all-reduce runs on the EP group too */
@@ -271,6 +278,12 @@ END_TEST
 START_TEST(ep4_dp2_matches_one_device) {
     ck_assert_double_le(
         ep_against_one_device((ep_case){.ep = 4, .dp = 2, .top_k = 1, .capacity = 1.0}), 1);
+}
+END_TEST
+
+START_TEST(ep2_with_every_other_block_moe_matches_one_device) {
+    ck_assert_double_le(
+        ep_against_one_device((ep_case){.ep = 2, .dp = 1, .top_k = 1, .every = 2}), 1);
 }
 END_TEST
 
@@ -329,6 +342,7 @@ int main(void) {
     tcase_add_test(ep, ep2_dp2_matches_one_device);
     tcase_add_test(ep, ep2_dp2_with_dropping_matches_one_device);
     tcase_add_test(ep, ep4_dp2_matches_one_device);
+    tcase_add_test(ep, ep2_with_every_other_block_moe_matches_one_device);
     tcase_add_test(ep, rows_combined_in_the_wrong_order_fail);
     tcase_add_test(ep, expert_grads_over_the_wrong_group_fail);
     suite_add_tcase(suite, ep);
