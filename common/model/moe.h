@@ -29,7 +29,8 @@
  * Parameters live outside the model's slabs, in two vectors per rank: the routers of
  * every MoE block (dense: replicated like the rest of the model) and this rank's
  * experts of every MoE block. The block slab's own MLP weights are unused in an MoE
- * block (gradient zero); moe_dense_mlp_numel says how many, for the parameter counts. */
+ * block (gradient zero: ep_train.c leaves them out of its all-reduce);
+ * moe_dense_mlp_numel says how many, for the parameter counts. */
 #ifndef MOE_H
 #define MOE_H
 #include <stddef.h>

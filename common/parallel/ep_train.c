@@ -50,10 +50,26 @@ static void all_reduce(comm *group, float *v, size_t n) {
     if (group && n > 0) comm_allreduce(group, v, n, COMM_F32, COMM_SUM);
 }
 
+/* The dense gradient summed over every rank, but for the MoE blocks' own MLP weights
+ * (the end of their slabs), which the MoE layer replaces: zero everywhere, not sent. */
+static void reduce_dense(ep_rank *r) {
+    const gpt_shape *s = &r->dense.shape;
+    const size_t mlp_at = gpt_block_offsets(s).fc_w;   /* fc, fc2: the slab's last tensors */
+    size_t start = 0;
+    for (int layer = 0; layer < s->cfg.layers; layer++) {
+        if (!moe_is_moe_layer(&r->shape, layer)) continue;
+        const int slab = gpt_block_slab(s, layer);
+        const size_t at = gpt_slab_offset(s, slab);
+        all_reduce(r->mesh.world, r->dense.grads + start, at + mlp_at - start);
+        start = at + gpt_slab_numel(s, slab);
+    }
+    all_reduce(r->mesh.world, r->dense.grads + start, r->dense.num_params - start);
+}
+
 /* The gradients of the global batch: dense ones summed over every rank, the experts'
  * over the ranks that hold the same experts. */
 static void reduce_grads(ep_rank *r) {
-    all_reduce(r->mesh.world, r->dense.grads, r->dense.num_params);
+    reduce_dense(r);
     all_reduce(r->mesh.world, r->routers.grads, r->routers.n);
     comm *experts_group = r->opts->test_expert_grads_over_ep ? r->mesh.ep : r->mesh.expert_dp;
     all_reduce(experts_group, r->experts.grads, r->experts.n);
