@@ -1,8 +1,6 @@
 /* The MoE layer at run time: a block's forward and backward through the router, the
  * exchanges and the experts, and what it measured (moe.h). */
 #include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "alloc.h"
@@ -50,9 +48,14 @@ moe_layer *moe_layer_create(const moe_shape *s, int N, const moe_layer_options *
     m->N = N;
     const size_t k = s->cfg.top_k, C = s->dim, H = s->hidden, E = s->cfg.experts;
     const int world = opts->world ? comm_size(opts->world) : 1;
+    /* the rows this rank's experts can receive: every EP rank's pairs, and with a
+     * capacity no more than it a local expert (the buffers the capacity bounds) */
     m->max_rows = (size_t)s->ep_size * N * k;
-    if (s->cfg.capacity_factor > 0)   /* ceil(c x tokens x k / E) of the global batch */
+    if (s->cfg.capacity_factor > 0) {   /* ceil(c x tokens x k / E) of the global batch */
         m->capacity = ceil(s->cfg.capacity_factor * (double)N * world * k / E);
+        const double bound = m->capacity * s->experts_local;
+        if (bound < (double)m->max_rows) m->max_rows = (size_t)bound;
+    }
     m->blocks = mem_alloc(MEM_OTHER, (size_t)s->moe_layers * sizeof *m->blocks);
     for (int i = 0; i < s->moe_layers; i++) block_alloc(m, &m->blocks[i]);
     m->send = acts(N * k * C * sizeof(float));

@@ -2,9 +2,6 @@
 #include "ep_train.h"
 
 #include <cblas.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "alloc.h"
 #include "ep_collect.h"
