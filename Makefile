@@ -91,10 +91,10 @@ common_obj := $(common_src:%.c=$(BUILD)/obj/%.o) $(cuda_src:%.cu=$(BUILD)/obj/%.
 .SECONDARY:
 .SECONDEXPANSION:
 
-chapter_dirs := $(filter-out chapters/00-%,$(wildcard chapters/0*))
+chapter_dirs := $(filter-out chapters/00-%,$(wildcard chapters/0* chapters/1*))
 # a folder builds its program once it has a main.c (a chapter's parts may come first)
 chapter_dirs := $(foreach dir,$(chapter_dirs),$(if $(wildcard $(dir)/main.c),$(dir)))
-chapter_number = $(patsubst chapters/0%,%,$(firstword $(subst -, ,$(1))))
+chapter_number = $(patsubst chapters/%,%,$(patsubst chapters/0%,%,$(firstword $(subst -, ,$(1)))))
 all: baseline $(foreach dir,$(chapter_dirs),chapter$(call chapter_number,$(dir)))
 
 deps: $(DEPS_STAMP)
@@ -112,11 +112,12 @@ $(BUILD)/obj/%.o: %.cu | $(DEPS_STAMP)
 
 -include $(shell find build -name '*.d' 2>/dev/null)
 
-# Chapter N's folder, and its strategy code (every .c but main.c) as objects.
-chapter_dir = $(wildcard chapters/0$(1)-*)
-chapter_objs = $(if $(1),$(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out %/main.c,$(wildcard chapters/0$(1)-*/*.c))))
+# Chapter N's folder (chapters/0N-* or, from 10, chapters/N-*), and its strategy code
+# (every .c but main.c) as objects.
+chapter_dir = $(wildcard chapters/0$(1)-* chapters/$(1)-*)
+chapter_objs = $(if $(1),$(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out %/main.c,$(wildcard $(addsuffix /*.c,$(call chapter_dir,$(1)))))))
 # The chapter a test suite named test_chapterN*.c (or test_mpi_chapterN*.c) belongs to.
-chapter_of = $(shell echo $(1) | sed -n 's/.*test_\(mpi_\)\{0,1\}chapter\([0-9]\).*/\2/p')
+chapter_of = $(shell echo $(1) | sed -n 's/.*test_\(mpi_\)\{0,1\}chapter\([0-9][0-9]*\).*/\2/p')
 
 # ---- programs: a chapter is every .c file in its folder, linked with common/ ----------
 # `make chapterN` builds chapters/0N-*/ into $(BUILD)/chapterN and records it for ./run.
@@ -156,7 +157,7 @@ $(foreach t,$(test_src:tests/%.c=%),$(if $(call chapter_of,$(t)),$(eval \
 .PHONY: tests
 # Some suites run the programs of their own build when it has them (test_chapter6): the
 # programs this build already has are brought up to date with the suites.
-tests: $(test_bins) $(wildcard $(BUILD)/baseline $(BUILD)/chapter[0-9])
+tests: $(test_bins) $(wildcard $(BUILD)/baseline $(BUILD)/chapter[0-9] $(BUILD)/chapter[0-9][0-9])
 
 # make test: every suite, threads and MPI, plus the programs' command-line checks.
 test: | $(DEPS_STAMP)

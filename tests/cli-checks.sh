@@ -596,6 +596,37 @@ if [ -x "$chapter9" ]; then
         expect_error "$chapter9" "--batch 3 does not split over 2 data-parallel groups" --ranks 4 --cp 2 $tiny --part context --batch 3
     fi
 fi
+# chapter 10, mixture of experts: the MoE flags' values, and each part reads its own flags
+chapter10="$programs"/chapter10
+if [ -x "$chapter10" ] && [ "$mpi" = mpi ]; then   # as Open MPI processes: a few
+    expect_error "$chapter10" "--top-k 3: must be 1 or 2" --top-k 3
+    expect_error "$chapter10" "--capacity-factor does nothing with --part routing" --part routing --capacity-factor 2
+elif [ -x "$chapter10" ]; then
+    expect_error "$chapter10" "--experts 0: must be an integer from 1" --experts 0
+    expect_error "$chapter10" "--experts 5000: must be at most 1024" --experts 5000
+    expect_error "$chapter10" "--top-k 3: must be 1 or 2" --top-k 3
+    expect_error "$chapter10" "--top-k 2 needs at least 2 experts, not --experts 1" --experts 1
+    expect_error "$chapter10" "--moe-every 3: must be 1 (every block) or 2 (every other)" --moe-every 3
+    expect_error "$chapter10" "--moe-every 2 with --layers 1 leaves no MoE block" --moe-every 2 --layers 1
+    expect_error "$chapter10" "--capacity-factor 0.001: must be 0 (no dropping) or between 0.01 and 1000" --capacity-factor 0.001
+    expect_error "$chapter10" "--capacity-factor -1: must be at least 0" --capacity-factor -1
+    expect_error "$chapter10" "--aux-loss 1000: must be between 0 and 100" --aux-loss 1000
+    expect_error "$chapter10" "--precision bf16: the MoE layer computes in fp32 alone so far" --precision bf16
+    expect_error "$chapter10" "--grad-dtype bf16: the MoE layer computes in fp32 alone so far" --grad-dtype bf16
+    expect_error "$chapter10" "--profile does nothing in chapter10" --profile
+    expect_error "$chapter10" "--save ckpt: chapter 10 trains short runs to compare" --save ckpt
+    expect_error "$chapter10" "--part fast: unknown value (valid: all, ep, routing, cost)" --part fast
+    expect_error "$chapter10" "--steps does nothing with --part cost (part cost trains nothing)" --part cost --steps 5
+    expect_error "$chapter10" "--aux-loss does nothing with --part cost" --part cost --aux-loss 0.1
+    expect_error "$chapter10" "--capacity-factor does nothing with --part routing" --part routing --capacity-factor 2
+    expect_error "$chapter10" "--trace does nothing with --part routing" --part routing --trace "$scratch/t10.json"
+    expect_error "$chapter10" "--svg does nothing with --part ep (only part routing reads it)" --part ep --svg x.svg
+    expect_error "$chapter10" "--curve-steps does nothing with --part cost" --part cost --curve-steps 5
+    expect_error "$chapter10" "--curve-steps 1: must be an integer from 2" --curve-steps 1
+    expect_error "$chapter10" "--svg $scratch/no/i.svg: cannot write there" --svg "$scratch/no/i.svg"
+    expect_error "$chapter10" "--trace $scratch/t.json with 1 rank: the trace is of the first expert-parallel run" --ranks 1 --trace "$scratch/t.json"
+    expect_error "$chapter10" "--batch 6 does not split evenly over 4 ranks" --ranks 4 --batch 6
+fi
 # ./run itself (once, on threads: RUN_LAST names this build's baseline, whatever was
 # built last)
 if [ -z "$mpi" ] && [ -x "$build"/baseline ]; then

@@ -102,5 +102,14 @@ for program in baseline chapter1 chapter2 chapter3 chapter4 chapter5 chapter6 ch
     done
 done
 
+# chapter 10: every part on 4 ranks (EP 4, and EP 2 x DP 2, each against one device)
+# under the sanitizer on the small model, then RUNS times in a row in the plain build
+run_program "$sanitized" chapter10 4 "${small[@]}" --curve-steps 4
+judge "chapter10 on 4 ranks, small model (AddressSanitizer)" $? 0
+for run in $(seq $runs); do
+    run_program "$plain" chapter10 4 "${small[@]}" --part ep
+    judge "chapter10 on 4 ranks --part ep, small model, run $run of $runs" $? 0 || break
+done
+
 echo "mpi-chapter-checks: $passed passed, $failed failed"
 [ $failed -eq 0 ]

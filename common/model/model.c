@@ -1,5 +1,5 @@
-/* The model instance: activations in micro-batch slots, and the forward and backward
- * passes of a stage (model.h). */
+/* The forward and backward passes of a stage (model.h); the instance and its
+ * activations are in model_instance.c. */
 #include "model.h"
 
 #include <math.h>
@@ -8,224 +8,12 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "model_internal.h"
 #include "ops.h"
 #include "ops_mixed.h"
 #include "tp_linear.h"
 #include "tp_sequence.h"
 #include "vocab_parallel.h"
-
-/* ---- the model instance --------------------------------------------------------- */
-
-/* Activations and their gradients are held in the model's precision (void *: elements
- * of m->p); LayerNorm statistics and the per-token losses are fp32 in every precision
- * (float *). */
-typedef struct {
-    void *ln1, *qkv, *att, *atty;
-    float *ln1_mean, *ln1_rstd;
-    void *x_mid;       /* residual stream after attention */
-    void *ln2;
-    float *ln2_mean, *ln2_rstd;
-    void *dgelu;       /* fc's output, replaced by GELU's derivative there (gelu_forward) */
-    void *fch_gelu;    /* GELU's output, fc2's input */
-} block_acts;
-
-/* What a block's weight gradients need from its backward when they are computed
- * later (gpt_backward_weights): the output gradient of each of its four linears. */
-typedef struct {
-    void *d_fc2_out, *d_fch, *d_proj_out, *d_qkv;
-} block_douts;
-
-/* One micro-batch's activations on this stage. */
-typedef struct {
-    int *tokens, *targets;   /* on the device */
-    void **x;                /* x[i]: input of the stage's block i; x[n]: its output */
-    block_acts *acts;        /* one per block (none when checkpointing: see below) */
-    void *lnf, *logits;      /* last stage only */
-    float *lnf_mean, *lnf_rstd, *losses;
-    void *d_out;             /* d(output) received from the next stage */
-    void *d_in;              /* d(input), to send to the previous stage (first stage
-                                with split backward: what the embedding's W needs) */
-    block_douts *douts;      /* split backward only: per block, allocated on first use */
-} micro_slot;
-
-struct gpt_model {
-    gpt_shape shape;
-    gpt_model_options opts;
-    precision p;             /* opts.precision */
-    int B, T;
-    int max_slots;
-    micro_slot *slots;       /* [max_slots]; a slot's x is NULL until its first use */
-    micro_slot *slot;        /* the current one */
-    block_acts *recompute;   /* checkpointing: one block's activations, rebuilt in backward */
-    int *host_batch;         /* host staging for tokens and targets: 2 x B*T */
-    /* backward scratch, shared by all blocks and slots */
-    void *dx;                /* gradient of the residual stream, walked back in place */
-    void *d_ln, *d_atty, *d_qkv, *d_att, *d_fch, *d_fch_gelu;
-    tp_sequence *sp;         /* sequence parallelism; NULL without */
-    void *att_again;         /* selective recomputation: one block's probabilities */
-};
-
-/* Tokens a rank holds in the LayerNorm / residual region: B T, or B T / tp with SP. */
-static size_t rows_held(const gpt_model *m) {
-    return (size_t)tp_sequence_rows(m->sp, m->B * m->T);
-}
-
-/* n activations in the model's precision, or n fp32 statistics */
-static void *alloc_acts(const gpt_model *m, size_t n) {
-    return mem_alloc_on(MEM_DEVICE, MEM_ACTIVATIONS, n * precision_bytes(m->p));
-}
-
-static float *alloc_stats(size_t n) {
-    return mem_alloc_on(MEM_DEVICE, MEM_ACTIVATIONS, n * sizeof(float));
-}
-
-static void block_acts_alloc(const gpt_model *m, block_acts *a) {
-    const gpt_shape *s = &m->shape;
-    size_t N = (size_t)m->B * m->T, C = s->cfg.dim, Ns = rows_held(m);
-    a->ln1 = alloc_acts(m, Ns * C);
-    a->ln1_mean = alloc_stats(Ns);
-    a->ln1_rstd = alloc_stats(Ns);
-    a->qkv = alloc_acts(m, N * 3 * s->dim_local);
-    if (!m->opts.recompute_attention)
-        a->att = alloc_acts(m, (size_t)m->B * s->heads_local * m->T * m->T);
-    a->atty = alloc_acts(m, N * s->dim_local);
-    a->x_mid = alloc_acts(m, Ns * C);
-    a->ln2 = alloc_acts(m, Ns * C);
-    a->ln2_mean = alloc_stats(Ns);
-    a->ln2_rstd = alloc_stats(Ns);
-    a->dgelu = alloc_acts(m, N * s->hidden_local);
-    a->fch_gelu = alloc_acts(m, N * s->hidden_local);
-}
-
-static void block_acts_free(block_acts *a) {
-    void *all[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->att, a->atty,
-                   a->x_mid, a->ln2, a->ln2_mean, a->ln2_rstd, a->dgelu, a->fch_gelu};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) mem_free(all[i]);
-}
-
-static void slot_alloc(gpt_model *m, micro_slot *k) {
-    const gpt_shape *s = &m->shape;
-    const size_t N = (size_t)m->B * m->T, C = s->cfg.dim;
-    const int blocks = gpt_stage_layers(s);
-    k->tokens = mem_alloc_on(MEM_DEVICE, MEM_ACTIVATIONS, N * sizeof(int));
-    k->targets = mem_alloc_on(MEM_DEVICE, MEM_ACTIVATIONS, N * sizeof(int));
-    k->x = mem_alloc(MEM_OTHER, ((size_t)blocks + 1) * sizeof *k->x);
-    for (int i = 0; i <= blocks; i++) k->x[i] = alloc_acts(m, rows_held(m) * C);
-    if (!m->opts.checkpoint_activations) {
-        k->acts = mem_alloc(MEM_OTHER, (size_t)blocks * sizeof *k->acts);
-        for (int i = 0; i < blocks; i++) block_acts_alloc(m, &k->acts[i]);
-    }
-    if (!s->has_head) k->d_out = alloc_acts(m, N * C);
-    if (!s->has_embed) k->d_in = alloc_acts(m, N * C);
-    if (s->has_head) {
-        k->lnf = alloc_acts(m, N * C);
-        k->lnf_mean = alloc_stats(N);
-        k->lnf_rstd = alloc_stats(N);
-        k->logits = alloc_acts(m, N * (size_t)s->vocab_local);
-        k->losses = alloc_stats(N);
-    }
-}
-
-static void slot_free(gpt_model *m, micro_slot *k) {
-    if (!k->x) return;
-    const int blocks = gpt_stage_layers(&m->shape);
-    for (int i = 0; i <= blocks; i++) mem_free(k->x[i]);
-    if (k->acts)
-        for (int i = 0; i < blocks; i++) block_acts_free(&k->acts[i]);
-    if (k->douts)
-        for (int i = 0; i < blocks; i++) {
-            block_douts *d = &k->douts[i];
-            void *kept[] = {d->d_fc2_out, d->d_fch, d->d_proj_out, d->d_qkv};
-            for (size_t j = 0; j < sizeof kept / sizeof kept[0]; j++) mem_free(kept[j]);
-        }
-    void *rest[] = {k->lnf, k->lnf_mean, k->lnf_rstd, k->logits, k->losses, k->d_out,
-                    k->d_in};
-    for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++) mem_free(rest[i]);
-    mem_free(k->douts);
-    mem_free(k->tokens);
-    mem_free(k->targets);
-    mem_free(k->x);
-    mem_free(k->acts);
-}
-
-gpt_model *gpt_model_create(const gpt_shape *s, int B, int T,
-                            const gpt_model_options *opts) {
-    /* bookkeeping through the accounting allocator too (MEM_OTHER): a rank stopped by
-     * a failure elsewhere gives it back with its buffers */
-    gpt_model *m = mem_alloc(MEM_OTHER, sizeof *m);
-    m->shape = *s;
-    if (opts) m->opts = *opts;
-    m->p = m->opts.precision;
-    if (m->p != PRECISION_FP32 && s->vocab_parallel) {
-        fprintf(stderr, "error: a vocab-parallel head computes in fp32 only, not %s\n",
-                precision_name(m->p));
-        exit(2);
-    }
-    m->B = B;
-    m->T = T;
-    m->max_slots = m->opts.max_slots > 0 ? m->opts.max_slots : 1;
-    m->host_batch = mem_alloc(MEM_OTHER, 2 * (size_t)B * T * sizeof(int));
-    m->slots = mem_alloc(MEM_OTHER, (size_t)m->max_slots * sizeof *m->slots);
-    const size_t N = (size_t)B * T, C = s->cfg.dim;
-    if (m->opts.sequence_parallel)
-        m->sp = tp_sequence_create(s, m->opts.tp, m->p, B, T, m->opts.sp_copy_not_reduce);
-    if (m->opts.recompute_attention) m->att_again = alloc_acts(m, N * T * s->heads_local);
-    gpt_use_slot(m, 0);
-    if (m->opts.checkpoint_activations) {
-        m->recompute = mem_alloc(MEM_OTHER, sizeof *m->recompute);
-        block_acts_alloc(m, m->recompute);
-    }
-    m->dx = alloc_acts(m, N * C);
-    m->d_ln = alloc_acts(m, N * C);
-    m->d_atty = alloc_acts(m, N * s->dim_local);
-    m->d_qkv = alloc_acts(m, N * 3 * s->dim_local);
-    m->d_att = alloc_acts(m, (size_t)B * s->heads_local * T * T);
-    m->d_fch = alloc_acts(m, N * s->hidden_local);
-    m->d_fch_gelu = alloc_acts(m, N * s->hidden_local);
-    return m;
-}
-
-void gpt_model_free(gpt_model *m) {
-    if (!m) return;
-    for (int k = 0; k < m->max_slots; k++) slot_free(m, &m->slots[k]);
-    if (m->recompute) block_acts_free(m->recompute);
-    void *rest[] = {m->dx, m->d_ln, m->d_atty, m->d_qkv, m->d_att, m->d_fch,
-                    m->d_fch_gelu, m->att_again};
-    tp_sequence_free(m->sp);
-    for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++) mem_free(rest[i]);
-    mem_free(m->recompute);
-    mem_free(m->host_batch);
-    mem_free(m->slots);
-    mem_free(m);
-}
-
-const gpt_shape *gpt_model_shape(const gpt_model *m) { return &m->shape; }
-precision gpt_model_precision(const gpt_model *m) { return m->p; }
-
-void gpt_use_slot(gpt_model *m, int slot) {
-    if (slot < 0 || slot >= m->max_slots) {
-        fprintf(stderr, "error: micro-batch slot %d of a model made for %d\n", slot,
-                m->max_slots);
-        abort();
-    }
-    m->slot = &m->slots[slot];
-    if (!m->slot->x) slot_alloc(m, m->slot);
-}
-
-int *gpt_host_batch(gpt_model *m) { return m->host_batch; }
-
-void gpt_set_batch(gpt_model *m, const int *tokens, const int *targets) {
-    size_t bytes = (size_t)m->B * m->T * sizeof(int);
-    ops_upload(m->slot->tokens, tokens, bytes);
-    ops_upload(m->slot->targets, targets, bytes);
-}
-
-void *gpt_stage_input(gpt_model *m) { return m->slot->x[0]; }
-const void *gpt_stage_output(gpt_model *m) {
-    return m->slot->x[gpt_stage_layers(&m->shape)];
-}
-void *gpt_stage_output_grad(gpt_model *m) { return m->slot->d_out; }
-const void *gpt_stage_input_grad(gpt_model *m) { return m->slot->d_in; }
 
 /* Block `layer` of the whole model as the stage's i-th block. */
 static int local_block(const gpt_model *m, int layer) { return layer - m->shape.layer_begin; }
@@ -241,6 +29,12 @@ static void *probabilities(const gpt_model *m, const block_acts *a) {
 
 /* The group f's backward all-reduces over (NULL for the negative control). */
 static comm *f_group(const gpt_model *m) { return m->opts.drop_f_backward ? NULL : m->opts.tp; }
+
+/* Whether the options' MLP hook replaces this block's MLP. */
+static int mlp_replaced(const gpt_model *m, int layer) {
+    const gpt_mlp_hook *h = m->opts.mlp;
+    return h && h->replaces(h->ctx, layer);
+}
 
 /* ---- forward ---------------------------------------------------------------------- */
 
@@ -284,7 +78,7 @@ void gpt_embed_forward(gpt_model *m, const void *embed) {
 void gpt_block_forward(gpt_model *m, int layer, const void *block) {
     const gpt_shape *s = &m->shape;
     const precision P = m->p;
-    const int B = m->B, T = m->T, N = B * T, C = s->cfg.dim, Ns = (int)rows_held(m);
+    const int B = m->B, T = m->T, N = B * T, C = s->cfg.dim, Ns = (int)model_rows_held(m);
     const int Cl = s->dim_local, Hl = s->hidden_local;
     const block_weights p = weights_of(m, block);
     block_acts *a = acts_of(m, layer);
@@ -301,9 +95,13 @@ void gpt_block_forward(gpt_model *m, int layer, const void *block) {
 
     mixed_layernorm_forward(P, a->ln2, a->ln2_mean, a->ln2_rstd, a->x_mid, p.ln2_w, p.ln2_b,
                             Ns, C);
-    tp_sequence_column_forward(sp, P, a->dgelu, a->ln2, p.fc_w, p.fc_b, N, C, Hl);
-    mixed_gelu_forward(P, a->fch_gelu, a->dgelu, (size_t)N * Hl);
-    tp_sequence_row_forward(sp, tp, P, x_out, a->fch_gelu, p.fc2_w, p.fc2_b, N, Hl, C);
+    if (mlp_replaced(m, layer)) {   /* an MoE layer (moe.h): no TP, so no SP, there */
+        m->opts.mlp->forward(m->opts.mlp->ctx, layer, x_out, a->ln2);
+    } else {
+        tp_sequence_column_forward(sp, P, a->dgelu, a->ln2, p.fc_w, p.fc_b, N, C, Hl);
+        mixed_gelu_forward(P, a->fch_gelu, a->dgelu, (size_t)N * Hl);
+        tp_sequence_row_forward(sp, tp, P, x_out, a->fch_gelu, p.fc2_w, p.fc2_b, N, Hl, C);
+    }
     mixed_vec_add(P, x_out, a->x_mid, (size_t)Ns * C);
 }
 
@@ -314,7 +112,7 @@ float gpt_head_forward(gpt_model *m, const void *final_ln, const void *embed) {
     /* with SP: my positions normalised, then gathered (g) for the vocab-parallel head */
     void *lnf = m->sp ? tp_sequence_scratch(m->sp) : k->lnf;
     mixed_layernorm_forward(m->p, lnf, k->lnf_mean, k->lnf_rstd, k->x[gpt_stage_layers(s)],
-                            final_ln, precision_at(m->p, final_ln, C), (int)rows_held(m), C);
+                            final_ln, precision_at(m->p, final_ln, C), (int)model_rows_held(m), C);
     if (m->sp) tp_sequence_all_gather(m->sp, k->lnf, lnf);
     if (!s->vocab_parallel) {   /* tied: wte is [V, C] */
         mixed_linear_forward(m->p, k->logits, k->lnf, embed, NULL, N, C, V);
@@ -383,7 +181,7 @@ static void head_backward(gpt_model *m, const void *final_ln, const void *embed,
     column_parallel_backward(s->vocab_parallel && !m->sp ? f_group(m) : NULL, m->p, d_lnf,
                              dwte, NULL, k->logits, k->lnf, embed, N, C, s->vocab_local);
     if (m->sp) tp_sequence_split(m->sp, m->d_ln, d_lnf, s->vocab_parallel);
-    const int Ns = (int)rows_held(m);
+    const int Ns = (int)model_rows_held(m);
     mixed_vec_zero(m->p, m->dx, (size_t)Ns * C);
     tp_sequence_layernorm_backward(m->sp, m->p, m->dx, final_ln_grad, m->d_ln,
                                    k->x[gpt_stage_layers(s)], final_ln, k->lnf_mean,
@@ -401,7 +199,7 @@ static void block_backward(gpt_model *m, int layer, const void *block, float *bl
                            block_douts *keep) {
     const gpt_shape *s = &m->shape;
     const precision P = m->p;
-    const int B = m->B, T = m->T, N = B * T, C = s->cfg.dim, Ns = (int)rows_held(m);
+    const int B = m->B, T = m->T, N = B * T, C = s->cfg.dim, Ns = (int)model_rows_held(m);
     const int Cl = s->dim_local, Hl = s->hidden_local;
     tp_sequence *sp = m->sp;
     if (m->opts.checkpoint_activations) gpt_block_forward(m, layer, block);  /* recompute */
@@ -419,11 +217,15 @@ static void block_backward(gpt_model *m, int layer, const void *block, float *bl
      * onto it (after the last read of d(out)), and then d(x_in) the same way: the
      * same sums as with a copy of dx, without the copies. */
     if (keep) mixed_vec_copy(P, keep->d_fc2_out, dx, (size_t)N * C);
-    tp_sequence_row_backward(sp, P, m->d_fch_gelu, w.fc2_w, w.fc2_b, dx, a->fch_gelu, p.fc2_w,
-                             N, Hl, C);
-    mixed_gelu_backward(P, d_fch, a->dgelu, m->d_fch_gelu, (size_t)N * Hl);
-    tp_sequence_column_backward(sp, f_group(m), P, m->d_ln, w.fc_w, w.fc_b, d_fch, a->ln2,
-                                p.fc_w, N, C, Hl);
+    if (mlp_replaced(m, layer)) {
+        m->opts.mlp->backward(m->opts.mlp->ctx, layer, m->d_ln, dx);
+    } else {
+        tp_sequence_row_backward(sp, P, m->d_fch_gelu, w.fc2_w, w.fc2_b, dx, a->fch_gelu,
+                                 p.fc2_w, N, Hl, C);
+        mixed_gelu_backward(P, d_fch, a->dgelu, m->d_fch_gelu, (size_t)N * Hl);
+        tp_sequence_column_backward(sp, f_group(m), P, m->d_ln, w.fc_w, w.fc_b, d_fch, a->ln2,
+                                    p.fc_w, N, C, Hl);
+    }
     tp_sequence_layernorm_backward(sp, P, dx, g.ln2_w, m->d_ln, a->x_mid, p.ln2_w,
                                    a->ln2_mean, a->ln2_rstd, Ns, C);   /* dx: d(x_mid) now */
 
@@ -499,15 +301,19 @@ static block_douts *slot_douts(gpt_model *m) {
                 " sequence parallelism (which keeps 1/tp of them)\n");
         abort();
     }
+    if (m->opts.mlp) {
+        fprintf(stderr, "error: a split backward does not take a replaced MLP\n");
+        abort();
+    }
     if (!k->douts) {
         const int blocks = gpt_stage_layers(s);
         k->douts = mem_alloc(MEM_OTHER, (size_t)blocks * sizeof *k->douts);
         for (int i = 0; i < blocks; i++)
-            k->douts[i] = (block_douts){.d_fc2_out = alloc_acts(m, N * C),
-                                        .d_fch = alloc_acts(m, N * s->hidden_local),
-                                        .d_proj_out = alloc_acts(m, N * C),
-                                        .d_qkv = alloc_acts(m, N * 3 * s->dim_local)};
-        if (!k->d_in) k->d_in = alloc_acts(m, N * C);   /* the embedding's W needs it */
+            k->douts[i] = (block_douts){.d_fc2_out = model_alloc_acts(m, N * C),
+                                        .d_fch = model_alloc_acts(m, N * s->hidden_local),
+                                        .d_proj_out = model_alloc_acts(m, N * C),
+                                        .d_qkv = model_alloc_acts(m, N * 3 * s->dim_local)};
+        if (!k->d_in) k->d_in = model_alloc_acts(m, N * C);   /* the embedding's W needs it */
     }
     return k->douts;
 }

@@ -118,6 +118,17 @@ void gpt_init_params(const gpt_shape *s, uint64_t seed, size_t begin, size_t end
  * needs exist, and the activation memory measured is what it really holds. */
 typedef struct gpt_model gpt_model;
 
+/* An MLP that replaces the blocks' own where it says so (a mixture of experts, moe.h):
+ * forward writes out [N, C] from ln2 [N, C]; backward overwrites d_ln2 [N, C] from
+ * d_out [N, C], accumulating its own parameters' gradients where it keeps them. fp32,
+ * without TP and without a split backward. */
+typedef struct {
+    void *ctx;
+    int (*replaces)(void *ctx, int layer);
+    void (*forward)(void *ctx, int layer, float *out, const float *ln2);
+    void (*backward)(void *ctx, int layer, float *d_ln2, const float *d_out);
+} gpt_mlp_hook;
+
 typedef struct {
     /* What activations, their gradients and the compute weights are held in (the
      * parameter slabs every call is given are of this precision; parameter gradients
@@ -135,6 +146,7 @@ typedef struct {
      * stream hold T/tp positions of each sequence. A whole model (one stage), T a
      * multiple of tp; sp_copy_not_reduce: negative control. */
     int sequence_parallel, sp_copy_not_reduce;
+    const gpt_mlp_hook *mlp;      /* replaces some blocks' MLP (NULL: none) */
 } gpt_model_options;
 
 gpt_model *gpt_model_create(const gpt_shape *s, int B, int T,

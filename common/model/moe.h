@@ -1,0 +1,127 @@
+/* A mixture-of-experts MLP (Switch Transformer, GShard, Mixtral): in an MoE block the
+ * MLP is E experts, each an MLP of the model's shape (C -> 4C -> GELU -> C), and a
+ * router that sends every token to k of them.
+ *
+ *   logits = ln2 @ router^T             [N, E]   (no bias)
+ *   p      = softmax(logits)            [N, E]
+ *   top-k  the k largest p, ties to the lowest expert index, so every strategy routes
+ *          the same tokens the same way
+ *   gates  k = 1: g = p_e (Switch); k = 2: g_j = p_j / (p_1 + p_2), renormalised over
+ *          the two chosen as Mixtral (and GShard) do
+ *   out[n] = sum_j g_nj expert_{e_nj}(ln2[n])
+ *
+ * Capacity (capacity factor c > 0): each expert takes at most ceil(c x tokens x k / E)
+ * of the global batch's (token, choice) pairs, first come first served in token order
+ * (token n's choices before token n+1's); a pair beyond it is dropped: its expert
+ * output is zero and the block's residual carries the token alone. c = 0: no dropping.
+ * Counting over the global batch (every rank's tokens in world-rank order) makes the
+ * same pairs drop on one device and on any EP x DP mesh.
+ *
+ * The auxiliary load-balancing loss (Switch eq. 4, GShard): aux = a E sum_e f_e P_e,
+ * f_e the fraction of tokens whose first choice is e, P_e the mean router probability
+ * of e, both over the global batch; a = --aux-loss. Its gradient flows through P only.
+ *
+ * Expert parallelism: the E experts are split over an EP group, E / EP consecutive
+ * experts a rank; tokens go to their experts and come back with all-to-alls
+ * (moe_exchange.c). With an EP group of one the same code runs without communication:
+ * that is the single-device MoE.
+ *
+ * Parameters live outside the model's slabs, in two vectors per rank: the routers of
+ * every MoE block (dense: replicated like the rest of the model) and this rank's
+ * experts of every MoE block. The block slab's own MLP weights are unused in an MoE
+ * block (gradient zero: ep_train.c leaves them out of its all-reduce);
+ * moe_dense_mlp_numel says how many, for the parameter counts. */
+#ifndef MOE_H
+#define MOE_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm.h"
+#include "model.h"
+
+typedef struct {
+    int experts;             /* E (0: no MoE) */
+    int top_k;               /* 1 or 2 */
+    int every;               /* MoE in blocks l with l % every == every - 1: 1 all, 2 odd */
+    double capacity_factor;  /* 0: no dropping */
+    float aux_coef;          /* the auxiliary loss's coefficient (0.01 in Switch) */
+} moe_config;
+
+/* What a rank holds: the model's shape and its slice of the experts. */
+typedef struct {
+    moe_config cfg;
+    int dim, hidden;          /* C and the expert's hidden width 4C */
+    int layers, moe_layers;   /* the model's blocks, and how many of them are MoE */
+    int ep_size, ep_rank;
+    int experts_local, expert_begin;   /* E / EP, from ep_rank x E / EP */
+} moe_shape;
+
+/* Checks E, k, every and the capacity factor (and that ep_size divides E); one line in
+ * err on failure. */
+int moe_config_check(const moe_config *cfg, int layers, int ep_size, char *err,
+                     size_t err_len);
+moe_shape moe_shape_make(const moe_config *cfg, const gpt_config *model, int ep_size,
+                         int ep_rank);
+int moe_is_moe_layer(const moe_shape *s, int layer);
+int moe_layer_index(const moe_shape *s, int layer);   /* among MoE blocks, or -1 */
+
+/* Sizes in elements. An expert: fc_w [H, C], fc_b [H], fc2_w [C, H], fc2_b [C]. */
+size_t moe_expert_numel(const moe_shape *s);
+size_t moe_router_numel(const moe_shape *s);          /* all MoE blocks: layers x E x C */
+size_t moe_local_experts_numel(const moe_shape *s);   /* this rank's, all MoE blocks */
+/* The dense MLP weights the MoE blocks leave unused in the model's slabs. */
+size_t moe_dense_mlp_numel(const moe_shape *s);
+/* The whole MoE model's parameters (embedding, attention, routers, every expert) and
+ * those one token uses (k experts instead of E). */
+double moe_total_params(const moe_shape *s, const gpt_config *model);
+double moe_active_params(const moe_shape *s, const gpt_config *model);
+
+/* Pointers into an expert vector (parameters or gradients): MoE block i's local expert j. */
+typedef struct { float *fc_w, *fc_b, *fc2_w, *fc2_b; } moe_expert_tensors;
+moe_expert_tensors moe_expert_view(const moe_shape *s, float *experts, int moe_layer, int j);
+float *moe_router_of(const moe_shape *s, float *routers, int moe_layer);   /* [E, C] */
+
+/* Initial values: routers N(0, 0.02), expert fc N(0, 0.02), fc2 N(0, 0.02 / sqrt(2L)),
+ * biases 0, each a function of (seed, tensor, global expert, index), so an EP rank's
+ * experts start as the same experts of one device. */
+void moe_init_routers(const moe_shape *s, uint64_t seed, float *routers);
+void moe_init_local_experts(const moe_shape *s, uint64_t seed, float *experts);
+
+/* ---- the layer at run time ---------------------------------------------------------- */
+
+typedef struct moe_layer moe_layer;
+
+typedef struct {
+    comm *world;   /* every rank of the run, in global-batch order (NULL: one device) */
+    comm *ep;      /* the expert-parallel group (NULL: EP 1) */
+    int test_combine_misorder;   /* negative control: the combine's rows come back reversed */
+} moe_layer_options;
+
+/* For micro-batches of N tokens a rank. */
+moe_layer *moe_layer_create(const moe_shape *s, int N, const moe_layer_options *opts);
+void moe_layer_free(moe_layer *m);
+/* The parameter and gradient vectors that forward and backward use (routers: all MoE
+ * blocks'; experts: this rank's). Gradients accumulate. */
+void moe_layer_bind(moe_layer *m, const float *routers, const float *experts,
+                    float *router_grads, float *expert_grads);
+/* d(objective)/d(one token's loss) of the coming backward (what the model's head is
+ * given): the auxiliary loss's gradient is scaled by it x the global batch's tokens. */
+void moe_layer_set_dloss(moe_layer *m, float dloss);
+
+/* The model's hook (gpt_model_options.mlp): out [N, C] = MoE(ln2 [N, C]), and its
+ * backward, d_ln2 [N, C] (overwritten) from d_out [N, C]. */
+const gpt_mlp_hook *moe_layer_hook(moe_layer *m);
+
+/* What the last forward measured, per MoE block i (global batch, collective numbers). */
+double moe_layer_aux_loss(const moe_layer *m);   /* sum over MoE blocks, a x E sum f P */
+/* (token, choice) pairs routed to each expert, before dropping [E] */
+const double *moe_layer_expert_load(const moe_layer *m, int moe_layer);
+double moe_layer_dropped(const moe_layer *m, int moe_layer);   /* pairs dropped */
+double moe_layer_capacity(const moe_layer *m);    /* per expert (0: none) */
+/* Rows this rank sent to other EP ranks in the last step, every MoE block, all four
+ * all-to-alls (dispatch and combine, forward and backward). */
+double moe_layer_remote_rows(const moe_layer *m);
+/* ... and the rows of the same exchanges wherever they went (to itself too). */
+double moe_layer_exchanged_rows(const moe_layer *m);
+
+#endif
