@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
 # file targets, so that build/last, which ./run reads, stays as it was
 make -s -j"$jobs" build/cpu/baseline build/cpu/chapter1 build/cpu/chapter3 build/cpu/chapter4 \
-    build/cpu/chapter5 || exit 1
+    build/cpu/chapter5 build/cpu/bench/bench_stage_gemms || exit 1
 make -s -j"$jobs" MPI=1 build/cpu-mpi/chapter1 build/cpu-mpi/chapter4 || exit 1
 curves=${1:-build/bench-curves.txt}
 rounds=${ROUNDS:-3}
@@ -77,6 +77,10 @@ for _ in $(seq "$rounds"); do
     RUN_LAST=$mpi_last4 ./run 4 --schedule 1f1b --steps 3 --json 2>/dev/null |
         record mpi_bubble 'runs["pp-1f1b"]["bubble_fraction"]'
 done
+# the linears' products at a micro-batch's rows against the full batch's (one run: it
+# alternates the two itself)
+build/cpu/bench/bench_stage_gemms --preset bench256 |
+    sed -n 's/^RESULT forward \([0-9.]*\) input_grad \([0-9.]*\) weight_grad \([0-9.]*\) w_batching_saves \([-0-9.]*\)/rows_f \1\nrows_b \2\nrows_w \3\nw_saves \4/p' >> "$out"
 kernel=$(build/cpu/baseline --steps 2 --layers 1 --dim 16 --heads 2 --ctx 8 --batch 1 \
          --profile --json 2>/dev/null |
          python3 -c 'import json,sys; print(json.load(sys.stdin)["runs"][-1]["blas_kernel"])')
@@ -129,6 +133,10 @@ row("1F1B, 2 stages on 2 ranks, m = 8 / baseline", tok("pp_tok"), "our 1 rank",
 row("  1F1B: busy ms per rank / (baseline step / 2)", "%.1f ms" % med["pp_busy"],
     "bubble %.1f%%" % (100 * med["pp_bubble"]), "%.2f" % med["pp_compute"],
     "1.00 (bubble 11.1%)")
+if "rows_f" in med:
+    row("  products at 1 sequence / full batch: F/B/W", "%.2f/%.2f/%.2f"
+        % (med["rows_f"], med["rows_b"], med["rows_w"]), "",
+        "%.1f%%" % (100 * med["w_saves"]), "what batching W over m would save")
 row("TP = 2 on 2 ranks / baseline", tok("tp_tok"), "our 1 rank", times(med["tp_ratio"]),
     ">= 1.85x (ideal 2x)")
 # 4 ranks on 2 cores: at most 2 cores' work, less a 2-stage, 4-micro-batch pipeline's
