@@ -497,10 +497,12 @@ START_TEST(test_attention) {
 }
 END_TEST
 
-/* Longer than two of the CPU code's causal row blocks (32), ending in a partial one. */
+/* Longer than two of the CPU code's causal row blocks (16 up to T = 64, 32 above),
+ * ending in a partial one. */
 START_TEST(test_attention_long) {
     rng_seed(7);
     check_attention(1, 70, 8, 2, "attention_forward (T=70)", "attention_backward (T=70)");
+    check_attention(1, 40, 8, 2, "attention_forward (T=40)", "attention_backward (T=40)");
 }
 END_TEST
 
@@ -531,6 +533,8 @@ START_TEST(test_attention_causal) {
     check_causal(2, 70, 8, 2, 20);   /* inside the CPU code's first row block */
     check_causal(2, 70, 8, 2, 40);   /* the second */
     check_causal(2, 70, 8, 2, 66);   /* the last, partial one */
+    check_causal(2, 40, 8, 2, 20);   /* blocks of 16: the second */
+    check_causal(2, 40, 8, 2, 36);   /* the last, partial one */
     printf("attention causality: earlier outputs bit-identical\n");
     fflush(stdout);
 }
