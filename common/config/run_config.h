@@ -60,6 +60,8 @@ typedef struct {
      * attempt and the test hooks that make a failure. */
     struct {
         int max_restarts;      /* --max-restarts K (0 and not given: no restarts) */
+        int on;                /* --max-restarts was given (even as 0) */
+        int from_run;          /* --restart-attempt was given: ./run started this attempt */
         int elastic;           /* --elastic: go on with the surviving ranks */
         int attempt;           /* --restart-attempt: restarts before this attempt (./run) */
         const char *record;    /* --restart-record: the earlier attempts' costs (./run) */

@@ -1,4 +1,4 @@
-/* Context-parallel attention: the splits of a sequence, the choice of ring or Ulysses,
+/* Context-parallel attention: the choice of ring or Ulysses,
  * and the bytes each sends by formula (cp_attention.h). */
 #include "cp_attention.h"
 
@@ -6,18 +6,6 @@
 
 const char *cp_attention_name(cp_attention_kind kind) {
     return kind == CP_ULYSSES ? "ulysses" : "ring";
-}
-
-const char *cp_split_name(cp_split split) {
-    return split == CP_BALANCED ? "balanced" : "contiguous";
-}
-
-position_span cp_span_of(int T, int P, int rank, cp_split split) {
-    if (split == CP_CONTIGUOUS || P == 1)
-        return (position_span){.pieces = 1, .start = {rank * (T / P)}, .len = {T / P}};
-    const int piece = T / (2 * P);   /* pieces rank and 2P-1-rank, in position order */
-    return (position_span){.pieces = 2, .start = {rank * piece, (2 * P - 1 - rank) * piece},
-                           .len = {piece, piece}};
 }
 
 struct cp_attention {

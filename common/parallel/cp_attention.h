@@ -12,11 +12,7 @@
  *            all-to-all back. Backward: the same all-to-alls the other way. Needs the
  *            heads to divide by P.
  *
- * Splits of a sequence of T positions into 2P or P pieces (ring only: balanced):
- *   contiguous  rank i holds [i T/P, (i+1) T/P): under the causal mask rank P-1 works
- *               P times as much as rank 0 (it sees every earlier chunk)
- *   balanced    rank i holds pieces i and 2P-1-i of T/2P (Megatron-LM's and Llama 3's
- *               load balancing): every rank the same work
+ * How the positions are split over the ranks: cp_split.h.
  *
  * Layout: a rank's rows are its B sequences' chunks, qkv [B, Tc, 3C] (Q, K, V side by
  * side as the model's qkv linear writes them), out [B, Tc, C]; Tc = T / P. */
@@ -27,11 +23,10 @@
 
 #include "attention_block.h"
 #include "comm.h"
+#include "cp_split.h"
 
 typedef enum { CP_RING, CP_ULYSSES } cp_attention_kind;
-typedef enum { CP_CONTIGUOUS, CP_BALANCED } cp_split;
 const char *cp_attention_name(cp_attention_kind kind);   /* "ring", "ulysses" */
-const char *cp_split_name(cp_split split);               /* "contiguous", "balanced" */
 
 typedef struct {
     cp_attention_kind kind;
@@ -40,9 +35,6 @@ typedef struct {
     int test_unmasked_diagonal;   /* the diagonal block without its causal mask */
     int test_stale_kv;            /* backward computes with the previous step's K/V block */
 } cp_options;
-
-/* The positions rank `rank` of P holds of every sequence of T. */
-position_span cp_span_of(int T, int P, int rank, cp_split split);
 
 typedef struct cp_attention cp_attention;
 /* For B sequences of T tokens, C channels, NH heads, on the group cp (NULL: one rank). */

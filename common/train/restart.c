@@ -18,7 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli.h"
+#include "cli_error.h"
+#include "comm.h"
 
 const char *const restart_fail_hows[] = {"kill", "abort", "stop", NULL};
 
@@ -42,7 +43,7 @@ static double wall_clock(void) {
 }
 
 static int keeps_progress(const run_config *cfg, comm *world) {
-    return cfg->save_dir && cli_given("max-restarts") && (!world || comm_world_rank(world) == 0);
+    return cfg->save_dir && cfg->restart.on && (!world || comm_world_rank(world) == 0);
 }
 
 /* ---- the flags ------------------------------------------------------------------- */
@@ -65,7 +66,7 @@ static int refuses_save(const run_config *cfg) {
 }
 
 void restart_check_flags(run_config *cfg) {
-    const int restarts = cli_given("max-restarts");
+    const int restarts = cfg->restart.on;
     const int K = cfg->restart.max_restarts;
     if (restarts && refuses_save(cfg))
         cli_fail("--max-restarts does nothing in %s (%s)", cli_program_name(), cfg->unused_why);
@@ -76,10 +77,10 @@ void restart_check_flags(run_config *cfg) {
                  " checkpoint there; --save-every N makes one every N steps)", K);
     if (cfg->restart.elastic && !restarts)
         cli_fail("--elastic: needs --max-restarts K (the restarts that go on with fewer ranks)");
-    if (restarts && !cli_given("restart-attempt"))
+    if (restarts && !cfg->restart.from_run)
         cli_fail("--max-restarts %d: ./run makes the restarts (it starts the job again after"
                  " a failure); run it as ./run N ... --max-restarts %d", K, K);
-    if (!restarts && (cli_given("restart-attempt") || cfg->restart.record))
+    if (!restarts && (cfg->restart.from_run || cfg->restart.record))
         cli_fail("--restart-attempt and --restart-record: ./run gives them with --max-restarts");
     self.world_at_start = cfg->comm.ranks;
     if (cfg->restart.record) read_record(cfg->restart.record);
@@ -185,7 +186,7 @@ int restart_resumed_step(const run_config *cfg, int checkpoint_step) {
 restart_cost restart_cost_so_far(void) { return self.cost; }
 
 void restart_json_keys(const run_config *cfg) {
-    if (!cli_given("max-restarts")) return;
+    if (!cfg->restart.on) return;
     const restart_cost *c = &self.cost;
     printf(",\n \"max_restarts\": %d, \"restarts\": %d, \"elastic\": %s, \"world_at_start\": %d,"
            " \"lost_steps\": %d,\n \"restart_seconds\": %.3f, \"detect_seconds\": %.3f,"
