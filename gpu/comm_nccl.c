@@ -317,11 +317,11 @@ static void check_alltoallv_counts(comm *c, const comm_call *call) {
     execute(c, &exchange);
     for (int j = 0; j < c->size; j++)
         if (arriving[j] != call->recv_counts[j]) {
-            size_t sent = (size_t)arriving[j];
+            char why[256];
+            comm_alltoallv_mismatch(why, sizeof why, c->name, j, (size_t)arriving[j], c->rank,
+                                    call->recv_counts[j]);
             free(sending);
-            comm_fail(c, "comm_alltoallv on '%s': rank %d sends %zu elements to rank %d, "
-                      "which expects %zu (its recv_counts[%d])", c->name, j, sent, c->rank,
-                      call->recv_counts[j], j);
+            comm_fail(c, "%s", why);
         }
     free(sending);
 }

@@ -81,3 +81,10 @@ size_t comm_alltoall_moved(const comm_call *call, int recv_side, int size, int r
         if (j != rank) moved += comm_alltoall_block(call, recv_side, j, &offset);
     return moved;
 }
+
+void comm_alltoallv_mismatch(char *text, size_t size, const char *group, int source,
+                             size_t sent, int receiver, size_t expected) {
+    snprintf(text, size, "comm_alltoallv on '%s': rank %d sends %zu elements to rank %d, which"
+             " expects %zu (its recv_counts[%d])", group, source, sent, receiver, expected,
+             source);
+}

@@ -65,6 +65,10 @@ size_t comm_alltoall_block(const comm_call *call, int recv_side, int peer, size_
  * and elements a rank moves to (or from) the others: its own block excluded. */
 size_t comm_alltoall_extent(const comm_call *call, int recv_side, int size);
 size_t comm_alltoall_moved(const comm_call *call, int recv_side, int size, int rank);
+/* All-to-all -v, the line a receiver stops the job with when rank `source` sends it
+ * `sent` elements and its own recv_counts[source] says `expected`. */
+void comm_alltoallv_mismatch(char *text, size_t size, const char *group, int source,
+                             size_t sent, int receiver, size_t expected);
 /* "allreduce(1000 x f32, sum)", "broadcast(10 x bf16, root 2)", "barrier". */
 void comm_call_describe(const comm_call *call, char *out, size_t size);
 

@@ -258,9 +258,7 @@ static void take_block(comm *c, const comm_call *call, int source, char *mismatc
     size_t expected = comm_alltoall_block(call, 1, source, &my_offset);
     if (len != expected) {
         if (!mismatch[0])
-            snprintf(mismatch, size, "comm_alltoallv on '%s': rank %d sends %zu elements to "
-                     "rank %d, which expects %zu (its recv_counts[%d])", c->name, source,
-                     len, c->rank, expected, source);
+            comm_alltoallv_mismatch(mismatch, size, c->name, source, len, c->rank, expected);
         return;
     }
     if (source == c->rank && len)
