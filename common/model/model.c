@@ -36,6 +36,36 @@ static int mlp_replaced(const gpt_model *m, int layer) {
     return h && h->replaces(h->ctx, layer);
 }
 
+/* The options' attention hook in place of the attention core (fp32: the hook's floats). */
+static void hooked_attention_forward(const gpt_model *m, int layer, block_acts *a) {
+    const gpt_attention_hook *h = m->opts.attention;
+    h->forward(h->ctx, layer, a->atty, a->qkv);
+}
+static void hooked_attention_backward(const gpt_model *m, int layer, const block_acts *a,
+                                      void *d_qkv) {
+    const gpt_attention_hook *h = m->opts.attention;
+    h->backward(h->ctx, layer, d_qkv, m->d_atty, a->qkv, a->atty);
+}
+
+/* The rows' own positions (options' span), sequence by sequence and piece by piece:
+ * x [B, T, C] += wpe[position of row] forward, dwpe[position] += d_x[row] backward. */
+static void span_position_forward(const gpt_model *m, void *x, const void *wpe) {
+    const position_span *s = m->opts.positions;
+    const size_t C = m->shape.cfg.dim;
+    for (int b = 0; b < m->B; b++)
+        for (int k = 0, row = b * m->T; k < s->pieces; row += s->len[k], k++)
+            mixed_position_forward(m->p, precision_at(m->p, x, row * C),
+                                   precision_at(m->p, wpe, s->start[k] * C), 1, s->len[k], C);
+}
+static void span_position_backward(const gpt_model *m, float *dwpe, const void *d_x) {
+    const position_span *s = m->opts.positions;
+    const size_t C = m->shape.cfg.dim;
+    for (int b = 0; b < m->B; b++)
+        for (int k = 0, row = b * m->T; k < s->pieces; row += s->len[k], k++)
+            mixed_position_backward(m->p, dwpe + s->start[k] * C,
+                                    precision_at(m->p, d_x, row * C), 1, s->len[k], C);
+}
+
 /* ---- forward ---------------------------------------------------------------------- */
 
 /* The compute weights of one block, inside a slab of the model's precision. */
@@ -67,6 +97,10 @@ void gpt_embed_forward(gpt_model *m, const void *embed) {
     /* vocab-parallel: each rank embedded only its tokens; the sum is the embedding (SP: mine) */
     if (m->sp) tp_sequence_split(m->sp, x, embedded, s->vocab_parallel);
     else if (s->vocab_parallel) megatron_g_forward(m->opts.tp, m->p, x, (size_t)N * C);
+    if (m->opts.positions) {   /* a chunk of a longer sequence: each row its own */
+        span_position_forward(m, x, wpe);
+        return;
+    }
     const size_t first = (size_t)tp_sequence_first_position(m->sp);   /* my positions' */
     mixed_position_forward(m->p, x, precision_at(m->p, wpe, first * C), m->B,
                            tp_sequence_length(m->sp, m->T), C);
@@ -89,7 +123,9 @@ void gpt_block_forward(gpt_model *m, int layer, const void *block) {
 
     mixed_layernorm_forward(P, a->ln1, a->ln1_mean, a->ln1_rstd, x_in, p.ln1_w, p.ln1_b, Ns, C);
     tp_sequence_column_forward(sp, P, a->qkv, a->ln1, p.qkv_w, p.qkv_b, N, C, 3 * Cl);
-    mixed_attention_forward(P, a->atty, probabilities(m, a), a->qkv, B, T, Cl, s->heads_local);
+    if (m->opts.attention) hooked_attention_forward(m, layer, a);
+    else mixed_attention_forward(P, a->atty, probabilities(m, a), a->qkv, B, T, Cl,
+                                 s->heads_local);
     tp_sequence_row_forward(sp, tp, P, a->x_mid, a->atty, p.proj_w, p.proj_b, N, Cl, C);
     mixed_vec_add(P, a->x_mid, x_in, (size_t)Ns * C);
 
@@ -235,8 +271,9 @@ static void block_backward(gpt_model *m, int layer, const void *block, float *bl
                              Cl, C);
     if (m->opts.recompute_attention)   /* selective: the probabilities again, from Q, K */
         mixed_attention_forward(P, a->atty, m->att_again, a->qkv, B, T, Cl, s->heads_local);
-    mixed_attention_backward(P, d_qkv, m->d_att, m->d_atty, a->qkv, probabilities(m, a), B,
-                             T, Cl, s->heads_local);
+    if (m->opts.attention) hooked_attention_backward(m, layer, a, d_qkv);
+    else mixed_attention_backward(P, d_qkv, m->d_att, m->d_atty, a->qkv, probabilities(m, a),
+                                  B, T, Cl, s->heads_local);
     tp_sequence_column_backward(sp, f_group(m), P, m->d_ln, w.qkv_w, w.qkv_b, d_qkv, a->ln1,
                                 p.qkv_w, N, C, 3 * Cl);
     tp_sequence_layernorm_backward(sp, P, dx, g.ln1_w, m->d_ln, x_in, p.ln1_w, a->ln1_mean,
@@ -274,8 +311,9 @@ static void embed_backward_from(gpt_model *m, float *embed_grad, const void *d_x
     }
     mixed_embedding_backward(m->p, embed_grad, d_x, m->slot->tokens, N, C, s->vocab_start,
                              s->vocab_local);
-    mixed_position_backward(m->p, embed_grad + (size_t)s->vocab_local * C, d_x, m->B, m->T,
-                            C);
+    float *dwpe = embed_grad + (size_t)s->vocab_local * C;
+    if (m->opts.positions) span_position_backward(m, dwpe, d_x);
+    else mixed_position_backward(m->p, dwpe, d_x, m->B, m->T, C);
 }
 
 void gpt_embed_backward(gpt_model *m, float *embed_grad) {

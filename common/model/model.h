@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "attention_block.h"
 #include "comm.h"
 #include "precision.h"
 
@@ -129,6 +130,19 @@ typedef struct {
     void (*backward)(void *ctx, int layer, float *d_ln2, const float *d_out);
 } gpt_mlp_hook;
 
+/* An attention core that replaces every block's own (context parallelism, whose ranks
+ * each hold a chunk of every sequence: cp_attention_hook.h): forward writes atty [N, Cl]
+ * from qkv [N, 3 Cl]; backward overwrites d_qkv [N, 3 Cl] from d_atty [N, Cl], given the
+ * layer's qkv and atty. What its backward needs (the model keeps no probabilities then)
+ * it keeps itself, per layer. fp32, without sequence parallelism or selective
+ * recomputation. */
+typedef struct {
+    void *ctx;
+    void (*forward)(void *ctx, int layer, float *atty, const float *qkv);
+    void (*backward)(void *ctx, int layer, float *d_qkv, const float *d_atty,
+                     const float *qkv, const float *atty);
+} gpt_attention_hook;
+
 typedef struct {
     /* What activations, their gradients and the compute weights are held in (the
      * parameter slabs every call is given are of this precision; parameter gradients
@@ -147,6 +161,11 @@ typedef struct {
      * multiple of tp; sp_copy_not_reduce: negative control. */
     int sequence_parallel, sp_copy_not_reduce;
     const gpt_mlp_hook *mlp;      /* replaces some blocks' MLP (NULL: none) */
+    const gpt_attention_hook *attention;   /* replaces the attention core (NULL: none) */
+    /* The positions of its sequence each of the T rows is (a CP rank's span: one or two
+     * pieces of a longer sequence), for the position embedding; the caller keeps it.
+     * NULL: 0..T-1. Not with sequence parallelism. */
+    const position_span *positions;
 } gpt_model_options;
 
 gpt_model *gpt_model_create(const gpt_shape *s, int B, int T,

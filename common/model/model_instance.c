@@ -27,7 +27,7 @@ static void block_acts_alloc(const gpt_model *m, block_acts *a) {
     a->ln1_mean = alloc_stats(Ns);
     a->ln1_rstd = alloc_stats(Ns);
     a->qkv = model_alloc_acts(m, N * 3 * s->dim_local);
-    if (!m->opts.recompute_attention)
+    if (!m->opts.recompute_attention && !m->opts.attention)   /* a hook keeps its own */
         a->att = model_alloc_acts(m, (size_t)m->B * s->heads_local * m->T * m->T);
     a->atty = model_alloc_acts(m, N * s->dim_local);
     a->x_mid = model_alloc_acts(m, Ns * C);
@@ -106,6 +106,18 @@ gpt_model *gpt_model_create(const gpt_shape *s, int B, int T,
         fprintf(stderr, "error: a replaced MLP (mixture of experts) runs in fp32 without TP\n");
         exit(2);
     }
+    if (m->opts.attention && (m->p != PRECISION_FP32 || m->opts.sequence_parallel ||
+                              m->opts.recompute_attention)) {
+        fprintf(stderr, "error: a replaced attention core (context parallelism) runs in fp32,"
+                " without sequence parallelism or selective recomputation\n");
+        exit(2);
+    }
+    if (m->opts.positions && (m->opts.sequence_parallel ||
+                              position_span_rows(m->opts.positions) != T)) {
+        fprintf(stderr, "error: the rows' positions (a span of %d) must be the model's T %d,"
+                " without sequence parallelism\n", position_span_rows(m->opts.positions), T);
+        exit(2);
+    }
     m->B = B;
     m->T = T;
     m->max_slots = m->opts.max_slots > 0 ? m->opts.max_slots : 1;
@@ -124,7 +136,8 @@ gpt_model *gpt_model_create(const gpt_shape *s, int B, int T,
     m->d_ln = model_alloc_acts(m, N * C);
     m->d_atty = model_alloc_acts(m, N * s->dim_local);
     m->d_qkv = model_alloc_acts(m, N * 3 * s->dim_local);
-    m->d_att = model_alloc_acts(m, (size_t)B * s->heads_local * T * T);
+    if (!m->opts.attention)
+        m->d_att = model_alloc_acts(m, (size_t)B * s->heads_local * T * T);
     m->d_fch = model_alloc_acts(m, N * s->hidden_local);
     m->d_fch_gelu = model_alloc_acts(m, N * s->hidden_local);
     return m;
