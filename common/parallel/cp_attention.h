@@ -1,7 +1,7 @@
 /* Context parallelism's one communicating op: causal attention over a sequence whose
  * positions are spread over the ranks of a CP group. Everything else in a block
  * (LayerNorm, the linears, the MLP, the loss) works token by token on a rank's own
- * chunk (cp_model.h); attention alone needs the other chunks. Two ways:
+ * chunk (cp_attention_hook.h); attention alone needs the other chunks. Two ways:
  *
  *   ring     K/V blocks travel around the group (P-1 sends forward) while each rank
  *            accumulates its queries' attention with an online softmax

@@ -14,5 +14,8 @@ const char *cp_split_name(cp_split split);   /* "contiguous", "balanced" */
 
 /* The positions rank `rank` of P holds of every sequence of T. */
 position_span cp_span_of(int T, int P, int rank, cp_split split);
+/* A rank's rows of B whole sequences: whole [B, T] -> rows [B, rows of span], each
+ * sequence's pieces one after the other (tokens or targets alike). */
+void cp_span_rows(const position_span *span, int B, int T, const int *whole, int *rows);
 
 #endif

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "alloc.h"
-#include "cp_model.h"
+#include "cp_attention_hook.h"
 #include "ops.h"
 #include "replica.h"
 #include "tp_slices.h"
@@ -73,8 +73,10 @@ typedef struct {
     gpt_shape shape;             /* the whole model, or this rank's TP slice */
     replica rep;
     cp_attention *attention;
-    cp_model *model;
-    int *batch;                  /* host staging: tokens and targets of B sequences */
+    cp_attention_hook *hook;     /* the model's attention core: the CP group's */
+    position_span span;          /* this rank's positions of every sequence */
+    gpt_model *model;            /* B sequences of the span's rows (Tc) each */
+    int *batch;                  /* host staging: tokens and targets of B whole sequences */
     int B;
     strategy_outcome *out;
 } cp_rank;
@@ -85,13 +87,18 @@ static float cp_compute_grads(void *arg, int step, float loss_scale) {
     const double tokens = (double)r->cfg->batch * T;
     dataset_batch(r->data, r->cfg->seed, step, r->m->me.dp * r->B, r->B, T, r->batch,
                   r->batch + (size_t)r->B * T);
-    cp_model_set_batch(r->model, r->batch, r->batch + (size_t)r->B * T);
+    const size_t rows = (size_t)r->B * position_span_rows(&r->span);   /* B x Tc */
+    int *chunk = gpt_host_batch(r->model);
+    cp_span_rows(&r->span, r->B, T, r->batch, chunk);
+    cp_span_rows(&r->span, r->B, T, r->batch + (size_t)r->B * T, chunk + rows);
+    gpt_set_batch(r->model, chunk, chunk + rows);
     vec_zero(r->rep.grads, r->rep.num_params);
     trace_begin(r->world, "forward");
-    const double loss_sum = cp_model_forward(r->model, r->rep.params);
+    const float chunk_mean = gpt_forward(r->model, r->rep.params);   /* over B x Tc tokens */
     trace_end(r->world);
     trace_begin(r->world, "backward");
-    cp_model_backward(r->model, r->rep.params, r->rep.grads, (float)(loss_scale / tokens));
+    gpt_backward(r->model, r->rep.params, r->rep.grads, (float)(loss_scale / tokens), NULL,
+                 NULL);
     trace_end(r->world);
     if (comm_size(r->grads_group) > 1) {
         trace_begin(r->world, "cp+dp gradients");
@@ -99,7 +106,7 @@ static float cp_compute_grads(void *arg, int step, float loss_scale) {
         trace_end(r->world);
     }
     /* this chunk's share of the global mean; the TP ranks of a chunk share one loss */
-    return r->m->me.tp == 0 ? (float)(loss_sum / tokens) : 0.0f;
+    return r->m->me.tp == 0 ? (float)(chunk_mean * (double)rows / tokens) : 0.0f;
 }
 
 /* The unsplit vector into world rank 0's `whole` (NULL elsewhere), from one CP and DP
@@ -172,9 +179,13 @@ static void cp_rank_init(cp_rank *r, const cp_options *opts) {
     replica_init(&r->rep, &r->shape, r->cfg->seed, 1);
     r->attention = cp_attention_create(r->m->shape.cp > 1 ? r->m->cp : NULL, opts, r->B,
                                        g->ctx, r->shape.dim_local, r->shape.heads_local);
-    const position_span span = cp_span_of(g->ctx, mesh_cp_size(&r->m->shape), r->m->me.cp,
-                                          opts->split);
-    r->model = cp_model_create(&r->shape, r->B, span, r->attention, t > 1 ? r->m->tp : NULL);
+    r->span = cp_span_of(g->ctx, mesh_cp_size(&r->m->shape), r->m->me.cp, opts->split);
+    r->hook = cp_attention_hook_create(r->attention, g->layers);
+    /* the one model on the chunk: every per-token op on its rows, attention the group's */
+    const gpt_model_options model_opts = {.tp = t > 1 ? r->m->tp : NULL,
+                                          .attention = cp_attention_hook_of(r->hook),
+                                          .positions = &r->span};
+    r->model = gpt_model_create(&r->shape, r->B, position_span_rows(&r->span), &model_opts);
     r->batch = mem_alloc(MEM_OTHER, 2 * (size_t)r->B * g->ctx * sizeof(int));
 }
 
@@ -211,7 +222,8 @@ void cp_train(comm *world, const mesh *m, const run_config *cfg, const cp_option
     whole_vector(&r, r.rep.params, out->final_params);
 
     mem_free(r.batch);
-    cp_model_free(r.model);
+    gpt_model_free(r.model);
+    cp_attention_hook_free(r.hook);
     cp_attention_free(r.attention);
     replica_free(&r.rep);
     comm_free(r.grads_group);

@@ -1,5 +1,6 @@
 /* Training with context parallelism (times tensor and data parallelism): each rank of a
- * CP group holds a chunk of every sequence of its DP group's batch (cp_model.h),
+ * CP group holds a chunk of every sequence of its DP group's batch (the one model,
+ * model.h, on the chunk's rows at their own positions, cp_attention_hook.h), its
  * attention crosses the chunks (cp_attention.h: ring or Ulysses), and the gradients,
  * each rank's chunk's share, are summed over the CP and DP groups together (one
  * all-reduce over the cp x dp ranks, as Megatron-LM's data-parallel-with-CP group).
