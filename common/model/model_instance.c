@@ -106,10 +106,12 @@ gpt_model *gpt_model_create(const gpt_shape *s, int B, int T,
         fprintf(stderr, "error: a replaced MLP (mixture of experts) runs in fp32 without TP\n");
         exit(2);
     }
+    /* the hook keeps one saved state per layer: one micro-batch, one forward per step */
     if (m->opts.attention && (m->p != PRECISION_FP32 || m->opts.sequence_parallel ||
-                              m->opts.recompute_attention)) {
+                              m->opts.recompute_attention || m->opts.checkpoint_activations ||
+                              m->opts.max_slots > 1)) {
         fprintf(stderr, "error: a replaced attention core (context parallelism) runs in fp32,"
-                " without sequence parallelism or selective recomputation\n");
+                " one micro-batch at a time, without sequence parallelism or recomputation\n");
         exit(2);
     }
     if (m->opts.positions && (m->opts.sequence_parallel ||
