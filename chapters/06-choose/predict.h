@@ -48,7 +48,12 @@ typedef struct {
     int json;
     double timeout_seconds;  /* 0: PREDICT_TIMEOUT_SECONDS */
     precision dtype;         /* what the chapters train in: fp32, bf16 or fp16 */
+    double *sequence_sent;   /* NULL, or [PREDICT_SEQUENCE_ROWS]: chapter 9's measured
+                                bytes sent per rank per step, in predict_sequence_in's
+                                order (tp+sp, ring, ulysses on 2 ranks, then on 4), so
+                                that a test can hold other formulas against them */
 } predict_options;
+enum { PREDICT_SEQUENCE_ROWS = 6 };
 
 /* Bytes per rank and milliseconds per step, predicted or measured. */
 typedef struct {

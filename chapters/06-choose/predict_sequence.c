@@ -133,6 +133,7 @@ int predict_sequence_in(const char *programs_dir, const predict_options *o, int 
         if (!ok) return 0;
     }
     for (int i = 0; i < n; i++) {
+        if (o->sequence_sent && i < PREDICT_SEQUENCE_ROWS) o->sequence_sent[i] = rows[i].bytes[1];
         if (rows[i].bytes[0] != rows[i].bytes[1]) (*mismatches)++;
         if (rows[i].activations[1] > 0)
             *worst = fmax(*worst, fabs(rows[i].activations[0] / rows[i].activations[1] - 1));
