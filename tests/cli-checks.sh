@@ -658,6 +658,26 @@ if [ -x "$chapter1" ]; then
         [ -x "$programs"/chapter7 ] && expect_error "$programs"/chapter7 "--max-restarts 1: chapter 7 trains many short runs" --max-restarts 1
     fi
 fi
+# chapter 6's context parallelism (--cp, --cp-attention): sizes that do not split the
+# GPUs, the sequence or the heads, the flags where they do nothing, and the figures
+# tests/test_chapter6_cp.c computes by hand, as printed for a 128k sequence
+if [ -x "$planner" ] && [ -z "$mpi" ]; then
+    expect_error "$planner" "--tp 1 x --pp 1 x --cp 3 = 3 does not divide --gpus 8" --cp 3
+    expect_error "$planner" "--cp 4 does not split the sequence of 100 into 8 equal chunks (the balanced ring takes 2 cp" --cp 4 --seq 100
+    expect_error "$planner" "--cp 4 with --cp-attention ulysses: the 6 heads do not split over tp 1 x cp 4" --cp 4 --cp-attention ulysses --layers 2 --hidden 768 --heads 6 --seq 64
+    expect_error "$planner" "--cp-attention ulysses without --cp 2 or more" --cp-attention ulysses
+    expect_error "$planner" "--cp-attention ring without --cp 2 or more" --cp 1 --cp-attention ring
+    expect_error "$planner" "--cp-attention sideways: unknown value (valid: ring, ulysses)" --cp 2 --cp-attention sideways
+    expect_error "$planner" "--cp 0: must be an integer from 1" --cp 0
+    expect_error "$planner" "--cp does nothing with --predict-chapters" --predict-chapters --cp 2
+    expect_error "$planner" "--cp does nothing with --course" --course --cp 2
+    expect_error "$planner" "--cp does nothing with a mixture of experts" --moe-experts 8 --cp 2
+    expect_error "$planner" "--cp does nothing with --max-params without a model" --gpus 1024 --max-params --cp 2
+    expect_output 'a GPU sends 44 chunks of b x s/cp x h/t = 37.75 MB: 1.66 GB (ring' --params 70e9 --gpus 64 --seq 131072 --tp 8 --cp 8 --recompute selective
+    expect_output 'a GPU sends 7 chunks of b x s/cp x h/t = 37.75 MB: 264.24 MB (Ulysses' --layers 67 --hidden 9216 --heads 64 --gpus 64 --seq 131072 --tp 8 --cp 8 --cp-attention ulysses --recompute selective
+    expect_output 'activations are most of it even with TP + SP and recomputation: split the sequence too' --params 8e9 --gpus 64 --seq 131072
+    expect_output '"cp": 8, "cp_attention": "ulysses"' --layers 67 --hidden 9216 --heads 64 --gpus 64 --seq 131072 --tp 8 --cp 8 --cp-attention ulysses --recompute selective --json
+fi
 # negative control: the checker fails a program that takes bad input without a word
 before_passed=$passed before_failed=$failed
 expect_error /bin/true "anything" --bogus 1 >/dev/null

@@ -108,8 +108,16 @@ static void try_3d(const plan_request *r, const plan_row *rows, int n, plan_deci
                  mesh->mesh.zero_stage, row_memory(mesh, mem), mesh->step.total);
         choose(d, "TP + PP + DP", mesh);
     } else {
+        /* a long sequence: even the most model-parallel mesh, with SP and recomputation,
+         * is mostly activations, which only a split of the sequence divides */
+        const int long_sequence = mesh && mesh->feasible &&
+                                  mesh->memory.activations > plan_total(mesh->memory) / 2;
         add_step(d, "4. no mesh of %d GPUs with %.0f GB fits this model: more GPUs (or"
-                 " offloading) needed", r->cluster.gpus, r->gpu_bytes / GB);
+                 " offloading) needed%s", r->cluster.gpus, r->gpu_bytes / GB,
+                 long_sequence ? "; activations are most of it even with TP + SP and"
+                                 " recomputation: split the sequence too (context"
+                                 " parallelism, --cp N)"
+                               : "");
         snprintf(d->strategy, sizeof d->strategy, "does not fit");
     }
 }

@@ -4,7 +4,7 @@
  *   make chapter6 && ./run 1 --params 70e9 --gpus 64 --gpu-mem 80
  *   ./run 1 --layers 96 --hidden 12288 --heads 96 --vocab 51200 --seq 2048 --gpus 1024
  *   ./run 1 --course               the course text's claims, re-derived
- *   ./run 1 --predict-chapters     predicted against measured, chapters 1-5 on bench256
+ *   ./run 1 --predict-chapters     predicted against measured, chapters 1-5 and 9 on bench256
  *   ./run 1 --model gpt4-moe       a mixture of experts against a dense GPT of its active size
  *   ./run 1 --model gpt3           the course's GPT-3 on 1024 GPUs, and how often to save it */
 #include <stdint.h>
@@ -23,6 +23,7 @@ static const char *const recompute_choices[] = {"auto", "none", "selective", "fu
 static const char *const zero_choices[] = {"0", "1", "2", "3", NULL};
 static const char *const every_choices[] = {"1", "2", NULL};
 static const char *const model_choices[] = {"gpt3", "gpt4-moe", NULL};
+static const char *const cp_attention_choices[] = {"ring", "ulysses", NULL};
 enum { MODEL_GPT3, MODEL_GPT4_MOE };
 
 typedef struct {
@@ -32,6 +33,7 @@ typedef struct {
     int model;                                  /* with --model: a model_choices index */
     int batch;                                  /* --model's global batch; 0: 8 a GPU */
     int moe_experts, moe_top_k, moe_every, moe_ffn, ep;
+    int cp, cp_attention;                       /* context parallel: size, plan_cp_attention */
     double mtbf_hours, gpu_mtbf_hours, save_seconds, save_bandwidth, restart_seconds;
 } planner_flags;
 
@@ -53,7 +55,7 @@ static const char *const plan_flags[] = {
     "gpus", "gpu-mem", "gpus-per-node", "micro-batch", "gpu-tflops", "peak-tflops", "mfu",
     "tokens", "tp", "pp", "dp", "zero", "recompute", "max-params", "model", "moe-experts",
     "moe-top-k", "moe-every", "moe-ffn", "ep", "mtbf-hours", "gpu-mtbf-hours", "save-seconds",
-    "save-bandwidth", "restart-seconds", NULL};
+    "save-bandwidth", "restart-seconds", "cp", "cp-attention", NULL};
 /* A model given by shape. */
 static const char *const shape_flags[] = {"layers", "hidden", "dim", "heads", "vocab", "seq",
                                           "ctx", "preset", "model", NULL};
@@ -61,7 +63,8 @@ static const char *const shape_flags[] = {"layers", "hidden", "dim", "heads", "v
 static const char *const model_plan_flags[] = {
     "batch", "micro-batch", "gpu-tflops", "peak-tflops", "mfu", "tokens", "zero", "recompute",
     "gpus-per-node", "link", "model", "moe-experts", "moe-top-k", "moe-every", "moe-ffn", "ep",
-    "mtbf-hours", "gpu-mtbf-hours", "save-seconds", "save-bandwidth", "restart-seconds", NULL};
+    "mtbf-hours", "gpu-mtbf-hours", "save-seconds", "save-bandwidth", "restart-seconds", "cp",
+    "cp-attention", NULL};
 /* What only a mixture of experts uses, and what a preset fixes. */
 static const char *const moe_detail_flags[] = {"moe-top-k", "moe-every", "moe-ffn", "ep", NULL};
 static const char *const model_fixed_flags[] = {
@@ -96,6 +99,13 @@ static void refuse_moe_and_failure_flags(const planner_flags *f) {
     else
         cli_refuse_in_mode("a mixture of experts", dense_only_flags, "its plan compares it"
                            " with a dense model and prints no training days or largest models");
+    if (is_moe(f))
+        cli_refuse_in_mode("a mixture of experts", (const char *const[]){"cp", "cp-attention",
+                                                                          NULL},
+                           "its plan has no context parallelism; plan the dense model with it");
+    if (cli_given("cp-attention") && f->cp < 2)
+        cli_fail("--cp-attention %s without --cp 2 or more: it says how context parallelism"
+                 " crosses the chunks", cp_attention_choices[f->cp_attention]);
     if (cli_given("mtbf-hours") && cli_given("gpu-mtbf-hours"))
         cli_fail("--mtbf-hours %g and --gpu-mtbf-hours %g both given: give the job's MTBF or"
                  " one GPU's, not both", f->mtbf_hours, f->gpu_mtbf_hours);
@@ -109,7 +119,7 @@ static void refuse_moe_and_failure_flags(const planner_flags *f) {
 static void refuse_ignored_flags(const planner_flags *f) {
     if (f->predict) {
         cli_refuse_in_mode("--predict-chapters", plan_flags, "it runs bench256 on 2 and 4"
-                           " ranks, as chapters 1-5 are built");
+                           " ranks, as chapters 1-5 and 9 are built");
         cli_refuse_in_mode("--predict-chapters", (const char *const[]){"course", NULL},
                            "run them one at a time");
         return;
@@ -211,27 +221,45 @@ static plan_model model_from_flags(const run_config *cfg, const planner_flags *f
 /* The mesh's sizes against the GPUs; products in 64 bits, since each size may be up
  * to 1e9. */
 static plan_mesh mesh_from_flags(const planner_flags *f) {
-    if (!f->tp && !f->pp && !f->dp) {
+    if (!f->tp && !f->pp && !f->dp && !f->cp) {
         if (f->zero)
             cli_fail("--zero %d belongs to a mesh: give --tp, --pp or --dp with it", f->zero);
         return (plan_mesh){0};
     }
-    const int tp = f->tp ? f->tp : 1, pp = f->pp ? f->pp : 1;
-    const int64_t model_parallel = (int64_t)tp * pp;
+    const int tp = f->tp ? f->tp : 1, pp = f->pp ? f->pp : 1, cp = f->cp ? f->cp : 1;
+    const int64_t model_parallel = (int64_t)tp * pp * cp;
     if (model_parallel > f->gpus)
-        cli_fail("--tp %d x --pp %d = %lld GPUs, more than --gpus %d (a mesh's product is the"
-                 " GPUs)", tp, pp, (long long)model_parallel, f->gpus);
+        cli_fail("--tp %d x --pp %d x --cp %d = %lld GPUs, more than --gpus %d (a mesh's product"
+                 " is the GPUs)", tp, pp, cp, (long long)model_parallel, f->gpus);
     int dp = f->dp;
     if (!dp) {
         if (f->gpus % model_parallel)
-            cli_fail("--tp %d x --pp %d = %lld does not divide --gpus %d (give --dp, or a mesh"
-                     " whose product is %d)", tp, pp, (long long)model_parallel, f->gpus, f->gpus);
+            cli_fail("--tp %d x --pp %d x --cp %d = %lld does not divide --gpus %d (give --dp, or"
+                     " a mesh whose product is %d)", tp, pp, cp, (long long)model_parallel,
+                     f->gpus, f->gpus);
         dp = (int)(f->gpus / model_parallel);
     }
     if (model_parallel * dp != f->gpus)
-        cli_fail("--tp %d x --pp %d x --dp %d = %lld does not multiply to --gpus %d", tp, pp, dp,
-                 (long long)(model_parallel * dp), f->gpus);
-    return (plan_mesh){.tp = tp, .pp = pp, .dp = dp, .zero_stage = f->zero};
+        cli_fail("--tp %d x --pp %d x --cp %d x --dp %d = %lld does not multiply to --gpus %d",
+                 tp, pp, cp, dp, (long long)(model_parallel * dp), f->gpus);
+    return (plan_mesh){.tp = tp, .pp = pp, .dp = dp, .zero_stage = f->zero, .cp = cp,
+                       .cp_attention = (plan_cp_attention)f->cp_attention};
+}
+
+/* Context parallelism must split the sequence: the ring in 2 cp chunks (rank i holds
+ * chunks i and 2 cp - 1 - i, the causal load balanced), Ulysses by heads over cp x tp. */
+static void check_cp_fits_model(const plan_mesh *mesh, const plan_model *m) {
+    if (mesh->cp < 2) return;
+    const int ring = mesh->cp_attention == PLAN_CP_RING;
+    const int chunks = ring ? 2 * mesh->cp : mesh->cp;
+    if (m->seq % chunks)
+        cli_fail("--cp %d does not split the sequence of %d into %d equal chunks (%s; try a cp"
+                 " whose %s divides %d)", mesh->cp, m->seq, chunks,
+                 ring ? "the balanced ring takes 2 cp" : "Ulysses takes cp",
+                 ring ? "double" : "value", m->seq);
+    if (!ring && m->heads % ((long)mesh->tp * mesh->cp))
+        cli_fail("--cp %d with --cp-attention ulysses: the %d heads do not split over tp %d x cp"
+                 " %d (tp x cp must divide the heads)", mesh->cp, m->heads, mesh->tp, mesh->cp);
 }
 
 /* The mesh must split the model: whole heads per TP rank, a layer or more a stage. */
@@ -243,6 +271,7 @@ static void check_mesh_fits_model(const plan_mesh *mesh, const plan_model *m) {
     if (mesh->pp > m->layers)
         cli_fail("--pp %d is more stages than the %d layers (at most %d)", mesh->pp, m->layers,
                  m->layers);
+    check_cp_fits_model(mesh, m);
 }
 
 /* The planner's precision: 16-bit unless --precision says otherwise (the chapters'
@@ -330,6 +359,10 @@ static void planner_options(cli_option *options, run_config *cfg, planner_flags 
         {"tp", OPT_INT, &f->tp, "evaluate this mesh too: tensor-parallel size", NULL, 1},
         {"pp", OPT_INT, &f->pp, "... pipeline stages", NULL, 1},
         {"dp", OPT_INT, &f->dp, "... data-parallel size (default: the rest)", NULL, 1},
+        {"cp", OPT_INT, &f->cp, "... context-parallel size: each GPU holds seq / cp of every"
+         " sequence", NULL, 1},
+        {"cp-attention", OPT_CHOICE, &f->cp_attention, "... how attention crosses the chunks:"
+         " ring (default) or ulysses", cp_attention_choices, 0},
         {"zero", OPT_CHOICE, &f->zero, "... ZeRO stage of that mesh", zero_choices, 0},
         {"recompute", OPT_CHOICE, &f->recompute, "activation recomputation (auto: the lightest"
          " that fits)", recompute_choices, 0},
@@ -337,7 +370,7 @@ static void planner_options(cli_option *options, run_config *cfg, planner_flags 
          "largest model per ZeRO stage on the cluster (model parallel: --tp x --pp)", NULL, 0},
         {"course", OPT_FLAG, &f->course, "check the course text's claims by arithmetic", NULL, 0},
         {"predict-chapters", OPT_FLAG, &f->predict,
-         "predict chapters 1-5 on bench256 (2 and 4 ranks) and run them to compare", NULL, 0},
+         "predict chapters 1-5 and 9 on bench256 (2 and 4 ranks) and run them to compare", NULL, 0},
         {"model", OPT_CHOICE, &f->model, "a published model with its cluster and mesh: gpt3"
          " (175B on 1024 GPUs, the course's), gpt4-moe (the rumoured 1.8T mixture of experts)",
          model_choices, 0},

@@ -3,6 +3,7 @@
  * the same as one JSON object. */
 #include <stdio.h>
 
+#include "plan_cp.h"
 #include "planner.h"
 #include "report.h"
 
@@ -54,6 +55,33 @@ static void print_rows(const plan_request *r, const plan_row *rows, int n) {
     printf("(memory per GPU on the GPU that holds the most; GB = 1e9 bytes. Activations:"
            " Korthikanti et al. 2022, with\n sequence parallelism wherever tp > 1 and the"
            " lightest recomputation that fits)\n\n");
+}
+
+/* The explicit mesh's context parallelism: what a rank keeps and sends (plan_cp.h). */
+static void print_cp(const plan_request *r, const plan_row *rows, int n) {
+    const plan_row *row = plan_find_row(rows, n, "mesh");
+    if (!row || row->mesh.cp < 2 || !row->feasible) return;
+    const plan_mesh *m = &row->mesh;
+    const plan_precision bytes = plan_precision_of(r->dtype);
+    char chunk[32], sent[32], layer[32];
+    printf("Context parallelism of the mesh row: cp %d, %s attention; a GPU holds %d of every"
+           " sequence's %d positions\n", m->cp, plan_cp_attention_names[m->cp_attention],
+           r->model.seq / m->cp, r->model.seq);
+    printf("  per layer and micro-batch a GPU sends %.4g chunks of b x s/cp x h/t = %s: %s"
+           " (%s)\n", plan_cp_chunks_per_layer(m),
+           report_bytes(plan_cp_chunk_bytes(&r->model, m, bytes.activation), chunk),
+           report_bytes(plan_cp_bytes_per_layer(&r->model, m, bytes.activation), sent),
+           m->cp_attention == PLAN_CP_RING ? "ring: 6 cp - 4, K/V forward, K/V and dK/dV"
+                                             " backward"
+                                           : "Ulysses: 8 all-to-alls of (cp-1)/cp of a chunk");
+    printf("  activations per layer %s (Korthikanti's of the chunk, %s); CP %.3g s a step,"
+           " not overlapped\n\n",
+           report_bytes(bytes.activation / 2 * plan_layer_activations_cp(&r->model, m), layer),
+           m->cp_attention == PLAN_CP_RING ? "no s x s probabilities: a log-sum-exp and one K/V"
+                                             " block in flight"
+                                           : "whole-sequence Q, K, V, output and probabilities"
+                                             " of a / (t cp) heads",
+           row->step.cp_comm);
 }
 
 static void print_time(const plan_request *r, const plan_decision *d, double tokens) {
@@ -114,6 +142,7 @@ void plan_print(const plan_request *r, const plan_row *rows, int n,
                 const plan_decision *d, double tokens, int max_params) {
     print_header(r);
     print_rows(r, rows, n);
+    print_cp(r, rows, n);
     printf("The decision tree (the course's \"how to choose\"), in %s:\n",
            precision_name(r->dtype));
     for (int i = 0; i < d->num_steps; i++) printf("  %s\n", d->steps[i]);
@@ -137,11 +166,13 @@ static void json_row(const plan_row *row, int last) {
     printf("  {\"name\": \"%s\", \"tp\": %d, \"pp\": %d, \"dp\": %d, \"zero_stage\": %d,"
            " \"recompute\": \"%s\", \"feasible\": %s,\n   \"memory_per_gpu\": {\"params\": %.0f,"
            " \"grads\": %.0f, \"optimizer\": %.0f, \"activations\": %.0f, \"total\": %.0f},\n"
-           "   \"fits\": %s, \"step_seconds\": %.6g}%s\n", row->name, row->mesh.tp,
+           "   \"fits\": %s, \"step_seconds\": %.6g, \"cp\": %d, \"cp_attention\": \"%s\","
+           " \"cp_seconds\": %.6g}%s\n", row->name, row->mesh.tp,
            row->mesh.pp, row->mesh.dp, row->mesh.zero_stage,
            plan_recompute_names[row->mesh.recompute], row->feasible ? "true" : "false",
            b->params, b->grads, b->optimizer, b->activations, plan_total(*b),
-           row->fits ? "true" : "false", row->step.total, last ? "" : ",");
+           row->fits ? "true" : "false", row->step.total, plan_cp_size(&row->mesh),
+           plan_cp_attention_names[row->mesh.cp_attention], row->step.cp_comm, last ? "" : ",");
 }
 
 static void json_string(const char *s) {

@@ -48,7 +48,12 @@ typedef struct {
     int json;
     double timeout_seconds;  /* 0: PREDICT_TIMEOUT_SECONDS */
     precision dtype;         /* what the chapters train in: fp32, bf16 or fp16 */
+    double *sequence_sent;   /* NULL, or [PREDICT_SEQUENCE_ROWS]: chapter 9's measured
+                                bytes sent per rank per step, in predict_sequence_in's
+                                order (tp+sp, ring, ulysses on 2 ranks, then on 4), so
+                                that a test can hold other formulas against them */
 } predict_options;
+enum { PREDICT_SEQUENCE_ROWS = 6 };
 
 /* Bytes per rank and milliseconds per step, predicted or measured. */
 typedef struct {
@@ -83,6 +88,26 @@ int chapter_json_figures(const char *json, const char *strategy, chapter_figures
  * runs past o->timeout_seconds (then it is killed, and the line names the command). */
 char *run_chapter_json(const char *programs_dir, int chapter, int ranks,
                        const predict_options *o);
+/* The same with the chapter's own flags (" --part sp") in place of chapter_flags'. */
+char *run_chapter_json_with(const char *programs_dir, int chapter, int ranks,
+                            const predict_options *o, const char *flags);
+/* Elements of the model on one of tp tensor-parallel ranks, as chapters 3 and 9 store
+ * it in `dtype` (predict_formulas.c). */
+double predict_tp_elements(const gpt_config *c, int tp, precision dtype);
+
+/* Chapter 9 (predict_sequence.c): part sp's TP + SP and part context's balanced ring
+ * and Ulysses on 2 and 4 ranks, bytes sent per rank per step predicted from the
+ * library's formulas (tp_sequence_bytes_formula; cp_attention_bytes_formula and the
+ * cp x dp gradient all-reduce) and TP + SP's activations; fp32 only (the context part
+ * computes in fp32). Adds the rows' byte mismatches and worst activation error to
+ * *mismatches and *worst; prints its table, or with o->json the value of a JSON key.
+ * 0 when a run fails. */
+int predict_sequence_in(const char *programs_dir, const predict_options *o, int *mismatches,
+                        double *worst);
+/* The bytes it predicts for one run on `ranks` ranks: cp_kind -1 TP + SP, else the
+ * cp_attention_kind's. */
+double predict_sequence_bytes(int cp_kind, int ranks);
+
 /* This machine's single-thread sgemm rate, GFLOP/s, at bench256's MLP shape. */
 double measure_sgemm_gflops(int tokens, int dim);
 

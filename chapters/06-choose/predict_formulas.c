@@ -55,6 +55,10 @@ static double tp_elements(const gpt_config *c, int tp, numerics n) {
     return c->layers * block + embed + 2 * h;
 }
 
+double predict_tp_elements(const gpt_config *c, int tp, precision dtype) {
+    return tp_elements(c, tp, numerics_of(dtype));
+}
+
 static void predict_states(const gpt_config *c, int ranks, int tp, int stage, numerics n,
                            chapter_figures *f) {
     const slab_sizes s = slabs_of(c);

@@ -43,7 +43,7 @@ void predict_print_table(const predict_comparison *rows, int n, double gflops_2,
                " of it; the rest is other programs)\n", load[0], cores);
 }
 
-void predict_print_json(const predict_comparison *rows, int n, int ok, precision dtype) {
+void predict_print_json(const predict_comparison *rows, int n, precision dtype) {
     printf("{\"chapter\": \"06-choose\", \"precision\": \"%s\", \"predict_chapters\": [\n",
            precision_name(dtype));
     for (int i = 0; i < n; i++) {
@@ -58,5 +58,5 @@ void predict_print_json(const predict_comparison *rows, int n, int ok, precision
                    f[k]->ms_per_step);
         printf("}%s\n", i == n - 1 ? "" : ",");
     }
-    printf(" ], \"ok\": %s}\n", ok ? "true" : "false");
+    printf(" ]");
 }

@@ -16,7 +16,8 @@ typedef struct {
  * chapters' precision. */
 void predict_print_table(const predict_comparison *rows, int n, double gflops_2,
                          double gflops_4, int cores, precision dtype);
-/* {"chapter": "06-choose", "precision": ..., "predict_chapters": [...], "ok": ok} */
-void predict_print_json(const predict_comparison *rows, int n, int ok, precision dtype);
+/* {"chapter": "06-choose", "precision": ..., "predict_chapters": [...]  (the caller
+ * adds its keys and closes the object) */
+void predict_print_json(const predict_comparison *rows, int n, precision dtype);
 
 #endif

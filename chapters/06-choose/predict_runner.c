@@ -118,15 +118,15 @@ static char *run_with_deadline(const char *command, double seconds, int *status)
 /* The shell command that runs chapter N on `ranks` thread ranks; 0 with a line on
  * stderr when it cannot be built. */
 static int chapter_command(const char *programs_dir, int chapter, int ranks,
-                           const predict_options *o, char *program, size_t program_size,
-                           char *command, size_t command_size) {
+                           const predict_options *o, const char *flags, char *program,
+                           size_t program_size, char *command, size_t command_size) {
     static const char *const link_names[] = {"none", "nvlink", "ib", "ethernet"};
     snprintf(program, program_size, "%s/chapter%d", programs_dir, chapter);
     if (access(program, X_OK) != 0) {
-        fprintf(stderr, "predict: %s is not built (make chapter1 ... chapter5)\n", program);
+        fprintf(stderr, "predict: %s is not built (make chapter1 ... chapter5 chapter9)\n", program);
         return 0;
     }
-    char data[1100] = "", flags[128];
+    char data[1100] = "";
     if (o->data_path) {
         if (strchr(o->data_path, '\'')) {
             fprintf(stderr, "predict: --data %s: a path with a quote cannot be passed on\n",
@@ -135,7 +135,6 @@ static int chapter_command(const char *programs_dir, int chapter, int ranks,
         }
         snprintf(data, sizeof data, " --data '%s'", o->data_path);
     }
-    chapter_flags(chapter, flags, sizeof flags);
     snprintf(command, command_size,
              "'%s' --ranks %d --preset bench256 --steps %d --json --quiet --link %s"
              " --link-scale %g --precision %s%s%s", program, ranks, o->steps,
@@ -145,9 +144,16 @@ static int chapter_command(const char *programs_dir, int chapter, int ranks,
 
 char *run_chapter_json(const char *programs_dir, int chapter, int ranks,
                        const predict_options *o) {
+    char flags[128];
+    chapter_flags(chapter, flags, sizeof flags);
+    return run_chapter_json_with(programs_dir, chapter, ranks, o, flags);
+}
+
+char *run_chapter_json_with(const char *programs_dir, int chapter, int ranks,
+                            const predict_options *o, const char *flags) {
     char program[1024], command[2600];
-    if (!chapter_command(programs_dir, chapter, ranks, o, program, sizeof program, command,
-                         sizeof command))
+    if (!chapter_command(programs_dir, chapter, ranks, o, flags, program, sizeof program,
+                         command, sizeof command))
         return NULL;
     setenv("OPENBLAS_NUM_THREADS", "1", 1);   /* what ./run sets for every program */
     /* started by mpirun ourselves (MPI=1), the chapter must not take itself for one of

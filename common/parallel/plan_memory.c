@@ -2,6 +2,8 @@
 
 #include <math.h>
 
+#include "plan_cp.h"
+
 const char *const plan_recompute_names[] = {"none", "selective", "full"};
 const plan_precision PLAN_MIXED_ADAM = {2, 2, 12, 2};
 const plan_precision PLAN_MIXED_FP32_GRADS = {2, 4, 12, 2};
@@ -56,21 +58,22 @@ double plan_layer_activations(const plan_model *m, int micro_batch, int tp, int 
     return sbh * (linear + attention);
 }
 
-/* element_bytes per kept activation; Korthikanti's counts are of 2-byte elements */
+/* element_bytes per kept activation; Korthikanti's counts are of 2-byte elements. With
+ * context parallelism every term is a rank's chunk of s / cp tokens (plan_cp.h). */
 static double activations_of(const plan_model *m, const plan_mesh *mesh, double element_bytes) {
     const double scale = element_bytes / 2;
     const int micro_batches = plan_micro_batches(mesh);
     const int in_flight = mesh->pp < micro_batches ? mesh->pp : micro_batches;
     const double layers = plan_layers_per_stage(m, mesh->pp);
-    double bytes = layers * in_flight *
-                   plan_layer_activations(m, mesh->micro_batch, mesh->tp,
-                                          mesh->sequence_parallel, mesh->recompute);
-    if (mesh->recompute == RECOMPUTE_FULL)
-        bytes += plan_layer_activations(m, mesh->micro_batch, mesh->tp,
-                                        mesh->sequence_parallel, RECOMPUTE_NONE);
+    double bytes = layers * in_flight * plan_layer_activations_cp(m, mesh);
+    if (mesh->recompute == RECOMPUTE_FULL) {
+        plan_mesh whole_layer = *mesh;
+        whole_layer.recompute = RECOMPUTE_NONE;
+        bytes += plan_layer_activations_cp(m, &whole_layer);
+    }
     bytes *= scale;
     if (mesh->pp == 1) {
-        const double sb = (double)m->seq * mesh->micro_batch;
+        const double sb = (double)m->seq / plan_cp_size(mesh) * mesh->micro_batch;
         bytes += 2 * scale * sb * m->hidden + 4 * sb * m->vocab / mesh->tp;
     }
     return bytes;
@@ -97,10 +100,13 @@ plan_bytes plan_states_bytes(double params, int zero_stage, int dp, plan_precisi
 plan_bytes plan_model_states(const plan_model *m, const plan_mesh *mesh,
                              plan_precision precision) {
     const double P = plan_params_per_gpu(m, mesh->tp, mesh->pp);
-    plan_bytes b = plan_states_bytes(P, mesh->zero_stage, mesh->dp, precision);
+    /* the cp ranks hold the same weights: ZeRO shards over dp x cp, as Megatron-LM's
+     * distributed optimizer does */
+    const int shards = mesh->dp * plan_cp_size(mesh);
+    plan_bytes b = plan_states_bytes(P, mesh->zero_stage, shards, precision);
     const double layer = plan_layer_params(m->hidden) / mesh->tp;
-    if (mesh->zero_stage >= 2 && mesh->dp > 1) b.grads += precision.grads * layer;
-    if (mesh->zero_stage >= 3 && mesh->dp > 1) b.params += precision.params * layer;
+    if (mesh->zero_stage >= 2 && shards > 1) b.grads += precision.grads * layer;
+    if (mesh->zero_stage >= 3 && shards > 1) b.params += precision.params * layer;
     return b;
 }
 

@@ -1,5 +1,7 @@
 #include "plan_time.h"
 
+#include "plan_cp.h"
+
 plan_link plan_link_of(comm_link link) {
     /* the threads backend's modelled wire */
     const comm_link_figures figures = comm_link_spec(link);
@@ -57,7 +59,8 @@ static plan_link group_link(const plan_cluster *c, int ranks, int stride) {
 static double tp_seconds(const plan_model *m, const plan_mesh *mesh, const plan_cluster *c,
                          int micro_batches, plan_precision precision) {
     if (mesh->tp == 1) return 0;
-    const double bytes = precision.activation * m->seq * mesh->micro_batch * m->hidden;
+    const double bytes = precision.activation * m->seq / plan_cp_size(mesh) *
+                         mesh->micro_batch * m->hidden;
     const int per_layer = mesh->recompute == RECOMPUTE_FULL ? 6 : 4;
     const double calls = (double)plan_layers_per_stage(m, mesh->pp) * micro_batches * per_layer;
     return calls * plan_allreduce_seconds(group_link(c, mesh->tp, 1), mesh->tp, bytes);
@@ -66,25 +69,40 @@ static double tp_seconds(const plan_model *m, const plan_mesh *mesh, const plan_
 static double pp_seconds(const plan_model *m, const plan_mesh *mesh, const plan_cluster *c,
                          int micro_batches, plan_precision precision) {
     if (mesh->pp == 1) return 0;
-    const double bytes = precision.activation * m->seq * mesh->micro_batch * m->hidden / mesh->tp;
-    /* the next stage is tp x dp ranks away */
-    plan_link link = group_link(c, 2, mesh->tp * mesh->dp);
+    const double bytes = precision.activation * m->seq / plan_cp_size(mesh) *
+                         mesh->micro_batch * m->hidden / mesh->tp;
+    /* the next stage is tp x cp x dp ranks away */
+    plan_link link = group_link(c, 2, mesh->tp * plan_cp_size(mesh) * mesh->dp);
     return 2.0 * micro_batches * plan_link_seconds(link, bytes);
 }
 
 static double dp_seconds(const plan_model *m, const plan_mesh *mesh, const plan_cluster *c,
                          int micro_batches, plan_precision precision) {
-    if (mesh->dp == 1) return 0;
+    /* the gradients are reduced over the cp ranks too: they saw other tokens */
+    const int ranks = mesh->dp * plan_cp_size(mesh);
+    if (ranks == 1) return 0;
     const double params = plan_params_per_gpu(m, mesh->tp, mesh->pp);
     const int layers = plan_layers_per_stage(m, mesh->pp);
-    plan_link link = group_link(c, mesh->dp, mesh->tp);
+    plan_link link = group_link(c, ranks, mesh->tp);
     /* one message per layer: each carries 1/layers of the elements */
     const double weights = precision.params * params / layers;
     const double grads = precision.grads * params / layers;
     if (mesh->zero_stage < 3)
-        return layers * plan_allreduce_seconds(link, mesh->dp, grads);
-    return (double)micro_batches * layers * (2 * plan_gather_seconds(link, mesh->dp, weights) +
-                                             plan_gather_seconds(link, mesh->dp, grads));
+        return layers * plan_allreduce_seconds(link, ranks, grads);
+    return (double)micro_batches * layers * (2 * plan_gather_seconds(link, ranks, weights) +
+                                             plan_gather_seconds(link, ranks, grads));
+}
+
+/* Context parallelism: every layer's K/V blocks or all-to-alls (plan_cp.h), on the CP
+ * group's link, tp ranks apart. */
+static double cp_seconds(const plan_model *m, const plan_mesh *mesh, const plan_cluster *c,
+                         int micro_batches, plan_precision precision) {
+    const int cp = plan_cp_size(mesh);
+    if (cp == 1) return 0;
+    const plan_link link = group_link(c, cp, mesh->tp);
+    const double calls = (double)plan_layers_per_stage(m, mesh->pp) * micro_batches;
+    return calls * plan_cp_seconds_per_layer(m, mesh, precision.activation, link.latency,
+                                             link.bandwidth);
 }
 
 plan_step plan_step_time(const plan_model *m, const plan_mesh *mesh,
@@ -98,7 +116,8 @@ plan_step plan_step_time(const plan_model *m, const plan_mesh *mesh,
     t.tp_comm = tp_seconds(m, mesh, cluster, micro_batches, precision);
     t.pp_comm = pp_seconds(m, mesh, cluster, micro_batches, precision);
     t.dp_comm = dp_seconds(m, mesh, cluster, micro_batches, precision);
-    t.total = t.compute + t.bubble + t.tp_comm + t.pp_comm + t.dp_comm;
+    t.cp_comm = cp_seconds(m, mesh, cluster, micro_batches, precision);
+    t.total = t.compute + t.bubble + t.tp_comm + t.pp_comm + t.dp_comm + t.cp_comm;
     return t;
 }
 

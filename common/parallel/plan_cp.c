@@ -1,0 +1,63 @@
+#include "plan_cp.h"
+
+const char *const plan_cp_attention_names[] = {"ring", "ulysses"};
+
+int plan_cp_size(const plan_mesh *mesh) { return mesh->cp > 1 ? mesh->cp : 1; }
+
+double plan_cp_chunk_bytes(const plan_model *m, const plan_mesh *mesh, double element_bytes) {
+    const double tokens = (double)mesh->micro_batch * m->seq / plan_cp_size(mesh);
+    return element_bytes * tokens * m->hidden / mesh->tp;
+}
+
+double plan_cp_chunks_per_layer(const plan_mesh *mesh) {
+    const double P = plan_cp_size(mesh);
+    if (P == 1) return 0;
+    const int again = mesh->recompute == RECOMPUTE_FULL;   /* the forward's sends again */
+    if (mesh->cp_attention == PLAN_CP_ULYSSES) return (8 + 4 * again) * (P - 1) / P;
+    return 6 * P - 4 + again * 2 * (P - 1);
+}
+
+double plan_cp_bytes_per_layer(const plan_model *m, const plan_mesh *mesh,
+                               double element_bytes) {
+    return plan_cp_chunks_per_layer(mesh) * plan_cp_chunk_bytes(m, mesh, element_bytes);
+}
+
+/* What attention keeps beyond the chunk's Q, K, V and output (plan_cp.h), in bytes. */
+static double attention_kept(const plan_model *m, const plan_mesh *mesh) {
+    const double P = plan_cp_size(mesh), t = mesh->tp;
+    const double s = m->seq, b = mesh->micro_batch, h = m->hidden, a = m->heads;
+    if (mesh->cp_attention == PLAN_CP_RING)
+        return 4 * a * s * b / (t * P) + 4 * s * b * h / (t * P);
+    const double probabilities =
+        mesh->recompute == RECOMPUTE_SELECTIVE ? 0 : 5 * a * s * s * b / (t * P);
+    return 8 * s * b * h / (t * P) + probabilities;
+}
+
+double plan_layer_activations_cp(const plan_model *m, const plan_mesh *mesh) {
+    const int P = plan_cp_size(mesh);
+    if (P == 1)
+        return plan_layer_activations(m, mesh->micro_batch, mesh->tp, mesh->sequence_parallel,
+                                      mesh->recompute);
+    plan_model chunk = *m;
+    chunk.seq = m->seq / P;
+    /* the s b h terms of the chunk: Korthikanti's count less its attention term */
+    const plan_recompute linear = mesh->recompute == RECOMPUTE_FULL ? RECOMPUTE_FULL
+                                                                     : RECOMPUTE_SELECTIVE;
+    const double tokens_wise = plan_layer_activations(&chunk, mesh->micro_batch, mesh->tp,
+                                                      mesh->sequence_parallel, linear);
+    if (mesh->recompute == RECOMPUTE_FULL) return tokens_wise;
+    return tokens_wise + attention_kept(m, mesh);
+}
+
+double plan_cp_seconds_per_layer(const plan_model *m, const plan_mesh *mesh,
+                                 double element_bytes, double latency, double bandwidth) {
+    const double P = plan_cp_size(mesh);
+    if (P == 1 || bandwidth <= 0) return 0;
+    const double chunk = plan_cp_chunk_bytes(m, mesh, element_bytes);
+    const int again = mesh->recompute == RECOMPUTE_FULL;
+    if (mesh->cp_attention == PLAN_CP_ULYSSES)
+        return (8 + 4 * again) * ((P - 1) * latency + (P - 1) / P * chunk / bandwidth);
+    /* every send a K/V or dK/dV block of 2 chunks */
+    const double sends = 3 * P - 2 + again * (P - 1);
+    return sends * (latency + 2 * chunk / bandwidth);
+}

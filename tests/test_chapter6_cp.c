@@ -1,0 +1,155 @@
+/* Chapter 6's context parallelism (common/parallel/plan_cp.h): the chunk, the bytes a
+ * rank sends per layer (ring: 6 cp - 4 chunks; Ulysses: 8 (cp-1)/cp), the activations
+ * a rank keeps and the seconds of the CP messages, each against a case computed by hand
+ * here, and the bytes against chapter 9's own formula (cp_attention_bytes_formula) in
+ * fp32. Every comparison is exact (to 1e-12 relative: sums of a few doubles) and prints
+ * the largest difference it saw; a negative control shows that a count off by one
+ * chunk is caught. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+
+#include "check_run.h"
+#include "cp_attention.h"
+#include "plan_cp.h"
+#include "plan_time.h"
+
+#define TOLERANCE 1e-12
+
+static double worst;   /* largest relative difference seen by the suite */
+
+static int agrees(double value, double expected) {
+    return fabs(value - expected) / fmax(fabs(expected), 1) <= TOLERANCE;
+}
+
+#define EXACT(value, expected)                                                           \
+    do {                                                                                 \
+        const double v_ = (value), e_ = (expected);                                      \
+        const double d_ = fabs(v_ - e_) / fmax(fabs(e_), 1);                             \
+        if (d_ > worst) worst = d_;                                                      \
+        ck_assert_msg(agrees(v_, e_), "%s = %.17g, by hand %.17g", #value, v_, e_);      \
+    } while (0)
+
+/* l 2, h 64, a 4, V 100, s 16 (test_chapter6's hand case); b 2, tp 2 with SP, cp 4:
+ * a chunk is 2 x 16/4 x 64/2 = 256 elements, 512 bytes in bf16 */
+static const plan_model small = {.layers = 2, .hidden = 64, .heads = 4, .vocab = 100, .seq = 16};
+
+static plan_mesh cp_mesh(plan_cp_attention kind, plan_recompute recompute) {
+    return (plan_mesh){.tp = 2, .pp = 1, .dp = 1, .cp = 4, .cp_attention = kind,
+                       .micro_batch = 2, .global_batch = 2, .sequence_parallel = 1,
+                       .recompute = recompute};
+}
+
+START_TEST(bytes_per_layer_by_hand) {
+    worst = 0;
+    const plan_mesh ring = cp_mesh(PLAN_CP_RING, RECOMPUTE_NONE);
+    const plan_mesh ulysses = cp_mesh(PLAN_CP_ULYSSES, RECOMPUTE_NONE);
+    EXACT(plan_cp_chunk_bytes(&small, &ring, 2), 512);
+    EXACT(plan_cp_chunks_per_layer(&ring), 20);          /* 6 x 4 - 4 */
+    EXACT(plan_cp_bytes_per_layer(&small, &ring, 2), 10240);
+    EXACT(plan_cp_chunks_per_layer(&ulysses), 6);        /* 8 x 3/4 */
+    EXACT(plan_cp_bytes_per_layer(&small, &ulysses, 2), 3072);
+    /* full recomputation sends the forward's again: 3 K/V blocks; 4 all-to-alls */
+    const plan_mesh ring_full = cp_mesh(PLAN_CP_RING, RECOMPUTE_FULL);
+    const plan_mesh ulysses_full = cp_mesh(PLAN_CP_ULYSSES, RECOMPUTE_FULL);
+    EXACT(plan_cp_bytes_per_layer(&small, &ring_full, 2), 26 * 512);
+    EXACT(plan_cp_bytes_per_layer(&small, &ulysses_full, 2), 9 * 512);
+    plan_mesh none = ring;
+    none.cp = 1;
+    EXACT(plan_cp_bytes_per_layer(&small, &none, 2), 0);
+    printf("CP bytes per layer by hand: largest relative difference %.3g\n", worst);
+}
+END_TEST
+
+/* The planner's count in fp32 without TP is chapter 9's formula, for both ways and
+ * group sizes 2 to 8. */
+START_TEST(bytes_equal_chapter_9s_formula) {
+    worst = 0;
+    for (int P = 2; P <= 8; P *= 2)
+        for (int kind = 0; kind < 2; kind++) {
+            const plan_mesh mesh = {.tp = 1, .pp = 1, .dp = 1, .cp = P, .cp_attention = kind,
+                                    .micro_batch = 2, .global_batch = 2};
+            const cp_attention_kind theirs = kind == PLAN_CP_RING ? CP_RING : CP_ULYSSES;
+            EXACT(plan_cp_bytes_per_layer(&small, &mesh, 4),
+                  cp_attention_bytes_formula(theirs, P, 2, small.seq, small.hidden));
+        }
+    printf("CP bytes against chapter 9's cp_attention_bytes_formula: largest relative"
+           " difference %.3g\n", worst);
+}
+END_TEST
+
+START_TEST(activations_by_hand) {
+    worst = 0;
+    /* the chunk's s b h terms with TP + SP: 4 x 2 x 64 x 34/2 = 8704 bytes */
+    const plan_mesh ring = cp_mesh(PLAN_CP_RING, RECOMPUTE_NONE);
+    /* + log-sum-exp 4 a s b / (t cp) = 64, + a K/V block 4 s b h / (t cp) = 1024 */
+    EXACT(plan_layer_activations_cp(&small, &ring), 8704 + 64 + 1024);
+    const plan_mesh ulysses = cp_mesh(PLAN_CP_ULYSSES, RECOMPUTE_NONE);
+    /* + head-sharded Q, K, V, output 8 s b h / (t cp) = 2048, + probabilities
+     * 5 a s^2 b / (t cp) = 1280 */
+    EXACT(plan_layer_activations_cp(&small, &ulysses), 8704 + 2048 + 1280);
+    const plan_mesh selective = cp_mesh(PLAN_CP_ULYSSES, RECOMPUTE_SELECTIVE);
+    EXACT(plan_layer_activations_cp(&small, &selective), 8704 + 2048);
+    const plan_mesh full = cp_mesh(PLAN_CP_RING, RECOMPUTE_FULL);
+    EXACT(plan_layer_activations_cp(&small, &full), 2.0 * 4 * 2 * 64 / 2);
+    /* cp 1 is Korthikanti's count as before */
+    plan_mesh whole = ring;
+    whole.cp = 0;
+    EXACT(plan_layer_activations_cp(&small, &whole),
+          plan_layer_activations(&small, 2, 2, 1, RECOMPUTE_NONE));
+    printf("CP activations per layer by hand: largest relative difference %.3g\n", worst);
+}
+END_TEST
+
+START_TEST(seconds_and_states_by_hand) {
+    worst = 0;
+    const plan_mesh ring = cp_mesh(PLAN_CP_RING, RECOMPUTE_NONE);
+    const plan_mesh ulysses = cp_mesh(PLAN_CP_ULYSSES, RECOMPUTE_NONE);
+    /* alpha 1 us, beta 1 GB/s: ring 3 x 4 - 2 = 10 sends of 1024 B; Ulysses 8
+     * all-to-alls of 3 alpha + 3/4 x 512 B */
+    EXACT(plan_cp_seconds_per_layer(&small, &ring, 2, 1e-6, 1e9), 10 * (1e-6 + 1024e-9));
+    EXACT(plan_cp_seconds_per_layer(&small, &ulysses, 2, 1e-6, 1e9), 8 * (3e-6 + 384e-9));
+    /* a step: 2 layers x 1 micro-batch on the CP group, 4 ranks 2 apart in a node of 8 */
+    const plan_cluster node = {.gpus = 8, .gpus_per_node = 8, .between_nodes = LINK_IB,
+                               .flops_per_gpu = 1e12};
+    const plan_link nvlink = plan_link_of(LINK_NVLINK);
+    EXACT(plan_step_time(&small, &ring, &node, PLAN_MIXED_ADAM).cp_comm,
+          2 * plan_cp_seconds_per_layer(&small, &ring, 2, nvlink.latency, nvlink.bandwidth));
+    /* ZeRO-1 shards over dp x cp: dp 1 x cp 4 as dp 4 */
+    plan_mesh zero1 = ring;
+    zero1.zero_stage = 1;
+    plan_mesh dp4 = {.tp = 2, .pp = 1, .dp = 4, .zero_stage = 1, .micro_batch = 2,
+                     .global_batch = 8};
+    EXACT(plan_model_states(&small, &zero1, PLAN_MIXED_ADAM).optimizer,
+          plan_model_states(&small, &dp4, PLAN_MIXED_ADAM).optimizer);
+    printf("CP seconds and states by hand: largest relative difference %.3g\n", worst);
+}
+END_TEST
+
+/* A ring counted one chunk short, or Ulysses' all-to-alls counted whole: caught. */
+START_TEST(a_count_off_by_one_chunk_is_caught) {
+    const plan_mesh ring = cp_mesh(PLAN_CP_RING, RECOMPUTE_NONE);
+    const double right = plan_cp_bytes_per_layer(&small, &ring, 2);
+    const double short_one = (6 * 4 - 5) * plan_cp_chunk_bytes(&small, &ring, 2);
+    ck_assert(!agrees(short_one, right));
+    printf("negative control: ring with 6 cp - 5 chunks %g bytes against %g: caught\n",
+           short_one, right);
+    const plan_mesh ulysses = cp_mesh(PLAN_CP_ULYSSES, RECOMPUTE_NONE);
+    const double whole = 8 * plan_cp_chunk_bytes(&small, &ulysses, 2);
+    ck_assert(!agrees(whole, plan_cp_bytes_per_layer(&small, &ulysses, 2)));
+    printf("negative control: Ulysses' all-to-alls counted whole %g bytes against %g: caught\n",
+           whole, plan_cp_bytes_per_layer(&small, &ulysses, 2));
+}
+END_TEST
+
+int main(void) {
+    Suite *suite = suite_create("chapter6_cp");
+    TCase *formulas = tcase_create("formulas");
+    tcase_add_test(formulas, bytes_per_layer_by_hand);
+    tcase_add_test(formulas, bytes_equal_chapter_9s_formula);
+    tcase_add_test(formulas, activations_by_hand);
+    tcase_add_test(formulas, seconds_and_states_by_hand);
+    tcase_add_test(formulas, a_count_off_by_one_chunk_is_caught);
+    suite_add_tcase(suite, formulas);
+    return check_run(suite, 0);
+}
