@@ -228,20 +228,22 @@ static plan_mesh mesh_from_flags(const planner_flags *f) {
     }
     const int tp = f->tp ? f->tp : 1, pp = f->pp ? f->pp : 1, cp = f->cp ? f->cp : 1;
     const int64_t model_parallel = (int64_t)tp * pp * cp;
+    char sizes[64];   /* "--tp 8 x --pp 4", with " x --cp 2" when CP is given */
+    snprintf(sizes, sizeof sizes, "--tp %d x --pp %d", tp, pp);
+    if (f->cp) snprintf(sizes + strlen(sizes), sizeof sizes - strlen(sizes), " x --cp %d", cp);
     if (model_parallel > f->gpus)
-        cli_fail("--tp %d x --pp %d x --cp %d = %lld GPUs, more than --gpus %d (a mesh's product"
-                 " is the GPUs)", tp, pp, cp, (long long)model_parallel, f->gpus);
+        cli_fail("%s = %lld GPUs, more than --gpus %d (a mesh's product is the GPUs)", sizes,
+                 (long long)model_parallel, f->gpus);
     int dp = f->dp;
     if (!dp) {
         if (f->gpus % model_parallel)
-            cli_fail("--tp %d x --pp %d x --cp %d = %lld does not divide --gpus %d (give --dp, or"
-                     " a mesh whose product is %d)", tp, pp, cp, (long long)model_parallel,
-                     f->gpus, f->gpus);
+            cli_fail("%s = %lld does not divide --gpus %d (give --dp, or a mesh whose product"
+                     " is %d)", sizes, (long long)model_parallel, f->gpus, f->gpus);
         dp = (int)(f->gpus / model_parallel);
     }
     if (model_parallel * dp != f->gpus)
-        cli_fail("--tp %d x --pp %d x --cp %d x --dp %d = %lld does not multiply to --gpus %d",
-                 tp, pp, cp, dp, (long long)(model_parallel * dp), f->gpus);
+        cli_fail("%s x --dp %d = %lld does not multiply to --gpus %d", sizes, dp,
+                 (long long)(model_parallel * dp), f->gpus);
     return (plan_mesh){.tp = tp, .pp = pp, .dp = dp, .zero_stage = f->zero, .cp = cp,
                        .cp_attention = (plan_cp_attention)f->cp_attention};
 }
