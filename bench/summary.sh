@@ -83,7 +83,7 @@ done
 # the linears' products at a micro-batch's rows against the full batch's (one run: it
 # alternates the two itself)
 build/cpu/bench/bench_stage_gemms --preset bench256 |
-    sed -n 's/^RESULT forward \([0-9.]*\) input_grad \([0-9.]*\) weight_grad \([0-9.]*\) w_batching_saves \([-0-9.]*\)/rows_f \1\nrows_b \2\nrows_w \3\nw_saves \4/p' >> "$out"
+    sed -n 's/^RESULT forward \([0-9.]*\) input_grad \([0-9.]*\) weight_grad \([0-9.]*\) w_batching_saves \([-0-9.]*\) wt_forward_saves \([-0-9.]*\)/rows_f \1\nrows_b \2\nrows_w \3\nw_saves \4\nwt_saves \5/p' >> "$out"
 kernel=$(build/cpu/baseline --steps 2 --layers 1 --dim 16 --heads 2 --ctx 8 --batch 1 \
          --profile --json 2>/dev/null |
          python3 -c 'import json,sys; print(json.load(sys.stdin)["runs"][-1]["blas_kernel"])')
@@ -140,6 +140,9 @@ if "rows_f" in med:
     row("  products at 1 sequence / full batch: F/B/W", "%.2f/%.2f/%.2f"
         % (med["rows_f"], med["rows_b"], med["rows_w"]), "",
         "%.1f%%" % (100 * med["w_saves"]), "what batching W over m would save")
+if "wt_saves" in med:
+    row("  forward on a kept W^T, net of its transpose", "", "",
+        "%.1f%%" % (100 * med["wt_saves"]), "what keeping W^T would save")
 row("TP = 2 on 2 ranks / baseline", tok("tp_tok"), "our 1 rank", times(med["tp_ratio"]),
     ">= 1.85x (ideal 2x)")
 # 4 ranks on 2 cores: at most 2 cores' work, less a 2-stage, 4-micro-batch pipeline's
