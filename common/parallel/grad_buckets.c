@@ -165,9 +165,20 @@ static void finish_bucket(grad_buckets *b, const grad_bucket *k) {
     }
 }
 
+/* Whether an earlier bucket's all-reduce may still be on its way. */
+static int any_in_flight(const grad_buckets *b, const grad_bucket *before) {
+    for (const grad_bucket *k = b->bucket; k < before; k++)
+        if (k->request) return 1;
+    return 0;
+}
+
 void grad_buckets_slab_ready(void *ctx, int slab) {
     grad_buckets *b = ctx;
     grad_bucket *k = &b->bucket[b->bucket_of_slab[slab]];
+    /* Open MPI moves a nonblocking all-reduce only inside an MPI call of this rank's:
+     * without one here, the buckets in flight would wait for the next bucket's start
+     * or for grad_buckets_wait, behind the rest of backward (a no-op on threads) */
+    if (any_in_flight(b, k)) comm_progress(b->group);
     if (--k->slabs_pending == 0) start_bucket(b, k);
 }
 
