@@ -285,16 +285,14 @@ int main(int argc, char **argv) {
     const int world = a.cfg.comm.ranks;
     char err[512];
     if (!tp_check_sizes(&a.cfg, world, a.tp, err, sizeof err)) {
-        if (process_hosts_rank0()) cli_fail("%s", err);
-        exit(2);   /* the other MPI processes: one line is enough */
+        cli_fail("%s", err);   /* one line, from the first process */
     }
     if (a.tp == 0) a.tp = world;
     if (a.sp && !runs_part(&a, PART_TRAIN))
         cli_fail("--sp does nothing with --part %s (it splits part 3's training along the"
                  " sequence)", part_names[a.part]);
     if (a.sp && !tp_sequence_check(&a.cfg, a.tp, err, sizeof err)) {
-        if (process_hosts_rank0()) cli_fail("%s", err);
-        exit(2);
+        cli_fail("%s", err);
     }
     fits_check_or_exit(&a.cfg, 1.0 / a.tp);   /* a TP group holds one copy of the model */
 

@@ -75,8 +75,7 @@ static void choose_tp(run_config *cfg, chapter_flags *f) {
                  world, world > 1 ? "s" : "", cfg->batch);
     if (!tp_check_sizes(cfg, world, f->tp, err, sizeof err) ||
         !tp_sequence_check(cfg, f->tp, err, sizeof err)) {
-        if (process_hosts_rank0()) cli_fail("%s", err);
-        exit(2);   /* the other MPI processes: one line is enough */
+        cli_fail("%s", err);   /* one line, from the first process */
     }
 }
 

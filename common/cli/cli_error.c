@@ -24,8 +24,10 @@ const char *cli_program_name(void) { return program_name; }
 _Noreturn void cli_fail(const char *fmt, ...) {
     /* Under mpirun every process parses the same flags: one of them says why, in one
      * write (mpirun forwards what it reads; a line in pieces could be split by its
-     * banners). The others leave a moment later, so that the line is out before
-     * mpirun notices their exit and starts a banner. */
+     * banners). The others wait: mpirun stops them once that process has exited, so
+     * the line is out before mpirun notices an exit and starts a banner, whatever
+     * grace mpirun gives between its SIGTERM and SIGKILL (they leave by themselves
+     * after 3 s, should the first process not fail). */
     if (process_hosts_rank0()) {
         char line[1024];
         int n = snprintf(line, sizeof line, "%s: error: ", program_name);
@@ -36,7 +38,7 @@ _Noreturn void cli_fail(const char *fmt, ...) {
         fprintf(stderr, "%s\n", line);
         fflush(stderr);
     } else {
-        struct timespec moment = {.tv_nsec = 200 * 1000 * 1000};
+        struct timespec moment = {.tv_sec = 3};
         nanosleep(&moment, NULL);
     }
     exit(2);
