@@ -8,23 +8,8 @@
 #include <stdio.h>
 
 #include "../chapters/06-choose/planner.h"
+#include "by_hand.h"
 #include "check_run.h"
-
-#define TOLERANCE 1e-12
-
-static double worst;
-
-static int agrees(double value, double expected) {
-    return fabs(value - expected) <= TOLERANCE * fmax(fabs(expected), 1);
-}
-
-#define EXACT(value, expected)                                                           \
-    do {                                                                                 \
-        const double v_ = (value), e_ = (expected);                                      \
-        const double d_ = fabs(v_ - e_) / fmax(fabs(e_), 1);                             \
-        if (d_ > worst) worst = d_;                                                      \
-        ck_assert_msg(agrees(v_, e_), "%s = %.17g, by hand %.17g", #value, v_, e_);      \
-    } while (0)
 
 START_TEST(young_interval_and_losses_by_hand) {
     worst = 0;

@@ -8,26 +8,10 @@
 #include <math.h>
 #include <stdio.h>
 
+#include "by_hand.h"
 #include "check_run.h"
 #include "plan_moe.h"
 #include "plan_time.h"
-
-#define TOLERANCE 1e-12
-
-static double worst;   /* largest relative difference seen by the suite */
-
-static int agrees(double value, double expected) {
-    const double diff = fabs(value - expected) / fmax(fabs(expected), 1);
-    return diff <= TOLERANCE;
-}
-
-#define EXACT(value, expected)                                                           \
-    do {                                                                                 \
-        const double v_ = (value), e_ = (expected);                                      \
-        const double d_ = fabs(v_ - e_) / fmax(fabs(e_), 1);                             \
-        if (d_ > worst) worst = d_;                                                      \
-        ck_assert_msg(agrees(v_, e_), "%s = %.17g, by hand %.17g", #value, v_, e_);      \
-    } while (0)
 
 /* l 2, h 64, a 4, V 100, s 16 (test_chapter6's hand case): 107392 parameters dense;
  * 4 experts of MLP size 128, top-2, in every layer */
