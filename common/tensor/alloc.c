@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* Each allocation is preceded by a header so that mem_free knows what to give back
  * and to whom, even when another thread frees it. Host buffers are also on one list of
@@ -79,6 +80,21 @@ typedef struct device_entry {
 static device_entry *device_entries;
 static pthread_mutex_t device_entries_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* Host buffers of a huge page or more start on a huge-page boundary and ask for
+ * transparent huge pages. A step walks about 100 MB of weights, gradients, optimizer
+ * state and activations (bench256); on 4 KB pages the products' packing, GELU and AdamW
+ * miss the TLB on every few rows, and the step measured 1.5% slower. Where the kernel
+ * has THP off, madvise fails and nothing changes; where it is "always", it is a no-op. */
+#define HUGE_PAGE ((size_t)2 << 20)
+
+static alloc_header *host_alloc(size_t total) {
+    if (total < HUGE_PAGE) return aligned_alloc(64, total);
+    const size_t whole = (total + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+    alloc_header *h = aligned_alloc(HUGE_PAGE, whole);
+    if (h) (void)madvise(h, whole, MADV_HUGEPAGE);
+    return h;
+}
+
 void *mem_alloc(mem_tag tag, size_t bytes) {
     return mem_alloc_on(MEM_HOST, tag, bytes);
 }
@@ -100,7 +116,7 @@ void *mem_alloc_on(mem_place place, mem_tag tag, size_t bytes) {
         return entry->device_ptr;
     }
     size_t total = sizeof(alloc_header) + ((bytes + 63) & ~(size_t)63);
-    alloc_header *header = aligned_alloc(64, total);
+    alloc_header *header = host_alloc(total);
     if (!header) {
         fprintf(stderr, "error: out of memory allocating %zu bytes for %s\n", bytes,
                 mem_tag_name(tag));
