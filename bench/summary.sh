@@ -57,6 +57,13 @@ for _ in $(seq "$rounds"); do
             ddp_scaling 'runs["ddp"]["tokens_per_s"] / runs["baseline"]["tokens_per_s"]'
     RUN_LAST=$mpi_last ./run 2 --preset bench256 --steps 12 --strategy ddp --json 2>/dev/null |
         record mpi_ddp_tok 'runs["ddp"]["tokens_per_s"]'
+    # the floors of the 2-rank runs (--profile's timers are kept out of the runs above)
+    build/cpu/chapter1 --ranks 2 --preset bench256 --steps 12 --strategy ddp --profile \
+        --json 2>/dev/null | record ddp_floor 'runs["ddp"]["sgemm_floor_ms_per_step"]'
+    build/cpu/chapter4 --ranks 2 --preset bench256 --steps 12 --schedule 1f1b --micro 8 \
+        --stage-ms 0 --profile --json 2>/dev/null |
+        record pp_floor 'runs["pp-1f1b"]["sgemm_floor_ms_per_step"]' \
+            pp_formula 'runs["pp-1f1b"]["bubble_formula"]'
     build/cpu/chapter4 --ranks 2 --preset bench256 --steps 12 --schedule 1f1b --micro 8 \
         --stage-ms 0 --json 2>/dev/null |
         record pp_tok 'runs["pp-1f1b"]["tokens_per_s"]' \
@@ -122,11 +129,22 @@ try:
         "<= 1.15")
 except (OSError, ValueError, ZeroDivisionError):
     pass
+# A ceiling is the ratio a step exactly at its sgemm floor would reach: where it is below
+# a target, no work outside the products can meet that target on this machine.
+tokens = 8 * 64   # bench256's global batch
 if "torch_tok" in med:
+    torch_ms = 1e3 * tokens / med["torch_tok"]
     row("1 rank against PyTorch, 1 thread", tok("base_tok"), tok("torch_tok"),
         times(med["base_tok"] / med["torch_tok"]), ">= 1.5x")
+    row("  ceiling: PyTorch's step / our sgemm floor", "%.1f ms" % med["base_floor"],
+        "%.1f ms" % torch_ms, times(torch_ms / med["base_floor"]), "")
+    torch_ddp_ms = 1e3 * tokens / med["torch_ddp_tok"]
     row("DDP 2 ranks against PyTorch DDP (gloo)", tok("ddp_tok"), tok("torch_ddp_tok"),
         times(med["ddp_tok"] / med["torch_ddp_tok"]), ">= 2.0x")
+    if "ddp_floor" in med:
+        row("  ceiling: PyTorch DDP's step / our ranks' floor",
+            "%.1f ms" % med["ddp_floor"], "%.1f ms" % torch_ddp_ms,
+            times(torch_ddp_ms / med["ddp_floor"]), "")
 else:
     print("  (PyTorch rows skipped: apt-get install python3-torch, then /usr/bin/python3)")
 row("1F1B, 2 stages on 2 ranks, m = 8 / baseline", tok("pp_tok"), "our 1 rank",
@@ -136,6 +154,15 @@ row("1F1B, 2 stages on 2 ranks, m = 8 / baseline", tok("pp_tok"), "our 1 rank",
 row("  1F1B: busy ms per rank / (baseline step / 2)", "%.1f ms" % med["pp_busy"],
     "bubble %.1f%%" % (100 * med["pp_bubble"]), "%.2f" % med["pp_compute"],
     "1.00 (bubble 11.1%)")
+# the products at a micro-batch's rows: the slowest rank's floor against the baseline's
+if "pp_floor" in med:
+    busy_ceiling = 1 - med["pp_formula"]
+    row("  ceiling: ranks at their floor, bubble at the formula", "%.1f ms" % med["pp_floor"],
+        "%.1f ms" % med["base_ms"], times(med["base_ms"] * busy_ceiling / med["pp_floor"]),
+        "")
+    row("  same, at the baseline's own step / floor", "", "",
+        times(med["base_floor"] * busy_ceiling / med["pp_floor"]),
+        "ranks as close to their floor as the baseline")
 if "rows_f" in med:
     row("  products at 1 sequence / full batch: F/B/W", "%.2f/%.2f/%.2f"
         % (med["rows_f"], med["rows_b"], med["rows_w"]), "",
