@@ -315,15 +315,10 @@ static void check_alltoallv_counts(comm *c, const comm_call *call) {
                           .count = 1, .dt = COMM_F64, .op = 0, .root = -1,
                           .seq = call->seq};   /* moves bits: no arithmetic */
     execute(c, &exchange);
-    for (int j = 0; j < c->size; j++)
-        if (arriving[j] != call->recv_counts[j]) {
-            char why[256];
-            comm_alltoallv_mismatch(why, sizeof why, c->name, j, (size_t)arriving[j], c->rank,
-                                    call->recv_counts[j]);
-            free(sending);
-            comm_fail(c, "%s", why);
-        }
+    char why[256];
+    const int differ = comm_alltoallv_arrivals_differ(c, call, arriving, why, sizeof why);
     free(sending);
+    if (differ) comm_fail(c, "%s", why);
 }
 
 static void nccl_run(comm *c, const comm_call *call) {

@@ -88,3 +88,14 @@ void comm_alltoallv_mismatch(char *text, size_t size, const char *group, int sou
              " expects %zu (its recv_counts[%d])", group, source, sent, receiver, expected,
              source);
 }
+
+int comm_alltoallv_arrivals_differ(const comm *c, const comm_call *call,
+                                   const uint64_t *arriving, char *why, size_t size) {
+    for (int j = 0; j < c->size; j++)
+        if (arriving[j] != call->recv_counts[j]) {
+            comm_alltoallv_mismatch(why, size, c->name, j, (size_t)arriving[j], c->rank,
+                                    call->recv_counts[j]);
+            return 1;
+        }
+    return 0;
+}

@@ -69,6 +69,11 @@ size_t comm_alltoall_moved(const comm_call *call, int recv_side, int size, int r
  * `sent` elements and its own recv_counts[source] says `expected`. */
 void comm_alltoallv_mismatch(char *text, size_t size, const char *group, int source,
                              size_t sent, int receiver, size_t expected);
+/* Whether a peer's count, arriving[j] (what rank j will send here, learnt by an
+ * all-to-all of counts), differs from this rank's recv_counts[j]; the first such line
+ * goes into why. The MPI and NCCL backends check their -v calls with it. */
+int comm_alltoallv_arrivals_differ(const comm *c, const comm_call *call,
+                                   const uint64_t *arriving, char *why, size_t size);
 /* "allreduce(1000 x f32, sum)", "broadcast(10 x bf16, root 2)", "barrier". */
 void comm_call_describe(const comm_call *call, char *out, size_t size);
 

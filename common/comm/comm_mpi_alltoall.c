@@ -17,15 +17,11 @@ int mpi_check_alltoallv_counts(comm *c, const comm_call *call, MPI_Comm check) {
     uint64_t *arriving = sending + c->size;
     for (int j = 0; j < c->size; j++) sending[j] = call->send_counts[j];
     int err = MPI_Alltoall(sending, 1, MPI_UINT64_T, arriving, 1, MPI_UINT64_T, check);
-    for (int j = 0; j < c->size && err == MPI_SUCCESS; j++)
-        if (arriving[j] != call->recv_counts[j]) {
-            char why[256];
-            comm_alltoallv_mismatch(why, sizeof why, c->name, j, (size_t)arriving[j], c->rank,
-                                    call->recv_counts[j]);
-            free(sending);
-            comm_fail(c, "%s", why);
-        }
+    char why[256];
+    const int differ = err == MPI_SUCCESS &&
+                       comm_alltoallv_arrivals_differ(c, call, arriving, why, sizeof why);
     free(sending);
+    if (differ) comm_fail(c, "%s", why);
     return err;
 }
 

@@ -36,6 +36,9 @@ struct cp_ring {
     uint64_t work;
 };
 
+/* The K/V (or dK/dV) block that travels: [B, Tc, 2C]. */
+static size_t ring_block_numel(const cp_ring *r) { return (size_t)r->B * r->Tc * 2 * r->C; }
+
 cp_ring *cp_ring_create(comm *cp, const cp_options *opts, int B, int T, int C, int NH) {
     cp_ring *r = mem_alloc(MEM_OTHER, sizeof *r);
     r->cp = cp;
@@ -50,7 +53,7 @@ cp_ring *cp_ring_create(comm *cp, const cp_options *opts, int B, int T, int C, i
         for (int k = 0; k < r->spans[i].pieces; k++)
             if (r->spans[i].len[k] > longest_piece) longest_piece = r->spans[i].len[k];
     }
-    const size_t block = (size_t)B * r->Tc * 2 * C, rows = (size_t)B * NH * r->Tc;
+    const size_t block = ring_block_numel(r), rows = (size_t)B * NH * r->Tc;
     float **blocks[] = {&r->kv, &r->kv_next, &r->dkv, &r->dkv_next};
     for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++)
         *blocks[i] = mem_alloc(MEM_ACTIVATIONS, block * sizeof(float));
@@ -122,22 +125,20 @@ static void block_forward(cp_ring *r, float *out, const float *qkv, const float 
                 }
 }
 
-/* One hop of a buffer around the ring: send *cur to the next rank, receive the
- * previous rank's into *next, swap. sent_already: an even rank sent before computing. */
-static void hop(cp_ring *r, float **cur, float **next, int tag, int sent_already) {
-    const size_t block = (size_t)r->B * r->Tc * 2 * r->C;
-    const int to = (r->me + 1) % r->P, from = (r->me + r->P - 1) % r->P;
-    if (!sent_already && r->me % 2 == 0) comm_send(r->cp, *cur, block, COMM_F32, to, tag);
-    comm_recv(r->cp, *next, block, COMM_F32, from, tag);
-    if (r->me % 2) comm_send(r->cp, *cur, block, COMM_F32, to, tag);
-    swap(cur, next);
-}
-
 /* Even ranks start their send before the block's compute. */
 static void send_early(cp_ring *r, const float *cur, int tag) {
     if (r->me % 2 == 0)
-        comm_send(r->cp, cur, (size_t)r->B * r->Tc * 2 * r->C, COMM_F32, (r->me + 1) % r->P,
-                  tag);
+        comm_send(r->cp, cur, ring_block_numel(r), COMM_F32, (r->me + 1) % r->P, tag);
+}
+
+/* One hop of a buffer around the ring: send *cur to the next rank, receive the
+ * previous rank's into *next, swap. sent_already: an even rank sent before computing. */
+static void hop(cp_ring *r, float **cur, float **next, int tag, int sent_already) {
+    const size_t block = ring_block_numel(r);
+    if (!sent_already) send_early(r, *cur, tag);
+    comm_recv(r->cp, *next, block, COMM_F32, (r->me + r->P - 1) % r->P, tag);
+    if (r->me % 2) comm_send(r->cp, *cur, block, COMM_F32, (r->me + 1) % r->P, tag);
+    swap(cur, next);
 }
 
 void cp_ring_forward(cp_ring *r, float *out, float *lse, const float *qkv) {
@@ -183,7 +184,7 @@ static void block_backward(cp_ring *r, float *dqkv, const float *dout, const flo
 
 void cp_ring_backward(cp_ring *r, float *dqkv, const float *dout, const float *qkv,
                       const float *out, const float *lse) {
-    const size_t block = (size_t)r->B * r->Tc * 2 * r->C, rows = (size_t)r->B * r->Tc;
+    const size_t rows = (size_t)r->B * r->Tc;
     for (int b = 0; b < r->B; b++)
         for (int h = 0; h < r->NH; h++) {
             const size_t at = (size_t)b * r->Tc * r->C + (size_t)h * r->hs;
@@ -191,7 +192,7 @@ void cp_ring_backward(cp_ring *r, float *dqkv, const float *dout, const float *q
                                   out + at, r->C, r->Tc, r->hs);
         }
     pack_kv(r, r->kv, qkv);
-    vec_zero(r->dkv, block);
+    vec_zero(r->dkv, ring_block_numel(r));
     vec_zero(dqkv, rows * 3 * r->C);
     for (int s = 0; s < r->P; s++) {
         const int more = s < r->P - 1;
@@ -200,7 +201,7 @@ void cp_ring_backward(cp_ring *r, float *dqkv, const float *dout, const float *q
         const float *kv = r->opts.test_stale_kv && s > 0 ? r->kv_stale : r->kv;
         block_backward(r, dqkv, dout, qkv, lse, kv, r->dkv, (r->me - s + r->P) % r->P);
         if (more) {
-            if (r->kv_stale) memcpy(r->kv_stale, r->kv, block * sizeof(float));
+            if (r->kv_stale) memcpy(r->kv_stale, r->kv, ring_block_numel(r) * sizeof(float));
             hop(r, &r->kv, &r->kv_next, TAG_KV, 1);
         }
         if (r->P > 1) hop(r, &r->dkv, &r->dkv_next, TAG_DKV, 0);   /* the last hop: home */
