@@ -1,7 +1,8 @@
 #!/bin/bash
 # The documents: every relative link, every docs/X and X.md a file of the repository
 # cites, and every path of the repository a Markdown file names, exist; and every
-# program's --json output parses and has the keys docs/json.md lists as required.
+# program's --json output parses and has the keys docs/json.md lists as required; and a
+# header counts the model that runs.
 # Usage: tests/docs-checks.sh [BUILD_DIR]   (default build/cpu; a threads build)
 set -u
 cd "$(dirname "$0")/.."
@@ -56,7 +57,21 @@ else
     ok "negative control: shared/DESIGN.md, TOOLCHAIN.md and docs/DESIGN.md are reported missing"
 fi
 
-# ---- 2. --json against docs/json.md ---------------------------------------------------
+# ---- 2. a header counts the model that runs: chapter 10's MoE, not its dense shape ----
+if [ -x "$build/chapter10" ]; then
+    out=$(OPENBLAS_NUM_THREADS=1 "$build/chapter10" --ranks 1 --part cost 2>&1)
+    header=$(sed -n 's/^model: .* = \([0-9]*\) parameters;.*/\1/p' <<<"$out")
+    moe=$(awk '$1 == "MoE" { print $2 }' <<<"$out")
+    dense=$(awk '$1 == "dense" && NF == 4 { print $2 }' <<<"$out")
+    # (the MoE holds more than the dense model: equal counts would not tell them apart)
+    if [ -n "$moe" ] && [ "$header" = "$moe" ] && [ "$moe" != "$dense" ]; then
+        ok "chapter10's header counts the MoE's $header parameters (the dense shape: $dense)"
+    else
+        bad "chapter10's header says '$header' parameters; the MoE holds '$moe' (dense '$dense')"
+    fi
+fi
+
+# ---- 3. --json against docs/json.md --------------------------------------------------
 python=$(command -v python3 || echo /usr/bin/python3)
 if ! "$python" -c 'import json' 2>/dev/null; then
     echo "SKIP: --json keys: no python3 to parse the output with"

@@ -153,9 +153,11 @@ int main(int argc, char **argv) {
     f.moe.capacity_factor = capacity_factor;
     f.moe.aux_coef = (float)aux_loss;
     validate(&cfg, &f);
-    if (!cfg.json && process_hosts_rank0())
-        report_header(&cfg, "Chapter 10: mixture of experts and expert parallelism",
-                      cfg.comm.ranks, 1);
+    if (!cfg.json && process_hosts_rank0()) {
+        const moe_shape whole = moe_shape_make(&f.moe, &cfg.model, 1, 0);
+        report_header_counting(&cfg, "Chapter 10: mixture of experts and expert parallelism",
+                               cfg.comm.ranks, 1, moe_total_params(&whole, &cfg.model));
+    }
     dataset *data = dataset_from_config(&cfg);
     chapter_results r = {0};
     int status = run_parts(&cfg, data, &f, &r);

@@ -37,14 +37,19 @@ void report_step(const run_config *cfg, const char *strategy, int step, float lo
 }
 
 void report_header(const run_config *cfg, const char *title, int world, int launches) {
+    gpt_shape s = gpt_shape_make(&cfg->model, 1, 0);
+    report_header_counting(cfg, title, world, launches, (double)gpt_num_params(&s));
+}
+
+void report_header_counting(const run_config *cfg, const char *title, int world,
+                            int launches, double params) {
     if (cfg->json) return;
     const gpt_config *m = &cfg->model;
-    gpt_shape s = gpt_shape_make(m, 1, 0);
     printf("%s\n", title);
-    printf("model: layers %d, heads %d, dim %d, ctx %d, vocab %d = %zu parameters;"
+    printf("model: layers %d, heads %d, dim %d, ctx %d, vocab %d = %.0f parameters;"
            " global batch %d x %d tokens; %d steps\n",
-           m->layers, m->heads, m->dim, m->ctx, m->vocab, gpt_num_params(&s), cfg->batch,
-           m->ctx, cfg->steps);
+           m->layers, m->heads, m->dim, m->ctx, m->vocab, params, cfg->batch, m->ctx,
+           cfg->steps);
     const char *backend = launches ? launch_backend_name(&cfg->comm, world) : NULL;
     if (backend) printf("ranks: %d (%s backend)", world, backend);
     else if (world > 1) printf("ranks: %d threads of one process (no communicator)", world);

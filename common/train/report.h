@@ -46,6 +46,9 @@ void report_step(const run_config *cfg, const char *strategy, int step, float lo
  * (launches = 0: the program runs one process without a communicator, as the
  * baseline and DataParallel do), data, device and communicator. */
 void report_header(const run_config *cfg, const char *title, int world, int launches);
+/* The same, for a model whose parameters the dense shape does not count (a MoE's). */
+void report_header_counting(const run_config *cfg, const char *title, int world,
+                            int launches, double params);
 void report_table(const run_config *cfg, const run_result *runs, int n);
 /* One JSON object as docs/json.md defines it; extra (may be NULL) is inserted as more
  * keys of the top-level object, e.g. "\"bubble\": 0.2". */
