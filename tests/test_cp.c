@@ -233,6 +233,30 @@ START_TEST(block_kinds_at_their_edges) {
 }
 END_TEST
 
+/* Ulysses: after its all-to-all a rank holds H/P whole heads over all T positions and
+ * computes the causal lower triangle of each, T(T+1)/2 score entries (query t sees keys
+ * 0..t, t + 1 of them), in forward and again in backward, per sequence, head and layer.
+ * Here B 4, H 4, L 2, T 24: T(T+1)/2 = 300, so on P = 2 (2 heads a rank)
+ * 2 x L x B x 2 x 300 = 2 x 2 x 4 x 2 x 300 = 9600 per rank per step, on P = 4 (1 head)
+ * 4800; every rank the same. */
+START_TEST(ulysses_work_is_the_lower_triangle_of_its_heads) {
+    static const struct {
+        int P;
+        double work;
+    } by_hand[] = {{2, 9600}, {4, 4800}};
+    for (int k = 0; k < 2; k++) {
+        const int P = by_hand[k].P;
+        cp_case c = train_against_baseline(P, P, ulysses, 1);
+        printf("ulysses cp %d, attention work per rank (score entries per step):", P);
+        for (int i = 0; i < P; i++) printf(" %.0f", c.extra.ranks[i].attention_work);
+        printf(" (by hand %.0f)\n", by_hand[k].work);
+        for (int i = 0; i < P; i++)
+            ck_assert(c.extra.ranks[i].attention_work == by_hand[k].work);
+        ck_assert(c.extra.work_imbalance == 1.0);
+    }
+}
+END_TEST
+
 /* ---- the mesh ---------------------------------------------------------------------------- */
 
 START_TEST(mesh_puts_cp_between_tp_and_dp) {
@@ -305,6 +329,7 @@ int main(void) {
     tcase_add_test(training, ring_without_the_diagonal_mask_fails);
     tcase_add_test(training, ring_with_a_stale_kv_block_in_backward_fails);
     tcase_add_test(training, balanced_split_evens_out_the_causal_work);
+    tcase_add_test(training, ulysses_work_is_the_lower_triangle_of_its_heads);
     suite_add_tcase(suite, training);
     return check_run(suite, 0);
 }
