@@ -146,6 +146,22 @@ START_TEST(test_unscale_exact) {
 }
 END_TEST
 
+/* The header's recipe on a growth step: the update doubles S, and the gradients made
+ * with the S before it come back exactly; divided by the grown S (the negative control)
+ * they come back halved. */
+START_TEST(test_unscale_by_the_scale_before_a_growth) {
+    loss_scale s = started(small_config(1024.0f, 1));
+    const loss_scale used = s;
+    ck_assert_int_eq(loss_scale_update(&s, 1), 1);
+    ck_assert_float_eq(s.scale, 2048.0f);
+    float g[2] = {0.375f * 1024.0f, -3e-20f * 1024.0f}, grown[2] = {g[0], g[1]};
+    loss_scale_unscale(&used, g, 2);
+    ck_assert(g[0] == 0.375f && g[1] == -3e-20f);
+    loss_scale_unscale(&s, grown, 2);
+    ck_assert(grown[0] == 0.375f / 2 && grown[1] == -3e-20f / 2);
+}
+END_TEST
+
 START_TEST(test_config_check) {
     const loss_scale_config good = loss_scale_defaults(PRECISION_FP16);
     char why[160];
@@ -308,8 +324,9 @@ static int params_finite(const float *p, size_t n) {
 /* One plain SGD step through a decision function: the real scaler or a wrong one. */
 static void sgd_step(float *params, float *grads, size_t n, loss_scale *s,
                      int (*decide)(loss_scale *, int)) {
+    const loss_scale used = *s;   /* the scale the gradients were made with */
     if (!decide(s, grads_finite(grads, n))) return;
-    loss_scale_unscale(s, grads, n);
+    loss_scale_unscale(&used, grads, n);
     for (size_t i = 0; i < n; i++) params[i] -= 0.1f * grads[i];
 }
 
@@ -452,6 +469,7 @@ static Suite *loss_scale_suite(void) {
     tcase_add_test(tc, test_growth_stays_finite);
     tcase_add_test(tc, test_disabled_does_nothing);
     tcase_add_test(tc, test_unscale_exact);
+    tcase_add_test(tc, test_unscale_by_the_scale_before_a_growth);
     tcase_add_test(tc, test_config_check);
     tcase_add_exit_test(tc, test_init_refuses_bad_config, 2);
     tcase_add_test(tc, test_grads_finite_positions);
