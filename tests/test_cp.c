@@ -1,13 +1,15 @@
 /* Context parallelism on the threads backend: the mesh's CP dimension, ring attention
  * (contiguous and balanced) and Ulysses trained against the single-device baseline, the
  * negative controls that must fail, each layer's bytes against the formulas and the
- * causal mask's work imbalance. */
+ * causal mask's work imbalance; which blocks a query range computes, at the edges, and
+ * training on pieces of one position, where those edges decide every block. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention_block.h"
 #include "baseline.h"
 #include "check_run.h"
 #include "cp_train.h"
@@ -33,10 +35,7 @@ typedef struct {
 
 /* tp x cp x (ranks / (tp x cp)) with these options, compared with the baseline;
  * send_mode: comm_send's (rendezvous: it waits for the receiver, as NCCL's does). */
-static cp_case train_on(int ranks, int tp, int cp, cp_options opts, int steps,
-                        comm_send_mode send_mode) {
-    run_config cfg = small_config(ranks, steps);
-    cfg.comm.send_mode = send_mode;
+static cp_case train_config_on(run_config cfg, int tp, int cp, cp_options opts) {
     dataset *d = dataset_builtin();
     baseline_run *b = baseline_train(&cfg, d);
     cp_case c = {0};
@@ -49,6 +48,13 @@ static cp_case train_on(int ranks, int tp, int cp, cp_options opts, int steps,
     baseline_free(b);
     dataset_free(d);
     return c;
+}
+
+static cp_case train_on(int ranks, int tp, int cp, cp_options opts, int steps,
+                        comm_send_mode send_mode) {
+    run_config cfg = small_config(ranks, steps);
+    cfg.comm.send_mode = send_mode;
+    return train_config_on(cfg, tp, cp, opts);
 }
 
 static cp_case train_mesh_against_baseline(int ranks, int tp, int cp, cp_options opts,
@@ -118,6 +124,25 @@ END_TEST
 START_TEST(ulysses_tp2_cp2_dp2_matches_the_baseline) { check_mesh_training(8, 2, 2, ulysses); }
 END_TEST
 
+/* The shortest pieces: ctx = P (contiguous) or 2P (balanced) gives every rank pieces of
+ * one position, where a piece's diagonal block is one query against its own key. */
+START_TEST(pieces_of_one_position_match_the_baseline) {
+    for (int P = 2; P <= 4; P += 2)
+        for (int split = 0; split < 2; split++) {
+            const cp_options o = split ? balanced : ring;
+            run_config cfg = small_config(P, 3);
+            cfg.model.ctx = split ? 2 * P : P;
+            cp_case c = train_config_on(cfg, 1, P, o);
+            printf("cp %d %s, ctx %d (pieces of 1 position), 3 steps: max diff loss %.2e, "
+                   "grads %.2e, params %.2e\n", P, label(o), cfg.model.ctx,
+                   c.result.diff_loss, c.result.diff_grads, c.result.diff_params);
+            ck_assert(c.result.diff_loss <= TOL_LOSS);
+            ck_assert(c.result.diff_grads <= TOL_GRADS);
+            ck_assert(c.result.diff_params <= TOL_PARAMS);
+        }
+}
+END_TEST
+
 /* Sends that wait for their receiver (NCCL's): the ring's order cannot deadlock, on
  * even and odd rings. */
 START_TEST(ring_with_rendezvous_sends_does_not_deadlock) {
@@ -179,6 +204,59 @@ START_TEST(balanced_split_evens_out_the_causal_work) {
 }
 END_TEST
 
+/* ---- which blocks a query range computes ------------------------------------------------ */
+
+/* The edges of each kind: queries 4..7 against keys that start right after the last
+ * query (skipped), at it (diagonal: query 7 sees key 7), or end at the first query (full:
+ * every query sees key 4); and a one-position piece against itself (full: a query sees
+ * its own key) and its neighbours. */
+START_TEST(block_kinds_at_their_edges) {
+    static const struct {
+        int q_start, q_len, k_start, k_len;
+        block_kind want;
+    } cases[] = {
+        {4, 4, 8, 4, BLOCK_SKIPPED}, {4, 4, 7, 1, BLOCK_DIAGONAL}, {4, 4, 7, 4, BLOCK_DIAGONAL},
+        {4, 4, 4, 4, BLOCK_DIAGONAL}, {4, 4, 2, 4, BLOCK_DIAGONAL}, {4, 4, 1, 4, BLOCK_FULL},
+        {4, 4, 0, 1, BLOCK_FULL}, {5, 1, 5, 1, BLOCK_FULL}, {5, 1, 6, 1, BLOCK_SKIPPED},
+        {5, 1, 4, 1, BLOCK_FULL}, {5, 1, 5, 2, BLOCK_DIAGONAL}, {5, 1, 4, 2, BLOCK_FULL},
+    };
+    static const char *names[] = {"skipped", "full", "diagonal"};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const block_kind got =
+            block_kind_of(cases[i].q_start, cases[i].q_len, cases[i].k_start, cases[i].k_len);
+        ck_assert_msg(got == cases[i].want, "queries %d..%d, keys %d..%d: %s, not %s",
+                      cases[i].q_start, cases[i].q_start + cases[i].q_len - 1,
+                      cases[i].k_start, cases[i].k_start + cases[i].k_len - 1, names[got],
+                      names[cases[i].want]);
+    }
+    printf("block kinds: %zu pairs at the edges as expected\n", sizeof cases / sizeof *cases);
+}
+END_TEST
+
+/* Ulysses: after its all-to-all a rank holds H/P whole heads over all T positions and
+ * computes the causal lower triangle of each, T(T+1)/2 score entries (query t sees keys
+ * 0..t, t + 1 of them), in forward and again in backward, per sequence, head and layer.
+ * Here B 4, H 4, L 2, T 24: T(T+1)/2 = 300, so on P = 2 (2 heads a rank)
+ * 2 x L x B x 2 x 300 = 2 x 2 x 4 x 2 x 300 = 9600 per rank per step, on P = 4 (1 head)
+ * 4800; every rank the same. */
+START_TEST(ulysses_work_is_the_lower_triangle_of_its_heads) {
+    static const struct {
+        int P;
+        double work;
+    } by_hand[] = {{2, 9600}, {4, 4800}};
+    for (int k = 0; k < 2; k++) {
+        const int P = by_hand[k].P;
+        cp_case c = train_against_baseline(P, P, ulysses, 1);
+        printf("ulysses cp %d, attention work per rank (score entries per step):", P);
+        for (int i = 0; i < P; i++) printf(" %.0f", c.extra.ranks[i].attention_work);
+        printf(" (by hand %.0f)\n", by_hand[k].work);
+        for (int i = 0; i < P; i++)
+            ck_assert(c.extra.ranks[i].attention_work == by_hand[k].work);
+        ck_assert(c.extra.work_imbalance == 1.0);
+    }
+}
+END_TEST
+
 /* ---- the mesh ---------------------------------------------------------------------------- */
 
 START_TEST(mesh_puts_cp_between_tp_and_dp) {
@@ -231,6 +309,7 @@ int main(void) {
     TCase *pieces = tcase_create("pieces");
     tcase_add_test(pieces, mesh_puts_cp_between_tp_and_dp);
     tcase_add_test(pieces, sizes_that_do_not_fit_are_refused);
+    tcase_add_test(pieces, block_kinds_at_their_edges);
     suite_add_tcase(suite, pieces);
     TCase *training = tcase_create("training");
     tcase_set_timeout(training, 120);
@@ -245,10 +324,12 @@ int main(void) {
     tcase_add_test(training, ulysses_cp2_times_dp2_matches_the_baseline);
     tcase_add_test(training, balanced_ring_tp2_cp2_dp2_matches_the_baseline);
     tcase_add_test(training, ulysses_tp2_cp2_dp2_matches_the_baseline);
+    tcase_add_test(training, pieces_of_one_position_match_the_baseline);
     tcase_add_test(training, ring_with_rendezvous_sends_does_not_deadlock);
     tcase_add_test(training, ring_without_the_diagonal_mask_fails);
     tcase_add_test(training, ring_with_a_stale_kv_block_in_backward_fails);
     tcase_add_test(training, balanced_split_evens_out_the_causal_work);
+    tcase_add_test(training, ulysses_work_is_the_lower_triangle_of_its_heads);
     suite_add_tcase(suite, training);
     return check_run(suite, 0);
 }

@@ -8,7 +8,8 @@
  * flush and overflow shares on vectors whose answer is known, then measured on the
  * model's gradients. Negative controls: a float sum WOULD call the large finite vector
  * non-finite, and a scaler that does not skip lets the inf into the parameters, which
- * the check used here sees. */
+ * the check used here sees. The training loop's own unscale, on growth steps: a run
+ * whose scale grows against one whose scale stays fixed. */
 #include <cblas.h>
 #include <check.h>
 #include <float.h>
@@ -19,7 +20,9 @@
 
 #include "baseline.h"
 #include "check_run.h"
+#include "floats.h"
 #include "loss_scale.h"
+#include "tolerances.h"
 
 static loss_scale_config small_config(float init, int interval) {
     loss_scale_config c = loss_scale_defaults(PRECISION_FP16);
@@ -140,6 +143,22 @@ START_TEST(test_unscale_exact) {
     float g[4] = {1e-30f * 65536.0f, 0.1f * 65536.0f, -3e30f * 65536.0f, 0.0f};
     loss_scale_unscale(&s, g, 4);
     ck_assert(g[0] == 1e-30f && g[1] == 0.1f && g[2] == -3e30f && g[3] == 0.0f);
+}
+END_TEST
+
+/* The header's recipe on a growth step: the update doubles S, and the gradients made
+ * with the S before it come back exactly; divided by the grown S (the negative control)
+ * they come back halved. */
+START_TEST(test_unscale_by_the_scale_before_a_growth) {
+    loss_scale s = started(small_config(1024.0f, 1));
+    const loss_scale used = s;
+    ck_assert_int_eq(loss_scale_update(&s, 1), 1);
+    ck_assert_float_eq(s.scale, 2048.0f);
+    float g[2] = {0.375f * 1024.0f, -3e-20f * 1024.0f}, grown[2] = {g[0], g[1]};
+    loss_scale_unscale(&used, g, 2);
+    ck_assert(g[0] == 0.375f && g[1] == -3e-20f);
+    loss_scale_unscale(&s, grown, 2);
+    ck_assert(grown[0] == 0.375f / 2 && grown[1] == -3e-20f / 2);
 }
 END_TEST
 
@@ -305,8 +324,9 @@ static int params_finite(const float *p, size_t n) {
 /* One plain SGD step through a decision function: the real scaler or a wrong one. */
 static void sgd_step(float *params, float *grads, size_t n, loss_scale *s,
                      int (*decide)(loss_scale *, int)) {
+    const loss_scale used = *s;   /* the scale the gradients were made with */
     if (!decide(s, grads_finite(grads, n))) return;
-    loss_scale_unscale(s, grads, n);
+    loss_scale_unscale(&used, grads, n);
     for (size_t i = 0; i < n; i++) params[i] -= 0.1f * grads[i];
 }
 
@@ -373,6 +393,70 @@ START_TEST(test_fp16_shares_on_model_grads) {
 }
 END_TEST
 
+/* ---- the training loop's own unscale ----------------------------------------------------
+ * The loop (train_loop.c) unscales with the scale the step's backward used, not with
+ * loss_scale_unscale after loss_scale_update: on a growth step the update has already
+ * doubled S. So these run the loop itself (the baseline's), fp16, a growing scale
+ * against a fixed one (a growth window longer than the run). */
+#define LOOP_STEPS 6
+
+static baseline_run *fp16_loop_run(int growth_window, float *scale_trace) {
+    run_config cfg = run_config_default();
+    cfg.model.dim = 16;
+    cfg.model.heads = 2;
+    cfg.model.ctx = 8;
+    cfg.steps = LOOP_STEPS;
+    cfg.quiet = 1;
+    cfg.precision = PRECISION_FP16;
+    cfg.loss_scale_window = growth_window;
+    cfg.loss_scale_trace = scale_trace;
+    dataset *d = dataset_builtin();
+    baseline_run *b = baseline_train(&cfg, d);
+    dataset_free(d);
+    return b;
+}
+
+/* Window 1: S doubles right after step 1's gradients are found finite. The step-1
+ * gradients the optimizer gets (kept after the unscale) were made at 2^16 in both runs
+ * and divided by that power of two: bit for bit the fixed run's. Divided by the grown
+ * S they would be half of them. */
+START_TEST(test_loop_unscales_step_1_by_the_scale_it_used) {
+    float trace[LOOP_STEPS];
+    baseline_run *fixed = fp16_loop_run(1000, NULL), *growing = fp16_loop_run(1, trace);
+    ck_assert(trace[0] == 65536.0f && trace[1] == 131072.0f);
+    const double diff =
+        max_abs_diff(growing->first_grads, fixed->first_grads, fixed->num_params);
+    printf("fp16 loop, growth window 1 against a fixed scale: step-1 gradients differ by"
+           " %.3e (tolerance 0; largest %.3e)\n", diff, baseline_largest_grad(fixed));
+    ck_assert(diff == 0);
+    baseline_free(growing);
+    baseline_free(fixed);
+}
+END_TEST
+
+/* Window 2: S is 2^16, 2^16, 2^17, 2^17, 2^18, 2^18, with no overflow. Steps 1-2 used
+ * 2^16 in both runs, so the parameters that step 3's loss sees are the same bits: losses
+ * 1-3 equal exactly. Later steps' fp16 gradients were made at another power of two,
+ * which changes only the few that flush to 0 at one scale and not at the other: within
+ * the mixed-precision loss tolerance. */
+START_TEST(test_loop_with_a_growing_scale_matches_a_fixed_one) {
+    float trace[LOOP_STEPS];
+    baseline_run *fixed = fp16_loop_run(1000, NULL), *growing = fp16_loop_run(2, trace);
+    for (int i = 0; i < LOOP_STEPS; i++)
+        ck_assert(trace[i] == ldexpf(65536.0f, i / 2));
+    ck_assert_int_eq(growing->result.skipped_steps, 0);
+    const double early = max_abs_diff(growing->loss, fixed->loss, 3);
+    const double late = max_abs_diff(growing->loss, fixed->loss, LOOP_STEPS);
+    printf("fp16 loop, growth window 2 against a fixed scale: losses of steps 1-3 differ by"
+           " %.3e (tolerance 0), of steps 1-%d by %.3e (tolerance %.0e)\n", early,
+           LOOP_STEPS, late, MIXED_TOL_LOSS);
+    ck_assert(early == 0);
+    ck_assert(late <= MIXED_TOL_LOSS);
+    baseline_free(growing);
+    baseline_free(fixed);
+}
+END_TEST
+
 static Suite *loss_scale_suite(void) {
     Suite *s = suite_create("loss_scale");
     TCase *tc = tcase_create("loss_scale");
@@ -385,6 +469,7 @@ static Suite *loss_scale_suite(void) {
     tcase_add_test(tc, test_growth_stays_finite);
     tcase_add_test(tc, test_disabled_does_nothing);
     tcase_add_test(tc, test_unscale_exact);
+    tcase_add_test(tc, test_unscale_by_the_scale_before_a_growth);
     tcase_add_test(tc, test_config_check);
     tcase_add_exit_test(tc, test_init_refuses_bad_config, 2);
     tcase_add_test(tc, test_grads_finite_positions);
@@ -393,11 +478,14 @@ static Suite *loss_scale_suite(void) {
     tcase_add_test(tc, test_negative_control_no_skip);
     tcase_add_test(tc, test_fp16_shares_known);
     tcase_add_test(tc, test_fp16_shares_on_model_grads);
+    tcase_add_test(tc, test_loop_unscales_step_1_by_the_scale_it_used);
+    tcase_add_test(tc, test_loop_with_a_growing_scale_matches_a_fixed_one);
     suite_add_tcase(s, tc);
     return s;
 }
 
 int main(void) {
     openblas_set_num_threads(1);   /* one thread, as the programs run it */
+    setvbuf(stdout, NULL, _IOLBF, 0);   /* lines survive a failing (forked) test */
     return check_run(loss_scale_suite(), 0);
 }

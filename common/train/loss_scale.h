@@ -5,11 +5,15 @@
  * backward (every gradient comes out S times larger, above the flush), divides the
  * fp32 gradients by S before the optimizer, and adapts S as it goes:
  *
- *   every step:   finite = grads_finite(this rank's fp32 gradients)
+ *   every step:   used = s                                          the backward's S
+ *                 finite = grads_finite(this rank's fp32 gradients)
  *                 finite = loss_scale_all_finite(world, finite)    every rank, same answer
  *                 if loss_scale_update(&s, finite):                 1: take the step
- *                     loss_scale_unscale(&s, grads, n); the optimizer step
+ *                     loss_scale_unscale(&used, grads, n); the optimizer step
  *                 else: no optimizer step at all (AdamW's step count does not advance)
+ *
+ *   (unscale by the S the gradients were made with: an update that grows S has already
+ *   doubled s.scale, and dividing by it would halve that step's gradients)
  *
  *   update:  a step with an inf or NaN anywhere is skipped and S is multiplied by
  *            backoff_factor (never below min_scale); after growth_interval clean steps
@@ -71,7 +75,8 @@ int loss_scale_all_finite(comm *group, int locally_finite);
  * clean steps in a row (and not to infinity). Disabled: returns 1 and changes nothing.
  * The same inputs give the same result and state on every rank. */
 int loss_scale_update(loss_scale *s, int all_finite);
-/* grads /= S on the current device, after a step loss_scale_update let through. */
+/* grads /= S on the current device, after a step loss_scale_update let through; s is
+ * the state the step's backward used, from before that update (which may grow S). */
 void loss_scale_unscale(const loss_scale *s, float *grads, size_t n);
 
 /* What fp16 does to gradients without (scale 1) or with a scale, on host memory: the
