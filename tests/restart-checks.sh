@@ -112,6 +112,48 @@ elastic() {   # elastic NAME PROGRAM STRATEGY FLAGS...
     local same=$?
     verdict "elastic $name, rank 3 gone" $([ $status -eq 0 ] && [ $same -eq 0 ]; echo $?) "$out"
 }
+# on_ranks TAG FLAGS...: chapter 1 on loop_checks' backend and ranks; its files TAG-BACKEND
+on_ranks() {
+    local tag=$1
+    shift
+    job "$tag-$backend" "$backend" "$build/chapter1" "$ranks" "$@"
+}
+
+# The loop's own decisions, on BACKEND with RANKS ranks of chapter 1 (FLAGS: what they
+# run with besides $model)
+loop_checks() {   # loop_checks BACKEND RANKS FLAGS...
+    local backend=$1 ranks=$2 status out
+    shift 2
+    local ddp="$model --strategy ddp $* --save-every 2 --max-restarts 2" on="($backend)"
+    local b=$backend
+    # b. a failure that a restart would meet again (a diverged loss: exit 1) is not restarted
+    on_ranks diverged $ddp --save "$work/diverged-$b" --lr 1e30
+    status=$?
+    verdict "a diverged loss is not restarted $on" \
+        $([ $status -eq 1 ] && ! said "diverged-$b" 'run: restart' >/dev/null &&
+          [ "$(grep -c 'training diverged' "$work/diverged-$b.err")" -eq 1 ] &&
+          said "diverged-$b" 'run: not restarting' >/dev/null; echo $?) \
+        "exit $status: $(said "diverged-$b" 'run: not restarting' | cut -c1-80)"
+
+    # e. bad input with --max-restarts --save: one attempt, exit 2, the program's one line
+    on_ranks refused $ddp --save "$work/refused-$b" --batch 7
+    status=$?
+    out="$(wc -l <"$work/refused-$b.err") line(s): $(head -c 80 "$work/refused-$b.err")"
+    verdict "bad input with --max-restarts --save DIR is not restarted $on" \
+        $([ $status -eq 2 ] && [ "$(wc -l <"$work/refused-$b.err")" -eq 1 ]; echo $?) \
+        "exit $status, $out"
+}
+
+# b. which exit statuses the loop restarts (curable, tools/restart-loop.sh): a rank lost
+# (75) or a process killed from outside, not the job's own failure nor a crash of its own
+rule_checks() {
+    local status out="" want="1:no 2:no 75:yes 134:no 137:yes 139:no 143:yes"
+    for status in 1 2 75 134 137 139 143; do
+        out="$out $status:$(. tools/restart-loop.sh; curable $status && echo yes || echo no)"
+    done
+    verdict "the exit statuses restarted: $want" $([ "${out# }" = "$want" ]; echo $?) "${out# }"
+}
+
 threads_checks() {
     # 1. a rank SIGKILLed at a random step, threads: exit 0, the same final tensors
     ddp="--strategy ddp --save-every 2 --max-restarts 2"
@@ -177,6 +219,9 @@ threads_checks() {
         $([ $status -ne 0 ] && [ -n "$line" ] && ! said stranded 'run: restart' >/dev/null; echo $?) \
         "exit $status: $line"
 
+    loop_checks threads 4
+    rule_checks
+
     elastic "DDP x4" chapter1 ddp --strategy ddp
     elastic "ZeRO-3 x4" chapter2 zero3 --stage 3
     elastic "TP 2 x DP 2" chapter3 tp --tp 2 --part train
@@ -209,6 +254,7 @@ mpi_checks() {
             $([ $status -eq 0 ] && [ $same -eq 0 ] && said "mpi-$how" 'run: restart 1' >/dev/null; echo $?) \
             "exit $status; $out; $(said "mpi-$how" 'was killed by signal 9\|it was stopped' | cut -c1-90); $(said "mpi-$how" 'run: restart 1')"
     done
+    loop_checks mpi 3 --batch 6
     elastic "ZeRO-3 x4 (Open MPI)" chapter2 zero3 --stage 3
 }
 

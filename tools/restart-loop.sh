@@ -12,6 +12,9 @@
 # relaunch load previous_exit world_at_start" (the cost so far, for its report); it
 # writes DIR/restart-progress, which says after a failure which step was done last,
 # when, and whether the failed rank is gone for good.
+#
+# Only what a restart may cure is restarted: a process killed by a signal, or exit 75, a
+# rank lost or stuck (curable).
 
 # calc EXPR: floating-point arithmetic, 3 decimals
 calc() { awk "BEGIN { printf \"%.3f\", $* }"; }
@@ -30,13 +33,29 @@ field() {
     sed -n "$2p" "$1" 2>/dev/null | awk -v k="$3" '{ for (i = 1; i < NF; i++) if ($i == k) print $(i + 1) }'
 }
 
-# why STATUS: what the exit status says
+# why STATUS: what the exit status says (comm.h's COMM_EXIT_*)
 why() {
     if [ "$1" -gt 128 ]; then
         echo "exit $1: killed by signal $(($1 - 128)) ($(kill -l $(($1 - 128)) 2>/dev/null || echo ?))"
+    elif [ "$1" -eq 75 ]; then
+        echo "exit 75: a rank lost or stuck"
     else
         echo "exit $1"
     fi
+}
+
+# curable STATUS: whether a fresh start may cure what ended the job: 75, a rank lost or
+# stuck past --comm-timeout (COMM_EXIT_RANK_LOST), or a process killed from outside by a
+# signal (the OOM killer, a lost node, a preemption). Not a process that crashed itself
+# (SIGILL, SIGABRT, SIGBUS, SIGFPE, SIGSEGV: a bug), nor exit 1, the job's own failure (a
+# diverged loss, a failed comparison, a collective mismatch, a full disk): the same job
+# meets them again; 2 is bad input.
+curable() {
+    case "$1" in
+        75) return 0 ;;
+        132 | 134 | 135 | 136 | 139) return 1 ;;
+    esac
+    [ "$1" -gt 128 ]
 }
 
 # largest_layout MOST ARGS...: the most ranks, at most MOST, that the program accepts
@@ -150,6 +169,18 @@ next_world() {
     fi
 }
 
+# not_restarting STATUS: why the loop ends on a failure that a restart would meet again
+not_restarting() {
+    if [ "$1" -eq 2 ]; then   # bad input: the program's line says why
+        [ "$restarts" -eq 0 ] ||
+            echo "run: giving up: restart $restarts was refused (exit 2: the line above says why)" >&2
+        return 0
+    fi
+    echo "run: not restarting: the job failed ($(why "$1")): its own failure (a diverged" \
+         "loss, a failed comparison, a crash, ...), which a restart would meet again; a" \
+         "restart cures a rank lost or stuck (killed from outside, or exit 75)" >&2
+}
+
 restart_loop() {
     local world=$1 start_world=$1
     shift
@@ -171,8 +202,8 @@ restart_loop() {
         status=$?
         end=$(date +%s.%N)
         [ $status -eq 0 ] && { restart_summary "$progress" "$most"; return 0; }
-        [ $status -eq 2 ] && return 2          # bad input: another attempt would not help
         [ $interrupted -eq 1 ] && return $status
+        curable $status || { not_restarting $status; return $status; }
         read_failure "$progress"
         next_resume
         add_cost "$end"

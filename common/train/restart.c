@@ -170,11 +170,12 @@ void restart_maybe_fail(const run_config *cfg, comm *world, int step) {
         fprintf(stderr, "test hook: rank %d stops its process (SIGSTOP) at step %d\n", rank, step);
         raise(SIGSTOP);
     }
+    /* as a device or link that fails would: the rank is lost, a restart may cure it */
     if (!world) {
         fprintf(stderr, "rank 0 failed: test hook at step %d\n", step);
-        exit(1);
+        exit(COMM_EXIT_RANK_LOST);
     }
-    comm_abort(world, "test hook at step %d", step);
+    comm_abort_lost(world, "test hook at step %d", step);
 }
 
 int restart_resumed_step(const run_config *cfg, int checkpoint_step) {
