@@ -119,13 +119,26 @@ on_ranks() {
     job "$tag-$backend" "$backend" "$build/chapter1" "$ranks" "$@"
 }
 
-# The loop's own decisions, on BACKEND with RANKS ranks of chapter 1 (FLAGS: what they
-# run with besides $model)
-loop_checks() {   # loop_checks BACKEND RANKS FLAGS...
-    local backend=$1 ranks=$2 status out
-    shift 2
+# The loop's own decisions, on BACKEND with RANKS ranks of chapter 1 (FULL: the final
+# checkpoint DIR of the uninterrupted DDP run; FLAGS: what it ran with besides $model)
+loop_checks() {   # loop_checks BACKEND RANKS FULL FLAGS...
+    local backend=$1 ranks=$2 full=$3 status out same
+    shift 3
     local ddp="$model --strategy ddp $* --save-every 2 --max-restarts 2" on="($backend)"
     local b=$backend
+    # a. --save DIR holds another job's checkpoint (4 steps at another --lr); this job
+    # fails before its own first save: it starts again from step 0, not from that one
+    on_ranks other $model --strategy ddp "$@" --steps 4 --lr 2e-3 --save "$work/foreign-$b"
+    on_ranks foreign $ddp --save-every 4 --save "$work/foreign-$b" --test-fail-step 3 \
+        --test-fail-rank 1
+    status=$?
+    out=$(same_tensors "$full" "$work/foreign-$b")
+    same=$?
+    verdict "another job's checkpoint in --save DIR is never resumed $on" \
+        $([ $status -eq 0 ] && [ $same -eq 0 ] && said "foreign-$b" 'resuming from step 0' >/dev/null &&
+          said "foreign-$b" "another job's checkpoint (step-000004)" >/dev/null; echo $?) \
+        "exit $status; $out; $(said "foreign-$b" 'run: warning' | cut -c1-80)"
+
     # b. a failure that a restart would meet again (a diverged loss: exit 1) is not restarted
     on_ranks diverged $ddp --save "$work/diverged-$b" --lr 1e30
     status=$?
@@ -142,6 +155,15 @@ loop_checks() {   # loop_checks BACKEND RANKS FLAGS...
     verdict "bad input with --max-restarts --save DIR is not restarted $on" \
         $([ $status -eq 2 ] && [ "$(wc -l <"$work/refused-$b.err")" -eq 1 ]; echo $?) \
         "exit $status, $out"
+
+    # d. a refused run leaves nothing it made: no DIR (through the loop or not), and in a
+    # DIR that was there, no restart-progress
+    mkdir "$work/kept-$b"
+    on_ranks refused-kept $ddp --batch 7 --save "$work/kept-$b"
+    on_ranks refused-direct $model --strategy ddp --batch 7 --save "$work/direct-$b"
+    out=$(ls -d "$work/refused-$b" "$work/direct-$b" "$work/kept-$b"/* 2>/dev/null)
+    verdict "a refused run leaves nothing behind $on" $([ -z "$out" ]; echo $?) \
+        "left: $(echo "$out" | xargs -r -n 1 basename | tr '\n' ' ')"
 }
 
 # b. which exit statuses the loop restarts (curable, tools/restart-loop.sh): a rank lost
@@ -219,7 +241,7 @@ threads_checks() {
         $([ $status -ne 0 ] && [ -n "$line" ] && ! said stranded 'run: restart' >/dev/null; echo $?) \
         "exit $status: $line"
 
-    loop_checks threads 4
+    loop_checks threads 4 "$work/full"
     rule_checks
 
     elastic "DDP x4" chapter1 ddp --strategy ddp
@@ -254,7 +276,7 @@ mpi_checks() {
             $([ $status -eq 0 ] && [ $same -eq 0 ] && said "mpi-$how" 'run: restart 1' >/dev/null; echo $?) \
             "exit $status; $out; $(said "mpi-$how" 'was killed by signal 9\|it was stopped' | cut -c1-90); $(said "mpi-$how" 'run: restart 1')"
     done
-    loop_checks mpi 3 --batch 6
+    loop_checks mpi 3 "$work/mpi-full" --batch 6
     elastic "ZeRO-3 x4 (Open MPI)" chapter2 zero3 --stage 3
 }
 

@@ -14,19 +14,25 @@
 # when, and whether the failed rank is gone for good.
 #
 # Only what a restart may cure is restarted: a process killed by a signal, or exit 75, a
-# rank lost or stuck (curable).
+# rank lost or stuck (curable). A restart resumes only this job's own saves (next_resume).
 
 # calc EXPR: floating-point arithmetic, 3 decimals
 calc() { awk "BEGIN { printf \"%.3f\", $* }"; }
 
-# the step DIR/latest names (DIR/step-NNNNNN[-k]); empty when there is no checkpoint
-latest_step() {
-    local name
-    name=$(cat "$1/latest" 2>/dev/null) || return 0
+# checkpoint_step PATH: the step of checkpoint PATH (DIR/step-NNNNNN[-k], or a DIR whose
+# latest names one); empty when PATH names none
+checkpoint_step() {
+    local name=${1%/}
+    [ -f "$name/latest" ] && name=$(cat "$name/latest")
+    name=${name##*/}
     name=${name#step-}
     name=${name%%-*}
-    [ -n "$name" ] && echo $((10#$name))
+    case "$name" in '' | *[!0-9]*) return 0 ;; esac
+    echo $((10#$name))
 }
+
+# saves_in DIR: the checkpoints DIR holds, one name a line (step-NNNNNN[-k])
+saves_in() { ls -1 -- "$1" 2>/dev/null | grep '^step-' || true; }
 
 # field FILE LINE NAME: the value after NAME on line LINE of DIR/restart-progress
 field() {
@@ -115,19 +121,42 @@ read_failure() {
     fi
 }
 
-# next_resume: from (the step the next attempt starts after) and, when DIR has a
-# checkpoint, resume pointing at it: the checkpoint itself, not DIR, since the next
-# attempt's saves move DIR/latest on and a chapter's baseline resumes after them
+# next_resume: resume and from (the step the next attempt starts after): this job's
+# latest save in DIR, else the job's own --resume, else the start. A save of this job is
+# one DIR did not hold when the job started (saves_before): a save never reuses a name,
+# and another job's checkpoint there is never resumed. resume names the checkpoint
+# itself, not DIR, since the next attempt's saves move DIR/latest on and a chapter's
+# baseline resumes after them.
 next_resume() {
-    from=$(latest_step "$save")
-    if [ -n "$from" ]; then
-        resume=(--resume "$save/$(cat "$save/latest")")
-        from_text="step $from"
-    elif [ ${#resume[@]} -gt 0 ]; then
-        from_text="the checkpoint of ${resume[*]}"   # the job's own --resume
-    else
-        from=0 from_text="step 0"
+    local name
+    name=$(cat "$save/latest" 2>/dev/null)
+    if [ -n "$name" ] && ! grep -qxF -- "$name" <<<"$saves_before"; then
+        resume=(--resume "$save/$name")
     fi
+    if [ ${#resume[@]} -eq 0 ]; then
+        from=0 from_text="step 0"
+        return
+    fi
+    from=$(checkpoint_step "${resume[-1]#--resume=}")
+    from_text="step $from"
+    [ -n "$from" ] || from_text="the checkpoint of ${resume[*]}"
+}
+
+# warn_foreign: one line when DIR holds a checkpoint that this job does not go on from
+# (its --resume names neither DIR nor a checkpoint in it): another job's
+warn_foreign() {
+    local name value there
+    name=$(cat "$save/latest" 2>/dev/null)
+    [ -n "$name" ] || return 0
+    there=$(realpath -m -- "$save")
+    if [ ${#resume[@]} -gt 0 ]; then
+        value=${resume[-1]#--resume=}
+        [ "$(realpath -m -- "$value")" = "$there" ] && return 0
+        [ "$(realpath -m -- "$(dirname -- "$value")")" = "$there" ] && return 0
+    fi
+    echo "run: warning: --save $save holds another job's checkpoint ($name): this job's" \
+         "restarts resume only its own saves, which move $save/latest on (to go on from" \
+         "that job instead: --resume $save)" >&2
 }
 
 # add_cost END: this failure's lost steps, detection and (for an attempt that was itself
@@ -192,11 +221,14 @@ restart_loop() {
     local restarts=0 lost=0 detect=0 relaunch=0 load=0 previous_exit=0 interrupted=0
     local progress=$save/restart-progress record status end before what
     local step first load_now last_step_at failed_rank failed_at failed_step gone
-    local from from_text lost_now
+    local from from_text lost_now saves_before
+    saves_before=$(saves_in "$save")   # another job's: never resumed
+    warn_foreign
     trap 'interrupted=1' INT TERM
     while :; do
         record="$restarts $lost $detect $relaunch $load $previous_exit $start_world"
-        mkdir -p -- "$save" 2>/dev/null && printf '%127s\n' "" "" "" >"$progress"   # 3 blank lines
+        # the attempt writes it afresh (restart.c; and DIR, which a refused run never gets)
+        rm -f -- "$progress"
         run_once "$world" "${args[@]}" "${resume[@]}" --restart-attempt "$restarts" \
             --restart-record "$record"
         status=$?

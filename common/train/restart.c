@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -109,8 +110,11 @@ static void write_line(int fd, int line, const char *fmt, ...) {
         perror("restart: DIR/restart-progress");
 }
 
+/* DIR is made here, once the run is under way: a run refused before (exit 2) leaves
+ * nothing behind it, and ./run makes nothing before the program accepts the job. */
 static int open_progress(const char *dir) {
     char path[4096];
+    mkdir(dir, 0777);   /* may exist */
     snprintf(path, sizeof path, "%s/restart-progress", dir);
     int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
     if (fd < 0) perror(path);
