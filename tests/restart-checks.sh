@@ -248,6 +248,19 @@ threads_checks() {
     elastic "ZeRO-3 x4" chapter2 zero3 --stage 3
     elastic "TP 2 x DP 2" chapter3 tp --tp 2 --part train
     elastic "PP 2 x DP 2" chapter4 pp-1f1b --pp 2 --schedule 1f1b --micro 4
+    # c. chapter 4's default model (no --layers): with --max-restarts its depth does not
+    # follow the rank count, so its checkpoint loads on the 3 ranks left
+    local c4="--dim 32 --heads 2 --ctx 16 --batch 8 --steps 4 --stage-ms 0 --quiet --json"
+    job pp-1f1b-full threads "$build/chapter4" 4 $c4 --layers 4 &&
+        job pp-1f1b-default threads "$build/chapter4" 4 $c4 --save "$work/el-default" \
+            --save-every 2 --max-restarts 1 --elastic --test-fail-step 3 --test-fail-rank 3 \
+            --test-fail-gone
+    status=$?
+    out=$(losses_close "$work/pp-1f1b-full.json" "$work/pp-1f1b-default.json" pp-1f1b 2>/dev/null)
+    same=$?
+    verdict "elastic chapter 4 with its default depth, rank 3 gone" \
+        $([ $status -eq 0 ] && [ $same -eq 0 ]; echo $?) "exit $status; $out$(said pp-1f1b-default 'run: giving up')"
+
     # its negative control: the DDP restart resuming one step late leaves the tolerance
     job ddp-late threads "$build/chapter1" 4 $model $ddp --save "$work/el-late" --max-restarts 1 \
         --elastic --test-fail-step 5 --test-fail-rank 3 --test-fail-gone --test-resume-skew 1

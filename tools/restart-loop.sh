@@ -64,6 +64,13 @@ curable() {
     [ "$1" -gt 128 ]
 }
 
+# layout_refusal N ARGS...: the program's line refusing these flags on N ranks
+layout_refusal() {
+    local n=$1
+    shift
+    RUN_LAYOUT_PROBE=1 "$program" --ranks "$n" "$@" 2>&1 >/dev/null | head -n 1
+}
+
 # largest_layout MOST ARGS...: the most ranks, at most MOST, that the program accepts
 # with these flags (it answers before starting any rank: RUN_LAYOUT_PROBE in launch.c)
 largest_layout() {
@@ -190,10 +197,11 @@ next_world() {
              "go on with the $((world - gone)) ranks left" >&2
         return 1
     fi
-    if ! world=$(largest_layout $((world - gone)) "${args[@]}" "${resume[@]}" \
-                 --restart-attempt $((restarts + 1)) --restart-record "$record"); then
-        echo "run: giving up: $what, and no layout of this job fits the $((world - gone))" \
-             "ranks left" >&2
+    local left=$((world - gone)) probe
+    probe=("${args[@]}" "${resume[@]}" --restart-attempt $((restarts + 1)) --restart-record "$record")
+    if ! world=$(largest_layout $left "${probe[@]}"); then
+        echo "run: giving up: $what, and no layout of this job fits the $left rank(s) left;" \
+             "on $left: $(layout_refusal $left "${probe[@]}")" >&2
         return 1
     fi
 }
