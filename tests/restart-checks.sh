@@ -112,6 +112,7 @@ elastic() {   # elastic NAME PROGRAM STRATEGY FLAGS...
     local same=$?
     verdict "elastic $name, rank 3 gone" $([ $status -eq 0 ] && [ $same -eq 0 ]; echo $?) "$out"
 }
+
 # on_ranks TAG FLAGS...: chapter 1 on loop_checks' backend and ranks; its files TAG-BACKEND
 on_ranks() {
     local tag=$1
@@ -164,6 +165,52 @@ loop_checks() {   # loop_checks BACKEND RANKS FULL FLAGS...
     out=$(ls -d "$work/refused-$b" "$work/direct-$b" "$work/kept-$b"/* 2>/dev/null)
     verdict "a refused run leaves nothing behind $on" $([ -z "$out" ]; echo $?) \
         "left: $(echo "$out" | xargs -r -n 1 basename | tr '\n' ' ')"
+}
+
+# f. the cost of a restart by hand: add_cost (tools/restart-loop.sh) fed known numbers,
+# then a job failing twice (a stand-in program that stamps its own times) whose last
+# attempt is handed the relaunch time it must report
+cost_checks() {
+    local out want="2 0.500 3.250 0.350 | 0 0.300 0 0 | 0 0 2.500 0"
+    # shellcheck disable=SC2034   # add_cost's inputs
+    out=$(. tools/restart-loop.sh
+          restarts=1 lost=0 detect=0 relaunch=0.5 load=0.1 previous_exit=100 from=4 step=6
+          first=103 load_now=0.25 failed_at=110 last_step_at=109; add_cost 110.5
+          echo -n "$lost $detect $relaunch $load | "
+          restarts=0 lost=0 detect=0 relaunch=0 load=0 from=0 step=0 failed_at="" last_step_at=9.7
+          add_cost 10; echo -n "$lost $detect $relaunch $load | "
+          restarts=2 lost=0 detect=0 relaunch=0 load=0 first="" failed_at="" last_step_at=""
+          previous_exit=7.5; add_cost 10; echo "$lost $detect $relaunch $load")
+    verdict "add_cost by hand: lost, detect, relaunch less the load, load" \
+        $([ "$out" = "$want" ]; echo $?) "'$out' (want '$want')"
+
+    # the stand-in: each attempt's first step 1 s after the failed job ended, 0.25 s of it
+    # loading; the first two attempts lose a rank (exit 75)
+    cat >"$work/twice" <<'SH'
+#!/bin/bash
+while [ $# -gt 0 ]; do
+    case $1 in --save) dir=$2 ;; --restart-attempt) attempt=$2 ;; --restart-record) record=$2 ;; esac
+    shift
+done
+set -- $record   # restarts lost detect relaunch load previous_exit world_at_start
+echo "$attempt $*" >>"$dir/records"
+now=$(date +%s.%N)
+first=$(awk "BEGIN { printf \"%.6f\", ($6 > 0 ? $6 + 1 : $now) }")
+printf '%-127s\n' "attempt $attempt first_step $first load 0.25 step 3 at $now" >"$dir/restart-progress"
+[ "$attempt" -ge 2 ]
+exit $(($? ? 75 : 0))
+SH
+    chmod +x "$work/twice"
+    mkdir "$work/twice-dir"
+    job twice threads "$(realpath --relative-to=. "$work/twice")" 2 --save "$work/twice-dir" \
+        --max-restarts 2
+    local status=$? last
+    last=$(tail -n 1 "$work/twice-dir/records")
+    # the record the third attempt got: 2 restarts, the second attempt's relaunch 1 s less
+    # its 0.25 s load (the first attempt's is no restart's; the third counts its own)
+    verdict "a job failing twice: relaunch less the load" \
+        $([ $status -eq 0 ] && [ "$(echo "$last" | cut -d ' ' -f 2,5,6)" = "2 0.750 0.250" ]; echo $?) \
+        "exit $status; the last attempt's record: $last"
 }
 
 # b. which exit statuses the loop restarts (curable, tools/restart-loop.sh): a rank lost
@@ -242,6 +289,7 @@ threads_checks() {
         "exit $status: $line"
 
     loop_checks threads 4 "$work/full"
+    cost_checks
     rule_checks
 
     elastic "DDP x4" chapter1 ddp --strategy ddp
