@@ -1,6 +1,7 @@
 # Sourced by ./run for `./run N [flags] --save DIR --max-restarts K [--elastic]`:
-# restart_loop N FLAGS... runs the job (run_once, ./run's), and after each failure
-# starts it again from DIR/latest, up to K times (common/train/restart.h).
+# restart_loop N FLAGS... runs the job (run_once, ./run's), and after each failure that
+# a restart may cure starts it again from its latest save in DIR, up to K times
+# (common/train/restart.h, docs/restarts.md).
 #
 # Why a loop out here, not in the program: a SIGKILL (the OOM killer, a lost node, the
 # test hook) takes the whole threads process with it, and under Open MPI a dead rank
