@@ -461,9 +461,9 @@ static void nccl_stop(comm *c, double grace_seconds) {
         fflush(stdout);
         fflush(stderr);
 #ifdef USE_MPI
-        MPI_Abort(MPI_COMM_WORLD, 1);
+        MPI_Abort(MPI_COMM_WORLD, comm_job_exit_status(c->job));
 #endif
-        _exit(1);
+        _exit(comm_job_exit_status(c->job));
     }
     comm_leave_thread();   /* the other rank threads notice job->stop in their waits */
 }

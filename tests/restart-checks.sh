@@ -112,6 +112,117 @@ elastic() {   # elastic NAME PROGRAM STRATEGY FLAGS...
     local same=$?
     verdict "elastic $name, rank 3 gone" $([ $status -eq 0 ] && [ $same -eq 0 ]; echo $?) "$out"
 }
+
+# on_ranks TAG FLAGS...: chapter 1 on loop_checks' backend and ranks; its files TAG-BACKEND
+on_ranks() {
+    local tag=$1
+    shift
+    job "$tag-$backend" "$backend" "$build/chapter1" "$ranks" "$@"
+}
+
+# The loop's own decisions, on BACKEND with RANKS ranks of chapter 1 (FULL: the final
+# checkpoint DIR of the uninterrupted DDP run; FLAGS: what it ran with besides $model)
+loop_checks() {   # loop_checks BACKEND RANKS FULL FLAGS...
+    local backend=$1 ranks=$2 full=$3 status out same
+    shift 3
+    local ddp="$model --strategy ddp $* --save-every 2 --max-restarts 2" on="($backend)"
+    local b=$backend
+    # a. --save DIR holds another job's checkpoint (4 steps at another --lr); this job
+    # fails before its own first save: it starts again from step 0, not from that one
+    on_ranks other $model --strategy ddp "$@" --steps 4 --lr 2e-3 --save "$work/foreign-$b"
+    on_ranks foreign $ddp --save-every 4 --save "$work/foreign-$b" --test-fail-step 3 \
+        --test-fail-rank 1
+    status=$?
+    out=$(same_tensors "$full" "$work/foreign-$b")
+    same=$?
+    verdict "another job's checkpoint in --save DIR is never resumed $on" \
+        $([ $status -eq 0 ] && [ $same -eq 0 ] && said "foreign-$b" 'resuming from step 0' >/dev/null &&
+          said "foreign-$b" "another job's checkpoint (step-000004)" >/dev/null; echo $?) \
+        "exit $status; $out; $(said "foreign-$b" 'run: warning' | cut -c1-80)"
+
+    # b. a failure that a restart would meet again (a diverged loss: exit 1) is not restarted
+    on_ranks diverged $ddp --save "$work/diverged-$b" --lr 1e30
+    status=$?
+    verdict "a diverged loss is not restarted $on" \
+        $([ $status -eq 1 ] && ! said "diverged-$b" 'run: restart' >/dev/null &&
+          [ "$(grep -c 'training diverged' "$work/diverged-$b.err")" -eq 1 ] &&
+          said "diverged-$b" 'run: not restarting' >/dev/null; echo $?) \
+        "exit $status: $(said "diverged-$b" 'run: not restarting' | cut -c1-80)"
+
+    # e. bad input with --max-restarts --save: one attempt, exit 2, the program's one line
+    on_ranks refused $ddp --save "$work/refused-$b" --batch 7
+    status=$?
+    out="$(wc -l <"$work/refused-$b.err") line(s): $(head -c 80 "$work/refused-$b.err")"
+    verdict "bad input with --max-restarts --save DIR is not restarted $on" \
+        $([ $status -eq 2 ] && [ "$(wc -l <"$work/refused-$b.err")" -eq 1 ]; echo $?) \
+        "exit $status, $out"
+
+    # d. a refused run leaves nothing it made: no DIR (through the loop or not), and in a
+    # DIR that was there, no restart-progress
+    mkdir "$work/kept-$b"
+    on_ranks refused-kept $ddp --batch 7 --save "$work/kept-$b"
+    on_ranks refused-direct $model --strategy ddp --batch 7 --save "$work/direct-$b"
+    out=$(ls -d "$work/refused-$b" "$work/direct-$b" "$work/kept-$b"/* 2>/dev/null)
+    verdict "a refused run leaves nothing behind $on" $([ -z "$out" ]; echo $?) \
+        "left: $(echo "$out" | xargs -r -n 1 basename | tr '\n' ' ')"
+}
+
+# f. the cost of a restart by hand: add_cost (tools/restart-loop.sh) fed known numbers,
+# then a job failing twice (a stand-in program that stamps its own times) whose last
+# attempt is handed the relaunch time it must report
+cost_checks() {
+    local out want="2 0.500 3.250 0.350 | 0 0.300 0 0 | 0 0 2.500 0"
+    # shellcheck disable=SC2034   # add_cost's inputs
+    out=$(. tools/restart-loop.sh
+          restarts=1 lost=0 detect=0 relaunch=0.5 load=0.1 previous_exit=100 from=4 step=6
+          first=103 load_now=0.25 failed_at=110 last_step_at=109; add_cost 110.5
+          echo -n "$lost $detect $relaunch $load | "
+          restarts=0 lost=0 detect=0 relaunch=0 load=0 from=0 step=0 failed_at="" last_step_at=9.7
+          add_cost 10; echo -n "$lost $detect $relaunch $load | "
+          restarts=2 lost=0 detect=0 relaunch=0 load=0 first="" failed_at="" last_step_at=""
+          previous_exit=7.5; add_cost 10; echo "$lost $detect $relaunch $load")
+    verdict "add_cost by hand: lost, detect, relaunch less the load, load" \
+        $([ "$out" = "$want" ]; echo $?) "'$out' (want '$want')"
+
+    # the stand-in: each attempt's first step 1 s after the failed job ended, 0.25 s of it
+    # loading; the first two attempts lose a rank (exit 75)
+    cat >"$work/twice" <<'SH'
+#!/bin/bash
+while [ $# -gt 0 ]; do
+    case $1 in --save) dir=$2 ;; --restart-attempt) attempt=$2 ;; --restart-record) record=$2 ;; esac
+    shift
+done
+set -- $record   # restarts lost detect relaunch load previous_exit world_at_start
+echo "$attempt $*" >>"$dir/records"
+now=$(date +%s.%N)
+first=$(awk "BEGIN { printf \"%.6f\", ($6 > 0 ? $6 + 1 : $now) }")
+printf '%-127s\n' "attempt $attempt first_step $first load 0.25 step 3 at $now" >"$dir/restart-progress"
+[ "$attempt" -ge 2 ]
+exit $(($? ? 75 : 0))
+SH
+    chmod +x "$work/twice"
+    mkdir "$work/twice-dir"
+    job twice threads "$(realpath --relative-to=. "$work/twice")" 2 --save "$work/twice-dir" \
+        --max-restarts 2
+    local status=$? last
+    last=$(tail -n 1 "$work/twice-dir/records")
+    # the record the third attempt got: 2 restarts, the second attempt's relaunch 1 s less
+    # its 0.25 s load (the first attempt's is no restart's; the third counts its own)
+    verdict "a job failing twice: relaunch less the load" \
+        $([ $status -eq 0 ] && [ "$(echo "$last" | cut -d ' ' -f 2,5,6)" = "2 0.750 0.250" ]; echo $?) \
+        "exit $status; the last attempt's record: $last"
+}
+
+# b. which exit statuses the loop restarts (curable, tools/restart-loop.sh): a rank lost
+# (75) or a process killed from outside, not the job's own failure nor a crash of its own
+rule_checks() {
+    local status out="" want="1:no 2:no 75:yes 134:no 137:yes 139:no 143:yes"
+    for status in 1 2 75 134 137 139 143; do
+        out="$out $status:$(. tools/restart-loop.sh; curable $status && echo yes || echo no)"
+    done
+    verdict "the exit statuses restarted: $want" $([ "${out# }" = "$want" ]; echo $?) "${out# }"
+}
+
 threads_checks() {
     # 1. a rank SIGKILLed at a random step, threads: exit 0, the same final tensors
     ddp="--strategy ddp --save-every 2 --max-restarts 2"
@@ -177,10 +288,27 @@ threads_checks() {
         $([ $status -ne 0 ] && [ -n "$line" ] && ! said stranded 'run: restart' >/dev/null; echo $?) \
         "exit $status: $line"
 
+    loop_checks threads 4 "$work/full"
+    cost_checks
+    rule_checks
+
     elastic "DDP x4" chapter1 ddp --strategy ddp
     elastic "ZeRO-3 x4" chapter2 zero3 --stage 3
     elastic "TP 2 x DP 2" chapter3 tp --tp 2 --part train
     elastic "PP 2 x DP 2" chapter4 pp-1f1b --pp 2 --schedule 1f1b --micro 4
+    # c. chapter 4's default model (no --layers): with --max-restarts its depth does not
+    # follow the rank count, so its checkpoint loads on the 3 ranks left
+    local c4="--dim 32 --heads 2 --ctx 16 --batch 8 --steps 4 --stage-ms 0 --quiet --json"
+    job pp-1f1b-full threads "$build/chapter4" 4 $c4 --layers 4 &&
+        job pp-1f1b-default threads "$build/chapter4" 4 $c4 --save "$work/el-default" \
+            --save-every 2 --max-restarts 1 --elastic --test-fail-step 3 --test-fail-rank 3 \
+            --test-fail-gone
+    status=$?
+    out=$(losses_close "$work/pp-1f1b-full.json" "$work/pp-1f1b-default.json" pp-1f1b 2>/dev/null)
+    same=$?
+    verdict "elastic chapter 4 with its default depth, rank 3 gone" \
+        $([ $status -eq 0 ] && [ $same -eq 0 ]; echo $?) "exit $status; $out$(said pp-1f1b-default 'run: giving up')"
+
     # its negative control: the DDP restart resuming one step late leaves the tolerance
     job ddp-late threads "$build/chapter1" 4 $model $ddp --save "$work/el-late" --max-restarts 1 \
         --elastic --test-fail-step 5 --test-fail-rank 3 --test-fail-gone --test-resume-skew 1
@@ -209,6 +337,7 @@ mpi_checks() {
             $([ $status -eq 0 ] && [ $same -eq 0 ] && said "mpi-$how" 'run: restart 1' >/dev/null; echo $?) \
             "exit $status; $out; $(said "mpi-$how" 'was killed by signal 9\|it was stopped' | cut -c1-90); $(said "mpi-$how" 'run: restart 1')"
     done
+    loop_checks mpi 3 "$work/mpi-full" --batch 6
     elastic "ZeRO-3 x4 (Open MPI)" chapter2 zero3 --stage 3
 }
 

@@ -97,11 +97,11 @@ START_TEST(a_save_stopped_before_any_of_its_steps_leaves_a_loadable_checkpoint) 
         const pid_t child = fork();
         if (child == 0) {
             layout_save(zero3, &cfg, dir, 55, at);
-            _exit(0);   /* not reached: the hook ends the process with status 3 */
+            _exit(0);   /* not reached: the hook ends the process as a lost rank (comm.h) */
         }
         int status = 0;
         ck_assert_int_eq(waitpid(child, &status, 0), child);
-        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 3, "step %d: status %d", at,
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == COMM_EXIT_RANK_LOST, "step %d: status %d", at,
                       status);
         char err[1024] = "";
         const int step = checkpoint_check(dir, &cfg, err, sizeof err);

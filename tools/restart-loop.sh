@@ -1,6 +1,7 @@
 # Sourced by ./run for `./run N [flags] --save DIR --max-restarts K [--elastic]`:
-# restart_loop N FLAGS... runs the job (run_once, ./run's), and after each failure
-# starts it again from DIR/latest, up to K times (common/train/restart.h).
+# restart_loop N FLAGS... runs the job (run_once, ./run's), and after each failure that
+# a restart may cure starts it again from its latest save in DIR, up to K times
+# (common/train/restart.h, docs/restarts.md).
 #
 # Why a loop out here, not in the program: a SIGKILL (the OOM killer, a lost node, the
 # test hook) takes the whole threads process with it, and under Open MPI a dead rank
@@ -12,31 +13,63 @@
 # relaunch load previous_exit world_at_start" (the cost so far, for its report); it
 # writes DIR/restart-progress, which says after a failure which step was done last,
 # when, and whether the failed rank is gone for good.
+#
+# Only what a restart may cure is restarted: a process killed by a signal, or exit 75, a
+# rank lost or stuck (curable). A restart resumes only this job's own saves (next_resume).
 
 # calc EXPR: floating-point arithmetic, 3 decimals
 calc() { awk "BEGIN { printf \"%.3f\", $* }"; }
 
-# the step DIR/latest names (DIR/step-NNNNNN[-k]); empty when there is no checkpoint
-latest_step() {
-    local name
-    name=$(cat "$1/latest" 2>/dev/null) || return 0
+# checkpoint_step PATH: the step of checkpoint PATH (DIR/step-NNNNNN[-k], or a DIR whose
+# latest names one); empty when PATH names none
+checkpoint_step() {
+    local name=${1%/}
+    [ -f "$name/latest" ] && name=$(cat "$name/latest")
+    name=${name##*/}
     name=${name#step-}
     name=${name%%-*}
-    [ -n "$name" ] && echo $((10#$name))
+    case "$name" in '' | *[!0-9]*) return 0 ;; esac
+    echo $((10#$name))
 }
+
+# saves_in DIR: the checkpoints DIR holds, one name a line (step-NNNNNN[-k])
+saves_in() { ls -1 -- "$1" 2>/dev/null | grep '^step-' || true; }
 
 # field FILE LINE NAME: the value after NAME on line LINE of DIR/restart-progress
 field() {
     sed -n "$2p" "$1" 2>/dev/null | awk -v k="$3" '{ for (i = 1; i < NF; i++) if ($i == k) print $(i + 1) }'
 }
 
-# why STATUS: what the exit status says
+# why STATUS: what the exit status says (comm.h's COMM_EXIT_*)
 why() {
     if [ "$1" -gt 128 ]; then
         echo "exit $1: killed by signal $(($1 - 128)) ($(kill -l $(($1 - 128)) 2>/dev/null || echo ?))"
+    elif [ "$1" -eq 75 ]; then
+        echo "exit 75: a rank lost or stuck"
     else
         echo "exit $1"
     fi
+}
+
+# curable STATUS: whether a fresh start may cure what ended the job: 75, a rank lost or
+# stuck past --comm-timeout (COMM_EXIT_RANK_LOST), or a process killed from outside by a
+# signal (the OOM killer, a lost node, a preemption). Not a process that crashed itself
+# (SIGILL, SIGABRT, SIGBUS, SIGFPE, SIGSEGV: a bug), nor exit 1, the job's own failure (a
+# diverged loss, a failed comparison, a collective mismatch, a full disk): the same job
+# meets them again; 2 is bad input.
+curable() {
+    case "$1" in
+        75) return 0 ;;
+        132 | 134 | 135 | 136 | 139) return 1 ;;
+    esac
+    [ "$1" -gt 128 ]
+}
+
+# layout_refusal N ARGS...: the program's line refusing these flags on N ranks
+layout_refusal() {
+    local n=$1
+    shift
+    RUN_LAYOUT_PROBE=1 "$program" --ranks "$n" "$@" 2>&1 >/dev/null | head -n 1
 }
 
 # largest_layout MOST ARGS...: the most ranks, at most MOST, that the program accepts
@@ -96,19 +129,42 @@ read_failure() {
     fi
 }
 
-# next_resume: from (the step the next attempt starts after) and, when DIR has a
-# checkpoint, resume pointing at it: the checkpoint itself, not DIR, since the next
-# attempt's saves move DIR/latest on and a chapter's baseline resumes after them
+# next_resume: resume and from (the step the next attempt starts after): this job's
+# latest save in DIR, else the job's own --resume, else the start. A save of this job is
+# one DIR did not hold when the job started (saves_before): a save never reuses a name,
+# and another job's checkpoint there is never resumed. resume names the checkpoint
+# itself, not DIR, since the next attempt's saves move DIR/latest on and a chapter's
+# baseline resumes after them.
 next_resume() {
-    from=$(latest_step "$save")
-    if [ -n "$from" ]; then
-        resume=(--resume "$save/$(cat "$save/latest")")
-        from_text="step $from"
-    elif [ ${#resume[@]} -gt 0 ]; then
-        from_text="the checkpoint of ${resume[*]}"   # the job's own --resume
-    else
-        from=0 from_text="step 0"
+    local name
+    name=$(cat "$save/latest" 2>/dev/null)
+    if [ -n "$name" ] && ! grep -qxF -- "$name" <<<"$saves_before"; then
+        resume=(--resume "$save/$name")
     fi
+    if [ ${#resume[@]} -eq 0 ]; then
+        from=0 from_text="step 0"
+        return
+    fi
+    from=$(checkpoint_step "${resume[-1]#--resume=}")
+    from_text="step $from"
+    [ -n "$from" ] || from_text="the checkpoint of ${resume[*]}"
+}
+
+# warn_foreign: one line when DIR holds a checkpoint that this job does not go on from
+# (its --resume names neither DIR nor a checkpoint in it): another job's
+warn_foreign() {
+    local name value there
+    name=$(cat "$save/latest" 2>/dev/null)
+    [ -n "$name" ] || return 0
+    there=$(realpath -m -- "$save")
+    if [ ${#resume[@]} -gt 0 ]; then
+        value=${resume[-1]#--resume=}
+        [ "$(realpath -m -- "$value")" = "$there" ] && return 0
+        [ "$(realpath -m -- "$(dirname -- "$value")")" = "$there" ] && return 0
+    fi
+    echo "run: warning: --save $save holds another job's checkpoint ($name): this job's" \
+         "restarts resume only its own saves, which move $save/latest on (to go on from" \
+         "that job instead: --resume $save)" >&2
 }
 
 # add_cost END: this failure's lost steps, detection and (for an attempt that was itself
@@ -142,12 +198,25 @@ next_world() {
              "go on with the $((world - gone)) ranks left" >&2
         return 1
     fi
-    if ! world=$(largest_layout $((world - gone)) "${args[@]}" "${resume[@]}" \
-                 --restart-attempt $((restarts + 1)) --restart-record "$record"); then
-        echo "run: giving up: $what, and no layout of this job fits the $((world - gone))" \
-             "ranks left" >&2
+    local left=$((world - gone)) probe
+    probe=("${args[@]}" "${resume[@]}" --restart-attempt $((restarts + 1)) --restart-record "$record")
+    if ! world=$(largest_layout $left "${probe[@]}"); then
+        echo "run: giving up: $what, and no layout of this job fits the $left rank(s) left;" \
+             "on $left: $(layout_refusal $left "${probe[@]}")" >&2
         return 1
     fi
+}
+
+# not_restarting STATUS: why the loop ends on a failure that a restart would meet again
+not_restarting() {
+    if [ "$1" -eq 2 ]; then   # bad input: the program's line says why
+        [ "$restarts" -eq 0 ] ||
+            echo "run: giving up: restart $restarts was refused (exit 2: the line above says why)" >&2
+        return 0
+    fi
+    echo "run: not restarting: the job failed ($(why "$1")): its own failure (a diverged" \
+         "loss, a failed comparison, a crash, ...), which a restart would meet again; a" \
+         "restart cures a rank lost or stuck (killed from outside, or exit 75)" >&2
 }
 
 restart_loop() {
@@ -161,18 +230,21 @@ restart_loop() {
     local restarts=0 lost=0 detect=0 relaunch=0 load=0 previous_exit=0 interrupted=0
     local progress=$save/restart-progress record status end before what
     local step first load_now last_step_at failed_rank failed_at failed_step gone
-    local from from_text lost_now
+    local from from_text lost_now saves_before
+    saves_before=$(saves_in "$save")   # another job's: never resumed
+    warn_foreign
     trap 'interrupted=1' INT TERM
     while :; do
         record="$restarts $lost $detect $relaunch $load $previous_exit $start_world"
-        mkdir -p -- "$save" 2>/dev/null && printf '%127s\n' "" "" "" >"$progress"   # 3 blank lines
+        # the attempt writes it afresh (restart.c; and DIR, which a refused run never gets)
+        rm -f -- "$progress"
         run_once "$world" "${args[@]}" "${resume[@]}" --restart-attempt "$restarts" \
             --restart-record "$record"
         status=$?
         end=$(date +%s.%N)
         [ $status -eq 0 ] && { restart_summary "$progress" "$most"; return 0; }
-        [ $status -eq 2 ] && return 2          # bad input: another attempt would not help
         [ $interrupted -eq 1 ] && return $status
+        curable $status || { not_restarting $status; return $status; }
         read_failure "$progress"
         next_resume
         add_cost "$end"

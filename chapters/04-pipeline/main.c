@@ -75,9 +75,12 @@ static int fits_pipeline(pp_schedule_kind k, const pipeline_sim_config *c, int l
 
 /* ./run 4 on the default 4 layers cannot interleave 4 stages x 2 chunks: the default
  * model grows to v x p layers, said in one line, so that the default run shows every
- * schedule. A model the user chose (--layers, --preset, --virtual, --resume) is kept. */
+ * schedule. A model the user chose (--layers, --preset, --virtual, --resume) is kept,
+ * and so is one that restarts (--max-restarts): a restart resumes the checkpoint, on
+ * fewer ranks with --elastic, so its depth must not follow the rank count. */
 static void fit_interleaving(chapter_args *a, const pipeline_sim_config *c) {
-    static const char *const chosen[] = {"layers", "preset", "virtual", "resume", NULL};
+    static const char *const chosen[] = {"layers", "preset", "virtual", "resume",
+                                         "max-restarts", NULL};
     for (int i = 0; chosen[i]; i++)
         if (cli_given(chosen[i])) return;
     if (a->schedule != SCHEDULE_ALL && a->schedule != PP_INTERLEAVED) return;

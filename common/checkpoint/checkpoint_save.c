@@ -78,7 +78,7 @@ static void save_step(const save_ctx *sc, const char *action, const char *path) 
     const int n = atomic_fetch_add(&steps_started, 1) + 1;
     if (sc->crash_at && n == sc->crash_at) {
         fprintf(stderr, "checkpoint: test crash before step %d (%s %s)\n", n, action, path);
-        _exit(3);
+        _exit(COMM_EXIT_RANK_LOST);   /* a crash, which a restart may cure (comm.h) */
     }
     if (sc->crash_at && n > sc->crash_at) for (;;) pause();   /* the process is ending */
     if (save_observer) save_observer(action, path);

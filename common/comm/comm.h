@@ -136,9 +136,19 @@ comm_request *comm_allgather_start(comm *c, const void *send, void *recv, size_t
 void comm_wait(comm_request *req);    /* frees the request */
 
 /* ---- failure ------------------------------------------------------------------------ */
-/* Stops every rank: prints "rank R failed: <message>" and exits non-zero (threads: the
- * other ranks stop at their next comm call and launch returns non-zero). */
+/* How a failed job exits, so that ./run --max-restarts restarts only what a fresh start
+ * may cure (docs/restarts.md): COMM_EXIT_FAILED, the job's own failure that would come
+ * again (a diverged loss, a collective mismatch, a failed comparison); COMM_EXIT_RANK_LOST
+ * (75, sysexits.h's EX_TEMPFAIL), a rank stuck past --comm-timeout or lost. Bad input
+ * is 2, and a process killed by signal N ends 128 + N. */
+enum { COMM_EXIT_FAILED = 1, COMM_EXIT_RANK_LOST = 75 };
+
+/* Stops every rank: prints "rank R failed: <message>" and exits COMM_EXIT_FAILED
+ * (threads: the other ranks stop at their next comm call and launch returns it). */
 _Noreturn void comm_abort(comm *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* The same for a rank that is lost (a device or link gone), not wrong: COMM_EXIT_RANK_LOST. */
+_Noreturn void comm_abort_lost(comm *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 /* ---- accounting ----------------------------------------------------------------- */
@@ -236,7 +246,8 @@ comm_options comm_options_default(void);
  * An MPI build uses MPI when started by mpirun (launch_mpi_world_size() > 0) and
  * threads otherwise. After a failure (timeout, mismatch, comm_abort, a rank_main
  * returning non-zero) the threads backend stops every rank at its next comm call and
- * launch returns non-zero (main should return it); MPI ends the job (MPI_Abort). */
+ * launch returns the failure's exit status (above; main should return it); MPI ends the
+ * job with it (MPI_Abort). */
 int launch(const comm_options *opts, rank_main_fn fn, void *args);
 /* The two backends by name. launch_mpi initialises MPI (MPI_THREAD_MULTIPLE) on first
  * use and finalises it at exit, so it may be called several times; in a build without

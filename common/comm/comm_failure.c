@@ -92,6 +92,16 @@ int comm_claim_failure(comm_job *job) {
     return 0;
 }
 
+void comm_note_exit_status(comm_job *job, int status) {
+    int unset = 0;
+    atomic_compare_exchange_strong(&job->exit_status, &unset, status);
+}
+
+int comm_job_exit_status(comm_job *job) {
+    const int status = atomic_load(&job->exit_status);
+    return status ? status : COMM_EXIT_FAILED;
+}
+
 static void reported(comm_job *job) {
     fflush(stderr);
     atomic_store(&job->reported, 1);
@@ -104,6 +114,7 @@ static _Noreturn void stop_rank(comm *c, double grace_seconds) {
 }
 
 _Noreturn void comm_fail_timeout(comm *c, const comm_call *call, int peer, double waited) {
+    comm_note_exit_status(c->job, COMM_EXIT_RANK_LOST);   /* a rank stuck: a restart may cure it */
     if (comm_claim_failure(c->job)) {
         char what[128], waiting[64] = "";
         comm_call_describe(call, what, sizeof what);
@@ -127,6 +138,7 @@ _Noreturn void comm_fail_timeout(comm *c, const comm_call *call, int peer, doubl
 _Noreturn void comm_fail_slow_link(comm *c, const comm_call *call, size_t bytes,
                                    double seconds) {
     static const char *const links[] = {"none", "nvlink", "ib", "ethernet"};
+    comm_note_exit_status(c->job, COMM_EXIT_FAILED);   /* the flags' doing: it comes again */
     if (comm_claim_failure(c->job)) {
         char what[96];
         comm_call_describe(call, what, sizeof what);
@@ -142,6 +154,7 @@ _Noreturn void comm_fail_slow_link(comm *c, const comm_call *call, size_t bytes,
 
 _Noreturn void comm_fail_mismatch(comm *c, int other, const comm_call *mine,
                                   const comm_call *theirs) {
+    comm_note_exit_status(c->job, COMM_EXIT_FAILED);   /* a bug: it comes again */
     if (comm_claim_failure(c->job)) {
         char a[96], b[96];
         comm_call_describe(mine, a, sizeof a);
@@ -156,9 +169,10 @@ _Noreturn void comm_fail_mismatch(comm *c, int other, const comm_call *mine,
     stop_rank(c, 0.5);
 }
 
-static _Noreturn void vfail(comm *c, const char *fmt, va_list ap) {
+static _Noreturn void vfail(comm *c, int exit_status, const char *fmt, va_list ap) {
     char msg[512];
     vsnprintf(msg, sizeof msg, fmt, ap);
+    comm_note_exit_status(c->job, exit_status);
     atomic_store(&c->job->failed, 1);
     fprintf(stderr, "rank %d failed: %s\n", comm_world_rank(c), msg);
     stop_rank(c, 0.0);
@@ -167,13 +181,19 @@ static _Noreturn void vfail(comm *c, const char *fmt, va_list ap) {
 _Noreturn void comm_fail(comm *c, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vfail(c, fmt, ap);
+    vfail(c, COMM_EXIT_FAILED, fmt, ap);
 }
 
 _Noreturn void comm_abort(comm *c, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vfail(c, fmt, ap);
+    vfail(c, COMM_EXIT_FAILED, fmt, ap);
+}
+
+_Noreturn void comm_abort_lost(comm *c, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vfail(c, COMM_EXIT_RANK_LOST, fmt, ap);
 }
 
 /* ---- rank threads of in-process backends ------------------------------------------ */

@@ -181,6 +181,7 @@ struct comm_job {
     _Atomic int failed;         /* set once, by the failure that prints the report */
     _Atomic int reported;       /* ... and that report is out */
     _Atomic int stop;           /* every rank must stop */
+    _Atomic int exit_status;    /* the first failure's (comm.h's COMM_EXIT_*); 0: none yet */
     void *impl;
 };
 
@@ -217,6 +218,10 @@ _Noreturn void comm_fail(comm *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* Claims the right to print the job's failure report: 1 for the first caller. */
 int comm_claim_failure(comm_job *job);
+/* The status the job exits with after a failure: the first one noted (comm.h's
+ * COMM_EXIT_*), else COMM_EXIT_FAILED. */
+void comm_note_exit_status(comm_job *job, int status);
+int comm_job_exit_status(comm_job *job);
 
 /* ---- reductions: dst = a op b elementwise; dst may be a or b, nothing else overlaps */
 void comm_reduce_buffers(void *dst, const void *a, const void *b, size_t count,

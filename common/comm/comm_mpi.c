@@ -127,7 +127,6 @@ static int int_count(comm *c, size_t count) {
 }
 
 static void stop_now(comm *c, double grace_seconds) {
-    (void)c;
     fflush(stdout);
     fflush(stderr);
     if (grace_seconds > 0) {   /* let the other ranks print their own report */
@@ -135,7 +134,7 @@ static void stop_now(comm *c, double grace_seconds) {
                                  .tv_nsec = (long)((grace_seconds - (double)(time_t)grace_seconds) * 1e9)};
         nanosleep(&pause, NULL);
     }
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    MPI_Abort(MPI_COMM_WORLD, comm_job_exit_status(c->job));
 }
 
 /* Every rank's call, exchanged on the check communicator. On a difference, group rank

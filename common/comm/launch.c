@@ -185,7 +185,7 @@ static void wait_for_ranks(comm_job *job, launch_state *state, int n) {
                 if (!atomic_load(&job->ranks[r].finished))
                     fprintf(stderr, "comm: rank %d has not stopped %.0f s after the failure "
                             "(busy outside comm); exiting\n", r, STOP_GRACE_SECONDS);
-            exit(1);
+            exit(comm_job_exit_status(job));
         }
     }
     pthread_mutex_unlock(&state->lock);
@@ -230,7 +230,8 @@ int launch_threads(const comm_options *opts, rank_main_fn fn, void *args) {
 
     int status = 0;
     for (int r = 0; r < n && !status; r++) status = ranks[r].status;
-    if (status < 0 || (atomic_load(&job->failed) && status == 0)) status = 1;
+    if (status < 0 || (atomic_load(&job->failed) && status == 0))
+        status = comm_job_exit_status(job);
     if (job->opts.trace_path) {
         char **parts = calloc((size_t)n, sizeof *parts);
         for (int r = 0; parts && r < n; r++) parts[r] = comm_trace_rank_json(job, &job->ranks[r]);

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -109,8 +110,11 @@ static void write_line(int fd, int line, const char *fmt, ...) {
         perror("restart: DIR/restart-progress");
 }
 
+/* DIR is made here, once the run is under way: a run refused before (exit 2) leaves
+ * nothing behind it, and ./run makes nothing before the program accepts the job. */
 static int open_progress(const char *dir) {
     char path[4096];
+    mkdir(dir, 0777);   /* may exist */
     snprintf(path, sizeof path, "%s/restart-progress", dir);
     int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
     if (fd < 0) perror(path);
@@ -170,11 +174,12 @@ void restart_maybe_fail(const run_config *cfg, comm *world, int step) {
         fprintf(stderr, "test hook: rank %d stops its process (SIGSTOP) at step %d\n", rank, step);
         raise(SIGSTOP);
     }
+    /* as a device or link that fails would: the rank is lost, a restart may cure it */
     if (!world) {
         fprintf(stderr, "rank 0 failed: test hook at step %d\n", step);
-        exit(1);
+        exit(COMM_EXIT_RANK_LOST);
     }
-    comm_abort(world, "test hook at step %d", step);
+    comm_abort_lost(world, "test hook at step %d", step);
 }
 
 int restart_resumed_step(const run_config *cfg, int checkpoint_step) {
