@@ -157,6 +157,14 @@ loop_checks() {   # loop_checks BACKEND RANKS FULL FLAGS...
         $([ $status -eq 2 ] && [ "$(wc -l <"$work/refused-$b.err")" -eq 1 ]; echo $?) \
         "exit $status, $out"
 
+    # ... also into a DIR holding another job's checkpoint: the refusal alone, no warning
+    on_ranks refused-foreign $ddp --save "$work/foreign-$b" --batch 7
+    status=$?
+    out="$(wc -l <"$work/refused-foreign-$b.err") line(s): $(head -c 80 "$work/refused-foreign-$b.err")"
+    verdict "bad input into another job's --save DIR says only why $on" \
+        $([ $status -eq 2 ] && [ "$(wc -l <"$work/refused-foreign-$b.err")" -eq 1 ]; echo $?) \
+        "exit $status, $out"
+
     # d. a refused run leaves nothing it made: no DIR (through the loop or not), and in a
     # DIR that was there, no restart-progress
     mkdir "$work/kept-$b"

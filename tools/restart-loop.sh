@@ -151,7 +151,9 @@ next_resume() {
 }
 
 # warn_foreign: one line when DIR holds a checkpoint that this job does not go on from
-# (its --resume names neither DIR nor a checkpoint in it): another job's
+# (its --resume names neither DIR nor a checkpoint in it): another job's. Not for flags
+# the program refuses: then its own line is the only one (it answers the layout probe
+# before any rank starts)
 warn_foreign() {
     local name value there
     name=$(cat "$save/latest" 2>/dev/null)
@@ -162,6 +164,8 @@ warn_foreign() {
         [ "$(realpath -m -- "$value")" = "$there" ] && return 0
         [ "$(realpath -m -- "$(dirname -- "$value")")" = "$there" ] && return 0
     fi
+    RUN_LAYOUT_PROBE=1 "$program" --ranks "$world" "${args[@]}" "${resume[@]}" \
+        --restart-attempt 0 --restart-record "0 0 0 0 0 0 $world" >/dev/null 2>&1 || return 0
     echo "run: warning: --save $save holds another job's checkpoint ($name): this job's" \
          "restarts resume only its own saves, which move $save/latest on (to go on from" \
          "that job instead: --resume $save)" >&2
