@@ -658,6 +658,27 @@ elif [ -x "$chapter10" ]; then
     expect_error "$chapter10" "--trace $scratch/t.json with 1 rank: the trace is of the first expert-parallel run" --ranks 1 --trace "$scratch/t.json"
     expect_error "$chapter10" "--batch 6 does not split evenly over 4 ranks" --ranks 4 --batch 6
 fi
+# chapter 10's runs that fail: a diverging EP run is one line and exit 1 (it freed runs
+# it never made), an EP run off the one-device run prints the table, then one line; the
+# experts count in the memory check
+if [ -x "$chapter10" ]; then
+    ranks10=(--ranks 4)
+    [ "$mpi" = mpi ] && ranks10=()   # ./run 2
+    # shellcheck disable=SC2086
+    expect_status "$chapter10" 1 "training diverged: the loss is nan at step 2 on rank 0 (strategy ep)" \
+        $tiny "${ranks10[@]}" --lr 1e30 --part ep
+    # shellcheck disable=SC2086
+    expect_status "$chapter10" 1 "part ep: an expert-parallel run differs from one device by .* of its tolerance" \
+        $tiny "${ranks10[@]}" --aux-loss 100 --part ep
+    # shellcheck disable=SC2086
+    if "$chapter10" $tiny "${ranks10[@]}" --aux-loss 100 --part ep 2>/dev/null | grep -q "MISMATCH"; then
+        passed=$((passed + 1)); echo "ok   chapter10 --aux-loss 100 --part ep: the table says MISMATCH"
+    else
+        failed=$((failed + 1)); echo "FAIL chapter10 --aux-loss 100 --part ep: no table"
+    fi
+    expect_error "$chapter10" "this run needs at least .* TB of memory (6.88e+10 parameters" \
+        --experts 1024 --dim 2048 --part ep
+fi
 # ./run itself (once, on threads: RUN_LAST names this build's baseline, whatever was
 # built last)
 if [ -z "$mpi" ] && [ -x "$build"/baseline ]; then
