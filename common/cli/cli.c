@@ -10,15 +10,31 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The flags given on the command line, by name (cli_given). */
+/* The flags given on the command line, by name, with their values as typed
+ * (cli_given, cli_given_text). */
 enum { GIVEN_MAX = 128 };
-static const char *given_names[GIVEN_MAX];
+static const char *given_names[GIVEN_MAX], *given_texts[GIVEN_MAX];
 static int given_count;
 
-int cli_given(const char *name) {
-    for (int i = 0; i < given_count; i++)
-        if (strcmp(given_names[i], name) == 0) return 1;
-    return 0;
+/* The last time it was given: the value that holds. */
+static int given_index(const char *name) {
+    for (int i = given_count - 1; i >= 0; i--)
+        if (strcmp(given_names[i], name) == 0) return i;
+    return -1;
+}
+
+int cli_given(const char *name) { return given_index(name) >= 0; }
+
+const char *cli_given_text(const char *name) {
+    const int i = given_index(name);
+    return i >= 0 ? given_texts[i] : NULL;
+}
+
+static void note_given(const char *name, const char *text) {
+    if (given_count < GIVEN_MAX) {
+        given_names[given_count] = name;
+        given_texts[given_count++] = text;
+    }
 }
 
 void cli_refuse_in_mode(const char *mode, const char *const *flags, const char *why) {
@@ -202,14 +218,15 @@ static void parse_flags(int argc, char **argv, run_config *cfg, const cli_option
         if (found >= shared && found < shared + table_size(shared) &&
             in_list(found->name, cfg->unused_flags))
             cli_fail("--%s does nothing in %s (%s)", found->name, cli_program_name(), cfg->unused_why);
-        if (given_count < GIVEN_MAX) given_names[given_count++] = found->name;
         if (found->type == OPT_FLAG) {
             if (eq) cli_fail("--%s takes no value", found->name);
+            note_given(found->name, "");
             parse_value(found, "");
             continue;
         }
         const char *value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
         if (!value) cli_fail("--%s: missing value (%s)", found->name, found->help);
+        note_given(found->name, value);
         parse_value(found, value);
     }
 }
