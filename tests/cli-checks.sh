@@ -679,6 +679,31 @@ if [ -x "$chapter10" ]; then
     expect_error "$chapter10" "this run needs at least .* TB of memory (6.88e+10 parameters" \
         --experts 1024 --dim 2048 --part ep
 fi
+# fp16's loss scale: a start that is no fp32 number, or with which every step of the run
+# overflows fp16 and is skipped, is refused before any rank starts
+for program in $(mixed_programs "$programs"/baseline "$programs"/chapter[123459]); do
+    [ -x "$program" ] || continue
+    fp16=(--precision fp16)   # a run that would start but for the scale
+    case "$(basename "$program")" in
+        chapter1) fp16+=(--strategy ddp) ;;
+        chapter9) [ -z "$mpi" ] && fp16+=(--ranks 2) ;;
+    esac
+    expect_error "$program" "--loss-scale 1e39: more than fp32's largest number" "${fp16[@]}" --loss-scale 1e39
+    expect_error "$program" "--loss-scale 1e38: every one of the .* steps would overflow fp16 and be skipped" \
+        "${fp16[@]}" --loss-scale 1e38
+done
+for program in $(mixed_programs "$programs"/chapter2 "$programs"/chapter8 "$programs"/chapter9); do
+    [ -x "$program" ] || continue
+    p16=(--precision fp16)
+    [ "$(basename "$program")" = chapter8 ] && p16=()   # chapter 8 runs fp16 itself
+    [ "$(basename "$program")" = chapter9 ] && [ -z "$mpi" ] && p16+=(--ranks 2)
+    expect_error "$program" "--loss-scale 3.5e38: more than fp32's largest number" "${p16[@]}" --loss-scale 3.5e38
+done
+[ -x "$programs"/chapter2 ] && expect_error "$programs"/chapter2 \
+    "--loss-scale 2e10: every one of the 5 steps .* step 10 would be the first taken; valid: below 1.07e+09" \
+    --precision fp16 --loss-scale 2e10
+# shellcheck disable=SC2086
+[ -x "$programs"/chapter2 ] && expect_ok "$programs"/chapter2 $tiny --precision fp16 --loss-scale 1e6
 # ./run itself (once, on threads: RUN_LAST names this build's baseline, whatever was
 # built last)
 if [ -z "$mpi" ] && [ -x "$build"/baseline ]; then

@@ -1,6 +1,7 @@
 #include "cli.h"
 
 #include "device.h"
+#include "loss_scale.h"
 #include "restart.h"
 
 #include <ctype.h>
@@ -78,6 +79,13 @@ static void check_loss_scale_flags(const run_config *cfg) {
                  precision_name(cfg->precision));
     if (cfg->no_loss_scale && (cfg->loss_scale_init > 0 || cfg->loss_scale_window > 0))
         cli_fail("--no-loss-scale: leave out --loss-scale and --loss-scale-window with it");
+    char why[512];
+    const double backoff = loss_scale_defaults(cfg->precision).backoff_factor;
+    const char *typed = cli_given_text("loss-scale");
+    if (cfg->loss_scale_init > 0 &&
+        !loss_scale_start_check(cfg->loss_scale_init, backoff, (double)cfg->batch * cfg->model.ctx,
+                                cfg->steps, why, sizeof why))
+        cli_fail("--loss-scale %s: %s", typed ? typed : "S", why);
 }
 
 /* --grad-dtype: fp32, or 16 bits in the precision the run computes in (bf16 compute
