@@ -704,6 +704,32 @@ done
     --precision fp16 --loss-scale 2e10
 # shellcheck disable=SC2086
 [ -x "$programs"/chapter2 ] && expect_ok "$programs"/chapter2 $tiny --precision fp16 --loss-scale 1e6
+# the refusal comes first: nothing on stdout before it
+for program in "${every_program[@]}"; do
+    [ -x "$program" ] || continue
+    out=$("$program" --data /dev/null 2>/dev/null)
+    if [ -z "$out" ]; then
+        passed=$((passed + 1)); echo "ok   $(basename "$program") --data /dev/null: nothing before the refusal"
+    else
+        failed=$((failed + 1)); echo "FAIL $(basename "$program") --data /dev/null: printed before the refusal: $out"
+    fi
+done
+# --help lists only what a program accepts: chapters 8-10 keep no checkpoints, and
+# chapter 10 computes in fp32 alone (chapter 8 runs every precision itself)
+for program in "$programs"/chapter8 "$programs"/chapter9 "$programs"/chapter10; do
+    [ -x "$program" ] && [ -z "$mpi" ] || continue
+    refused="--save \|--save-every \|--resume \|--max-restarts \|--elastic "
+    case "$(basename "$program")" in
+        chapter8) refused="$refused\|--precision \|--grad-dtype \|--no-loss-scale " ;;
+        chapter10) refused="$refused\|--precision \|--grad-dtype \|--loss-scale \|--loss-scale-window \|--no-loss-scale " ;;
+    esac
+    listed=$("$program" --help 2>&1 | grep -o -e "$refused" | tr '\n' ' ')
+    if [ -z "$listed" ]; then
+        passed=$((passed + 1)); echo "ok   $(basename "$program") --help lists no flag it refuses"
+    else
+        failed=$((failed + 1)); echo "FAIL $(basename "$program") --help lists flags it refuses: $listed"
+    fi
+done
 # ./run itself (once, on threads: RUN_LAST names this build's baseline, whatever was
 # built last)
 if [ -z "$mpi" ] && [ -x "$build"/baseline ]; then

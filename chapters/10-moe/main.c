@@ -173,10 +173,10 @@ int main(int argc, char **argv) {
     f.moe.capacity_factor = capacity_factor;
     f.moe.aux_coef = (float)aux_loss;
     validate(&cfg, &f);
+    dataset *data = dataset_from_config(&cfg);   /* refused before the header */
     if (!cfg.json && process_hosts_rank0())
         report_header(&cfg, "Chapter 10: mixture of experts and expert parallelism",
                       cfg.comm.ranks, 1);
-    dataset *data = dataset_from_config(&cfg);
     chapter_results r = {0};
     int status = run_parts(&cfg, data, &f, &r);
     if (!status && process_hosts_rank0()) {

@@ -115,15 +115,28 @@ static int table_size(const cli_option *t) {
     return n;
 }
 
+static const char *const checkpoint_flags[] = {"save", "save-every", "resume",
+                                               "max-restarts", "elastic", NULL};
+static const char *const precision_flags[] = {"precision", "grad-dtype", "loss-scale",
+                                              "loss-scale-window", "no-loss-scale", NULL};
+
+/* A shared flag this program refuses whatever its value: --help does not list it. */
+static int refused_by_program(const run_config *cfg, const char *name) {
+    return in_list(name, cfg->unused_flags) || in_list(name, cfg->refused_flags) ||
+           (cfg->no_checkpoints && in_list(name, checkpoint_flags)) ||
+           (cfg->fp32_only && in_list(name, precision_flags)) ||
+           (cfg->fp32_grads_only && strcmp(name, "grad-dtype") == 0);
+}
+
 /* A flag without help text is a test hook: accepted, never listed. */
-static void print_usage(const cli_option *tables[2], const char *const *unused,
+static void print_usage(const cli_option *tables[2], const run_config *cfg,
                         const char *description) {
     printf("usage: ./run N [flags]   (or %s [flags] --ranks N)\n%s\n\nflags:\n",
            cli_program_name(), description ? description : "");
     for (int k = 0; k < 2; k++) {
         for (int i = 0; i < table_size(tables[k]); i++) {
             const cli_option *o = &tables[k][i];
-            if (!o->help || (k == 0 && in_list(o->name, unused))) continue;
+            if (!o->help || (k == 0 && refused_by_program(cfg, o->name))) continue;
             char left[64];
             snprintf(left, sizeof left, "--%s%s", o->name,
                      o->type == OPT_FLAG ? "" : o->type == OPT_CHOICE ? " CHOICE" : " X");
@@ -208,7 +221,7 @@ static void parse_flags(int argc, char **argv, run_config *cfg, const cli_option
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            print_usage(tables, cfg->unused_flags, description);
+            print_usage(tables, cfg, description);
             exit(0);
         }
         if (strncmp(arg, "--", 2) != 0)
