@@ -730,6 +730,45 @@ for program in "$programs"/chapter8 "$programs"/chapter9 "$programs"/chapter10; 
         failed=$((failed + 1)); echo "FAIL $(basename "$program") --help lists flags it refuses: $listed"
     fi
 done
+# A stopped mpirun (killed, or Ctrl-C) leaves nothing behind: its processes' shared
+# memory segments (found in their maps) and its session files (under the TMPDIR it had)
+# go with the job. Ctrl-C is exit status 130 and one line, as on threads.
+# stop_mpirun SIGNAL WANT_STATUS WANT_LINE: the verdict for one long ./run 2 so stopped
+stop_mpirun() {
+    local signal=$1 want=$2 line=$3 marker=$((RANDOM * 32768 + RANDOM)) tmp="$scratch/tmp-$1"
+    mkdir -p "$tmp"
+    # a background job of a script ignores SIGINT, and so would ./run: python gives it
+    # back the default, as a terminal's job has
+    TMPDIR=$tmp setsid python3 -c 'import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+os.execv(sys.argv[1], sys.argv[1:])' "$programs"/chapter1 --strategy ddp --steps 100000 --quiet \
+        --seed "$marker" >/dev/null 2>"$scratch/stop.err" &
+    local job=$! segments="" ranks mpirun_pid tries
+    for tries in $(seq 300); do   # until both ranks have mapped their segments
+        ranks=$(pgrep -f "chapter1 --strategy ddp --steps 100000 --quiet --seed $marker" | grep -vx "$job")
+        segments=$(for r in $ranks; do grep -o '/[^ ]*vader_segment[^ ]*' "/proc/$r/maps" 2>/dev/null; done | sort -u)
+        [ "$(printf '%s' "$segments" | grep -c .)" -ge 2 ] && break
+        sleep 0.1
+    done
+    mpirun_pid=$(pgrep -x mpirun -P "$job")
+    if [ "$signal" = INT ]; then kill -INT -- "-$job"; else kill -KILL "$mpirun_pid"; fi
+    wait "$job"
+    local status=$? left
+    sleep 0.5   # the ranks, which mpirun's death leaves to exit on their own
+    left=$(for f in $segments; do [ -e "$f" ] && echo "$f"; done; find "$tmp" -mindepth 1 -maxdepth 1)
+    if [ -n "$segments" ] && [ -z "$left" ] && [ $status -eq "$want" ] &&
+        { [ -z "$line" ] || grep -q -- "$line" "$scratch/stop.err"; }; then
+        passed=$((passed + 1))
+        echo "ok   ./run 2 under Open MPI, $signal to mpirun's job: exit $status, $(wc -l <"$scratch/stop.err") line(s), nothing left of $(echo $segments | wc -w) segments and the session files"
+    else
+        failed=$((failed + 1))
+        echo "FAIL ./run 2 under Open MPI, $signal: exit $status (want $want), stderr: $(cat "$scratch/stop.err"); segments seen: $segments; left behind: $left"
+    fi
+}
+if [ "$mpi" = mpi ] && [ -x "$programs"/chapter1 ]; then
+    stop_mpirun KILL 137 ""
+    stop_mpirun INT 130 "^run: interrupted (Ctrl-C): mpirun stopped the 2 ranks$"
+fi
 # ./run itself (once, on threads: RUN_LAST names this build's baseline, whatever was
 # built last)
 if [ -z "$mpi" ] && [ -x "$build"/baseline ]; then
