@@ -100,9 +100,9 @@ for program in "${every_program[@]}"; do
     expect_error "$program" "--data $scratch/fifo: not a regular file" --data "$scratch/fifo"
     expect_error "$program" "--data $scratch: is a directory" --data "$scratch"
     # waits that would never end, or end in a time_t overflow
-    expect_training_error "$program" "--comm-timeout 1e+300: must be at most 604800" --comm-timeout 1e300
-    expect_training_error "$program" "--comm-timeout 1e+19: must be at most 604800" --comm-timeout 1e19
-    expect_training_error "$program" "--link-scale 1e+06: must be at most 10000" --comm-timeout 5 --link ethernet --link-scale 1e6
+    expect_training_error "$program" "--comm-timeout 1e300: must be at most 604800" --comm-timeout 1e300
+    expect_training_error "$program" "--comm-timeout 1e19: must be at most 604800" --comm-timeout 1e19
+    expect_training_error "$program" "--link-scale 1e6: must be at most 10000" --comm-timeout 5 --link ethernet --link-scale 1e6
     expect_error "$program" "--ranks 5000: must be at most 4096" --ranks 5000 --batch 5000
     # sizes whose products overflow
     expect_error "$program" "--dim 1000000000: at most 536870911" --dim 1000000000 --vocab 1000000000
@@ -196,8 +196,8 @@ if [ -x "$chapter1" ] && [ -z "$mpi" ]; then   # --ranks is mpirun's -np under M
 fi
 chapter2="$programs"/chapter2
 if [ -x "$chapter2" ]; then
-    expect_error "$chapter2" "--estimate 1e+308: must be at most 1e+15" --estimate 1e308 --world 1000000000
-    expect_error "$chapter2" "--gpu-mem 1e+300: must be at most 1e+06" --estimate 7e9 --world 8 --gpu-mem 1e300
+    expect_error "$chapter2" "--estimate 1e308: must be at most 1e+15" --estimate 1e308 --world 1000000000
+    expect_error "$chapter2" "--gpu-mem 1e300: must be at most 1e+06" --estimate 7e9 --world 8 --gpu-mem 1e300
 fi
 chapter3="$programs"/chapter3
 [ -x "$chapter3" ] && [ -z "$mpi" ] && expect_error "$chapter3" "TP sizes that work on 4 ranks: 1, 2\$" --ranks 4 --heads 6 --dim 96 --tp 4
@@ -218,7 +218,7 @@ if [ -x "$chapter4" ] && [ -z "$mpi" ]; then
     expect_error "$chapter4" "--pp 3 does not divide the 4 ranks" --ranks 4 --pp 3 $tiny --layers 4
     expect_error "$chapter4" "--batch 6 does not split over 4 pipelines" --ranks 4 --pp 1 $tiny --batch 6
     # sizes whose waits or lists would never end
-    expect_error "$chapter4" "--stage-ms 1e+200: must be at most 60000" --stage-ms 1e200
+    expect_error "$chapter4" "--stage-ms 1e200: must be at most 60000" --stage-ms 1e200
     expect_error "$chapter4" "--pp 100000: at most 1024 stages" --simulate --pp 100000 --micro 100000 --layers 100000 --batch 100000
     expect_error "$chapter4" "--pp 1000000: at most 1024 stages" --simulate --pp 1000000 --layers 1000000
     expect_error "$chapter4" "--pp 1024 x --micro 2048 = 2097152 forwards through a chunk, more than 1048576" --simulate --pp 1024 --micro 2048 --layers 1024 --batch 2048 --schedule 1f1b
@@ -348,7 +348,7 @@ if [ -x "$planner" ] && [ -z "$mpi" ]; then
     # products of sizes up to 1e9 are formed in 64 bits, and refused by name
     expect_error "$planner" "--tp 65536 x --pp 65536 = 4294967296 GPUs, more than --gpus 8" --params 70e9 --tp 65536 --pp 65536
     expect_error "$planner" "--tp 46341 x --pp 46341 = 2147488281 GPUs, more than --gpus 8" --params 70e9 --tp 46341 --pp 46341
-    expect_error "$planner" "--gpus 1e+09: must be at most 1e+08" --gpus 1000000000
+    expect_error "$planner" "--gpus 1000000000: must be at most 1e+08" --gpus 1000000000
     # it trains nothing: training flags are refused and not listed, and modes that
     # ignore a flag refuse it
     expect_error "$planner" "--save does nothing in chapter6 (the planner trains nothing)" --save "$scratch/ckpt"
@@ -359,7 +359,7 @@ if [ -x "$planner" ] && [ -z "$mpi" ]; then
     expect_error "$planner" "--profile does nothing in chapter6" --profile
     expect_error "$planner" "--steps does nothing with a plan (only --predict-chapters runs programs)" --params 70e9 --steps 3
     expect_error "$planner" "--link-scale does nothing with a plan" --link-scale 2
-    expect_error "$planner" "--link-scale 1e+06: must be at most 10000" --predict-chapters --link-scale 1e6
+    expect_error "$planner" "--link-scale 1e6: must be at most 10000" --predict-chapters --link-scale 1e6
     expect_error "$planner" "--gpus does nothing with --predict-chapters" --predict-chapters --gpus 64
     expect_error "$planner" "--json does nothing with --course (it prints its checks as text)" --course --json
     expect_error "$planner" "--tokens does nothing with --max-params without a model" --gpus 1024 --max-params --tokens 1e12
@@ -514,7 +514,7 @@ if [ -x "$chapter7" ]; then
     expect_error "$chapter7" "--start-efficiency 1.5: a fraction from 0.01 to 0.99" --start-efficiency 1.5
     # refused before any rank starts (with a tiny model, a late refusal fails fast)
     expect_error "$chapter7" "--start-efficiency 1e-300: a fraction from 0.01 to 0.99" --start-efficiency 1e-300 --part ladder $tiny
-    expect_error "$chapter7" "--ladder-scale 1e+308: must be at most 10000" --ladder-scale 1e308 --part ladder $tiny
+    expect_error "$chapter7" "--ladder-scale 1e308: must be at most 10000" --ladder-scale 1e308 --part ladder $tiny
     expect_error "$chapter7" "--svg needs the strategies part" --svg x.svg --part ladder
     expect_error "$chapter7" "--svg $scratch/no/e.svg: cannot write there" --svg "$scratch/no/e.svg" --part strategies $tiny
     expect_error "$chapter7" "--save ckpt: chapter 7 trains many short runs" --save ckpt
@@ -658,6 +658,117 @@ elif [ -x "$chapter10" ]; then
     expect_error "$chapter10" "--trace $scratch/t.json with 1 rank: the trace is of the first expert-parallel run" --ranks 1 --trace "$scratch/t.json"
     expect_error "$chapter10" "--batch 6 does not split evenly over 4 ranks" --ranks 4 --batch 6
 fi
+# chapter 10's runs that fail: a diverging EP run is one line and exit 1 (it freed runs
+# it never made), an EP run off the one-device run prints the table, then one line; the
+# experts count in the memory check
+if [ -x "$chapter10" ]; then
+    ranks10=(--ranks 4)
+    [ "$mpi" = mpi ] && ranks10=()   # ./run 2
+    # shellcheck disable=SC2086
+    expect_status "$chapter10" 1 "training diverged: the loss is nan at step 2 on rank 0 (strategy ep)" \
+        $tiny "${ranks10[@]}" --lr 1e30 --part ep
+    # shellcheck disable=SC2086
+    expect_status "$chapter10" 1 "part ep: an expert-parallel run differs from one device by .* of its tolerance" \
+        $tiny "${ranks10[@]}" --aux-loss 100 --part ep
+    # shellcheck disable=SC2086
+    if "$chapter10" $tiny "${ranks10[@]}" --aux-loss 100 --part ep 2>/dev/null | grep -q "MISMATCH"; then
+        passed=$((passed + 1)); echo "ok   chapter10 --aux-loss 100 --part ep: the table says MISMATCH"
+    else
+        failed=$((failed + 1)); echo "FAIL chapter10 --aux-loss 100 --part ep: no table"
+    fi
+    expect_error "$chapter10" "this run needs at least .* TB of memory (6.88e+10 parameters" \
+        --experts 1024 --dim 2048 --part ep
+fi
+# fp16's loss scale: a start that is no fp32 number, or with which every step of the run
+# overflows fp16 and is skipped, is refused before any rank starts
+for program in $(mixed_programs "$programs"/baseline "$programs"/chapter[123459]); do
+    [ -x "$program" ] || continue
+    fp16=(--precision fp16)   # a run that would start but for the scale
+    case "$(basename "$program")" in
+        chapter1) fp16+=(--strategy ddp) ;;
+        chapter9) [ -z "$mpi" ] && fp16+=(--ranks 2) ;;
+    esac
+    expect_error "$program" "--loss-scale 1e39: more than fp32's largest number" "${fp16[@]}" --loss-scale 1e39
+    expect_error "$program" "--loss-scale 1e38: every one of the .* steps would overflow fp16 and be skipped" \
+        "${fp16[@]}" --loss-scale 1e38
+done
+for program in $(mixed_programs "$programs"/chapter2 "$programs"/chapter8 "$programs"/chapter9); do
+    [ -x "$program" ] || continue
+    p16=(--precision fp16)
+    [ "$(basename "$program")" = chapter8 ] && p16=()   # chapter 8 runs fp16 itself
+    [ "$(basename "$program")" = chapter9 ] && [ -z "$mpi" ] && p16+=(--ranks 2)
+    expect_error "$program" "--loss-scale 3.5e38: more than fp32's largest number" "${p16[@]}" --loss-scale 3.5e38
+done
+[ -x "$programs"/chapter2 ] && expect_error "$programs"/chapter2 \
+    "--loss-scale 2e10: every one of the 5 steps .* step 10 would be the first taken; valid: below 1.07e+09" \
+    --precision fp16 --loss-scale 2e10
+# shellcheck disable=SC2086
+[ -x "$programs"/chapter2 ] && expect_ok "$programs"/chapter2 $tiny --precision fp16 --loss-scale 1e6
+# the refusal comes first: nothing on stdout before it
+for program in "${every_program[@]}"; do
+    [ -x "$program" ] || continue
+    out=$("$program" --data /dev/null 2>/dev/null)
+    if [ -z "$out" ]; then
+        passed=$((passed + 1)); echo "ok   $(basename "$program") --data /dev/null: nothing before the refusal"
+    else
+        failed=$((failed + 1)); echo "FAIL $(basename "$program") --data /dev/null: printed before the refusal: $out"
+    fi
+done
+# --help lists only what a program accepts: chapters 8-10 keep no checkpoints, and
+# chapter 10 computes in fp32 alone (chapter 8 runs every precision itself)
+for program in "$programs"/chapter8 "$programs"/chapter9 "$programs"/chapter10; do
+    [ -x "$program" ] && [ -z "$mpi" ] || continue
+    refused="--save \|--save-every \|--resume \|--max-restarts \|--elastic "
+    case "$(basename "$program")" in
+        chapter8) refused="$refused\|--precision \|--grad-dtype \|--no-loss-scale " ;;
+        chapter10) refused="$refused\|--precision \|--grad-dtype \|--loss-scale \|--loss-scale-window \|--no-loss-scale " ;;
+    esac
+    listed=$("$program" --help 2>&1 | grep -o -e "$refused" | tr '\n' ' ')
+    if [ -z "$listed" ]; then
+        passed=$((passed + 1)); echo "ok   $(basename "$program") --help lists no flag it refuses"
+    else
+        failed=$((failed + 1)); echo "FAIL $(basename "$program") --help lists flags it refuses: $listed"
+    fi
+done
+# A stopped mpirun (killed, or Ctrl-C) leaves nothing behind: its processes' shared
+# memory segments (found in their maps) and its session files (under the TMPDIR it had)
+# go with the job. Ctrl-C is exit status 130 and one line, as on threads.
+# stop_mpirun SIGNAL WANT_STATUS WANT_LINE: the verdict for one long ./run 2 so stopped
+stop_mpirun() {
+    local signal=$1 want=$2 line=$3 marker=$((RANDOM * 32768 + RANDOM)) tmp="$scratch/tmp-$1"
+    mkdir -p "$tmp"
+    # a background job of a script ignores SIGINT, and so would ./run: python gives it
+    # back the default, as a terminal's job has
+    TMPDIR=$tmp setsid python3 -c 'import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+os.execv(sys.argv[1], sys.argv[1:])' "$programs"/chapter1 --strategy ddp --steps 100000 --quiet \
+        --seed "$marker" >/dev/null 2>"$scratch/stop.err" &
+    local job=$! segments="" ranks mpirun_pid tries
+    for tries in $(seq 300); do   # until both ranks have mapped their segments
+        ranks=$(pgrep -f "chapter1 --strategy ddp --steps 100000 --quiet --seed $marker" | grep -vx "$job")
+        segments=$(for r in $ranks; do grep -o '/[^ ]*vader_segment[^ ]*' "/proc/$r/maps" 2>/dev/null; done | sort -u)
+        [ "$(printf '%s' "$segments" | grep -c .)" -ge 2 ] && break
+        sleep 0.1
+    done
+    mpirun_pid=$(pgrep -x mpirun -P "$job")
+    if [ "$signal" = INT ]; then kill -INT -- "-$job"; else kill -KILL "$mpirun_pid"; fi
+    wait "$job"
+    local status=$? left
+    sleep 0.5   # the ranks, which mpirun's death leaves to exit on their own
+    left=$(for f in $segments; do [ -e "$f" ] && echo "$f"; done; find "$tmp" -mindepth 1 -maxdepth 1)
+    if [ -n "$segments" ] && [ -z "$left" ] && [ $status -eq "$want" ] &&
+        { [ -z "$line" ] || grep -q -- "$line" "$scratch/stop.err"; }; then
+        passed=$((passed + 1))
+        echo "ok   ./run 2 under Open MPI, $signal to mpirun's job: exit $status, $(wc -l <"$scratch/stop.err") line(s), nothing left of $(echo $segments | wc -w) segments and the session files"
+    else
+        failed=$((failed + 1))
+        echo "FAIL ./run 2 under Open MPI, $signal: exit $status (want $want), stderr: $(cat "$scratch/stop.err"); segments seen: $segments; left behind: $left"
+    fi
+}
+if [ "$mpi" = mpi ] && [ -x "$programs"/chapter1 ]; then
+    stop_mpirun KILL 137 ""
+    stop_mpirun INT 130 "^run: interrupted (Ctrl-C): mpirun stopped the 2 ranks$"
+fi
 # ./run itself (once, on threads: RUN_LAST names this build's baseline, whatever was
 # built last)
 if [ -z "$mpi" ] && [ -x "$build"/baseline ]; then
@@ -667,6 +778,7 @@ if [ -z "$mpi" ] && [ -x "$build"/baseline ]; then
     expect_error ./run "N '0' must be a positive whole number" 0
     expect_error ./run "N '-1' must be a positive whole number" -1
     expect_error ./run "--ranks 99999999999999999999: must be an integer from 1" 99999999999999999999
+    expect_error ./run "--ranks 1000000: must be at most 4096" 1000000   # as typed, not 1e+06
 fi
 # restarts after failures (./run --max-restarts, common/train/restart.c): they resume
 # from --save's checkpoints, and ./run, outside the job, makes them

@@ -91,5 +91,9 @@ expect_filtered() {
 banner=$'-------------------------\nAn MPI communication peer process has unexpectedly disconnected.\n-------------------------'
 expect_filtered "the peer banner after a rank's reason is dropped" 1 $'rank 0 failed: the loss is nan\n'"$banner"
 expect_filtered "the peer banner alone passes whole" 3 "$banner"
+# Open MPI's count of a banner's further copies, after the banner, says nothing more
+aggregated=$'[vm:01234] 3 more processes have sent help message help-mpi-api.txt / mpi-abort\n[vm:01234] Set MCA parameter "orte_base_help_aggregate" to 0 to see all help / error messages'
+expect_filtered "the count of a banner's copies is dropped" 1 $'rank 1 failed: the loss is nan\n'"$aggregated"
+expect_filtered "one more process's copy is dropped too" 0 "${aggregated/3 more processes have/1 more process has}"
 echo "harness-checks: $checks_passed passed, $checks_failed failed"
 [ $checks_failed -eq 0 ]

@@ -188,11 +188,39 @@ START_TEST(test_config_check) {
 END_TEST
 
 /* An exit test: the child must exit with status 2. */
+/* A config that fails the check returns 0 and leaves the scale off (1): the library
+ * says so and the caller stops; it exits nothing (a rank's thread calling exit took
+ * the whole process down under the other ranks). */
 START_TEST(test_init_refuses_bad_config) {
     loss_scale_config c = loss_scale_defaults(PRECISION_FP16);
     c.backoff_factor = 2.0f;
     loss_scale s;
-    loss_scale_init(&s, &c);
+    ck_assert(!loss_scale_init(&s, &c));
+    ck_assert(!s.cfg.enabled && s.scale == 1.0f);
+    ck_assert(loss_scale_update(&s, 0));   /* off: every step is taken */
+    c.backoff_factor = 0.5f;
+    ck_assert(loss_scale_init(&s, &c) && s.cfg.enabled && s.scale == 65536.0f);
+}
+END_TEST
+
+/* The start scale the command line refuses, by hand: 512 tokens (batch 8 x ctx 64), so
+ * a token's target logit overflows fp16 for sure from 2 x 65520 x 512 = 67092480 (1 - p
+ * >= 1/2); 5 steps halve the scale 4 times, so every step is lost from 16 x 67092480 =
+ * 1073479680 on. A scale past fp32's largest number is no scale at all. */
+START_TEST(test_start_check) {
+    char why[512];
+    ck_assert(loss_scale_start_check(65536, 0.5, 512, 5, why, sizeof why));
+    ck_assert(loss_scale_start_check(1073479679.0, 0.5, 512, 5, why, sizeof why));
+    ck_assert(!loss_scale_start_check(1073479680.0, 0.5, 512, 5, why, sizeof why));
+    ck_assert_msg(strstr(why, "every one of the 5 steps would overflow fp16") &&
+                      strstr(why, "step 6 would be the first taken; valid: below 1.07e+09"),
+                  "%s", why);
+    ck_assert(!loss_scale_start_check(1e38, 0.5, 512, 10, why, sizeof why));
+    ck_assert_msg(strstr(why, "step 102 would be the first taken"), "%s", why);
+    ck_assert(!loss_scale_start_check(3.5e38, 0.5, 512, 1000, why, sizeof why));
+    ck_assert_msg(strstr(why, "more than fp32's largest number"), "%s", why);
+    /* a long run backs off far enough from fp32's largest scale: allowed */
+    ck_assert(loss_scale_start_check(FLT_MAX, 0.5, 512, 1000, why, sizeof why));
 }
 END_TEST
 
@@ -471,7 +499,8 @@ static Suite *loss_scale_suite(void) {
     tcase_add_test(tc, test_unscale_exact);
     tcase_add_test(tc, test_unscale_by_the_scale_before_a_growth);
     tcase_add_test(tc, test_config_check);
-    tcase_add_exit_test(tc, test_init_refuses_bad_config, 2);
+    tcase_add_test(tc, test_init_refuses_bad_config);
+    tcase_add_test(tc, test_start_check);
     tcase_add_test(tc, test_grads_finite_positions);
     tcase_add_test(tc, test_grads_finite_large_values);
     tcase_add_test(tc, test_all_ranks_decide_together);

@@ -186,10 +186,10 @@ int main(int argc, char **argv) {
               "Communication: links, all-reduce algorithms, DDP's efficiency ladder, and"
               " DDP / FSDP / TP on slow and fast wires, each next to the alpha-beta model.");
     validate(&cfg, &f);
+    dataset *data = dataset_from_config(&cfg);   /* refused before the header */
     if (!cfg.json)
         report_header(&cfg, "Chapter 7: communication, measured on the modelled wire",
                       cfg.comm.ranks, 1);
-    dataset *data = dataset_from_config(&cfg);
     chapter_results r = {0};
     int status = run_parts(&cfg, data, &f, &r);
     if (!status && cfg.json) print_json(&cfg, &f, &r);

@@ -153,15 +153,17 @@ int main(int argc, char **argv) {
     cfg.unused_flags = unused_flags;
     cfg.unused_why = "chapter 8 runs fp32, bf16 and fp16, with and without the loss scale,"
                      " and times them itself";
+    static const char *const own_precision[] = {"precision", NULL};
+    cfg.refused_flags = own_precision;   /* refuse_precision_flags */
     cfg.precision = PRECISION_FP16;   /* --loss-scale and its window: the fp16 runs' */
     cfg.fp32_grads_only = RUNS_EVERY_PRECISION;
     cli_parse(argc, argv, &cfg, options, argv[0],
               "Mixed precision: bytes per parameter, ZeRO in 16 bits, matmul and step speed,"
               " loss curves and underflow, and the wire, in fp32, bf16 and fp16.");
     validate(&cfg, &f);
+    dataset *data = dataset_from_config(&cfg);   /* refused before the header */
     if (!cfg.json && process_hosts_rank0())
         report_header(&cfg, "Chapter 8: mixed precision, measured", cfg.comm.ranks, 1);
-    dataset *data = dataset_from_config(&cfg);
     chapter_results r = {0};
     int status = run_parts(&cfg, data, &f, &r);
     if (!status && process_hosts_rank0()) {

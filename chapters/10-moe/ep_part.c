@@ -40,7 +40,7 @@ int ep_launches(const run_config *cfg, const dataset *data, const ep_options *op
                 ep_report *r) {
     memset(r, 0, sizeof *r);
     choose_meshes(cfg, opts, r);
-    ep_outcome runs[EP_RUNS];
+    ep_outcome runs[EP_RUNS] = {0};   /* a run never started frees nothing */
     int status = 0;
     for (int i = 1; i < r->count && !status; i++) {   /* the collective runs first */
         run_config c = *cfg;

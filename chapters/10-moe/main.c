@@ -64,6 +64,17 @@ static void refuse_unread_flags(const chapter_flags *f, const run_config *cfg) {
                  " and one rank has none (try ./run 2 or more)", cfg->comm.trace_path);
 }
 
+/* Memory: the experts are most of an MoE model's parameters, so they count too. The
+ * one-device runs hold the dense model (its unused MLPs too), the routers and every
+ * expert; a rank of an EP run holds 1/EP of the experts, at least 1/ranks of them. */
+static void check_fits(const run_config *cfg, const moe_config *moe) {
+    const gpt_shape dense = gpt_shape_make(&cfg->model, 1, 0);
+    const moe_shape s = moe_shape_make(moe, &cfg->model, 1, 0);
+    const double shared = (double)gpt_num_params(&dense) + (double)moe_router_numel(&s);
+    const double experts = (double)moe_expert_numel(&s) * s.moe_layers * moe->experts;
+    fits_check_params_or_exit(cfg, shared + experts, shared + experts / cfg->comm.ranks);
+}
+
 static void validate(run_config *cfg, const chapter_flags *f) {
     char err[256];
     if (cfg->comm.device != DEVICE_CPU)   /* its routing reads the activations on the host */
@@ -74,24 +85,33 @@ static void validate(run_config *cfg, const chapter_flags *f) {
     cli_check_at_most("curve-steps", f->curve_steps, 100000, "100000 steps");
     if (f->svg) check_writable("svg", f->svg);   /* now, not after the runs */
     if (runs(f, PART_EP)) ddp_check_batch_or_exit(cfg->batch, cfg->comm.ranks, 1);
-    fits_check_or_exit(cfg, 1.0);
+    check_fits(cfg, &f->moe);
 }
 
 /* Collective runs first (every process of an mpirun takes part), then the one-device
- * runs on world rank 0's process alone. */
+ * runs on world rank 0's process alone. Non-zero when a run failed: its rank said why,
+ * and there is no table to print. */
 static int run_parts(const run_config *cfg, const dataset *data, const chapter_flags *f,
                      chapter_results *r) {
     const ep_options opts = {.moe = f->moe};
     int status = 0;
     if (runs(f, PART_EP)) status = ep_launches(cfg, data, &opts, &r->ep);
     if (status || !process_hosts_rank0()) return status;
-    /* a run that is not the one-device run, or bytes its routing does not explain */
-    if (runs(f, PART_EP) && !(ep_report_agrees(&r->ep))) status = 1;
     if (runs(f, PART_ROUTING)) routing_local(cfg, data, &opts, f->curve_steps, &r->routing);
     if (runs(f, PART_ROUTING) && f->svg && routing_write_svg(f->svg, &r->routing)) status = 1;
     const int ep = r->ep.count > 1 ? r->ep.mesh[1].ep : cfg->comm.ranks;
     if (runs(f, PART_COST)) cost_local(cfg, &opts, f->moe.experts % ep ? 1 : ep, &r->cost);
     return status;
+}
+
+/* After the tables: an EP run that is not the one-device run, or bytes its routing
+ * does not explain, is one line on stderr and exit status 1 (the table shows which). */
+static int ep_disagreement(const chapter_flags *f, const ep_report *r) {
+    if (!runs(f, PART_EP) || ep_report_agrees(r)) return 0;
+    fprintf(stderr, "%s: part ep: an expert-parallel run differs from one device by %.2g of"
+            " its tolerance, or its all-to-all bytes from its routing's (see the table)\n",
+            cli_program_name(), r->worst_fraction);
+    return 1;
 }
 
 static void print_tables(const chapter_flags *f, const chapter_results *r) {
@@ -153,17 +173,18 @@ int main(int argc, char **argv) {
     f.moe.capacity_factor = capacity_factor;
     f.moe.aux_coef = (float)aux_loss;
     validate(&cfg, &f);
+    dataset *data = dataset_from_config(&cfg);   /* refused before the header */
     if (!cfg.json && process_hosts_rank0()) {
         const moe_shape whole = moe_shape_make(&f.moe, &cfg.model, 1, 0);
         report_header_counting(&cfg, "Chapter 10: mixture of experts and expert parallelism",
                                cfg.comm.ranks, 1, moe_total_params(&whole, &cfg.model));
     }
-    dataset *data = dataset_from_config(&cfg);
     chapter_results r = {0};
     int status = run_parts(&cfg, data, &f, &r);
     if (!status && process_hosts_rank0()) {
         if (cfg.json) print_json(&cfg, &f, &r);
         else print_tables(&f, &r);
+        status = ep_disagreement(&f, &r.ep);
     }
     routing_free(&r.routing);
     dataset_free(data);

@@ -1,6 +1,7 @@
 #include "cli.h"
 
 #include "device.h"
+#include "loss_scale.h"
 #include "restart.h"
 
 #include <ctype.h>
@@ -10,15 +11,31 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The flags given on the command line, by name (cli_given). */
+/* The flags given on the command line, by name, with their values as typed
+ * (cli_given, cli_given_text). */
 enum { GIVEN_MAX = 128 };
-static const char *given_names[GIVEN_MAX];
+static const char *given_names[GIVEN_MAX], *given_texts[GIVEN_MAX];
 static int given_count;
 
-int cli_given(const char *name) {
-    for (int i = 0; i < given_count; i++)
-        if (strcmp(given_names[i], name) == 0) return 1;
-    return 0;
+/* The last time it was given: the value that holds. */
+static int given_index(const char *name) {
+    for (int i = given_count - 1; i >= 0; i--)
+        if (strcmp(given_names[i], name) == 0) return i;
+    return -1;
+}
+
+int cli_given(const char *name) { return given_index(name) >= 0; }
+
+const char *cli_given_text(const char *name) {
+    const int i = given_index(name);
+    return i >= 0 ? given_texts[i] : NULL;
+}
+
+static void note_given(const char *name, const char *text) {
+    if (given_count < GIVEN_MAX) {
+        given_names[given_count] = name;
+        given_texts[given_count++] = text;
+    }
 }
 
 void cli_refuse_in_mode(const char *mode, const char *const *flags, const char *why) {
@@ -62,6 +79,13 @@ static void check_loss_scale_flags(const run_config *cfg) {
                  precision_name(cfg->precision));
     if (cfg->no_loss_scale && (cfg->loss_scale_init > 0 || cfg->loss_scale_window > 0))
         cli_fail("--no-loss-scale: leave out --loss-scale and --loss-scale-window with it");
+    char why[512];
+    const double backoff = loss_scale_defaults(cfg->precision).backoff_factor;
+    const char *typed = cli_given_text("loss-scale");
+    if (cfg->loss_scale_init > 0 &&
+        !loss_scale_start_check(cfg->loss_scale_init, backoff, (double)cfg->batch * cfg->model.ctx,
+                                cfg->steps, why, sizeof why))
+        cli_fail("--loss-scale %s: %s", typed ? typed : "S", why);
 }
 
 /* --grad-dtype: fp32, or 16 bits in the precision the run computes in (bf16 compute
@@ -91,15 +115,28 @@ static int table_size(const cli_option *t) {
     return n;
 }
 
+static const char *const checkpoint_flags[] = {"save", "save-every", "resume",
+                                               "max-restarts", "elastic", NULL};
+static const char *const precision_flags[] = {"precision", "grad-dtype", "loss-scale",
+                                              "loss-scale-window", "no-loss-scale", NULL};
+
+/* A shared flag this program refuses whatever its value: --help does not list it. */
+static int refused_by_program(const run_config *cfg, const char *name) {
+    return in_list(name, cfg->unused_flags) || in_list(name, cfg->refused_flags) ||
+           (cfg->no_checkpoints && in_list(name, checkpoint_flags)) ||
+           (cfg->fp32_only && in_list(name, precision_flags)) ||
+           (cfg->fp32_grads_only && strcmp(name, "grad-dtype") == 0);
+}
+
 /* A flag without help text is a test hook: accepted, never listed. */
-static void print_usage(const cli_option *tables[2], const char *const *unused,
+static void print_usage(const cli_option *tables[2], const run_config *cfg,
                         const char *description) {
     printf("usage: ./run N [flags]   (or %s [flags] --ranks N)\n%s\n\nflags:\n",
            cli_program_name(), description ? description : "");
     for (int k = 0; k < 2; k++) {
         for (int i = 0; i < table_size(tables[k]); i++) {
             const cli_option *o = &tables[k][i];
-            if (!o->help || (k == 0 && in_list(o->name, unused))) continue;
+            if (!o->help || (k == 0 && refused_by_program(cfg, o->name))) continue;
             char left[64];
             snprintf(left, sizeof left, "--%s%s", o->name,
                      o->type == OPT_FLAG ? "" : o->type == OPT_CHOICE ? " CHOICE" : " X");
@@ -184,7 +221,7 @@ static void parse_flags(int argc, char **argv, run_config *cfg, const cli_option
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            print_usage(tables, cfg->unused_flags, description);
+            print_usage(tables, cfg, description);
             exit(0);
         }
         if (strncmp(arg, "--", 2) != 0)
@@ -202,14 +239,15 @@ static void parse_flags(int argc, char **argv, run_config *cfg, const cli_option
         if (found >= shared && found < shared + table_size(shared) &&
             in_list(found->name, cfg->unused_flags))
             cli_fail("--%s does nothing in %s (%s)", found->name, cli_program_name(), cfg->unused_why);
-        if (given_count < GIVEN_MAX) given_names[given_count++] = found->name;
         if (found->type == OPT_FLAG) {
             if (eq) cli_fail("--%s takes no value", found->name);
+            note_given(found->name, "");
             parse_value(found, "");
             continue;
         }
         const char *value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
         if (!value) cli_fail("--%s: missing value (%s)", found->name, found->help);
+        note_given(found->name, value);
         parse_value(found, value);
     }
 }

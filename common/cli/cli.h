@@ -28,6 +28,8 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
 
 /* Whether --name was on the command line (after cli_parse). */
 int cli_given(const char *name);
+/* Its value as typed ("" for a flag that takes none), or NULL when not given. */
+const char *cli_given_text(const char *name);
 
 /* A mode that ignores some flags refuses them: each of `flags` (NULL-terminated, names
  * without dashes) that was given is one line "--flag does nothing with <mode> (why)"

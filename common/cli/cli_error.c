@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "comm.h"
 
 static const char *program_name = "program";
@@ -45,7 +46,10 @@ _Noreturn void cli_fail(const char *fmt, ...) {
 }
 
 void cli_check_at_most(const char *flag, double value, double most, const char *why) {
-    if (value > most) cli_fail("--%s %g: must be at most %g (%s)", flag, value, most, why);
+    if (value <= most) return;
+    const char *typed = cli_given_text(flag);   /* the value as the user wrote it */
+    if (typed) cli_fail("--%s %s: must be at most %g (%s)", flag, typed, most, why);
+    cli_fail("--%s %.15g: must be at most %g (%s)", flag, value, most, why);
 }
 
 void check_writable(const char *flag, const char *path) {

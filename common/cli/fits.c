@@ -28,13 +28,20 @@ static double params_of(const gpt_config *m) {
  * compute weights, fp32 grads, and masters, m, v (2 + 4 + 12). */
 static double state_bytes_per_param(precision p) { return p == PRECISION_FP32 ? 16 : 18; }
 
-double fits_estimate_bytes(const run_config *cfg, int ranks_here, double model_share_per_rank) {
-    const double state = state_bytes_per_param(cfg->precision) * params_of(&cfg->model);
+/* The estimate for a baseline of `params` and ranks holding `params_per_rank` each. */
+static double estimate_bytes(const run_config *cfg, int ranks_here, double params,
+                             double params_per_rank) {
+    const double per_param = state_bytes_per_param(cfg->precision);
     /* 16-bit activations: half (at least: the fp32 statistics count as 16-bit here) */
     const double acts = fits_activation_bytes(&cfg->model, cfg->batch) *
                         (double)precision_bytes(cfg->precision) / 4.0;
     const double ranks = cfg->comm.ranks > 0 ? cfg->comm.ranks : 1;
-    return state * (1 + ranks_here * model_share_per_rank) + acts * (1 + ranks_here / ranks);
+    return per_param * (params + ranks_here * params_per_rank) + acts * (1 + ranks_here / ranks);
+}
+
+double fits_estimate_bytes(const run_config *cfg, int ranks_here, double model_share_per_rank) {
+    const double params = params_of(&cfg->model);
+    return estimate_bytes(cfg, ranks_here, params, params * model_share_per_rank);
 }
 
 /* cgroup v2's memory.max, when it holds a number ("max" means none). */
@@ -59,22 +66,27 @@ static int ranks_on_this_machine(const run_config *cfg) {
     return cfg->comm.ranks;
 }
 
-void fits_check_or_exit(const run_config *cfg, double model_share_per_rank) {
+void fits_check_params_or_exit(const run_config *cfg, double params, double params_per_rank) {
     const gpt_config *m = &cfg->model;
     /* Token indices are ints: a batch's tokens must be counted by one. */
     if ((double)cfg->batch * m->ctx > INT_MAX)
         cli_fail("--batch %d x --ctx %d = %.0f tokens a step: more than %d", cfg->batch,
                  m->ctx, (double)cfg->batch * m->ctx, INT_MAX);
-    const double needed = fits_estimate_bytes(cfg, ranks_on_this_machine(cfg),
-                                              model_share_per_rank);
+    const double needed = estimate_bytes(cfg, ranks_on_this_machine(cfg), params,
+                                         params_per_rank);
     const double have = fits_machine_bytes();
     if (needed > have) {
         char a[32], b[32];
         cli_fail("this run needs at least %s of memory (%.3g parameters x %.0f B of model"
                  " state, and activations for --batch %d x --ctx %d, on %d rank%s), and this"
                  " machine has %s: use a smaller model, batch or fewer ranks",
-                 report_bytes(needed, a), params_of(m), state_bytes_per_param(cfg->precision),
+                 report_bytes(needed, a), params, state_bytes_per_param(cfg->precision),
                  cfg->batch, m->ctx, cfg->comm.ranks,
                  cfg->comm.ranks == 1 ? "" : "s", report_bytes(have, b));
     }
+}
+
+void fits_check_or_exit(const run_config *cfg, double model_share_per_rank) {
+    const double params = params_of(&cfg->model);
+    fits_check_params_or_exit(cfg, params, params * model_share_per_rank);
 }

@@ -29,4 +29,8 @@ double fits_machine_bytes(void);
  * on the threads backend, this node's processes under mpirun. */
 void fits_check_or_exit(const run_config *cfg, double model_share_per_rank);
 
+/* The same for a model with more than the dense GPT's parameters (a mixture of experts:
+ * routers and experts too): the baseline holds `params`, each rank `params_per_rank`. */
+void fits_check_params_or_exit(const run_config *cfg, double params, double params_per_rank);
+
 #endif

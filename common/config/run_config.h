@@ -55,6 +55,9 @@ typedef struct {
      * refused in one line when given. */
     const char *const *unused_flags;
     const char *unused_why;
+    /* shared flags a program refuses in a line of its own (NULL-terminated): --help
+     * leaves them out too */
+    const char *const *refused_flags;
     /* Restarts after a failure (restart.h): ./run starts the job again from --save's
      * latest checkpoint, up to max_restarts times; the rest is what ./run tells each
      * attempt and the test hooks that make a failure. */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "ops.h"
 
 static void *host_alloc(size_t bytes) {
@@ -51,14 +52,16 @@ void ep_keep_init(ep_keep *k, const moe_shape *s, size_t dense_n) {
     k->shape = *s;
     k->dense_n = dense_n;
     const size_t n[3] = {dense_n, moe_router_numel(s), moe_local_experts_numel(s)};
+    /* through the accounting allocator: a rank stopped by a failure elsewhere (a run
+     * that diverged) cannot free them itself, and launch frees what is charged to it */
     for (int i = 0; i < 3; i++) {
-        k->first[i] = host_alloc(n[i] * sizeof(float));
-        k->final[i] = host_alloc(n[i] * sizeof(float));
+        k->first[i] = mem_alloc(MEM_OTHER, n[i] * sizeof(float));
+        k->final[i] = mem_alloc(MEM_OTHER, n[i] * sizeof(float));
     }
 }
 
 void ep_keep_free(ep_keep *k) {
-    for (int i = 0; i < 3; i++) free(k->first[i]), free(k->final[i]);
+    for (int i = 0; i < 3; i++) mem_free(k->first[i]), mem_free(k->final[i]);
 }
 
 void ep_keep_step(ep_keep *k, const moe_layer *layer, int step, ep_outcome *out) {

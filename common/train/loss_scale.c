@@ -1,6 +1,7 @@
 /* The dynamic loss scale of fp16 training (loss_scale.h). */
 #include "loss_scale.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,13 +40,44 @@ int loss_scale_config_check(const loss_scale_config *cfg, char *why, size_t why_
     return !cfg->enabled || !first_problem(cfg, why, why_size);
 }
 
-void loss_scale_init(loss_scale *s, const loss_scale_config *cfg) {
+int loss_scale_init(loss_scale *s, const loss_scale_config *cfg) {
     char why[160];
-    if (!loss_scale_config_check(cfg, why, sizeof why)) {
-        fprintf(stderr, "loss_scale_init: %s\n", why);
-        exit(2);
+    const int sound = loss_scale_config_check(cfg, why, sizeof why);
+    *s = (loss_scale){.cfg = *cfg, .scale = cfg->enabled && sound ? cfg->init_scale : 1.0f};
+    s->cfg.enabled = cfg->enabled && sound;
+    return sound;
+}
+
+/* fp16 rounds every value from 65520 (65504, its largest, plus half its spacing there)
+ * up to infinity. */
+#define FP16_ROUNDS_TO_INF 65520.0
+
+int loss_scale_start_check(double init_scale, double backoff_factor, double tokens, int steps,
+                           char *why, size_t why_size) {
+    if (why_size) why[0] = '\0';
+    if (init_scale > FLT_MAX) {
+        snprintf(why, why_size, "more than fp32's largest number, %g: the scale is an fp32"
+                 " number", (double)FLT_MAX);
+        return 0;
     }
-    *s = (loss_scale){.cfg = *cfg, .scale = cfg->enabled ? cfg->init_scale : 1.0f};
+    /* The loss is the mean over the step's tokens, so backward starts at S / tokens a
+     * token (a strategy that averages over fewer tokens starts higher), and the target
+     * logit's gradient is S (1 - p) / tokens, p the probability the model gives the
+     * target: about 1/vocab at the start, so 1 - p >= 1/2. Cross-entropy rounds that
+     * gradient into fp16: from 2 x 65520 x tokens on, it is inf and the step is
+     * skipped, the scale backs off, and a skipped step changes no weight, so p stays.
+     * Every step of the run is lost while S x backoff^(steps - 1) is still that large. */
+    const double sure_overflow = 2 * FP16_ROUNDS_TO_INF * tokens;
+    const double last_scale = init_scale * pow(backoff_factor, steps - 1);
+    if (last_scale < sure_overflow) return 1;
+    const int first_taken = 2 + (int)floor(log(init_scale / sure_overflow) / -log(backoff_factor));
+    snprintf(why, why_size, "every one of the %d steps would overflow fp16 and be skipped: a"
+             " token's target logit gets a gradient of S x (1 - p) / %.0f tokens, 1 - p near 1"
+             " at the start, past fp16's 65504 from S = %.3g on; backing off by %g a skipped"
+             " step, step %d would be the first taken; valid: below %.3g", steps, tokens,
+             sure_overflow, backoff_factor, first_taken,
+             fmin(sure_overflow / pow(backoff_factor, steps - 1), FLT_MAX));
+    return 0;
 }
 
 int grads_finite(const float *grads, size_t n) { return isfinite(vec_sum(grads, n)); }

@@ -57,8 +57,15 @@ loss_scale_config loss_scale_defaults(precision p);
  * and why holds one line naming the field, its value and what would be valid. */
 int loss_scale_config_check(const loss_scale_config *cfg, char *why, size_t why_size);
 /* Starts at init_scale (1 when disabled). A config that fails the check is a caller's
- * bug: it exits with the check's line. */
-void loss_scale_init(loss_scale *s, const loss_scale_config *cfg);
+ * bug: the scale is then left disabled and 0 returned (the check says why); else 1. */
+int loss_scale_init(loss_scale *s, const loss_scale_config *cfg);
+/* Whether a start scale can train at all: 1 when init_scale is an fp32 number and at
+ * least the last of `steps` steps of `tokens` tokens each (the global batch's) can be
+ * taken; else 0, and why says which, with the valid range. Every step is lost when
+ * even after steps - 1 back-offs the loss's gradient at a token's target overflows
+ * fp16 (the comment in loss_scale.c derives the bound: 2 x 65520 x tokens). */
+int loss_scale_start_check(double init_scale, double backoff_factor, double tokens, int steps,
+                           char *why, size_t why_size);
 
 /* Is every element of this rank's fp32 gradient (on the current device) finite?
  * One vec_sum: it sums in double (CPU and GPU), where NaN or inf anywhere makes the sum

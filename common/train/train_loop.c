@@ -44,6 +44,18 @@ static int first_rank_not_finite(comm *metrics, float own_loss) {
     return mark > 0 ? size - (int)mark : 0;
 }
 
+/* One line, and the run stops: every rank, through the communicator's failure path
+ * (the others stop at their next collective, which sees the failure); on one device,
+ * exit status 1. */
+static void stop_run(comm *metrics, const char *why) {
+    if (!metrics) {
+        fflush(stdout);
+        fprintf(stderr, "error: %s\n", why);
+        exit(1);
+    }
+    if (comm_rank(metrics) == 0) comm_abort(metrics, "%s", why);
+}
+
 /* Training that has diverged teaches nothing and compares with nothing: one line, and
  * the run stops (every rank, through the communicator's failure path). */
 static void stop_if_diverged(comm *metrics, const run_config *cfg, const char *strategy,
@@ -54,22 +66,21 @@ static void stop_if_diverged(comm *metrics, const run_config *cfg, const char *s
     snprintf(why, sizeof why, "training diverged: the loss is %s at step %d on rank %d"
              " (strategy %s); try a smaller --lr than %g", isnan(loss) ? "nan" : "inf", step,
              rank, strategy, (double)cfg->adamw.lr);
-    if (!metrics) {
-        fflush(stdout);
-        fprintf(stderr, "error: %s\n", why);
-        exit(1);
-    }
-    if (comm_rank(metrics) == 0) comm_abort(metrics, "%s", why);
-    /* the others stop at their next collective, which sees the failure */
+    stop_run(metrics, why);
 }
 
-/* fp16's loss scale from the flags: on for fp16 unless --no-loss-scale. */
-static void loss_scale_from_config(const run_config *cfg, loss_scale *s) {
+/* fp16's loss scale from the flags: on for fp16 unless --no-loss-scale. The command line
+ * refused a start that cannot run; a config that fails the check anyway stops the run. */
+static void loss_scale_from_config(comm *metrics, const run_config *cfg, loss_scale *s) {
     loss_scale_config c = loss_scale_defaults(cfg->precision);
     if (cfg->no_loss_scale) c.enabled = 0;
     if (cfg->loss_scale_init > 0) c.init_scale = (float)cfg->loss_scale_init;
     if (cfg->loss_scale_window > 0) c.growth_interval = cfg->loss_scale_window;
-    loss_scale_init(s, &c);
+    char why[160], line[200];
+    if (loss_scale_init(s, &c)) return;
+    loss_scale_config_check(&c, why, sizeof why);
+    snprintf(line, sizeof line, "the loss scale cannot run: %s", why);
+    stop_run(metrics, line);
 }
 
 /* The test hook: world rank 0's first gradient element becomes inf, as an fp16
@@ -129,9 +140,10 @@ static void resume_loss_scale(const run_config *cfg, int reports, int done,
 }
 
 /* fp16's loss scale at the start of this run: from the flags, or the checkpoint's. */
-static void loss_scale_start(const run_config *cfg, const train_strategy *st, int reports,
-                             int done, const ckpt_run_state *saved, loss_scale *s) {
-    loss_scale_from_config(cfg, s);
+static void loss_scale_start(comm *metrics, const run_config *cfg, const train_strategy *st,
+                             int reports, int done, const ckpt_run_state *saved,
+                             loss_scale *s) {
+    loss_scale_from_config(metrics, cfg, s);
     if (s->cfg.enabled && !st->optimizer_grads) {
         fprintf(stderr, "error: strategy %s takes no loss scale (fp16)\n", st->name);
         exit(2);
@@ -190,7 +202,7 @@ void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
     op_profile *profile = cfg->profile ? mem_alloc(MEM_OTHER, sizeof *profile) : NULL;
     if (profile) op_profile_start(profile, cfg->precision);
     loss_scale scale;
-    loss_scale_start(cfg, st, reports, done, &run_state, &scale);
+    loss_scale_start(metrics, cfg, st, reports, done, &run_state, &scale);
     for (int i = 1; i <= steps; i++) {
         const int step = done + i;
         restart_maybe_fail(cfg, world, step);
