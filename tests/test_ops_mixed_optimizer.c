@@ -3,7 +3,9 @@
  * mixed_adamw_update against widening the whole gradient, vec_scale and adamw_update
  * (three steps, the second still in the warm-up's ramp); mixed_round_in_place against
  * mixed_round into a separate buffer; mixed_vec_finite against an inf or NaN in the last
- * chunk and the middle one. */
+ * chunk and the middle one. Each holds one chunk of scratch (64 KiB), not the vector's
+ * 2.5: the scratch is outside the accounting allocator's tags, so a whole-vector copy
+ * there would hide from every peak. */
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
@@ -12,6 +14,7 @@
 #include <string.h>
 
 #include "check_run.h"
+#include "ops_mixed_internal.h"
 #include "ops.h"
 #include "ops_mixed.h"
 #include "precision.h"
@@ -24,6 +27,13 @@ static float *random_floats(uint64_t seed, double lo, double hi) {
     ck_assert_ptr_nonnull(x);
     for (size_t i = 0; i < N; i++) x[i] = (float)(lo + (hi - lo) * rng_uniform(seed, 0, i));
     return x;
+}
+
+/* The thread's scratch is at most one chunk. */
+static void scratch_is_one_chunk(const char *what) {
+    const size_t bytes = ops_mixed_scratch_bytes();
+    ck_assert_msg(bytes <= MIXED_CHUNK_FLOATS * sizeof(float), "%s: %zu B of scratch for a"
+                  " vector of %d elements", what, bytes, N);
 }
 
 static float *copy_of(const float *x) { return memcpy(malloc(N * sizeof(float)), x, N * sizeof(float)); }
@@ -59,6 +69,7 @@ static void check_adamw(precision p, float scale) {
     same_bits("adamw params", p, params, want_params);
     same_bits("adamw m", p, m, want_m);
     same_bits("adamw v", p, v, want_v);
+    scratch_is_one_chunk("mixed_adamw_update");
     printf("  mixed_adamw_update %s, scale %g: the whole-vector update's bits\n",
            precision_name(p), (double)scale);
     if (grads != g16) free((void *)grads);
@@ -81,6 +92,7 @@ START_TEST(round_in_place_writes_what_round_writes) {
         mixed_round((precision)p, want, x, N);
         const void *got = mixed_round_in_place((precision)p, x, N);
         ck_assert_ptr_eq(got, x);
+        scratch_is_one_chunk("mixed_round_in_place");
         ck_assert_msg(memcmp(got, want, N * sizeof(uint16_t)) == 0, "%s: rounded in place"
                       " differs from mixed_round", precision_name((precision)p));
         printf("  mixed_round_in_place %s: mixed_round's bits\n", precision_name((precision)p));
@@ -97,6 +109,7 @@ START_TEST(finite_sees_inf_and_nan_in_any_chunk) {
         uint16_t *x16 = malloc(N * sizeof(uint16_t));
         if (p != PRECISION_FP32) precision_to16((precision)p, x16, x, N), xp = x16;
         ck_assert(mixed_vec_finite((precision)p, xp, N));
+        scratch_is_one_chunk("mixed_vec_finite");
         for (int k = 0; k < 2; k++) {
             const float bad = k == 0 ? INFINITY : NAN;
             if (p == PRECISION_FP32) x[at[k]] = bad;
