@@ -1,5 +1,7 @@
 /* Chapter 8: the bytes per parameter measured by tag equal the formulas exactly (4 + 4 + 8
- * in fp32, 2 + 4 + 12 with fp32 gradients, 2 + 2 + 12 with 16-bit ones); ZeRO's stages
+ * in fp32, 2 + 4 + 12 with fp32 gradients, 2 + 2 + 12 with 16-bit ones), and so does
+ * the gradients' peak (16-bit ones: what is held and backward's two fp32 working slabs,
+ * no widened copy for AdamW); ZeRO's stages
  * in bf16 with bf16 gradients equal the paper's Table 1 with K = 12 (plus the uneven
  * shards' padding, which is 0 where every slab divides by N); the wire's bytes equal
  * the formulas; the training loop records the loss scale of every step; and the
@@ -42,6 +44,10 @@ static void check_bytes_at(int ranks) {
                ranks, bytes_cases[i].label, r.state[i][0], r.state[i][1], r.state[i][2],
                f[0], f[1], f[2]);
         for (int t = 0; t < 3; t++) ck_assert(r.state[i][t] == f[t] * P);
+        const double peak = bytes_grads_peak(&bytes_cases[i], &cfg.model);
+        printf("N=%d %-16s grads peak %.0f, formula %.0f\n", ranks, bytes_cases[i].label,
+               r.grads_peak[i], peak);
+        ck_assert(r.grads_peak[i] == peak);
     }
     ck_assert(r.state[1][1] == r.state[2][1] + 2 * P);   /* fp32 against 16-bit grads */
     double padding = 0;

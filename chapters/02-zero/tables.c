@@ -111,9 +111,9 @@ void print_memory_table(const run_config *cfg, const strategy_outcome *runs, int
     else if (grads16)
         printf("(as stored: %s compute weights and gradients (--grad-dtype), fp32 master"
                " weights + Adam m and v\n (K = 12) as optimizer state: the paper's own table;"
-               " grads (peak) holds the fp32 working\n copy of a slab in backward and the"
-               " widened gradient AdamW reads; uneven: what the largest\n rank holds beyond"
-               " P/N, one element per slab and sharded vector)\n",
+               " grads (peak) adds backward's fp32\n working copies, the tied embedding's slab"
+               " and one other (AdamW widens a chunk at a time);\n uneven: what the largest"
+               " rank holds beyond P/N, one element per slab and sharded vector)\n",
                precision_name(cfg->precision));
     else
         printf("(as stored: %s compute weights, fp32 gradients, and fp32 master weights + Adam"

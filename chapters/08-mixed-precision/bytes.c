@@ -2,6 +2,7 @@
  * fp32 and in the paper's mixed precision (K = 12), measured next to the formulas. */
 #include "mixed.h"
 
+#include <math.h>
 #include <stdio.h>
 
 #include "ddp.h"
@@ -24,6 +25,15 @@ void bytes_formula_per_param(const precision_case *c, double out[3]) {
 
 double bytes_paper_k12(int stage, size_t P, int N) {
     return state_total(zero_paper_bytes(stage, (double)P, N, 12.0));
+}
+
+double bytes_grads_peak(const precision_case *c, const gpt_config *model) {
+    const gpt_shape s = gpt_shape_make(model, 1, 0);
+    const double held = (double)precision_bytes(c->grads) * (double)gpt_num_params(&s);
+    if (c->grads == PRECISION_FP32) return held;
+    const double slab = fmax((double)gpt_slab_numel(&s, 1),
+                             (double)gpt_slab_numel(&s, gpt_final_slab(&s)));
+    return held + 4.0 * ((double)gpt_slab_numel(&s, gpt_embed_slab(&s)) + slab);
 }
 
 double bytes_fp32_stored(int stage, size_t P, int N) {
@@ -74,6 +84,7 @@ int bytes_launches(const run_config *cfg, const dataset *data, bytes_report *r) 
         zero_extra x = {0};
         status = run_stage(cfg, data, &bytes_cases[i], 0, &o, &x);
         for (int t = 0; t < 3; t++) r->state[i][t] = o.state[t];
+        r->grads_peak[i] = (double)o.result.memory.peak[MEM_GRADS];
         r->activations[i] = (double)o.result.memory.peak[MEM_ACTIVATIONS];
         for (int z = 0; z < 2; z++)
             if (zero_cases[z] == i) r->zero_state[z][0] = state_total(
@@ -99,8 +110,9 @@ static void print_per_param(const bytes_report *r) {
     const double P = (double)r->num_params;
     printf("\n1. Bytes per parameter, measured by tag (ZeRO-0 = DDP on %d ranks, a replica each;"
            " P = %zu)\n", r->ranks, r->num_params);
-    printf("%-16s %7s %7s %9s %7s | %-13s | %18s %10s %10s\n", "run", "params", "grads",
-           "optimizer", "total", "formula", "activations (peak)", "comm bufs", "sent");
+    printf("%-16s %7s %7s %9s %7s | %-13s | %10s %18s %10s %10s\n", "run", "params", "grads",
+           "optimizer", "total", "formula", "grads peak", "activations (peak)", "comm bufs",
+           "sent");
     for (int i = 0; i < BYTES_CASES; i++) {
         double f[3];
         bytes_formula_per_param(&bytes_cases[i], f);
@@ -108,15 +120,17 @@ static void print_per_param(const bytes_report *r) {
         snprintf(formula, sizeof formula, "%.0f + %.0f + %.0f", f[0], f[1], f[2]);
         const double *s = r->state[i];
         char b[3][32];
-        printf("%-16s %7.2f %7.2f %9.2f %7.2f | %-13s | %10s %6.3fx %10s %10s\n",
+        printf("%-16s %7.2f %7.2f %9.2f %7.2f | %-13s | %10.2f %10s %6.3fx %10s %10s\n",
                bytes_cases[i].label, s[0] / P, s[1] / P, s[2] / P, (s[0] + s[1] + s[2]) / P,
-               formula, report_bytes(r->activations[i], b[0]),
+               formula, r->grads_peak[i] / P, report_bytes(r->activations[i], b[0]),
                r->activations[i] / r->activations[0], report_bytes(r->comm_buffers[i], b[1]),
                report_bytes(r->sent[i], b[2]));
     }
     printf("(params: the weights forward reads, 16-bit copies in bf16/fp16; optimizer: the fp32"
-           " master weights\n (4 B, mixed precision only) and AdamW's m and v (8 B); activations:"
-           " peak per rank, x fp32's;\n comm bufs: DDP's peak of the buffers its all-reduces"
+           " master weights\n (4 B, mixed precision only) and AdamW's m and v (8 B); grads peak:"
+           " the most the tag held in a\n step, per parameter: 16-bit gradients add backward's"
+           " fp32 working copies of two slabs (the tied\n embedding's and one block's), which"
+           " do not grow with depth; activations: peak per rank, x fp32's;\n comm bufs: DDP's peak of the buffers its all-reduces"
            " stage through, 0 where they reduce in\n place; sent: bytes a rank sends a"
            " step)\n");
     printf("Mixed precision does not shrink the model state: 4 + 4 + 8 = 16 bytes in fp32,"
@@ -163,11 +177,13 @@ void bytes_json(FILE *o, const bytes_report *r) {
         bytes_formula_per_param(&bytes_cases[i], f);
         fprintf(o, "%s\n  {\"run\": \"%s\", \"precision\": \"%s\", \"grad_dtype\": \"%s\","
                    " \"params\": %.0f, \"grads\": %.0f, \"optimizer\": %.0f,"
-                   " \"formula_per_param\": [%.0f, %.0f, %.0f], \"activations_peak\": %.0f,"
+                   " \"formula_per_param\": [%.0f, %.0f, %.0f], \"grads_peak\": %.0f,"
+                   " \"activations_peak\": %.0f,"
                    " \"comm_peak\": %.0f, \"sent_per_step\": %.0f}",
                 i ? "," : "", bytes_cases[i].label, precision_name(bytes_cases[i].p),
                 precision_name(bytes_cases[i].grads), r->state[i][0], r->state[i][1],
-                r->state[i][2], f[0], f[1], f[2], r->activations[i], r->comm_buffers[i],
+                r->state[i][2], f[0], f[1], f[2], r->grads_peak[i], r->activations[i],
+                r->comm_buffers[i],
                 r->sent[i]);
     }
     fprintf(o, "],\n \"zero_mixed\": [");

@@ -28,8 +28,9 @@ typedef struct {
     size_t num_params;
     int ranks;
     /* stage 0 (DDP) of each case: model state held (params, grads, optimizer), the
-     * activations' and communication buffers' peaks, bytes sent per step */
-    double state[BYTES_CASES][3], activations[BYTES_CASES], comm_buffers[BYTES_CASES];
+     * gradients', activations' and communication buffers' peaks, bytes sent per step */
+    double state[BYTES_CASES][3], grads_peak[BYTES_CASES], activations[BYTES_CASES];
+    double comm_buffers[BYTES_CASES];
     double sent[BYTES_CASES];
     /* ZeRO stages 0-3 in fp32 and in bf16 with bf16 gradients (the paper's storage):
      * model state held by the largest rank, and what uneven shards add */
@@ -42,6 +43,10 @@ void bytes_formula_per_param(const precision_case *c, double out[3]);
 /* The ZeRO paper's Table 1 with K = 12 for a stage (bytes per rank), and this
  * program's fp32 storage (4 + 4 + 8 sharded the same way). */
 double bytes_paper_k12(int stage, size_t P, int N);
+/* The grads tag's peak at stage 0 (bytes per rank): fp32 gradients accumulate in place
+ * (what is held); 16-bit ones add backward's fp32 working copies of the tied
+ * embedding's slab and one other (AdamW widens a chunk at a time, adding nothing). */
+double bytes_grads_peak(const precision_case *c, const gpt_config *model);
 double bytes_fp32_stored(int stage, size_t P, int N);
 int bytes_launches(const run_config *cfg, const dataset *data, bytes_report *r);
 void bytes_print(const bytes_report *r);

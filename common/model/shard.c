@@ -66,10 +66,13 @@ static size_t piece_at(const shard_layout *l, int is_whole, int slab) {
     return is_whole ? shard_piece_begin(l, slab) : l->shard_pos[slab];
 }
 
-void shard_adamw(const shard_layout *l, float *params, int params_whole, const float *grads,
-                 int grads_whole, float *m, float *v, const adamw_config *cfg, int step) {
+void shard_adamw(const shard_layout *l, float *params, int params_whole,
+                 const shard_grads *grads, float *m, float *v, const adamw_config *cfg,
+                 int step) {
+    const precision gp = grads->precision;
     for (int slab = 0; slab < l->num_slabs; slab++)
-        adamw_update(params + piece_at(l, params_whole, slab),
-                     grads + piece_at(l, grads_whole, slab), m + l->shard_pos[slab],
-                     v + l->shard_pos[slab], l->piece_len[slab], cfg, step);
+        mixed_adamw_update(gp, params + piece_at(l, params_whole, slab),
+                           precision_at(gp, grads->data, piece_at(l, grads->whole, slab)),
+                           grads->scale, m + l->shard_pos[slab], v + l->shard_pos[slab],
+                           l->piece_len[slab], cfg, step);
 }

@@ -12,6 +12,7 @@
 #include "comm.h"
 #include "model.h"
 #include "ops.h"
+#include "precision.h"
 
 typedef struct {
     int num_slabs;
@@ -40,11 +41,21 @@ void shard_reduce_scatter_in_place(comm *group, const shard_layout *l, float *wh
 /* Every rank's pieces into every rank's whole vector: an all-gather per slab, of
  * elements of precision p (16-bit compute weights travel in 16 bits). */
 void shard_allgather_in_place(comm *group, const shard_layout *l, precision p, void *whole);
+/* The gradient shard_adamw reads: a whole vector or this rank's shard, fp32 or 16-bit
+ * (widened a chunk at a time and multiplied by scale, mixed_adamw_update). */
+typedef struct {
+    const void *data;
+    precision precision;
+    int whole;
+    float scale;   /* 1, or fp16's 1/S for 16-bit gradients */
+} shard_grads;
+
 /* AdamW on this rank's pieces alone, with moments m, v of shard_len elements. params
- * and grads are whole vectors or this rank's shard, as the flags say. AdamW is element
- * by element, so this gives exactly what the whole update would give there. */
-void shard_adamw(const shard_layout *l, float *params, int params_whole, const float *grads,
-                 int grads_whole, float *m, float *v, const adamw_config *cfg, int step);
+ * are the whole vector or this rank's shard, as params_whole says. AdamW is element by
+ * element, so this gives exactly what the whole update would give there. */
+void shard_adamw(const shard_layout *l, float *params, int params_whole,
+                 const shard_grads *grads, float *m, float *v, const adamw_config *cfg,
+                 int step);
 
 /* Elements the largest rank owns beyond an even split P/N: at most one per slab. */
 size_t shard_largest_len(const gpt_shape *s, int world_size);

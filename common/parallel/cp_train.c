@@ -130,8 +130,8 @@ static void cp_update(void *arg, int step) {
     trace_end(r->world);
 }
 
-static int cp_optimizer_grads(void *arg, float **vectors, size_t *lengths) {
-    return replica_optimizer_grads(&((cp_rank *)arg)->rep, vectors, lengths);
+static int cp_optimizer_grads(void *arg, grad_vector *vectors) {
+    return replica_optimizer_grads(&((cp_rank *)arg)->rep, vectors);
 }
 
 static const char *strategy_name(const cp_options *o) {

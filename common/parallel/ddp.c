@@ -79,19 +79,17 @@ static float ddp_compute_grads(void *arg, int step, float loss_scale) {
     trace_begin(world, "wait for gradients");
     grad_buckets_wait(d->buckets);
     trace_end(world);
-    replica_grads_ready(&d->rep);   /* 16-bit gradients: widened for the update */
     /* every rank's sequences are equally many: the global mean is the mean of means */
     return loss / (float)N;
 }
 
-static int ddp_optimizer_grads(void *arg, float **vectors, size_t *lengths) {
-    return replica_optimizer_grads(&((ddp_rank *)arg)->rep, vectors, lengths);
+static int ddp_optimizer_grads(void *arg, grad_vector *vectors) {
+    return replica_optimizer_grads(&((ddp_rank *)arg)->rep, vectors);
 }
 
 static void ddp_keep_first_grads(void *arg) {
     ddp_rank *d = arg;
-    if (d->first_grads)
-        ops_download(d->first_grads, d->rep.grads, d->rep.num_params * sizeof(float));
+    if (d->first_grads) replica_download_grads(&d->rep, d->first_grads);
 }
 
 static void ddp_update(void *arg, int step) {

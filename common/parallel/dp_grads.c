@@ -65,9 +65,10 @@ void dp_grads_init(dp_grads *g, comm *group, const gpt_shape *part, uint64_t see
     g->grad_precision = opts->grad_precision;
     if (g->grad_precision == PRECISION_FP32)
         g->grads = device_floats(MEM_GRADS, g->grads_whole ? P : shard);
-    else   /* `grads` is their fp32 widening, from dp_grads_grads_ready to the update */
+    else   /* AdamW widens them as it reads them: `grads` stays NULL */
         g->grads16 = mem_alloc_on(MEM_DEVICE, MEM_GRADS, (g->grads_whole ? P : shard) *
                                                             precision_bytes(g->grad_precision));
+    g->grads16_unscale = 1.0f;
     g->adam_m = device_floats(MEM_OPTIMIZER, g->optimizer_whole ? P : shard);
     g->adam_v = device_floats(MEM_OPTIMIZER, g->optimizer_whole ? P : shard);
     g->compute = mixed ? mem_alloc_on(MEM_DEVICE, MEM_PARAMS, (g->compute_whole ? P : shard) *
@@ -187,23 +188,6 @@ void dp_grads_after_backward(dp_grads *g) {
                             l->slab_numel[slab], comm_dtype_of(gp), COMM_SUM);
 }
 
-void dp_grads_grads_ready(dp_grads *g) {
-    if (!g->grads16) return;
-    const shard_layout *l = &g->layout;
-    const precision gp = g->grad_precision;
-    if (g->zero == 0) {
-        g->grads = grads16_widen_for_optimizer(gp, g->grads16, l->num_params, g->grads);
-        return;
-    }
-    /* this rank's pieces, into a shard: zero 1 holds them inside its whole gradient */
-    if (!g->grads) g->grads = device_floats(MEM_GRADS, l->shard_len);
-    for (int slab = 0; slab < l->num_slabs; slab++) {
-        const size_t at = g->grads_whole ? shard_piece_begin(l, slab) : l->shard_pos[slab];
-        mixed_widen(gp, g->grads + l->shard_pos[slab], precision_at(gp, g->grads16, at),
-                    l->piece_len[slab]);
-    }
-}
-
 /* ---- per slab ------------------------------------------------------------------------ */
 
 float *dp_grads_slab_grad_alloc(dp_grads *g, int slab) {
@@ -212,24 +196,23 @@ float *dp_grads_slab_grad_alloc(dp_grads *g, int slab) {
 
 /* Reduce-scatters into the shard; buffers inside the step's whole gradient are freed
  * with it, lone slab buffers here. */
-/* 16-bit gradients: the slab rounded once (its fp32 sums done) and reduce-scattered in
- * 16 bits into this rank's 16-bit piece. */
-static void reduce_into_shard16(dp_grads *g, int slab, const float *slab_grad) {
+/* 16-bit gradients: the slab rounded once (its fp32 sums done), into the front of its
+ * own buffer (no 16-bit copy beside it), and reduce-scattered in 16 bits into this
+ * rank's 16-bit piece. */
+static void reduce_into_shard16(dp_grads *g, int slab, float *slab_grad) {
     const shard_layout *l = &g->layout;
     const precision gp = g->grad_precision;
     const size_t n = l->slab_numel[slab];
     void *piece = precision_at(gp, g->grads16, l->shard_pos[slab]);
-    void *slab16 = mem_alloc_on(MEM_DEVICE, MEM_GRADS, n * precision_bytes(gp));
-    mixed_round(gp, slab16, slab_grad, n);
+    const void *slab16 = mixed_round_in_place(gp, slab_grad, n);
     if (g->fault == DP_FAULT_SKIP_GRAD_REDUCE)
         mixed_vec_copy(gp, piece, precision_at(gp, slab16, l->piece_offset[slab]),
                        l->piece_len[slab]);
     else
         comm_reduce_scatter(g->group, slab16, piece, n, comm_dtype_of(gp), COMM_SUM);
-    mem_free(slab16);
 }
 
-static void reduce_into_shard(dp_grads *g, int slab, const float *slab_grad) {
+static void reduce_into_shard(dp_grads *g, int slab, float *slab_grad) {
     const shard_layout *l = &g->layout;
     if (g->grads16) {
         reduce_into_shard16(g, slab, slab_grad);
@@ -250,26 +233,37 @@ void dp_grads_reduce_slab(dp_grads *g, int slab, float *slab_grad) {
         mem_free(slab_grad);
 }
 
-int dp_grads_optimizer_grads(const dp_grads *g, float **vectors, size_t *lengths) {
-    vectors[0] = g->grads;
-    const int whole = g->grads16 ? g->zero == 0 : g->grads_whole;
-    lengths[0] = whole ? g->layout.num_params : g->layout.shard_len;
+/* 16-bit gradients at zero 1 are checked whole, its own pieces reduced among the
+ * others' unreduced terms: an inf or NaN among those reaches the piece it is summed
+ * into, so the flag over all ranks is the one its pieces alone would give. */
+int dp_grads_optimizer_grads(dp_grads *g, grad_vector *vectors) {
+    const size_t n = g->grads_whole ? g->layout.num_params : g->layout.shard_len;
+    vectors[0] = g->grads16 ? grad_vector_16(g->grad_precision, g->grads16, n,
+                                             &g->grads16_unscale)
+                            : grad_vector_fp32(g->grads, n);
     return 1;
+}
+
+/* The gradient AdamW reads, as shard_adamw takes it. */
+static shard_grads optimizer_grads_of(const dp_grads *g) {
+    if (g->grads16)
+        return (shard_grads){.data = g->grads16, .precision = g->grad_precision,
+                             .whole = g->grads_whole, .scale = g->grads16_unscale};
+    return (shard_grads){.data = g->grads, .precision = PRECISION_FP32,
+                         .whole = g->grads_whole, .scale = 1.0f};
 }
 
 void dp_grads_optimizer_step(dp_grads *g, const adamw_config *cfg) {
     const shard_layout *l = &g->layout;
+    const shard_grads grads = optimizer_grads_of(g);
     g->adam_step++;
     if (g->optimizer_whole)
-        adamw_update(g->params, g->grads, g->adam_m, g->adam_v, l->num_params, cfg,
-                     g->adam_step);
+        mixed_adamw_update(grads.precision, g->params, grads.data, grads.scale, g->adam_m,
+                           g->adam_v, l->num_params, cfg, g->adam_step);
     else
-        shard_adamw(l, g->params, g->params_whole, g->grads, g->grads16 ? 0 : g->grads_whole,
-                    g->adam_m, g->adam_v, cfg, g->adam_step);
-    if (g->grads16) {   /* the fp32 widening is transient */
-        mem_free(g->grads);
-        g->grads = NULL;
-    }
+        shard_adamw(l, g->params, g->params_whole, &grads, g->adam_m, g->adam_v, cfg,
+                    g->adam_step);
+    g->grads16_unscale = 1.0f;
     /* Zero 1 and 2 keep whole parameters for the next forward: every rank sends its
      * updated piece to all the others (mixed precision: 16-bit ones, when the next
      * step begins). */
@@ -280,13 +274,41 @@ void dp_grads_optimizer_step(dp_grads *g, const adamw_config *cfg) {
 
 /* ---- checking and saving --------------------------------------------------------------- */
 
+/* This rank's 16-bit gradients as AdamW reads them (widened, unscaled), into a
+ * temporary tagged other: whole at zero 0, else its shard. */
+static float *widened_grads16(const dp_grads *g) {
+    const shard_layout *l = &g->layout;
+    const precision gp = g->grad_precision;
+    if (g->zero == 0) {
+        float *whole = device_floats(MEM_OTHER, l->num_params);
+        grads16_widen_unscaled(gp, whole, g->grads16, g->grads16_unscale, l->num_params);
+        return whole;
+    }
+    float *shard = device_floats(MEM_OTHER, l->shard_len);
+    for (int slab = 0; slab < l->num_slabs; slab++) {
+        const size_t at = g->grads_whole ? shard_piece_begin(l, slab) : l->shard_pos[slab];
+        grads16_widen_unscaled(gp, shard + l->shard_pos[slab], precision_at(gp, g->grads16, at),
+                               g->grads16_unscale, l->piece_len[slab]);
+    }
+    return shard;
+}
+
+static float *gather_grads16(dp_grads *g) {
+    float *mine = widened_grads16(g);
+    if (g->zero == 0) return mine;
+    float *out = device_floats(MEM_OTHER, g->layout.num_params);
+    allgather_shard(g, PRECISION_FP32, mine, out);
+    mem_free(mine);
+    return out;
+}
+
 float *dp_grads_gather_whole(dp_grads *g, dp_vector which) {
-    const int grads_whole = g->grads16 ? g->zero == 0 : g->grads_whole;   /* widened */
-    const int whole = which == DP_PARAMS ? g->params_whole : grads_whole;
+    if (which == DP_GRADS && g->grads16) return gather_grads16(g);
+    const int whole = which == DP_PARAMS ? g->params_whole : g->grads_whole;
     float *vector = which == DP_PARAMS ? g->params : g->grads;
     if (whole) {
         /* zero 1's gradient: the other pieces hold this rank's partial sums */
-        if (which == DP_GRADS && g->zero == 1 && !g->grads16)
+        if (which == DP_GRADS && g->zero == 1)
             shard_allgather_in_place(g->group, &g->layout, PRECISION_FP32, vector);
         return vector;
     }

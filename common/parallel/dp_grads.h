@@ -32,14 +32,15 @@
  * instead); zero 3 gathers 16-bit slabs when they are used. Gradients are fp32, or
  * with grad_precision 16 bits (grads16.h; plain ZeRO and DDP only: zero 0-1 whole
  * gradients, zero 2-3 per slab): held in grads16 (whole at zero 0-1, a shard from 2),
- * reduced in 16 bits, and widened into `grads` (zero 0: whole; else this rank's shard)
- * by dp_grads_grads_ready for the loss scale and AdamW, freed after the update. */
+ * reduced in 16 bits, and read by AdamW a chunk at a time, widened as it goes
+ * (mixed_adamw_update): `grads` stays NULL, and no fp32 copy of them is ever held. */
 #ifndef DP_GRADS_H
 #define DP_GRADS_H
 
 #include "checkpoint.h"
 #include "comm.h"
 #include "grad_buckets.h"
+#include "grad_vector.h"
 #include "model.h"
 #include "ops.h"
 #include "shard.h"
@@ -78,6 +79,7 @@ typedef struct {
     void *compute;
     precision grad_precision;
     void *grads16;       /* 16-bit gradients (whole at zero 0-1, else a shard), or NULL */
+    float grads16_unscale;   /* what AdamW multiplies them by (fp16's 1/S), else 1 */
     int params_whole, grads_whole, optimizer_whole, compute_whole;
     /* zero 3 / zero 2-3: the whole vectors of a step in progress, else NULL */
     void *step_compute;
@@ -112,10 +114,6 @@ float *dp_grads_whole_grads(const dp_grads *g);
  * vectors. */
 void dp_grads_after_backward(dp_grads *g);
 
-/* The gradients reduced: 16-bit ones widened into g->grads (zero 0: whole, else this
- * rank's shard) for the loss scale and AdamW; nothing in fp32. */
-void dp_grads_grads_ready(dp_grads *g);
-
 /* ---- per slab (zero 2-3) ----------------------------------------------------------- */
 /* A zeroed full-size gradient buffer for one slab, tagged grads. */
 float *dp_grads_slab_grad_alloc(dp_grads *g, int slab);
@@ -125,16 +123,16 @@ void dp_grads_reduce_slab(dp_grads *g, int slab, float *slab_grad);
 float *dp_grads_piece(const dp_grads *g, float *vector, int is_whole, int slab);
 
 /* The gradient AdamW reads, whole or this rank's shard, as one vector for the loss
- * scale (train_loop.h): returns 1. */
-int dp_grads_optimizer_grads(const dp_grads *g, float **vectors, size_t *lengths);
+ * scale (train_loop.h): returns 1. 16-bit at zero 1: the whole vector (see dp_grads.c). */
+int dp_grads_optimizer_grads(dp_grads *g, grad_vector *vectors);
 /* AdamW on the part this rank updates, then (zero 1, 2) the parameter all-gather. */
 void dp_grads_optimizer_step(dp_grads *g, const adamw_config *cfg);
 
 /* ---- checking and saving ------------------------------------------------------------- */
 typedef enum { DP_PARAMS, DP_GRADS } dp_vector;
 /* Collective: the whole reduced gradient or parameter vector on the device; a
- * temporary (tagged other) where the rank holds a shard, given back by
- * dp_grads_whole_free. Parameters at zero 1-2: the rank's own copy, as it trains on. */
+ * temporary (tagged other) where the rank holds a shard or 16-bit gradients (widened and
+ * unscaled as AdamW reads them), given back by dp_grads_whole_free. Parameters at zero 1-2: the rank's own copy, as it trains on. */
 float *dp_grads_gather_whole(dp_grads *g, dp_vector which);
 void dp_grads_whole_free(dp_grads *g, float *whole);
 /* The part as a checkpoint part: from zero 1 on each rank saves its pieces (layout

@@ -110,11 +110,11 @@ static void ep_keep_first(void *arg) {
 
 static void ep_after_warmup(void *arg) { ep_keep_reset_traffic(&((ep_rank *)arg)->keep); }
 
-static int ep_optimizer_grads(void *arg, float **vectors, size_t *lengths) {
+static int ep_optimizer_grads(void *arg, grad_vector *vectors) {
     ep_rank *r = arg;
-    vectors[0] = r->dense.grads, lengths[0] = r->dense.num_params;
-    vectors[1] = r->routers.grads, lengths[1] = r->routers.n;
-    vectors[2] = r->experts.grads, lengths[2] = r->experts.n;
+    vectors[0] = grad_vector_fp32(r->dense.grads, r->dense.num_params);
+    vectors[1] = grad_vector_fp32(r->routers.grads, r->routers.n);
+    vectors[2] = grad_vector_fp32(r->experts.grads, r->experts.n);
     return 3;
 }
 

@@ -180,11 +180,11 @@ static double gather_whole_over_dp(pipeline_rank *r, pp_vector which, float *who
 }
 
 /* The fp32 gradient AdamW reads, one vector per chunk, for fp16's loss scale. */
-static int pipeline_optimizer_grads(void *arg, float **vectors, size_t *lengths) {
+static int pipeline_optimizer_grads(void *arg, grad_vector *vectors) {
     pipeline_rank *r = arg;
     int count = 0;
     for (int c = 0; c < r->opts.chunks && count < TRAIN_MAX_GRAD_VECTORS; c++)
-        count += dp_grads_optimizer_grads(&r->dp[c], vectors + count, lengths + count);
+        count += dp_grads_optimizer_grads(&r->dp[c], vectors + count);
     return count;
 }
 

@@ -206,8 +206,8 @@ static void tp_keep_first_grads(void *arg) {
     if (d > r->drift) r->drift = d;
 }
 
-static int tp_optimizer_grads(void *arg, float **vectors, size_t *lengths) {
-    return replica_optimizer_grads(&((tp_rank *)arg)->rep, vectors, lengths);
+static int tp_optimizer_grads(void *arg, grad_vector *vectors) {
+    return replica_optimizer_grads(&((tp_rank *)arg)->rep, vectors);
 }
 
 static void tp_update(void *arg, int step) {

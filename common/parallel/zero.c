@@ -53,9 +53,7 @@ static float forward_backward(zero_rank *z, float dloss) {
 
 float zero_forward_backward(zero_rank *z, float dloss) {
     dp_grads_begin_step_compute(&z->dp);   /* mixed precision: 16-bit weights, fresh */
-    const float loss = forward_backward(z, dloss);
-    dp_grads_grads_ready(&z->dp);   /* 16-bit gradients: widened for the update */
-    return loss;
+    return forward_backward(z, dloss);
 }
 
 void zero_optimizer_step(zero_rank *z, const adamw_config *cfg) {

@@ -40,8 +40,8 @@ static float zero_compute_grads(void *arg, int step, float loss_scale) {
     return (float)(loss * st->count * T / global_tokens);
 }
 
-static int zero_optimizer_grads(void *arg, float **vectors, size_t *lengths) {
-    return dp_grads_optimizer_grads(&((zero_step *)arg)->z->dp, vectors, lengths);
+static int zero_optimizer_grads(void *arg, grad_vector *vectors) {
+    return dp_grads_optimizer_grads(&((zero_step *)arg)->z->dp, vectors);
 }
 
 static void zero_keep_first_grads(void *arg) {

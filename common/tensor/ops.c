@@ -99,10 +99,15 @@ void crossentropy_backward(float *dlogits, const float *probs, const int *target
              dlogits, probs, targets, dloss, N, V);
 }
 
-void adamw_update(float *params, const float *grads, float *m, float *v, size_t n,
-                  const adamw_config *cfg, int step) {
+adamw_config adamw_scheduled(const adamw_config *cfg, int step) {
     adamw_config scheduled = *cfg;
     if (step < cfg->warmup_steps) scheduled.lr = cfg->lr * (float)step / (float)cfg->warmup_steps;
+    return scheduled;
+}
+
+void adamw_update(float *params, const float *grads, float *m, float *v, size_t n,
+                  const adamw_config *cfg, int step) {
+    const adamw_config scheduled = adamw_scheduled(cfg, step);
     DISPATCH(OP_ADAMW, F32(7.0 * n), adamw_update, params, grads, m, v, n, &scheduled, step);
 }
 

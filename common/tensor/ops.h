@@ -82,6 +82,8 @@ void crossentropy_backward(float *dlogits, const float *probs, const int *target
 /* ---- AdamW: decoupled weight decay, bias correction; step counts from 1 ---------- */
 void adamw_update(float *params, const float *grads, float *m, float *v, size_t n,
                   const adamw_config *cfg, int step);
+/* cfg with the learning rate of this step (the warm-up's ramp), as adamw_update uses it. */
+adamw_config adamw_scheduled(const adamw_config *cfg, int step);
 
 /* ---- vectors ------------------------------------------------------------------------- */
 void vec_zero(float *x, size_t n);

@@ -23,6 +23,7 @@
 #include "number_formats.h"
 #include "ops.h"
 #include "ops_cpu.h"
+#include "ops_mixed_internal.h"
 #include "ops_observe.h"
 
 #include <pthread.h>
@@ -31,8 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Floats per widened array in a chunk of rows (64 KiB: a chunk's arrays stay in L2). */
-#define CHUNK_FLOATS 16384
+#define CHUNK_FLOATS MIXED_CHUNK_FLOATS
 
 void *precision_at(precision p, const void *base, size_t i) {
     return (char *)base + i * precision_bytes(p);
@@ -82,6 +82,8 @@ static float *workspace(size_t n) {
     return w->floats;
 }
 
+float *mixed_scratch(size_t n) { return workspace(n); }
+
 size_t ops_mixed_scratch_bytes(void) {
     pthread_once(&workspace_key_once, workspace_make_key);
     const mixed_workspace *w = pthread_getspecific(workspace_key);
@@ -117,7 +119,7 @@ static double bytes_of(precision p, double n) { return n * (double)precision_byt
 
 /* A 16-bit op begins: refused on a GPU thread, told to the watchers. Returns whether
  * the thread is watched (for mixed_end). bytes is evaluated by the caller; it is cheap. */
-static int mixed_begin(const char *op, op_kind kind, double bytes) {
+int mixed_begin(const char *op, op_kind kind, double bytes) {
     if (device_ops()) {
         fprintf(stderr, "error: %s: bf16/fp16 ops do not run on the GPU yet\n", op);
         exit(1);
@@ -127,7 +129,7 @@ static int mixed_begin(const char *op, op_kind kind, double bytes) {
     return watched;
 }
 
-static void mixed_end(int watched, op_kind kind) {
+void mixed_end(int watched, op_kind kind) {
     if (watched) ops_watch_end(kind);
 }
 

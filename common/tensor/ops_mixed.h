@@ -24,6 +24,7 @@
 #define OPS_MIXED_H
 #include <stddef.h>
 
+#include "adamw_config.h"
 #include "precision.h"
 
 /* The element i of a vector of precision p: base + i elements. */
@@ -79,6 +80,21 @@ void mixed_crossentropy_backward(precision p, void *dlogits, const void *probs,
 void mixed_vec_zero(precision p, void *x, size_t n);
 void mixed_vec_copy(precision p, void *dst, const void *src, size_t n);
 void mixed_vec_add(precision p, void *y, const void *x, size_t n);   /* y += x, rounded */
+
+/* ---- the optimizer reading 16-bit gradients (--grad-dtype, grads16.h) --------------
+ * Neither holds an fp32 copy of the vector: each widens a chunk at a time into the
+ * thread's scratch (below), so a 16-bit gradient costs 2 B a parameter at the update
+ * (ops_mixed_optimizer.c). */
+/* 1 when every element of x is finite (fp32: isfinite(vec_sum), as grads_finite). */
+int mixed_vec_finite(precision p, const void *x, size_t n);
+/* adamw_update on grads of p, each widened and multiplied by grad_scale (the loss
+ * scale's 1/S; 1 leaves it alone) before it is used: bit for bit widening the whole
+ * vector, vec_scale and adamw_update. fp32 with grad_scale 1: adamw_update itself. */
+void mixed_adamw_update(precision p, float *params, const void *grads, float grad_scale,
+                        float *m, float *v, size_t n, const adamw_config *cfg, int step);
+/* x[n] (fp32) rounded to p (nearest even) into its own first n elements of p, as
+ * mixed_round into a separate buffer would write them; returns x. fp32: x unchanged. */
+void *mixed_round_in_place(precision p, float *x, size_t n);
 
 /* The calling thread's scratch (the fp32 widenings a 16-bit op works in, kept between
  * calls so that a loop allocates nothing, and matmul16's primitives): given back here;

@@ -27,17 +27,16 @@ static float baseline_grads(void *arg, int step, float loss_scale) {
     const void *weights = replica_compute_params(&b->rep);
     float loss = gpt_forward(b->model, weights);
     replica_backward(&b->rep, b->model, weights, loss_scale / (float)(B * T), NULL, NULL);
-    replica_grads_ready(&b->rep);
     return loss;
 }
 
-static int baseline_optimizer_grads(void *arg, float **vectors, size_t *lengths) {
-    return replica_optimizer_grads(&((baseline_step *)arg)->rep, vectors, lengths);
+static int baseline_optimizer_grads(void *arg, grad_vector *vectors) {
+    return replica_optimizer_grads(&((baseline_step *)arg)->rep, vectors);
 }
 
 static void baseline_keep_grads(void *arg) {
     baseline_step *b = arg;
-    ops_download(b->out->first_grads, b->rep.grads, b->rep.num_params * sizeof(float));
+    replica_download_grads(&b->rep, b->out->first_grads);
 }
 
 static void baseline_checkpoint_state(void *arg, ckpt_state *out) {

@@ -1,6 +1,7 @@
 #include "grads16.h"
 
 #include "alloc.h"
+#include "ops.h"
 #include "ops_mixed.h"
 
 static float *grad_floats(size_t n) { return mem_alloc_on(MEM_DEVICE, MEM_GRADS, n * sizeof(float)); }
@@ -48,8 +49,8 @@ void gpt_backward_grads16(gpt_model *m, const void *params, precision gp, void *
     gpt_backward_by_slab(m, params, dloss, open_slab, close_slab, &w);
 }
 
-float *grads16_widen_for_optimizer(precision gp, const void *grads16, size_t n, float *reuse) {
-    float *wide = reuse ? reuse : grad_floats(n);
-    mixed_widen(gp, wide, grads16, n);
-    return wide;
+void grads16_widen_unscaled(precision gp, float *dst, const void *grads16, float unscale,
+                            size_t n) {
+    mixed_widen(gp, dst, grads16, n);
+    if (unscale != 1.0f) vec_scale(dst, unscale, n);
 }

@@ -9,10 +9,12 @@
  * live for one slab's backward (the tied embedding's for the whole pass): the peak
  * counts them, the state held between steps does not.
  *
- * AdamW reads fp32: the reduced 16-bit gradient (this rank's part) is widened into an
- * fp32 vector tagged grads just before the update and freed after it; fp16's loss
- * scale checks and unscales that widened vector (widening keeps inf and NaN, so its
- * check is the 16-bit values' own). */
+ * AdamW reads the reduced 16-bit gradient (this rank's part) itself, widening a chunk
+ * at a time into the thread's scratch (mixed_adamw_update): no fp32 copy of the vector
+ * is held, so between backwards the gradients cost 2 B a parameter, the update
+ * included. fp16's loss scale checks the 16-bit values a chunk at a time (widening
+ * keeps inf and NaN) and hands its 1/S to the update, which multiplies each widened
+ * chunk by it: the products of unscaling a widened copy in place. */
 #ifndef GRADS16_H
 #define GRADS16_H
 #include <stddef.h>
@@ -34,9 +36,9 @@ void grads16_slab_round(precision gp, void *grad16, float *work, size_t n);
 void gpt_backward_grads16(gpt_model *m, const void *params, precision gp, void *grads,
                           float dloss, gpt_slab_ready_fn on_slab_ready, void *ctx);
 
-/* AdamW's fp32 gradient: n floats tagged grads widened from grads16 (exact), into
- * `reuse` when it is not NULL (a step the loss scale skipped left it), else allocated;
- * the caller frees it after the update. */
-float *grads16_widen_for_optimizer(precision gp, const void *grads16, size_t n, float *reuse);
+/* The gradient as AdamW reads it, for comparisons: dst[n] (fp32, host) = grads16
+ * widened (exact), times unscale when it is not 1 (fp16's 1/S, as vec_scale applies it). */
+void grads16_widen_unscaled(precision gp, float *dst, const void *grads16, float unscale,
+                            size_t n);
 
 #endif

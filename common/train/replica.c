@@ -49,9 +49,10 @@ const void *replica_compute_params(replica *r) {
 void replica_set_grad_precision(replica *r, precision gp) {
     r->grad_precision = gp;
     if (gp == PRECISION_FP32) return;
-    mem_free(r->grads);   /* widened only for the update */
+    mem_free(r->grads);   /* AdamW widens the 16-bit ones as it reads them */
     r->grads = NULL;
     r->grads16 = mem_alloc_on(MEM_DEVICE, MEM_GRADS, r->num_params * precision_bytes(gp));
+    r->grads16_unscale = 1.0f;
 }
 
 void replica_grads_zero(replica *r) {
@@ -66,12 +67,6 @@ void replica_backward(replica *r, gpt_model *m, const void *weights, float dloss
                              ctx);
     else
         gpt_backward(m, weights, r->grads, dloss, on_slab_ready, ctx);
-}
-
-void replica_grads_ready(replica *r) {
-    if (r->grads16)
-        r->grads = grads16_widen_for_optimizer(r->grad_precision, r->grads16, r->num_params,
-                                               r->grads);
 }
 
 void replica_free(replica *r) {
@@ -92,19 +87,31 @@ void replica_checkpoint_state(replica *r, int writes, ckpt_state *out) {
     out->adam_steps[0] = &r->adam_step;
 }
 
-int replica_optimizer_grads(replica *r, float **vectors, size_t *lengths) {
-    vectors[0] = r->grads;
-    lengths[0] = r->num_params;
+int replica_optimizer_grads(replica *r, grad_vector *vectors) {
+    vectors[0] = r->grads16 ? grad_vector_16(r->grad_precision, r->grads16, r->num_params,
+                                             &r->grads16_unscale)
+                            : grad_vector_fp32(r->grads, r->num_params);
     return 1;
+}
+
+void replica_download_grads(const replica *r, float *host) {
+    if (!r->grads16) {
+        ops_download(host, r->grads, r->num_params * sizeof(float));
+        return;
+    }
+    grads16_widen_unscaled(r->grad_precision, host, r->grads16, r->grads16_unscale,
+                           r->num_params);
 }
 
 void replica_adamw(replica *r, const adamw_config *cfg) {
     r->adam_step++;
-    adamw_update(r->params, r->grads, r->adam_m, r->adam_v, r->num_params, cfg,
-                 r->adam_step);
-    if (r->grads16) {   /* the fp32 widening is transient */
-        mem_free(r->grads);
-        r->grads = NULL;
+    if (r->grads16) {
+        mixed_adamw_update(r->grad_precision, r->params, r->grads16, r->grads16_unscale,
+                           r->adam_m, r->adam_v, r->num_params, cfg, r->adam_step);
+        r->grads16_unscale = 1.0f;
+    } else {
+        adamw_update(r->params, r->grads, r->adam_m, r->adam_v, r->num_params, cfg,
+                     r->adam_step);
     }
     if (r->masters_in_16_bits && r->precision != PRECISION_FP32) {
         mixed_round(r->precision, r->compute, r->params, r->num_params);

@@ -6,6 +6,7 @@
 
 #include "checkpoint.h"
 #include "data.h"
+#include "grad_vector.h"
 #include "model.h"
 #include "run_config.h"
 
@@ -17,8 +18,8 @@
  * and forward and backward read `compute`, their 16-bit copy (tagged params: 2 B per
  * parameter), rounded from the masters at the start of every step. In fp32 both are
  * the same vector. Gradients are fp32, or with --grad-dtype bf16|fp16 (grads16.h)
- * held 16-bit in `grads16` (tagged grads: 2 B per parameter), and `grads` is then their
- * fp32 widening for AdamW, alive from replica_grads_ready to the update alone. */
+ * held 16-bit in `grads16` (tagged grads: 2 B per parameter, `grads` NULL): AdamW widens
+ * them a chunk at a time as it goes (mixed_adamw_update), so no fp32 copy is held. */
 typedef struct {
     gpt_shape shape;
     size_t num_params;
@@ -27,6 +28,7 @@ typedef struct {
     void *compute;
     precision grad_precision;   /* of the gradients held: fp32, or `precision` */
     void *grads16;              /* 16-bit gradients, else NULL */
+    float grads16_unscale;      /* what AdamW multiplies them by (fp16's 1/S), else 1 */
     int adam_step;
     int masters_in_16_bits;   /* negative control: the masters rounded after each update */
 } replica;
@@ -46,16 +48,15 @@ void replica_grads_zero(replica *r);
 /* One micro-batch's backward onto the gradients held (gpt_backward's arguments). */
 void replica_backward(replica *r, gpt_model *m, const void *weights, float dloss,
                       gpt_slab_ready_fn on_slab_ready, void *ctx);
-/* The gradients final (reduced): 16-bit ones widened into `grads` for the loss scale
- * and AdamW. Nothing in fp32. */
-void replica_grads_ready(replica *r);
 void replica_free(replica *r);
 /* The replica as one checkpoint part; writes: whether this rank's copy is the one
  * saved (one replica of each TP slice and stage is). */
 void replica_checkpoint_state(replica *r, int writes, ckpt_state *out);
 /* Its gradient as the one vector the loss scale checks (train_loop.h); returns 1. */
-int replica_optimizer_grads(replica *r, float **vectors, size_t *lengths);
-/* One AdamW step over the whole vector (16-bit gradients: the widening freed after). */
+int replica_optimizer_grads(replica *r, grad_vector *vectors);
+/* The gradient AdamW reads, into host[num_params] (16 bits: widened and unscaled). */
+void replica_download_grads(const replica *r, float *host);
+/* One AdamW step over the whole vector (16-bit gradients: widened as it goes). */
 void replica_adamw(replica *r, const adamw_config *cfg);
 
 /* Uploads sequences [first, first + count) of a step's global batch into m; count is the

@@ -83,30 +83,22 @@ static void loss_scale_from_config(comm *metrics, const run_config *cfg, loss_sc
     stop_run(metrics, line);
 }
 
-/* The test hook: world rank 0's first gradient element becomes inf, as an fp16
- * overflow in backward would make it. */
-static void force_overflow(float *grads) {
-    const float inf = INFINITY;
-    ops_upload(grads, &inf, sizeof inf);
-}
-
 /* After compute_grads with dloss x `used`: are every rank's gradients finite (one flag
  * reduced over all of them)? Then unscale them and return 1 (take the step); else 0,
  * and the scale backs off. Without a loss scale: 1. */
 static int loss_scale_step(comm *metrics, const run_config *cfg, const train_strategy *st,
                            loss_scale *s, int step, float used) {
     if (!s->cfg.enabled) return 1;
-    float *vectors[TRAIN_MAX_GRAD_VECTORS];
-    size_t lengths[TRAIN_MAX_GRAD_VECTORS];
-    const int count = st->optimizer_grads(st->ctx, vectors, lengths);
-    if (step == cfg->test_overflow_step && count > 0 && lengths[0] > 0 &&
+    grad_vector vectors[TRAIN_MAX_GRAD_VECTORS];
+    const int count = st->optimizer_grads(st->ctx, vectors);
+    if (step == cfg->test_overflow_step && count > 0 && vectors[0].length > 0 &&
         (!metrics || comm_world_rank(metrics) == 0))
-        force_overflow(vectors[0]);
+        grad_vector_overflow_first(&vectors[0]);
     int finite = 1;
-    for (int i = 0; i < count; i++) finite &= grads_finite(vectors[i], lengths[i]);
+    for (int i = 0; i < count; i++) finite &= grad_vector_finite(&vectors[i]);
     const int take = loss_scale_update(s, loss_scale_all_finite(metrics, finite));
     if (take)
-        for (int i = 0; i < count; i++) vec_scale(vectors[i], 1.0f / used, lengths[i]);
+        for (int i = 0; i < count; i++) grad_vector_unscale(&vectors[i], 1.0f / used);
     return take;
 }
 

@@ -24,6 +24,7 @@
 #include "checkpoint.h"
 #include "run_config.h"
 #include "comm.h"
+#include "grad_vector.h"
 #include "report.h"
 
 #define TRAIN_MAX_GRAD_VECTORS 64
@@ -38,11 +39,11 @@ typedef struct {
     void (*keep_first_grads)(void *ctx);   /* may be NULL */
     void (*update)(void *ctx, int step);
     void (*after_warmup)(void *ctx);       /* may be NULL */
-    /* The fp32 gradient vectors this rank's update reads (whole or its shard; one per
-     * pipeline chunk), after compute_grads: the loss scale checks and unscales them.
-     * Returns how many (at most TRAIN_MAX_GRAD_VECTORS); NULL: the strategy takes no
-     * loss scale (its program refuses fp16). */
-    int (*optimizer_grads)(void *ctx, float **vectors, size_t *lengths);
+    /* The gradient vectors this rank's update reads (whole or its shard; one per
+     * pipeline chunk; fp32 or 16-bit), after compute_grads: the loss scale checks and
+     * unscales them. Returns how many (at most TRAIN_MAX_GRAD_VECTORS); NULL: the
+     * strategy takes no loss scale (its program refuses fp16). */
+    int (*optimizer_grads)(void *ctx, grad_vector *vectors);
     /* What this rank holds, for --save and --resume; NULL: the strategy has none. */
     void (*checkpoint_state)(void *ctx, ckpt_state *out);
 } train_strategy;

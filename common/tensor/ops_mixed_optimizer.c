@@ -1,0 +1,71 @@
+/* The 16-bit gradients' side of the optimizer (ops_mixed.h): each reads a chunk at a
+ * time through the thread's scratch, so no fp32 copy of a vector is ever held. */
+#include "ops_mixed.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops.h"
+#include "ops_cpu.h"
+#include "ops_mixed_internal.h"
+
+#define CHUNK MIXED_CHUNK_FLOATS
+
+static size_t chunk_len(size_t n, size_t i) { return n - i < CHUNK ? n - i : CHUNK; }
+
+/* Bytes of n elements of p, for the traffic an op reports. */
+static double bytes_of(precision p, double n) { return n * (double)precision_bytes(p); }
+
+/* Each chunk widened and summed in double, as grads_finite sums an fp32 vector: inf or
+ * NaN makes the sum so, while no chunk of finite values can overflow a double. */
+int mixed_vec_finite(precision p, const void *x, size_t n) {
+    if (p == PRECISION_FP32) return isfinite(vec_sum(x, n));
+    const int w = mixed_begin("mixed_vec_finite", OP_VECTOR, bytes_of(p, n));
+    float *xs = mixed_scratch(CHUNK);
+    int finite = 1;
+    for (size_t i = 0; i < n && finite; i += CHUNK) {
+        const size_t len = chunk_len(n, i);
+        precision_from16(p, xs, precision_at(p, x, i), len);
+        finite = isfinite(cpu_vec_sum(xs, len));
+    }
+    mixed_end(w, OP_VECTOR);
+    return finite;
+}
+
+/* A chunk of the gradient at a time in the scratch: widen, scale, AdamW. AdamW is
+ * element by element, so this is bit for bit widening the whole vector first. */
+void mixed_adamw_update(precision p, float *params, const void *grads, float grad_scale,
+                        float *m, float *v, size_t n, const adamw_config *cfg, int step) {
+    if (p == PRECISION_FP32 && grad_scale == 1.0f) {
+        adamw_update(params, grads, m, v, n, cfg, step);
+        return;
+    }
+    const int w = mixed_begin("mixed_adamw_update", OP_ADAMW, 4.0 * 6.0 * n + bytes_of(p, n));
+    const adamw_config scheduled = adamw_scheduled(cfg, step);
+    float *g = mixed_scratch(CHUNK);
+    for (size_t i = 0; i < n; i += CHUNK) {
+        const size_t len = chunk_len(n, i);
+        if (p == PRECISION_FP32) memcpy(g, (const float *)grads + i, len * sizeof(float));
+        else precision_from16(p, g, precision_at(p, grads, i), len);
+        if (grad_scale != 1.0f) cpu_vec_scale(g, grad_scale, len);
+        cpu_adamw_update(params + i, g, m + i, v + i, len, &scheduled, step);
+    }
+    mixed_end(w, OP_ADAMW);
+}
+
+/* Chunk by chunk through the scratch: chunk [i, i + len) lands in bytes [2i, 2i + 2len)
+ * of x, below the fp32 values not yet read (from byte 4(i + len) on). */
+void *mixed_round_in_place(precision p, float *x, size_t n) {
+    if (p == PRECISION_FP32) return x;
+    const int w = mixed_begin("mixed_round_in_place", OP_VECTOR, 4.0 * n + bytes_of(p, n));
+    uint16_t *rounded = (uint16_t *)mixed_scratch(CHUNK);
+    for (size_t i = 0; i < n; i += CHUNK) {
+        const size_t len = chunk_len(n, i);
+        precision_to16(p, rounded, x + i, len);
+        memcpy(precision_at(p, x, i), rounded, len * sizeof(uint16_t));
+    }
+    mixed_end(w, OP_VECTOR);
+    return x;
+}
