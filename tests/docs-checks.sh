@@ -57,7 +57,7 @@ else
     ok "negative control: shared/DESIGN.md, TOOLCHAIN.md and docs/DESIGN.md are reported missing"
 fi
 
-# ---- 2. a header counts the model that runs: chapter 10's MoE, not its dense shape ----
+# ---- 2. a header says what runs: chapter 10's MoE, not its dense shape, and the precision
 if [ -x "$build/chapter10" ]; then
     out=$(OPENBLAS_NUM_THREADS=1 "$build/chapter10" --ranks 1 --part cost 2>&1)
     header=$(sed -n 's/^model: .* = \([0-9]*\) parameters;.*/\1/p' <<<"$out")
@@ -69,6 +69,17 @@ if [ -x "$build/chapter10" ]; then
     else
         bad "chapter10's header says '$header' parameters; the MoE holds '$moe' (dense '$dense')"
     fi
+fi
+
+# ... and the precision that runs: 16-bit gradients are not called fp32
+if [ -x "$build/chapter1" ]; then
+    out=$(OPENBLAS_NUM_THREADS=1 "$build/chapter1" --ranks 2 --strategy ddp --precision bf16 \
+          --grad-dtype bf16 --layers 1 --dim 16 --heads 2 --ctx 8 --batch 4 --steps 1 --quiet 2>&1 |
+          grep '^precision:')
+    case "$out" in
+        *"and gradients, fp32 master weights and AdamW") ok "chapter1 --grad-dtype bf16: $out" ;;
+        *) bad "chapter1 --grad-dtype bf16 says: '$out' (its gradients are bf16)" ;;
+    esac
 fi
 
 # ---- 3. --json against docs/json.md --------------------------------------------------

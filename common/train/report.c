@@ -61,9 +61,12 @@ void report_header_counting(const run_config *cfg, const char *title, int world,
     launch_describe(&cfg->comm, world, where, sizeof where);
     if (!launches) where[strcspn(where, ";")] = 0;   /* no communicator to describe */
     printf("%s\n", where);
-    if (cfg->precision != PRECISION_FP32)
+    if (cfg->precision != PRECISION_FP32 && cfg->grad_precision == PRECISION_FP32)
         printf("precision: %s compute (activations, compute weights), fp32 master weights,"
                " gradients and AdamW\n", precision_name(cfg->precision));
+    else if (cfg->precision != PRECISION_FP32)
+        printf("precision: %s compute (activations, compute weights) and gradients, fp32"
+               " master weights and AdamW\n", precision_name(cfg->precision));
     printf("\n");
 }
 
