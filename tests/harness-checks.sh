@@ -1,6 +1,7 @@
 #!/bin/bash
 # make test's own counting (tools/suite-count.sh) on made-up suites: skips are not
-# passes, failures and hangs are failures, a suite that ran nothing is not a pass.
+# passes, failures and hangs are failures, a suite that ran nothing is not a pass; the
+# mpirun filter; and the choice of OpenBLAS's kernels (tools/blas-kernel.sh).
 # Usage: tests/harness-checks.sh
 set -u
 cd "$(dirname "$0")/.."
@@ -95,5 +96,32 @@ expect_filtered "the peer banner alone passes whole" 3 "$banner"
 aggregated=$'[vm:01234] 3 more processes have sent help message help-mpi-api.txt / mpi-abort\n[vm:01234] Set MCA parameter "orte_base_help_aggregate" to 0 to see all help / error messages'
 expect_filtered "the count of a banner's copies is dropped" 1 $'rank 1 failed: the loss is nan\n'"$aggregated"
 expect_filtered "one more process's copy is dropped too" 0 "${aggregated/3 more processes have/1 more process has}"
+
+# tools/blas-kernel.sh: OpenBLAS's Prescott fallback gives way to what the CPU's flags
+# allow; any other pick, and a machine's own OPENBLAS_CORETYPE, stand
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+# expect_kernel LABEL DETECTED FLAGS WANT [ENV...]: OPENBLAS_CORETYPE after the choice
+expect_kernel() {
+    local label=$1 detected=$2 flags=$3 want=$4
+    shift 4
+    printf '#!/bin/sh\n[ -n "$RUN_BLAS_PROBE" ] && echo %s\n' "$detected" >"$scratch/program"
+    chmod +x "$scratch/program"
+    printf 'processor\t: 0\nflags\t\t: %s\n' "$flags" >"$scratch/cpuinfo"
+    local got
+    got=$(env -u OPENBLAS_CORETYPE -u RUN_BLAS_DETECTED "$@" RUN_CPUINFO="$scratch/cpuinfo" bash -c \
+          '. tools/blas-kernel.sh; choose_blas_kernel "$1"; echo "${OPENBLAS_CORETYPE-unset}"' _ "$scratch/program")
+    if [ "$got" = "$want" ]; then
+        checks_passed=$((checks_passed + 1)); echo "ok   blas-kernel: $label -> $got"
+    else
+        checks_failed=$((checks_failed + 1)); echo "FAIL blas-kernel: $label -> $got, expected $want"
+    fi
+}
+expect_kernel "Prescott on an AVX512_BF16 CPU" Prescott "sse avx2 avx512f avx512bw avx512_bf16" Cooperlake
+expect_kernel "Prescott on an AVX-512 CPU" Prescott "sse avx2 avx512f avx512bw" SkylakeX
+expect_kernel "Prescott on an AVX2 CPU" Prescott "sse fma avx2" Haswell
+expect_kernel "Prescott on an SSE CPU" Prescott "sse sse3" unset
+expect_kernel "OpenBLAS's own AVX-512 pick" SkylakeX "sse avx2 avx512f avx512bw avx512_bf16" unset
+expect_kernel "the machine's own choice" Prescott "avx2 avx512f avx512bw" Haswell OPENBLAS_CORETYPE=Haswell
 echo "harness-checks: $checks_passed passed, $checks_failed failed"
 [ $checks_failed -eq 0 ]

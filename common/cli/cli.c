@@ -2,6 +2,7 @@
 
 #include "device.h"
 #include "loss_scale.h"
+#include "op_profile.h"
 #include "restart.h"
 
 #include <ctype.h>
@@ -300,8 +301,17 @@ static void apply_shared_values(run_config *cfg, const shared_values *sv) {
                  " cpu", precision_name(cfg->precision));
 }
 
+/* RUN_BLAS_PROBE=1: print the kernels OpenBLAS picked for this CPU and stop, before
+ * anything else (tools/blas-kernel.sh asks it of the program it is about to run). */
+static void answer_blas_probe(void) {
+    if (!getenv("RUN_BLAS_PROBE")) return;
+    printf("%s\n", op_profile_blas_kernel());
+    exit(0);
+}
+
 void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
                const char *program, const char *description) {
+    answer_blas_probe();
     cli_set_program_name(program);
     shared_values sv = {.allreduce = cfg->comm.allreduce, .link = cfg->comm.link,
                         .send_mode = cfg->comm.send_mode, .precision = cfg->precision,

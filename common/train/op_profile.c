@@ -282,7 +282,11 @@ const char *op_profile_blas_kernel(void) {
 static void print_blas_kernel(FILE *out) {
     const char *forced = getenv("OPENBLAS_CORETYPE");
     fprintf(out, "sgemm: OpenBLAS, %s kernels", op_profile_blas_kernel());
-    if (forced && *forced) fprintf(out, " (chosen by OPENBLAS_CORETYPE=%s)", forced);
+    const char *fallback = getenv("RUN_BLAS_DETECTED");   /* tools/blas-kernel.sh */
+    if (forced && *forced && fallback)
+        fprintf(out, " (chosen by the CPU's flags: OpenBLAS detected %s, its fallback for a"
+                " CPU it does not know)", fallback);
+    else if (forced && *forced) fprintf(out, " (chosen by OPENBLAS_CORETYPE=%s)", forced);
     else fprintf(out, " (detected for this CPU)");
     fprintf(out, "; %s\n", openblas_get_config());
 }

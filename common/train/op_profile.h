@@ -48,7 +48,8 @@ void op_profile_clear(op_profile *p);   /* forgets what it saw, keeps watching *
 void op_profile_stop(op_profile *p);
 
 /* The OpenBLAS kernel set the sgemms run on ("SkylakeX", or "Haswell" where
- * OPENBLAS_CORETYPE forces it), for the profile and make bench: the same CPU runs AVX2
+ * OPENBLAS_CORETYPE forces it; "Prescott" on a CPU OpenBLAS does not know, which
+ * tools/blas-kernel.sh corrects), for the profile and make bench: the same CPU runs AVX2
  * kernels at about half the AVX-512 rate, so a figure means little without it. */
 const char *op_profile_blas_kernel(void);
 
