@@ -96,13 +96,12 @@ read_failure() {
     fi
 }
 
-# next_resume: from (the step the next attempt starts after) and, when DIR has a
-# checkpoint, resume pointing at it: the checkpoint itself, not DIR, since the next
-# attempt's saves move DIR/latest on and a chapter's baseline resumes after them
+# next_resume: from (the step DIR's newest checkpoint is at). The next attempt keeps the
+# job's own --resume: told it is a restart, the program resumes each strategy from its
+# own newest checkpoint in DIR (DIR/latest-STRATEGY), one that saved none as the job began
 next_resume() {
     from=$(latest_step "$save")
     if [ -n "$from" ]; then
-        resume=(--resume "$save/$(cat "$save/latest")")
         from_text="step $from"
     elif [ ${#resume[@]} -gt 0 ]; then
         from_text="the checkpoint of ${resume[*]}"   # the job's own --resume

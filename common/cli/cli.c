@@ -323,6 +323,7 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
         {"test-fail-how", OPT_CHOICE, &cfg->restart.fail_how, NULL, restart_fail_hows, 0},
         {"test-fail-attempts", OPT_INT, &cfg->restart.fail_attempts, NULL, NULL, 1},
         {"test-fail-gone", OPT_FLAG, &cfg->restart.fail_gone, NULL, NULL, 0},
+        {"test-fail-strategy", OPT_STRING, &cfg->restart.fail_strategy, NULL, NULL, 0},
         {"test-resume-skew", OPT_INT, &cfg->restart.resume_skew, NULL, NULL, 1},   /* negative control */
         {0},
     };
