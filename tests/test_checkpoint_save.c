@@ -235,7 +235,7 @@ START_TEST(each_strategy_resumes_from_its_own_newest_checkpoint) {
     /* a restart: its own in --save DIR first, then in --resume DIR, then --resume's */
     layout_save(pp, &cfg, again, 77, 0);
     cfg.save_dir = again;
-    cfg.restart.attempt = 1;
+    cfg.restart.on = cfg.restart.from_run = cfg.restart.attempt = 1;   /* as ./run gives it */
     ck_assert(resumes_from(&cfg, pp->name) == 77 && resumes_from(&cfg, tp->name) == 55);
     cfg.restart.attempt = 0;   /* not a restart: --save DIR is not read */
     ck_assert(resumes_from(&cfg, pp->name) == 55);

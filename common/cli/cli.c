@@ -333,9 +333,9 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
     char err[256];
     if (!gpt_config_check(&cfg->model, 1, err, sizeof err)) cli_fail("%s", err);
     if (cfg->comm.trace_path) check_writable("trace", cfg->comm.trace_path);
-    checkpoint_cli_check(cfg);
     cfg->restart.on = cli_given("max-restarts");
     cfg->restart.from_run = cli_given("restart-attempt");
+    checkpoint_cli_check(cfg);   /* a restart's checks differ (restart_is_retry) */
     restart_check_flags(cfg);
     int mpi_ranks = launch_mpi_world_size();
     if (mpi_ranks > 0) cfg->comm.ranks = mpi_ranks;

@@ -9,6 +9,7 @@
 
 #include "checkpoint.h"
 #include "cli_error.h"
+#include "restart.h"
 
 dataset *dataset_from_config(const run_config *cfg) {
     if (!cfg->data_path) return dataset_builtin();
@@ -48,7 +49,7 @@ void checkpoint_cli_check(run_config *cfg) {
         cli_fail("--save %s: cannot write there (%s)", cfg->save_dir, strerror(errno));
     if (cfg->save_dir) checkpoint_clear_stale(cfg->save_dir);   /* a killed save's leftovers */
     /* a restart may find a strategy that had finished: its checkpoint is at --steps */
-    const int restart = cfg->save_dir && cfg->restart.attempt > 0;
+    const int restart = restart_is_retry(cfg);
     const int last_step = cfg->steps - 1 + restart;
     if (restart) check_restart_saves(cfg);
     if (!cfg->resume_dir) return;

@@ -178,8 +178,12 @@ void restart_maybe_fail(const run_config *cfg, comm *world, const char *strategy
     comm_abort(world, "test hook at step %d", step);
 }
 
+int restart_is_retry(const run_config *cfg) {
+    return cfg->save_dir && cfg->restart.on && cfg->restart.from_run && cfg->restart.attempt > 0;
+}
+
 int restart_world_changed(const run_config *cfg) {
-    return cfg->restart.attempt > 0 && self.world_at_start != cfg->comm.ranks;
+    return restart_is_retry(cfg) && self.world_at_start != cfg->comm.ranks;
 }
 
 int restart_resumed_step(const run_config *cfg, int checkpoint_step) {

@@ -37,6 +37,8 @@ void restart_loop_start(const run_config *cfg, comm *world, int done, double loa
 void restart_step_done(const run_config *cfg, comm *world, int step);
 void restart_maybe_fail(const run_config *cfg, comm *world, const char *strategy, int step);
 void restart_loop_end(const run_config *cfg, comm *world);
+/* Whether this run is ./run's attempt 1 or later of a job that saves (a retry). */
+int restart_is_retry(const run_config *cfg);
 /* Whether this attempt runs on another number of ranks than the job's first (--elastic). */
 int restart_world_changed(const run_config *cfg);
 /* The step a resume continues after: the checkpoint's, moved by the negative control. */

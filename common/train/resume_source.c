@@ -27,12 +27,11 @@ static int copy_path(const char *from, char *path, size_t path_len) {
 
 int resume_source(const run_config *cfg, const char *strategy, char *path, size_t path_len,
                   char *err, size_t err_len) {
-    const int restart = cfg->save_dir && cfg->restart.attempt > 0;
-    int found = restart ? checkpoint_own_latest(cfg->save_dir, strategy, path, path_len, err,
-                                                err_len)
-                        : 0;
+    int found = restart_is_retry(cfg) ? checkpoint_own_latest(cfg->save_dir, strategy, path,
+                                                              path_len, err, err_len)
+                                      : 0;
     if (found != 0) return found;
-    if (restart && restart_world_changed(cfg) && cfg->restart.newest_saved)
+    if (restart_world_changed(cfg) && cfg->restart.newest_saved)
         return copy_path(cfg->restart.newest_saved, path, path_len);
     if (cfg->resume_base)
         found = checkpoint_own_latest(cfg->resume_base, strategy, path, path_len, err, err_len);
