@@ -270,5 +270,16 @@ out=$("$build"/chapter1 --ranks 2 ${model/--quiet/} --steps 4 --resume "$work/sa
 verdict "--resume and --save one directory: dp and ddp from their own checkpoints, the baseline from latest" \
     $([ "$out" = "$expected" ] && [ "$(printf '%s\n' "$out" | sort -u | wc -l)" -eq 2 ]; echo $?) \
     "$(echo $out | sed "s|$work/||g")"
+# ... and a damaged checkpoint that only a strategy's own pointer names (dp's or ddp's,
+# whichever saved first) is refused before any rank starts, as DIR/latest's would be
+"$build"/chapter1 --ranks 2 $model --steps 2 --save "$work/own-bad" >/dev/null 2>&1
+own_only=$(cat "$work/own-bad/latest-dp" "$work/own-bad/latest-ddp" | grep -vx "$(cat "$work/own-bad/latest")")
+damaged=$work/own-bad/$own_only/rank-00000.safetensors
+printf 'X' | dd of="$damaged" bs=1 seek=100 conv=notrunc status=none
+out=$("$build"/chapter1 --ranks 2 $model --steps 4 --resume "$work/own-bad" 2>&1 >/dev/null)
+status=$?
+verdict "--resume DIR with a checkpoint only latest-STRATEGY names damaged: refused, the file named" \
+    $([ $status -eq 2 ] && printf '%s' "$out" | grep -q "$damaged: CRC-32"; echo $?) \
+    "exit $status: $(echo $out | sed "s|$work/||g")"
 echo "checkpoint-checks: $passed passed, $failed failed"
 [ $failed -eq 0 ]

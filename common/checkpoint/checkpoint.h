@@ -157,9 +157,10 @@ void checkpoint_own_pointer(const char *strategy, char *name, size_t len);
 int checkpoint_own_latest(const char *dir, const char *strategy, char *path, size_t path_len,
                           char *err, size_t err_len);
 
-/* Before any rank starts: every dir/latest-* checked whole (checkpoint_check_until).
- * Returns 0, or -1 with one line in err. */
+/* Before any rank starts: every dir/latest-* checked whole (checkpoint_check_until) but
+ * the checkpoint `checked` (a path as checkpoint_resolve gives it; "" for none), which
+ * was. Returns 0, or -1 with one line in err. */
 int checkpoint_check_own_latests(const char *dir, const run_config *cfg, int last_step,
-                                 char *err, size_t err_len);
+                                 const char *checked, char *err, size_t err_len);
 
 #endif

@@ -36,15 +36,17 @@ int checkpoint_own_latest(const char *dir, const char *strategy, char *path, siz
 }
 
 int checkpoint_check_own_latests(const char *dir, const run_config *cfg, int last_step,
-                                 char *err, size_t err_len) {
+                                 const char *checked, char *err, size_t err_len) {
     DIR *d = opendir(dir);
     if (!d) return 0;   /* no directory, no pointers */
     int status = 0;
     char path[4096];
     for (struct dirent *e; status == 0 && (e = readdir(d));) {
         if (strncmp(e->d_name, "latest-", POINTER_PREFIX_LEN) != 0) continue;
-        if (!checkpoint_read_pointer(dir, e->d_name, path, sizeof path, err, err_len) ||
-            checkpoint_check_until(path, cfg, last_step, err, err_len) < 0)
+        if (!checkpoint_read_pointer(dir, e->d_name, path, sizeof path, err, err_len))
+            status = -1;
+        else if (strcmp(path, checked) != 0 &&   /* each checkpoint read once */
+                 checkpoint_check_until(path, cfg, last_step, err, err_len) < 0)
             status = -1;
     }
     closedir(d);

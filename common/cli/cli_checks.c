@@ -25,15 +25,18 @@ dataset *dataset_from_config(const run_config *cfg) {
 static void check_restart_saves(run_config *cfg) {
     static char newest[4096];
     char err[1024], latest[4096];
-    if (checkpoint_check_own_latests(cfg->save_dir, cfg, cfg->steps, err, sizeof err) < 0)
-        cli_fail("%s", err);
     snprintf(latest, sizeof latest, "%s/latest", cfg->save_dir);
-    if (access(latest, F_OK) != 0) return;   /* nothing saved yet */
     int step = -1;
-    if (checkpoint_resolve(cfg->save_dir, newest, sizeof newest, err, sizeof err))
-        step = checkpoint_check_until(newest, cfg, cfg->steps, err, sizeof err);
-    if (step < 0) cli_fail("%s", err);
-    if (step < cfg->steps) cfg->restart.newest_saved = newest;
+    if (access(latest, F_OK) != 0) {
+        newest[0] = '\0';   /* nothing saved yet */
+    } else {
+        if (checkpoint_resolve(cfg->save_dir, newest, sizeof newest, err, sizeof err))
+            step = checkpoint_check_until(newest, cfg, cfg->steps, err, sizeof err);
+        if (step < 0) cli_fail("%s", err);
+    }
+    if (checkpoint_check_own_latests(cfg->save_dir, cfg, cfg->steps, newest, err, sizeof err) < 0)
+        cli_fail("%s", err);
+    if (step >= 0 && step < cfg->steps) cfg->restart.newest_saved = newest;
 }
 
 void checkpoint_cli_check(run_config *cfg) {
@@ -62,7 +65,8 @@ void checkpoint_cli_check(run_config *cfg) {
     if (!checkpoint_resolve(cfg->resume_dir, resolved, sizeof resolved, err, sizeof err))
         cli_fail("%s", err);
     if (strcmp(resolved, cfg->resume_dir) != 0) {   /* DIR holds checkpoints: each its own */
-        if (checkpoint_check_own_latests(cfg->resume_dir, cfg, last_step, err, sizeof err) < 0)
+        if (checkpoint_check_own_latests(cfg->resume_dir, cfg, last_step, resolved, err,
+                                         sizeof err) < 0)
             cli_fail("%s", err);
         cfg->resume_base = cfg->resume_dir;
     }
