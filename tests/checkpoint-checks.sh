@@ -258,13 +258,28 @@ verdict "resumed line (fp16)" $(printf '%s' "$line" | grep -q 'at step 2, saved 
 line=$("$build"/chapter2 $stage1 ${model/--quiet/} --steps 4 --resume "$work/threads-bf16-z1" \
     2>&1 >/dev/null | grep -m1 'resumed from')
 verdict "resumed line (bf16 into fp32)" $(printf '%s' "$line" | grep -q 'at step 2, saved in bf16$'; echo $?) "$line"
-# --resume DIR --save DIR: every strategy of a chapter resumes from the checkpoint
-# DIR/latest named at the start, although each one's save moves DIR/latest on
+# --resume DIR --save DIR: chapter 1's dp and ddp each resume from their own checkpoint
+# (DIR/latest-dp, DIR/latest-ddp), the baseline from the one DIR/latest named at the
+# start, although each save moves DIR/latest on
 "$build"/chapter1 --ranks 2 $model --steps 2 --save "$work/same-dir" >/dev/null 2>&1
+expected=$(for s in latest latest-dp latest-ddp; do
+               echo "resumed from $work/same-dir/$(cat "$work/same-dir/$s") at step 2"
+           done | sort)
 out=$("$build"/chapter1 --ranks 2 ${model/--quiet/} --steps 4 --resume "$work/same-dir" \
-    --save "$work/same-dir" 2>&1 >"$work/same-dir.json" | grep 'resumed from' | sort | uniq -c)
-lines=$(printf '%s\n' "$out" | grep -c 'at step 2')
-verdict "--resume and --save one directory: 3 strategies from the same checkpoint" \
-    $([ "$lines" -eq 1 ] && printf '%s' "$out" | grep -q '^ *3 '; echo $?) "$(echo $out)"
+    --save "$work/same-dir" 2>&1 >"$work/same-dir.json" | grep -o 'resumed from .* at step [0-9]*' | sort)
+verdict "--resume and --save one directory: dp and ddp from their own checkpoints, the baseline from latest" \
+    $([ "$out" = "$expected" ] && [ "$(printf '%s\n' "$out" | sort -u | wc -l)" -eq 2 ]; echo $?) \
+    "$(echo $out | sed "s|$work/||g")"
+# ... and a damaged checkpoint that only a strategy's own pointer names (dp's or ddp's,
+# whichever saved first) is refused before any rank starts, as DIR/latest's would be
+"$build"/chapter1 --ranks 2 $model --steps 2 --save "$work/own-bad" >/dev/null 2>&1
+own_only=$(cat "$work/own-bad/latest-dp" "$work/own-bad/latest-ddp" | grep -vx "$(cat "$work/own-bad/latest")")
+damaged=$work/own-bad/$own_only/rank-00000.safetensors
+printf 'X' | dd of="$damaged" bs=1 seek=100 conv=notrunc status=none
+out=$("$build"/chapter1 --ranks 2 $model --steps 4 --resume "$work/own-bad" 2>&1 >/dev/null)
+status=$?
+verdict "--resume DIR with a checkpoint only latest-STRATEGY names damaged: refused, the file named" \
+    $([ $status -eq 2 ] && printf '%s' "$out" | grep -q "$damaged: CRC-32"; echo $?) \
+    "exit $status: $(echo $out | sed "s|$work/||g")"
 echo "checkpoint-checks: $passed passed, $failed failed"
 [ $failed -eq 0 ]

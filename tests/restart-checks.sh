@@ -47,12 +47,13 @@ job() {
     return $status
 }
 
-# same_tensors A B: every tensor of the final checkpoints DIR A and B, bit for bit
+# same_tensors A B [POINTER]: every tensor of the final checkpoints DIR A and B (the ones
+# DIR/POINTER names, default latest), bit for bit
 same_tensors() {
-    "$python" - "$1" "$2" <<'PY'
+    "$python" - "$1" "$2" "${3:-latest}" <<'PY'
 import array, glob, json, os, struct, sys
 def tensors(d):
-    d = os.path.join(d, open(os.path.join(d, "latest")).read().strip())
+    d = os.path.join(d, open(os.path.join(d, sys.argv[3])).read().strip())
     out = {}
     for path in sorted(glob.glob(os.path.join(d, "rank-*.safetensors"))):
         raw = open(path, "rb").read()
@@ -349,10 +350,50 @@ mpi_checks() {
     elastic "ZeRO-3 x4 (Open MPI)" chapter2 zero3 --stage 3
 }
 
+# 8. a program that runs several strategies (chapter 2's --stage 3: ZeRO-0, then ZeRO-3)
+# killed in either: each resumes from its own newest checkpoint (DIR/latest-STRATEGY), one
+# that had finished trains nothing more, and both final checkpoints equal the
+# uninterrupted run's bit for bit, with no step saved twice (step-NNNNNN-2)
+own_checkpoint_checks() {   # own_checkpoint_checks STRATEGY...: kill in each in turn
+    local stages="--stage 3 --save-every 2" in status same out
+    job own-full "$backend" "$build/chapter2" 4 $model $stages --save "$work/own-full"
+    for in in "$@"; do
+        job "own-$in" "$backend" "$build/chapter2" 4 $model $stages --save "$work/own-$in" \
+            --max-restarts 1 --test-fail-step 5 --test-fail-rank 1 --test-fail-strategy "$in"
+        status=$?
+        out=$(for s in zero0 zero3; do
+                  printf '%s: ' $s; same_tensors "$work/own-full" "$work/own-$in" "latest-$s" || echo FAILED
+              done)
+        same=$(printf '%s' "$out" | grep -c 'bit for bit equal')
+        verdict "chapter 2 --stage 3 x4, rank 1 SIGKILLed at step 5 of $in ($backend)" \
+            $([ $status -eq 0 ] && [ "$same" -eq 2 ] && one_restart "$work/own-$in.json" &&
+              ! ls "$work/own-$in" | grep -q -- '-2$'; echo $?) \
+            "exit $status; $(echo $out); $(said "own-$in" 'run: restart 1')"
+    done
+}
+
+# ... and a strategy whose name follows its layout (chapter 3's tp+dp is tp on 2 ranks)
+# still resumes after --elastic: from the newest checkpoint, step 4, not from step 0
+own_checkpoint_renamed_check() {
+    job own-tp "$backend" "$build/chapter3" 4 $model --tp 2 --part train --save "$work/own-tp" \
+        --save-every 2 --max-restarts 1 --elastic --test-fail-step 5 --test-fail-rank 3 \
+        --test-fail-gone
+    local status=$? resumed
+    resumed=$("$python" -c 'import json, sys
+print(" ".join("%s:%d" % (r["strategy"], len(r["loss"])) for r in json.load(open(sys.argv[1]))["runs"]))' \
+        "$work/own-tp.json" 2>&1)
+    verdict "chapter 3 tp+dp x4 -> tp x2 (--elastic) resumes from tp+dp's step 4" \
+        $([ $status -eq 0 ] && [ "$resumed" = "baseline:8 tp:4" ]; echo $?) \
+        "exit $status; losses per run: $resumed"
+}
+
 if [ "$backend" = mpi ]; then
     mpi_checks
+    own_checkpoint_checks zero3
 else
     threads_checks
+    own_checkpoint_checks zero0 zero3
+    own_checkpoint_renamed_check
 fi
 echo "restart-checks: $passed passed, $failed failed"
 [ $failed -eq 0 ]

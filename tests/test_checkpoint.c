@@ -19,6 +19,7 @@
 #include "check_run.h"
 #include "checkpoint_layouts.h"
 #include "checkpoint.h"
+#include "compare.h"
 #include "crc32.h"
 #include "data.h"
 #include "floats.h"
@@ -469,11 +470,35 @@ START_TEST(crc32_matches_zlib) {
 }
 END_TEST
 
+/* A strategy resumed at another step than its baseline (a restart continues each from
+ * its own checkpoint, the baseline from where the job began) is compared on the steps
+ * both ran, each at its place; step 1's gradients only when both started together. */
+START_TEST(runs_resumed_at_different_steps_compare_the_steps_both_ran) {
+    float base_loss[6] = {6, 5, 4, 3, 2, 1}, grads[2] = {0.5f, 0.5f}, params[2] = {1, 2};
+    const baseline_run b = {.result = {.steps = 6}, .loss = base_loss, .first_grads = grads,
+                            .final_params = params, .num_params = 2};
+    const float later[2] = {2.25f, 1}, earlier[8] = {9, 9, 6, 5, 4, 3, 2, 1.5f};
+    run_result r = {.steps = 2};   /* resumed after step 4 of 6 */
+    compare_to_baseline(&r, &b, later, grads, params);
+    ck_assert(r.diff_loss == 0.25 && r.diff_grads == -1 && r.diff_params == 0);
+    r = (run_result){.steps = 8};   /* started 2 steps before the baseline */
+    compare_to_baseline(&r, &b, earlier, grads, params);
+    ck_assert(r.diff_loss == 0.5 && r.diff_grads == -1);
+    r = (run_result){.steps = 6};   /* together */
+    compare_to_baseline(&r, &b, base_loss, grads, params);
+    ck_assert(r.diff_loss == 0 && r.diff_grads == 0);
+    r = (run_result){.steps = 0};   /* a restart found it finished: nothing to compare */
+    compare_to_baseline(&r, &b, later, grads, params);
+    ck_assert(r.diff_loss == -1 && r.diff_grads == -1 && r.diff_params == 0);
+}
+END_TEST
+
 int main(void) {
     Suite *suite = suite_create("checkpoint");
     TCase *tc = tcase_create("checkpoint");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, crc32_matches_zlib);
+    tcase_add_test(tc, runs_resumed_at_different_steps_compare_the_steps_both_ran);
     tcase_add_test(tc, every_layout_loads_into_every_other_exactly);
     tcase_add_test(tc, zero_state_at_every_stage_loads_with_its_moments_in_other_layouts);
     tcase_add_test(tc, resumed_baseline_is_bit_identical_to_an_uninterrupted_run);

@@ -19,6 +19,7 @@
 #include "checkpoint.h"
 #include "checkpoint_layouts.h"
 #include "cli.h"
+#include "resume_source.h"
 
 
 
@@ -203,6 +204,46 @@ START_TEST(a_killed_saves_leftovers_are_removed_when_the_next_run_starts) {
 }
 END_TEST
 
+/* The values the checkpoint strategy `name` resumes from hold: the seed they were saved
+ * from, or 0 when it starts afresh. */
+static uint64_t resumes_from(const run_config *cfg, const char *name) {
+    char path[4096], err[1024] = "";
+    const int found = resume_source(cfg, name, path, sizeof path, err, sizeof err);
+    ck_assert_msg(found >= 0, "%s: %s", name, err);
+    if (!found) return 0;
+    const uint64_t seeds[3] = {77, 55, 33};
+    for (int i = 0; i < 3; i++)
+        if (layout_load(&checkpoint_layouts[0], cfg, path, seeds[i]) == 0) return seeds[i];
+    return 1;   /* none of them */
+}
+
+START_TEST(each_strategy_resumes_from_its_own_newest_checkpoint) {
+    run_config cfg = layout_tiny_config();
+    const layout_spec *zero3 = &checkpoint_layouts[1], *tp = &checkpoint_layouts[3],
+                      *pp = &checkpoint_layouts[4];
+    const char *dir = layout_scratch_dir("two-strategies"), *again = layout_scratch_dir("again");
+    layout_save(zero3, &cfg, dir, 77, 0);   /* step 5 of two strategies in one DIR */
+    layout_save(tp, &cfg, dir, 55, 0);      /* DIR/latest now names this one */
+    cfg.resume_dir = dir;
+    checkpoint_cli_check(&cfg);
+    layout_save(&checkpoint_layouts[5], &cfg, dir, 33, 0);   /* this run's save moves latest */
+    const uint64_t z = resumes_from(&cfg, zero3->name), t = resumes_from(&cfg, tp->name),
+                   p = resumes_from(&cfg, pp->name);
+    printf("--resume DIR: zero3 x4 from seed %llu, tp2 x dp2 from %llu, pp2 (none of its own)"
+           " from %llu\n", (unsigned long long)z, (unsigned long long)t, (unsigned long long)p);
+    ck_assert(z == 77 && t == 55 && p == 55);
+    /* a restart: its own in --save DIR first, then in --resume DIR, then --resume's */
+    layout_save(pp, &cfg, again, 77, 0);
+    cfg.save_dir = again;
+    cfg.restart.on = cfg.restart.from_run = cfg.restart.attempt = 1;   /* as ./run gives it */
+    ck_assert(resumes_from(&cfg, pp->name) == 77 && resumes_from(&cfg, tp->name) == 55);
+    cfg.restart.attempt = 0;   /* not a restart: --save DIR is not read */
+    ck_assert(resumes_from(&cfg, pp->name) == 55);
+    cfg.resume_dir = cfg.resume_base = NULL;
+    ck_assert(resumes_from(&cfg, pp->name) == 0);
+}
+END_TEST
+
 int main(void) {
     Suite *suite = suite_create("checkpoint_save");
     TCase *tc = tcase_create("checkpoint_save");
@@ -211,6 +252,7 @@ int main(void) {
     tcase_add_test(tc, every_file_and_directory_is_fsynced_before_latest_moves);
     tcase_add_test(tc, a_failed_save_removes_its_files_and_the_next_one_succeeds);
     tcase_add_test(tc, a_killed_saves_leftovers_are_removed_when_the_next_run_starts);
+    tcase_add_test(tc, each_strategy_resumes_from_its_own_newest_checkpoint);
     suite_add_tcase(suite, tc);
     static char root[] = "/tmp/test_checkpoint_save.XXXXXX";
     if (!layout_scratch_open(root)) return 1;

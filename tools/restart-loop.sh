@@ -129,17 +129,19 @@ read_failure() {
     fi
 }
 
-# next_resume: resume and from (the step the next attempt starts after): this job's
-# latest save in DIR, else the job's own --resume, else the start. A save of this job is
-# one DIR did not hold when the job started (saves_before): a save never reuses a name,
-# and another job's checkpoint there is never resumed. resume names the checkpoint
-# itself, not DIR, since the next attempt's saves move DIR/latest on and a chapter's
-# baseline resumes after them.
+# next_resume: from and from_text, the step the next attempt starts after (for the
+# report): this job's latest save in DIR, else the job's own --resume, else the start.
+# The next attempt keeps the job's own --resume: told it is a restart, the program resumes
+# each strategy from its own newest checkpoint in DIR (DIR/latest-STRATEGY), never one
+# that DIR held as the job began (--restart-saves-before: another job's; a save never
+# reuses a name), else as the job began.
 next_resume() {
     local name
     name=$(cat "$save/latest" 2>/dev/null)
     if [ -n "$name" ] && ! grep -qxF -- "$name" <<<"$saves_before"; then
-        resume=(--resume "$save/$name")
+        from=$(checkpoint_step "$save/$name")
+        from_text="step $from"
+        return
     fi
     if [ ${#resume[@]} -eq 0 ]; then
         from=0 from_text="step 0"
@@ -236,6 +238,7 @@ restart_loop() {
     local step first load_now last_step_at failed_rank failed_at failed_step gone
     local from from_text lost_now saves_before
     saves_before=$(saves_in "$save")   # another job's: never resumed
+    [ -n "$saves_before" ] && args+=(--restart-saves-before "$(paste -sd ' ' <<<"$saves_before")")
     warn_foreign
     trap 'interrupted=1' INT TERM
     while :; do

@@ -1,6 +1,7 @@
 /* Sharded checkpoints that load into any layout.
  *
- * A checkpoint is a directory DIR/step-NNNNNN (DIR/latest names the newest):
+ * A checkpoint is a directory DIR/step-NNNNNN (DIR/latest names the newest, and
+ * DIR/latest-STRATEGY the newest of each strategy that saved there):
  *   rank-RRRRR.safetensors   what world rank R owned: pieces of parameters and of
  *                            AdamW's m and v ("optimizer.m.<name>", "optimizer.v.<name>")
  *   index.json               the config and layout it was saved from, every file's
@@ -75,13 +76,13 @@ typedef struct {
 } ckpt_state;
 
 /* Collective over world (NULL: one rank alone). Writes step `step` under dir with the
- * temporary directory, fsync and rename protocol, then points dir/latest at it. A save
- * that fails removes its temporary directory; each save first removes those that
- * killed saves left (checkpoint_clear_stale). */
+ * temporary directory, fsync and rename protocol, then points dir/latest-STRATEGY and
+ * dir/latest at it. A save that fails removes its temporary directory; each save first
+ * removes those that killed saves left (checkpoint_clear_stale). */
 void checkpoint_save(comm *world, const run_config *cfg, const char *strategy,
                      const ckpt_state *state, int step);
 
-/* Removes dir's .tmp-step-* directories and .latest.tmp: what a killed save leaves. */
+/* Removes dir's .tmp-step-* directories and .latest*.tmp: what a killed save leaves. */
 void checkpoint_clear_stale(const char *dir);
 
 /* A test seam: each step of a save (mkdir, write, fsync, remove, rename of one path) is
@@ -132,9 +133,40 @@ static inline size_t ckpt_box_numel(const ckpt_tensor *t) {
 /* dir/latest's target, or dir itself when it is a checkpoint (has index.json). */
 int checkpoint_resolve(const char *dir, char *path, size_t path_len, char *err, size_t err_len);
 
+/* The checkpoint dir/pointer names (a file holding one directory name): 1 with its path,
+ * 0 with why in err. */
+int checkpoint_read_pointer(const char *dir, const char *pointer, char *path, size_t path_len,
+                            char *err, size_t err_len);
+
 /* Before any rank starts: the checkpoint that `--resume dir` names, checked whole
  * (index, every file's size and CRC-32, headers, the model's shape and seed). Returns
  * its step; on any problem writes one line to err naming the file and returns -1. */
 int checkpoint_check(const char *dir, const run_config *cfg, char *err, size_t err_len);
+/* The same with a step up to last_step accepted (a restart: a strategy that had finished). */
+int checkpoint_check_until(const char *dir, const run_config *cfg, int last_step, char *err,
+                           size_t err_len);
+
+/* ---- each strategy's own newest checkpoint (checkpoint_latest.c) --------------------- */
+
+/* The file in DIR naming the newest checkpoint of `strategy`: "latest-<strategy>", with
+ * any character but letters, digits and ._+- as '_'. */
+void checkpoint_own_pointer(const char *strategy, char *name, size_t len);
+
+/* dir/latest-<strategy>'s checkpoint: 1 with it in path, 0 when dir has none, -1 with
+ * why in err when the file is there but names no checkpoint. */
+int checkpoint_own_latest(const char *dir, const char *strategy, char *path, size_t path_len,
+                          char *err, size_t err_len);
+
+/* Whether checkpoint `path` was in --save DIR as the job began (restart.saves_before):
+ * another job's, which a restart never resumes (a save never reuses a name). */
+int checkpoint_saved_before(const run_config *cfg, const char *path);
+
+/* Before any rank starts: every dir/latest-* checked whole (checkpoint_check_until) but
+ * the checkpoint `checked` (a path as checkpoint_resolve gives it; "" for none), which
+ * was, and with `this_job_only` those saved before the job began. Returns 0, or -1 with
+ * one line in err. */
+int checkpoint_check_own_latests(const char *dir, const run_config *cfg, int last_step,
+                                 const char *checked, int this_job_only, char *err,
+                                 size_t err_len);
 
 #endif

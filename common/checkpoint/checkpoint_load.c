@@ -74,21 +74,11 @@ static char *read_regular(const char *path, unsigned long long max_bytes, size_t
     return buf;
 }
 
-int checkpoint_resolve(const char *dir, char *path, size_t path_len, char *err, size_t err_len) {
+int checkpoint_read_pointer(const char *dir, const char *pointer, char *path, size_t path_len,
+                            char *err, size_t err_len) {
     char probe[4096];
-    ckpt_fits(snprintf(probe, sizeof probe, "%s/index.json", dir), sizeof probe);
-    if (access(probe, F_OK) == 0) {
-        snprintf(path, path_len, "%s", dir);
-        return 1;
-    }
-    ckpt_fits(snprintf(probe, sizeof probe, "%s/latest", dir), sizeof probe);
+    ckpt_fits(snprintf(probe, sizeof probe, "%s/%s", dir, pointer), sizeof probe);
     size_t len;
-    struct stat sb;
-    if (lstat(probe, &sb) != 0) {
-        snprintf(err, err_len, "--resume %s: no checkpoint there (neither %s/index.json nor"
-                 " %s/latest exists)", dir, dir, dir);
-        return 0;
-    }
     char *name = read_regular(probe, LATEST_MAX_BYTES, &len, err, err_len);
     if (!name) return 0;
     while (len > 0 && (name[len - 1] == '\n' || name[len - 1] == '\r')) len--;
@@ -97,6 +87,23 @@ int checkpoint_resolve(const char *dir, char *path, size_t path_len, char *err, 
     else snprintf(err, err_len, "%s: not the name of a checkpoint directory", probe);
     free(name);
     return ok;
+}
+
+int checkpoint_resolve(const char *dir, char *path, size_t path_len, char *err, size_t err_len) {
+    char probe[4096];
+    ckpt_fits(snprintf(probe, sizeof probe, "%s/index.json", dir), sizeof probe);
+    if (access(probe, F_OK) == 0) {
+        snprintf(path, path_len, "%s", dir);
+        return 1;
+    }
+    ckpt_fits(snprintf(probe, sizeof probe, "%s/latest", dir), sizeof probe);
+    struct stat sb;
+    if (lstat(probe, &sb) != 0) {
+        snprintf(err, err_len, "--resume %s: no checkpoint there (neither %s/index.json nor"
+                 " %s/latest exists)", dir, dir, dir);
+        return 0;
+    }
+    return checkpoint_read_pointer(dir, "latest", path, path_len, err, err_len);
 }
 
 /* ---- the index ------------------------------------------------------------------------ */
@@ -337,6 +344,11 @@ static int check_file(const index_file *x, const json_value *entry, char *err, s
 }
 
 int checkpoint_check(const char *dir, const run_config *cfg, char *err, size_t err_len) {
+    return checkpoint_check_until(dir, cfg, cfg->steps - 1, err, err_len);
+}
+
+int checkpoint_check_until(const char *dir, const run_config *cfg, int last_step, char *err,
+                           size_t err_len) {
     index_file x;
     ckpt_run_state run;
     if (!index_open(dir, &x, err, err_len)) return -1;
@@ -348,7 +360,7 @@ int checkpoint_check(const char *dir, const run_config *cfg, char *err, size_t e
         step = -1;
     } else if (!read_run_state(&x, &run, err, err_len)) {
         step = -1;   /* any precision resumes any other: the parameters are fp32 */
-    } else if (step >= cfg->steps) {
+    } else if (step > last_step) {
         snprintf(err, err_len, "--steps %d: the checkpoint in %s is at step %d; --steps is the"
                  " total, so a resumed run needs more than %d", cfg->steps, x.dir, step, step);
         step = -1;

@@ -6,7 +6,8 @@
  *                           rank-R.safetensors and rank-R.json (its index fragment)
  *   barrier                 then rank 0: index.json (fsync), fragments removed,
  *                           the directory fsynced and renamed to DIR/step-NNNNNN,
- *                           DIR fsynced, DIR/latest written beside and renamed over
+ *                           DIR fsynced, DIR/latest-STRATEGY and then DIR/latest
+ *                           each written beside and renamed over
  *   barrier
  * A crash before the rename leaves only a .tmp- directory, which no one loads (and the
  * next save removes); a crash after it leaves a complete checkpoint, whether or not
@@ -35,6 +36,7 @@ static const char *const kind_prefix[3] = {"", "optimizer.m.", "optimizer.v."};
 /* One save as every rank sees it. */
 typedef struct {
     const char *dir, *tmp;   /* --save DIR and DIR/.tmp-step-NNNNNN */
+    const char *strategy;    /* whose checkpoint: DIR/latest-STRATEGY names it */
     int crash_at;            /* the test hook: stop before this step (0: never) */
 } save_ctx;
 
@@ -121,7 +123,10 @@ void checkpoint_clear_stale(const char *dir) {
     char path[4096];
     for (struct dirent *e; (e = readdir(d));) {
         const int tmp_dir = strncmp(e->d_name, ".tmp-step-", 10) == 0;
-        if (!tmp_dir && strcmp(e->d_name, ".latest.tmp") != 0) continue;
+        const size_t len = strlen(e->d_name);   /* .latest.tmp, .latest-STRATEGY.tmp */
+        const int tmp_pointer = strncmp(e->d_name, ".latest", 7) == 0 && len >= 11 &&
+                                strcmp(e->d_name + len - 4, ".tmp") == 0;
+        if (!tmp_dir && !tmp_pointer) continue;
         ckpt_fits(snprintf(path, sizeof path, "%s/%s", dir, e->d_name), sizeof path);
         if (tmp_dir) remove_flat_dir(path);
         else unlink(path);
@@ -332,7 +337,19 @@ static void write_index(const save_ctx *sc, int ranks, const run_config *cfg,
     }
 }
 
-/* Renames tmp to the first free DIR/step-NNNNNN[-k] and points DIR/latest at it. */
+/* Points DIR/pointer at checkpoint `name`: written beside, fsynced, renamed over. */
+static void point_at(const save_ctx *sc, const char *pointer, const char *name) {
+    char path[4096], tmp[4096];
+    ckpt_fits(snprintf(path, sizeof path, "%s/%s", sc->dir, pointer), sizeof path);
+    ckpt_fits(snprintf(tmp, sizeof tmp, "%s/.%s.tmp", sc->dir, pointer), sizeof tmp);
+    FILE *f = create_file(sc, tmp);
+    fprintf(f, "%s\n", name);
+    finish_file(sc, f, tmp);
+    rename_step(sc, tmp, path);
+}
+
+/* Renames tmp to the first free DIR/step-NNNNNN[-k] and points DIR/latest-STRATEGY, then
+ * DIR/latest, at it. */
 static void publish(const save_ctx *sc, int step, char *final, size_t final_len) {
     char name[64];
     struct stat st;
@@ -345,13 +362,10 @@ static void publish(const save_ctx *sc, int step, char *final, size_t final_len)
     fsync_path(sc, sc->tmp);
     rename_step(sc, sc->tmp, final);
     fsync_path(sc, sc->dir);
-    char latest[4096], latest_tmp[4096];
-    ckpt_fits(snprintf(latest, sizeof latest, "%s/latest", sc->dir), sizeof latest);
-    ckpt_fits(snprintf(latest_tmp, sizeof latest_tmp, "%s/.latest.tmp", sc->dir), sizeof latest_tmp);
-    FILE *f = create_file(sc, latest_tmp);
-    fprintf(f, "%s\n", name);
-    finish_file(sc, f, latest_tmp);
-    rename_step(sc, latest_tmp, latest);
+    char own[128];
+    checkpoint_own_pointer(sc->strategy, own, sizeof own);
+    point_at(sc, own, name);
+    point_at(sc, "latest", name);
     fsync_path(sc, sc->dir);
 }
 
@@ -361,7 +375,8 @@ void checkpoint_save(comm *world, const run_config *cfg, const char *strategy,
     const double start = comm_now();
     char tmp[4096];
     ckpt_fits(snprintf(tmp, sizeof tmp, "%s/.tmp-step-%06d", cfg->save_dir, step), sizeof tmp);
-    const save_ctx sc = {.dir = cfg->save_dir, .tmp = tmp, .crash_at = cfg->save_test_crash};
+    const save_ctx sc = {.dir = cfg->save_dir, .tmp = tmp, .strategy = strategy,
+                         .crash_at = cfg->save_test_crash};
     if (rank == 0 || !process_hosts_rank0()) atomic_store(&steps_started, 0);   /* per process */
     if (world) comm_barrier(world);
     if (rank == 0) {

@@ -366,11 +366,13 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
         {"elastic", OPT_FLAG, &cfg->restart.elastic, "with --max-restarts: a rank that does not come back leaves the job on fewer ranks", NULL, 0},
         {"restart-attempt", OPT_INT, &cfg->restart.attempt, NULL, NULL, 0},   /* ./run: restarts so far */
         {"restart-record", OPT_STRING, &cfg->restart.record, NULL, NULL, 0},   /* ./run: the earlier attempts' costs */
+        {"restart-saves-before", OPT_STRING, &cfg->restart.saves_before, NULL, NULL, 0},   /* ./run: another job's */
         {"test-fail-step", OPT_INT, &cfg->restart.fail_step, NULL, NULL, 1},   /* test hook: a rank fails as step K starts */
         {"test-fail-rank", OPT_INT, &cfg->restart.fail_rank, NULL, NULL, 0},
         {"test-fail-how", OPT_CHOICE, &cfg->restart.fail_how, NULL, restart_fail_hows, 0},
         {"test-fail-attempts", OPT_INT, &cfg->restart.fail_attempts, NULL, NULL, 1},
         {"test-fail-gone", OPT_FLAG, &cfg->restart.fail_gone, NULL, NULL, 0},
+        {"test-fail-strategy", OPT_STRING, &cfg->restart.fail_strategy, NULL, NULL, 0},
         {"test-resume-skew", OPT_INT, &cfg->restart.resume_skew, NULL, NULL, 1},   /* negative control */
         {0},
     };
@@ -380,9 +382,9 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
     char err[256];
     if (!gpt_config_check(&cfg->model, 1, err, sizeof err)) cli_fail("%s", err);
     if (cfg->comm.trace_path) check_writable("trace", cfg->comm.trace_path);
-    checkpoint_cli_check(cfg);
     cfg->restart.on = cli_given("max-restarts");
     cfg->restart.from_run = cli_given("restart-attempt");
+    checkpoint_cli_check(cfg);   /* a restart's checks differ (restart_is_retry) */
     restart_check_flags(cfg);
     int mpi_ranks = launch_mpi_world_size();
     if (mpi_ranks > 0) cfg->comm.ranks = mpi_ranks;

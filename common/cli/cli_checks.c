@@ -9,6 +9,7 @@
 
 #include "checkpoint.h"
 #include "cli_error.h"
+#include "restart.h"
 
 dataset *dataset_from_config(const run_config *cfg) {
     if (!cfg->data_path) return dataset_builtin();
@@ -35,6 +36,30 @@ static int can_create(const char *dir) {
     return access(parent, W_OK | X_OK) == 0;
 }
 
+/* A restart: each strategy's newest in --save DIR checked (one that had finished is at
+ * --steps), and DIR/latest pinned as it is now when a strategy may still train from it
+ * (resume_source.c: on fewer ranks, a strategy whose name follows its layout). */
+static void check_restart_saves(run_config *cfg) {
+    static char newest[4096];
+    char err[1024], latest[4096];
+    snprintf(latest, sizeof latest, "%s/latest", cfg->save_dir);
+    int step = -1;
+    if (access(latest, F_OK) != 0) {
+        newest[0] = '\0';   /* nothing saved yet */
+    } else if (!checkpoint_resolve(cfg->save_dir, newest, sizeof newest, err, sizeof err)) {
+        cli_fail("%s", err);
+    } else if (checkpoint_saved_before(cfg, newest)) {
+        newest[0] = '\0';   /* another job's: nothing of this job's saved yet */
+    } else {
+        step = checkpoint_check_until(newest, cfg, cfg->steps, err, sizeof err);
+        if (step < 0) cli_fail("%s", err);
+    }
+    if (checkpoint_check_own_latests(cfg->save_dir, cfg, cfg->steps, newest, 1, err,
+                                     sizeof err) < 0)
+        cli_fail("%s", err);
+    if (step >= 0 && step < cfg->steps) cfg->restart.newest_saved = newest;
+}
+
 void checkpoint_cli_check(run_config *cfg) {
     if (cfg->no_checkpoints && (cfg->save_dir || cfg->resume_dir))
         cli_fail("--%s %s: %s", cfg->save_dir ? "save" : "resume",
@@ -50,13 +75,24 @@ void checkpoint_cli_check(run_config *cfg) {
     if (exists && access(cfg->save_dir, W_OK | X_OK) != 0)
         cli_fail("--save %s: cannot write there (%s)", cfg->save_dir, strerror(errno));
     if (exists) checkpoint_clear_stale(cfg->save_dir);   /* a killed save's leftovers */
+    /* a restart may find a strategy that had finished: its checkpoint is at --steps */
+    const int restart = restart_is_retry(cfg);
+    const int last_step = cfg->steps - 1 + restart;
+    if (restart) check_restart_saves(cfg);
     if (!cfg->resume_dir) return;
     char err[1024];
-    if (checkpoint_check(cfg->resume_dir, cfg, err, sizeof err) < 0) cli_fail("%s", err);
-    /* DIR/latest moves with every save: a program that runs several strategies, each
-     * resuming from DIR and saving into it, must resume each from the same checkpoint */
+    if (checkpoint_check_until(cfg->resume_dir, cfg, last_step, err, sizeof err) < 0)
+        cli_fail("%s", err);
+    /* DIR/latest moves with every save: a strategy without a checkpoint of its own in DIR
+     * resumes from the one DIR/latest names now, as does the baseline */
     static char resolved[4096];
     if (!checkpoint_resolve(cfg->resume_dir, resolved, sizeof resolved, err, sizeof err))
         cli_fail("%s", err);
+    if (strcmp(resolved, cfg->resume_dir) != 0) {   /* DIR holds checkpoints: each its own */
+        if (checkpoint_check_own_latests(cfg->resume_dir, cfg, last_step, resolved, 0, err,
+                                         sizeof err) < 0)
+            cli_fail("%s", err);
+        cfg->resume_base = cfg->resume_dir;
+    }
     cfg->resume_dir = resolved;
 }

@@ -9,9 +9,11 @@
 dataset *dataset_from_config(const run_config *cfg);
 
 /* In cli_parse: --save-every needs --save, --save is a directory this process can
- * create or write, and --resume names a sound checkpoint of
- * this model whose step is below --steps (cli_fail otherwise); --resume DIR is then
- * pinned to the checkpoint DIR/latest names now. */
+ * create or write, and --resume names a sound checkpoint of this model whose step is
+ * below --steps (cli_fail otherwise), as do DIR's latest-STRATEGY pointers and, on a
+ * restart, --save's (there a strategy that had finished may be at --steps). --resume
+ * DIR is then pinned to the checkpoint DIR/latest names now, and resume_base set to DIR
+ * (checkpoint_resume_source). */
 void checkpoint_cli_check(run_config *cfg);
 
 #endif

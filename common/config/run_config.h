@@ -46,7 +46,10 @@ typedef struct {
     /* checkpoints (checkpoint.h): NULL / 0 when not asked for */
     const char *save_dir;     /* --save DIR: at the end, and every save_every steps */
     int save_every;
-    const char *resume_dir;   /* --resume DIR: checked before any rank starts */
+    const char *resume_dir;   /* --resume DIR: checked before any rank starts, then the
+                                 checkpoint it named at the start */
+    const char *resume_base;  /* --resume DIR when DIR holds checkpoints (not one itself):
+                                 where each strategy finds its own (checkpoint.h) */
     int save_test_crash;      /* test hook: a save stops before its Nth step (0: never) */
     const char *no_checkpoints;   /* set before cli_parse by a program that keeps none:
                                      why (then --save and --resume are refused) */
@@ -70,10 +73,15 @@ typedef struct {
         const char *record;    /* --restart-record: the earlier attempts' costs (./run) */
         int fail_step;         /* test hook: a rank fails as step K starts (0: never) */
         int fail_rank;         /* ... that world rank */
+        const char *fail_strategy;   /* ... in this strategy's loop (NULL: the first) */
         int fail_how;          /* SIGKILL of its process, comm_abort, SIGSTOP */
         int fail_attempts;     /* ... on attempts 0 .. N-1 (default 1: the first) */
         int fail_gone;         /* ... and it does not come back (--elastic's test) */
         int resume_skew;       /* negative control: a resume starts K steps late */
+        const char *newest_saved;   /* a restart: the checkpoint --save DIR/latest named
+                                       as it began, if not at --steps (NULL: none) */
+        const char *saves_before;   /* --restart-saves-before: the checkpoints --save DIR
+                                       held as the job began, another job's (./run) */
     } restart;
 } run_config;
 

@@ -17,8 +17,9 @@ typedef struct {
 } baseline_run;
 
 baseline_run *baseline_train(const run_config *cfg, const dataset *data);
-/* The baseline a strategy is compared with: it resumes from --resume as the strategy
- * does, but never saves (the strategy's checkpoint is the run's). */
+/* The baseline a strategy is compared with: it resumes from the checkpoint --resume named
+ * as the program started, but never saves (the strategy's checkpoint is the run's); a
+ * strategy that resumed elsewhere is compared on the steps both ran (compare.c). */
 baseline_run *baseline_reference(const run_config *cfg, const dataset *data);
 void baseline_free(baseline_run *b);
 /* The largest |g| of its step-1 gradient: the scale of 16-bit rounding bounds

@@ -156,10 +156,11 @@ void restart_loop_end(const run_config *cfg, comm *world) {
 
 /* ---- the test hook ----------------------------------------------------------------- */
 
-void restart_maybe_fail(const run_config *cfg, comm *world, int step) {
+void restart_maybe_fail(const run_config *cfg, comm *world, const char *strategy, int step) {
     const int rank = world ? comm_world_rank(world) : 0;
     if (!cfg->save_dir || step != cfg->restart.fail_step || rank != cfg->restart.fail_rank)
         return;
+    if (cfg->restart.fail_strategy && strcmp(cfg->restart.fail_strategy, strategy) != 0) return;
     int fd = open_progress(cfg->save_dir);   /* when it failed, and whether it comes back */
     if (fd >= 0) {
         write_line(fd, LINE_FAILURE, "failed rank %d step %d at %.6f gone %d", rank, step,
@@ -180,6 +181,14 @@ void restart_maybe_fail(const run_config *cfg, comm *world, int step) {
         exit(COMM_EXIT_RANK_LOST);
     }
     comm_abort_lost(world, "test hook at step %d", step);
+}
+
+int restart_is_retry(const run_config *cfg) {
+    return cfg->save_dir && cfg->restart.on && cfg->restart.from_run && cfg->restart.attempt > 0;
+}
+
+int restart_world_changed(const run_config *cfg) {
+    return restart_is_retry(cfg) && self.world_at_start != cfg->comm.ranks;
 }
 
 int restart_resumed_step(const run_config *cfg, int checkpoint_step) {

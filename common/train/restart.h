@@ -2,14 +2,15 @@
  *
  * ./run is the loop (a killed rank under Open MPI, or any SIGKILL of a threads job, takes
  * its process with it: only a parent outside it can start the job again). Each attempt
- * is a fresh process (threads) or a fresh mpirun (Open MPI) resuming from DIR/latest:
+ * is a fresh process (threads) or a fresh mpirun (Open MPI) resuming each strategy from
+ * its own newest checkpoint in DIR (resume_source.c):
  *
  *   attempt 0:  the job as given                 ./run adds --restart-attempt 0
  *   fails:      every rank stops (the communicator's failure path, or mpirun)
  *   ./run:      reads DIR/restart-progress, prints what failed, where it resumes and
  *               the steps lost; with --elastic and a rank gone for good, the largest
  *               rank count <= the survivors that the program accepts (RUN_LAYOUT_PROBE)
- *   attempt k:  --resume DIR --restart-attempt k --restart-record "what it cost so far"
+ *   attempt k:  the job's flags --restart-attempt k --restart-record "what it cost so far"
  *
  * The program's part: world rank 0 keeps DIR/restart-progress up to date (the last
  * step done, when, how long the checkpoint took to load), a test hook fails a rank at
@@ -34,8 +35,12 @@ void restart_check_flags(run_config *cfg);
 /* done: the step it resumes after (0: from the start) */
 void restart_loop_start(const run_config *cfg, comm *world, int done, double load_seconds);
 void restart_step_done(const run_config *cfg, comm *world, int step);
-void restart_maybe_fail(const run_config *cfg, comm *world, int step);
+void restart_maybe_fail(const run_config *cfg, comm *world, const char *strategy, int step);
 void restart_loop_end(const run_config *cfg, comm *world);
+/* Whether this run is ./run's attempt 1 or later of a job that saves (a retry). */
+int restart_is_retry(const run_config *cfg);
+/* Whether this attempt runs on another number of ranks than the job's first (--elastic). */
+int restart_world_changed(const run_config *cfg);
 /* The step a resume continues after: the checkpoint's, moved by the negative control. */
 int restart_resumed_step(const run_config *cfg, int checkpoint_step);
 

@@ -11,6 +11,7 @@
 #include "op_profile.h"
 #include "ops.h"
 #include "restart.h"
+#include "resume_source.h"
 
 /* a - b, kind by kind: the strategy's traffic without the loop's own */
 static comm_stats stats_minus(comm_stats a, const comm_stats *b) {
@@ -106,7 +107,7 @@ static int loss_scale_step(comm *metrics, const run_config *cfg, const train_str
 static void checkpoint_state_of(const run_config *cfg, const train_strategy *st,
                                 ckpt_state *state) {
     memset(state, 0, sizeof *state);
-    if (!cfg->save_dir && !cfg->resume_dir) return;
+    if (!cfg->save_dir && !cfg->resume_dir) return;   /* resume_base comes with resume_dir */
     if (!st->checkpoint_state) {
         fprintf(stderr, "--save/--resume: strategy %s has no checkpoints\n", st->name);
         exit(2);
@@ -117,9 +118,9 @@ static void checkpoint_state_of(const run_config *cfg, const train_strategy *st,
 /* --resume: fp16's loss scale continues from the checkpoint's when both runs are fp16
  * with a dynamic scale; any other pair starts the scale afresh (loss_scale_init's). The
  * reporting rank says so in the line that names the checkpoint. */
-static void resume_loss_scale(const run_config *cfg, int reports, int done,
+static void resume_loss_scale(const run_config *cfg, const char *from, int reports, int done,
                               const ckpt_run_state *saved, loss_scale *s) {
-    if (!cfg->resume_dir) return;
+    if (!from) return;
     const int restored = s->cfg.enabled && saved->has_loss_scale &&
                          saved->precision == PRECISION_FP16;
     if (restored) {
@@ -127,20 +128,23 @@ static void resume_loss_scale(const run_config *cfg, int reports, int done,
         s->clean_steps = saved->clean_steps;
         s->skipped_steps = saved->skipped_steps;
     }
-    if (reports && !cfg->quiet)
-        checkpoint_print_resumed(stderr, cfg->resume_dir, done, saved, restored);
+    if (!reports || cfg->quiet) return;
+    checkpoint_print_resumed(stderr, from, done, saved, restored);
+    if (done >= cfg->steps)   /* a restart finds this strategy had finished */
+        fprintf(stderr, "checkpoint: step %d is the last (--steps): nothing left to train\n",
+                done);
 }
 
 /* fp16's loss scale at the start of this run: from the flags, or the checkpoint's. */
 static void loss_scale_start(comm *metrics, const run_config *cfg, const train_strategy *st,
-                             int reports, int done, const ckpt_run_state *saved,
-                             loss_scale *s) {
+                             const char *from, int reports, int done,
+                             const ckpt_run_state *saved, loss_scale *s) {
     loss_scale_from_config(metrics, cfg, s);
     if (s->cfg.enabled && !st->optimizer_grads) {
         fprintf(stderr, "error: strategy %s takes no loss scale (fp16)\n", st->name);
         exit(2);
     }
-    resume_loss_scale(cfg, reports, done, saved, s);
+    resume_loss_scale(cfg, from, reports, done, saved, s);
 }
 
 /* What a save records besides the tensors: the precision and the loss scale's state. */
@@ -155,14 +159,39 @@ static int save_due(const run_config *cfg, int step) {
            (step == cfg->steps || (cfg->save_every > 0 && step % cfg->save_every == 0));
 }
 
-/* --resume: the checkpoint's state into the strategy's; returns its step. Timed, and
- * this attempt's start noted, for the cost of a restart (restart.h). */
-static int load_checkpoint(const run_config *cfg, comm *world, const ckpt_state *state) {
+/* The checkpoint this strategy resumes from (resume_source.c) into from; NULL when
+ * none (step 0). */
+static const char *resume_from(const run_config *cfg, const char *strategy, char *from,
+                               size_t from_len) {
+    char err[1024];
+    const int found = resume_source(cfg, strategy, from, from_len, err, sizeof err);
+    if (found < 0) {   /* it was sound when the program started: changed since */
+        fprintf(stderr, "checkpoint: %s\n", err);
+        exit(1);
+    }
+    return found ? from : NULL;
+}
+
+/* --resume: the state of the checkpoint this strategy resumes from (*from; NULL: none)
+ * into the strategy's; returns its step. Timed, and this attempt's start noted, for the
+ * cost of a restart (restart.h). */
+static int load_checkpoint(const run_config *cfg, comm *world, const char *strategy,
+                           const ckpt_state *state, char *path, size_t path_len,
+                           const char **from) {
+    *from = resume_from(cfg, strategy, path, path_len);
     const double start = comm_now();
-    const int done =
-        cfg->resume_dir ? restart_resumed_step(cfg, checkpoint_load(cfg->resume_dir, state)) : 0;
+    const int done = *from ? restart_resumed_step(cfg, checkpoint_load(*from, state)) : 0;
     restart_loop_start(cfg, world, done, comm_now() - start);
     return done;
+}
+
+/* The strategy's checkpoint state, with the checkpoint it resumes from loaded. */
+static int start_state(const run_config *cfg, comm *world, const train_strategy *st,
+                       ckpt_state *state, ckpt_run_state *run, char *path, size_t path_len,
+                       const char **from) {
+    checkpoint_state_of(cfg, st, state);
+    state->run = run;
+    return load_checkpoint(cfg, world, st->name, state, path, path_len, from);
 }
 
 /* The fastest of the timed steps: all but the warm-up step, or the only one (0: none). */
@@ -180,10 +209,11 @@ void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
     comm *metrics = world ? comm_split(world, 0, comm_rank(world), "metrics") : NULL;
     ckpt_state state;
     ckpt_run_state run_state = {.precision = cfg->precision};
-    checkpoint_state_of(cfg, st, &state);
-    state.run = &run_state;
-    const int done = load_checkpoint(cfg, world, &state);
-    const int steps = cfg->steps - done;   /* this run's: done + 1 .. cfg->steps */
+    char from_path[4096];
+    const char *from;
+    const int done = start_state(cfg, world, st, &state, &run_state, from_path,
+                                 sizeof from_path, &from);
+    const int steps = done < cfg->steps ? cfg->steps - done : 0;   /* done + 1 .. cfg->steps */
     memset(out, 0, sizeof *out);
     /* through the accounting allocator: a rank stopped by a failure gives them back */
     out->loss = mem_alloc(MEM_OTHER, (size_t)steps * sizeof(float));
@@ -194,10 +224,10 @@ void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
     op_profile *profile = cfg->profile ? mem_alloc(MEM_OTHER, sizeof *profile) : NULL;
     if (profile) op_profile_start(profile, cfg->precision);
     loss_scale scale;
-    loss_scale_start(metrics, cfg, st, reports, done, &run_state, &scale);
+    loss_scale_start(metrics, cfg, st, from, reports, done, &run_state, &scale);
     for (int i = 1; i <= steps; i++) {
         const int step = done + i;
-        restart_maybe_fail(cfg, world, step);
+        restart_maybe_fail(cfg, world, st->name, step);
         double start = comm_now();
         const float used = scale.scale;
         float loss = st->compute_grads(st->ctx, step, used);
