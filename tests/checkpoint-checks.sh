@@ -12,6 +12,9 @@ set -u
 build=${1:-build/cpu}
 mpi_build=${2:-}
 mpirun_flags="--allow-run-as-root --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS=1 -x OMPI_MCA_btl_vader_single_copy_mechanism=none"
+# a kernel choice forced for this run (make test runs these checks under both) reaches
+# every process
+[ -n "${OPENBLAS_CORETYPE:-}" ] && mpirun_flags="$mpirun_flags -x OPENBLAS_CORETYPE"
 python=$(command -v python3 || echo /usr/bin/python3)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -178,10 +181,10 @@ PY
     status=$?
     verdict "$1" $status "$out"
 }
-mixed_checks() {   # mixed_checks BACKEND LAUNCHER...: bf16 stages 0-3, fp16 stage 2
+mixed_checks() {   # mixed_checks BACKEND LAUNCHER...: bf16 stages $bf16_stages, fp16 stage 2
     local backend=$1 stage
     shift
-    for stage in 0 1 2 3; do
+    for stage in $bf16_stages; do
         if mixed_pair "$backend-bf16-z$stage" "$@" --stage $stage --precision bf16; then
             mixed_same "bf16 x2 resumed ($backend):" "$backend-bf16-z$stage" zero$stage \
                 $([ $stage = 0 ] && echo baseline)
@@ -198,6 +201,7 @@ mixed_checks() {   # mixed_checks BACKEND LAUNCHER...: bf16 stages 0-3, fp16 sta
     fi
 }
 fp16_flags="--precision fp16 --loss-scale 2097152 --test-overflow-step 2"
+bf16_stages="0 1 2 3"   # the checks below read the threads' stage 1 and 3 checkpoints
 mixed_checks threads "$build"/chapter2 --ranks 2
 if mixed_pair bf16-ddp "$build"/chapter1 --ranks 2 --strategy ddp --precision bf16; then
     mixed_same "bf16 x2 resumed (threads):" bf16-ddp ddp
@@ -211,6 +215,9 @@ else
     verdict "bf16 zero3 x2 -> zero1 x3" 1 "exit status non-zero"
 fi
 if [ -n "$mpi_build" ] && [ -x "$mpi_build/chapter2" ]; then
+    # MPI_BF16_STAGES: fewer, where a second pass needs only some (make test's under
+    # OpenBLAS's other kernels, which bf16's products do not run on)
+    bf16_stages=${MPI_BF16_STAGES:-0 1 2 3}
     mixed_checks "Open MPI" mpirun $mpirun_flags -np 2 "$mpi_build"/chapter2
 fi
 

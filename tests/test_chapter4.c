@@ -5,8 +5,10 @@
  * waits for its receive, as NCCL's: an order that would deadlock on GPUs fails here);
  * a dropped activation gradient fails the comparison; micro-batches in flight per
  * stage are the schedule's (m for GPipe, p - r for 1F1B) and activation bytes follow
- * them; with the compute model, GPipe's and 1F1B's bubbles at p = 4, m = 8 fall within
- * 10% (relative) of (p-1)/(m+p-1); bytes per stage match 2 m b s h x 4 B.
+ * them; with the compute model every stage runs its schedule's passes in order, busy
+ * at least the modelled time, and the bubble of those lists in modelled time (GPipe's
+ * and 1F1B's at p = 4, m = 8) is (p-1)/(m+p-1); bytes per stage match 2 m b s h x 4 B.
+ * No check reads a clock against an upper bound.
  *
  * Tolerances (fp32 sums in another order, as the other chapters): gradients 1e-6,
  * loss 1e-5, parameters 1e-4. */
@@ -127,25 +129,68 @@ START_TEST(in_flight_and_activations_follow_the_schedule) {
 }
 END_TEST
 
+/* The first pass of the last step's spans (rank by rank, as they ran) that is not the
+ * schedule's list's pass at that place, or -1 when every stage ran its list in order.
+ * A count of passes, no clock: a busy machine changes none of it. */
+static int first_pass_off_the_lists(const pp_result *o, pp_schedule_kind kind, int p, int m,
+                                    int v) {
+    pp_schedule *s = pp_schedule_make(kind, p, m, v, PP_COMM_ORDERED);
+    ck_assert_ptr_nonnull(s);
+    int at = 0, off = -1;
+    for (int r = 0; r < p && off < 0; r++)
+        for (int i = 0; i < s->ranks[r].count && off < 0; i++) {
+            const pp_op *op = &s->ranks[r].ops[i];
+            if (!pp_op_is_compute(op->kind)) continue;
+            const pp_span *ran = at < o->x.nspans ? &o->x.spans[at] : NULL;
+            if (!ran || ran->rank != r || ran->kind != op->kind || ran->micro != op->micro ||
+                ran->chunk != op->chunk)
+                off = at;
+            at++;
+        }
+    pp_schedule_free(s);
+    return off >= 0 ? off : at == o->x.nspans ? -1 : at;
+}
+
+/* Under the compute model a rank is busy 3 m x stage_seconds a step at least (a
+ * backward is two forwards; interleaved chunks split the stage): the model holds every
+ * pass that long, and a busy machine only adds to it. */
+static void check_busy_at_least_modelled(const pp_result *o, int p, int m, double stage) {
+    const double modelled_ms = 3e3 * m * stage;
+    for (int r = 0; r < p; r++)
+        ck_assert_msg(o->x.measured.busy_ms[r] >= modelled_ms * (1 - 1e-9),
+                      "rank %d busy %.3f ms per step, modelled 3 m x stage = %.3f", r,
+                      o->x.measured.busy_ms[r], modelled_ms);
+}
+
+/* The bubble in modelled time, against the formula: the event simulator's for CPU ranks
+ * on the lists the stages ran (which they did, pass for pass). The wall-clock bubble is
+ * printed beside it, not checked: another program on the cores lengthens it. Negative
+ * control: GPipe's run is not 1F1B's lists. */
 START_TEST(bubbles_and_bytes_match_their_formulas) {
     dataset *d = dataset_builtin();
     const int p = 4, m = 8;
+    const double stage = 0.005;   /* the checks read no clock: a short model does */
     run_config cfg = small_config(p);
     cfg.steps = 3;
     const pp_schedule_kind kinds[] = {PP_GPIPE, PP_1F1B};
     for (int i = 0; i < 2; i++) {
-        /* 25 ms per modelled forward: far above this model's real compute (well under
-         * 1 ms), so rank scheduling noise stays small next to the bubble */
         pp_result *o = run(&cfg, d, NULL, (pipeline_options){.schedule = kinds[i],
                                                               .micro = m, .chunks = 1,
-                                                              .stage_seconds = 0.025});
-        const double measured = o->x.measured.bubble_fraction, formula = o->x.formula.fraction;
-        const double error = fabs(measured - formula) / formula;
-        printf("%s p=4 m=8: bubble %.3f measured, %.3f formula ((p-1)/(m+p-1)): relative "
-               "error %.1f%% (tolerance 10%%)\n", o->run.result.strategy, measured, formula,
-               100 * error);
-        ck_assert_msg(error <= 0.10, "%s: bubble %.3f, formula %.3f", o->run.result.strategy,
-                      measured, formula);
+                                                              .stage_seconds = stage});
+        const double modelled = o->x.cpu_ranks.fraction, formula = o->x.formula.fraction;
+        printf("%s p=4 m=8: bubble %.4f modelled (the lists the ranks ran), %.4f formula "
+               "((p-1)/(m+p-1)); wall clock %.3f\n", o->run.result.strategy, modelled, formula,
+               o->x.measured.bubble_fraction);
+        ck_assert_msg(fabs(modelled - formula) <= 1e-9, "%s: bubble %.6f, formula %.6f",
+                      o->run.result.strategy, modelled, formula);
+        ck_assert_int_eq(first_pass_off_the_lists(o, kinds[i], p, m, 1), -1);
+        check_busy_at_least_modelled(o, p, m, stage);
+        if (kinds[i] == PP_GPIPE) {
+            const int off = first_pass_off_the_lists(o, PP_1F1B, p, m, 1);
+            printf("negative control: GPipe's passes against 1F1B's lists: pass %d differs\n",
+                   off);
+            ck_assert_int_ge(off, 0);
+        }
         /* bytes: the middle stages send activations and gradients, the ends one each */
         const double per_boundary = o->x.bytes_formula;
         for (int r = 0; r < p; r++) {
@@ -160,30 +205,27 @@ START_TEST(bubbles_and_bytes_match_their_formulas) {
 }
 END_TEST
 
-/* Interleaved under the compute model (p 2, v 4, m 8: the chapter's example): each
- * rank is busy 3 m x stage time per step (a chunk's pass is 1/v of a stage's), and the
- * bubble is the simulator's for ranks that do one operation at a time, which is what
- * these are (the textbook's formula assumes GPU streams and says 3%). */
+/* Interleaved under the compute model (p 2, v 4, m 8: the chapter's example): the ranks
+ * ran the interleaved lists pass for pass, each busy 3 m x stage time per step at least
+ * (a chunk's pass is 1/v of a stage's), and the bubble of those lists in modelled time
+ * is the simulator's for ranks that do one operation at a time, which is what these
+ * are (the textbook's formula assumes GPU streams and says 3%). */
 START_TEST(interleaved_bubble_under_the_compute_model) {
     dataset *d = dataset_builtin();
     const int p = 2, m = 8, v = 4;
-    const double stage = 0.025;
+    const double stage = 0.005;
     run_config cfg = small_config(p);
     cfg.steps = 3;
     pp_result *o = run(&cfg, d, NULL, (pipeline_options){.schedule = PP_INTERLEAVED,
                                                           .micro = m, .chunks = v,
                                                           .stage_seconds = stage});
-    const double measured = o->x.measured.bubble_fraction, want = o->x.cpu_ranks.fraction;
-    const double error = fabs(measured - want) / want, busy = 3e3 * m * stage;
-    printf("interleaved p=2 m=8 v=4: bubble %.3f measured, %.3f CPU ranks (formula %.3f):"
-           " relative error %.1f%% (tolerance 10%%); busy %.0f and %.0f ms per step, modelled"
-           " %.0f\n", measured, want, o->x.formula.fraction, 100 * error, o->x.measured.busy_ms[0],
-           o->x.measured.busy_ms[1], busy);
-    ck_assert_msg(error <= 0.10, "bubble %.3f, CPU ranks %.3f", measured, want);
-    for (int r = 0; r < p; r++)
-        ck_assert_msg(fabs(o->x.measured.busy_ms[r] - busy) <= 0.10 * busy,
-                      "rank %d busy %.0f ms per step, modelled 3 m x stage = %.0f", r,
-                      o->x.measured.busy_ms[r], busy);
+    printf("interleaved p=2 m=8 v=4: bubble %.3f CPU ranks (formula %.3f), wall clock %.3f;"
+           " busy %.1f and %.1f ms per step, modelled %.1f at least\n", o->x.cpu_ranks.fraction,
+           o->x.formula.fraction, o->x.measured.bubble_fraction, o->x.measured.busy_ms[0],
+           o->x.measured.busy_ms[1], 3e3 * m * stage);
+    ck_assert_int_eq(first_pass_off_the_lists(o, PP_INTERLEAVED, p, m, v), -1);
+    ck_assert(o->x.cpu_ranks.fraction > o->x.formula.fraction);   /* no streams here */
+    check_busy_at_least_modelled(o, p, m, stage);
     pp_result_free(o);
     dataset_free(d);
 }

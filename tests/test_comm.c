@@ -8,6 +8,7 @@
  *   test_comm SCENARIO [ranks] [s]    run one fault scenario (see tests/comm_faults.c) */
 #include <check.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -552,18 +553,34 @@ static int send_cycle_main(comm *world, void *arg) {
 
 /* Rank 1 receives late: a rendezvous send must wait that long, a buffered one not. The
  * order (0 sends first, 1 receives first, then back) is safe in both modes. */
+/* Rank 0 sends, rank 1 posts its receive late: in buffered mode only once rank 0's
+ * send has returned (or after 2 s, should it wait for the receive: the bug), in
+ * rendezvous mode after 0.2 s, a send returning before then being the bug. What rank 0
+ * records is an order, whether the receive was posted when its send returned, so a
+ * busy machine changes none of the outcomes (only a buggy send could slip by). */
+typedef struct {
+    int rendezvous;
+    _Atomic int send_returned, receive_posted;
+    int posted_before_return;
+} late_receiver;
+
+static void wait_for_send(late_receiver *l, double at_most) {
+    const struct timespec tick = {.tv_nsec = 1000000};
+    for (double t0 = comm_now(); !atomic_load(&l->send_returned) && comm_now() - t0 < at_most;)
+        nanosleep(&tick, NULL);
+}
+
 static int late_receiver_main(comm *world, void *arg) {
-    double *send_seconds = arg, delay = 0.2;
-    int r = comm_rank(world);
+    late_receiver *l = arg;
     float x[4] = {1, 2, 3, 4}, y[4] = {0};
-    if (r == 0) {
-        double t0 = comm_now();
+    if (comm_rank(world) == 0) {
         comm_send(world, x, 4, COMM_F32, 1, 0);
-        *send_seconds = comm_now() - t0;
+        l->posted_before_return = atomic_load(&l->receive_posted);
+        atomic_store(&l->send_returned, 1);
         comm_recv(world, y, 4, COMM_F32, 1, 0);
     } else {
-        struct timespec pause = {.tv_nsec = (long)(delay * 1e9)};
-        nanosleep(&pause, NULL);
+        wait_for_send(l, l->rendezvous ? 0.2 : 2.0);
+        atomic_store(&l->receive_posted, 1);
         comm_recv(world, y, 4, COMM_F32, 0, 0);
         comm_send(world, y, 4, COMM_F32, 0, 0);
     }
@@ -590,16 +607,20 @@ START_TEST(test_send_modes) {
                             "stuck in send(16 x f32, peer 1, tag 3)"};
     for (size_t i = 0; i < sizeof expect / sizeof *expect; i++)
         ck_assert_msg(strstr(text, expect[i]), "rendezvous cycle: stderr lacks \"%s\"", expect[i]);
+}
+END_TEST
 
-    for (int mode = 0; mode < 2; mode++) {   /* the wait itself, and that it is only a wait */
-        double send_seconds = -1;
+/* The wait itself, and that it is only a wait. */
+START_TEST(test_send_waits_by_mode) {
+    for (int mode = 0; mode < 2; mode++) {
+        late_receiver l = {.rendezvous = mode};
         comm_options w = options(2);
         w.send_mode = mode ? COMM_SEND_RENDEZVOUS : COMM_SEND_BUFFERED;
-        ck_assert_int_eq(launch_threads(&w, late_receiver_main, &send_seconds), 0);
-        printf("%s send to a receiver 0.2 s late returned after %.3f s\n",
-               mode ? "rendezvous" : "buffered", send_seconds);
-        if (mode) ck_assert_msg(send_seconds >= 0.19, "a rendezvous send returned early");
-        else ck_assert_msg(send_seconds < 0.19, "a buffered send waited for the receiver");
+        ck_assert_int_eq(launch_threads(&w, late_receiver_main, &l), 0);
+        printf("%s send to a late receiver returned %s the receive was posted\n",
+               mode ? "rendezvous" : "buffered", l.posted_before_return ? "after" : "before");
+        if (mode) ck_assert_msg(l.posted_before_return, "a rendezvous send returned early");
+        else ck_assert_msg(!l.posted_before_return, "a buffered send waited for the receiver");
     }
 }
 END_TEST
@@ -643,6 +664,7 @@ int main(int argc, char **argv) {
     tcase_set_timeout(faults, 60);
     tcase_add_loop_test(faults, test_faults, 0, (int)(sizeof fault_cases / sizeof *fault_cases));
     tcase_add_test(faults, test_send_modes);
+    tcase_add_test(faults, test_send_waits_by_mode);
     suite_add_tcase(s, faults);
     return check_run(s, 0);
 }

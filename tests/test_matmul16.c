@@ -197,7 +197,7 @@ END_TEST
  * above, the bias counted as C0) plus one rounding of the output: at most one unit of
  * the 16-bit format's relative spacing, 2^-8 in bf16, 2^-11 in fp16 (plus fp16's
  * subnormal step). Every transpose, with and without the bias, at odd shapes (strided)
- * and at one of bench256's; the fp16 ones run the widen + sgemm fallback. */
+ * and at one of bench256's; the fp16 ones run the widen + fp32 matmul fallback. */
 static double out16_worst(precision p, int ta, int tb, shape sh, int with_bias, int pad) {
     product q = product_make(p, ta, tb, sh.M, sh.N, sh.K, with_bias ? 1.0f : 0.0f, pad);
     uint16_t *bias16 = xcalloc((size_t)sh.N, sizeof(uint16_t));
@@ -301,6 +301,96 @@ START_TEST(test_cached_and_named) {
     ck_assert(c[0] == 0.0f && c[1] == 5.0f);
     product_free(&q);
     matmul16_release_thread();
+}
+END_TEST
+
+/* ---- a row's bits, whatever rows share its call and wherever they sit ------------- */
+
+/* Rows [r0, r0 + m) of q's product into c, or rounded to 16 bits with a bias into c16
+ * (q's layout, rows r0 on), computed from copies of A, B and C placed `shift` elements
+ * past the start of their allocations: another alignment than the whole product's. */
+static void run_rows(const product *q, const uint16_t *bias, int r0, int m, int shift,
+                     float *c, uint16_t *c16) {
+    const size_t na = a_rows(q) * q->lda, nb = b_rows(q) * q->ldb;
+    const size_t nc = (size_t)q->M * q->ldc, first = (size_t)r0 * q->ldc;
+    uint16_t *a = xcalloc(na + shift, sizeof *a), *b = xcalloc(nb + shift, sizeof *b);
+    memcpy(a + shift, q->a16, na * sizeof *a);
+    memcpy(b + shift, q->b16, nb * sizeof *b);
+    const uint16_t *rows = a + shift + (q->ta ? (size_t)r0 : (size_t)r0 * q->lda);
+    if (c16) {
+        uint16_t *out = xcalloc(nc + shift, sizeof *out);
+        matmul16_out16(q->p, q->ta, q->tb, m, q->N, q->K, rows, q->lda, b + shift, q->ldb,
+                       bias, out + shift + first, q->ldc);
+        memcpy(c16 + first, out + shift + first, (size_t)m * q->ldc * sizeof *out);
+        free(out);
+    } else {
+        float *out = xcalloc(nc + shift, sizeof *out);
+        memcpy(out + shift, q->c0, nc * sizeof *out);
+        matmul16(q->p, q->ta, q->tb, m, q->N, q->K, rows, q->lda, b + shift, q->ldb,
+                 q->beta, out + shift + first, q->ldc);
+        memcpy(c + first, out + shift + first, (size_t)m * q->ldc * sizeof *out);
+        free(out);
+    }
+    free(a);
+    free(b);
+}
+
+/* Splits of 128 rows into pieces of 16 rows or more (a rank's tokens are whole
+ * sequences): two ranks' halves, and uneven pieces at odd offsets. Under 16 rows oneDNN
+ * runs other kernels, which sum differently (measured: a 1-row piece in bf16, pieces of
+ * 1-15 rows in fp32 with B transposed). */
+static const int row_splits[][5] = {{64, 64}, {48, 16, 64}, {16, 16, 17, 79}};
+#define ROW_SPLITS (int)(sizeof row_splits / sizeof row_splits[0])
+
+/* Rows of q's product (out16: rounded, with a bias) that differ, in their bits, from the
+ * whole product's when computed in the pieces of split, each at its own alignment. */
+static int rows_differing(const product *q, int out16, const int *split) {
+    const size_t nc = (size_t)q->M * q->ldc;
+    uint16_t *bias = xcalloc((size_t)q->N, sizeof *bias);
+    precision_to16(q->p, bias, q->c0, out16 ? (size_t)q->N : 0);
+    float *whole = xcalloc(nc, sizeof(float)), *pieces = xcalloc(nc, sizeof(float));
+    uint16_t *whole16 = xcalloc(nc, 2), *pieces16 = xcalloc(nc, 2);
+    run_rows(q, bias, 0, q->M, 0, whole, out16 ? whole16 : NULL);
+    for (int i = 0, r0 = 0; r0 < q->M; r0 += split[i], i++)
+        run_rows(q, bias, r0, split[i], 1 + 7 * i, pieces, out16 ? pieces16 : NULL);
+    int differ = 0;
+    for (int r = 0; r < q->M; r++) {
+        const size_t at = (size_t)r * q->ldc, n = (size_t)q->N;
+        differ += out16 ? memcmp(whole16 + at, pieces16 + at, n * 2) != 0
+                        : memcmp(whole + at, pieces + at, n * sizeof(float)) != 0;
+    }
+    free(bias); free(whole); free(pieces); free(whole16); free(pieces16);
+    return differ;
+}
+
+/* A rank multiplies its own rows of the batch (DDP, ZeRO, a pipeline's micro-batch):
+ * they must come out as the whole batch's do, or fp16's rounding turns a last fp32 bit
+ * into a whole fp16 step and the strategies part (a run resumed from another layout's
+ * checkpoint with them). OpenBLAS's sgemm, which fp16 ran through before, fails this
+ * under its AVX2 kernels (OPENBLAS_CORETYPE=Haswell: even the halves). Every transpose;
+ * beta 0, 1 and the 16-bit output. */
+START_TEST(test_rows_same_bits_in_any_split) {
+    for (int pi = 0; pi < 2; pi++) {
+        const precision p = pi ? PRECISION_FP16 : PRECISION_BF16;
+        int checked = 0;
+        for (int t = 0; t < 4; t++)
+            for (int variant = 0; variant < 3; variant++)   /* beta 0, beta 1, out16 */
+                for (int sp = 0; sp < ROW_SPLITS; sp++) {
+                    rng_seed(900 + 10 * t + variant);
+                    product q = product_make(p, t & 1, t >> 1, 128, 96, 40,
+                                             variant == 1 ? 1.0f : 0.0f, 3);
+                    const int differ = rows_differing(&q, variant == 2, row_splits[sp]);
+                    ck_assert_msg(differ == 0, "%s trans_a %d trans_b %d %s, split %d: %d of"
+                                  " 128 rows differ from the whole product's", precision_name(p),
+                                  t & 1, t >> 1, variant == 2 ? "out16" : variant ? "beta 1"
+                                  : "beta 0", sp, differ);
+                    checked++;
+                    product_free(&q);
+                }
+        printf("%s (%s): %d products in pieces of rows at other alignments, every row the"
+               " whole product's bits\n", precision_name(p), matmul16_impl(p, 0, 1, 128, 96, 40),
+               checked);
+    }
 }
 END_TEST
 
@@ -469,6 +559,11 @@ static Suite *matmul16_suite(void) {
     tcase_add_test(tc, test_vectors_match_scalars);
     tcase_add_test(tc, test_names);
     suite_add_tcase(s, tc);
+    /* its own case, so that make test can run it again under OpenBLAS's other kernels */
+    TCase *rows = tcase_create("rows");
+    tcase_set_timeout(rows, 60);
+    tcase_add_test(rows, test_rows_same_bits_in_any_split);
+    suite_add_tcase(s, rows);
     return s;
 }
 

@@ -172,6 +172,11 @@ typedef struct {
     double seconds[COMM_NKINDS];   /* time a rank's program was blocked on comm */
     double async_seconds;          /* time async operations were in flight */
     double hidden_seconds;         /* ... of which overlapped with compute */
+    /* threads backend with --link: the modelled link's time (latency + bytes /
+     * bandwidth, scaled) of every transfer this rank took in, which it waited out at
+     * least: the wire's share by the model, whatever else the machine runs (to the
+     * nanosecond a transfer). 0 with no link and on the other backends. */
+    double link_seconds;
 } comm_stats;
 
 /* This rank's totals: for one group, or (comm_stats_all) over every group of the rank. */

@@ -3,6 +3,7 @@
  * the spans written out as Chrome trace JSON. */
 #include "comm_internal.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,12 @@ void comm_count(comm *copier, comm *owner, int kind, uint64_t bytes) {
                                           memory_order_relaxed);
     if (owner) atomic_fetch_add_explicit(&owner->counters.sent[kind], bytes,
                                          memory_order_relaxed);
+}
+
+/* A transfer's time on the modelled link, which the rank waits out (threads backend). */
+void comm_count_link(comm *c, double seconds) {
+    atomic_fetch_add_explicit(&c->counters.link_nanoseconds, (uint64_t)llround(seconds * 1e9),
+                              memory_order_relaxed);
 }
 
 /* The textbook volume a rank moves (MPI, NCCL): rings for all-reduce, reduce-scatter
@@ -60,6 +67,7 @@ static void add_stats(comm_stats *s, const comm *c) {
     }
     s->async_seconds += k->async_seconds;
     s->hidden_seconds += k->hidden_seconds;
+    s->link_seconds += 1e-9 * (double)atomic_load(&k->link_nanoseconds);
 }
 
 comm_stats comm_stats_get(const comm *c) {
@@ -84,6 +92,7 @@ void comm_stats_reset(comm *c) {
             atomic_store(&k->received[i], 0);
         }
         k->async_seconds = k->hidden_seconds = 0;
+        atomic_store(&k->link_nanoseconds, 0);
     }
 }
 

@@ -121,6 +121,9 @@ typedef struct {
     _Atomic uint64_t received[COMM_NKINDS];
     double seconds[COMM_NKINDS];
     double async_seconds, hidden_seconds;
+    /* the modelled link's time of what this rank took in, in whole nanoseconds: added by
+     * the rank's thread or its comm worker, read by the rank */
+    _Atomic uint64_t link_nanoseconds;
 } comm_counters;
 
 struct comm {
@@ -200,6 +203,8 @@ double comm_link_seconds(const comm_job *job, size_t bytes);
 /* Records a call in the rank's flight recorder; returns its id for comm_flight_set. */
 uint64_t comm_flight_begin(comm *c, const comm_call *call, int state);
 void comm_flight_set(comm *c, uint64_t id, int state);
+/* Counts a transfer's time on the modelled link into c's link_seconds. */
+void comm_count_link(comm *c, double seconds);
 /* Counts a call's textbook volume on backends whose bytes are modelled (else nothing). */
 void comm_count_modelled(comm *c, const comm_call *call);
 

@@ -94,6 +94,7 @@ void threads_recv(comm *c, const comm_call *call) {
     threads_compute_done(c);   /* queued compute may still read the old contents */
     if (bytes) threads_move_bytes(c, call->recv, msg->data, bytes, 0);
     comm_count(c, NULL, COMM_KIND_SENDRECV, bytes);
+    comm_count_link(c, comm_link_seconds(c->job, bytes));
     if (!msg->rendezvous) {
         threads_sleep_until(msg->arrival);
         message_release(msg);

@@ -198,6 +198,9 @@ void threads_pull(comm *c, int peer, void *dst, const void *own, const void *the
                                  (comm_op)call->op);
     else if (bytes) memcpy(dst, theirs, bytes);
     comm_count(c, member_of(c, peer)->owner, call->kind, bytes);
-    if (c->job->opts.link != LINK_NONE)
-        threads_sleep_until(t0 + threads_link_seconds(c, call, bytes));
+    if (c->job->opts.link != LINK_NONE) {
+        const double link = threads_link_seconds(c, call, bytes);
+        comm_count_link(c, link);
+        threads_sleep_until(t0 + link);
+    }
 }

@@ -9,7 +9,6 @@
  * primitive, so that a run never allocates inside oneDNN. */
 #include "matmul16.h"
 
-#include <cblas.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl_debug.h>
 #include <omp.h>
@@ -29,7 +28,7 @@ typedef struct {
     int trans_a, trans_b, M, N, K, lda, ldb, ldc, accumulate;
     int out16, has_bias;   /* matmul16_out16: C of p, and a bias row of p */
     unsigned long last_use;
-    int fallback;   /* no oneDNN implementation here: widen to fp32, cblas_sgemm */
+    int fallback;   /* no oneDNN 16-bit implementation here: widen, fp32 matmul */
     dnnl_primitive_t prim;
     dnnl_memory_t a, b, c, scratch, bias;   /* handles set at each call */
     char impl[MM_IMPL_LEN];
@@ -131,20 +130,41 @@ static dnnl_memory_desc_t mm_desc(dnnl_data_type_t dt, int rows, int cols, int l
     return md;
 }
 
-/* The primitive descriptor for slot s: NULL when oneDNN has no implementation of this
- * data type here (it says dnnl_unimplemented), which sends s to the fallback. */
-static dnnl_primitive_desc_t mm_describe(mm_thread *t, const mm_slot *s) {
-    dnnl_data_type_t dt = s->p == PRECISION_BF16 ? dnnl_bf16 : dnnl_f16;
-    dnnl_memory_desc_t a = mm_desc(dt, s->M, s->K, s->lda, s->trans_a);
-    dnnl_memory_desc_t b = mm_desc(dt, s->K, s->N, s->ldb, s->trans_b);
-    dnnl_memory_desc_t c = mm_desc(s->out16 ? dt : dnnl_f32, s->M, s->N, s->ldc, 0);
-    dnnl_memory_desc_t bias = mm_desc(dt, 1, s->N, s->N, 0);
+/* The operands' layouts in oneDNN's terms: the caller's 16-bit A, B (and C with out16),
+ * or, for the fallback, the packed fp32 copies it widens them into. */
+typedef struct {
+    dnnl_data_type_t in, out;
+    int lda, ldb, ldc;
+    int accumulate, bias;   /* the sum post-op; a 16-bit bias argument */
+} mm_layout;
+
+static mm_layout mm_layout_16(const mm_slot *s) {
+    const dnnl_data_type_t dt = s->p == PRECISION_BF16 ? dnnl_bf16 : dnnl_f16;
+    return (mm_layout){dt, s->out16 ? dt : dnnl_f32, s->lda, s->ldb, s->ldc,
+                       s->accumulate, s->has_bias};
+}
+
+/* The fallback's fp32 product: A and B packed as stored (rows of a_cols, b_cols), C in
+ * place, or in packed scratch with out16, where a bias is put first and summed onto. */
+static mm_layout mm_layout_wide(const mm_slot *s) {
+    return (mm_layout){dnnl_f32, dnnl_f32, s->trans_a ? s->M : s->K,
+                       s->trans_b ? s->K : s->N, s->out16 ? s->N : s->ldc,
+                       s->accumulate || s->has_bias, 0};
+}
+
+/* The primitive descriptor of slot s's product in layout l: NULL when oneDNN has no
+ * implementation of that data type here (it says dnnl_unimplemented). */
+static dnnl_primitive_desc_t mm_describe(mm_thread *t, const mm_slot *s, mm_layout l) {
+    dnnl_memory_desc_t a = mm_desc(l.in, s->M, s->K, l.lda, s->trans_a);
+    dnnl_memory_desc_t b = mm_desc(l.in, s->K, s->N, l.ldb, s->trans_b);
+    dnnl_memory_desc_t c = mm_desc(l.out, s->M, s->N, l.ldc, 0);
+    dnnl_memory_desc_t bias = mm_desc(l.in, 1, s->N, s->N, 0);
     dnnl_matmul_desc_t desc;
-    MM_CHECK(dnnl_matmul_desc_init(&desc, &a, &b, s->has_bias ? &bias : NULL, &c));
+    MM_CHECK(dnnl_matmul_desc_init(&desc, &a, &b, l.bias ? &bias : NULL, &c));
     dnnl_primitive_attr_t attr;
     MM_CHECK(dnnl_primitive_attr_create(&attr));
     MM_CHECK(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
-    if (s->accumulate) {   /* beta = 1: C += product, the "sum" post-op, in fp32 */
+    if (l.accumulate) {   /* beta = 1: C += product, the "sum" post-op, in fp32 */
         dnnl_post_ops_t ops;
         MM_CHECK(dnnl_post_ops_create(&ops));
         MM_CHECK(dnnl_post_ops_append_sum(ops, 1.0f));
@@ -159,23 +179,26 @@ static dnnl_primitive_desc_t mm_describe(mm_thread *t, const mm_slot *s) {
     return pd;
 }
 
-static void mm_fallback_name(mm_slot *s) {
+/* The fallback's name: oneDNN's fp32 kernel, and why it runs. */
+static void mm_fallback_name(mm_slot *s, const char *impl) {
     const char *type = precision_name(s->p);
-    snprintf(s->impl, sizeof s->impl, "sgemm (fp32 from %s: no oneDNN %s matmul here)",
+    snprintf(s->impl, sizeof s->impl, "%s (fp32 from %s: no oneDNN %s matmul here)", impl,
              type, type);
-    s->fallback = 1;
 }
 
-/* Creates slot s's primitive, its memory objects and its share of the scratchpad. */
+/* Creates slot s's primitive, its memory objects and its share of the scratchpad: in
+ * 16 bits, or else (the fallback) in fp32 on widened copies. */
 static void mm_create(mm_thread *t, mm_slot *s) {
-    dnnl_primitive_desc_t pd = mm_describe(t, s);
+    dnnl_primitive_desc_t pd = mm_describe(t, s, mm_layout_16(s));
     if (!pd) {
-        mm_fallback_name(s);
-        return;
+        s->fallback = 1;
+        pd = mm_describe(t, s, mm_layout_wide(s));
+        if (!pd) mm_die("dnnl_primitive_desc_create (fp32 matmul)", dnnl_unimplemented);
     }
     const char *impl = NULL;
     MM_CHECK(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl));
-    snprintf(s->impl, sizeof s->impl, "%s", impl ? impl : "?");
+    if (s->fallback) mm_fallback_name(s, impl ? impl : "?");
+    else snprintf(s->impl, sizeof s->impl, "%s", impl ? impl : "?");
     const dnnl_query_t which[4] = {dnnl_query_src_md, dnnl_query_weights_md,
                                    dnnl_query_dst_md, dnnl_query_scratchpad_md};
     dnnl_memory_t *mems[4] = {&s->a, &s->b, &s->c, &s->scratch};
@@ -183,7 +206,7 @@ static void mm_create(mm_thread *t, mm_slot *s) {
         const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, which[i], 0);
         MM_CHECK(dnnl_memory_create(mems[i], md, t->engine, DNNL_MEMORY_NONE));
     }
-    if (s->has_bias)   /* the bias is the second "weights" of a matmul */
+    if (s->has_bias && !s->fallback)   /* the bias is the second "weights" of a matmul */
         MM_CHECK(dnnl_memory_create(&s->bias,
                                     dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 1),
                                     t->engine, DNNL_MEMORY_NONE));
@@ -225,8 +248,30 @@ static void mm_widen(float *dst, precision p, const uint16_t *src, int rows, int
         precision_from16(p, dst + (size_t)r * cols, src + (size_t)r * ld, (size_t)cols);
 }
 
-/* The fallback: A and B widened, cblas_sgemm. With a 16-bit C the product goes to fp32
- * scratch first (started from the bias rows when there is one) and is rounded once. */
+/* Runs slot s's primitive on these buffers (bias: NULL, or a 16-bit bias argument). */
+static void mm_execute(mm_thread *t, const mm_slot *s, const void *A, const void *B,
+                       const uint16_t *bias, void *C) {
+    MM_CHECK(dnnl_memory_set_data_handle(s->a, (void *)A));
+    MM_CHECK(dnnl_memory_set_data_handle(s->b, (void *)B));
+    MM_CHECK(dnnl_memory_set_data_handle(s->c, C));
+    MM_CHECK(dnnl_memory_set_data_handle(s->scratch, t->scratch));
+    dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, s->a},
+                               {DNNL_ARG_WEIGHTS, s->b},
+                               {DNNL_ARG_DST, s->c},
+                               {DNNL_ARG_SCRATCHPAD, s->scratch},
+                               {DNNL_ARG_BIAS, s->bias}};
+    if (bias) MM_CHECK(dnnl_memory_set_data_handle(s->bias, (void *)bias));
+    MM_CHECK(dnnl_primitive_execute(s->prim, t->stream, bias ? 5 : 4, args));
+    MM_CHECK(dnnl_stream_wait(t->stream));
+}
+
+/* The fallback: A and B widened, oneDNN's fp32 matmul. Not cblas_sgemm: OpenBLAS sums a
+ * row of C by where the row falls in the call's blocking (its AVX2 kernels: rows 0-63 of
+ * a 128-row call differ from a call of those 64; its AVX-512 ones below 16 rows), so a
+ * rank's rows would differ from the whole batch's in a last fp32 bit, which rounding to
+ * fp16 turns into a whole fp16 step. oneDNN sums a row the same way in any call of 16
+ * rows or more (test_matmul16). With a 16-bit C the product goes to fp32 scratch first
+ * (started from the bias rows when there is one) and is rounded once. */
 static void mm_run_fallback(mm_thread *t, const mm_slot *s, const uint16_t *A,
                             const uint16_t *B, const uint16_t *bias, void *C) {
     const int a_rows = s->trans_a ? s->K : s->M, a_cols = s->trans_a ? s->M : s->K;
@@ -242,9 +287,7 @@ static void mm_run_fallback(mm_thread *t, const mm_slot *s, const uint16_t *A,
     mm_widen(wb, s->p, B, b_rows, b_cols, s->ldb);
     if (bias)
         for (int r = 0; r < s->M; r++) precision_from16(s->p, wc + (size_t)r * ldc, bias, s->N);
-    cblas_sgemm(CblasRowMajor, s->trans_a ? CblasTrans : CblasNoTrans,
-                s->trans_b ? CblasTrans : CblasNoTrans, s->M, s->N, s->K, 1.0f, wa,
-                a_cols, wb, b_cols, s->accumulate || bias ? 1.0f : 0.0f, wc, ldc);
+    mm_execute(t, s, wa, wb, NULL, wc);
     if (s->out16)
         for (int r = 0; r < s->M; r++)
             precision_to16(s->p, (uint16_t *)C + (size_t)r * s->ldc, wc + (size_t)r * ldc,
@@ -253,22 +296,8 @@ static void mm_run_fallback(mm_thread *t, const mm_slot *s, const uint16_t *A,
 
 static void mm_run(mm_thread *t, const mm_slot *s, const uint16_t *A, const uint16_t *B,
                    const uint16_t *bias, void *C) {
-    if (s->fallback) {
-        mm_run_fallback(t, s, A, B, bias, C);
-        return;
-    }
-    MM_CHECK(dnnl_memory_set_data_handle(s->a, (void *)A));
-    MM_CHECK(dnnl_memory_set_data_handle(s->b, (void *)B));
-    MM_CHECK(dnnl_memory_set_data_handle(s->c, C));
-    MM_CHECK(dnnl_memory_set_data_handle(s->scratch, t->scratch));
-    dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, s->a},
-                               {DNNL_ARG_WEIGHTS, s->b},
-                               {DNNL_ARG_DST, s->c},
-                               {DNNL_ARG_SCRATCHPAD, s->scratch},
-                               {DNNL_ARG_BIAS, s->bias}};
-    if (bias) MM_CHECK(dnnl_memory_set_data_handle(s->bias, (void *)bias));
-    MM_CHECK(dnnl_primitive_execute(s->prim, t->stream, bias ? 5 : 4, args));
-    MM_CHECK(dnnl_stream_wait(t->stream));
+    if (s->fallback) mm_run_fallback(t, s, A, B, bias, C);
+    else mm_execute(t, s, A, B, bias, C);
 }
 
 static mm_slot mm_key_of(precision p, int trans_a, int trans_b, int M, int N, int K,
@@ -328,6 +357,12 @@ const char *matmul16_impl(precision p, int trans_a, int trans_b, int M, int N, i
     const mm_slot *s = mm_lookup(t, &key);
     snprintf(t->impl_copy, sizeof t->impl_copy, "%s", s->impl);
     return t->impl_copy;
+}
+
+int matmul16_widens(precision p) {
+    const mm_slot key = mm_key_of(p, 0, 1, 8, 8, 8, 8, 8, 0.0f, 8);
+    mm_thread *t = mm_thread_get();
+    return mm_lookup(t, &key)->fallback;
 }
 
 unsigned long matmul16_creations(void) {

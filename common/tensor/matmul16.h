@@ -18,8 +18,12 @@
  *
  * Where oneDNN has no implementation for a 16-bit type on this CPU (fp16 without
  * AVX512-FP16 or AMX-FP16), the inputs are widened to fp32 (exactly: every 16-bit
- * value is an fp32 value) and multiplied by OpenBLAS's cblas_sgemm: the same product
- * of the same rounded inputs, at fp32's speed. matmul16_impl names which one runs. */
+ * value is an fp32 value) and multiplied by oneDNN's fp32 matmul: the same product of
+ * the same rounded inputs, at fp32's speed. matmul16_impl names which one runs.
+ *
+ * Either way a row of C is summed the same way whatever the other rows of a call of 16
+ * rows or more (fewer run other kernels): a rank's or a micro-batch's rows get the bits
+ * the whole batch's rows get. */
 #ifndef MATMUL16_H
 #define MATMUL16_H
 #include <stdint.h>
@@ -42,10 +46,13 @@ void matmul16_out16(precision p, int trans_a, int trans_b, int M, int N, int K,
 
 /* The implementation matmul16 runs for this product with packed operands (lda, ldb,
  * ldc the row lengths, beta 0): oneDNN's own name for it ("brg:avx512_core_bf16",
- * "gemm:jit", ...), or "sgemm (fp32 from <type>: no oneDNN <type> matmul here)" for the
- * fallback. Creates the primitive if the thread has none yet. The string stays valid
+ * "gemm:jit", ...), or for the fallback its fp32 kernel's, followed by
+ * "(fp32 from <type>: no oneDNN <type> matmul here)". Creates the primitive if the thread has none yet. The string stays valid
  * until the thread's next call of this function. */
 const char *matmul16_impl(precision p, int trans_a, int trans_b, int M, int N, int K);
+
+/* Whether p's products run the fallback here (widened to fp32). */
+int matmul16_widens(precision p);
 
 /* How many products the calling thread has set up (a primitive created, or a fallback
  * chosen) since its first call: constant while a loop repeats known shapes. */

@@ -325,9 +325,8 @@ static void note_matmul16_kernels(const op_profile *p) {
  * and OpenBLAS's. */
 static void print_kernels(FILE *out, precision compute) {
     if (compute != PRECISION_FP32 && matmul16_kernels[0]) {
-        const int fallback = strncmp(matmul16_kernels, "sgemm", 5) == 0;
-        fprintf(out, "%s matmul (the linears' products): %s%s\n", precision_name(compute),
-                fallback ? "" : "oneDNN ", matmul16_kernels);
+        fprintf(out, "%s matmul (the linears' products): oneDNN %s\n", precision_name(compute),
+                matmul16_kernels);
     }
     print_blas_kernel(out);
 }

@@ -54,8 +54,8 @@ void op_profile_stop(op_profile *p);
 const char *op_profile_blas_kernel(void);
 
 /* The matmul16 implementations the linears' products ran on in the last 16-bit profile
- * reported in this process ("brg:avx512_core_bf16", or sgemm's fallback for fp16; more
- * than one joined by ", "), for --json; "" when there was none. */
+ * reported in this process ("brg:avx512_core_bf16", or the fp16 fallback's fp32
+ * kernel; more than one joined by ", "), for --json; "" when there was none. */
 const char *op_profile_matmul16_kernel(void);
 
 /* The table, on `out` of world rank 0: per timed step, rank 0 and the group's slowest

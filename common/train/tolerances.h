@@ -53,14 +53,15 @@ double adamw_drift_bound(const adamw_config *adamw, int steps);
  * DDP, ZeRO and pipelines: their 16-bit arithmetic per token is the baseline's. */
 run_tolerances tolerances_for(const run_config *cfg);
 /* Both functions below (and so every chapter's verdict) also allow for fp16's products
- * where they run through sgemm (matmul16's fallback: oneDNN has no fp16 matmul on most
- * CPUs). sgemm picks its blocking by the number of rows, so a rank's or micro-batch's
- * rows of a product may differ from the whole batch's in their last fp32 bit, and the
- * output's rounding to fp16 then lands one unit (u = 2^-11) apart. Each of a block's 4
- * linears and the LM head may flip so, to first order linearly in the gradients: step
- * 1's gradients within (4 L + 1) u G (G = largest_grad). oneDNN's bf16 kernel sums a
- * row the same way whatever the rows (measured: bf16 pipelines, DDP and ZeRO within
- * 1e-7 of the baseline), and fp32 rounds nothing to 16 bits: neither needs it.
+ * where they are widened to fp32 (matmul16's fallback: oneDNN has no fp16 matmul on
+ * most CPUs). oneDNN's fp32 kernel sums a row the same way in any call of 16 rows or
+ * more, but a call of fewer (a micro-batch of one short sequence) runs another kernel,
+ * whose rows may differ from the whole batch's in their last fp32 bit; the output's
+ * rounding to fp16 then lands one unit (u = 2^-11) apart. Each of a block's 4 linears
+ * and the LM head may flip so, to first order linearly in the gradients: step 1's
+ * gradients within (4 L + 1) u G (G = largest_grad). oneDNN's bf16 kernel sums a row
+ * the same way in any call of 2 rows or more (measured: bf16 pipelines, DDP and ZeRO
+ * within 1e-7 of the baseline), and fp32 rounds nothing to 16 bits: neither needs it.
  *
  * The same with tensor parallelism over tp ranks, which rounds differently from the
  * unsplit model by construction: a row-parallel linear rounds each rank's partial
