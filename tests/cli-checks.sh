@@ -33,7 +33,10 @@ if [ "$mpi" = mpi ]; then   # a wrapper per program: ./run 2 with RUN_LAST namin
     done
 fi
 # a model small enough that a run of a few steps takes well under a second
+# (tiny2: the same with 2 layers; a flag is given once, so a case that needs another
+# value writes the list out)
 tiny="--layers 1 --dim 16 --heads 2 --ctx 8 --batch 8 --steps 3 --quiet"
+tiny2="--layers 2 --dim 16 --heads 2 --ctx 8 --batch 8 --steps 3 --quiet"
 
 # expect_status PROGRAM STATUS PATTERN ARGS...: exit STATUS, exactly one stderr line
 # matching PATTERN (grep's basic expressions)
@@ -84,6 +87,9 @@ for program in "${every_program[@]}"; do
     expect_error "$program" "--data /nonexistent: cannot open" --data /nonexistent
     expect_error "$program" "too short; a sequence of --ctx 64 needs at least 65 bytes" --data "$short"
     expect_error "$program" "--preset huge: unknown preset" --preset huge
+    # a flag given twice is refused by name, not settled by the last value
+    expect_error "$program" "--layers given twice (8, then 2): give it once" --layers 8 --layers=2
+    expect_error "$program" "--json given twice: give it once" --json --json
     # negative and overflowing integers: refused, never wrapped round
     expect_training_error "$program" "--seed -1: must be an integer from 0 to 18446744073709551615" --seed -1
     expect_training_error "$program" "--seed  -1: must be an integer from 0" --seed " -1"
@@ -125,7 +131,7 @@ for program in "$programs"/baseline "$programs"/chapter[1234]; do
         # shellcheck disable=SC2086
         expect_error "$program" "this run needs at least .* and this machine has" $size
     done
-    expect_status "$program" 1 "training diverged: the loss is nan at step 2 on rank 0 (strategy" $tiny --layers 2 --lr 1e30
+    expect_status "$program" 1 "training diverged: the loss is nan at step 2 on rank 0 (strategy" $tiny2 --lr 1e30
 done
 # a modelled wire slower than the timeout is reported as such, not a silent wait
 # (the link model is the threads backend's)
@@ -134,7 +140,7 @@ for program in "$programs"/chapter[1234]; do
     [ -x "$program" ] || continue
     # shellcheck disable=SC2086
     expect_status "$program" 1 "the modelled link is slower than the timeout: a .* takes .* s on --link ethernet x --link-scale 10000, more than --comm-timeout 0.05 s" \
-        $tiny --layers 2 --ranks 2 --link ethernet --link-scale 1e4 --comm-timeout 0.05
+        $tiny2 --ranks 2 --link ethernet --link-scale 1e4 --comm-timeout 0.05
 done
 # MPIRUN_ARGS reaches mpirun: --output-filename makes a folder per rank
 if [ "$mpi" = mpi ] && [ -x "$programs"/baseline ]; then
@@ -214,9 +220,9 @@ if [ -x "$chapter4" ] && [ -z "$mpi" ]; then
     expect_error "$chapter4" "--stage-ms -1: must be at least 0" --simulate --stage-ms -1
     expect_error "$chapter4" "--schedule fast: unknown value (valid: naive, gpipe, 1f1b, interleaved, zb-h1, all)" --simulate --schedule fast
     # training: p stages per pipeline, the other ranks data parallel
-    expect_error "$chapter4" "--pp 4: more stages than the 2 ranks" --ranks 2 --pp 4 $tiny --layers 4
-    expect_error "$chapter4" "--pp 3 does not divide the 4 ranks" --ranks 4 --pp 3 $tiny --layers 4
-    expect_error "$chapter4" "--batch 6 does not split over 4 pipelines" --ranks 4 --pp 1 $tiny --batch 6
+    expect_error "$chapter4" "--pp 4: more stages than the 2 ranks" --ranks 2 --pp 4 --layers 4 --dim 16 --heads 2 --ctx 8 --batch 8 --steps 3 --quiet
+    expect_error "$chapter4" "--pp 3 does not divide the 4 ranks" --ranks 4 --pp 3 --layers 4 --dim 16 --heads 2 --ctx 8 --batch 8 --steps 3 --quiet
+    expect_error "$chapter4" "--batch 6 does not split over 4 pipelines" --ranks 4 --pp 1 --layers 1 --dim 16 --heads 2 --ctx 8 --batch 6 --steps 3 --quiet
     # sizes whose waits or lists would never end
     expect_error "$chapter4" "--stage-ms 1e200: must be at most 60000" --stage-ms 1e200
     expect_error "$chapter4" "--pp 100000: at most 1024 stages" --simulate --pp 100000 --micro 100000 --layers 100000 --batch 100000
@@ -225,7 +231,7 @@ if [ -x "$chapter4" ] && [ -z "$mpi" ]; then
     # flags a mode ignores, and outputs that cannot be written, before any work
     mkdir -p "$scratch/pipe-1f1b.svg"
     expect_error "$chapter4" "--svg $scratch/pipe-1f1b.svg: is a directory" --simulate --svg "$scratch/pipe"
-    expect_error "$chapter4" "--svg $scratch/pipe-1f1b.svg: is a directory" $tiny --layers 2 --ranks 2 --svg "$scratch/pipe.svg"
+    expect_error "$chapter4" "--svg $scratch/pipe-1f1b.svg: is a directory" $tiny2 --ranks 2 --svg "$scratch/pipe.svg"
     expect_error "$chapter4" "--save $scratch/ck4: does nothing with --simulate" --simulate --save "$scratch/ck4"
     # refused before the directory is made: nothing left behind
     if [ -e "$scratch/ck4" ]; then
@@ -235,11 +241,11 @@ if [ -x "$chapter4" ] && [ -z "$mpi" ]; then
         passed=$((passed + 1))
         echo "ok   chapter4 --simulate --save $scratch/ck4  ->  no directory left behind"
     fi
-    if "$chapter4" $tiny --layers 2 --ranks 2 --schedule 1f1b --steps 2 --stage-ms 0 --save "$scratch/ck4" >/dev/null 2>&1; then
-        expect_error "$chapter4" "--resume $scratch/ck4: does nothing with --simulate" $tiny --layers 2 --simulate --resume "$scratch/ck4"
+    if "$chapter4" $tiny2 --ranks 2 --schedule 1f1b --steps 2 --stage-ms 0 --save "$scratch/ck4" >/dev/null 2>&1; then
+        expect_error "$chapter4" "--resume $scratch/ck4: does nothing with --simulate" $tiny2 --simulate --resume "$scratch/ck4"
     fi
     expect_error "$chapter4" "--virtual does nothing with --schedule 1f1b (only the interleaved" --simulate --schedule 1f1b --virtual 2
-    expect_error "$chapter4" "--comm-order does nothing with training" $tiny --layers 2 --ranks 2 --comm-order eager
+    expect_error "$chapter4" "--comm-order does nothing with training" $tiny2 --ranks 2 --comm-order eager
     # the default run on 4 ranks shows every schedule: the default 4 layers grow to v x p
     for mode in --simulate --quiet; do
         out=$("$chapter4" --ranks 4 --dim 16 --heads 2 --ctx 8 --batch 8 --steps 1 --stage-ms 0 $mode 2>&1)
@@ -454,7 +460,7 @@ elif [ -x "$build"/baseline ] && "$build"/baseline $small --steps 2 --save "$ckp
         expect_error "$program" "--resume $ckpt/none: no checkpoint there" --resume "$ckpt/none"
         expect_error "$program" "--save-every 2: needs --save DIR" --save-every 2
         expect_error "$program" "--save /nonexistent/ckpt: cannot create it" --save /nonexistent/ckpt
-        expect_error "$program" "saved from another model (--dim 16 there, 32 here)" $small --dim 32 --resume "$ckpt/good"
+        expect_error "$program" "saved from another model (--dim 16 there, 32 here)" --layers 1 --dim 32 --heads 2 --ctx 8 --batch 2 --quiet --resume "$ckpt/good"
         expect_error "$program" "--steps 2: the checkpoint in $ckpt/good/step-000002 is at step 2" $small --steps 2 --resume "$ckpt/good"
         expect_error "$program" "flipped/rank-00000.safetensors: CRC-32" $small --steps 4 --resume "$ckpt/flipped"
         expect_error "$program" "cut/rank-00000.safetensors: 500 bytes, the index says" $small --steps 4 --resume "$ckpt/cut"
@@ -497,7 +503,7 @@ if [ -x "$chapter5" ]; then
     # more ranks than cores: the table says why comm % is high
     if [ "$(nproc)" -lt 8 ] && [ -z "$mpi" ]; then
         # shellcheck disable=SC2086
-        if "$chapter5" $tiny --layers 2 --ranks 8 | grep -q "8 ranks share $(nproc) cores, so that wait includes"; then
+        if "$chapter5" $tiny2 --ranks 8 | grep -q "8 ranks share $(nproc) cores, so that wait includes"; then
             passed=$((passed + 1))
             echo "ok   chapter5 --ranks 8 on $(nproc) cores: the note on comm % is printed"
         else
@@ -621,10 +627,10 @@ if [ -x "$chapter9" ]; then
         expect_error "$chapter9" "--cp does nothing with --part sp (it runs no context parallelism)" $tiny --part sp --cp 2
         expect_error "$chapter9" "--cp-split does nothing with --part memory" $tiny --part memory --cp-split balanced
         expect_error "$chapter9" "--precision bf16: context parallelism here computes in fp32 only" $tiny --part context --precision bf16
-        expect_error "$chapter9" "--ctx 12 does not split into 8 equal chunks (--cp 4 balanced" --ranks 4 $tiny --part context --ctx 12
-        expect_error "$chapter9" "--ctx 12 does not split into 8 equal chunks (--cp 8)" --ranks 8 $tiny --part context --ctx 12 --cp-attention ring --cp-split contiguous
+        expect_error "$chapter9" "--ctx 12 does not split into 8 equal chunks (--cp 4 balanced" --ranks 4 --layers 1 --dim 16 --heads 2 --ctx 12 --batch 8 --steps 3 --quiet --part context
+        expect_error "$chapter9" "--ctx 12 does not split into 8 equal chunks (--cp 8)" --ranks 8 --layers 1 --dim 16 --heads 2 --ctx 12 --batch 8 --steps 3 --quiet --part context --cp-attention ring --cp-split contiguous
         expect_error "$chapter9" "--cp 4 does not divide --heads 2 (Ulysses" --ranks 4 $tiny --part context --cp-attention ulysses
-        expect_error "$chapter9" "--batch 3 does not split over 2 data-parallel groups" --ranks 4 --cp 2 $tiny --part context --batch 3
+        expect_error "$chapter9" "--batch 3 does not split over 2 data-parallel groups" --ranks 4 --cp 2 --layers 1 --dim 16 --heads 2 --ctx 8 --batch 3 --steps 3 --quiet --part context
     fi
 fi
 # chapter 10, mixture of experts: the MoE flags' values, and each part reads its own flags
@@ -779,6 +785,20 @@ if [ -z "$mpi" ] && [ -x "$build"/baseline ]; then
     expect_error ./run "N '-1' must be a positive whole number" -1
     expect_error ./run "--ranks 99999999999999999999: must be an integer from 1" 99999999999999999999
     expect_error ./run "--ranks 1000000: must be at most 4096" 1000000   # as typed, not 1e+06
+    expect_error ./run "--ranks given twice (2, then 3): give it once" 2 --ranks 3   # ./run N gives it
+fi
+# the flag refused when given twice is only that one: flags whose names start alike, each
+# given once, run (the negative control of the refusal)
+# shellcheck disable=SC2086
+[ -z "$mpi" ] && [ -x "$build"/baseline ] && expect_ok "$build"/baseline $tiny --precision fp16 \
+    --loss-scale 1024 --loss-scale-window 4 --save "$scratch/once" --save-every 1
+# with --max-restarts the loop gives each attempt its own --resume: a user's --resume given
+# twice is still refused by the program, in one line
+if [ -z "$mpi" ] && [ -x "$build"/chapter1 ]; then
+    printf '%s\nthreads\n' "$build/chapter1" >"$scratch/last-twice"
+    # shellcheck disable=SC2086
+    RUN_LAST=$scratch/last-twice expect_error ./run "--resume given twice ($scratch/once, then $scratch/r): give it once" \
+        2 $tiny --save "$scratch/r2" --max-restarts 1 --resume "$scratch/once" --resume "$scratch/r"
 fi
 # restarts after failures (./run --max-restarts, common/train/restart.c): they resume
 # from --save's checkpoints, and ./run, outside the job, makes them
