@@ -1,77 +1,11 @@
 #!/bin/bash
-# Bad input must give one clear error line naming the value, and exit status 2, before
-# any rank starts. Usage: tests/cli-checks.sh BUILD_DIR [mpi]
-# With "mpi" (BUILD_DIR an MPI=1 build), every program runs as 2 Open MPI processes
-# through ./run, and the checks whose answer depends on the rank count are left out.
-set -u
-cd "$(dirname "$0")/.."
-build=${1:-build/cpu}
-mpi=${2:-}
-passed=0
-failed=0
-short=$(mktemp)
-head -c 20 /etc/hostname >"$short" 2>/dev/null || printf 'too short' >"$short"
-scratch=$(mktemp -d)   # a FIFO, a directory, an unwritable place for outputs
-mkfifo "$scratch/fifo"
-programs=$build
-if [ "$mpi" = mpi ]; then   # a wrapper per program: ./run 2 with RUN_LAST naming it
-    # A rank that refuses its flags exits without MPI_Finalize; mpirun then waits its
-    # SIGTERM-to-SIGKILL grace (1 s) before it exits too. Nothing is left to clean up
-    # here, so the checks skip that second (60 cases: a minute of make test).
-    export MPIRUN_ARGS="--mca odls_base_sigkill_timeout 0"
-    programs=$scratch/mpi
-    mkdir -p "$programs"
-    for program in "$build"/baseline "$build"/chapter*; do
-        [ -x "$program" ] || continue
-        name=$(basename "$program")
-        ranks=2
-        [ "$name" = baseline ] && ranks=1   # the baseline runs on one rank only
-        printf '%s\nmpi\n' "$program" >"$programs/$name.last"
-        printf '#!/bin/bash\nRUN_LAST=%q exec %q %d "$@"\n' "$programs/$name.last" "$PWD/run" \
-            $ranks >"$programs/$name"
-        chmod +x "$programs/$name"
-    done
-fi
-# a model small enough that a run of a few steps takes well under a second
-tiny="--layers 1 --dim 16 --heads 2 --ctx 8 --batch 8 --steps 3 --quiet"
-
-# expect_status PROGRAM STATUS PATTERN ARGS...: exit STATUS, exactly one stderr line
-# matching PATTERN (grep's basic expressions)
-expect_status() {
-    local program=$1 want=$2 pattern=$3
-    shift 3
-    local err status
-    err=$("$program" "$@" 2>&1 >/dev/null)
-    status=$?
-    local lines
-    lines=$(printf '%s\n' "$err" | grep -c .)
-    if [ $status -eq "$want" ] && [ "$lines" -eq 1 ] && printf '%s' "$err" | grep -q -- "$pattern"; then
-        passed=$((passed + 1))
-        echo "ok   $(basename "$program") $*  ->  $err"
-    else
-        failed=$((failed + 1))
-        echo "FAIL $(basename "$program") $*  (status $status, expected $want; $lines lines): $err"
-    fi
-}
-# expect_error PROGRAM PATTERN ARGS...: bad input, refused with exit 2
-expect_error() {
-    local program=$1
-    shift
-    expect_status "$program" 2 "$@"
-}
-# expect_training_error PROGRAM PATTERN FLAG ARGS...: as expect_error for a program that
-# trains; the planner (chapter 6), which trains nothing, refuses FLAG by name instead
-expect_training_error() {
-    local program=$1 pattern=$2
-    shift 2
-    [ "$(basename "$program")" = chapter6 ] && pattern="$1 does nothing in chapter6"
-    expect_error "$program" "$pattern" "$@"
-}
-
-# Under MPI each case starts mpirun (about 1.5 s): the flag cases run on chapter 1 only,
-# which parses them with the same code as every program.
-every_program=("$programs"/baseline "$programs"/chapter*)
-[ "$mpi" = mpi ] && every_program=("$programs"/chapter1)
+# The flags every program shares, refused before any rank starts with one line and exit
+# status 2 (or, for a run that diverges or waits on a slow link, exit 1); ./run's own
+# input, its restarts, and ./run 2 under Open MPI: MPIRUN_ARGS, shared memory, a stopped
+# mpirun. Each program's own flags: tests/cli-chapter-checks.sh; how both run the
+# programs and judge a case: tests/cli-common.sh.
+# Usage: tests/cli-checks.sh BUILD_DIR [mpi]
+. "$(dirname "$0")/cli-common.sh"
 for program in "${every_program[@]}"; do
     [ -x "$program" ] || continue
     expect_error "$program" "unknown flag '--bogus'" --bogus 1
@@ -84,6 +18,9 @@ for program in "${every_program[@]}"; do
     expect_error "$program" "--data /nonexistent: cannot open" --data /nonexistent
     expect_error "$program" "too short; a sequence of --ctx 64 needs at least 65 bytes" --data "$short"
     expect_error "$program" "--preset huge: unknown preset" --preset huge
+    # a flag given twice is refused by name, not settled by the last value
+    expect_error "$program" "--layers given twice (8, then 2): give it once" --layers 8 --layers=2
+    expect_error "$program" "--json given twice: give it once" --json --json
     # negative and overflowing integers: refused, never wrapped round
     expect_training_error "$program" "--seed -1: must be an integer from 0 to 18446744073709551615" --seed -1
     expect_training_error "$program" "--seed  -1: must be an integer from 0" --seed " -1"
@@ -125,7 +62,7 @@ for program in "$programs"/baseline "$programs"/chapter[1234]; do
         # shellcheck disable=SC2086
         expect_error "$program" "this run needs at least .* and this machine has" $size
     done
-    expect_status "$program" 1 "training diverged: the loss is nan at step 2 on rank 0 (strategy" $tiny --layers 2 --lr 1e30
+    expect_status "$program" 1 "training diverged: the loss is nan at step 2 on rank 0 (strategy" $tiny2 --lr 1e30
 done
 # a modelled wire slower than the timeout is reported as such, not a silent wait
 # (the link model is the threads backend's)
@@ -134,7 +71,7 @@ for program in "$programs"/chapter[1234]; do
     [ -x "$program" ] || continue
     # shellcheck disable=SC2086
     expect_status "$program" 1 "the modelled link is slower than the timeout: a .* takes .* s on --link ethernet x --link-scale 10000, more than --comm-timeout 0.05 s" \
-        $tiny --layers 2 --ranks 2 --link ethernet --link-scale 1e4 --comm-timeout 0.05
+        $tiny2 --ranks 2 --link ethernet --link-scale 1e4 --comm-timeout 0.05
 done
 # MPIRUN_ARGS reaches mpirun: --output-filename makes a folder per rank
 if [ "$mpi" = mpi ] && [ -x "$programs"/baseline ]; then
@@ -188,99 +125,12 @@ if [ -x "$programs"/chapter1 ]; then
         echo "FAIL chapter1 --ranks 2 --lr 1e30: printed a verdict after the failed run"
     fi
 fi
-[ -x "$programs"/baseline ] && expect_error "$programs"/baseline "the baseline has no ranks or communication to trace" --trace "$scratch/t.json"
-chapter1="$programs"/chapter1
-if [ -x "$chapter1" ] && [ -z "$mpi" ]; then   # --ranks is mpirun's -np under MPI
-    expect_error "$chapter1" "(try --batch 268435456)" --ranks 4096 --grad-accum 65536 --batch 8
-    expect_error "$chapter1" "--ranks 4096 x --grad-accum 300000 = 1228800000 sequences a step at least: more than the largest --batch 1000000000" --ranks 4096 --grad-accum 300000
-fi
-chapter2="$programs"/chapter2
-if [ -x "$chapter2" ]; then
-    expect_error "$chapter2" "--estimate 1e308: must be at most 1e+15" --estimate 1e308 --world 1000000000
-    expect_error "$chapter2" "--gpu-mem 1e300: must be at most 1e+06" --estimate 7e9 --world 8 --gpu-mem 1e300
-fi
-chapter3="$programs"/chapter3
-[ -x "$chapter3" ] && [ -z "$mpi" ] && expect_error "$chapter3" "TP sizes that work on 4 ranks: 1, 2\$" --ranks 4 --heads 6 --dim 96 --tp 4
-# chapter 4: pipeline sizes and schedules
-chapter4="$programs"/chapter4
-if [ -x "$chapter4" ] && [ -z "$mpi" ]; then
-    expect_error "$chapter4" "--pp 5: more stages than the 4 layers" --simulate --pp 5
-    expect_error "$chapter4" "--pp 0: must be an integer from 1" --simulate --pp 0
-    expect_error "$chapter4" "--micro 3 does not divide --batch 8" --simulate --pp 2 --micro 3
-    expect_error "$chapter4" "--micro 0: must be an integer from 1" --simulate --micro 0
-    expect_error "$chapter4" "--virtual 3 x --pp 2 = 6 chunks, more than the 4 layers" --simulate --pp 2 --schedule interleaved --virtual 3
-    expect_error "$chapter4" "--virtual 0: must be an integer from 1" --simulate --virtual 0
-    expect_error "$chapter4" "--micro 2: interleaved 1F1B takes micro-batches in groups of --pp 4" --simulate --pp 4 --layers 8 --micro 2 --schedule interleaved
-    expect_error "$chapter4" "--stage-ms -1: must be at least 0" --simulate --stage-ms -1
-    expect_error "$chapter4" "--schedule fast: unknown value (valid: naive, gpipe, 1f1b, interleaved, zb-h1, all)" --simulate --schedule fast
-    # training: p stages per pipeline, the other ranks data parallel
-    expect_error "$chapter4" "--pp 4: more stages than the 2 ranks" --ranks 2 --pp 4 $tiny --layers 4
-    expect_error "$chapter4" "--pp 3 does not divide the 4 ranks" --ranks 4 --pp 3 $tiny --layers 4
-    expect_error "$chapter4" "--batch 6 does not split over 4 pipelines" --ranks 4 --pp 1 $tiny --batch 6
-    # sizes whose waits or lists would never end
-    expect_error "$chapter4" "--stage-ms 1e200: must be at most 60000" --stage-ms 1e200
-    expect_error "$chapter4" "--pp 100000: at most 1024 stages" --simulate --pp 100000 --micro 100000 --layers 100000 --batch 100000
-    expect_error "$chapter4" "--pp 1000000: at most 1024 stages" --simulate --pp 1000000 --layers 1000000
-    expect_error "$chapter4" "--pp 1024 x --micro 2048 = 2097152 forwards through a chunk, more than 1048576" --simulate --pp 1024 --micro 2048 --layers 1024 --batch 2048 --schedule 1f1b
-    # flags a mode ignores, and outputs that cannot be written, before any work
-    mkdir -p "$scratch/pipe-1f1b.svg"
-    expect_error "$chapter4" "--svg $scratch/pipe-1f1b.svg: is a directory" --simulate --svg "$scratch/pipe"
-    expect_error "$chapter4" "--svg $scratch/pipe-1f1b.svg: is a directory" $tiny --layers 2 --ranks 2 --svg "$scratch/pipe.svg"
-    expect_error "$chapter4" "--save $scratch/ck4: does nothing with --simulate" --simulate --save "$scratch/ck4"
-    # refused before the directory is made: nothing left behind
-    if [ -e "$scratch/ck4" ]; then
-        failed=$((failed + 1))
-        echo "FAIL chapter4 --simulate --save $scratch/ck4  (left the directory behind)"
-    else
-        passed=$((passed + 1))
-        echo "ok   chapter4 --simulate --save $scratch/ck4  ->  no directory left behind"
-    fi
-    if "$chapter4" $tiny --layers 2 --ranks 2 --schedule 1f1b --steps 2 --stage-ms 0 --save "$scratch/ck4" >/dev/null 2>&1; then
-        expect_error "$chapter4" "--resume $scratch/ck4: does nothing with --simulate" $tiny --layers 2 --simulate --resume "$scratch/ck4"
-    fi
-    expect_error "$chapter4" "--virtual does nothing with --schedule 1f1b (only the interleaved" --simulate --schedule 1f1b --virtual 2
-    expect_error "$chapter4" "--comm-order does nothing with training" $tiny --layers 2 --ranks 2 --comm-order eager
-    # the default run on 4 ranks shows every schedule: the default 4 layers grow to v x p
-    for mode in --simulate --quiet; do
-        out=$("$chapter4" --ranks 4 --dim 16 --heads 2 --ctx 8 --batch 8 --steps 1 --stage-ms 0 $mode 2>&1)
-        if [ $? -eq 0 ] && printf '%s' "$out" | grep -q "^ *\(pp-\)\{0,1\}interleaved  " &&
-            ! printf '%s' "$out" | grep -q "^skipped" &&
-            printf '%s' "$out" | grep -q -- "--layers 8 rather than the default 4"; then
-            passed=$((passed + 1))
-            echo "ok   chapter4 --ranks 4 $mode  ->  every schedule, interleaved on 8 layers"
-        else
-            failed=$((failed + 1))
-            echo "FAIL chapter4 --ranks 4 $mode  (interleaved skipped or unsaid): $out"
-        fi
-    done
-fi
 # the largest seed is valid (the refusals above are not a blanket "no")
-expect_ok() {
-    local program=$1
-    shift
-    local out status
-    out=$("$program" "$@" 2>&1)
-    status=$?
-    if [ $status -eq 0 ]; then
-        passed=$((passed + 1))
-        echo "ok   $(basename "$program") $*  ->  exit 0"
-    else
-        failed=$((failed + 1))
-        echo "FAIL $(basename "$program") $*  (status $status): $out"
-    fi
-}
 [ -x "$programs"/baseline ] && expect_ok "$programs"/baseline --seed 18446744073709551615 --steps 1 \
     --layers 1 --dim 16 --heads 2 --ctx 8 --batch 1 --quiet
 # mixed precision: the precision's values, the loss scale's flags (fp16 alone) and the
 # programs and strategies that train in fp32 alone so far. The programs parse these flags
 # with the same code: under MPI (about 1.5 s a case) chapter 1 alone answers for them.
-mixed_programs() {   # the programs among "$@" that a run of this script checks
-    if [ "$mpi" = mpi ]; then
-        for p in "$@"; do [ "$(basename "$p")" = chapter1 ] && echo "$p"; done
-    else
-        printf '%s\n' "$@"
-    fi
-}
 for program in "${every_program[@]}"; do
     [ -x "$program" ] || continue
     expect_error "$program" "--precision fp8: unknown value (valid: fp32, bf16, fp16)" --precision fp8
@@ -330,355 +180,6 @@ done
 [ -x "$programs"/chapter1 ] && expect_error "$programs"/chapter1 \
     "--compress bf16: DDP's wire type for fp32 gradients; --grad-dtype bf16 reduces 16-bit gradients as they are (valid: --compress none)" \
     --grad-dtype bf16 --precision bf16 --strategy ddp --compress bf16
-# chapter 6, the planner: sizes, shapes and meshes
-planner="$programs"/chapter6
-if [ -x "$planner" ] && [ -z "$mpi" ]; then
-    expect_error "$planner" "--params abc: not a number" --params abc
-    expect_error "$planner" "--params -5: must be at least 1" --params -5
-    expect_error "$planner" "--gpus 0: must be an integer from 1" --gpus 0
-    expect_error "$planner" "--heads 100 does not divide --dim 12288" --hidden 12288 --heads 100
-    expect_error "$planner" "--tp 8 x --pp 4 x --dp 4 = 128 does not multiply to --gpus 64" --params 70e9 --gpus 64 --tp 8 --pp 4 --dp 4
-    expect_error "$planner" "--tp 3 x --pp 1 = 3 does not divide --gpus 64" --params 70e9 --gpus 64 --tp 3
-    expect_error "$planner" "--tp 8 does not divide the 4 heads" --gpus 8 --tp 8
-    expect_error "$planner" "--params 7e+10 and --layers both given" --params 70e9 --layers 80
-    expect_error "$planner" "--mfu 2: must be a fraction of peak in (0, 1]" --mfu 2
-    expect_error "$planner" "--gpu-mem x: not a number" --gpu-mem x
-    expect_error "$planner" "--batch 100 does not split into --dp 64" --params 70e9 --gpus 64 --dp 64 --batch 100
-    expect_error "$planner" "--zero 3 belongs to a mesh" --params 70e9 --zero 3
-    # products of sizes up to 1e9 are formed in 64 bits, and refused by name
-    expect_error "$planner" "--tp 65536 x --pp 65536 = 4294967296 GPUs, more than --gpus 8" --params 70e9 --tp 65536 --pp 65536
-    expect_error "$planner" "--tp 46341 x --pp 46341 = 2147488281 GPUs, more than --gpus 8" --params 70e9 --tp 46341 --pp 46341
-    expect_error "$planner" "--gpus 1000000000: must be at most 1e+08" --gpus 1000000000
-    # it trains nothing: training flags are refused and not listed, and modes that
-    # ignore a flag refuse it
-    expect_error "$planner" "--save does nothing in chapter6 (the planner trains nothing)" --save "$scratch/ckpt"
-    if [ -e "$scratch/ckpt" ]; then
-        failed=$((failed + 1))
-        echo "FAIL chapter6 --save: created $scratch/ckpt"
-    fi
-    expect_error "$planner" "--profile does nothing in chapter6" --profile
-    expect_error "$planner" "--steps does nothing with a plan (only --predict-chapters runs programs)" --params 70e9 --steps 3
-    expect_error "$planner" "--link-scale does nothing with a plan" --link-scale 2
-    expect_error "$planner" "--link-scale 1e6: must be at most 10000" --predict-chapters --link-scale 1e6
-    expect_error "$planner" "--gpus does nothing with --predict-chapters" --predict-chapters --gpus 64
-    expect_error "$planner" "--json does nothing with --course (it prints its checks as text)" --course --json
-    expect_error "$planner" "--tokens does nothing with --max-params without a model" --gpus 1024 --max-params --tokens 1e12
-    # it plans in a precision (bf16 unless told) and says which; fp16's loss scale is a
-    # training flag, and --course's numbers are the course's own
-    expect_error "$planner" "--loss-scale does nothing in chapter6" --params 70e9 --precision fp16 --loss-scale 8
-    expect_error "$planner" "--no-loss-scale does nothing in chapter6" --params 70e9 --no-loss-scale
-    expect_error "$planner" "--precision does nothing with --course (the course's numbers are mixed precision's)" --course --precision fp32
-    # expect_output PATTERN ARGS...: the planner exits 0 and prints a line matching PATTERN
-    expect_output() {
-        local pattern=$1 out
-        shift
-        out=$("$planner" "$@" 2>&1)
-        if [ $? -eq 0 ] && printf '%s\n' "$out" | grep -q -- "$pattern"; then
-            passed=$((passed + 1))
-            echo "ok   chapter6 $*  ->  prints $pattern"
-        else
-            failed=$((failed + 1))
-            echo "FAIL chapter6 $*: no line matches $pattern"
-        fi
-    }
-    expect_output '^precision bf16: 16-bit weights 2 B + gradients 2 B + fp32 master, m, v 12 B' --params 70e9 --gpus 64
-    expect_output '^precision fp32: fp32 weights 4 B + gradients 4 B + Adam m, v 8 B per parameter, 4 B activations' --params 70e9 --gpus 64 --precision fp32
-    expect_output 'The decision tree .*, in fp16:' --params 70e9 --gpus 64 --precision fp16
-    expect_output '^ddp .* 279.22 GB  279.22 GB  558.44 GB' --params 70e9 --gpus 64 --precision fp32
-    expect_output '"precision": "bf16", "params"' --params 70e9 --gpus 64 --json
-    expect_output '"precision": "fp32", "params"' --params 70e9 --gpus 64 --json --precision fp32
-    expect_output '"flops_per_gpu": 2.68e+13' --params 70e9 --gpus 64 --json --precision fp32
-    expect_output '"flops_per_gpu": 3e+13' --params 70e9 --gpus 64 --json --precision fp32 --gpu-tflops 30
-    expect_output '"precision": "fp32", "cluster"' --gpus 1024 --max-params --json --precision fp32
-    expect_output 'model states only .*, in fp32:' --gpus 1024 --max-params --precision fp32
-    listed=$("$planner" --help 2>&1 | grep -o -e "--lr \|--save \|--profile \|--seed \|--trace " | tr '\n' ' ')
-    if [ -z "$listed" ]; then
-        passed=$((passed + 1))
-        echo "ok   chapter6 --help lists no training flag"
-    else
-        failed=$((failed + 1))
-        echo "FAIL chapter6 --help lists training flags: $listed"
-    fi
-    # the README's commands run (--predict-chapters is test_chapter6's)
-    expect_ok "$planner" --params 70e9 --gpus 64 --gpu-mem 80
-    expect_ok "$planner" --layers 96 --hidden 12288 --heads 96 --vocab 51200 --seq 2048 --gpus 1024
-    expect_ok "$planner" --params 70e9 --gpus 64 --tp 8 --pp 4 --zero 1
-    expect_ok "$planner" --params 70e9 --gpus 64 --tokens 1e12 --max-params
-    expect_ok "$planner" --course
-    expect_ok "$planner" --params 70e9 --gpus 64 --json
-    expect_ok "$planner" --gpus 1024 --gpu-mem 32 --tp 16 --max-params
-    expect_ok "$planner" --params 70e9 --gpus 64 --gpu-mem 80 --precision fp32
-fi
-# checkpoints: a --resume that cannot be used is one line before any rank starts
-ckpt=$(mktemp -d)
-small="--layers 1 --dim 16 --heads 2 --ctx 8 --batch 2 --quiet"
-if [ -n "$mpi" ]; then
-    :   # checked on the threads build only: they stop before any rank starts
-elif [ -x "$build"/baseline ] && "$build"/baseline $small --steps 2 --save "$ckpt/good" >/dev/null 2>&1; then
-    cp -r "$ckpt/good/step-000002" "$ckpt/flipped"
-    printf 'X' | dd of="$ckpt/flipped/rank-00000.safetensors" bs=1 seek=900 conv=notrunc 2>/dev/null
-    cp -r "$ckpt/good/step-000002" "$ckpt/cut"
-    truncate -s 500 "$ckpt/cut/rank-00000.safetensors"
-    cp -r "$ckpt/good/step-000002" "$ckpt/edited"   # AdamW's step changed by hand
-    sed -i 's/"adam_step": 2/"adam_step": 7/' "$ckpt/edited/index.json"
-    # files that are not files: reading them would block (a FIFO) or never end (/dev/zero)
-    for name in latest-fifo index-fifo rank-fifo index-zero; do
-        mkdir -p "$ckpt/$name"
-        cp -r "$ckpt/good/step-000002" "$ckpt/$name/step-000002"
-        echo step-000002 >"$ckpt/$name/latest"
-    done
-    rm "$ckpt/latest-fifo/latest" && mkfifo "$ckpt/latest-fifo/latest"
-    rm "$ckpt/index-fifo/step-000002/index.json" && mkfifo "$ckpt/index-fifo/step-000002/index.json"
-    rm "$ckpt/rank-fifo/step-000002/rank-00000.safetensors"
-    mkfifo "$ckpt/rank-fifo/step-000002/rank-00000.safetensors"
-    ln -sf /dev/zero "$ckpt/index-zero/step-000002/index.json"
-    # a save killed before: its leftovers go when the next run starts
-    mkdir -p "$ckpt/stale/.tmp-step-000009" && echo x >"$ckpt/stale/.tmp-step-000009/rank-00000.safetensors"
-    for program in "$build"/baseline "$build"/chapter2; do
-        [ -x "$program" ] || continue
-        # a hang is a failure: the program runs under timeout, under its own name
-        printf '#!/bin/bash\nexec timeout 20 %q "$@"\n' "$(realpath "$program")" >"$ckpt/$(basename "$program")"
-        chmod +x "$ckpt/$(basename "$program")"
-        in_time="$ckpt/$(basename "$program")"
-        expect_error "$in_time" "edited/index.json: CRC-32 .* (edited or corrupted)" $small --steps 4 --resume "$ckpt/edited"
-        expect_error "$in_time" "latest-fifo/latest: not a regular file (a FIFO)" $small --steps 4 --resume "$ckpt/latest-fifo"
-        expect_error "$in_time" "index-fifo/step-000002/index.json: not a regular file (a FIFO)" $small --steps 4 --resume "$ckpt/index-fifo"
-        expect_error "$in_time" "rank-fifo/step-000002/rank-00000.safetensors: not a regular file (a FIFO)" $small --steps 4 --resume "$ckpt/rank-fifo"
-        expect_error "$in_time" "index-zero/step-000002/index.json: not a regular file (a device" $small --steps 4 --resume "$ckpt/index-zero"
-        if "$in_time" $small --steps 2 --save "$ckpt/stale" >/dev/null 2>&1 &&
-            [ -z "$(ls -A "$ckpt/stale" | grep '^\.tmp')" ]; then
-            passed=$((passed + 1)); echo "ok   $(basename "$program") --save over a killed save's .tmp-step-000009: removed"
-        else
-            failed=$((failed + 1)); echo "FAIL $(basename "$program") --save over a killed save's .tmp-step-000009: $(ls -A "$ckpt/stale")"
-        fi
-        expect_error "$program" "--resume $ckpt/none: no checkpoint there" --resume "$ckpt/none"
-        expect_error "$program" "--save-every 2: needs --save DIR" --save-every 2
-        expect_error "$program" "--save /nonexistent/ckpt: cannot create it" --save /nonexistent/ckpt
-        expect_error "$program" "saved from another model (--dim 16 there, 32 here)" $small --dim 32 --resume "$ckpt/good"
-        expect_error "$program" "--steps 2: the checkpoint in $ckpt/good/step-000002 is at step 2" $small --steps 2 --resume "$ckpt/good"
-        expect_error "$program" "flipped/rank-00000.safetensors: CRC-32" $small --steps 4 --resume "$ckpt/flipped"
-        expect_error "$program" "cut/rank-00000.safetensors: 500 bytes, the index says" $small --steps 4 --resume "$ckpt/cut"
-        expect_error "$program" "saved with --seed 1234, this run has --seed 7" $small --seed 7 --steps 4 --resume "$ckpt/good"
-    done
-else
-    failed=$((failed + 1))
-    echo "FAIL baseline --save: could not write the checkpoint the checks need"
-fi
-rm -rf "$ckpt"
-# chapter 5: meshes that do not fit, with meshes that would
-chapter5="$build"/chapter5
-if [ -x "$chapter5" ]; then
-    expect_error "$chapter5" "--tp 2 --pp 2 --dp 2 needs 8 ranks, not 6; with that many ranks try --tp 2 --pp 3 --dp 1" --ranks 6 --tp 2 --pp 2 --dp 2
-    expect_error "$chapter5" "--tp 3 does not divide --heads 4" --ranks 3 --tp 3 --pp 1 --dp 1
-    expect_error "$chapter5" "--pp 5: more stages than the 4 layers" --ranks 5 --tp 1 --pp 5 --dp 1
-    expect_error "$chapter5" "--batch 8 does not split over --dp 3 replicas" --ranks 3 --tp 1 --pp 1 --dp 3
-    expect_error "$chapter5" "--micro 8 does not divide --batch 4" --ranks 4 --dp 2 --micro 8
-    expect_error "$chapter5" "--mesh-only needs --world N" --mesh-only
-    expect_error "$chapter5" "--json lists every rank: at most --world 4096" --mesh-only --world 8192 --tp 8 --pp 16 --json
-    expect_error "$chapter5" "--zero 4: ZeRO has stages 0-3" --zero 4
-    expect_error "$chapter5" "--tp 3 does not divide the 8 ranks" --ranks 8 --tp 3
-    expect_error "$chapter5" "--tp 3 x --pp 2 = 6 does not divide the 8 ranks" --ranks 8 --tp 3 --pp 2
-    # the arithmetic modes train nothing: what only training uses is refused, and --save
-    # leaves no directory behind
-    expect_error "$chapter5" "--save $scratch/c5: --mesh-only and --examples train nothing" --mesh-only --world 8 --save "$scratch/c5"
-    expect_error "$chapter5" "--save $scratch/c5: --mesh-only and --examples train nothing" --examples --save "$scratch/c5"
-    if [ -e "$scratch/c5" ]; then
-        failed=$((failed + 1))
-        echo "FAIL chapter5 --mesh-only / --examples --save: created $scratch/c5"
-    fi
-    expect_error "$chapter5" "--resume $scratch: --mesh-only and --examples train nothing" --mesh-only --world 8 --resume "$scratch"
-    expect_error "$chapter5" "--resume $scratch: --mesh-only and --examples train nothing" --examples --resume "$scratch"
-    expect_error "$chapter5" "--json does nothing with --examples" --examples --json
-    expect_error "$chapter5" "--steps does nothing with --mesh-only" --mesh-only --world 8 --steps 3
-    expect_error "$chapter5" "--schedule does nothing with --examples" --examples --schedule gpipe
-    expect_ok "$chapter5" --mesh-only --world 1024 --tp 8 --pp 16 --dp 8
-    expect_ok "$chapter5" --mesh-only --world 1024 --tp 8 --pp 16 --dp 8 --json
-    expect_ok "$chapter5" --examples
-    # more ranks than cores: the table says why comm % is high
-    if [ "$(nproc)" -lt 8 ] && [ -z "$mpi" ]; then
-        # shellcheck disable=SC2086
-        if "$chapter5" $tiny --layers 2 --ranks 8 | grep -q "8 ranks share $(nproc) cores, so that wait includes"; then
-            passed=$((passed + 1))
-            echo "ok   chapter5 --ranks 8 on $(nproc) cores: the note on comm % is printed"
-        else
-            failed=$((failed + 1))
-            echo "FAIL chapter5 --ranks 8 on $(nproc) cores: no note on why comm % is high"
-        fi
-    fi
-fi
-# chapter 7, communication: sweep sizes, the ladder's calibration, the plot
-chapter7="$build"/chapter7
-if [ -x "$chapter7" ]; then
-    expect_error "$chapter7" "--max-mib 2000: at most 1024" --max-mib 2000
-    expect_error "$chapter7" "--sweep-ranks 1: must be an integer from 2" --sweep-ranks 1
-    expect_error "$chapter7" "--start-efficiency 1.5: a fraction from 0.01 to 0.99" --start-efficiency 1.5
-    # refused before any rank starts (with a tiny model, a late refusal fails fast)
-    expect_error "$chapter7" "--start-efficiency 1e-300: a fraction from 0.01 to 0.99" --start-efficiency 1e-300 --part ladder $tiny
-    expect_error "$chapter7" "--ladder-scale 1e308: must be at most 10000" --ladder-scale 1e308 --part ladder $tiny
-    expect_error "$chapter7" "--svg needs the strategies part" --svg x.svg --part ladder
-    expect_error "$chapter7" "--svg $scratch/no/e.svg: cannot write there" --svg "$scratch/no/e.svg" --part strategies $tiny
-    expect_error "$chapter7" "--save ckpt: chapter 7 trains many short runs" --save ckpt
-    expect_error "$chapter7" "--resume ckpt: chapter 7 trains many short runs" --resume ckpt
-    expect_error "$chapter7" "--batch 6 does not split evenly over 4 ranks" --ranks 4 --batch 6
-    expect_error "$chapter7" "--ladder-scale -1: must be at least 0" --ladder-scale -1
-    expect_error "$chapter7" "--allreduce tree: unknown value (valid: ring, naive, doubling)" --allreduce tree
-fi
-# chapter 8, mixed precision: it runs every precision itself, and each part reads its own
-# flags
-chapter8="$programs"/chapter8
-if [ -x "$chapter8" ] && [ "$mpi" = mpi ]; then   # chapter 8 as Open MPI processes: a few
-    expect_error "$chapter8" "--precision bf16: chapter 8 runs fp32, bf16 and fp16 itself (leave it out)" --precision bf16
-    expect_error "$chapter8" "--part fast: unknown value (valid: all, bytes, speed, accuracy, wire)" --part fast
-    expect_error "$chapter8" "--steps does nothing with --part bytes (only part accuracy reads it)" --part bytes --steps 50
-elif [ -x "$chapter8" ]; then
-    expect_error "$chapter8" "--precision bf16: chapter 8 runs fp32, bf16 and fp16 itself (leave it out)" --precision bf16
-    expect_error "$chapter8" "--precision fp32: chapter 8 runs fp32, bf16 and fp16 itself" --precision fp32
-    expect_error "$chapter8" "--grad-dtype fp32: chapter 8 runs fp32, bf16 and fp16 itself" --grad-dtype fp32
-    expect_error "$chapter8" "--grad-dtype bf16: chapter 8 runs fp32, bf16 and fp16 itself" --grad-dtype bf16
-    expect_error "$chapter8" "--no-loss-scale does nothing in chapter8" --no-loss-scale
-    expect_error "$chapter8" "--profile does nothing in chapter8" --profile
-    expect_error "$chapter8" "--trace $scratch/t8.json: chapter 8 runs many strategies" --trace "$scratch/t8.json"
-    expect_error "$chapter8" "--part fast: unknown value (valid: all, bytes, speed, accuracy, wire)" --part fast
-    expect_error "$chapter8" "--steps does nothing with --part bytes (only part accuracy reads it)" --part bytes --steps 50
-    expect_error "$chapter8" "--svg does nothing with --part speed (only part accuracy reads it)" --part speed --svg x.svg
-    expect_error "$chapter8" "--probe-batch does nothing with --part wire" --part wire --probe-batch 8
-    expect_error "$chapter8" "--wire-steps does nothing with --part accuracy (only part wire reads it)" --part accuracy --wire-steps 5
-    expect_error "$chapter8" "--loss-scale does nothing with --part wire (part wire runs no fp16)" --part wire --loss-scale 8
-    expect_error "$chapter8" "--loss-scale 0: must be at least 1" --loss-scale 0
-    expect_error "$chapter8" "--probe-batch 5000: must be at most 4096" --probe-batch 5000
-    expect_error "$chapter8" "--probe-batch 0: must be an integer from 1" --probe-batch 0
-    expect_error "$chapter8" "--wire-steps 0: must be an integer from 1" --wire-steps 0
-    expect_error "$chapter8" "--svg $scratch/no/l.svg: cannot write there" --svg "$scratch/no/l.svg"
-    expect_error "$chapter8" "--save ckpt: chapter 8 trains many short runs" --save ckpt
-    if [ -z "$mpi" ]; then   # the rank count is ./run's under MPI
-        expect_error "$chapter8" "--batch 6 does not split evenly over 4 ranks" --ranks 4 --batch 6
-    fi
-fi
-# chapter 6's mixture of experts and checkpoint interval: flags where they do not apply,
-# values that do not fit, and the numbers tests/test_chapter6_moe.c and
-# test_chapter6_failures.c compute by hand, as printed
-if [ -x "$planner" ] && [ -z "$mpi" ]; then
-    expect_error "$planner" "--moe-top-k 3 is more than the 2 experts (at most 2)" --moe-experts 2 --moe-top-k 3
-    expect_error "$planner" "--ep does nothing with a dense model (it has no experts: give --moe-experts)" --ep 4
-    expect_error "$planner" "--ep 3 does not divide both the 16 experts and dp 64 (try a divisor of 16)" --moe-experts 16 --gpus 64 --ep 3
-    expect_error "$planner" "--layers does nothing with --model (the preset fixes the model" --model gpt4-moe --layers 4
-    expect_error "$planner" "--max-params does nothing with a mixture of experts" --model gpt4-moe --max-params
-    expect_error "$planner" "--model gpt5: unknown value (valid: gpt3, gpt4-moe)" --model gpt5
-    expect_error "$planner" "--tp 8 x --pp 15 = 120 does not divide --gpus 1000" --model gpt4-moe --gpus 1000
-    expect_error "$planner" "--mtbf-hours 3 and --gpu-mtbf-hours 50000 both given" --mtbf-hours 3 --gpu-mtbf-hours 5e4
-    expect_error "$planner" "--save-seconds 10 and --save-bandwidth 1 both given" --save-seconds 10 --save-bandwidth 1
-    expect_error "$planner" "--save-seconds 0: must be at least 1e-06" --save-seconds 0
-    expect_error "$planner" "--mtbf-hours does nothing with --course" --course --mtbf-hours 3
-    expect_error "$planner" "--moe-experts does nothing with --predict-chapters" --predict-chapters --moe-experts 8
-    expect_error "$planner" "--save-seconds does nothing with --max-params without a model" --gpus 1024 --max-params --save-seconds 10
-    expect_output '^  parameters  *1.832e+12  *2.778e+11$' --model gpt4-moe
-    expect_output '^  active parameters a token  *2.787e+11  *2.778e+11$' --model gpt4-moe
-    expect_output '= 161.28 KB a token per MoE layer' --model gpt4-moe
-    expect_output '^  moe  *8  *15  *64  *16  *1 .* yes$' --model gpt4-moe
-    expect_output '"alltoall_bytes_per_token_per_layer": 161280' --model gpt4-moe --json
-    expect_output 'save every sqrt(2 x 16.8 s x 49.5 h) = 40.7 min of work' --model gpt3
-    expect_output 'save every sqrt(2 x 10.0 s x 5.0 h) = 10.0 min of work' --mtbf-hours 5 --save-seconds 10 --restart-seconds 30
-    expect_output '= 3.5% of its time' --mtbf-hours 5 --save-seconds 10 --restart-seconds 30
-    expect_output '"interval_seconds": 600,' --mtbf-hours 5 --save-seconds 10 --json
-    expect_ok "$planner" --model gpt4-moe --gpu-mem 141
-    expect_ok "$planner" --params 70e9 --gpus 64 --moe-experts 8 --moe-top-k 1 --moe-every 2
-fi
-# chapter 9, the sequence split: sequence parallelism needs a TP size of 2 or more that
-# divides ctx, TP keeps fp32 gradients, and each part reads its own flags
-chapter9="$programs"/chapter9
-if [ -x "$chapter9" ]; then
-    expect_error "$chapter9" "--part fast: unknown value (valid: all, sp, memory, context)" --part fast
-    expect_error "$chapter9" "sequence parallelism with TP 2: --ctx 7 does not split into 2 equal parts" --ranks 2 --tp 2 --ctx 7
-    expect_error "$chapter9" "--grad-dtype bf16: tensor parallelism keeps fp32 gradients so far" --precision bf16 --grad-dtype bf16
-fi
-if [ -x "$chapter9" ] && [ -z "$mpi" ]; then   # under MPI the three above answer for the parser
-    expect_error "$chapter9" "--recompute sometimes: unknown value (valid: none, selective, full)" --ranks 2 --recompute sometimes
-    expect_error "$chapter9" "--recompute does nothing with --part memory (only part sp reads it)" --ranks 2 --part memory --recompute selective
-    expect_error "$chapter9" "--svg does nothing with --part sp (only part memory reads it)" --ranks 2 --part sp --svg x.svg
-    expect_error "$chapter9" "--trace does nothing with --part memory (only part sp reads it)" --ranks 2 --part memory --trace "$scratch/t9.json"
-    expect_error "$chapter9" "--tp does nothing with --part context" --ranks 2 --part context --tp 2
-    expect_error "$chapter9" "sequence parallelism splits the sequence over the tensor-parallel ranks: it needs --tp 2 or more, not 1" --ranks 2 --tp 1
-    expect_error "$chapter9" "./run 1: sequence parallelism needs a TP group of 2 or more ranks" --ranks 1
-    expect_error "$chapter9" "--tp 3 does not divide --heads 4" --ranks 4 --tp 3
-    expect_error "$chapter9" "--svg $scratch/no/m.svg: cannot write there" --ranks 2 --svg "$scratch/no/m.svg"
-    expect_error "$chapter9" "--save ckpt: chapter 9 compares short runs" --ranks 2 --save ckpt
-fi
-if [ -x "$programs"/chapter3 ] && [ -z "$mpi" ]; then   # chapter 3's --sp: part 3, TP 2 or more
-    expect_error "$programs"/chapter3 "--sp does nothing with --part block" --ranks 2 --part block --sp
-    expect_error "$programs"/chapter3 "sequence parallelism splits the sequence over the tensor-parallel ranks: it needs --tp 2 or more, not 1" --sp
-    expect_error "$programs"/chapter3 "sequence parallelism with TP 4: --ctx 6 does not split into 4 equal parts" --ranks 4 --sp --ctx 6
-fi
-# chapter 9's context-parallel flags (chapters/09-sequence/context.c): sizes that do not
-# split the ranks, the sequence or the heads, a split Ulysses does not take, and the
-# flags in the parts that run no context parallelism
-chapter9="$programs"/chapter9
-if [ -x "$chapter9" ]; then
-    expect_error "$chapter9" "--cp-attention bogus: unknown value (valid: both, ring, ulysses)" --cp-attention bogus
-    expect_error "$chapter9" "--cp 3 does not divide the" $tiny --part context --cp 3
-    if [ -z "$mpi" ]; then   # under MPI the two above answer for the parser and the checks
-        expect_error "$chapter9" "--cp 0: must be an integer from 1" --cp 0
-        expect_error "$chapter9" "--cp-split balanced does nothing with --cp-attention ulysses" $tiny --part context --cp-attention ulysses --cp-split balanced
-        expect_error "$chapter9" "--cp does nothing with --part sp (it runs no context parallelism)" $tiny --part sp --cp 2
-        expect_error "$chapter9" "--cp-split does nothing with --part memory" $tiny --part memory --cp-split balanced
-        expect_error "$chapter9" "--precision bf16: context parallelism here computes in fp32 only" $tiny --part context --precision bf16
-        expect_error "$chapter9" "--ctx 12 does not split into 8 equal chunks (--cp 4 balanced" --ranks 4 $tiny --part context --ctx 12
-        expect_error "$chapter9" "--ctx 12 does not split into 8 equal chunks (--cp 8)" --ranks 8 $tiny --part context --ctx 12 --cp-attention ring --cp-split contiguous
-        expect_error "$chapter9" "--cp 4 does not divide --heads 2 (Ulysses" --ranks 4 $tiny --part context --cp-attention ulysses
-        expect_error "$chapter9" "--batch 3 does not split over 2 data-parallel groups" --ranks 4 --cp 2 $tiny --part context --batch 3
-    fi
-fi
-# chapter 10, mixture of experts: the MoE flags' values, and each part reads its own flags
-chapter10="$programs"/chapter10
-if [ -x "$chapter10" ] && [ "$mpi" = mpi ]; then   # as Open MPI processes: a few
-    expect_error "$chapter10" "--top-k 3: must be 1 or 2" --top-k 3
-    expect_error "$chapter10" "--capacity-factor does nothing with --part routing" --part routing --capacity-factor 2
-elif [ -x "$chapter10" ]; then
-    expect_error "$chapter10" "--experts 0: must be an integer from 1" --experts 0
-    expect_error "$chapter10" "--experts 5000: must be at most 1024" --experts 5000
-    expect_error "$chapter10" "--top-k 3: must be 1 or 2" --top-k 3
-    expect_error "$chapter10" "--top-k 2 needs at least 2 experts, not --experts 1" --experts 1
-    expect_error "$chapter10" "--moe-every 3: must be 1 (every block) or 2 (every other)" --moe-every 3
-    expect_error "$chapter10" "--moe-every 2 with --layers 1 leaves no MoE block" --moe-every 2 --layers 1
-    expect_error "$chapter10" "--capacity-factor 0.001: must be 0 (no dropping) or between 0.01 and 1000" --capacity-factor 0.001
-    expect_error "$chapter10" "--capacity-factor -1: must be at least 0" --capacity-factor -1
-    expect_error "$chapter10" "--aux-loss 1000: must be between 0 and 100" --aux-loss 1000
-    expect_error "$chapter10" "--precision bf16: the MoE layer computes in fp32 alone so far" --precision bf16
-    expect_error "$chapter10" "--grad-dtype bf16: the MoE layer computes in fp32 alone so far" --grad-dtype bf16
-    expect_error "$chapter10" "--profile does nothing in chapter10" --profile
-    expect_error "$chapter10" "--save ckpt: chapter 10 trains short runs to compare" --save ckpt
-    expect_error "$chapter10" "--part fast: unknown value (valid: all, ep, routing, cost)" --part fast
-    expect_error "$chapter10" "--steps does nothing with --part cost (part cost trains nothing)" --part cost --steps 5
-    expect_error "$chapter10" "--aux-loss does nothing with --part cost" --part cost --aux-loss 0.1
-    expect_error "$chapter10" "--capacity-factor does nothing with --part routing" --part routing --capacity-factor 2
-    expect_error "$chapter10" "--trace does nothing with --part routing" --part routing --trace "$scratch/t10.json"
-    expect_error "$chapter10" "--svg does nothing with --part ep (only part routing reads it)" --part ep --svg x.svg
-    expect_error "$chapter10" "--curve-steps does nothing with --part cost" --part cost --curve-steps 5
-    expect_error "$chapter10" "--curve-steps 1: must be an integer from 2" --curve-steps 1
-    expect_error "$chapter10" "--svg $scratch/no/i.svg: cannot write there" --svg "$scratch/no/i.svg"
-    expect_error "$chapter10" "--trace $scratch/t.json with 1 rank: the trace is of the first expert-parallel run" --ranks 1 --trace "$scratch/t.json"
-    expect_error "$chapter10" "--batch 6 does not split evenly over 4 ranks" --ranks 4 --batch 6
-fi
-# chapter 10's runs that fail: a diverging EP run is one line and exit 1 (it freed runs
-# it never made), an EP run off the one-device run prints the table, then one line; the
-# experts count in the memory check
-if [ -x "$chapter10" ]; then
-    ranks10=(--ranks 4)
-    [ "$mpi" = mpi ] && ranks10=()   # ./run 2
-    # shellcheck disable=SC2086
-    expect_status "$chapter10" 1 "training diverged: the loss is nan at step 2 on rank 0 (strategy ep)" \
-        $tiny "${ranks10[@]}" --lr 1e30 --part ep
-    # shellcheck disable=SC2086
-    expect_status "$chapter10" 1 "part ep: an expert-parallel run differs from one device by .* of its tolerance" \
-        $tiny "${ranks10[@]}" --aux-loss 100 --part ep
-    # shellcheck disable=SC2086
-    if "$chapter10" $tiny "${ranks10[@]}" --aux-loss 100 --part ep 2>/dev/null | grep -q "MISMATCH"; then
-        passed=$((passed + 1)); echo "ok   chapter10 --aux-loss 100 --part ep: the table says MISMATCH"
-    else
-        failed=$((failed + 1)); echo "FAIL chapter10 --aux-loss 100 --part ep: no table"
-    fi
-    expect_error "$chapter10" "this run needs at least .* TB of memory (6.88e+10 parameters" \
-        --experts 1024 --dim 2048 --part ep
-fi
 # fp16's loss scale: a start that is no fp32 number, or with which every step of the run
 # overflows fp16 and is skipped, is refused before any rank starts
 for program in $(mixed_programs "$programs"/baseline "$programs"/chapter[123459]); do
@@ -779,6 +280,20 @@ if [ -z "$mpi" ] && [ -x "$build"/baseline ]; then
     expect_error ./run "N '-1' must be a positive whole number" -1
     expect_error ./run "--ranks 99999999999999999999: must be an integer from 1" 99999999999999999999
     expect_error ./run "--ranks 1000000: must be at most 4096" 1000000   # as typed, not 1e+06
+    expect_error ./run "--ranks given twice (2, then 3): give it once" 2 --ranks 3   # ./run N gives it
+fi
+# the flag refused when given twice is only that one: flags whose names start alike, each
+# given once, run (the negative control of the refusal)
+# shellcheck disable=SC2086
+[ -z "$mpi" ] && [ -x "$build"/baseline ] && expect_ok "$build"/baseline $tiny --precision fp16 \
+    --loss-scale 1024 --loss-scale-window 4 --save "$scratch/once" --save-every 1
+# with --max-restarts the loop gives each attempt its own --resume: a user's --resume given
+# twice is still refused by the program, in one line
+if [ -z "$mpi" ] && [ -x "$build"/chapter1 ]; then
+    printf '%s\nthreads\n' "$build/chapter1" >"$scratch/last-twice"
+    # shellcheck disable=SC2086
+    RUN_LAST=$scratch/last-twice expect_error ./run "--resume given twice ($scratch/once, then $scratch/r): give it once" \
+        2 $tiny --save "$scratch/r2" --max-restarts 1 --resume "$scratch/once" --resume "$scratch/r"
 fi
 # restarts after failures (./run --max-restarts, common/train/restart.c): they resume
 # from --save's checkpoints, and ./run, outside the job, makes them
@@ -797,26 +312,6 @@ if [ -x "$chapter1" ]; then
         [ -x "$programs"/chapter7 ] && expect_error "$programs"/chapter7 "--max-restarts 1: chapter 7 trains many short runs" --max-restarts 1
     fi
 fi
-# chapter 6's context parallelism (--cp, --cp-attention): sizes that do not split the
-# GPUs, the sequence or the heads, the flags where they do nothing, and the figures
-# tests/test_chapter6_cp.c computes by hand, as printed for a 128k sequence
-if [ -x "$planner" ] && [ -z "$mpi" ]; then
-    expect_error "$planner" "--tp 1 x --pp 1 x --cp 3 = 3 does not divide --gpus 8" --cp 3
-    expect_error "$planner" "--cp 4 does not split the sequence of 100 into 8 equal chunks (the balanced ring takes 2 cp" --cp 4 --seq 100
-    expect_error "$planner" "--cp 4 with --cp-attention ulysses: the 6 heads do not split over tp 1 x cp 4" --cp 4 --cp-attention ulysses --layers 2 --hidden 768 --heads 6 --seq 64
-    expect_error "$planner" "--cp-attention ulysses without --cp 2 or more" --cp-attention ulysses
-    expect_error "$planner" "--cp-attention ring without --cp 2 or more" --cp 1 --cp-attention ring
-    expect_error "$planner" "--cp-attention sideways: unknown value (valid: ring, ulysses)" --cp 2 --cp-attention sideways
-    expect_error "$planner" "--cp 0: must be an integer from 1" --cp 0
-    expect_error "$planner" "--cp does nothing with --predict-chapters" --predict-chapters --cp 2
-    expect_error "$planner" "--cp does nothing with --course" --course --cp 2
-    expect_error "$planner" "--cp does nothing with a mixture of experts" --moe-experts 8 --cp 2
-    expect_error "$planner" "--cp does nothing with --max-params without a model" --gpus 1024 --max-params --cp 2
-    expect_output 'a GPU sends 44 chunks of b x s/cp x h/t = 37.75 MB: 1.66 GB (ring' --params 70e9 --gpus 64 --seq 131072 --tp 8 --cp 8 --recompute selective
-    expect_output 'a GPU sends 7 chunks of b x s/cp x h/t = 37.75 MB: 264.24 MB (Ulysses' --layers 67 --hidden 9216 --heads 64 --gpus 64 --seq 131072 --tp 8 --cp 8 --cp-attention ulysses --recompute selective
-    expect_output 'activations are most of it even with TP + SP and recomputation: split the sequence too' --params 8e9 --gpus 64 --seq 131072
-    expect_output '"cp": 8, "cp_attention": "ulysses"' --layers 67 --hidden 9216 --heads 64 --gpus 64 --seq 131072 --tp 8 --cp 8 --cp-attention ulysses --recompute selective --json
-fi
 # negative control: the checker fails a program that takes bad input without a word
 before_passed=$passed before_failed=$failed
 expect_error /bin/true "anything" --bogus 1 >/dev/null
@@ -827,7 +322,4 @@ else
     passed=$before_passed failed=$((before_failed + 1))
     echo "FAIL negative control: /bin/true --bogus 1 was not counted as a failure"
 fi
-rm -f "$short"
-rm -rf "$scratch"
-echo "cli-checks: $passed passed, $failed failed"
-[ $failed -eq 0 ]
+cli_finish cli-checks

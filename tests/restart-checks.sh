@@ -35,13 +35,36 @@ verdict() {   # verdict NAME STATUS OUTPUT
     else failed=$((failed + 1)); echo "FAIL $1: $3"; sed 's/^/     | /' "$work/err" | tail -8; fi
 }
 
-# job TAG BACKEND PROGRAM RANKS FLAGS...: ./run with RUN_LAST pointing at PROGRAM; the
-# JSON in TAG.json, stderr in $work/err and TAG.err; returns the exit status
+# flags_once FLAGS...: FLAGS into the array `once` with each flag given once: a later
+# value replaces the earlier one where it stood. The programs refuse a flag given twice,
+# and a check overrides $model's --steps or --batch by giving its own after it.
+flags_once() {
+    local names=() values=() k at none=$'\n'
+    while [ $# -gt 0 ]; do
+        local value=$none
+        [ $# -gt 1 ] && [[ $2 != --* ]] && value=$2
+        at=-1
+        for k in "${!names[@]}"; do [ "${names[k]}" = "$1" ] && at=$k; done
+        if [ $at -ge 0 ]; then values[at]=$value; else names+=("$1") values+=("$value"); fi
+        shift
+        [ "$value" = "$none" ] || shift
+    done
+    once=()
+    for k in "${!names[@]}"; do
+        once+=("${names[k]}")
+        [ "${values[k]}" = "$none" ] || once+=("${values[k]}")
+    done
+}
+
+# job TAG BACKEND PROGRAM RANKS FLAGS...: ./run with RUN_LAST pointing at PROGRAM, each
+# flag once (flags_once); the JSON in TAG.json, stderr in $work/err and TAG.err; returns
+# the exit status
 job() {
-    local tag=$1 backend=$2 program=$3 ranks=$4
+    local tag=$1 backend=$2 program=$3 ranks=$4 once
     shift 4
+    flags_once "$@"
     printf '%s\n%s\n' "$program" "$backend" >"$work/last"
-    RUN_LAST=$work/last ./run "$ranks" "$@" >"$work/$tag.json" 2>"$work/err"
+    RUN_LAST=$work/last ./run "$ranks" "${once[@]}" >"$work/$tag.json" 2>"$work/err"
     local status=$?
     cp "$work/err" "$work/$tag.err"
     return $status

@@ -2,7 +2,8 @@
  * 4 threads give the baseline's gradients (compared directly, after one step), loss and
  * parameters; switching the all-reduce off breaks that (negative control);
  * accumulation, bucket sizes and compression behave as the chapter says; a batch that
- * does not split is refused with exit status 2.
+ * does not split is refused with exit status 2; DataParallel handed fp16 (which the
+ * command line refuses) stops the run in one line, exit status 1.
  *
  * Tolerances (fp32, the same sums in another order): gradients after step 1: 1e-6
  * absolute (they are at most ~1e-1); loss per step: 1e-5; parameters after 5 AdamW steps:
@@ -360,6 +361,38 @@ END_TEST
 
 /* ---- a batch that does not split ---------------------------------------------------- */
 
+/* Runs body(arg) in a child process: its stderr into line (at most size - 1 bytes),
+ * *length the bytes read; returns the child's wait status. */
+static int stderr_of_child(void (*body)(const void *), const void *arg, char *line,
+                           size_t size, size_t *length) {
+    int pipe_fds[2];
+    ck_assert_int_eq(pipe(pipe_fds), 0);
+    fflush(stdout);   /* or the child's exit prints this test's lines again */
+    pid_t child = fork();
+    if (child == 0) {
+        dup2(pipe_fds[1], STDERR_FILENO);
+        body(arg);
+        _exit(0);   /* not reached when body stops as it must */
+    }
+    close(pipe_fds[1]);
+    memset(line, 0, size);
+    size_t n = 0;   /* stderr is unbuffered: the line may come in several writes */
+    for (ssize_t got; n < size - 1 && (got = read(pipe_fds[0], line + n, size - 1 - n)) > 0;)
+        n += (size_t)got;
+    close(pipe_fds[0]);
+    int status = 0;
+    waitpid(child, &status, 0);
+    printf("child: exit %d, stderr: %s", WEXITSTATUS(status), n > 0 ? line : "(nothing)\n");
+    fflush(stdout);
+    *length = n;
+    return status;
+}
+
+static void check_batch_6_on_4_ranks(const void *unused) {
+    (void)unused;
+    ddp_check_batch_or_exit(6, 4, 1);
+}
+
 START_TEST(uneven_batch_is_refused_with_exit_status_2) {
     char err[256];
     ck_assert(ddp_check_batch(12, 4, 1, err, sizeof err));
@@ -371,29 +404,35 @@ START_TEST(uneven_batch_is_refused_with_exit_status_2) {
     ck_assert(strstr(err, "--grad-accum 4"));
 
     /* what main does with it: one line on stderr, exit status 2 */
-    int pipe_fds[2];
-    ck_assert_int_eq(pipe(pipe_fds), 0);
-    fflush(stdout);   /* or the child's exit prints this test's lines again */
-    pid_t child = fork();
-    if (child == 0) {
-        dup2(pipe_fds[1], STDERR_FILENO);
-        ddp_check_batch_or_exit(6, 4, 1);
-        _exit(0);   /* not reached when the check works */
-    }
-    close(pipe_fds[1]);
-    char line[512] = {0};
-    size_t n = 0;   /* stderr is unbuffered: the line may come in several writes */
-    for (ssize_t got; n < sizeof line - 1 &&
-                      (got = read(pipe_fds[0], line + n, sizeof line - 1 - n)) > 0;)
-        n += (size_t)got;
-    close(pipe_fds[0]);
-    int status = 0;
-    waitpid(child, &status, 0);
-    printf("child: exit %d, stderr: %s", WEXITSTATUS(status), n > 0 ? line : "(nothing)\n");
-    fflush(stdout);
+    char line[512];
+    size_t n;
+    const int status = stderr_of_child(check_batch_6_on_4_ranks, NULL, line, sizeof line, &n);
     ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 2);
     ck_assert(strstr(line, "--batch 6 does not split evenly over 4 ranks") != NULL);
     ck_assert(strchr(line, '\n') == line + n - 1);   /* exactly one line */
+}
+END_TEST
+
+static void dp_in_fp16(const void *data) {
+    run_config cfg = tiny_config(12, 2);
+    cfg.precision = PRECISION_FP16;
+    dp_options opts = {.threads = 2};
+    dp_result_free(run_dp(&cfg, data, &opts));
+}
+
+/* The command line keeps fp16 from DataParallel, whose strategy has no gradients for the
+ * loss scale to unscale. A caller that hands it fp16 anyway is the program's mistake, not
+ * bad input: the training loop stops the run as its other failures do, one line and exit
+ * status 1 (2 says the user's flags were wrong). */
+START_TEST(dp_handed_a_loss_scale_stops_the_run_in_one_line) {
+    dataset *data = dataset_builtin();
+    char line[512];
+    size_t n;
+    const int status = stderr_of_child(dp_in_fp16, data, line, sizeof line, &n);
+    dataset_free(data);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+    ck_assert(strstr(line, "error: strategy dp takes no loss scale") != NULL);
+    ck_assert(n > 0 && strchr(line, '\n') == line + n - 1);   /* exactly one line */
 }
 END_TEST
 
@@ -412,6 +451,7 @@ static Suite *chapter1_suite(void) {
     tcase_add_test(tc, compression_sends_fewer_bytes_with_bounded_error);
     tcase_add_test(tc, fp8_training_still_converges);
     tcase_add_test(tc, uneven_batch_is_refused_with_exit_status_2);
+    tcase_add_test(tc, dp_handed_a_loss_scale_stops_the_run_in_one_line);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -88,7 +88,8 @@ largest_layout() {
 }
 
 # restart_flags FLAGS...: args (the flags less --resume: each attempt gets its own),
-# resume, save, most (K) and elastic
+# resume (the user's --resume, every one given: the program refuses one given twice, as
+# without the loop), save, most (K) and elastic
 restart_flags() {
     args=() resume=() save="" most="" elastic=0
     local i=1 a next value
@@ -103,8 +104,8 @@ restart_flags() {
             --elastic) elastic=1 ;;
         esac
         case "$a" in
-            --resume) resume=(--resume "$value"); i=$((i + 2)); continue ;;
-            --resume=*) resume=("$a"); i=$((i + 1)); continue ;;
+            --resume) resume+=(--resume "$value"); i=$((i + 2)); continue ;;
+            --resume=*) resume+=("$a"); i=$((i + 1)); continue ;;
         esac
         args+=("$a")
         i=$((i + 1))

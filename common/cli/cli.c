@@ -13,14 +13,14 @@
 #include <string.h>
 
 /* The flags given on the command line, by name, with their values as typed
- * (cli_given, cli_given_text). */
+ * (cli_given, cli_given_text). Each flag is given once, so the list holds at most
+ * every flag a program has. */
 enum { GIVEN_MAX = 128 };
 static const char *given_names[GIVEN_MAX], *given_texts[GIVEN_MAX];
 static int given_count;
 
-/* The last time it was given: the value that holds. */
 static int given_index(const char *name) {
-    for (int i = given_count - 1; i >= 0; i--)
+    for (int i = 0; i < given_count; i++)
         if (strcmp(given_names[i], name) == 0) return i;
     return -1;
 }
@@ -32,7 +32,15 @@ const char *cli_given_text(const char *name) {
     return i >= 0 ? given_texts[i] : NULL;
 }
 
-static void note_given(const char *name, const char *text) {
+/* A flag given twice is refused: taking the last value silently would let a flag added
+ * at the end of a long command line (or by a script) override one the user can no
+ * longer see. */
+static void note_given(const cli_option *o, const char *text) {
+    const char *name = o->name;
+    const int earlier = given_index(name);
+    if (earlier >= 0 && o->type == OPT_FLAG) cli_fail("--%s given twice: give it once", name);
+    if (earlier >= 0)
+        cli_fail("--%s given twice (%s, then %s): give it once", name, given_texts[earlier], text);
     if (given_count < GIVEN_MAX) {
         given_names[given_count] = name;
         given_texts[given_count++] = text;
@@ -242,13 +250,13 @@ static void parse_flags(int argc, char **argv, run_config *cfg, const cli_option
             cli_fail("--%s does nothing in %s (%s)", found->name, cli_program_name(), cfg->unused_why);
         if (found->type == OPT_FLAG) {
             if (eq) cli_fail("--%s takes no value", found->name);
-            note_given(found->name, "");
+            note_given(found, "");
             parse_value(found, "");
             continue;
         }
         const char *value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
         if (!value) cli_fail("--%s: missing value (%s)", found->name, found->help);
-        note_given(found->name, value);
+        note_given(found, value);
         parse_value(found, value);
     }
 }
@@ -313,6 +321,7 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
                const char *program, const char *description) {
     answer_blas_probe();
     cli_set_program_name(program);
+    given_count = 0;   /* a process may parse more than one command line (the tests) */
     shared_values sv = {.allreduce = cfg->comm.allreduce, .link = cfg->comm.link,
                         .send_mode = cfg->comm.send_mode, .precision = cfg->precision,
                         .grad_precision = cfg->grad_precision, .lr = cfg->adamw.lr,

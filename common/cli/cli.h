@@ -1,7 +1,8 @@
 /* Command-line flags shared by every program, plus a chapter's own.
  *
  * Bad input never reaches a rank: cli_parse prints one line naming the flag, the
- * value and what would be valid, and exits with status 2. */
+ * value and what would be valid, and exits with status 2. A flag given twice is bad
+ * input too ("--steps given twice (8, then 2): give it once"). */
 #ifndef CLI_H
 #define CLI_H
 #include "cli_checks.h"

@@ -135,16 +135,24 @@ static void resume_loss_scale(const run_config *cfg, const char *from, int repor
                 done);
 }
 
-/* fp16's loss scale at the start of this run: from the flags, or the checkpoint's. */
-static void loss_scale_start(comm *metrics, const run_config *cfg, const train_strategy *st,
-                             const char *from, int reports, int done,
-                             const ckpt_run_state *saved, loss_scale *s) {
+/* fp16's loss scale at the start of this run: from the flags, or the checkpoint's. 0,
+ * with why, for a strategy that cannot take one (no optimizer_grads): the command line
+ * keeps fp16 from it (DataParallel), so this is the caller's mistake, not the user's.
+ * The scale is then off, so that the ranks the caller does not stop at once reach their
+ * next collective, where the failure stops them. */
+static int loss_scale_start(comm *metrics, const run_config *cfg, const train_strategy *st,
+                            const char *from, int reports, int done,
+                            const ckpt_run_state *saved, loss_scale *s, char *why,
+                            size_t why_size) {
     loss_scale_from_config(metrics, cfg, s);
     if (s->cfg.enabled && !st->optimizer_grads) {
-        fprintf(stderr, "error: strategy %s takes no loss scale (fp16)\n", st->name);
-        exit(2);
+        snprintf(why, why_size, "strategy %s takes no loss scale (it hands the training loop"
+                 " no gradients to unscale)", st->name);
+        s->cfg.enabled = 0;
+        return 0;
     }
     resume_loss_scale(cfg, from, reports, done, saved, s);
+    return 1;
 }
 
 /* What a save records besides the tensors: the precision and the loss scale's state. */
@@ -203,6 +211,15 @@ static double fastest_timed_step(const double *step_seconds, int steps) {
     return fastest;
 }
 
+/* After the warm-up step, what the timed steps measure starts afresh. */
+static void restart_measures(const train_strategy *st, comm *world, mem_stats *mem,
+                             op_profile *profile) {
+    if (st->after_warmup) st->after_warmup(st->ctx);
+    if (world) comm_stats_reset(world);
+    mem_stats_reset_peaks(mem);
+    if (profile) op_profile_clear(profile);
+}
+
 void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
                 const train_strategy *st, train_outcome *out) {
     const int reports = !world || comm_world_rank(world) == 0;
@@ -224,7 +241,10 @@ void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
     op_profile *profile = cfg->profile ? mem_alloc(MEM_OTHER, sizeof *profile) : NULL;
     if (profile) op_profile_start(profile, cfg->precision);
     loss_scale scale;
-    loss_scale_start(metrics, cfg, st, from, reports, done, &run_state, &scale);
+    char why[200];
+    if (!loss_scale_start(metrics, cfg, st, from, reports, done, &run_state, &scale, why,
+                          sizeof why))
+        stop_run(metrics, why);
     for (int i = 1; i <= steps; i++) {
         const int step = done + i;
         restart_maybe_fail(cfg, world, st->name, step);
@@ -240,7 +260,6 @@ void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
         if (take) st->update(st->ctx, step);
         ops_synchronize();
         seconds += comm_now() - start;
-
         const float own_loss = loss;
         if (metrics) comm_allreduce(metrics, &loss, 1, COMM_F32, COMM_SUM);
         stop_if_diverged(metrics, cfg, st->name, step, own_loss, loss);
@@ -251,12 +270,7 @@ void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
             timed += seconds;
             timed_steps++;
         }
-        if (i == 1 && steps > 1) {
-            if (st->after_warmup) st->after_warmup(st->ctx);
-            if (world) comm_stats_reset(world);
-            mem_stats_reset_peaks(mem);
-            if (profile) op_profile_clear(profile);
-        }
+        if (i == 1 && steps > 1) restart_measures(st, world, mem, profile);
         restart_step_done(cfg, world, step);   /* before its save: a failed save loses it */
         /* over the metrics group, whose traffic the strategy's statistics leave out */
         if (save_due(cfg, step)) {
