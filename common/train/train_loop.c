@@ -212,7 +212,7 @@ static double fastest_timed_step(const double *step_seconds, int steps) {
 }
 
 /* After the warm-up step, what the timed steps measure starts afresh. */
-static void restart_measures(const train_strategy *st, comm *world, mem_stats *mem,
+static void reset_after_warmup(const train_strategy *st, comm *world, mem_stats *mem,
                              op_profile *profile) {
     if (st->after_warmup) st->after_warmup(st->ctx);
     if (world) comm_stats_reset(world);
@@ -270,7 +270,7 @@ void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
             timed += seconds;
             timed_steps++;
         }
-        if (i == 1 && steps > 1) restart_measures(st, world, mem, profile);
+        if (i == 1 && steps > 1) reset_after_warmup(st, world, mem, profile);
         restart_step_done(cfg, world, step);   /* before its save: a failed save loses it */
         /* over the metrics group, whose traffic the strategy's statistics leave out */
         if (save_due(cfg, step)) {
