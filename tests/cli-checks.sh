@@ -253,8 +253,13 @@ os.execv(sys.argv[1], sys.argv[1:])' "$programs"/chapter1 --strategy ddp --steps
     done
     mpirun_pid=$(pgrep -x mpirun -P "$job")
     if [ "$signal" = INT ]; then kill -INT -- "-$job"; else kill -KILL "$mpirun_pid"; fi
+    # never a silent hang of the suite: a ./run still there 60 s on is killed, and fails
+    (sleep 60; echo "./run was still running 60 s after its $signal" >>"$scratch/stop.err"
+     kill -KILL -- "-$job") 2>/dev/null &
+    local watchdog=$!
     wait "$job"
     local status=$? left
+    kill "$watchdog" 2>/dev/null
     sleep 0.5   # the ranks, which mpirun's death leaves to exit on their own
     left=$(for f in $segments; do [ -e "$f" ] && echo "$f"; done; find "$tmp" -mindepth 1 -maxdepth 1)
     if [ -n "$segments" ] && [ -z "$left" ] && [ $status -eq "$want" ] &&
