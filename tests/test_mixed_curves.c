@@ -12,9 +12,10 @@
  * 1.5 nats, 1.7 measured). The negative control keeps the master weights in bf16
  * (rounded after every update): AdamW's steps of about lr = 1e-3 are below half of
  * bf16's spacing on weights of 0.5 and more (LayerNorm's, at 1), so those never move,
- * and the run must leave the band. */
+ * and the run must leave the band. The four runs train side by side, one thread each. */
 #include <check.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -55,41 +56,60 @@ static double worst_window_gap(const float *a, const float *b, double *last_gap)
     return worst;
 }
 
+/* The four runs are independent (one rank each, one BLAS thread): they train side by
+ * side, each on a thread of its own, and are compared once all have ended. */
+typedef struct {
+    run_config cfg;
+    const dataset *data;
+    baseline_run *run;
+} curve_run;
+
+static void *train_curve(void *p) {
+    curve_run *c = p;
+    c->run = baseline_train(&c->cfg, c->data);
+    return NULL;
+}
+
 START_TEST(sixteen_bit_runs_follow_the_fp32_loss_curve) {
     char err[512];
     run_config fp32 = curve_config(PRECISION_FP32, 0);
     dataset *d = dataset_load(fp32.data_path, fp32.model.ctx, err, sizeof err);
     ck_assert_msg(d, "%s", err);
-    baseline_run *reference = baseline_train(&fp32, d);
+    enum { FP32, BF16, FP16, MASTERS16, RUNS };
+    curve_run runs[RUNS] = {{.cfg = fp32}, {.cfg = curve_config(PRECISION_BF16, 0)},
+                            {.cfg = curve_config(PRECISION_FP16, 0)},
+                            {.cfg = curve_config(PRECISION_BF16, 0)}};
+    runs[MASTERS16].cfg.test_16bit_masters = 1;
+    pthread_t threads[RUNS];
+    for (int i = 0; i < RUNS; i++) {
+        runs[i].data = d;
+        ck_assert_int_eq(pthread_create(&threads[i], NULL, train_curve, &runs[i]), 0);
+    }
+    for (int i = 0; i < RUNS; i++) pthread_join(threads[i], NULL);
+    const baseline_run *reference = runs[FP32].run;
     const double learned = window_mean(reference->loss, 0) - window_mean(reference->loss,
                                                                          STEPS - WINDOW);
     printf("fp32: loss %.3f over the first %d steps, %.3f over the last (learned %.2f nat)\n",
            window_mean(reference->loss, 0), WINDOW, window_mean(reference->loss, STEPS - WINDOW),
            learned);
     ck_assert(learned > 1.5);
-    const precision ps[] = {PRECISION_BF16, PRECISION_FP16};
-    for (int i = 0; i < 2; i++) {
-        run_config cfg = curve_config(ps[i], 0);
-        baseline_run *run = baseline_train(&cfg, d);
+    for (int i = BF16; i <= FP16; i++) {
+        const baseline_run *run = runs[i].run;
         double last = 0;
         const double worst = worst_window_gap(run->loss, reference->loss, &last);
         printf("%s: 20-step means within %.3f nat of fp32's (band %.2f), the last %.3f (band"
-               " %.2f); loss scale %g, %d steps skipped\n", precision_name(ps[i]), worst, BAND,
-               last, FINAL_BAND, (double)run->result.loss_scale, run->result.skipped_steps);
+               " %.2f); loss scale %g, %d steps skipped\n", precision_name(runs[i].cfg.precision),
+               worst, BAND, last, FINAL_BAND, (double)run->result.loss_scale,
+               run->result.skipped_steps);
         ck_assert(worst <= BAND);
         ck_assert(last <= FINAL_BAND);
-        baseline_free(run);
     }
-    run_config masters16 = curve_config(PRECISION_BF16, 0);
-    masters16.test_16bit_masters = 1;
-    baseline_run *run = baseline_train(&masters16, d);
     double last = 0;
-    const double worst = worst_window_gap(run->loss, reference->loss, &last);
+    const double worst = worst_window_gap(runs[MASTERS16].run->loss, reference->loss, &last);
     printf("negative control, bf16 with bf16 master weights: 20-step means up to %.3f nat"
            " from fp32's, the last %.3f\n", worst, last);
     ck_assert(worst > BAND || last > FINAL_BAND);
-    baseline_free(run);
-    baseline_free(reference);
+    for (int i = 0; i < RUNS; i++) baseline_free(runs[i].run);
     dataset_free(d);
 }
 END_TEST
