@@ -11,6 +11,9 @@ if [ -x "$chapter1" ] && [ -z "$mpi" ]; then   # --ranks is mpirun's -np under M
     expect_error "$chapter1" "(try --batch 268435456)" --ranks 4096 --grad-accum 65536 --batch 8
     expect_error "$chapter1" "--ranks 4096 x --grad-accum 300000 = 1228800000 sequences a step at least: more than the largest --batch 1000000000" --ranks 4096 --grad-accum 300000
 fi
+# under Open MPI the rank count is mpirun's -np: a --ranks of the user's is refused, not ignored
+[ -x "$chapter1" ] && [ "$mpi" = mpi ] && expect_error "$chapter1" \
+    "--ranks 4 does nothing under Open MPI: the ranks are mpirun's 2 processes" $tiny --ranks 4
 chapter2="$programs"/chapter2
 if [ -x "$chapter2" ]; then
     expect_error "$chapter2" "--estimate 1e308: must be at most 1e+15" --estimate 1e308 --world 1000000000
@@ -329,7 +332,9 @@ fi
 chapter9="$programs"/chapter9
 if [ -x "$chapter9" ]; then
     expect_error "$chapter9" "--part fast: unknown value (valid: all, sp, memory, context)" --part fast
-    expect_error "$chapter9" "sequence parallelism with TP 2: --ctx 7 does not split into 2 equal parts" --ranks 2 --tp 2 --ctx 7
+    ranks9=(--ranks 2)
+    [ "$mpi" = mpi ] && ranks9=()   # ./run 2
+    expect_error "$chapter9" "sequence parallelism with TP 2: --ctx 7 does not split into 2 equal parts" "${ranks9[@]}" --tp 2 --ctx 7
     expect_error "$chapter9" "--grad-dtype bf16: tensor parallelism keeps fp32 gradients so far" --precision bf16 --grad-dtype bf16
 fi
 if [ -x "$chapter9" ] && [ -z "$mpi" ]; then   # under MPI the three above answer for the parser

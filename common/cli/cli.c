@@ -396,5 +396,8 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
     checkpoint_cli_check(cfg);   /* a restart's checks differ (restart_is_retry) */
     restart_check_flags(cfg);
     int mpi_ranks = launch_mpi_world_size();
+    if (mpi_ranks > 0 && cli_given("ranks"))   /* mpirun's -np counts the ranks */
+        cli_fail("--ranks %s does nothing under Open MPI: the ranks are mpirun's %d processes "
+                 "(./run N starts N; leave --ranks out)", cli_given_text("ranks"), mpi_ranks);
     if (mpi_ranks > 0) cfg->comm.ranks = mpi_ranks;
 }
