@@ -395,6 +395,19 @@ own_checkpoint_checks() {   # own_checkpoint_checks STRATEGY...: kill in each in
     done
 }
 
+# ... and killed in ZeRO-3 before its first save, after ZeRO-0 had finished: ./run says
+# it resumes ZeRO-3 from step 0, with its steps lost, not from ZeRO-0's last (DIR/latest)
+own_checkpoint_unsaved_check() {
+    job own-unsaved "$backend" "$build/chapter2" 4 $model --stage 3 --save-every 2 \
+        --save "$work/own-unsaved" --max-restarts 1 --test-fail-step 2 --test-fail-rank 1 \
+        --test-fail-strategy zero3
+    local status=$? line
+    line=$(said own-unsaved 'run: restart 1')
+    verdict "chapter 2 --stage 3 x4, killed in ZeRO-3 before its first save: from its step 0" \
+        $([ $status -eq 0 ] && [[ "$line" == *"resuming from step 0 on 4 rank(s); 1 step(s) of work lost" ]]
+          echo $?) "exit $status; $line"
+}
+
 # ... and a strategy whose name follows its layout (chapter 3's tp+dp is tp on 2 ranks)
 # still resumes after --elastic: from the newest checkpoint, step 4, not from step 0
 own_checkpoint_renamed_check() {
@@ -416,6 +429,7 @@ if [ "$backend" = mpi ]; then
 else
     threads_checks
     own_checkpoint_checks zero0 zero3
+    own_checkpoint_unsaved_check
     own_checkpoint_renamed_check
 fi
 echo "restart-checks: $passed passed, $failed failed"

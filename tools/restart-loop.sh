@@ -113,10 +113,12 @@ restart_flags() {
 }
 
 # read_failure PROGRESS: what the failed attempt wrote (restart.c): step (the last done
-# by every rank), first (its first step's start), load_now, and from the failing rank,
+# by every rank) of strategy (the training loop that ran then: a chapter may run several
+# one after another), first (its first step's start), load_now, and from the failing rank,
 # when it said so: failed_rank, failed_at, failed_step and gone
 read_failure() {
     step=$(field "$1" 1 step); step=${step:-0}
+    strategy=$(field "$1" 1 strategy)
     first=$(field "$1" 1 first_step)
     load_now=$(field "$1" 1 load)
     last_step_at=$(field "$1" 1 at)
@@ -131,14 +133,16 @@ read_failure() {
 }
 
 # next_resume: from and from_text, the step the next attempt starts after (for the
-# report): this job's latest save in DIR, else the job's own --resume, else the start.
+# report): the failed strategy's latest save in DIR (DIR/latest-STRATEGY; DIR/latest may
+# be another strategy's, one that had finished), else the job's own --resume, else the
+# start.
 # The next attempt keeps the job's own --resume: told it is a restart, the program resumes
 # each strategy from its own newest checkpoint in DIR (DIR/latest-STRATEGY), never one
 # that DIR held as the job began (--restart-saves-before: another job's; a save never
 # reuses a name), else as the job began.
 next_resume() {
     local name
-    name=$(cat "$save/latest" 2>/dev/null)
+    name=$(cat "$save/latest${strategy:+-$strategy}" 2>/dev/null)
     if [ -n "$name" ] && ! grep -qxF -- "$name" <<<"$saves_before"; then
         from=$(checkpoint_step "$save/$name")
         from_text="step $from"
@@ -236,7 +240,7 @@ restart_loop() {
     [ -n "$save" ] || { run_once "$world" "$@"; return; }
     local restarts=0 lost=0 detect=0 relaunch=0 load=0 previous_exit=0 interrupted=0
     local progress=$save/restart-progress record status end before what
-    local step first load_now last_step_at failed_rank failed_at failed_step gone
+    local step strategy first load_now last_step_at failed_rank failed_at failed_step gone
     local from from_text lost_now saves_before
     saves_before=$(saves_in "$save")   # another job's: never resumed
     [ -n "$saves_before" ] && args+=(--restart-saves-before "$(paste -sd ' ' <<<"$saves_before")")

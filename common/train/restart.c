@@ -4,6 +4,7 @@
  * DIR/restart-progress is three fixed lines of RECORD_BYTES, each rewritten in place
  * (pwrite: no allocation, no rename in the step loop), read by ./run after a failure:
  *   line 0, world rank 0 after every step:  attempt A first_step T load S step K at T
+ *                                           strategy NAME (the loop's, as in DIR/latest-NAME)
  *   line 1, the rank the hook fails:        failed rank R step K at T gone G
  *   line 2, world rank 0 at the end:        restarts N lost L detect S relaunch S load S
  * Times are wall-clock seconds (CLOCK_REALTIME), comparable with ./run's `date`. */
@@ -34,6 +35,7 @@ static struct {
     double previous_exit;   /* when the failed job before this attempt ended */
     int world_at_start;
     int counted;            /* this attempt's relaunch and load are in cost */
+    char strategy[40];      /* the training loop's now: its steps are the ones counted */
     restart_cost cost;      /* the earlier attempts' (from ./run), then with this one's */
 } self = {.fd = -1};
 
@@ -122,12 +124,16 @@ static int open_progress(const char *dir) {
 }
 
 static void write_progress(const run_config *cfg, int step, double at) {
-    write_line(self.fd, LINE_PROGRESS, "attempt %d first_step %.6f load %.6f step %d at %.6f",
-               cfg->restart.attempt, self.first_step_at, self.load_seconds, step, at);
+    write_line(self.fd, LINE_PROGRESS,
+               "attempt %d first_step %.6f load %.6f step %d at %.6f strategy %s",
+               cfg->restart.attempt, self.first_step_at, self.load_seconds, step, at,
+               self.strategy);
 }
 
-void restart_loop_start(const run_config *cfg, comm *world, int done, double load_seconds) {
+void restart_loop_start(const run_config *cfg, comm *world, const char *strategy, int done,
+                        double load_seconds) {
     if (!keeps_progress(cfg, world)) return;
+    snprintf(self.strategy, sizeof self.strategy, "%s", strategy);
     self.fd = open_progress(cfg->save_dir);
     self.first_step_at = wall_clock();
     self.load_seconds = load_seconds;

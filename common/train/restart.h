@@ -32,8 +32,10 @@ void restart_check_flags(run_config *cfg);
 
 /* The training loop's calls, on every rank (they do nothing without --save and
  * --max-restarts, and in runs that do not save: the baseline a chapter compares with). */
-/* done: the step it resumes after (0: from the start) */
-void restart_loop_start(const run_config *cfg, comm *world, int done, double load_seconds);
+/* strategy: the loop's (its checkpoints are DIR/latest-STRATEGY's); done: the step it
+ * resumes after (0: from the start) */
+void restart_loop_start(const run_config *cfg, comm *world, const char *strategy, int done,
+                        double load_seconds);
 void restart_step_done(const run_config *cfg, comm *world, int step);
 void restart_maybe_fail(const run_config *cfg, comm *world, const char *strategy, int step);
 void restart_loop_end(const run_config *cfg, comm *world);

@@ -189,7 +189,7 @@ static int load_checkpoint(const run_config *cfg, comm *world, const char *strat
     *from = resume_from(cfg, strategy, path, path_len);
     const double start = comm_now();
     const int done = *from ? restart_resumed_step(cfg, checkpoint_load(*from, state)) : 0;
-    restart_loop_start(cfg, world, done, comm_now() - start);
+    restart_loop_start(cfg, world, strategy, done, comm_now() - start);
     return done;
 }
 
