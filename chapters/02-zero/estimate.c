@@ -50,18 +50,15 @@ void estimate_print(double P, int N, double gpu_gb) {
     /* fp16 traffic, as the paper counts it: 2P elements per step, 3P for stage 3 */
     const double ring = N > 1 ? (double)(N - 1) / N : 0.0;
     const double ddp_bytes = 2 * P * 2 * ring, fsdp_bytes = 3 * P * 2 * ring;
-    struct { const char *name; double bytes_per_s; } links[] = {
-        {"NVLink 4.0 (900 GB/s)", 900e9},
-        {"InfiniBand (400 Gb/s)", 400e9 / 8},
-        {"Ethernet (25 Gb/s)", 25e9 / 8},
-    };
     printf("Communication per device per step (fp16, ring): stages 0-2 move 2P x (N-1)/N ="
            " %.3g GB, stage 3 moves 3P x (N-1)/N = %.3g GB (1.5x)\n", ddp_bytes / 1e9,
            fsdp_bytes / 1e9);
     printf("  %-24s %14s %14s\n", "link", "stages 0-2", "stage 3");
-    for (size_t i = 0; i < sizeof links / sizeof links[0]; i++)
-        printf("  %-24s %12.3g s %12.3g s\n", links[i].name,
-               ddp_bytes / links[i].bytes_per_s, fsdp_bytes / links[i].bytes_per_s);
+    for (comm_link k = LINK_NVLINK; k <= LINK_ETHERNET; k++) {   /* the communicator's figures */
+        const comm_link_figures link = comm_link_spec(k);
+        printf("  %-24s %12.3g s %12.3g s\n", link.title, ddp_bytes / link.bandwidth,
+               fsdp_bytes / link.bandwidth);
+    }
     printf("  (compare with the compute of one step: 6 P FLOPs per token; e.g. 16k tokens per"
            " device at 400 TFLOP/s take %.3g s)\n", 6 * P * 16384 / 400e12);
 }

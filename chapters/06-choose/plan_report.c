@@ -24,9 +24,7 @@ static void print_header(const plan_request *r) {
            " achieved per GPU;\nglobal batch %d sequences, micro-batch %d;\n%s\n\n",
            r->cluster.gpus, r->gpu_bytes / GB,
            r->cluster.gpus_per_node,
-           r->cluster.between_nodes == LINK_ETHERNET ? "Ethernet 3.125 GB/s"
-           : r->cluster.between_nodes == LINK_NVLINK ? "NVLink 900 GB/s"
-                                                     : "InfiniBand 50 GB/s",
+           comm_link_spec(r->cluster.between_nodes).title,
            r->cluster.flops_per_gpu / 1e12, r->global_batch, r->micro_batch,
            plan_precision_line(r, precision, sizeof precision));
 }
