@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "zero_rule.h"
+
 static const char *const stage_labels[ZERO_STAGES] = {"zero0 (DDP)", "zero1", "zero2",
                                                       "zero3 (FSDP)"};
 static const char *const stored_formulas[ZERO_STAGES] = {
@@ -34,8 +36,8 @@ double stage_stored_formula_grads(int stage, size_t num_params, int N, precision
  * parameters (the compute weights). */
 static double sharded_bytes_per_element(int stage, precision p, precision gp) {
     const double optimizer = p == PRECISION_FP32 ? 8 : 12;
-    return (stage >= 1 ? optimizer : 0) + (stage >= 2 ? (double)precision_bytes(gp) : 0) +
-           (stage >= 3 ? (double)precision_bytes(p) : 0);
+    return zero_sharded_bytes(stage, (double)precision_bytes(p), (double)precision_bytes(gp),
+                              optimizer);
 }
 
 double stage_padding_bytes(const strategy_outcome *o, size_t num_params) {

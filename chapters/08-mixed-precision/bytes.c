@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "ddp.h"
+#include "zero_rule.h"
 
 const precision_case bytes_cases[BYTES_CASES] = {
     {"fp32", PRECISION_FP32, PRECISION_FP32, 0},
@@ -47,9 +48,7 @@ static double padding_bytes(const precision_case *c, int stage, size_t shard_len
                             int N) {
     double f[3];
     bytes_formula_per_param(c, f);
-    const double per_element = (stage >= 1 ? f[2] : 0) + (stage >= 2 ? f[1] : 0) +
-                               (stage >= 3 ? f[0] : 0);
-    return per_element * ((double)shard_len - (double)P / N);
+    return zero_sharded_bytes(stage, f[0], f[1], f[2]) * ((double)shard_len - (double)P / N);
 }
 
 static int run_stage(const run_config *cfg, const dataset *data, const precision_case *c,

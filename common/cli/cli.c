@@ -317,6 +317,16 @@ static void answer_blas_probe(void) {
     exit(0);
 }
 
+/* Under Open MPI the ranks are mpirun's processes (its -np), whatever --ranks says. */
+static void take_mpi_ranks(run_config *cfg) {
+    const int mpi_ranks = launch_mpi_world_size();
+    if (mpi_ranks <= 0) return;
+    if (cli_given("ranks"))
+        cli_fail("--ranks %s does nothing under Open MPI: the ranks are mpirun's %d processes "
+                 "(./run N starts N; leave --ranks out)", cli_given_text("ranks"), mpi_ranks);
+    cfg->comm.ranks = mpi_ranks;
+}
+
 void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
                const char *program, const char *description) {
     answer_blas_probe();
@@ -395,9 +405,5 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
     cfg->restart.from_run = cli_given("restart-attempt");
     checkpoint_cli_check(cfg);   /* a restart's checks differ (restart_is_retry) */
     restart_check_flags(cfg);
-    int mpi_ranks = launch_mpi_world_size();
-    if (mpi_ranks > 0 && cli_given("ranks"))   /* mpirun's -np counts the ranks */
-        cli_fail("--ranks %s does nothing under Open MPI: the ranks are mpirun's %d processes "
-                 "(./run N starts N; leave --ranks out)", cli_given_text("ranks"), mpi_ranks);
-    if (mpi_ranks > 0) cfg->comm.ranks = mpi_ranks;
+    take_mpi_ranks(cfg);
 }

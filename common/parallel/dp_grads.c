@@ -8,6 +8,7 @@
 #include "alloc.h"
 #include "grads16.h"
 #include "ops_mixed.h"
+#include "zero_rule.h"
 
 static float *device_floats(mem_tag tag, size_t n) {
     return mem_alloc_on(MEM_DEVICE, tag, n * sizeof(float));
@@ -55,12 +56,13 @@ void dp_grads_init(dp_grads *g, comm *group, const gpt_shape *part, uint64_t see
     const size_t P = g->layout.num_params, shard = g->layout.shard_len;
     g->precision = opts->precision;
     const int mixed = g->precision != PRECISION_FP32;
-    g->compute_whole = g->zero <= 2;
+    const zero_sharded z = zero_sharded_at(g->zero);
+    g->compute_whole = !z.params;
     /* the fp32 masters: the compute weights themselves in fp32; optimizer state,
      * sharded like m and v, in mixed precision */
-    g->params_whole = mixed ? g->zero == 0 : g->compute_whole;
-    g->grads_whole = g->zero <= 1;
-    g->optimizer_whole = g->zero == 0;
+    g->params_whole = mixed ? !z.optimizer : g->compute_whole;
+    g->grads_whole = !z.grads;
+    g->optimizer_whole = !z.optimizer;
     g->params = device_floats(mixed ? MEM_OPTIMIZER : MEM_PARAMS, g->params_whole ? P : shard);
     g->grad_precision = opts->grad_precision;
     if (g->grad_precision == PRECISION_FP32)

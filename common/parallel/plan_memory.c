@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "plan_cp.h"
+#include "zero_rule.h"
 
 const char *const plan_recompute_names[] = {"none", "selective", "full"};
 const plan_precision PLAN_MIXED_ADAM = {2, 2, 12, 2};
@@ -89,11 +90,11 @@ double plan_activations_in(const plan_model *m, const plan_mesh *mesh,
 }
 
 plan_bytes plan_states_bytes(double params, int zero_stage, int dp, plan_precision precision) {
-    const double shard = 1.0 / dp;
+    const zero_sharded z = zero_sharded_at(zero_stage);
     return (plan_bytes){
-        .params = precision.params * params * (zero_stage >= 3 ? shard : 1),
-        .grads = precision.grads * params * (zero_stage >= 2 ? shard : 1),
-        .optimizer = precision.optimizer * params * (zero_stage >= 1 ? shard : 1),
+        .params = precision.params * params * zero_share(z.params, dp),
+        .grads = precision.grads * params * zero_share(z.grads, dp),
+        .optimizer = precision.optimizer * params * zero_share(z.optimizer, dp),
     };
 }
 
@@ -105,8 +106,9 @@ plan_bytes plan_model_states(const plan_model *m, const plan_mesh *mesh,
     const int shards = mesh->dp * plan_cp_size(mesh);
     plan_bytes b = plan_states_bytes(P, mesh->zero_stage, shards, precision);
     const double layer = plan_layer_params(m->hidden) / mesh->tp;
-    if (mesh->zero_stage >= 2 && shards > 1) b.grads += precision.grads * layer;
-    if (mesh->zero_stage >= 3 && shards > 1) b.params += precision.params * layer;
+    const zero_sharded z = zero_sharded_at(mesh->zero_stage);
+    if (z.grads && shards > 1) b.grads += precision.grads * layer;
+    if (z.params && shards > 1) b.params += precision.params * layer;
     return b;
 }
 

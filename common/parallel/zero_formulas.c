@@ -1,13 +1,11 @@
 #include "zero_formulas.h"
 
+#include "zero_rule.h"
+
 state_bytes zero_paper_bytes(int stage, double P, int N, double K) {
-    const double shard = 1.0 / N;
-    switch (stage) {
-    case 0: return (state_bytes){2 * P, 2 * P, K * P};
-    case 1: return (state_bytes){2 * P, 2 * P, K * P * shard};
-    case 2: return (state_bytes){2 * P, 2 * P * shard, K * P * shard};
-    default: return (state_bytes){2 * P * shard, 2 * P * shard, K * P * shard};
-    }
+    const zero_sharded z = zero_sharded_at(stage);
+    return (state_bytes){2 * P * zero_share(z.params, N), 2 * P * zero_share(z.grads, N),
+                         K * P * zero_share(z.optimizer, N)};
 }
 
 state_bytes zero_stored_bytes(int stage, double P, int N, precision p) {
