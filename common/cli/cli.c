@@ -296,13 +296,8 @@ static void apply_shared_values(run_config *cfg, const shared_values *sv) {
     const device_kind requested = sv->device == 1   ? DEVICE_CPU
                                   : sv->device == 2 ? DEVICE_CUDA
                                                    : DEVICE_AUTO;
-    char why[160];
-    if (requested == DEVICE_CUDA && !device_gpu_backend())
-        cli_fail("--device cuda: this build has no GPU support (build with GPU=1, or use"
-                 " --device cpu)");
-    if (requested == DEVICE_CUDA && device_gpu_count() == 0)
-        cli_fail("--device cuda: no GPU is visible to this process (CUDA says: %s); use"
-                 " --device cpu or auto", device_no_gpu_reason(why, sizeof why));
+    char why[256];
+    if (device_check(requested, why, sizeof why)) cli_fail("%s", why);
     cfg->comm.device = device_resolve(requested);
     if (cfg->precision != PRECISION_FP32 && cfg->comm.device == DEVICE_CUDA)
         cli_fail("--precision %s: the GPU backend computes in fp32 only so far; add --device"
@@ -315,6 +310,14 @@ static void answer_blas_probe(void) {
     if (!getenv("RUN_BLAS_PROBE")) return;
     printf("%s\n", op_profile_blas_kernel());
     exit(0);
+}
+
+/* --max-restarts and the flags ./run gives with it (restart.h): refused in one line, or
+ * taken. */
+static void check_restart_flags(run_config *cfg) {
+    char why[512];
+    if (restart_flags_check(cfg, cli_program_name(), why, sizeof why)) cli_fail("%s", why);
+    restart_take_flags(cfg);
 }
 
 void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
@@ -394,7 +397,7 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
     cfg->restart.on = cli_given("max-restarts");
     cfg->restart.from_run = cli_given("restart-attempt");
     checkpoint_cli_check(cfg);   /* a restart's checks differ (restart_is_retry) */
-    restart_check_flags(cfg);
+    check_restart_flags(cfg);
     int mpi_ranks = launch_mpi_world_size();
     if (mpi_ranks > 0) cfg->comm.ranks = mpi_ranks;
 }
