@@ -16,15 +16,20 @@ static int widest_ep(int ranks, int experts) {
     return 1;
 }
 
+/* ranks data-parallel ranks, ep of them an EP group (expert-DP ranks / ep). */
+static mesh_shape ep_mesh_of(int ranks, int ep) {
+    return (mesh_shape){.tp = 1, .pp = 1, .dp = ranks, .cp = 1, .ep = ep};
+}
+
 /* The meshes after one device: the widest EP, then an EP x DP mesh when it differs. */
 static void choose_meshes(const run_config *cfg, const ep_options *opts, ep_report *r) {
     const int ranks = cfg->comm.ranks, E = opts->moe.experts;
-    r->mesh[0] = (ep_mesh_shape){1, 1};
+    r->mesh[0] = ep_mesh_of(1, 1);
     r->count = 1;
     if (ranks == 1) return;
     const int wide = widest_ep(ranks, E), mixed = moe_chapter_mesh_ep(ranks, E);
-    r->mesh[r->count++] = (ep_mesh_shape){wide, ranks / wide};
-    if (mixed > 1 && mixed != wide) r->mesh[r->count++] = (ep_mesh_shape){mixed, ranks / mixed};
+    r->mesh[r->count++] = ep_mesh_of(ranks, wide);
+    if (mixed > 1 && mixed != wide) r->mesh[r->count++] = ep_mesh_of(ranks, mixed);
 }
 
 static void keep_traffic(ep_report *r, int i, const ep_outcome *o) {
@@ -85,7 +90,7 @@ int ep_report_agrees(const ep_report *r) {
 
 static const char *mesh_label(const ep_report *r, int i, char buf[32]) {
     if (i == 0) return "one device";
-    snprintf(buf, 32, "ep %d x dp %d", r->mesh[i].ep, r->mesh[i].dp);
+    snprintf(buf, 32, "ep %d x dp %d", r->mesh[i].ep, mesh_expert_dp_size(&r->mesh[i]));
     return buf;
 }
 
@@ -128,7 +133,7 @@ void ep_json(FILE *o, const ep_report *r) {
                 " \"comm_fraction\": %.4f, \"bytes_sent_per_rank_per_step\": %.0f,"
                 " \"alltoall_bytes_per_rank_per_step\": %.0f, \"alltoall_routed_bytes\": %.0f,"
                 " \"alltoall_uniform_bytes\": %.0f, \"remote_fraction\": %.4f}",
-                i ? ", " : "", r->mesh[i].ep, r->mesh[i].dp, x->diff_loss, x->diff_grads,
+                i ? ", " : "", r->mesh[i].ep, mesh_expert_dp_size(&r->mesh[i]), x->diff_loss, x->diff_grads,
                 x->diff_params, run_tokens_per_second(x),
                 run_comm_fraction(x), x->bytes_sent_per_step, r->alltoall[i], r->routed[i],
                 r->uniform[i], r->remote_fraction[i]);

@@ -17,7 +17,7 @@
 #define EP_RUNS 3
 typedef struct {
     int count;                     /* runs made: 1 on one rank, 2 or 3 */
-    ep_mesh_shape mesh[EP_RUNS];   /* [0] is one device: {1, 1} */
+    mesh_shape mesh[EP_RUNS];      /* [0] is one device: ep 1, dp 1 */
     run_result result[EP_RUNS];
     double alltoall[EP_RUNS], routed[EP_RUNS], uniform[EP_RUNS], mismatch[EP_RUNS];
     double remote_fraction[EP_RUNS];
