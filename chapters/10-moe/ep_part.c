@@ -4,6 +4,7 @@
  * implies and to the uniform-routing formula. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "compare.h"
@@ -32,8 +33,14 @@ static void choose_meshes(const run_config *cfg, const ep_options *opts, ep_repo
     if (mixed > 1 && mixed != wide) r->mesh[r->count++] = ep_mesh_of(ranks, mixed);
 }
 
+/* The run's numbers, kept after its outcome is freed: the losses copied (--json's). */
 static void keep_traffic(ep_report *r, int i, const ep_outcome *o) {
     r->result[i] = o->result;
+    const size_t bytes = (size_t)o->result.steps * sizeof(float);
+    r->loss[i] = malloc(bytes ? bytes : 1);
+    if (!r->loss[i]) abort();
+    memcpy(r->loss[i], o->loss, bytes);
+    r->result[i].loss = r->loss[i];
     r->alltoall[i] = o->alltoall_bytes;
     r->routed[i] = o->alltoall_routed_bytes;
     r->uniform[i] = o->alltoall_uniform_bytes;
@@ -80,6 +87,11 @@ int ep_launches(const run_config *cfg, const dataset *data, const ep_options *op
     }
     for (int i = 1; i < r->count; i++) ep_outcome_free(&runs[i]);
     return status;
+}
+
+void ep_report_free(ep_report *r) {
+    for (int i = 0; i < EP_RUNS; i++) free(r->loss[i]);
+    memset(r->loss, 0, sizeof r->loss);
 }
 
 int ep_report_agrees(const ep_report *r) {

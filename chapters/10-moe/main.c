@@ -187,6 +187,7 @@ int main(int argc, char **argv) {
         status = ep_disagreement(&f, &r.ep);
     }
     routing_free(&r.routing);
+    ep_report_free(&r.ep);
     dataset_free(data);
     return status;
 }
