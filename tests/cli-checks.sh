@@ -304,6 +304,11 @@ fi
 long_dir=$scratch/$(printf 'd%.0s' $(seq 1 2100))
 [ -x "$programs"/chapter1 ] && expect_error "$programs"/chapter1 "--save: a path of $((${#long_dir})) characters; at most 2048" $tiny --save "$long_dir"
 [ -x "$programs"/chapter1 ] && expect_error "$programs"/chapter1 "--resume: a path of $((${#long_dir})) characters; at most 2048" $tiny --resume "$long_dir"
+# --device cuda in a build without GPU support (device_check, asked before any rank starts)
+case "$(basename "$build")" in
+cpu | cpu-mpi | cpu-address)
+    [ -x "$programs"/chapter1 ] && expect_error "$programs"/chapter1 "--device cuda: this build has no GPU support (build with GPU=1, or use --device cpu)" $tiny --device cuda ;;
+esac
 # restarts after failures (./run --max-restarts, common/train/restart.c): they resume
 # from --save's checkpoints, and ./run, outside the job, makes them
 chapter1="$programs"/chapter1
