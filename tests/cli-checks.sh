@@ -300,15 +300,18 @@ if [ -z "$mpi" ] && [ -x "$build"/chapter1 ]; then
     RUN_LAST=$scratch/last-twice expect_error ./run "--resume given twice ($scratch/once, then $scratch/r): give it once" \
         2 $tiny --save "$scratch/r2" --max-restarts 1 --resume "$scratch/once" --resume "$scratch/r"
 fi
-# checkpoints' files are named under --save and --resume: a longer path is refused
-long_dir=$scratch/$(printf 'd%.0s' $(seq 1 2100))
-[ -x "$programs"/chapter1 ] && expect_error "$programs"/chapter1 "--save: a path of $((${#long_dir})) characters; at most 2048" $tiny --save "$long_dir"
-[ -x "$programs"/chapter1 ] && expect_error "$programs"/chapter1 "--resume: a path of $((${#long_dir})) characters; at most 2048" $tiny --resume "$long_dir"
-# --device cuda in a build without GPU support (device_check, asked before any rank starts)
-case "$(basename "$build")" in
-cpu | cpu-mpi | cpu-address)
-    [ -x "$programs"/chapter1 ] && expect_error "$programs"/chapter1 "--device cuda: this build has no GPU support (build with GPU=1, or use --device cpu)" $tiny --device cuda ;;
-esac
+# checkpoints' files are named under --save and --resume: a longer path is refused; and
+# --device cuda in a build without GPU support (device_check). Both in cli_parse, which
+# the threads and the MPI programs share: checked once, on threads
+if [ -z "$mpi" ] && [ -x "$build"/chapter1 ]; then
+    long_dir=$scratch/$(printf 'd%.0s' $(seq 1 2100))
+    expect_error "$build"/chapter1 "--save: a path of ${#long_dir} characters; at most 2048" $tiny --save "$long_dir"
+    expect_error "$build"/chapter1 "--resume: a path of ${#long_dir} characters; at most 2048" $tiny --resume "$long_dir"
+    case "$(basename "$build")" in
+    cpu | cpu-address)
+        expect_error "$build"/chapter1 "--device cuda: this build has no GPU support (build with GPU=1, or use --device cpu)" $tiny --device cuda ;;
+    esac
+fi
 # restarts after failures (./run --max-restarts, common/train/restart.c): they resume
 # from --save's checkpoints, and ./run, outside the job, makes them
 chapter1="$programs"/chapter1
