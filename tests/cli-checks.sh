@@ -300,6 +300,18 @@ if [ -z "$mpi" ] && [ -x "$build"/chapter1 ]; then
     RUN_LAST=$scratch/last-twice expect_error ./run "--resume given twice ($scratch/once, then $scratch/r): give it once" \
         2 $tiny --save "$scratch/r2" --max-restarts 1 --resume "$scratch/once" --resume "$scratch/r"
 fi
+# checkpoints' files are named under --save and --resume: a longer path is refused; and
+# --device cuda in a build without GPU support (device_check). Both in cli_parse, which
+# the threads and the MPI programs share: checked once, on threads
+if [ -z "$mpi" ] && [ -x "$build"/chapter1 ]; then
+    long_dir=$scratch/$(printf 'd%.0s' $(seq 1 2100))
+    expect_error "$build"/chapter1 "--save: a path of ${#long_dir} characters; at most 2048" $tiny --save "$long_dir"
+    expect_error "$build"/chapter1 "--resume: a path of ${#long_dir} characters; at most 2048" $tiny --resume "$long_dir"
+    case "$(basename "$build")" in
+    cpu | cpu-address)
+        expect_error "$build"/chapter1 "--device cuda: this build has no GPU support (build with GPU=1, or use --device cpu)" $tiny --device cuda ;;
+    esac
+fi
 # restarts after failures (./run --max-restarts, common/train/restart.c): they resume
 # from --save's checkpoints, and ./run, outside the job, makes them
 chapter1="$programs"/chapter1
@@ -310,6 +322,7 @@ if [ -x "$chapter1" ]; then
         expect_error "$chapter1" "--elastic: needs --max-restarts K" $tiny --elastic
         expect_error "$chapter1" "--max-restarts -1: must be an integer from 0" $tiny --max-restarts -1
         expect_error "$chapter1" "--restart-attempt and --restart-record: ./run gives them with --max-restarts" $tiny --restart-attempt 1
+        expect_error "$chapter1" "--restart-record '1 2': ./run's record of the earlier attempts has 7 numbers" $tiny --max-restarts 1 --save "$scratch/r" --restart-attempt 1 --restart-record "1 2"
         printf '%s\nthreads\n' "$build/chapter1" >"$scratch/last1"
         RUN_LAST=$scratch/last1 expect_error ./run "--max-restarts 1: needs --save DIR" 2 $tiny --max-restarts 1
         RUN_LAST=$scratch/last1 expect_error ./run "--max-restarts x: not an integer" 2 $tiny --max-restarts x --save "$scratch/r"

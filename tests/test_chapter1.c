@@ -25,6 +25,7 @@
 #include "baseline.h"
 #include "replica.h"
 #include "check_run.h"
+#include "cli_checks.h"
 
 static const double tol_grads = 1e-6, tol_loss = 1e-5, tol_params = 1e-4;
 
@@ -390,7 +391,7 @@ static int stderr_of_child(void (*body)(const void *), const void *arg, char *li
 
 static void check_batch_6_on_4_ranks(const void *unused) {
     (void)unused;
-    ddp_check_batch_or_exit(6, 4, 1);
+    cli_check_batch(6, 4, 1);
 }
 
 START_TEST(uneven_batch_is_refused_with_exit_status_2) {

@@ -53,25 +53,25 @@ static pipeline_options one_f_one_b(int micro) {
     return (pipeline_options){.schedule = PP_1F1B, .micro = micro, .chunks = 1};
 }
 
-START_TEST(dp_only_1_1_4) { check_mesh((mesh_shape){1, 1, 4, 1}, one_f_one_b(2)); }
+START_TEST(dp_only_1_1_4) { check_mesh((mesh_shape){.tp = 1, .pp = 1, .dp = 4, .cp = 1}, one_f_one_b(2)); }
 END_TEST
-START_TEST(tp_pp_2_2_1) { check_mesh((mesh_shape){2, 2, 1, 1}, one_f_one_b(4)); }
+START_TEST(tp_pp_2_2_1) { check_mesh((mesh_shape){.tp = 2, .pp = 2, .dp = 1, .cp = 1}, one_f_one_b(4)); }
 END_TEST
-START_TEST(tp_dp_2_1_2) { check_mesh((mesh_shape){2, 1, 2, 1}, one_f_one_b(2)); }
+START_TEST(tp_dp_2_1_2) { check_mesh((mesh_shape){.tp = 2, .pp = 1, .dp = 2, .cp = 1}, one_f_one_b(2)); }
 END_TEST
-START_TEST(pp_dp_1_2_2) { check_mesh((mesh_shape){1, 2, 2, 1}, one_f_one_b(4)); }
+START_TEST(pp_dp_1_2_2) { check_mesh((mesh_shape){.tp = 1, .pp = 2, .dp = 2, .cp = 1}, one_f_one_b(4)); }
 END_TEST
-START_TEST(three_d_2_2_2) { check_mesh((mesh_shape){2, 2, 2, 1}, one_f_one_b(4)); }
+START_TEST(three_d_2_2_2) { check_mesh((mesh_shape){.tp = 2, .pp = 2, .dp = 2, .cp = 1}, one_f_one_b(4)); }
 END_TEST
-START_TEST(three_stages_1_3_2) { check_mesh((mesh_shape){1, 3, 2, 1}, one_f_one_b(4)); }
+START_TEST(three_stages_1_3_2) { check_mesh((mesh_shape){.tp = 1, .pp = 3, .dp = 2, .cp = 1}, one_f_one_b(4)); }
 END_TEST
 START_TEST(zero1_and_other_schedules_on_2_2_2) {
     pipeline_options z = one_f_one_b(4);
     z.zero_stage = 1;
-    check_mesh((mesh_shape){2, 2, 2, 1}, z);
-    check_mesh((mesh_shape){2, 2, 2, 1}, (pipeline_options){.schedule = PP_ZB_H1, .micro = 4,
+    check_mesh((mesh_shape){.tp = 2, .pp = 2, .dp = 2, .cp = 1}, z);
+    check_mesh((mesh_shape){.tp = 2, .pp = 2, .dp = 2, .cp = 1}, (pipeline_options){.schedule = PP_ZB_H1, .micro = 4,
                                                           .chunks = 1});
-    check_mesh((mesh_shape){2, 2, 2, 1}, (pipeline_options){.schedule = PP_INTERLEAVED,
+    check_mesh((mesh_shape){.tp = 2, .pp = 2, .dp = 2, .cp = 1}, (pipeline_options){.schedule = PP_INTERLEAVED,
                                                           .micro = 2, .chunks = 2});
 }
 END_TEST
@@ -79,7 +79,7 @@ END_TEST
 /* ZeRO-2 and ZeRO-3 across dp, inside TP and PP: each dp group shards its own stage's
  * TP slice (gradients; at 3 parameters too, gathered once per step) */
 START_TEST(zero2_and_zero3_on_2_2_2_and_2_1_2) {
-    const mesh_shape shapes[] = {{2, 2, 2, 1}, {2, 1, 2, 1}};
+    const mesh_shape shapes[] = {{.tp = 2, .pp = 2, .dp = 2, .cp = 1}, {.tp = 2, .pp = 1, .dp = 2, .cp = 1}};
     for (int i = 0; i < 2; i++)
         for (int zero = 2; zero <= 3; zero++) {
             pipeline_options opts = one_f_one_b(shapes[i].pp > 1 ? 4 : 2);
@@ -88,7 +88,7 @@ START_TEST(zero2_and_zero3_on_2_2_2_and_2_1_2) {
         }
     pipeline_options interleaved = {.schedule = PP_INTERLEAVED, .micro = 2, .chunks = 2,
                                      .zero_stage = 3};
-    check_mesh((mesh_shape){2, 2, 2, 1}, interleaved);
+    check_mesh((mesh_shape){.tp = 2, .pp = 2, .dp = 2, .cp = 1}, interleaved);
 }
 END_TEST
 
@@ -103,7 +103,7 @@ START_TEST(zero_without_its_dp_collectives_fails) {
     };
     dataset *d = dataset_builtin();
     for (int i = 0; i < 4; i++) {
-        const mesh_shape shape = i % 2 ? (mesh_shape){2, 1, 2, 1} : (mesh_shape){2, 2, 2, 1};
+        const mesh_shape shape = i % 2 ? (mesh_shape){.tp = 2, .pp = 1, .dp = 2, .cp = 1} : (mesh_shape){.tp = 2, .pp = 2, .dp = 2, .cp = 1};
         pipeline_options opts = one_f_one_b(shape.pp > 1 ? 4 : 2);
         opts.zero_stage = cases[i].zero;
         opts.fault = cases[i].fault;
@@ -127,14 +127,14 @@ END_TEST
  * ranks of one (tp, pp) position the pieces add up to the stage slice exactly. */
 START_TEST(zero_state_formulas_add_up_over_dp) {
     run_config cfg = small_config(8);
-    const mesh_shape shape = {2, 2, 2, 1};
+    const mesh_shape shape = {.tp = 2, .pp = 2, .dp = 2, .cp = 1};
     for (int zero = 0; zero <= 3; zero++) {
         pipeline_options opts = one_f_one_b(4);
         opts.zero_stage = zero;
         double sum[3] = {0};
         mesh_rank_traffic t[2];
         for (int dp = 0; dp < 2; dp++) {
-            mesh_traffic_formula(&cfg, shape, (mesh_coord){1, 1, dp, 0}, &opts, &t[dp]);
+            mesh_traffic_formula(&cfg, shape, (mesh_coord){.tp = 1, .pp = 1, .dp = dp, .cp = 0}, &opts, &t[dp]);
             for (int i = 0; i < 3; i++) sum[i] += t[dp].state_formula[i];
         }
         gpt_shape stage = gpt_shape_make(&cfg.model, 2, 1);
@@ -164,7 +164,7 @@ START_TEST(leaving_out_any_communication_fails) {
         pipeline_options opts = one_f_one_b(4);
         opts.fault = faults[i];
         baseline_run *b;
-        mesh_result *o = train((mesh_shape){2, 2, 2, 1}, opts, d, &b);
+        mesh_result *o = train((mesh_shape){.tp = 2, .pp = 2, .dp = 2, .cp = 1}, opts, d, &b);
         printf("2 x 2 x 2 without %s: grads differ by %.2e, params by %.2e\n", names[i],
                o->run.result.diff_grads, o->run.result.diff_params);
         ck_assert_msg(o->run.result.diff_grads > 100 * MESH_TOL_GRADS ||
@@ -183,14 +183,14 @@ START_TEST(formulas_by_hand) {
     run_config cfg = small_config(8);
     pipeline_options opts = one_f_one_b(4);
     mesh_rank_traffic t;
-    mesh_traffic_formula(&cfg, (mesh_shape){2, 2, 2, 1}, (mesh_coord){0, 0, 0, 0}, &opts, &t);
+    mesh_traffic_formula(&cfg, (mesh_shape){.tp = 2, .pp = 2, .dp = 2, .cp = 1}, (mesh_coord){.tp = 0, .pp = 0, .dp = 0, .cp = 0}, &opts, &t);
     /* TP: 4 micro x ring 1 x (4 x 3 blocks + 1 embedding) x 128 floats x 4 B */
     ck_assert_double_eq_tol(t.formula[PIPELINE_TP], 4 * 1.0 * (12 + 1) * 128 * 4, 1e-9);
     /* PP: stage 0 sends 4 activations of 128 floats */
     ck_assert_double_eq_tol(t.formula[PIPELINE_PP], 4 * 128 * 4, 1e-9);
     /* embedding: ring(2) = 1 x this TP rank's 128 rows of wte x 16 x 4 B */
     ck_assert_double_eq_tol(t.formula[PIPELINE_EMBEDDING], 128 * 16 * 4, 1e-9);
-    mesh_traffic_formula(&cfg, (mesh_shape){2, 2, 2, 1}, (mesh_coord){1, 1, 1, 0}, &opts, &t);
+    mesh_traffic_formula(&cfg, (mesh_shape){.tp = 2, .pp = 2, .dp = 2, .cp = 1}, (mesh_coord){.tp = 1, .pp = 1, .dp = 1, .cp = 0}, &opts, &t);
     /* last stage: 3 blocks, the head's f and the loss's 3 b s numbers */
     ck_assert_double_eq_tol(t.formula[PIPELINE_TP], 4 * (12 * 128 + 128 + 3 * 8) * 4.0, 1e-9);
     ck_assert_double_eq_tol(t.formula[PIPELINE_PP], 4 * 128 * 4, 1e-9);   /* gradients back */

@@ -193,7 +193,7 @@ static void check_mesh_formulas(const mesh_result *o, mesh_shape shape) {
 
 START_TEST(the_mesh_matches_the_baseline_in_its_precision) {
     dataset *d = dataset_builtin();
-    const mesh_shape shape = {2, 2, 2, 1};
+    const mesh_shape shape = {.tp = 2, .pp = 2, .dp = 2, .cp = 1};
     double worst = 0;
     for (size_t i = 0; i < sizeof sixteen_bits / sizeof sixteen_bits[0]; i++) {
         run_config cfg = tiny_config(1, 2, sixteen_bits[i]);
@@ -223,7 +223,7 @@ START_TEST(negative_control_fails) {
     cfg.comm.ranks = 8;
     pipeline_options opts = one_f_one_b(0);
     opts.fault = PIPELINE_FAULT_DROP_F_BACKWARD;
-    mesh_result *o = launch_mesh(&cfg, d, (mesh_shape){2, 2, 2, 1}, opts, b);
+    mesh_result *o = launch_mesh(&cfg, d, (mesh_shape){.tp = 2, .pp = 2, .dp = 2, .cp = 1}, opts, b);
     const tolerances t = tolerances_of(&cfg, b, 2);
     const double worst = run_worst_fraction_of_tolerance(&o->run.result, t.grads, t.loss,
                                                          t.params);
@@ -240,7 +240,7 @@ END_TEST
  * half of fp32's, the dp and embedding bytes (fp32 gradients) the same. */
 START_TEST(sixteen_bit_activations_take_half_the_bytes) {
     dataset *d = dataset_builtin();
-    const mesh_shape shape = {2, 2, 2, 1};
+    const mesh_shape shape = {.tp = 2, .pp = 2, .dp = 2, .cp = 1};
     mesh_rank_traffic t[2];
     for (int i = 0; i < 2; i++) {
         run_config cfg = tiny_config(8, 2, i ? PRECISION_BF16 : PRECISION_FP32);
@@ -284,7 +284,7 @@ START_TEST(a_forced_overflow_skips_the_same_step_on_every_rank) {
     strategy_outcome_free(&tp);
     cfg.comm.ranks = 8;
     for (int zero = 0; zero <= 1; zero++) {
-        mesh_result *o = launch_mesh(&cfg, d, (mesh_shape){2, 2, 2, 1}, one_f_one_b(zero), b);
+        mesh_result *o = launch_mesh(&cfg, d, (mesh_shape){.tp = 2, .pp = 2, .dp = 2, .cp = 1}, one_f_one_b(zero), b);
         char what[64];
         snprintf(what, sizeof what, "fp16 2 x 2 x 2 zero %d overflow:", zero);
         check_within(what, &o->run.result, bounds);

@@ -26,6 +26,7 @@
 #include "safetensors.h"
 #include "baseline.h"
 #include "replica.h"
+#include "restart.h"
 #include "zero_state.h"
 
 
@@ -493,11 +494,58 @@ START_TEST(runs_resumed_at_different_steps_compare_the_steps_both_ran) {
 }
 END_TEST
 
+/* The flags' checks that the command line asks before any rank starts: a path too long
+ * for the checkpoints' names, and the restart flags, each refused by its reason; the
+ * control: flags that go together pass. */
+START_TEST(checkpoint_and_restart_flags_are_refused_with_their_reason) {
+    char why[512], longer[CKPT_DIR_MAX + 2];
+    memset(longer, 'd', sizeof longer - 1);
+    longer[sizeof longer - 1] = '\0';
+    ck_assert(checkpoint_dir_check("save", "runs/a", why, sizeof why) == NULL);
+    ck_assert(checkpoint_dir_check("save", longer + 1, why, sizeof why) == NULL);   /* at most */
+    const char *got = checkpoint_dir_check("resume", longer, why, sizeof why);
+    printf("%s\n", got);
+    ck_assert(got && strcmp(got, "--resume: a path of 2049 characters; at most 2048 (the"
+                                 " checkpoint's files are named under it)") == 0);
+
+    run_config ok = {.save_dir = "runs/a"};
+    ok.restart.on = ok.restart.from_run = 1;
+    ok.restart.max_restarts = 2;
+    ok.restart.record = "1 2 0.5 1.5 0.25 100.0 4";
+    ck_assert(restart_flags_check(&ok, "chapter1", why, sizeof why) == NULL);
+    run_config none = {0};
+    ck_assert(restart_flags_check(&none, "chapter1", why, sizeof why) == NULL);
+    struct {
+        run_config cfg;
+        const char *reason;
+    } cases[] = {
+        {ok, "--max-restarts 2: needs --save DIR"},
+        {ok, "--max-restarts 2: chapter 9 keeps none"},
+        {ok, "--max-restarts 2: ./run makes the restarts"},
+        {none, "--elastic: needs --max-restarts K"},
+        {none, "--restart-attempt and --restart-record: ./run gives them"},
+        {ok, "--restart-record '1 2': ./run's record of the earlier attempts has 7 numbers"},
+    };
+    cases[0].cfg.save_dir = NULL;
+    cases[1].cfg.no_checkpoints = "chapter 9 keeps none";
+    cases[2].cfg.restart.from_run = 0;
+    cases[3].cfg.restart.elastic = 1;
+    cases[4].cfg.restart.from_run = 1;
+    cases[5].cfg.restart.record = "1 2";
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        got = restart_flags_check(&cases[i].cfg, "chapter1", why, sizeof why);
+        printf("case %zu: %s\n", i, got ? got : "taken");
+        ck_assert_msg(got && strstr(got, cases[i].reason) == got, "case %zu", i);
+    }
+}
+END_TEST
+
 int main(void) {
     Suite *suite = suite_create("checkpoint");
     TCase *tc = tcase_create("checkpoint");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, crc32_matches_zlib);
+    tcase_add_test(tc, checkpoint_and_restart_flags_are_refused_with_their_reason);
     tcase_add_test(tc, runs_resumed_at_different_steps_compare_the_steps_both_ran);
     tcase_add_test(tc, every_layout_loads_into_every_other_exactly);
     tcase_add_test(tc, zero_state_at_every_stage_loads_with_its_moments_in_other_layouts);

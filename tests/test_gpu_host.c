@@ -332,6 +332,24 @@ START_TEST(header_says_why_there_is_no_gpu) {
 }
 END_TEST
 
+/* device_check, which the command line asks before any rank starts: cpu and auto are
+ * always there; cuda only with a GPU build that sees a GPU, else the one line saying
+ * which of the two is missing (the control: a GPU machine gets NULL for cuda too). */
+START_TEST(device_check_names_what_is_missing) {
+    char why[256];
+    ck_assert(device_check(DEVICE_CPU, why, sizeof why) == NULL);
+    ck_assert(device_check(DEVICE_AUTO, why, sizeof why) == NULL);
+    const char *cuda = device_check(DEVICE_CUDA, why, sizeof why);
+    printf("  %s\n", cuda ? cuda : "--device cuda: fine, a GPU is visible");
+    if (device_gpu_count() > 0) ck_assert(cuda == NULL);
+    else if (device_gpu_backend())
+        ck_assert(cuda && strstr(cuda, "--device cuda: no GPU is visible to this process"));
+    else
+        ck_assert(cuda && strcmp(cuda, "--device cuda: this build has no GPU support (build"
+                                       " with GPU=1, or use --device cpu)") == 0);
+}
+END_TEST
+
 /* ---- the device script's own rules ------------------------------------------------ */
 
 /* The repository root: this program is <root>/build/<variant>/tests/test_gpu_host. */
@@ -377,6 +395,7 @@ int main(void) {
     tcase_add_test(rules, device_cache_reuses_blocks_that_fit);
     tcase_add_test(rules, device_script_rules_hold);
     tcase_add_test(rules, header_says_why_there_is_no_gpu);
+    tcase_add_test(rules, device_check_names_what_is_missing);
     suite_add_tcase(suite, rules);
     return check_run(suite, 0);
 }

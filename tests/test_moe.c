@@ -225,7 +225,7 @@ static double ep_against_one_device(ep_case c) {
     single.comm.ranks = 1;
     const ep_options opts = {.moe = {.experts = 4, .top_k = c.top_k, .every = c.every ? c.every : 1,
                                      .capacity_factor = c.capacity, .aux_coef = 0.01f},
-                             .mesh = {c.ep, c.dp}, .test_combine_misorder = c.misorder,
+                             .mesh = {.tp = 1, .pp = 1, .dp = c.ep * c.dp, .ep = c.ep}, .test_combine_misorder = c.misorder,
                              .test_expert_grads_over_ep = c.wrong_group};
     dataset *d = dataset_builtin();
     ep_outcome one, many;
@@ -306,20 +306,24 @@ END_TEST
 
 /* ---- the EP x DP mesh: Megatron-LM's order ------------------------------------------ */
 
-/* rank = ep + EP x dp: EP groups are consecutive ranks, expert_dp groups stride EP */
+/* rank = ep + EP x dp: EP groups are consecutive ranks, expert_dp groups stride EP (the
+ * one mesh's expert layout with tp = cp = pp = 1) */
 START_TEST(the_mesh_is_in_megatron_order) {
-    const ep_mesh_shape m = {.ep = 2, .dp = 3};
+    const mesh_shape m = {.tp = 1, .pp = 1, .dp = 6, .ep = 2};
     for (int rank = 0; rank < 6; rank++) {
-        const ep_mesh_coord c = ep_mesh_coord_of(&m, rank);
+        const mesh_coord c = mesh_coord_of(&m, rank);
         ck_assert_int_eq(c.ep, rank % 2);
-        ck_assert_int_eq(c.dp, rank / 2);
-        ck_assert_int_eq(ep_mesh_rank_of(&m, c), rank);
+        ck_assert_int_eq(c.expert_dp, rank / 2);
+        ck_assert_int_eq(mesh_rank_of(&m, c), rank);
     }
     char err[256];
-    ck_assert(ep_mesh_check(&m, 6, 4, err, sizeof err));
-    ck_assert(!ep_mesh_check(&m, 8, 4, err, sizeof err));
+    mesh_config c = {.shape = m, .world = 6, .experts = 4, .trains = 1};
+    ck_assert(mesh_check(&c, err, sizeof err) == NULL);
+    c.world = 8;
+    ck_assert(mesh_check(&c, err, sizeof err) != NULL);
     printf("ep 2 x dp 3 on 8 ranks: %s\n", err);
-    ck_assert(!ep_mesh_check(&(ep_mesh_shape){.ep = 3, .dp = 2}, 6, 4, err, sizeof err));
+    c = (mesh_config){.shape = {.tp = 1, .pp = 1, .dp = 6, .ep = 3}, .world = 6, .experts = 4};
+    ck_assert(mesh_check(&c, err, sizeof err) != NULL);
     printf("ep 3 with 4 experts: %s\n", err);
 }
 END_TEST

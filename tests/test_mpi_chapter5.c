@@ -16,10 +16,10 @@
 
 static mesh_shape mesh_for(int world) {
     switch (world) {
-    case 2: return (mesh_shape){1, 2, 1, 1};
-    case 4: return (mesh_shape){2, 2, 1, 1};
-    case 8: return (mesh_shape){2, 2, 2, 1};
-    default: return (mesh_shape){1, world, 1, 1};
+    case 2: return (mesh_shape){.tp = 1, .pp = 2, .dp = 1, .cp = 1};
+    case 4: return (mesh_shape){.tp = 2, .pp = 2, .dp = 1, .cp = 1};
+    case 8: return (mesh_shape){.tp = 2, .pp = 2, .dp = 2, .cp = 1};
+    default: return (mesh_shape){.tp = 1, .pp = world, .dp = 1, .cp = 1};
     }
 }
 
@@ -31,7 +31,7 @@ static run_config small_config(void) {
 
 /* The mesh with dp for ZeRO-2 and -3: (2,2,2) at 8 processes, (2,1,2) at 4. */
 static mesh_shape zero_mesh_for(int world) {
-    return world == 8 ? (mesh_shape){2, 2, 2, 1} : (mesh_shape){2, 1, 2, 1};
+    return world == 8 ? (mesh_shape){.tp = 2, .pp = 2, .dp = 2, .cp = 1} : (mesh_shape){.tp = 2, .pp = 1, .dp = 2, .cp = 1};
 }
 
 static void run_on(mesh_shape shape, pipeline_options opts, int expect_match) {

@@ -252,7 +252,7 @@ int main(int argc, char **argv) {
               " bucketed all-reduce), each compared with single-device training.");
     check_precision_flags(&cfg, &f);
     check_accumulation_fits(cfg.comm.ranks, f.grad_accum);
-    ddp_check_batch_or_exit(cfg.batch, cfg.comm.ranks, f.grad_accum);   /* DP needs it too */
+    cli_check_batch(cfg.batch, cfg.comm.ranks, f.grad_accum);   /* DP needs it too */
     fits_check_or_exit(&cfg, 1.0);   /* DDP: a whole replica per rank */
     const int N = cfg.comm.ranks;
     const int rank0_here = process_hosts_rank0();

@@ -154,13 +154,13 @@ static void example(const char *what, mesh_shape m, int gpus_per_node) {
 }
 
 void print_examples(void) {
-    example("GPT-3 175B on 1024 GPUs, as the course text gives it:", (mesh_shape){8, 16, 8, 1}, 8);
+    example("GPT-3 175B on 1024 GPUs, as the course text gives it:", (mesh_shape){.tp = 8, .pp = 16, .dp = 8, .cp = 1}, 8);
     printf("MT-NLG 530B. The course text: TP 8 x PP 35 x DP 2 on 560 A100s. The arithmetic"
            " holds (8 x 35 x 2 = 560),\n  but it is not the published run: Smith et al."
            " (2022) used 8-way tensor and 35-way pipeline parallelism, i.e. 280 GPUs per"
            " model replica,\n  with data parallelism 8 to 12 in its runs (2240 to 3360"
            " A100s); 560 is the number of DGX A100 nodes of Selene, the machine it ran on.\n\n");
     example("MT-NLG 530B as published (at its smallest data parallelism):",
-            (mesh_shape){8, 35, 8, 1}, 8);
-    example("MT-NLG 530B as the course text writes it:", (mesh_shape){8, 35, 2, 1}, 8);
+            (mesh_shape){.tp = 8, .pp = 35, .dp = 8, .cp = 1}, 8);
+    example("MT-NLG 530B as the course text writes it:", (mesh_shape){.tp = 8, .pp = 35, .dp = 2, .cp = 1}, 8);
 }

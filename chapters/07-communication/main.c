@@ -48,7 +48,7 @@ static void validate(const run_config *cfg, const chapter_flags *f) {
     if (f->svg && !runs(f, PART_STRATEGIES))
         cli_fail("--svg needs the strategies part (--part all or --part strategies)");
     if (f->svg) check_writable("svg", f->svg);   /* now, not after a minute of runs */
-    ddp_check_batch_or_exit(cfg->batch, cfg->comm.ranks, 1);
+    cli_check_batch(cfg->batch, cfg->comm.ranks, 1);
 }
 
 /* ---- JSON ---------------------------------------------------------------------------- */

@@ -83,7 +83,7 @@ static void validate(run_config *cfg, const chapter_flags *f) {
     cli_check_at_most("wire-steps", f->wire_steps, 10000, "10000 steps");
     if (f->svg) check_writable("svg", f->svg);   /* now, not after a minute of runs */
     if (runs(f, PART_BYTES) || runs(f, PART_SPEED) || runs(f, PART_WIRE))
-        ddp_check_batch_or_exit(cfg->batch, cfg->comm.ranks, 1);
+        cli_check_batch(cfg->batch, cfg->comm.ranks, 1);
     fits_check_or_exit(cfg, 1.0);
     if (runs(f, PART_ACCURACY)) {   /* the underflow probe's one big step */
         run_config probe = *cfg;

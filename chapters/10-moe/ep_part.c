@@ -4,6 +4,7 @@
  * implies and to the uniform-routing formula. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "compare.h"
@@ -16,19 +17,30 @@ static int widest_ep(int ranks, int experts) {
     return 1;
 }
 
+/* ranks data-parallel ranks, ep of them an EP group (expert-DP ranks / ep). */
+static mesh_shape ep_mesh_of(int ranks, int ep) {
+    return (mesh_shape){.tp = 1, .pp = 1, .dp = ranks, .cp = 1, .ep = ep};
+}
+
 /* The meshes after one device: the widest EP, then an EP x DP mesh when it differs. */
 static void choose_meshes(const run_config *cfg, const ep_options *opts, ep_report *r) {
     const int ranks = cfg->comm.ranks, E = opts->moe.experts;
-    r->mesh[0] = (ep_mesh_shape){1, 1};
+    r->mesh[0] = ep_mesh_of(1, 1);
     r->count = 1;
     if (ranks == 1) return;
     const int wide = widest_ep(ranks, E), mixed = moe_chapter_mesh_ep(ranks, E);
-    r->mesh[r->count++] = (ep_mesh_shape){wide, ranks / wide};
-    if (mixed > 1 && mixed != wide) r->mesh[r->count++] = (ep_mesh_shape){mixed, ranks / mixed};
+    r->mesh[r->count++] = ep_mesh_of(ranks, wide);
+    if (mixed > 1 && mixed != wide) r->mesh[r->count++] = ep_mesh_of(ranks, mixed);
 }
 
+/* The run's numbers, kept after its outcome is freed: the losses copied (--json's). */
 static void keep_traffic(ep_report *r, int i, const ep_outcome *o) {
     r->result[i] = o->result;
+    const size_t bytes = (size_t)o->result.steps * sizeof(float);
+    r->loss[i] = malloc(bytes ? bytes : 1);
+    if (!r->loss[i]) abort();
+    memcpy(r->loss[i], o->loss, bytes);
+    r->result[i].loss = r->loss[i];
     r->alltoall[i] = o->alltoall_bytes;
     r->routed[i] = o->alltoall_routed_bytes;
     r->uniform[i] = o->alltoall_uniform_bytes;
@@ -77,6 +89,11 @@ int ep_launches(const run_config *cfg, const dataset *data, const ep_options *op
     return status;
 }
 
+void ep_report_free(ep_report *r) {
+    for (int i = 0; i < EP_RUNS; i++) free(r->loss[i]);
+    memset(r->loss, 0, sizeof r->loss);
+}
+
 int ep_report_agrees(const ep_report *r) {
     double worst = 0;
     for (int i = 0; i < r->count; i++) worst = fmax(worst, r->mismatch[i]);
@@ -85,7 +102,7 @@ int ep_report_agrees(const ep_report *r) {
 
 static const char *mesh_label(const ep_report *r, int i, char buf[32]) {
     if (i == 0) return "one device";
-    snprintf(buf, 32, "ep %d x dp %d", r->mesh[i].ep, r->mesh[i].dp);
+    snprintf(buf, 32, "ep %d x dp %d", r->mesh[i].ep, mesh_expert_dp_size(&r->mesh[i]));
     return buf;
 }
 
@@ -128,7 +145,7 @@ void ep_json(FILE *o, const ep_report *r) {
                 " \"comm_fraction\": %.4f, \"bytes_sent_per_rank_per_step\": %.0f,"
                 " \"alltoall_bytes_per_rank_per_step\": %.0f, \"alltoall_routed_bytes\": %.0f,"
                 " \"alltoall_uniform_bytes\": %.0f, \"remote_fraction\": %.4f}",
-                i ? ", " : "", r->mesh[i].ep, r->mesh[i].dp, x->diff_loss, x->diff_grads,
+                i ? ", " : "", r->mesh[i].ep, mesh_expert_dp_size(&r->mesh[i]), x->diff_loss, x->diff_grads,
                 x->diff_params, run_tokens_per_second(x),
                 run_comm_fraction(x), x->bytes_sent_per_step, r->alltoall[i], r->routed[i],
                 r->uniform[i], r->remote_fraction[i]);

@@ -84,7 +84,7 @@ static void validate(run_config *cfg, const chapter_flags *f) {
     cli_check_at_most("experts", f->moe.experts, 1024, "1024 experts");
     cli_check_at_most("curve-steps", f->curve_steps, 100000, "100000 steps");
     if (f->svg) check_writable("svg", f->svg);   /* now, not after the runs */
-    if (runs(f, PART_EP)) ddp_check_batch_or_exit(cfg->batch, cfg->comm.ranks, 1);
+    if (runs(f, PART_EP)) cli_check_batch(cfg->batch, cfg->comm.ranks, 1);
     check_fits(cfg, &f->moe);
 }
 
@@ -187,6 +187,7 @@ int main(int argc, char **argv) {
         status = ep_disagreement(&f, &r.ep);
     }
     routing_free(&r.routing);
+    ep_report_free(&r.ep);
     dataset_free(data);
     return status;
 }

@@ -17,8 +17,9 @@
 #define EP_RUNS 3
 typedef struct {
     int count;                     /* runs made: 1 on one rank, 2 or 3 */
-    ep_mesh_shape mesh[EP_RUNS];   /* [0] is one device: {1, 1} */
-    run_result result[EP_RUNS];
+    mesh_shape mesh[EP_RUNS];      /* [0] is one device: ep 1, dp 1 */
+    run_result result[EP_RUNS];    /* their loss: the report's own copy (loss below) */
+    float *loss[EP_RUNS];          /* [steps] per run, freed by ep_report_free */
     double alltoall[EP_RUNS], routed[EP_RUNS], uniform[EP_RUNS], mismatch[EP_RUNS];
     double remote_fraction[EP_RUNS];
     double dropped;                /* pairs dropped over the one-device run */
@@ -28,6 +29,7 @@ typedef struct {
 
 int ep_launches(const run_config *cfg, const dataset *data, const ep_options *opts,
                 ep_report *r);
+void ep_report_free(ep_report *r);
 /* Every EP run within the tolerances of one device, and its bytes its routing's. */
 int ep_report_agrees(const ep_report *r);
 void ep_print(const ep_report *r, const moe_config *moe);

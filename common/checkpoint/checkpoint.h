@@ -97,7 +97,8 @@ void checkpoint_observe_saves(ckpt_save_observer observer);
 
 
 /* Per rank, after checkpoint_check passed: fills the state from the checkpoint and
- * returns its step (exits with a message if a piece it needs is missing). */
+ * returns its step (a piece it needs that is missing now, after that check: one line,
+ * exit status 1, as on any failure of the run). */
 int checkpoint_load(const char *dir, const ckpt_state *state);
 
 /* The line a resumed run starts with: the checkpoint, its step, the precision it was
@@ -105,11 +106,20 @@ int checkpoint_load(const char *dir, const ckpt_state *state);
 void checkpoint_print_resumed(FILE *out, const char *dir, int step, const ckpt_run_state *saved,
                               int scale_restored);
 
-/* For snprintf into a path or name buffer: a result that does not fit is an error. */
+/* The longest --save or --resume directory: the command line refuses a longer one
+ * (checkpoint_dir_check), so every path made under it, with the names a checkpoint's
+ * files have, fits the 4096-byte buffers here. */
+enum { CKPT_DIR_MAX = 2048 };
+
+/* Why `dir` (given as --flag) cannot hold checkpoints' paths, or NULL when it can. */
+const char *checkpoint_dir_check(const char *flag, const char *dir, char *why, size_t why_len);
+
+/* For snprintf into a path or name buffer whose parts are bounded (CKPT_DIR_MAX, the
+ * names this code makes): one that does not fit is a bug here, not bad input. */
 static inline void ckpt_fits(int written, size_t capacity) {
     if (written < 0 || (size_t)written >= capacity) {
         fprintf(stderr, "checkpoint: a path or tensor name is too long\n");
-        exit(2);
+        abort();
     }
 }
 

@@ -74,6 +74,14 @@ static char *read_regular(const char *path, unsigned long long max_bytes, size_t
     return buf;
 }
 
+const char *checkpoint_dir_check(const char *flag, const char *dir, char *why, size_t why_len) {
+    const size_t n = strlen(dir);
+    if (n <= CKPT_DIR_MAX) return NULL;
+    snprintf(why, why_len, "--%s: a path of %zu characters; at most %d (the checkpoint's"
+             " files are named under it)", flag, n, CKPT_DIR_MAX);
+    return why;
+}
+
 int checkpoint_read_pointer(const char *dir, const char *pointer, char *path, size_t path_len,
                             char *err, size_t err_len) {
     char probe[4096];
@@ -306,7 +314,8 @@ static int check_pieces_of(const index_file *x, const char *file, const st_file 
 static int check_file(const index_file *x, const json_value *entry, char *err, size_t err_len) {
     const char *file = json_string(json_get(entry, "file"));
     unsigned long long bytes, crc;
-    if (!file || strchr(file, '/') || !json_uint(json_get(entry, "bytes"), &bytes) ||
+    if (!file || strchr(file, '/') || strlen(file) > 255 ||
+        !json_uint(json_get(entry, "bytes"), &bytes) ||
         !json_uint(json_get(entry, "crc32"), &crc)) {
         snprintf(err, err_len, "%s/index.json: a file entry is malformed", x->dir);
         return 0;
@@ -398,9 +407,11 @@ typedef struct {
     size_t num_files;
 } loader;
 
+/* checkpoint_check found the checkpoint sound before any rank started: a piece that
+ * fails now changed since (as resume_source's), so the run stops as on any failure. */
 static _Noreturn void load_fail(const char *what, const char *name) {
     fprintf(stderr, "checkpoint: %s %s\n", what, name);
-    exit(2);
+    exit(1);
 }
 
 static const st_file *file_of(loader *ld, const char *name) {

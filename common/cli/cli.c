@@ -296,13 +296,8 @@ static void apply_shared_values(run_config *cfg, const shared_values *sv) {
     const device_kind requested = sv->device == 1   ? DEVICE_CPU
                                   : sv->device == 2 ? DEVICE_CUDA
                                                    : DEVICE_AUTO;
-    char why[160];
-    if (requested == DEVICE_CUDA && !device_gpu_backend())
-        cli_fail("--device cuda: this build has no GPU support (build with GPU=1, or use"
-                 " --device cpu)");
-    if (requested == DEVICE_CUDA && device_gpu_count() == 0)
-        cli_fail("--device cuda: no GPU is visible to this process (CUDA says: %s); use"
-                 " --device cpu or auto", device_no_gpu_reason(why, sizeof why));
+    char why[256];
+    if (device_check(requested, why, sizeof why)) cli_fail("%s", why);
     cfg->comm.device = device_resolve(requested);
     if (cfg->precision != PRECISION_FP32 && cfg->comm.device == DEVICE_CUDA)
         cli_fail("--precision %s: the GPU backend computes in fp32 only so far; add --device"
@@ -325,6 +320,14 @@ static void take_mpi_ranks(run_config *cfg) {
         cli_fail("--ranks %s does nothing under Open MPI: the ranks are mpirun's %d processes "
                  "(./run N starts N; leave --ranks out)", cli_given_text("ranks"), mpi_ranks);
     cfg->comm.ranks = mpi_ranks;
+}
+
+/* --max-restarts and the flags ./run gives with it (restart.h): refused in one line, or
+ * taken. */
+static void check_restart_flags(run_config *cfg) {
+    char why[512];
+    if (restart_flags_check(cfg, cli_program_name(), why, sizeof why)) cli_fail("%s", why);
+    restart_take_flags(cfg);
 }
 
 void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
@@ -404,6 +407,6 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
     cfg->restart.on = cli_given("max-restarts");
     cfg->restart.from_run = cli_given("restart-attempt");
     checkpoint_cli_check(cfg);   /* a restart's checks differ (restart_is_retry) */
-    restart_check_flags(cfg);
+    check_restart_flags(cfg);
     take_mpi_ranks(cfg);
 }

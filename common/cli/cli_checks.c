@@ -3,12 +3,15 @@
 #include "cli_checks.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "checkpoint.h"
 #include "cli_error.h"
+#include "comm.h"
+#include "ddp.h"
 #include "restart.h"
 
 dataset *dataset_from_config(const run_config *cfg) {
@@ -17,6 +20,13 @@ dataset *dataset_from_config(const run_config *cfg) {
     dataset *d = dataset_load(cfg->data_path, cfg->model.ctx, err, sizeof err);
     if (!d) cli_fail("%s", err);
     return d;
+}
+
+void cli_check_batch(int batch, int ranks, int grad_accum) {
+    char err[256];
+    if (ddp_check_batch(batch, ranks, grad_accum, err, sizeof err)) return;
+    if (!process_hosts_rank0()) exit(2);
+    cli_fail("%s", err);
 }
 
 /* Whether mkdir(dir) would succeed, without making it: its parent is there and may be
@@ -64,6 +74,11 @@ void checkpoint_cli_check(run_config *cfg) {
     if (cfg->no_checkpoints && (cfg->save_dir || cfg->resume_dir))
         cli_fail("--%s %s: %s", cfg->save_dir ? "save" : "resume",
                  cfg->save_dir ? cfg->save_dir : cfg->resume_dir, cfg->no_checkpoints);
+    char why[160];
+    if (cfg->save_dir && checkpoint_dir_check("save", cfg->save_dir, why, sizeof why))
+        cli_fail("%s", why);
+    if (cfg->resume_dir && checkpoint_dir_check("resume", cfg->resume_dir, why, sizeof why))
+        cli_fail("%s", why);
     if (cfg->save_every && !cfg->save_dir)
         cli_fail("--save-every %d: needs --save DIR (where to write)", cfg->save_every);
     /* a directory that cannot be written is found now, not after the training; one

@@ -8,6 +8,11 @@
 /* The data set the flags ask for (exits 2 with a clear line if --data can't be used). */
 dataset *dataset_from_config(const run_config *cfg);
 
+/* For main: the global batch splits into ranks x grad_accum equal micro-batches
+ * (ddp_check_batch), or its line (under mpirun from world rank 0's process only) and
+ * exit status 2, before any rank starts. */
+void cli_check_batch(int batch, int ranks, int grad_accum);
+
 /* In cli_parse: --save-every needs --save, --save is a directory this process can
  * create or write, and --resume names a sound checkpoint of this model whose step is
  * below --steps (cli_fail otherwise), as do DIR's latest-STRATEGY pointers and, on a

@@ -168,6 +168,12 @@ typedef struct {
     const position_span *positions;
 } gpt_model_options;
 
+/* Why a model of shape s on T positions cannot take these options (a combination not
+ * supported yet: one line in why, returned), or NULL when it can. gpt_model_create
+ * takes only options this passes: a strategy asks first, its command line before any
+ * rank starts. */
+const char *gpt_model_options_check(const gpt_shape *s, int T, const gpt_model_options *o,
+                                    char *why, size_t why_len);
 gpt_model *gpt_model_create(const gpt_shape *s, int B, int T,
                             const gpt_model_options *opts);
 void gpt_model_free(gpt_model *m);

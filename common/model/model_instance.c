@@ -89,6 +89,29 @@ static void slot_free(gpt_model *m, micro_slot *k) {
     mem_free(k->acts);
 }
 
+const char *gpt_model_options_check(const gpt_shape *s, int T, const gpt_model_options *o,
+                                    char *why, size_t why_len) {
+    const precision p = o->precision;
+    if (p != PRECISION_FP32 && s->vocab_parallel)
+        return snprintf(why, why_len, "a vocab-parallel head computes in fp32 only, not %s",
+                        precision_name(p)), why;
+    if (o->mlp && (p != PRECISION_FP32 || s->tp_size > 1))
+        return snprintf(why, why_len, "a replaced MLP (mixture of experts) runs in fp32"
+                        " without TP"), why;
+    /* the hook keeps one saved state per layer: one micro-batch, one forward per step */
+    if (o->attention && (p != PRECISION_FP32 || o->sequence_parallel ||
+                         o->recompute_attention || o->checkpoint_activations ||
+                         o->max_slots > 1))
+        return snprintf(why, why_len, "a replaced attention core (context parallelism) runs"
+                        " in fp32, one micro-batch at a time, without sequence parallelism"
+                        " or recomputation"), why;
+    if (o->positions && (o->sequence_parallel || position_span_rows(o->positions) != T))
+        return snprintf(why, why_len, "the rows' positions (a span of %d) must be the"
+                        " model's T %d, without sequence parallelism",
+                        position_span_rows(o->positions), T), why;
+    return NULL;
+}
+
 gpt_model *gpt_model_create(const gpt_shape *s, int B, int T,
                             const gpt_model_options *opts) {
     /* bookkeeping through the accounting allocator too (MEM_OTHER): a rank stopped by
@@ -97,28 +120,10 @@ gpt_model *gpt_model_create(const gpt_shape *s, int B, int T,
     m->shape = *s;
     if (opts) m->opts = *opts;
     m->p = m->opts.precision;
-    if (m->p != PRECISION_FP32 && s->vocab_parallel) {
-        fprintf(stderr, "error: a vocab-parallel head computes in fp32 only, not %s\n",
-                precision_name(m->p));
-        exit(2);
-    }
-    if (m->opts.mlp && (m->p != PRECISION_FP32 || s->tp_size > 1)) {
-        fprintf(stderr, "error: a replaced MLP (mixture of experts) runs in fp32 without TP\n");
-        exit(2);
-    }
-    /* the hook keeps one saved state per layer: one micro-batch, one forward per step */
-    if (m->opts.attention && (m->p != PRECISION_FP32 || m->opts.sequence_parallel ||
-                              m->opts.recompute_attention || m->opts.checkpoint_activations ||
-                              m->opts.max_slots > 1)) {
-        fprintf(stderr, "error: a replaced attention core (context parallelism) runs in fp32,"
-                " one micro-batch at a time, without sequence parallelism or recomputation\n");
-        exit(2);
-    }
-    if (m->opts.positions && (m->opts.sequence_parallel ||
-                              position_span_rows(m->opts.positions) != T)) {
-        fprintf(stderr, "error: the rows' positions (a span of %d) must be the model's T %d,"
-                " without sequence parallelism\n", position_span_rows(m->opts.positions), T);
-        exit(2);
+    char why[256];
+    if (gpt_model_options_check(s, T, &m->opts, why, sizeof why)) {
+        fprintf(stderr, "error: %s\n", why);   /* the caller's bug: it should have asked */
+        abort();
     }
     m->B = B;
     m->T = T;

@@ -27,11 +27,9 @@ int cp_check_sizes(const run_config *cfg, int world, int tp, int cp, const cp_op
         snprintf(err, err_len, "--tp %d does not divide --heads %d", tp, H);
         return 0;
     }
-    if (cp < 1 || world % (tp * cp)) {
-        snprintf(err, err_len, "--cp %d%s does not divide the %d ranks (ranks = %scp x dp)",
-                 cp, tp > 1 ? " x --tp" : "", world, tp > 1 ? "tp x " : "");
-        return 0;
-    }
+    const mesh_config mesh = {.shape = {.tp = tp, .pp = 1, .cp = cp},
+                              .world = world, .trains = 1};
+    if (mesh_check(&mesh, err, err_len)) return 0;
     if (cp > CP_MAX_RANKS || world > CP_MAX_RANKS) {
         snprintf(err, err_len, "--cp %d on %d ranks: at most %d ranks here", cp, world,
                  CP_MAX_RANKS);
@@ -66,7 +64,7 @@ int cp_check_sizes(const run_config *cfg, int world, int tp, int cp, const cp_op
 /* ---- training ----------------------------------------------------------------------- */
 
 typedef struct {
-    comm *world, *grads_group;   /* grads_group: the cp x dp ranks, gradients summed */
+    comm *world, *grads_group;   /* grads_group: the mesh's dp_cp, gradients summed */
     const mesh *m;
     const run_config *cfg;
     const dataset *data;
@@ -209,8 +207,7 @@ void cp_train(comm *world, const mesh *m, const run_config *cfg, const cp_option
     comm *metrics = comm_split(world, 0, rank, "metrics");
     out->world_size = comm_size(world);
     cp_rank r = {.world = world, .m = m, .cfg = cfg, .data = data, .out = out,
-                 .B = cfg->batch / m->shape.dp,
-                 .grads_group = comm_split(world, m->me.tp, rank, "cp+dp")};
+                 .B = cfg->batch / m->shape.dp, .grads_group = m->dp_cp};
     cp_rank_init(&r, opts);
     train_strategy strategy = {.name = strategy_name(opts), .ctx = &r,
                                .compute_grads = cp_compute_grads,
@@ -226,7 +223,6 @@ void cp_train(comm *world, const mesh *m, const run_config *cfg, const cp_option
     cp_attention_hook_free(r.hook);
     cp_attention_free(r.attention);
     replica_free(&r.rep);
-    comm_free(r.grads_group);
     comm_free(metrics);
 }
 

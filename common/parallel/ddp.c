@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "alloc.h"
-#include "cli.h"
 #include "compare.h"
 #include "grad_buckets.h"
 #include "ops.h"
@@ -30,13 +29,6 @@ int ddp_check_batch(int batch, int ranks, int grad_accum, char *err, size_t err_
         snprintf(err, err_len, "--batch %d does not split into %d ranks x --grad-accum %d "
                  "equal micro-batches (try %s)", batch, ranks, grad_accum, fits);
     return 0;
-}
-
-void ddp_check_batch_or_exit(int batch, int ranks, int grad_accum) {
-    char err[256];
-    if (ddp_check_batch(batch, ranks, grad_accum, err, sizeof err)) return;
-    if (!process_hosts_rank0()) exit(2);
-    cli_fail("%s", err);
 }
 
 /* One rank's DDP state for the training loop. */

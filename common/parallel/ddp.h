@@ -35,9 +35,6 @@ ddp_options ddp_options_default(void);
 /* Whether the global batch splits into ranks x grad_accum equal micro-batches; if
  * not, writes one line saying why and what would fit, and returns 0. */
 int ddp_check_batch(int batch, int ranks, int grad_accum, char *err, size_t err_len);
-/* The same, for main: on failure prints that line (under mpirun from world rank 0's
- * process only) and exits with status 2, before any rank starts. */
-void ddp_check_batch_or_exit(int batch, int ranks, int grad_accum);
 
 /* The outcome's extra for DDP (strategy_outcome.extra), filled by world rank 0. */
 typedef struct {

@@ -92,7 +92,7 @@ void ep_keep_vectors(ep_keep *k, const float *dense, const float *routers,
 
 /* The whole model's vector from this rank's dense part and routers and the EP group's
  * experts (gathered: EP rank r's are global experts [r El, (r+1) El) of every block). */
-static void whole_vector(const ep_keep *k, const ep_mesh *mesh, float *const part[3],
+static void whole_vector(const ep_keep *k, const mesh *mesh, float *const part[3],
                          float *out) {
     const moe_shape *s = &k->shape;
     const size_t R = moe_router_numel(s), local = moe_local_experts_numel(s);
@@ -115,7 +115,7 @@ static void whole_vector(const ep_keep *k, const ep_mesh *mesh, float *const par
 
 /* The EP group's bytes per timed step: measured, and from the rows this rank sent
  * (data) plus the El counts a peer of each MoE block's plan. */
-static void traffic(const ep_keep *k, const ep_mesh *mesh, const run_result *r,
+static void traffic(const ep_keep *k, const mesh *mesh, const run_result *r,
                     ep_outcome *out) {
     const moe_shape *s = &k->shape;
     const int timed = r->timed_steps > 0 ? r->timed_steps : 1, EP = s->ep_size;
@@ -129,7 +129,8 @@ static void traffic(const ep_keep *k, const ep_mesh *mesh, const run_result *r,
            timed;
     v[2] = fabs(v[0] - v[1]);
     v[3] = k->exchanged_rows > 0 ? k->remote_rows / k->exchanged_rows : 0;
-    const double tokens = (double)(r->tokens_per_step / mesh->shape.ep / mesh->shape.dp);
+    const double tokens = r->tokens_per_step / mesh_ep_size(&mesh->shape) /
+                          mesh_expert_dp_size(&mesh->shape);
     v[4] = 4.0 * s->moe_layers * tokens * s->cfg.top_k * s->dim * sizeof(float) * (EP - 1) / EP;
     if (mesh->world) comm_allreduce(mesh->world, v, 5, COMM_F64, COMM_MAX);
     if (!out) return;
@@ -140,7 +141,7 @@ static void traffic(const ep_keep *k, const ep_mesh *mesh, const run_result *r,
     out->alltoall_uniform_bytes = v[4];
 }
 
-void ep_collect(ep_keep *k, const ep_mesh *mesh, const train_outcome *run, ep_outcome *out) {
+void ep_collect(ep_keep *k, const mesh *mesh, const train_outcome *run, ep_outcome *out) {
     traffic(k, mesh, &run->result, out);
     whole_vector(k, mesh, k->first, out ? out->first_grads : NULL);
     whole_vector(k, mesh, k->final, out ? out->final_params : NULL);

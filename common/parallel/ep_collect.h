@@ -26,6 +26,6 @@ void ep_keep_vectors(ep_keep *k, const float *dense, const float *routers,
                      const float *experts, int first);
 /* Collective over the mesh's world (nothing to do on one device): the run's row, loss,
  * whole-model vectors and traffic into world rank 0's out. */
-void ep_collect(ep_keep *k, const ep_mesh *mesh, const train_outcome *run, ep_outcome *out);
+void ep_collect(ep_keep *k, const mesh *mesh, const train_outcome *run, ep_outcome *out);
 
 #endif

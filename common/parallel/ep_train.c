@@ -31,7 +31,7 @@ typedef struct {
     const run_config *cfg;
     const dataset *data;
     const ep_options *opts;
-    ep_mesh mesh;            /* groups NULL on one device */
+    mesh mesh;               /* groups NULL on one device (mesh_single) */
     int world_rank, world_size, batch_local;
     moe_shape shape;         /* this rank's experts */
     replica dense;           /* the model's slabs (their MLPs unused in MoE blocks) */
@@ -57,17 +57,17 @@ static void reduce_dense(ep_rank *r) {
         if (!moe_is_moe_layer(&r->shape, layer)) continue;
         const int slab = gpt_block_slab(s, layer);
         const size_t at = gpt_slab_offset(s, slab);
-        all_reduce(r->mesh.world, r->dense.grads + start, at + mlp_at - start);
+        all_reduce(r->mesh.dp_cp, r->dense.grads + start, at + mlp_at - start);
         start = at + gpt_slab_numel(s, slab);
     }
-    all_reduce(r->mesh.world, r->dense.grads + start, r->dense.num_params - start);
+    all_reduce(r->mesh.dp_cp, r->dense.grads + start, r->dense.num_params - start);
 }
 
 /* The gradients of the global batch: dense ones summed over every rank, the experts'
  * over the ranks that hold the same experts. */
 static void reduce_grads(ep_rank *r) {
     reduce_dense(r);
-    all_reduce(r->mesh.world, r->routers.grads, r->routers.n);
+    all_reduce(r->mesh.dp_cp, r->routers.grads, r->routers.n);
     comm *experts_group = r->opts->test_expert_grads_over_ep ? r->mesh.ep : r->mesh.expert_dp;
     all_reduce(experts_group, r->experts.grads, r->experts.n);
 }
@@ -123,9 +123,10 @@ static void ep_rank_init(ep_rank *r, comm *world) {
     r->world_size = world ? comm_size(world) : 1;
     r->world_rank = world ? comm_rank(world) : 0;
     r->batch_local = cfg->batch / r->world_size;
-    if (world) r->mesh = ep_mesh_create(world, r->opts->mesh);
-    else r->mesh.shape = (ep_mesh_shape){1, 1};
-    r->shape = moe_shape_make(&r->opts->moe, &cfg->model, r->mesh.shape.ep, r->mesh.me.ep);
+    if (world) mesh_create(&r->mesh, world, r->opts->mesh);
+    else mesh_single(&r->mesh);
+    r->shape = moe_shape_make(&r->opts->moe, &cfg->model, mesh_ep_size(&r->mesh.shape),
+                              r->mesh.me.ep);
     const gpt_shape whole = gpt_shape_make(&cfg->model, 1, 0);
     replica_init(&r->dense, &whole, cfg->seed, 1);
     r->routers = adam_vector_make(moe_router_numel(&r->shape));
@@ -149,7 +150,7 @@ static void ep_rank_free(ep_rank *r) {
     adam_vector_free(&r->routers);
     adam_vector_free(&r->experts);
     replica_free(&r->dense);
-    if (r->mesh.ep) ep_mesh_free(&r->mesh);
+    if (r->mesh.world) mesh_free(&r->mesh);
 }
 
 /* One rank's whole run: train, then world rank 0's outcome gets the loss, the gathered
@@ -158,7 +159,7 @@ static void ep_rank_run(comm *world, const run_config *cfg, const dataset *data,
                         const ep_options *opts, ep_outcome *out) {
     ep_rank r = {.cfg = cfg, .data = data, .opts = opts, .out = out};
     ep_rank_init(&r, world);
-    train_strategy strategy = {.name = r.mesh.shape.ep * r.mesh.shape.dp > 1 ? "ep" : "moe",
+    train_strategy strategy = {.name = mesh_world(&r.mesh.shape) > 1 ? "ep" : "moe",
                                .ctx = &r, .compute_grads = ep_grads,
                                .keep_first_grads = ep_keep_first, .update = ep_update,
                                .after_warmup = ep_after_warmup,
@@ -178,7 +179,9 @@ void ep_train_single(const run_config *cfg, const dataset *data, const ep_option
     mem_stats stats = {0};
     mem_stats_bind(&stats);
     ep_options single = *opts;
-    single.mesh = (ep_mesh_shape){1, 1};
+    mesh one;
+    mesh_single(&one);
+    single.mesh = one.shape;
     ep_rank_run(NULL, cfg, data, &single, out);
     mem_stats_bind(caller_stats);
 }

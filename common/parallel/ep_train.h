@@ -1,5 +1,5 @@
 /* Training the MoE model (moe.h): on one device (the chapter's baseline) or on an EP x
- * DP mesh (ep_mesh.h), through the one training loop.
+ * DP mesh (mesh.h: its expert layout), through the one training loop.
  *
  *   every step, every rank:
  *       forward on its share of the global batch; each MoE block routes its tokens,
@@ -19,7 +19,7 @@
 
 #include "baseline.h"
 #include "data.h"
-#include "ep_mesh.h"
+#include "mesh.h"
 #include "moe.h"
 #include "report.h"
 #include "run_config.h"
@@ -32,7 +32,8 @@
 
 typedef struct {
     moe_config moe;
-    ep_mesh_shape mesh;                /* {1, 1} with ep_train_single */
+    mesh_shape mesh;                   /* tp 1, pp 1, dp the ranks, ep of them (expert-DP
+                                          dp / ep); one device with ep_train_single */
     int test_combine_misorder;         /* negative control (moe_layer_options) */
     int test_expert_grads_over_ep;     /* negative control: expert gradients reduced over
                                           the EP group, not over expert_dp */
@@ -69,7 +70,7 @@ baseline_run ep_outcome_as_baseline(const ep_outcome *o);
 /* One device, on the calling thread (no communicator): the chapter's baseline. */
 void ep_train_single(const run_config *cfg, const dataset *data, const ep_options *opts,
                      ep_outcome *out);
-/* cfg->comm.ranks = ep x dp ranks; returns launch's status. */
+/* cfg->comm.ranks = opts->mesh.dp ranks; returns launch's status. */
 int ep_launch(const run_config *cfg, const dataset *data, const ep_options *opts,
               ep_outcome *out);
 

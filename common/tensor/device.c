@@ -8,13 +8,34 @@
 /* Per thread, because a rank is a thread (or the one thread of a process). */
 static _Thread_local device_kind current_kind = DEVICE_CPU;
 
-/* The GPU backend, or exits naming what needed it. */
+const char *device_check(device_kind requested, char *why, size_t why_len) {
+    if (requested != DEVICE_CUDA) return NULL;
+    if (!device_gpu_backend()) {
+        snprintf(why, why_len, "--device cuda: this build has no GPU support (build with"
+                 " GPU=1, or use --device cpu)");
+        return why;
+    }
+    if (device_gpu_count() > 0) return NULL;
+    char cuda[160];
+    snprintf(why, why_len, "--device cuda: no GPU is visible to this process (CUDA says: %s);"
+             " use --device cpu or auto", device_no_gpu_reason(cuda, sizeof cuda));
+    return why;
+}
+
+/* A GPU asked for where device_check would have refused it: the caller's bug (the
+ * command line checks --device before any rank starts). */
+static _Noreturn void no_such_gpu(const char *what) {
+    fprintf(stderr, "error: %s\n", what);
+    abort();
+}
+
+/* The GPU backend, or stops naming what needed it. */
 static const device_backend *require_gpu_backend(const char *what) {
     const device_backend *gpu = device_gpu_backend();
     if (!gpu) {
         fprintf(stderr, "error: %s: this build has no GPU support (rebuild with GPU=1)\n",
                 what);
-        exit(2);
+        abort();
     }
     return gpu;
 }
@@ -29,9 +50,10 @@ void device_select(device_kind kind, int gpu_index) {
     const device_backend *gpu = require_gpu_backend("a GPU was selected");
     const int count = device_gpu_count();
     if (gpu_index < 0 || gpu_index >= count) {
-        fprintf(stderr, "error: GPU %d requested, but %d GPU%s visible\n", gpu_index, count,
-                count == 1 ? " is" : "s are");
-        exit(2);
+        char what[96];
+        snprintf(what, sizeof what, "GPU %d requested, but %d GPU%s visible", gpu_index,
+                 count, count == 1 ? " is" : "s are");
+        no_such_gpu(what);
     }
     gpu->select(gpu_index);
     current_kind = DEVICE_CUDA;
@@ -76,12 +98,8 @@ device_kind device_select_for_rank(device_kind requested, int tf32, int index) {
     }
     const device_backend *gpu = require_gpu_backend("--device cuda");
     const int gpus = device_gpu_count();
-    if (gpus == 0) {
-        char why[160];
-        fprintf(stderr, "error: --device cuda, but no GPU is visible (%s); use --device cpu\n",
-                device_no_gpu_reason(why, sizeof why));
-        exit(2);
-    }
+    char why[256];
+    if (gpus == 0) no_such_gpu(device_check(DEVICE_CUDA, why, sizeof why));
     device_select(DEVICE_CUDA, index % gpus);
     gpu->set_tf32(tf32);
     return DEVICE_CUDA;

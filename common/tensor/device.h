@@ -35,7 +35,7 @@ const device_backend *device_gpu_backend(void);
 
 /* ---- the calling thread's device (a rank's; common/device.c) ----------------------- */
 device_kind device_current(void);
-/* DEVICE_CPU, or DEVICE_CUDA on GPU gpu_index (exits 2 when there is none). */
+/* DEVICE_CPU, or DEVICE_CUDA on GPU gpu_index (one there: device_check first). */
 void device_select(device_kind kind, int gpu_index);
 /* The ops of the thread's GPU, or NULL when it computes on the CPU (ops.c). */
 const struct ops_table *device_ops(void);
@@ -48,12 +48,15 @@ const char *device_no_gpu_reason(char *out, size_t size);
 /* The GPU's name for run headers; "?" when unknown. */
 void device_gpu_name(int gpu, char *out, size_t size);
 const char *device_name(device_kind kind);   /* "cpu", "cuda", "auto" */
+/* Why `requested` cannot be had on this machine (--device cuda without a GPU build or a
+ * visible GPU): one line in why, returned; NULL when it can (cpu and auto always). */
+const char *device_check(device_kind requested, char *why, size_t why_len);
 /* AUTO made concrete: CUDA when a GPU is visible, else CPU; the others as they are. */
 device_kind device_resolve(device_kind requested);
 
 /* Makes the calling thread compute where `requested` says, as launch does for every
  * rank: the index-th rank of a process gets GPU index % GPUs, and tf32 is applied.
- * Returns DEVICE_CPU or DEVICE_CUDA; exits 2 when CUDA is asked for and none is. */
+ * Returns DEVICE_CPU or DEVICE_CUDA; CUDA asked for must be there (device_check). */
 device_kind device_select_for_rank(device_kind requested, int tf32, int index);
 
 /* Raw device memory; use mem_alloc_on() instead so that bytes are counted. */

@@ -20,7 +20,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli_error.h"
 #include "comm.h"
 
 const char *const restart_fail_hows[] = {"kill", "abort", "stop", NULL};
@@ -51,14 +50,13 @@ static int keeps_progress(const run_config *cfg, comm *world) {
 
 /* ---- the flags ------------------------------------------------------------------- */
 
-/* --restart-record "restarts lost detect relaunch load previous_exit world_at_start" */
-static void read_record(const char *record) {
-    restart_cost *c = &self.cost;
-    if (sscanf(record, "%d %d %lf %lf %lf %lf %d", &c->restarts, &c->lost_steps,
-               &c->detect_seconds, &c->relaunch_seconds, &c->load_seconds,
-               &self.previous_exit, &self.world_at_start) != 7)
-        cli_fail("--restart-record '%s': ./run's record of the earlier attempts has 7 numbers",
-                 record);
+/* --restart-record "restarts lost detect relaunch load previous_exit world_at_start":
+ * whether it holds the 7 numbers, read into c and the rest. */
+static int read_record(const char *record, restart_cost *c, double *previous_exit,
+                       int *world_at_start) {
+    return sscanf(record, "%d %d %lf %lf %lf %lf %d", &c->restarts, &c->lost_steps,
+                  &c->detect_seconds, &c->relaunch_seconds, &c->load_seconds, previous_exit,
+                  world_at_start) == 7;
 }
 
 /* Whether the program refuses --save (a planner that trains nothing). */
@@ -68,28 +66,44 @@ static int refuses_save(const run_config *cfg) {
     return 0;
 }
 
-void restart_check_flags(run_config *cfg) {
+/* One reason in why, returned (a macro: each case is a line of the list below). */
+#define REFUSE(...) return snprintf(why, why_len, __VA_ARGS__), why
+
+const char *restart_flags_check(const run_config *cfg, const char *program, char *why,
+                                size_t why_len) {
     const int restarts = cfg->restart.on;
     const int K = cfg->restart.max_restarts;
     if (restarts && refuses_save(cfg))
-        cli_fail("--max-restarts does nothing in %s (%s)", cli_program_name(), cfg->unused_why);
+        REFUSE("--max-restarts does nothing in %s (%s)", program, cfg->unused_why);
     if (restarts && cfg->no_checkpoints)   /* a restart resumes from a checkpoint */
-        cli_fail("--max-restarts %d: %s", K, cfg->no_checkpoints);
+        REFUSE("--max-restarts %d: %s", K, cfg->no_checkpoints);
     if (restarts && !cfg->save_dir)
-        cli_fail("--max-restarts %d: needs --save DIR (a restart resumes from the latest"
-                 " checkpoint there; --save-every N makes one every N steps)", K);
+        REFUSE("--max-restarts %d: needs --save DIR (a restart resumes from the latest"
+               " checkpoint there; --save-every N makes one every N steps)", K);
     if (cfg->restart.elastic && !restarts)
-        cli_fail("--elastic: needs --max-restarts K (the restarts that go on with fewer ranks)");
+        REFUSE("--elastic: needs --max-restarts K (the restarts that go on with fewer ranks)");
     if (restarts && !cfg->restart.from_run)
-        cli_fail("--max-restarts %d: ./run makes the restarts (it starts the job again after"
-                 " a failure); run it as ./run N ... --max-restarts %d", K, K);
+        REFUSE("--max-restarts %d: ./run makes the restarts (it starts the job again after"
+               " a failure); run it as ./run N ... --max-restarts %d", K, K);
     if (!restarts && (cfg->restart.from_run || cfg->restart.record))
-        cli_fail("--restart-attempt and --restart-record: ./run gives them with --max-restarts");
-    self.world_at_start = cfg->comm.ranks;
-    if (cfg->restart.record) read_record(cfg->restart.record);
+        REFUSE("--restart-attempt and --restart-record: ./run gives them with --max-restarts");
+    restart_cost c;
+    double previous_exit;
+    int world;
+    if (cfg->restart.record && !read_record(cfg->restart.record, &c, &previous_exit, &world))
+        REFUSE("--restart-record '%s': ./run's record of the earlier attempts has 7 numbers",
+               cfg->restart.record);
     if (cfg->restart.fail_how == 2 && cfg->restart.fail_step && launch_mpi_world_size() == 0)
-        cli_fail("--test-fail-how stop: a stopped threads job stops every rank, and none is"
-                 " left to time out (valid under Open MPI; here: kill or abort)");
+        REFUSE("--test-fail-how stop: a stopped threads job stops every rank, and none is"
+               " left to time out (valid under Open MPI; here: kill or abort)");
+    return NULL;
+}
+#undef REFUSE
+
+void restart_take_flags(run_config *cfg) {
+    self.world_at_start = cfg->comm.ranks;
+    if (cfg->restart.record)
+        read_record(cfg->restart.record, &self.cost, &self.previous_exit, &self.world_at_start);
     if (cfg->restart.fail_attempts == 0) cfg->restart.fail_attempts = 1;
     if (cfg->restart.attempt >= cfg->restart.fail_attempts) {   /* the hooks have fired */
         cfg->restart.fail_step = 0;

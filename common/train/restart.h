@@ -26,9 +26,15 @@
  * threads it would stop every rank, and nothing would be left to notice). */
 extern const char *const restart_fail_hows[];
 
-/* From cli_parse, before any rank starts: --max-restarts needs --save and ./run,
- * --elastic needs --max-restarts; the test hooks fire on their attempts only. */
-void restart_check_flags(run_config *cfg);
+/* From cli_parse, before any rank starts: why the restart flags cannot be taken (one
+ * line in why, returned: --max-restarts needs --save and ./run, --elastic needs
+ * --max-restarts, --restart-record holds 7 numbers, ...), or NULL. program: the name
+ * the refusal of a program that trains nothing names. */
+const char *restart_flags_check(const run_config *cfg, const char *program, char *why,
+                                size_t why_len);
+/* Then, the flags checked: ./run's record of the earlier attempts read, and the test
+ * hooks set to fire on their attempts only. */
+void restart_take_flags(run_config *cfg);
 
 /* The training loop's calls, on every rank (they do nothing without --save and
  * --max-restarts, and in runs that do not save: the baseline a chapter compares with). */

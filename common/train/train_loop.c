@@ -103,14 +103,17 @@ static int loss_scale_step(comm *metrics, const run_config *cfg, const train_str
     return take;
 }
 
-/* The strategy's state for checkpoints, when the flags ask for one. */
+/* The strategy's state for checkpoints, when the flags ask for one. A program whose
+ * strategies keep none sets run_config.no_checkpoints, and the command line refuses
+ * --save and --resume there: one that did not is this code's bug. */
 static void checkpoint_state_of(const run_config *cfg, const train_strategy *st,
                                 ckpt_state *state) {
     memset(state, 0, sizeof *state);
     if (!cfg->save_dir && !cfg->resume_dir) return;   /* resume_base comes with resume_dir */
     if (!st->checkpoint_state) {
-        fprintf(stderr, "--save/--resume: strategy %s has no checkpoints\n", st->name);
-        exit(2);
+        fprintf(stderr, "--save/--resume: strategy %s has no checkpoints (and the program"
+                " set no run_config.no_checkpoints)\n", st->name);
+        abort();
     }
     st->checkpoint_state(st->ctx, state);
 }
