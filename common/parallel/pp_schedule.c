@@ -18,6 +18,8 @@ static const pp_schedule_info schedules[PP_NSCHEDULES] = {
                         .takes_virtual = 1},
     [PP_ZB_H1] = {"zb-h1", "pp-zb-h1", "1F1B with the weight gradient (W) filling the"
                   " bubble"},
+    [PP_ZB_V] = {"zb-v", "pp-zb-v", "two chunks per rank in a V, B and W split",
+                 .vshape = 1},
 };
 static const char *const op_names[PP_NKINDS] = {"F", "B", "Bi", "W", "send-act",
                                                 "recv-act", "send-grad", "recv-grad"};
@@ -50,7 +52,12 @@ int pp_schedule_micro(pp_schedule_kind kind, int micro) {
 
 int pp_schedule_chunks(pp_schedule_kind kind, int chunks) {
     const pp_schedule_info *s = pp_schedule_about(kind);
-    return s && s->takes_virtual ? chunks : 1;
+    return s && s->vshape ? 2 : s && s->takes_virtual ? chunks : 1;
+}
+
+int pp_schedule_vshape(pp_schedule_kind kind) {
+    const pp_schedule_info *s = pp_schedule_about(kind);
+    return s ? s->vshape : 0;
 }
 
 const char *pp_op_kind_name(pp_op_kind kind) {
@@ -59,8 +66,17 @@ const char *pp_op_kind_name(pp_op_kind kind) {
 
 int pp_op_is_compute(pp_op_kind kind) { return kind <= PP_BACKWARD_WEIGHT; }
 
+int pp_stage_of(int vshape, int stages, int rank, int chunk) {
+    return vshape && chunk == 1 ? 2 * stages - 1 - rank : chunk * stages + rank;
+}
+
+void pp_place_of(int vshape, int stages, int stage, int *rank, int *chunk) {
+    *chunk = stage / stages;
+    *rank = vshape && *chunk == 1 ? 2 * stages - 1 - stage : stage % stages;
+}
+
 int pp_virtual_stage(const pp_schedule *s, int rank, int chunk) {
-    return chunk * s->stages + rank;
+    return pp_stage_of(pp_schedule_vshape(s->kind), s->stages, rank, chunk);
 }
 
 /* ---- what can run ---------------------------------------------------------------- */
@@ -84,7 +100,14 @@ int pp_validate(pp_schedule_kind kind, int stages, int micro, int chunks, int la
     else if (schedules[kind].whole_batch && micro != 1)
         snprintf(err, err_size, "--micro %d: the naive pipeline runs the whole batch at"
                  " once (use --micro 1, or gpipe / 1f1b)", micro);
-    else if (!schedules[kind].takes_virtual && chunks != 1)
+    else if (schedules[kind].vshape && chunks != 2)
+        snprintf(err, err_size, "--virtual %d: %s places exactly 2 chunks on each rank, in a V",
+                 chunks, name);
+    else if (schedules[kind].vshape && 2L * stages > layers)
+        snprintf(err, err_size, "--pp %d: %s cuts the model into 2 x %d = %d chunks, more than"
+                 " the %d layers (each chunk needs a block: use --pp 1 to %d)", stages, name,
+                 stages, 2 * stages, layers, layers / 2);
+    else if (!schedules[kind].takes_virtual && !schedules[kind].vshape && chunks != 1)
         snprintf(err, err_size, "--virtual %d: only the interleaved schedule has chunks"
                  " (use --virtual 1 with %s)", chunks, name);
     else if (kind == PP_INTERLEAVED && chunks < 2)
@@ -158,8 +181,41 @@ static void plan_interleaved(rank_plan *plan, int p, int r, int m, int v) {
         plan->passes[plan->count++] = interleaved_pass(k, p, v, 1);
 }
 
+/* ZB-V on rank r (pp_schedule.h): next[c] is the next forward of chunk c, back[c] its
+ * next B. A group is a chunk's forward (while any is left), its oldest B and a W. */
+typedef struct {
+    int next[2], back[2];
+} vshape_counts;
+
+static void zbv_group(rank_plan *plan, vshape_counts *n, int c, int m, int with_w) {
+    if (n->next[c] < m) plan_add(plan, PP_FORWARD, n->next[c]++, c);
+    if (n->back[c] < n->next[c]) {
+        plan_add(plan, PP_BACKWARD_INPUT, n->back[c]++, c);
+        if (with_w) plan_add(plan, PP_BACKWARD_WEIGHT, n->back[c] - 1, c);
+    }
+}
+
+static void plan_zbv(rank_plan *plan, int p, int r, int m) {
+    vshape_counts n = {{0, 0}, {0, 0}};
+    for (int i = 0; i < 2 * p - 1 - 2 * r && n.next[0] < m; i++)
+        plan_add(plan, PP_FORWARD, n.next[0]++, 0);
+    for (int i = 0; i < r; i++) {   /* chunk 1's inputs start to come back */
+        if (n.next[1] < n.next[0]) plan_add(plan, PP_FORWARD, n.next[1]++, 1);
+        if (n.next[0] < m) plan_add(plan, PP_FORWARD, n.next[0]++, 0);
+    }
+    int turn = 0;   /* groups so far: the first p - r are chunk 1's, then 0 and 1 in turn */
+    while (n.back[0] < m || n.back[1] < m) {
+        const int c = turn < p - r ? 1 : (turn - (p - r)) % 2 == 0 ? 0 : 1;
+        const int steady = n.next[0] < m || n.next[1] < m;   /* after: W fill the waits */
+        if (n.back[c] < m) zbv_group(plan, &n, c, m, steady);
+        else zbv_group(plan, &n, 1 - c, m, steady);
+        turn++;
+    }
+}
+
 static void plan_rank(rank_plan *plan, pp_schedule_kind kind, int p, int r, int m, int v) {
     switch (kind) {
+    case PP_ZB_V: plan_zbv(plan, p, r, m); break;
     case PP_NAIVE:
     case PP_GPIPE: plan_gpipe(plan, m); break;
     case PP_1F1B: plan_1f1b(plan, p, r, m, PP_BACKWARD); break;
@@ -176,6 +232,7 @@ typedef struct {
 
 typedef struct {
     int p, m, v, stages_total;          /* stages_total = S = p v */
+    int vshape;                         /* chunks placed in a V (pp_stage_of) */
     double *forward_start, *forward_end;     /* [m][S], INFINITY until run */
     double *backward_start, *backward_end;   /* B or Bi */
     timed_pass **timed;                 /* [p][passes run] */
@@ -190,7 +247,7 @@ static double pass_time(pp_op_kind kind) { return kind == PP_BACKWARD ? 2.0 : 1.
 
 /* Is the input of this pass (activation or output gradient) there at time t? */
 static int input_ready(const dry_run *d, const pass *ps, int rank, double t) {
-    int s = ps->chunk * d->p + rank;
+    int s = pp_stage_of(d->vshape, d->p, rank, ps->chunk);
     if (ps->kind == PP_FORWARD) return s == 0 || d->forward_end[slot(d, ps->micro, s - 1)] <= t;
     if (s == d->stages_total - 1) return d->forward_end[slot(d, ps->micro, s)] <= t;
     return d->backward_end[slot(d, ps->micro, s + 1)] <= t;
@@ -199,7 +256,7 @@ static int input_ready(const dry_run *d, const pass *ps, int rank, double t) {
 static void run_pass(dry_run *d, int rank, pp_op_kind kind, int micro, int chunk, double t) {
     timed_pass *tp = &d->timed[rank][d->ntimed[rank]++];
     *tp = (timed_pass){{kind, micro, chunk, -1}, t, t + pass_time(kind)};
-    int i = slot(d, micro, chunk * d->p + rank);
+    int i = slot(d, micro, pp_stage_of(d->vshape, d->p, rank, chunk));
     if (kind == PP_FORWARD) {
         d->forward_start[i] = tp->start;
         d->forward_end[i] = tp->end;
@@ -219,10 +276,22 @@ typedef struct {
     int owed_head, owed_tail;
 } dry_rank;
 
-/* What rank r does when it is free at time t; returns 0 when it stays idle. */
+/* What rank r does when it is free at time t; returns 0 when it stays idle. A W in
+ * the plan (zb-v's groups) runs the oldest W owed, or nothing when a wait ran it. */
 static int dry_step(dry_run *d, dry_rank *dr, int r, double t, int w_cap) {
-    const pass *ps = dr->next < dr->plan.count ? &dr->plan.passes[dr->next] : NULL;
     int owed = dr->owed_tail - dr->owed_head;
+    while (dr->next < dr->plan.count && dr->plan.passes[dr->next].kind == PP_BACKWARD_WEIGHT &&
+           owed == 0)
+        dr->next++;
+    const pass *ps = dr->next < dr->plan.count ? &dr->plan.passes[dr->next] : NULL;
+    if (ps && ps->kind == PP_BACKWARD_WEIGHT) {
+        const pass *w = &dr->owed_w[dr->owed_head++];
+        run_pass(d, r, PP_BACKWARD_WEIGHT, w->micro, w->chunk, t);
+        dr->in_flight--;
+        dr->next++;
+        dr->busy_until = d->timed[r][d->ntimed[r] - 1].end;
+        return 1;
+    }
     int ready = ps && input_ready(d, ps, r, t);
     int must_free = ps && ps->kind == PP_FORWARD && dr->in_flight >= w_cap && owed > 0;
     if (ready && !must_free) {
@@ -248,9 +317,9 @@ static double *filled(size_t n, double value) {
     return a;
 }
 
-static void dry_run_init(dry_run *d, int p, int m, int v) {
+static void dry_run_init(dry_run *d, int p, int m, int v, int vshape) {
     size_t n = (size_t)m * p * v;
-    *d = (dry_run){.p = p, .m = m, .v = v, .stages_total = p * v};
+    *d = (dry_run){.p = p, .m = m, .v = v, .stages_total = p * v, .vshape = vshape};
     d->forward_start = filled(n, INFINITY);
     d->forward_end = filled(n, INFINITY);
     d->backward_start = filled(n, INFINITY);
@@ -275,10 +344,10 @@ static void dry_run_free(dry_run *d) {
  * one; ranks free at the same tick decide in rank order, which is safe because a pass
  * started at this tick ends later. */
 static void dry_run_execute(dry_run *d, pp_schedule_kind kind) {
-    int p = d->p, m = d->m, v = d->v, w_cap = p;
+    int p = d->p, m = d->m, v = d->v, w_cap = p * v;   /* 1F1B's peak: p stages' worth */
     dry_rank *ranks = mem_alloc(MEM_OTHER, (size_t)p * sizeof *ranks);
     for (int r = 0; r < p; r++) {
-        ranks[r].plan.passes = mem_alloc(MEM_OTHER, 2 * (size_t)m * v * sizeof(pass));
+        ranks[r].plan.passes = mem_alloc(MEM_OTHER, 3 * (size_t)m * v * sizeof(pass));
         ranks[r].owed_w = mem_alloc(MEM_OTHER, (size_t)m * v * sizeof(pass));
         plan_rank(&ranks[r].plan, kind, p, r, m, v);
     }
@@ -330,7 +399,7 @@ typedef struct {
  * B / Bi (W sends nothing). Returns 0 when there is none. */
 static int outgoing(const dry_run *d, const timed_pass *tp, int rank, int *to_stage,
                     int *is_grad) {
-    int s = tp->op.chunk * d->p + rank;
+    int s = pp_stage_of(d->vshape, d->p, rank, tp->op.chunk);
     if (tp->op.kind == PP_FORWARD && s + 1 < d->stages_total) {
         *to_stage = s + 1;
         *is_grad = 0;
@@ -374,15 +443,17 @@ static double meeting_time(const dry_run *d, int sender, int receiver, double pr
 
 static void place_message(const dry_run *d, keyed_list *lists, const timed_pass *tp, int rank,
                           pp_comm_order order) {
-    int to, grad;
+    int to, grad, peer, to_chunk;
     if (!outgoing(d, tp, rank, &to, &grad)) return;
-    int from_stage = tp->op.chunk * d->p + rank, peer = to % d->p, micro = tp->op.micro;
+    pp_place_of(d->vshape, d->p, to, &peer, &to_chunk);
+    if (peer == rank) return;   /* a V's turn: the next chunk is on this rank, in memory */
+    int from_stage = pp_stage_of(d->vshape, d->p, rank, tp->op.chunk), micro = tp->op.micro;
     double consumer_start = grad ? d->backward_start[slot(d, micro, to)]
                                  : d->forward_start[slot(d, micro, to)];
     double when = meeting_time(d, rank, peer, tp->end, consumer_start);
     long long id = ((long long)micro * d->stages_total + from_stage) * 2 + grad;
     keyed_op send = {{grad ? PP_SEND_GRAD : PP_SEND_ACT, micro, tp->op.chunk, peer}, when, 0, id};
-    keyed_op recv = {{grad ? PP_RECV_GRAD : PP_RECV_ACT, micro, to / d->p, rank}, when, 0, id};
+    keyed_op recv = {{grad ? PP_RECV_GRAD : PP_RECV_ACT, micro, to_chunk, rank}, when, 0, id};
     if (order == PP_COMM_EAGER) {   /* send right after, receive right before */
         send.time = tp->end;
         recv.time = consumer_start;
@@ -426,7 +497,7 @@ pp_schedule *pp_schedule_make(pp_schedule_kind kind, int stages, int micro, int 
                        .order = order};
     s->ranks = mem_alloc(MEM_OTHER, (size_t)stages * sizeof *s->ranks);
     dry_run d;
-    dry_run_init(&d, stages, micro, chunks);
+    dry_run_init(&d, stages, micro, chunks, pp_schedule_vshape(kind));
     dry_run_execute(&d, kind);
     build_op_lists(s, &d);
     dry_run_free(&d);
@@ -457,6 +528,9 @@ pp_bubble pp_bubble_formula(pp_schedule_kind kind, int stages, int micro, int ch
     switch (kind) {
     case PP_INTERLEAVED: work = (double)chunks * micro; break;   /* bubble shrinks v-fold */
     case PP_ZB_H1: work = 3.0 * micro; break;   /* idle (p-1)(F+B-W) = p-1 of busy 3m */
+    case PP_ZB_V:   /* no idle but the V's fill, p-1 chunk forwards: (p-1)/2 of busy 3m */
+        work = 6.0 * micro;
+        break;
     default: work = micro; break;
     }
     return (pp_bubble){(p - 1) / (work + p - 1), (p - 1) / work};

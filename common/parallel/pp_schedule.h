@@ -44,7 +44,7 @@
 #include <stddef.h>
 
 typedef enum {
-    PP_NAIVE, PP_GPIPE, PP_1F1B, PP_INTERLEAVED, PP_ZB_H1, PP_NSCHEDULES
+    PP_NAIVE, PP_GPIPE, PP_1F1B, PP_INTERLEAVED, PP_ZB_H1, PP_ZB_V, PP_NSCHEDULES
 } pp_schedule_kind;
 
 /* What a schedule is called and what it takes: the one table every program, flag and
@@ -55,6 +55,7 @@ typedef struct {
     const char *summary;    /* what it is, in a few words */
     int takes_virtual;      /* 1: --virtual chunks per rank (v >= 2); else v = 1 */
     int whole_batch;        /* 1: one micro-batch, the whole batch (m = 1) */
+    int vshape;             /* 1: two chunks per rank in a V (chunk 1 = stage 2p-1-r) */
 } pp_schedule_info;
 
 /* The row of kind; NULL for a kind out of range. */
@@ -67,7 +68,7 @@ int pp_schedule_from_name(const char *name);
  * (chapter 4's "all"), then NULL. */
 void pp_schedule_choices(const char *choices[PP_NSCHEDULES + 2], const char *extra);
 /* The micro-batches and chunks per rank kind runs with, given those asked for: m = 1
- * for a whole-batch schedule, v = 1 for one that takes no --virtual. */
+ * for a whole-batch schedule, v = 2 for a V, v = 1 for one that takes no --virtual. */
 int pp_schedule_micro(pp_schedule_kind kind, int micro);
 int pp_schedule_chunks(pp_schedule_kind kind, int chunks);
 
@@ -123,7 +124,13 @@ pp_schedule *pp_schedule_make(pp_schedule_kind kind, int stages, int micro, int 
                               pp_comm_order order);
 void pp_schedule_free(pp_schedule *s);
 
-int pp_virtual_stage(const pp_schedule *s, int rank, int chunk);   /* chunk*p + rank */
+/* Where the model's pieces sit: chunk c of rank r is virtual stage c*p + r (v chunks
+ * interleaved), or in a V stage r (chunk 0) and 2p-1-r (chunk 1). And back: the rank
+ * and chunk of stage k of p x v. */
+int pp_stage_of(int vshape, int stages, int rank, int chunk);
+void pp_place_of(int vshape, int stages, int stage, int *rank, int *chunk);
+int pp_virtual_stage(const pp_schedule *s, int rank, int chunk);
+int pp_schedule_vshape(pp_schedule_kind kind);
 
 /* The largest number of (micro-batch, chunk) passes rank holds activations for at
  * once: from its forward until its backward (zb-h1: until its W) has run. */
@@ -132,7 +139,10 @@ int pp_peak_in_flight(const pp_schedule *s, int rank);
 /* The textbook bubble for unit forward time and backward twice that (zb-h1: B and W
  * one each): fraction = idle / (idle + busy) per rank, over_ideal = idle / busy.
  *   naive, gpipe, 1f1b: (p-1)/(m+p-1)      interleaved: (p-1)/(v m + p-1)
- *   zb-h1: idle (p-1)(T_F + T_B - T_W) = (p-1) against busy 3m: (p-1)/(3m + p-1) */
+ *   zb-h1: idle (p-1)(T_F + T_B - T_W) = (p-1) against busy 3m: (p-1)/(3m + p-1)
+ *   zb-v: zero bubble at T_F = T_B = T_W (Qi et al.) but for the fill of the V, which
+ *         their picture hides under the next step: p-1 chunk forwards, (p-1) T_F / 2,
+ *         against busy 3m: (p-1)/(6m + p-1) */
 typedef struct {
     double fraction, over_ideal;
 } pp_bubble;

@@ -93,8 +93,8 @@ static void describe(const pp_op *op, char *out, size_t size) {
 
 /* Does the receive `recv` on rank r take the message that `send` on rank from sends? */
 static int pairs_with(const sim *m, const pp_op *send, int from, const pp_op *recv, int r) {
-    int p = m->s->stages;
-    int from_stage = send->chunk * p + from, to_stage = recv->chunk * p + r;
+    int from_stage = pp_virtual_stage(m->s, from, send->chunk);
+    int to_stage = pp_virtual_stage(m->s, r, recv->chunk);
     if (send->micro != recv->micro) return 0;
     if (send->kind == PP_SEND_ACT) return recv->kind == PP_RECV_ACT && to_stage == from_stage + 1;
     return send->kind == PP_SEND_GRAD && recv->kind == PP_RECV_GRAD && to_stage == from_stage - 1;
