@@ -24,7 +24,7 @@ START_TEST(every_schedule_matches_the_baseline) {
     baseline_run *b = process_hosts_rank0() ? baseline_train(&cfg, d) : NULL;
     check_verdict v = {0};
     for (int kind = 0; kind < PP_NSCHEDULES; kind++) {
-        const int m = kind == PP_NAIVE ? 1 : 4, chunks = kind == PP_INTERLEAVED ? 2 : 1;
+        const int m = kind == PP_NAIVE ? 1 : 4, chunks = pp_schedule_chunks(kind, 2);
         char why[256];
         if (!pp_validate(kind, N, m, chunks, cfg.model.layers, cfg.batch, why, sizeof why))
             continue;   /* interleaved at -np 1 and 3: m = 4 is no multiple of p */

@@ -83,20 +83,23 @@ static void fit_interleaving(chapter_args *a, const pipeline_sim_config *c) {
                                          "max-restarts", NULL};
     for (int i = 0; chosen[i]; i++)
         if (cli_given(chosen[i])) return;
-    if (a->schedule != SCHEDULE_ALL && a->schedule != PP_INTERLEAVED) return;
-    const int layers = a->cfg.model.layers, wanted = c->pp * c->chunks;
+    const int vshape = a->schedule != SCHEDULE_ALL && pp_schedule_vshape(a->schedule);
+    if (a->schedule != SCHEDULE_ALL && a->schedule != PP_INTERLEAVED && !vshape) return;
+    const pp_schedule_kind kind = vshape ? (pp_schedule_kind)a->schedule : PP_INTERLEAVED;
+    const int layers = a->cfg.model.layers;
+    const int wanted = c->pp * (vshape ? 2 : c->chunks);   /* a V: 2 chunks a rank */
     pipeline_sim_config one_chunk = *c;
     one_chunk.chunks = 1;
     char err[512];
     if (wanted <= layers || !fits_pipeline(PP_GPIPE, &one_chunk, layers, a->cfg.batch, err,
                                            sizeof err) ||
-        !fits_pipeline(PP_INTERLEAVED, c, wanted, a->cfg.batch, err, sizeof err))
+        !fits_pipeline(kind, c, wanted, a->cfg.batch, err, sizeof err))
         return;   /* it fits; the others do not; or another reason (m, the batch) */
     a->cfg.model.layers = wanted;
     if (!a->cfg.json && process_hosts_rank0())
-        printf("chapter 4: --layers %d rather than the default %d, so that the interleaved"
-               " schedule fits (%d stages x %d chunks); give --layers to choose\n", wanted,
-               layers, c->pp, c->chunks);
+        printf("chapter 4: --layers %d rather than the default %d, so that the %s schedule"
+               " fits (%d stages x %d chunks); give --layers to choose\n", wanted, layers,
+               vshape ? pp_schedule_name(kind) : "interleaved", c->pp, wanted / c->pp);
 }
 
 /* Settles which schedules run; a bad size is one line and exit 2. With --schedule all,
@@ -147,7 +150,10 @@ static void refuse_unused_flags(const chapter_args *a) {
     if (!takes_virtual(a->schedule)) {
         char mode[64];
         snprintf(mode, sizeof mode, "--schedule %s", pp_schedule_name(a->schedule));
-        cli_refuse_in_mode(mode, interleaved_only, "only the interleaved schedule has chunks");
+        cli_refuse_in_mode(mode, interleaved_only,
+                           pp_schedule_vshape(a->schedule)
+                               ? "a V always places 2 chunks on each rank"
+                               : "only the interleaved schedule has chunks");
     }
 }
 

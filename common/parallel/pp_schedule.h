@@ -142,7 +142,7 @@ int pp_peak_in_flight(const pp_schedule *s, int rank);
  *   zb-h1: idle (p-1)(T_F + T_B - T_W) = (p-1) against busy 3m: (p-1)/(3m + p-1)
  *   zb-v: zero bubble at T_F = T_B = T_W (Qi et al.) but for the fill of the V, which
  *         their picture hides under the next step: p-1 chunk forwards, (p-1) T_F / 2,
- *         against busy 3m: (p-1)/(6m + p-1) */
+ *         against busy 3m: (p-1)/(6m + p-1), for m >= p (fewer cannot fill the V) */
 typedef struct {
     double fraction, over_ideal;
 } pp_bubble;
