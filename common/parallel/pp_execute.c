@@ -181,7 +181,7 @@ static float run_compute(pp_executor *e, const pp_op *op, int step) {
         break;
     default:   /* PP_BACKWARD_WEIGHT: the activations' last use */
         gpt_use_slot(st->model, slot);
-        if (!(e->drop_weight_pass && op->micro == 0 && op->chunk == 0))
+        if (!(e->drop_weight_pass && e->weight_passes++ == 0))
             gpt_backward_weights(st->model, st->rep.compute, st->rep.grads, NULL, NULL);
         slot_release(e, op->chunk, op->micro);
         break;
@@ -219,6 +219,7 @@ float pp_execute_step(pp_executor *e, int step, double start) {
     for (int i = 0; i < v * m; i++) e->slot_of[i] = -1, e->grad_sent[i] = 0;
     e->nspans = 0;
     e->busy_seconds = 0;
+    e->weight_passes = 0;
     double loss = 0;
     for (int i = 0; i < list->count; i++) {
         const pp_op *op = &list->ops[i];

@@ -25,6 +25,24 @@
  *                for). F and B keep 1F1B's order; a W runs where the rank would
  *                otherwise wait, or when p micro-batches are in flight (1F1B's peak,
  *                rank 0's), so the drain fills with W passes.
+ *   zb-v         Qi et al. 2024 (ZB-V): two chunks per rank placed in a V, chunk 0 of
+ *                rank r is stage r and chunk 1 stage 2p-1-r, so rank 0 holds the first
+ *                and the last stage and a micro-batch turns round on rank p-1 (whose two
+ *                chunks pass it on in memory, not as a message). Backward split into B
+ *                and W as zb-h1. Warm-up: 2p-1-2r chunk-0 forwards, then r times a
+ *                chunk-1 and a chunk-0 forward; then groups of one forward, one B and
+ *                one W of a chunk: p-r groups of chunk 1, then chunk 0 and chunk 1 in
+ *                turn until the forwards are done; the remaining B in the same turn,
+ *                W filling the waits. At most 2p chunk passes held (1F1B's p stages).
+ *   dualpipev    DualPipeV (DeepSeek-V3's DualPipe cut in half, Sea AI Lab): the same V,
+ *                m >= 2p. Rank r: 2(p-r-1) chunk-0 forwards; r+1 pairs F0 F1; p-r-1
+ *                times B1 (split), its W, F1; then m-2p+r+1 times F0&B1 and F1&B0, each
+ *                a forward of one chunk and a whole backward of the other run as one
+ *                (F&B: on GPUs one's communication hides under the other's compute;
+ *                CPU ranks run them one after the other; on rank p-1 the first F0 and
+ *                B1 apart); p-r-1 times B1 and F1&B0; r+1 times B1 and B0, the latter
+ *                half split; p-r-1 times a W and a split B0; the r+1 W left. Every W
+ *                where the plan puts it. At most 2p+1 chunk passes held (PP + 1).
  *
  * Communication order. On GPUs a send blocks until the receiver has posted the matching
  * receive (NCCL), so the order of sends and receives on each rank decides whether the
@@ -44,7 +62,8 @@
 #include <stddef.h>
 
 typedef enum {
-    PP_NAIVE, PP_GPIPE, PP_1F1B, PP_INTERLEAVED, PP_ZB_H1, PP_ZB_V, PP_NSCHEDULES
+    PP_NAIVE, PP_GPIPE, PP_1F1B, PP_INTERLEAVED, PP_ZB_H1, PP_ZB_V, PP_DUALPIPE_V,
+    PP_NSCHEDULES
 } pp_schedule_kind;
 
 /* What a schedule is called and what it takes: the one table every program, flag and
@@ -96,6 +115,8 @@ typedef struct {
     int micro;            /* 0..m-1 */
     int chunk;            /* local chunk 0..v-1 */
     int peer;             /* the other rank of a send or receive; -1 for compute */
+    int fused;            /* F of DualPipe's F&B: overlapped with the next compute op,
+                             a backward of the other chunk (GPU streams; pp_sim.h) */
 } pp_op;
 
 typedef struct {
@@ -142,7 +163,10 @@ int pp_peak_in_flight(const pp_schedule *s, int rank);
  *   zb-h1: idle (p-1)(T_F + T_B - T_W) = (p-1) against busy 3m: (p-1)/(3m + p-1)
  *   zb-v: zero bubble at T_F = T_B = T_W (Qi et al.) but for the fill of the V, which
  *         their picture hides under the next step: p-1 chunk forwards, (p-1) T_F / 2,
- *         against busy 3m: (p-1)/(6m + p-1), for m >= p (fewer cannot fill the V) */
+ *         against busy 3m: (p-1)/(6m + p-1), for m >= p (fewer cannot fill the V)
+ *   dualpipev: DeepSeek's (PP/2 - 1)(F&B + B - 3W) with PP = 2p stages and a chunk's
+ *         F = 1/2, B = 1 (whole), W = 1/2, F&B = F + B (not overlapped): p-1 against
+ *         busy 3m, (p-1)/(3m + p-1), zb-h1's; overlapped F&B: pp_sim.h's fb_overlap */
 typedef struct {
     double fraction, over_ideal;
 } pp_bubble;

@@ -110,11 +110,45 @@ static void add_span(sim *m, int r, const pp_op *op, double start, double end) {
     m->res->spans[m->res->nspans++] = (pp_span){r, op->kind, op->micro, op->chunk, start, end};
 }
 
+/* The compute op after pos in rank r's list (an F&B's backward), or -1. */
+static int next_compute(const sim *m, int r, int pos) {
+    const pp_rank_ops *list = &m->s->ranks[r];
+    for (int i = pos + 1; i < list->count; i++)
+        if (pp_op_is_compute(list->ops[i].kind)) return i;
+    return -1;
+}
+
+/* An F&B on GPU streams: both passes once both inputs are there, the shorter one
+ * fb_overlap hidden under the other; the time split between them in proportion. */
+static int run_fused(sim *m, int r, cursor *cur, const pp_op *op, int pair, double start) {
+    const double ready = ready_time(m, r, pair);
+    if (ready < 0) return 0;
+    if (ready > start) start = ready;
+    const pp_op *b = &m->s->ranks[r].ops[pair];
+    const double tf = compute_time(m, op->kind), tb = compute_time(m, b->kind);
+    const double both = tf + tb - m->o->fb_overlap * (tf < tb ? tf : tb);
+    const double split = start + both * tf / (tf + tb);
+    add_span(m, r, op, start, split);
+    add_span(m, r, b, split, start + both);
+    m->res->busy[r] += both;
+    cur->clock = start + both;
+    m->ranks[r].done[pair] = cur->clock;
+    m->ranks[r].done[cur->pos++] = cur->clock;
+    return 1;
+}
+
 /* Returns 1 when the pass ran, 0 when its input is not there yet. */
 static int run_compute(sim *m, int r, cursor *cur, const pp_op *op) {
+    if (m->ranks[r].done[cur->pos] >= 0) {   /* an F&B's backward: ran with its F */
+        cur->pos++;
+        return 1;
+    }
     double ready = ready_time(m, r, cur->pos);
     if (ready < 0) return 0;
+    const int overlaps = op->fused && !m->o->sequential && m->o->fb_overlap > 0;
+    const int pair = overlaps ? next_compute(m, r, cur->pos) : -1;
     double t = compute_time(m, op->kind), start = ready > cur->clock ? ready : cur->clock;
+    if (pair >= 0) return run_fused(m, r, cur, op, pair, start);
     add_span(m, r, op, start, start + t);
     cur->clock = start + t;
     m->res->busy[r] += t;

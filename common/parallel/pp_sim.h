@@ -19,7 +19,11 @@
  *     the receive that brings its input, a send for the pass that made its data; the
  *     two streams otherwise overlap. A send blocks its stream, not the rank.
  *   sequential, as a CPU rank calling comm_send / comm_recv: one operation at a time,
- *     so a rank in a blocking send or receive computes nothing meanwhile. */
+ *     so a rank in a blocking send or receive computes nothing meanwhile.
+ * An F&B pair (DualPipeV) with fb_overlap > 0 on streams starts when both of its
+ * inputs are there, lasts T_F + T_B - fb_overlap x min(T_F, T_B) and hands both
+ * outputs on at its end; with fb_overlap 0, and always on sequential ranks, it is
+ * two passes, one after the other (DualPipe's F&B = F + B). */
 #ifndef PP_SIM_H
 #define PP_SIM_H
 #include "pp_schedule.h"
@@ -29,6 +33,9 @@ typedef struct {
     double link_alpha, link_time_per_byte, message_bytes;
     int buffered;   /* 1: a send returns at once (the threads backend's default) */
     int sequential; /* 1: one operation at a time (a CPU rank); 0: two streams */
+    double fb_overlap;   /* DualPipe's F&B (pp_op.fused) on streams: the part of the
+                            shorter pass hidden under the longer, 0..1; 0 (the default):
+                            one after the other, as CPU ranks always run them */
 } pp_sim_options;
 
 /* forward 1, backward 2, B 1, W 1, free messages, unbuffered sends, streams. */
