@@ -73,6 +73,59 @@ START_TEST(bubbles_equal_the_formulas_at_equal_times) {
 }
 END_TEST
 
+static double mean_idle(const pp_sim_result *r) {
+    double sum = 0;
+    for (int k = 0; k < r->stages; k++) sum += r->idle[k];
+    return sum / r->stages;
+}
+
+/* The papers' idle per rank (pp_sim_idle_formula) at F = B = W = 1.5 ms, every rank;
+ * then where their assumptions do not hold: B = 2F, and dualpipev's F&B overlapped. */
+START_TEST(idle_per_rank_equals_the_papers_at_their_assumptions) {
+    double worst = 0;
+    for (int k = 0; k < NVSHAPES; k++)
+        for (int p = 4; p <= 8; p *= 2)
+            for (int m = 2 * p; m <= 4 * p; m += 2 * p) {
+                pp_schedule *s = pp_schedule_make(vshapes[k], p, m, 2, PP_COMM_ORDERED);
+                pp_sim_options o = {.forward = 1.5, .backward = 3, .backward_input = 1.5,
+                                    .backward_weight = 1.5};
+                const double formula = pp_sim_idle_formula(vshapes[k], p, m, 2, &o);
+                pp_sim_result res;
+                ck_assert(pp_simulate(s, &o, &res));
+                for (int r = 0; r < p; r++) {
+                    worst = fmax(worst, fabs(res.idle[r] - formula));
+                    ck_assert_msg(fabs(res.idle[r] - formula) <= 1e-9, "%s p %d m %d rank %d:"
+                                  " idle %.4f, formula %.4f", pp_schedule_name(vshapes[k]), p,
+                                  m, r, res.idle[r], formula);
+                }
+                pp_sim_result_free(&res);
+                o.backward_input = 3;   /* B = 2F: outside zb-v's assumption */
+                o.backward = 4.5;
+                ck_assert(pp_simulate(s, &o, &res));
+                printf("%s p %d m %2d: idle per rank %.2f ms = formula at F = B = W = 1.5 ms;"
+                       " with B = 3 ms %.2f ms against %.2f\n", pp_schedule_name(vshapes[k]),
+                       p, m, formula, mean_idle(&res),
+                       pp_sim_idle_formula(vshapes[k], p, m, 2, &o));
+                pp_sim_result_free(&res);
+                pp_schedule_free(s);
+            }
+    for (double overlap = 0.5; overlap <= 1; overlap += 0.5) {   /* F&B overlapped */
+        pp_schedule *s = pp_schedule_make(PP_DUALPIPE_V, 4, 16, 2, PP_COMM_ORDERED);
+        pp_sim_options o = pp_sim_options_default();
+        o.fb_overlap = overlap;
+        pp_sim_result res;
+        ck_assert(pp_simulate(s, &o, &res));
+        printf("dualpipev p 4 m 16, F&B overlapped %.1f: idle per rank %.2f .. %.2f, formula"
+               " %.2f; busy rank 0 %.2f of 48 (F&B pairs shorter)\n", overlap, res.idle[0],
+               res.idle[3], pp_sim_idle_formula(PP_DUALPIPE_V, 4, 16, 2, &o), res.busy[0]);
+        ck_assert(res.busy[0] < 48);
+        pp_sim_result_free(&res);
+        pp_schedule_free(s);
+    }
+    printf("largest |idle - formula| at F = B = W: %.1e\n", worst);
+}
+END_TEST
+
 START_TEST(every_size_runs_in_dependency_order) {
     int lists = 0;
     for (int k = 0; k < NVSHAPES; k++)
@@ -212,6 +265,7 @@ int main(void) {
     Suite *s = suite_create("pp_vshape");
     TCase *sim = tcase_create("simulator");
     tcase_add_test(sim, bubbles_equal_the_formulas_at_equal_times);
+    tcase_add_test(sim, idle_per_rank_equals_the_papers_at_their_assumptions);
     tcase_add_test(sim, every_size_runs_in_dependency_order);
     tcase_add_test(sim, a_dropped_w_and_swapped_receives_fail);
     suite_add_tcase(s, sim);

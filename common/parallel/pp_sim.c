@@ -405,6 +405,23 @@ int pp_simulate(const pp_schedule *s, const pp_sim_options *opts, pp_sim_result 
     return res->ok;
 }
 
+double pp_sim_idle_formula(pp_schedule_kind kind, int stages, int micro, int chunks,
+                           const pp_sim_options *o) {
+    const double p = stages, F = o->forward, B = o->backward_input, W = o->backward_weight;
+    (void)micro;
+    switch (kind) {
+    case PP_INTERLEAVED: return (p - 1) * (F + o->backward) / chunks;
+    case PP_ZB_H1: return (p - 1) * (F + B - W);
+    case PP_ZB_V: return (p - 1) * F / 2;
+    case PP_DUALPIPE_V: {   /* a chunk holds half a stage */
+        const double f = F / 2, b = (B + W) / 2, w = W / 2;
+        const double fb = f + b - o->fb_overlap * (f < b ? f : b);
+        return (p - 1) * (fb + b - 3 * w);
+    }
+    default: return (p - 1) * (F + o->backward);
+    }
+}
+
 void pp_sim_result_free(pp_sim_result *res) {
     mem_free(res->busy);
     mem_free(res->idle);

@@ -55,6 +55,18 @@ typedef struct {
     int nspans;
 } pp_sim_result;
 
+/* The papers' idle time per rank for the op times of o (a stage's F, B = backward_input,
+ * W = backward_weight, a whole backward `backward`), in o's unit:
+ *   naive, gpipe, 1f1b  (p-1)(F + B + W)            interleaved  (p-1)(F + B + W) / v
+ *   zb-h1   (p-1)(F + B - W)  (Qi et al. 2023)
+ *   zb-v    (p-1) F / 2: zero bubble at T_F = T_B = T_W (Qi et al.) but for the V's fill,
+ *           which their picture hides under the next step; holds at equal times only
+ *   dualpipev  (PP/2 - 1)(F&B + B - 3W) (DeepSeek), PP = 2p stages, a chunk's F = F/2,
+ *           B = (B + W)/2 (whole), W = W/2, F&B = F + B - fb_overlap x min(F, B).
+ * Busy time per rank is m (F + B + W) (less the overlap for dualpipev's pairs). */
+double pp_sim_idle_formula(pp_schedule_kind kind, int stages, int micro, int chunks,
+                           const pp_sim_options *o);
+
 /* Runs the lists. Returns result->ok; free the result with pp_sim_result_free. */
 int pp_simulate(const pp_schedule *s, const pp_sim_options *opts, pp_sim_result *result);
 void pp_sim_result_free(pp_sim_result *result);
