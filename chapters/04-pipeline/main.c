@@ -172,12 +172,17 @@ static void bound_sizes(const chapter_args *a, int p) {
     if (p > MAX_STAGES)
         cli_fail("--pp %d: at most %d stages (building the schedules' lists takes time and"
                  " memory that grow as p squared)", p, MAX_STAGES);
-    const double passes = (double)p * a->micro * (takes_virtual(a->schedule) ? a->chunks : 1);
+    /* chunks per rank: --virtual's, or a V's 2 (with all, the more of the two) */
+    const int vshape = a->schedule == SCHEDULE_ALL || pp_schedule_vshape(a->schedule);
+    int v = takes_virtual(a->schedule) ? a->chunks : 1;
+    if (vshape && v < 2) v = 2;
+    const double passes = (double)p * a->micro * v;
     if (passes > MAX_CHUNK_PASSES)
         cli_fail("--pp %d x --micro %d%s = %.0f forwards through a chunk, more than %d (the lists"
                  " would take a gigabyte and seconds): use a smaller --pp or --micro", p, a->micro,
-                 passes > (double)p * a->micro ? " x --virtual" : "", passes,
-                 MAX_CHUNK_PASSES);
+                 v == 1 ? "" : v == a->chunks && takes_virtual(a->schedule) ? " x --virtual"
+                                                                            : " x 2 chunks (a V)",
+                 passes, MAX_CHUNK_PASSES);
 }
 
 /* The SVG file of every schedule that runs (FILE-<schedule>.svg for several). */

@@ -135,7 +135,8 @@ typedef struct {
 
 /* One clear message in err (and 0) for a combination that cannot run; 1 when it can.
  * Checks p, m, v >= 1; p <= layers; v x p <= layers; m dividing the batch; naive with
- * m = 1; v > 1 only for interleaved; interleaved's p >= 2, v >= 2 and m a multiple of p. */
+ * m = 1; v > 1 only for interleaved and the V (exactly 2, with 2p <= layers);
+ * dualpipev's m >= 2p; interleaved's p >= 2, v >= 2 and m a multiple of p. */
 int pp_validate(pp_schedule_kind kind, int stages, int micro, int chunks, int layers,
                 int batch, char *err, size_t err_size);
 
@@ -154,7 +155,7 @@ int pp_virtual_stage(const pp_schedule *s, int rank, int chunk);
 int pp_schedule_vshape(pp_schedule_kind kind);
 
 /* The largest number of (micro-batch, chunk) passes rank holds activations for at
- * once: from its forward until its backward (zb-h1: until its W) has run. */
+ * once: from its forward until its backward (split: until its W) has run. */
 int pp_peak_in_flight(const pp_schedule *s, int rank);
 
 /* The textbook bubble for unit forward time and backward twice that (zb-h1: B and W
