@@ -155,7 +155,7 @@ static int find_op(const pp_schedule *s, int r, pp_op_kind kind, int micro, int 
 }
 
 /* Negative controls: the check finds a W left out; the simulator two receives of one
- * chunk taken in the wrong micro-batch order. */
+ * chunk taken in the wrong micro-batch order, and the eager order's deadlock. */
 START_TEST(a_dropped_w_and_swapped_receives_fail) {
     for (int k = 0; k < NVSHAPES; k++) {
         pp_schedule *s = pp_schedule_make(vshapes[k], 4, 8, 2, PP_COMM_ORDERED);
@@ -184,6 +184,13 @@ START_TEST(a_dropped_w_and_swapped_receives_fail) {
         ck_assert(!pp_simulate(s, &o, &res));
         printf("%s with rank 1's receives of micro-batches 2 and 3 swapped: %s\n",
                pp_schedule_name(s->kind), res.error);
+        pp_sim_result_free(&res);
+        pp_schedule_free(s);
+        /* every send right after its pass: NCCL-like sends deadlock, and it is said */
+        s = pp_schedule_make(vshapes[k], 4, 8, 2, PP_COMM_EAGER);
+        ck_assert(!pp_simulate(s, &o, &res));
+        printf("%s, eager order: %.90s...\n", pp_schedule_name(s->kind), res.error);
+        ck_assert(strstr(res.error, "deadlock") != NULL);
         pp_sim_result_free(&res);
         pp_schedule_free(s);
     }
