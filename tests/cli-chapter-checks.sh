@@ -32,7 +32,14 @@ if [ -x "$chapter4" ] && [ -z "$mpi" ]; then
     expect_error "$chapter4" "--virtual 0: must be an integer from 1" --simulate --virtual 0
     expect_error "$chapter4" "--micro 2: interleaved 1F1B takes micro-batches in groups of --pp 4" --simulate --pp 4 --layers 8 --micro 2 --schedule interleaved
     expect_error "$chapter4" "--stage-ms -1: must be at least 0" --simulate --stage-ms -1
-    expect_error "$chapter4" "--schedule fast: unknown value (valid: naive, gpipe, 1f1b, interleaved, zb-h1, all)" --simulate --schedule fast
+    expect_error "$chapter4" "--schedule fast: unknown value (valid: naive, gpipe, 1f1b, interleaved, zb-h1, zb-v, dualpipev, all)" --simulate --schedule fast
+    expect_error "$chapter4" "--micro 4: dualpipev needs at least 2 x --pp = 8 micro-batches" --simulate --pp 4 --layers 8 --micro 4 --schedule dualpipev
+    expect_error "$chapter4" "--pp 4: zb-v cuts the model into 2 x 4 = 8 chunks, more than the 6 layers" --simulate --pp 4 --layers 6 --schedule zb-v
+    expect_error "$chapter4" "--virtual does nothing with --schedule zb-v (a V always places 2 chunks" --simulate --schedule zb-v --virtual 3
+    expect_error "$chapter4" "--fb-overlap 2: must be at most 1" --simulate --fb-overlap 2
+    expect_error "$chapter4" "--time-f 0: a forward must take some time" --simulate --time-f 0
+    expect_error "$chapter4" "--time-w -1: must be at least 0" --simulate --time-w -1
+    expect_error "$chapter4" "--fb-overlap does nothing with training" $tiny2 --ranks 2 --fb-overlap 0.5
     # training: p stages per pipeline, the other ranks data parallel
     expect_error "$chapter4" "--pp 4: more stages than the 2 ranks" --ranks 2 --pp 4 --layers 4 --dim 16 --heads 2 --ctx 8 --batch 8 --steps 3 --quiet
     expect_error "$chapter4" "--pp 3 does not divide the 4 ranks" --ranks 4 --pp 3 --layers 4 --dim 16 --heads 2 --ctx 8 --batch 8 --steps 3 --quiet

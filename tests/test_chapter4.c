@@ -239,7 +239,8 @@ START_TEST(two_stages_on_four_ranks_train_data_parallel) {
     run_config cfg = small_config(4);
     baseline_run *b = baseline_train(&cfg, d);
     for (int kind = 0; kind < PP_NSCHEDULES; kind++) {
-        const int m = kind == PP_NAIVE ? 1 : 2, v = kind == PP_INTERLEAVED ? 2 : 1;
+        const int m = kind == PP_NAIVE ? 1 : kind == PP_DUALPIPE_V ? 4 : 2;   /* dualpipev: 2p */
+        const int v = pp_schedule_chunks(kind, 2);
         pipeline_options opts = {.schedule = kind, .micro = m, .chunks = v};
         pp_result *o = launch_pp(&cfg, d, 2, opts, b);
         const run_result *r = &o->run.result;

@@ -24,10 +24,12 @@ START_TEST(every_schedule_matches_the_baseline) {
     baseline_run *b = process_hosts_rank0() ? baseline_train(&cfg, d) : NULL;
     check_verdict v = {0};
     for (int kind = 0; kind < PP_NSCHEDULES; kind++) {
-        const int m = kind == PP_NAIVE ? 1 : 4, chunks = kind == PP_INTERLEAVED ? 2 : 1;
+        const int m = kind == PP_NAIVE ? 1 : kind == PP_DUALPIPE_V ? 2 * N : 4;   /* m >= 2p */
+        const int chunks = pp_schedule_chunks(kind, 2);
         char why[256];
         if (!pp_validate(kind, N, m, chunks, cfg.model.layers, cfg.batch, why, sizeof why))
-            continue;   /* interleaved at -np 1 and 3: m = 4 is no multiple of p */
+            continue;   /* interleaved at -np 1 and 3: m = 4 is no multiple of p; dualpipev
+                           at -np 3: m = 6 does not divide the batch */
         pipeline_options opts = {.schedule = kind, .micro = m, .chunks = chunks};
         pp_result *o = launch_pp(&cfg, d, 0, opts, b);
         if (b) {

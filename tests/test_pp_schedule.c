@@ -78,11 +78,25 @@ static int find_op(const pp_schedule *s, int r, pp_op_kind kind, int micro, int 
     return at;
 }
 
+/* The rank of virtual stage k (interleaved, or in a V). */
+static int rank_of(const pp_schedule *s, int k) {
+    int r, c;
+    pp_place_of(pp_schedule_vshape(s->kind), s->stages, k, &r, &c);
+    return r;
+}
+
+/* Stage k's neighbour k + step is on another rank (a V's turn is no message). */
+static int remote(const pp_schedule *s, int k, int step) {
+    const int to = k + step;
+    return to >= 0 && to < s->stages * s->chunks && rank_of(s, to) != rank_of(s, k);
+}
+
 /* One (micro, virtual stage) pass on its rank: F, backward, messages, in order. */
 static int check_pass(const pp_schedule *s, int micro, int stage, char *err, size_t size) {
-    int p = s->stages, r = stage % p, c = stage / p, last = p * s->chunks - 1;
-    int split = s->kind == PP_ZB_H1;
+    int p = s->stages, r = rank_of(s, stage), c, unused;
+    pp_place_of(pp_schedule_vshape(s->kind), p, stage, &unused, &c);
     int f = find_op(s, r, PP_FORWARD, micro, c);
+    int split = find_op(s, r, PP_BACKWARD_INPUT, micro, c) != -1;   /* B and W, or one B */
     int b = find_op(s, r, split ? PP_BACKWARD_INPUT : PP_BACKWARD, micro, c);
     int w = split ? find_op(s, r, PP_BACKWARD_WEIGHT, micro, c) : b;
     int recv_act = find_op(s, r, PP_RECV_ACT, micro, c);
@@ -92,9 +106,9 @@ static int check_pass(const pp_schedule *s, int micro, int stage, char *err, siz
     const char *why = NULL;
     if (f < 0 || b < 0 || w < 0) why = "a pass missing or repeated";
     else if (!(f < b && b <= w)) why = "backward before forward (or W before B)";
-    else if ((stage == 0) != (recv_act == -1) || (stage == last) != (send_act == -1))
+    else if (remote(s, stage, -1) == (recv_act == -1) || remote(s, stage, 1) == (send_act == -1))
         why = "activation message missing, repeated or beyond the pipeline's ends";
-    else if ((stage == last) != (recv_grad == -1) || (stage == 0) != (send_grad == -1))
+    else if (remote(s, stage, 1) == (recv_grad == -1) || remote(s, stage, -1) == (send_grad == -1))
         why = "gradient message missing, repeated or beyond the pipeline's ends";
     else if ((recv_act >= 0 && recv_act > f) || (send_act >= 0 && send_act < f) ||
              (recv_grad >= 0 && recv_grad > b) || (send_grad >= 0 && send_grad < b))
@@ -116,7 +130,8 @@ static int check_pairing(const pp_schedule *s, int a, int b, char *err, size_t s
         if (i == from->count && j == to->count) return 1;
         const pp_op *x = i < from->count ? &from->ops[i] : NULL;
         const pp_op *y = j < to->count ? &to->ops[j] : NULL;
-        int sx = x ? x->chunk * p + a : 0, sy = y ? y->chunk * p + b : 0;
+        int sx = x ? pp_virtual_stage(s, a, x->chunk) : 0;
+        int sy = y ? pp_virtual_stage(s, b, y->chunk) : 0;
         int same = x && y && x->micro == y->micro &&
                    ((x->kind == PP_SEND_ACT && y->kind == PP_RECV_ACT && sy == sx + 1) ||
                     (x->kind == PP_SEND_GRAD && y->kind == PP_RECV_GRAD && sy == sx - 1));
@@ -135,8 +150,11 @@ static int check_well_formed(const pp_schedule *s, char *err, size_t size) {
     for (int stage = 0; stage < p * s->chunks; stage++)
         for (int micro = 0; micro < s->micro; micro++) {
             if (!check_pass(s, micro, stage, err, size)) return 0;
-            int passes = s->kind == PP_ZB_H1 ? 3 : 2;   /* F, B (or Bi and W) */
-            expected_ops += passes + (stage > 0) * 2 + (stage < p * s->chunks - 1) * 2;
+            int r = rank_of(s, stage), c, split;
+            pp_place_of(pp_schedule_vshape(s->kind), p, stage, &r, &c);
+            split = find_op(s, r, PP_BACKWARD_INPUT, micro, c) != -1;
+            int passes = split ? 3 : 2;   /* F, B (or Bi and W) */
+            expected_ops += passes + remote(s, stage, -1) * 2 + remote(s, stage, 1) * 2;
         }
     int ops = 0;
     for (int r = 0; r < p; r++) ops += s->ranks[r].count;
@@ -271,7 +289,8 @@ static void compare_runs(const config *c, const pp_sim_result *res, const pp_sim
             fmax(g->sequential_interleaved, seq->bubble_fraction - res->bubble_fraction);
     else
         g->sequential_fixed = fmax(g->sequential_fixed, fabs(seq->makespan - res->makespan));
-    if (c->kind == PP_ZB_H1 && c->m < c->p) return;   /* zb-h1's formula assumes m >= p */
+    /* the zero-bubble formulas assume m >= p (zb-v below that: the V cannot fill) */
+    if ((c->kind == PP_ZB_H1 || c->kind == PP_ZB_V) && c->m < c->p) return;
     pp_bubble f = pp_bubble_formula(c->kind, c->p, c->m, c->v);
     pp_bubble wrong = pp_bubble_formula(c->kind, c->p, c->m + 1, c->v);
     g->fraction = fmax(g->fraction, fabs(res->bubble_fraction - f.fraction));
@@ -512,11 +531,11 @@ END_TEST
  * messages use one tag, so they pair up in order, as on NCCL. */
 static int walk_lists_main(comm *world, void *arg) {
     const pp_schedule *s = arg;
-    int r = comm_rank(world), p = s->stages;
+    int r = comm_rank(world);
     const pp_rank_ops *list = &s->ranks[r];
     for (int i = 0; i < list->count; i++) {
         const pp_op *op = &list->ops[i];
-        int stage = op->chunk * p + r, grad = op->kind == PP_SEND_GRAD || op->kind == PP_RECV_GRAD;
+        int stage = pp_virtual_stage(s, r, op->chunk), grad = op->kind == PP_SEND_GRAD || op->kind == PP_RECV_GRAD;
         if (op->kind == PP_SEND_ACT || op->kind == PP_SEND_GRAD) {
             int message[4] = {grad, op->micro, stage, grad ? stage - 1 : stage + 1};
             comm_send(world, message, 4, COMM_F32, op->peer, 0);   /* 4 x 4 bytes */

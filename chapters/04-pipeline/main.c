@@ -27,6 +27,7 @@ typedef struct {
     run_config cfg;
     int pp, micro, chunks, schedule, simulate, order;
     double stage_ms;
+    double time_f, time_b, time_w, fb_overlap;   /* --simulate's op times; < 0: not given */
     const char *svg_path;
 } chapter_args;
 
@@ -83,20 +84,23 @@ static void fit_interleaving(chapter_args *a, const pipeline_sim_config *c) {
                                          "max-restarts", NULL};
     for (int i = 0; chosen[i]; i++)
         if (cli_given(chosen[i])) return;
-    if (a->schedule != SCHEDULE_ALL && a->schedule != PP_INTERLEAVED) return;
-    const int layers = a->cfg.model.layers, wanted = c->pp * c->chunks;
+    const int vshape = a->schedule != SCHEDULE_ALL && pp_schedule_vshape(a->schedule);
+    if (a->schedule != SCHEDULE_ALL && a->schedule != PP_INTERLEAVED && !vshape) return;
+    const pp_schedule_kind kind = vshape ? (pp_schedule_kind)a->schedule : PP_INTERLEAVED;
+    const int layers = a->cfg.model.layers;
+    const int wanted = c->pp * (vshape ? 2 : c->chunks);   /* a V: 2 chunks a rank */
     pipeline_sim_config one_chunk = *c;
     one_chunk.chunks = 1;
     char err[512];
     if (wanted <= layers || !fits_pipeline(PP_GPIPE, &one_chunk, layers, a->cfg.batch, err,
                                            sizeof err) ||
-        !fits_pipeline(PP_INTERLEAVED, c, wanted, a->cfg.batch, err, sizeof err))
+        !fits_pipeline(kind, c, wanted, a->cfg.batch, err, sizeof err))
         return;   /* it fits; the others do not; or another reason (m, the batch) */
     a->cfg.model.layers = wanted;
     if (!a->cfg.json && process_hosts_rank0())
-        printf("chapter 4: --layers %d rather than the default %d, so that the interleaved"
-               " schedule fits (%d stages x %d chunks); give --layers to choose\n", wanted,
-               layers, c->pp, c->chunks);
+        printf("chapter 4: --layers %d rather than the default %d, so that the %s schedule"
+               " fits (%d stages x %d chunks); give --layers to choose\n", wanted, layers,
+               vshape ? pp_schedule_name(kind) : "interleaved", c->pp, wanted / c->pp);
 }
 
 /* Settles which schedules run; a bad size is one line and exit 2. With --schedule all,
@@ -137,31 +141,48 @@ static int takes_virtual(int schedule) {
 
 static void refuse_unused_flags(const chapter_args *a) {
     static const char *const training_only[] = {"save-every", NULL};
-    static const char *const simulator_only[] = {"comm-order", NULL};
+    static const char *const simulator_only[] = {"comm-order", "time-f", "time-b", "time-w",
+                                                 "fb-overlap", NULL};
     static const char *const interleaved_only[] = {"virtual", NULL};
     if (a->simulate)
         cli_refuse_in_mode("--simulate", training_only, "the simulator trains no model");
     else
-        cli_refuse_in_mode("training", simulator_only, "the ranks run the ordered lists;"
-                           " --comm-order is for --simulate");
+        cli_refuse_in_mode("training", simulator_only, "the ranks run the ordered lists, paced"
+                           " by --stage-ms, and F&B one pass after the other; these are for"
+                           " --simulate");
     if (!takes_virtual(a->schedule)) {
         char mode[64];
         snprintf(mode, sizeof mode, "--schedule %s", pp_schedule_name(a->schedule));
-        cli_refuse_in_mode(mode, interleaved_only, "only the interleaved schedule has chunks");
+        cli_refuse_in_mode(mode, interleaved_only,
+                           pp_schedule_vshape(a->schedule)
+                               ? "a V always places 2 chunks on each rank"
+                               : "only the interleaved schedule has chunks");
     }
 }
 
 static void bound_sizes(const chapter_args *a, int p) {
     cli_check_at_most("stage-ms", a->stage_ms, max_stage_ms, "a minute per modelled pass");
+    static const char *const times[] = {"time-f", "time-b", "time-w"};
+    const double values[] = {a->time_f, a->time_b, a->time_w};
+    for (int i = 0; i < 3; i++)
+        cli_check_at_most(times[i], values[i], max_stage_ms, "a minute per modelled pass");
+    if (cli_given("time-f") && a->time_f == 0)
+        cli_fail("--time-f 0: a forward must take some time (valid: more than 0 ms)");
+    cli_check_at_most("fb-overlap", a->fb_overlap, 1, "a fraction of the shorter pass");
     if (p > MAX_STAGES)
         cli_fail("--pp %d: at most %d stages (building the schedules' lists takes time and"
                  " memory that grow as p squared)", p, MAX_STAGES);
-    const double passes = (double)p * a->micro * (takes_virtual(a->schedule) ? a->chunks : 1);
+    /* chunks per rank: --virtual's, or a V's 2 (with all, the more of the two) */
+    const int vshape = a->schedule == SCHEDULE_ALL || pp_schedule_vshape(a->schedule);
+    int v = takes_virtual(a->schedule) ? a->chunks : 1;
+    if (vshape && v < 2) v = 2;
+    const double passes = (double)p * a->micro * v;
     if (passes > MAX_CHUNK_PASSES)
         cli_fail("--pp %d x --micro %d%s = %.0f forwards through a chunk, more than %d (the lists"
                  " would take a gigabyte and seconds): use a smaller --pp or --micro", p, a->micro,
-                 passes > (double)p * a->micro ? " x --virtual" : "", passes,
-                 MAX_CHUNK_PASSES);
+                 v == 1 ? "" : v == a->chunks && takes_virtual(a->schedule) ? " x --virtual"
+                                                                            : " x 2 chunks (a V)",
+                 passes, MAX_CHUNK_PASSES);
 }
 
 /* The SVG file of every schedule that runs (FILE-<schedule>.svg for several). */
@@ -186,6 +207,11 @@ static pipeline_sim_config sim_config(const chapter_args *a) {
         .link_name = cfg->comm.link == LINK_NONE ? NULL : comm_link_spec(cfg->comm.link).name,
     };
     /* one micro-batch's activations: batch/m sequences x ctx x dim fp32 */
+    /* op times: F --time-f (default: --stage-ms), B and W --time-b and --time-w (F) */
+    c.time_f = a->time_f >= 0 ? a->time_f : c.stage_ms;
+    c.time_b = a->time_b >= 0 ? a->time_b : c.time_f;
+    c.time_w = a->time_w >= 0 ? a->time_w : c.time_f;
+    c.fb_overlap = a->fb_overlap >= 0 ? a->fb_overlap : 0;
     c.message_bytes = (double)precision_bytes(cfg->precision) * cfg->batch / a->micro *
                       cfg->model.ctx * cfg->model.dim;   /* activations in the run's precision */
     link_model(&cfg->comm, &c.link_alpha_ms, &c.link_ms_per_byte);
@@ -198,7 +224,8 @@ static pipeline_sim_config sim_config(const chapter_args *a) {
 
 int main(int argc, char **argv) {
     chapter_args a = {.cfg = run_config_default(), .micro = 8, .chunks = 2,
-                      .schedule = SCHEDULE_ALL, .stage_ms = -1};
+                      .schedule = SCHEDULE_ALL, .stage_ms = -1, .time_f = -1, .time_b = -1,
+                      .time_w = -1, .fb_overlap = -1};
     a.cfg.steps = 5;   /* five schedules, each paced by the compute model */
     const char *schedule_choices[PP_NSCHEDULES + 2];
     pp_schedule_choices(schedule_choices, "all");
@@ -212,6 +239,14 @@ int main(int argc, char **argv) {
          " stage, backward twice that (default 1 in --simulate)", NULL, 0},
         {"simulate", OPT_FLAG, &a.simulate, "run the schedules on the event simulator, no"
          " training", NULL, 0},
+        {"time-f", OPT_FLOAT, &a.time_f, "--simulate: a forward of one micro-batch on a stage"
+         " (default --stage-ms)", NULL, 0},
+        {"time-b", OPT_FLOAT, &a.time_b, "--simulate: its input-gradient backward B (default"
+         " --time-f; a whole backward is B + W)", NULL, 0},
+        {"time-w", OPT_FLOAT, &a.time_w, "--simulate: its weight-gradient backward W (default"
+         " --time-f)", NULL, 0},
+        {"fb-overlap", OPT_FLOAT, &a.fb_overlap, "--simulate: the share of the shorter pass of"
+         " dualpipev's F&B hidden under the other on GPU streams (default 0)", NULL, 0},
         {"comm-order", OPT_CHOICE, &a.order, "sends and receives as the schedule orders them,"
          " or eagerly (deadlocks 1f1b when sends wait for receives)", order_choices, 0},
         {"svg", OPT_STRING, &a.svg_path, "write the schedule drawn per rank as an SVG here"
@@ -224,8 +259,8 @@ int main(int argc, char **argv) {
     a.cfg.fp32_grads_only = "the pipelines keep fp32 gradients so far (valid: fp32; 16-bit"
                             " gradients run in chapters 1 and 2)";
     cli_parse(argc, argv, &a.cfg, options, argv[0],
-              "Pipeline parallelism: naive, GPipe, 1F1B, interleaved 1F1B and ZB-H1"
-              " schedules, their bubbles and pictures.");
+              "Pipeline parallelism: naive, GPipe, 1F1B, interleaved 1F1B, ZB-H1, ZB-V and"
+              " DualPipeV schedules, their bubbles and pictures.");
     refuse_unused_flags(&a);
     bound_sizes(&a, a.pp ? a.pp : a.cfg.comm.ranks);
     pipeline_sim_config c = sim_config(&a);

@@ -25,13 +25,19 @@ typedef struct {
     int micro, chunks;
     pp_schedule *lists;
     pp_sim_result gpu, cpu;      /* streams; one operation at a time */
-    pp_bubble formula;
+    pp_bubble formula;           /* from the papers' idle per rank, for these op times */
+    double formula_idle;         /* pp_sim_idle_formula, in units of stage_ms */
 } outcome;
 
 /* Times in units of one stage forward (stage_ms); a message carries one micro-batch of
  * batch / micro sequences. */
 static pp_sim_options sim_options(const pipeline_sim_config *c, int micro, int sequential) {
     pp_sim_options o = pp_sim_options_default();
+    o.forward = c->time_f / c->stage_ms;
+    o.backward_input = c->time_b / c->stage_ms;
+    o.backward_weight = c->time_w / c->stage_ms;
+    o.backward = o.backward_input + o.backward_weight;
+    o.fb_overlap = c->fb_overlap;
     o.link_alpha = c->link_alpha_ms / c->stage_ms;
     o.link_time_per_byte = c->link_ms_per_byte / c->stage_ms;
     o.message_bytes = c->message_bytes * c->micro / micro;
@@ -43,8 +49,12 @@ static int run_one(const pipeline_sim_config *c, pp_schedule_kind kind, outcome 
     *out = (outcome){.kind = kind, .micro = pipeline_micro_for(c, kind),
                      .chunks = pipeline_chunks_for(c, kind)};
     out->lists = pp_schedule_make(kind, c->pp, out->micro, out->chunks, c->order);
-    out->formula = pp_bubble_formula(kind, c->pp, out->micro, out->chunks);
     pp_sim_options gpu = sim_options(c, out->micro, 0), cpu = sim_options(c, out->micro, 1);
+    /* the papers' idle per rank against the busy time of m forwards and backwards */
+    const double busy = out->micro * (gpu.forward + gpu.backward);
+    out->formula_idle = pp_sim_idle_formula(kind, c->pp, out->micro, out->chunks, &gpu);
+    out->formula = (pp_bubble){out->formula_idle / (out->formula_idle + busy),
+                               out->formula_idle / busy};
     int ok = pp_simulate(out->lists, &gpu, &out->gpu);
     ok = pp_simulate(out->lists, &cpu, &out->cpu) && ok;
     if (!ok)
@@ -65,9 +75,13 @@ static void print_header(const pipeline_sim_config *c) {
            " micro-batches", c->pp, c->micro);
     if (c->runs[PP_INTERLEAVED] || c->skipped[PP_INTERLEAVED])
         printf(", v = %d chunks per rank (interleaved)", c->chunks);
-    printf("\n  forward of one micro-batch on a stage %.3g ms, backward %.3g ms (zb-h1: B %.3g +"
-           " W %.3g ms); a chunk of v: 1/v of that\n", c->stage_ms, 2 * c->stage_ms, c->stage_ms,
-           c->stage_ms);
+    printf("\n  forward of one micro-batch on a stage %.3g ms, backward %.3g ms (zero bubble: B %.3g"
+           " + W %.3g ms); a chunk of v: 1/v of that\n", c->time_f, c->time_b + c->time_w,
+           c->time_b, c->time_w);
+    if (c->runs[PP_DUALPIPE_V])
+        printf("  dualpipev's F&B on GPU ranks: %.0f%% of the shorter pass hidden under the other"
+               " (--fb-overlap); CPU ranks run the two one after the other\n",
+               100 * c->fb_overlap);
     if (c->link_name)
         printf("  messages over %s: %.4g ms + %.0f B at %.4g GB/s = %.4g ms each (the activation"
                " or gradient of a micro-batch)\n", c->link_name, c->link_alpha_ms, c->message_bytes,
@@ -104,9 +118,9 @@ static void print_peaks(const pp_schedule *s) {
 }
 
 static void print_table(const pipeline_sim_config *c, const outcome *runs, int n) {
-    printf("%-12s %4s %3s  %8s %8s  %10s %8s  %9s  %10s  %10s  %s\n", "schedule", "m", "v",
-           "bubble", "formula", "over ideal", "formula", "CPU ranks", "step", "sent/rank",
-           "peak in flight per rank");
+    printf("%-12s %4s %3s  %8s %8s  %10s %8s  %9s  %10s  %9s %9s  %10s  %s\n", "schedule", "m",
+           "v", "bubble", "formula", "over ideal", "formula", "CPU ranks", "step", "idle/rank",
+           "formula", "sent/rank", "peak in flight per rank");
     for (int i = 0; i < n; i++) {
         const outcome *o = &runs[i];
         printf("%-12s %4d %3d  ", pp_schedule_name(o->kind), o->micro, o->chunks);
@@ -115,9 +129,12 @@ static void print_table(const pipeline_sim_config *c, const outcome *runs, int n
             continue;
         }
         char sent[32];
-        printf("%8.4f %8.4f  %10.4f %8.4f  %9.4f  %7.1f ms  %10s ", o->gpu.bubble_fraction,
-               o->formula.fraction, o->gpu.bubble_over_ideal, o->formula.over_ideal,
-               o->cpu.ok ? o->cpu.bubble_fraction : -1, o->gpu.makespan * c->stage_ms,
+        double idle = 0;
+        for (int r = 0; r < c->pp; r++) idle += o->gpu.idle[r] / c->pp;
+        printf("%8.4f %8.4f  %10.4f %8.4f  %9.4f  %7.1f ms  %6.2f ms %6.2f ms  %10s ",
+               o->gpu.bubble_fraction, o->formula.fraction, o->gpu.bubble_over_ideal,
+               o->formula.over_ideal, o->cpu.ok ? o->cpu.bubble_fraction : -1,
+               o->gpu.makespan * c->stage_ms, idle * c->stage_ms, o->formula_idle * c->stage_ms,
                report_bytes(max_bytes_sent(c, o), sent));
         print_peaks(o->lists);
         printf("\n");
@@ -126,8 +143,9 @@ static void print_table(const pipeline_sim_config *c, const outcome *runs, int n
         if (c->skipped[k]) printf("skipped %s: %s\n", pp_schedule_name(k), c->skipped[k]);
     printf("\nbubble: idle over all rank-time (GPU ranks: compute and NCCL streams); over ideal:"
            " idle over busy;\nCPU ranks: the same lists, one operation at a time;"
-           " sent/rank: activations and gradients the busiest rank sends per step;\n"
-           "peak: micro-batches (x chunks) whose activations a rank holds at once\n");
+           " idle/rank: the mean, next to the papers' formula (pp_sim.h);\n"
+           "sent/rank: activations and gradients the busiest rank sends per step;"
+           " peak: micro-batches (x chunks) whose activations a rank holds at once\n");
 }
 
 /* Whole columns per shortest pass, so that cells line up: as many as fit in
@@ -211,6 +229,7 @@ static void json_run(const pipeline_sim_config *c, const outcome *o) {
            o->gpu.makespan * c->stage_ms, max_bytes_sent(c, o));
     json_ms_list("busy_ms_per_rank", o->gpu.busy, c->pp, c->stage_ms);
     json_ms_list("idle_ms_per_rank", o->gpu.idle, c->pp, c->stage_ms);
+    printf(", \"formula_idle_ms_per_rank\": %.6g", o->formula_idle * c->stage_ms);
     printf(", \"peak_in_flight_per_rank\": [");
     for (int r = 0; r < c->pp; r++) printf("%s%d", r ? ", " : "", pp_peak_in_flight(o->lists, r));
     printf("]");

@@ -10,6 +10,8 @@ typedef struct {
     int runs[PP_NSCHEDULES];            /* 1: simulate this schedule */
     const char *skipped[PP_NSCHEDULES]; /* why a chosen schedule does not run, or NULL */
     double stage_ms;                    /* forward of one micro-batch on a stage */
+    double time_f, time_b, time_w;      /* --simulate: F, B (input), W of a stage, ms */
+    double fb_overlap;                  /* dualpipev's F&B on GPU streams (pp_sim.h) */
     double message_bytes;               /* one micro-batch's activations (and gradients) */
     double link_alpha_ms, link_ms_per_byte;   /* the modelled wire; 0: free */
     const char *link_name;

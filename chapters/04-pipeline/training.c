@@ -125,6 +125,45 @@ static void print_traffic(const strategy_outcome *runs, int n, const run_config 
            report_bytes(ddp, c));
 }
 
+/* The busiest stage's activations in micro-batches' worth (a chunk's pass is 1/v of
+ * one) as the papers give them: GPipe m, 1F1B, ZB-H1 and ZB-V p (Qi et al.: ZB-V's
+ * p M_B), DualPipeV PP + 1 chunks = p + 1/2; interleaving: its lists' rank 0. */
+static double papers_peak(const pp_extra *o) {
+    const int p = o->stages, m = o->opts.micro, v = o->opts.chunks;
+    switch (o->opts.schedule) {
+    case PP_NAIVE: return 1;
+    case PP_GPIPE: return m;
+    case PP_INTERLEAVED: return (double)o->in_flight_formula[0] / v;
+    case PP_DUALPIPE_V: return p + 0.5;
+    default: return p < m ? p : m;
+    }
+}
+
+/* Item by item what the papers compare: the bubble three ways, the busiest stage's
+ * activations, the parameters a device holds, the busiest rank's point-to-point bytes. */
+static void print_papers(const strategy_outcome *runs, int n) {
+    char b[32];
+    printf("\nThe schedules side by side (bubble: measured, simulated for these CPU ranks,"
+           " formula; activations: the busiest stage, micro-batches' worth, measured / the"
+           " papers')\n  %-15s %9s %9s %9s %15s %12s %12s\n", "schedule", "measured",
+           "simulated", "formula", "activations", "parameters", "p2p / step");
+    for (int i = 0; i < n; i++) {
+        const pp_extra *o = pp_extra_of(&runs[i]);
+        double most = 0, sent = 0;
+        for (int k = 0; k < o->stages; k++) {
+            if (o->measured.in_flight[k] > most) most = o->measured.in_flight[k];
+            if (o->measured.bytes_sent[k] > sent) sent = o->measured.bytes_sent[k];
+        }
+        printf("  %-15s %8.1f%% %8.1f%% %8.1f%% %7.1f / %-5.1f %9s 1/p %12s\n",
+               runs[i].result.strategy, 100 * o->measured.bubble_fraction,
+               100 * expected_bubble(o), 100 * o->formula.fraction, most / o->opts.chunks,
+               papers_peak(o), "", report_bytes(sent, b));
+    }
+    printf("  (parameters: every schedule here holds 1/p of the model on a device, once;"
+           " DualPipe's two directions, not built here, hold it twice, 2/p; dualpipev's F&B"
+           " runs as two passes on these ranks, its overlap is the simulator's --fb-overlap)\n");
+}
+
 void pipeline_svg_title(const strategy_outcome *run, char *out, size_t size) {
     const pp_extra *o = pp_extra_of(run);
     snprintf(out, size, "%s: p = %d, m = %d, v = %d, the last step as it ran; bubble %.1f%%"
@@ -192,6 +231,7 @@ int pipeline_train(const pipeline_sim_config *c, const run_config *cfg) {
             print_bubbles(runs, n);
             print_memory(runs, n);
             print_traffic(runs, n, cfg);
+            print_papers(runs, n);
             for (int i = 0; i < n; i++) draw(&runs[i], c, n > 1);
         }
         double worst = 0;

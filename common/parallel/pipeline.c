@@ -49,14 +49,17 @@ void pipeline_rank_init(pipeline_rank *r, comm *world, const mesh *m, const run_
         .drop_f_backward = opts->fault == PIPELINE_FAULT_DROP_F_BACKWARD};
     r->chunks = mem_alloc(MEM_OTHER, (size_t)v * sizeof *r->chunks);
     for (int c = 0; c < v; c++) {
-        pp_stage_init(&r->chunks[c], m->pp, &whole, c * p + m->me.pp, v * p, micro_batch,
+        const int stage = pp_virtual_stage(r->schedule, m->me.pp, c);
+        pp_stage_init(&r->chunks[c], m->pp, &whole, stage, v * p, micro_batch,
                       cfg->model.ctx, opts->micro, cfg->seed, &model_opts, 0);
+        r->chunks[c].vshape = pp_schedule_vshape(opts->schedule);
         r->chunks[c].drop_input_grad = opts->fault == PIPELINE_FAULT_DROP_INPUT_GRAD &&
-                                       m->me.pp == p - 1 && c == v - 1;
+                                       stage == v * p - 1;
     }
     const float dloss = 1.0f / ((float)cfg->batch * (float)cfg->model.ctx);
     pp_executor_init(&r->exec, r->schedule, m->me.pp, r->chunks, cfg, data,
                      m->me.dp * per_pipeline, dloss, opts->stage_seconds);
+    r->exec.drop_weight_pass = opts->fault == PIPELINE_FAULT_DROP_WEIGHT_PASS && m->me.pp == 0;
     /* each dp group shards its own stage's TP slice; without DP nothing is sharded */
     const dp_grads_options dp_opts = {
         .zero = d > 1 ? opts->zero_stage : 0, .precision = cfg->precision,
@@ -95,10 +98,20 @@ void pipeline_rank_free(pipeline_rank *r) {
 }
 
 /* The first virtual stage is chunk 0 of pipeline rank 0; the last, chunk v-1 of the
- * last rank: they hold the tied embedding. */
+ * last rank: they hold the tied embedding. In a V both are on rank 0 (chunks 0 and 1),
+ * whose two gradients are summed in place. */
 static void reduce_tied_grads(pipeline_rank *r) {
     const mesh *m = r->mesh;
     if (r->opts.fault == PIPELINE_FAULT_SKIP_TIED_REDUCE) return;
+    if (pp_schedule_vshape(r->opts.schedule)) {
+        if (m->me.pp != 0) return;
+        const gpt_shape *s = &r->chunks[0].shape;
+        float *first = gpt_tied_weight(s, r->chunks[0].rep.grads);
+        float *last = gpt_tied_weight(&r->chunks[1].shape, r->chunks[1].rep.grads);
+        vec_add(first, last, gpt_tied_weight_numel(s));
+        vec_copy(last, first, gpt_tied_weight_numel(s));
+        return;
+    }
     if (m->me.pp == 0) pp_stage_reduce_tied_grads(&r->chunks[0], m->embedding);
     if (m->me.pp == m->shape.pp - 1 && m->shape.pp > 1)
         pp_stage_reduce_tied_grads(&r->chunks[r->opts.chunks - 1], m->embedding);
@@ -129,7 +142,8 @@ static float pipeline_compute_grads(void *arg, int step, float loss_scale) {
     }
     trace_end(m->pp);
     /* the loss lives on the last stage, the same on its TP ranks: one of them counts it */
-    const int counts = m->me.pp == m->shape.pp - 1 && m->me.tp == 0;
+    const int last = pp_virtual_stage(r->schedule, m->me.pp, r->opts.chunks - 1);
+    const int counts = last == r->opts.chunks * m->shape.pp - 1 && m->me.tp == 0;
     return counts ? loss / (float)m->shape.dp : 0.0f;
 }
 
@@ -251,17 +265,23 @@ void pipeline_bytes_formula(const run_config *cfg, mesh_shape shape, mesh_coord 
     const double dp_bytes_per_param = 0.5 * (f32 + (zero == 0 ? f32 : act));
     const mesh slice = {.shape = shape, .me = me};
     for (int k = 0; k < PIPELINE_GROUP_KINDS; k++) bytes[k] = 0;
+    const int vshape = pp_schedule_vshape(opts->schedule);
     for (int c = 0; c < v; c++) {
-        const int k = c * shape.pp + me.pp;
+        const int k = pp_stage_of(vshape, shape.pp, me.pp, c);
+        int before = -1, after = -1, chunk;   /* the ranks of stages k - 1 and k + 1 */
+        if (k > 0) pp_place_of(vshape, shape.pp, k - 1, &before, &chunk);
+        if (k < S - 1) pp_place_of(vshape, shape.pp, k + 1, &after, &chunk);
         gpt_shape s = tp_whole_shape(cfg, &slice);
         gpt_shape_split_stages(&s, S, k);
         double tp_bytes = 4.0 * gpt_stage_layers(&s) * N * C * act;
         if (s.vocab_parallel && s.has_embed) tp_bytes += N * C * act;
         if (s.vocab_parallel && s.has_head) tp_bytes += N * C * act + 3 * N * f32;
         bytes[PIPELINE_TP] += m * ring(shape.tp) * tp_bytes;
-        bytes[PIPELINE_PP] += m * N * C * act * ((k < S - 1) + (k > 0));
+        /* a V's turn (stages p-1 and p on one rank) is no message */
+        bytes[PIPELINE_PP] += m * N * C * act * ((after >= 0 && after != me.pp) +
+                                                 (before >= 0 && before != me.pp));
         bytes[PIPELINE_DP] += ring(shape.dp) * (double)gpt_num_params(&s) * dp_bytes_per_param;
-        if (shape.pp > 1 && (s.has_embed || s.has_head))
+        if (shape.pp > 1 && !vshape && (s.has_embed || s.has_head))
             bytes[PIPELINE_EMBEDDING] += ring(2) * (double)gpt_tied_weight_numel(&s) * f32;
     }
 }

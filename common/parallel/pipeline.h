@@ -37,6 +37,7 @@ typedef enum {
     PIPELINE_FAULT_SKIP_DP_REDUCE,    /* each replica keeps its own gradient */
     PIPELINE_FAULT_DROP_F_BACKWARD,   /* TP: f's backward all-reduce left out */
     PIPELINE_FAULT_SKIP_DP_PARAM_GATHER,   /* ZeRO-1/2: updated pieces not all-gathered */
+    PIPELINE_FAULT_DROP_WEIGHT_PASS,  /* split backward: rank 0 skips its first W a step */
 } pipeline_fault;
 
 typedef struct {

@@ -196,7 +196,8 @@ static void draw_cells(FILE *out, const pp_span *spans, int nspans, int ranks, i
         print_band(out, rows, ranks, from, to, f, scale, unit);
     }
     fprintf(out, "           one cell = %.3g%s; F3.1: forward of micro-batch 3, chunk 1 (virtual"
-            " stage 1 x p + rank); B backward; ----: the pass goes on; blank: idle\n",
+            " stage 1 x p + rank; in a V 2p-1-rank); B backward; ----: the pass goes on;"
+            " blank: idle\n",
             f.cell_time * scale, ms_per_unit > 0 ? " ms" : " time units");
     for (int r = 0; r < ranks; r++) free(rows[r]);
     free(rows);

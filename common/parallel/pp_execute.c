@@ -115,6 +115,40 @@ void pp_compute_model_wait(comm *c, double until) {
     }
 }
 
+/* ---- a V's turn: stages p-1 and p on one rank ----------------------------------------------- */
+
+/* The chunk of this rank that holds virtual stage `stage`, or -1. */
+static int local_chunk(const pp_executor *e, int stage) {
+    const pp_schedule *s = e->schedule;
+    int rank, chunk;
+    if (stage < 0 || stage >= s->stages * s->chunks) return -1;
+    pp_place_of(pp_schedule_vshape(s->kind), s->stages, stage, &rank, &chunk);
+    return rank == e->rank ? chunk : -1;
+}
+
+/* After a forward: the output goes to the next stage's inbox when that is here. */
+static void hand_on_output(pp_executor *e, const pp_op *op, int slot) {
+    pp_stage *st = &e->chunks[op->chunk];
+    const int next = local_chunk(e, st->stage + 1);
+    if (next < 0) return;
+    void *box = box_take(e, st);
+    gpt_use_slot(st->model, slot);
+    mixed_vec_copy(st->precision, box, gpt_stage_output(st->model), st->boundary_numel);
+    e->inbox[next * e->schedule->micro + op->micro] = box;
+}
+
+/* After a backward (B): d(input) is the previous stage's d(output) when that is here. */
+static void hand_back_input_grad(pp_executor *e, const pp_op *op) {
+    pp_stage *st = &e->chunks[op->chunk];
+    const int before = local_chunk(e, st->stage - 1);
+    if (before < 0) return;
+    pp_stage *to = &e->chunks[before];
+    gpt_use_slot(to->model, slot_for(e, before, op->micro));
+    mixed_vec_copy(st->precision, gpt_stage_output_grad(to->model),
+                   gpt_stage_input_grad(st->model), st->boundary_numel);
+    e->grad_sent[op->chunk * e->schedule->micro + op->micro] = 1;
+}
+
 /* ---- one step ------------------------------------------------------------------------------ */
 
 static float run_compute(pp_executor *e, const pp_op *op, int step) {
@@ -132,19 +166,23 @@ static float run_compute(pp_executor *e, const pp_op *op, int step) {
         }
         loss = pp_forward(st, slot, e->data, e->cfg, step,
                           e->first_sequence + op->micro * st->micro_batch);
+        hand_on_output(e, op, slot);
         break;
     }
     case PP_BACKWARD:
         pp_backward(st, slot, e->dloss, NULL, NULL);
+        hand_back_input_grad(e, op);
         slot_release(e, op->chunk, op->micro);
         break;
     case PP_BACKWARD_INPUT:   /* d(input) is ready: its send may come before W */
         gpt_use_slot(st->model, slot);
         gpt_backward_input(st->model, st->rep.compute, st->rep.grads, e->dloss);
+        hand_back_input_grad(e, op);
         break;
     default:   /* PP_BACKWARD_WEIGHT: the activations' last use */
         gpt_use_slot(st->model, slot);
-        gpt_backward_weights(st->model, st->rep.compute, st->rep.grads, NULL, NULL);
+        if (!(e->drop_weight_pass && e->weight_passes++ == 0))
+            gpt_backward_weights(st->model, st->rep.compute, st->rep.grads, NULL, NULL);
         slot_release(e, op->chunk, op->micro);
         break;
     }
@@ -181,6 +219,7 @@ float pp_execute_step(pp_executor *e, int step, double start) {
     for (int i = 0; i < v * m; i++) e->slot_of[i] = -1, e->grad_sent[i] = 0;
     e->nspans = 0;
     e->busy_seconds = 0;
+    e->weight_passes = 0;
     double loss = 0;
     for (int i = 0; i < list->count; i++) {
         const pp_op *op = &list->ops[i];

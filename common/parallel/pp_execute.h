@@ -28,6 +28,8 @@ typedef struct {
     int first_sequence;       /* this pipeline's first sequence of the global batch */
     float dloss;              /* d(objective)/d(one token's loss) */
     double stage_seconds;     /* the compute model; 0: off */
+    int drop_weight_pass;     /* negative control: the step's first W not computed */
+    int weight_passes;        /* W passes run this step */
     /* slots */
     int *slot_of;             /* [v x m]: the slot micro-batch i holds on chunk c, or -1 */
     int *slot_busy;           /* [v x m]: which slots are taken */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "pp_plan.h"
 
 static const pp_schedule_info schedules[PP_NSCHEDULES] = {
     [PP_NAIVE] = {"naive", "pp-naive", "the whole batch forward through every stage, then"
@@ -18,6 +19,10 @@ static const pp_schedule_info schedules[PP_NSCHEDULES] = {
                         .takes_virtual = 1},
     [PP_ZB_H1] = {"zb-h1", "pp-zb-h1", "1F1B with the weight gradient (W) filling the"
                   " bubble"},
+    [PP_ZB_V] = {"zb-v", "pp-zb-v", "two chunks per rank in a V, B and W split",
+                 .vshape = 1},
+    [PP_DUALPIPE_V] = {"dualpipev", "pp-dualpipev", "a V whose forwards and backwards of"
+                       " the two chunks run in pairs (F&B)", .vshape = 1},
 };
 static const char *const op_names[PP_NKINDS] = {"F", "B", "Bi", "W", "send-act",
                                                 "recv-act", "send-grad", "recv-grad"};
@@ -50,7 +55,12 @@ int pp_schedule_micro(pp_schedule_kind kind, int micro) {
 
 int pp_schedule_chunks(pp_schedule_kind kind, int chunks) {
     const pp_schedule_info *s = pp_schedule_about(kind);
-    return s && s->takes_virtual ? chunks : 1;
+    return s && s->vshape ? 2 : s && s->takes_virtual ? chunks : 1;
+}
+
+int pp_schedule_vshape(pp_schedule_kind kind) {
+    const pp_schedule_info *s = pp_schedule_about(kind);
+    return s ? s->vshape : 0;
 }
 
 const char *pp_op_kind_name(pp_op_kind kind) {
@@ -59,8 +69,17 @@ const char *pp_op_kind_name(pp_op_kind kind) {
 
 int pp_op_is_compute(pp_op_kind kind) { return kind <= PP_BACKWARD_WEIGHT; }
 
+int pp_stage_of(int vshape, int stages, int rank, int chunk) {
+    return vshape && chunk == 1 ? 2 * stages - 1 - rank : chunk * stages + rank;
+}
+
+void pp_place_of(int vshape, int stages, int stage, int *rank, int *chunk) {
+    *chunk = stage / stages;
+    *rank = vshape && *chunk == 1 ? 2 * stages - 1 - stage : stage % stages;
+}
+
 int pp_virtual_stage(const pp_schedule *s, int rank, int chunk) {
-    return chunk * s->stages + rank;
+    return pp_stage_of(pp_schedule_vshape(s->kind), s->stages, rank, chunk);
 }
 
 /* ---- what can run ---------------------------------------------------------------- */
@@ -84,9 +103,19 @@ int pp_validate(pp_schedule_kind kind, int stages, int micro, int chunks, int la
     else if (schedules[kind].whole_batch && micro != 1)
         snprintf(err, err_size, "--micro %d: the naive pipeline runs the whole batch at"
                  " once (use --micro 1, or gpipe / 1f1b)", micro);
-    else if (!schedules[kind].takes_virtual && chunks != 1)
+    else if (schedules[kind].vshape && chunks != 2)
+        snprintf(err, err_size, "--virtual %d: %s places exactly 2 chunks on each rank, in a V",
+                 chunks, name);
+    else if (schedules[kind].vshape && 2L * stages > layers)
+        snprintf(err, err_size, "--pp %d: %s cuts the model into 2 x %d = %d chunks, more than"
+                 " the %d layers (each chunk needs a block: use --pp 1 to %d)", stages, name,
+                 stages, 2 * stages, layers, layers / 2);
+    else if (!schedules[kind].takes_virtual && !schedules[kind].vshape && chunks != 1)
         snprintf(err, err_size, "--virtual %d: only the interleaved schedule has chunks"
                  " (use --virtual 1 with %s)", chunks, name);
+    else if (kind == PP_DUALPIPE_V && micro < 2 * stages)
+        snprintf(err, err_size, "--micro %d: dualpipev needs at least 2 x --pp = %d micro-batches"
+                 " (its warm-up sends 2p forwards into the V)", micro, 2 * stages);
     else if (kind == PP_INTERLEAVED && chunks < 2)
         snprintf(err, err_size, "--virtual %d: interleaved 1F1B needs at least 2 chunks per"
                  " rank (with 1 it is 1f1b)", chunks);
@@ -106,68 +135,6 @@ int pp_validate(pp_schedule_kind kind, int stages, int micro, int chunks, int la
     return 0;
 }
 
-/* ---- the plan: each rank's forwards and backwards in order ----------------------- */
-typedef struct {
-    pp_op_kind kind;   /* PP_FORWARD, or the backward kind of the schedule */
-    int micro, chunk;
-} pass;
-
-typedef struct {
-    pass *passes;
-    int count;
-} rank_plan;
-
-static void plan_add(rank_plan *plan, pp_op_kind kind, int micro, int chunk) {
-    plan->passes[plan->count++] = (pass){kind, micro, chunk};
-}
-
-/* GPipe: every forward, then every backward, the last micro-batch first. */
-static void plan_gpipe(rank_plan *plan, int m) {
-    for (int i = 0; i < m; i++) plan_add(plan, PP_FORWARD, i, 0);
-    for (int i = m - 1; i >= 0; i--) plan_add(plan, PP_BACKWARD, i, 0);
-}
-
-/* 1F1B: warm-up forwards, then one forward and one backward, then the drain. */
-static void plan_1f1b(rank_plan *plan, int p, int r, int m, pp_op_kind backward) {
-    int warmup = p - r - 1 < m ? p - r - 1 : m;
-    for (int i = 0; i < warmup; i++) plan_add(plan, PP_FORWARD, i, 0);
-    for (int i = 0; i < m - warmup; i++) {
-        plan_add(plan, PP_FORWARD, warmup + i, 0);
-        plan_add(plan, backward, i, 0);
-    }
-    for (int i = m - warmup; i < m; i++) plan_add(plan, backward, i, 0);
-}
-
-/* Megatron-LM's interleaved order: the k-th chunk pass of a rank takes micro-batch
- * group k / (p v), member k % p, chunk (k / p) % v (backwards: the chunks reversed). */
-static pass interleaved_pass(int k, int p, int v, int backward) {
-    int chunk = (k / p) % v;
-    return (pass){backward ? PP_BACKWARD : PP_FORWARD, (k / (p * v)) * p + k % p,
-                  backward ? v - 1 - chunk : chunk};
-}
-
-static void plan_interleaved(rank_plan *plan, int p, int r, int m, int v) {
-    int total = m * v, warmup = 2 * (p - r - 1) + (v - 1) * p;
-    if (warmup > total || m == p) warmup = total;   /* m = p: all forwards first (Megatron) */
-    for (int k = 0; k < warmup; k++) plan->passes[plan->count++] = interleaved_pass(k, p, v, 0);
-    for (int k = 0; k < total - warmup; k++) {
-        plan->passes[plan->count++] = interleaved_pass(warmup + k, p, v, 0);
-        plan->passes[plan->count++] = interleaved_pass(k, p, v, 1);
-    }
-    for (int k = total - warmup; k < total; k++)
-        plan->passes[plan->count++] = interleaved_pass(k, p, v, 1);
-}
-
-static void plan_rank(rank_plan *plan, pp_schedule_kind kind, int p, int r, int m, int v) {
-    switch (kind) {
-    case PP_NAIVE:
-    case PP_GPIPE: plan_gpipe(plan, m); break;
-    case PP_1F1B: plan_1f1b(plan, p, r, m, PP_BACKWARD); break;
-    case PP_INTERLEAVED: plan_interleaved(plan, p, r, m, v); break;
-    default: plan_1f1b(plan, p, r, m, PP_BACKWARD_INPUT); break;
-    }
-}
-
 /* ---- the dry run: unit pass times, free messages, integer clock ------------------- */
 typedef struct {
     pp_op op;
@@ -176,6 +143,9 @@ typedef struct {
 
 typedef struct {
     int p, m, v, stages_total;          /* stages_total = S = p v */
+    int vshape;                         /* chunks placed in a V (pp_stage_of) */
+    int w_cap;                          /* F waits for a W owed past this many held */
+    int w_fills_waits;                  /* a W owed runs where the next pass must wait */
     double *forward_start, *forward_end;     /* [m][S], INFINITY until run */
     double *backward_start, *backward_end;   /* B or Bi */
     timed_pass **timed;                 /* [p][passes run] */
@@ -190,16 +160,18 @@ static double pass_time(pp_op_kind kind) { return kind == PP_BACKWARD ? 2.0 : 1.
 
 /* Is the input of this pass (activation or output gradient) there at time t? */
 static int input_ready(const dry_run *d, const pass *ps, int rank, double t) {
-    int s = ps->chunk * d->p + rank;
+    int s = pp_stage_of(d->vshape, d->p, rank, ps->chunk);
     if (ps->kind == PP_FORWARD) return s == 0 || d->forward_end[slot(d, ps->micro, s - 1)] <= t;
     if (s == d->stages_total - 1) return d->forward_end[slot(d, ps->micro, s)] <= t;
     return d->backward_end[slot(d, ps->micro, s + 1)] <= t;
 }
 
-static void run_pass(dry_run *d, int rank, pp_op_kind kind, int micro, int chunk, double t) {
+static void run_pass(dry_run *d, int rank, const pass *ps, double t) {
+    const pp_op_kind kind = ps->kind;
+    const int micro = ps->micro, chunk = ps->chunk;
     timed_pass *tp = &d->timed[rank][d->ntimed[rank]++];
-    *tp = (timed_pass){{kind, micro, chunk, -1}, t, t + pass_time(kind)};
-    int i = slot(d, micro, chunk * d->p + rank);
+    *tp = (timed_pass){{kind, micro, chunk, -1, ps->fused}, t, t + pass_time(kind)};
+    int i = slot(d, micro, pp_stage_of(d->vshape, d->p, rank, chunk));
     if (kind == PP_FORWARD) {
         d->forward_start[i] = tp->start;
         d->forward_end[i] = tp->end;
@@ -219,22 +191,44 @@ typedef struct {
     int owed_head, owed_tail;
 } dry_rank;
 
-/* What rank r does when it is free at time t; returns 0 when it stays idle. */
-static int dry_step(dry_run *d, dry_rank *dr, int r, double t, int w_cap) {
-    const pass *ps = dr->next < dr->plan.count ? &dr->plan.passes[dr->next] : NULL;
+/* The oldest W owed, at t. */
+static void run_owed_w(dry_run *d, dry_rank *dr, int r, double t) {
+    run_pass(d, r, &dr->owed_w[dr->owed_head++], t);
+    dr->in_flight--;
+}
+
+/* The plan's next pass at t; a B (input) leaves its W owed. */
+static void run_planned(dry_run *d, dry_rank *dr, int r, double t) {
+    const pass *ps = &dr->plan.passes[dr->next++];
+    run_pass(d, r, ps, t);
+    if (ps->kind == PP_FORWARD) dr->in_flight++;
+    else if (ps->kind == PP_BACKWARD) dr->in_flight--;
+    else dr->owed_w[dr->owed_tail++] = (pass){PP_BACKWARD_WEIGHT, ps->micro, ps->chunk, 0};
+}
+
+/* What rank r does when it is free at time t; returns 0 when it stays idle. A W in
+ * the plan (zb-v's groups, DualPipeV) runs the oldest W owed, or nothing when a wait
+ * ran it; an F&B pair starts when both inputs are there, its backward right after. */
+static int dry_step(dry_run *d, dry_rank *dr, int r, double t) {
     int owed = dr->owed_tail - dr->owed_head;
-    int ready = ps && input_ready(d, ps, r, t);
-    int must_free = ps && ps->kind == PP_FORWARD && dr->in_flight >= w_cap && owed > 0;
-    if (ready && !must_free) {
-        run_pass(d, r, ps->kind, ps->micro, ps->chunk, t);
+    while (dr->next < dr->plan.count && dr->plan.passes[dr->next].kind == PP_BACKWARD_WEIGHT &&
+           owed == 0)
         dr->next++;
-        if (ps->kind == PP_FORWARD) dr->in_flight++;
-        else if (ps->kind == PP_BACKWARD) dr->in_flight--;
-        else dr->owed_w[dr->owed_tail++] = *ps;
-    } else if (owed > 0) {   /* zb-h1: a W fills the wait */
-        const pass *w = &dr->owed_w[dr->owed_head++];
-        run_pass(d, r, PP_BACKWARD_WEIGHT, w->micro, w->chunk, t);
-        dr->in_flight--;
+    const pass *ps = dr->next < dr->plan.count ? &dr->plan.passes[dr->next] : NULL;
+    int ready = ps && input_ready(d, ps, r, t) && (!ps->fused || input_ready(d, ps + 1, r, t));
+    int must_free = ps && ps->kind == PP_FORWARD && dr->in_flight >= d->w_cap && owed > 0;
+    if (ps && ps->kind == PP_BACKWARD_WEIGHT) {
+        run_owed_w(d, dr, r, t);
+        dr->next++;
+    } else if (ready && !must_free) {
+        run_planned(d, dr, r, t);
+        if (ps->fused) {   /* the pair's outputs leave together, at its end */
+            run_planned(d, dr, r, t + pass_time(ps->kind));
+            d->forward_end[slot(d, ps->micro, pp_stage_of(d->vshape, d->p, r, ps->chunk))] =
+                d->timed[r][d->ntimed[r] - 1].end;
+        }
+    } else if (owed > 0 && d->w_fills_waits) {   /* zb-h1, zb-v: a W fills the wait */
+        run_owed_w(d, dr, r, t);
     } else {
         return 0;
     }
@@ -248,9 +242,13 @@ static double *filled(size_t n, double value) {
     return a;
 }
 
-static void dry_run_init(dry_run *d, int p, int m, int v) {
+static void dry_run_init(dry_run *d, pp_schedule_kind kind, int p, int m, int v) {
     size_t n = (size_t)m * p * v;
-    *d = (dry_run){.p = p, .m = m, .v = v, .stages_total = p * v};
+    /* DualPipeV's plan says where every W goes; the others keep 1F1B's peak, p stages */
+    const int planned = kind == PP_DUALPIPE_V;
+    *d = (dry_run){.p = p, .m = m, .v = v, .stages_total = p * v,
+                   .vshape = pp_schedule_vshape(kind), .w_cap = planned ? m * v : p * v,
+                   .w_fills_waits = !planned};
     d->forward_start = filled(n, INFINITY);
     d->forward_end = filled(n, INFINITY);
     d->backward_start = filled(n, INFINITY);
@@ -275,12 +273,12 @@ static void dry_run_free(dry_run *d) {
  * one; ranks free at the same tick decide in rank order, which is safe because a pass
  * started at this tick ends later. */
 static void dry_run_execute(dry_run *d, pp_schedule_kind kind) {
-    int p = d->p, m = d->m, v = d->v, w_cap = p;
+    int p = d->p, m = d->m, v = d->v;
     dry_rank *ranks = mem_alloc(MEM_OTHER, (size_t)p * sizeof *ranks);
     for (int r = 0; r < p; r++) {
-        ranks[r].plan.passes = mem_alloc(MEM_OTHER, 2 * (size_t)m * v * sizeof(pass));
+        ranks[r].plan.passes = mem_alloc(MEM_OTHER, (size_t)pp_plan_room(m, v) * sizeof(pass));
         ranks[r].owed_w = mem_alloc(MEM_OTHER, (size_t)m * v * sizeof(pass));
-        plan_rank(&ranks[r].plan, kind, p, r, m, v);
+        pp_plan_rank(&ranks[r].plan, kind, p, r, m, v);
     }
     int active = p;
     double limit = 4.0 * (3.0 * m * v + 2.0 * p * v) + 16;   /* far past any makespan */
@@ -293,7 +291,7 @@ static void dry_run_execute(dry_run *d, pp_schedule_kind kind) {
         active = 0;
         for (int r = 0; r < p; r++) {
             dry_rank *dr = &ranks[r];
-            if (dr->busy_until <= t) dry_step(d, dr, r, t, w_cap);
+            if (dr->busy_until <= t) dry_step(d, dr, r, t);
             if (dr->next < dr->plan.count || dr->owed_tail > dr->owed_head ||
                 dr->busy_until > t)
                 active++;
@@ -330,7 +328,7 @@ typedef struct {
  * B / Bi (W sends nothing). Returns 0 when there is none. */
 static int outgoing(const dry_run *d, const timed_pass *tp, int rank, int *to_stage,
                     int *is_grad) {
-    int s = tp->op.chunk * d->p + rank;
+    int s = pp_stage_of(d->vshape, d->p, rank, tp->op.chunk);
     if (tp->op.kind == PP_FORWARD && s + 1 < d->stages_total) {
         *to_stage = s + 1;
         *is_grad = 0;
@@ -374,15 +372,18 @@ static double meeting_time(const dry_run *d, int sender, int receiver, double pr
 
 static void place_message(const dry_run *d, keyed_list *lists, const timed_pass *tp, int rank,
                           pp_comm_order order) {
-    int to, grad;
+    int to, grad, peer, to_chunk;
     if (!outgoing(d, tp, rank, &to, &grad)) return;
-    int from_stage = tp->op.chunk * d->p + rank, peer = to % d->p, micro = tp->op.micro;
+    pp_place_of(d->vshape, d->p, to, &peer, &to_chunk);
+    if (peer == rank) return;   /* a V's turn: the next chunk is on this rank, in memory */
+    int from_stage = pp_stage_of(d->vshape, d->p, rank, tp->op.chunk), micro = tp->op.micro;
     double consumer_start = grad ? d->backward_start[slot(d, micro, to)]
                                  : d->forward_start[slot(d, micro, to)];
     double when = meeting_time(d, rank, peer, tp->end, consumer_start);
     long long id = ((long long)micro * d->stages_total + from_stage) * 2 + grad;
-    keyed_op send = {{grad ? PP_SEND_GRAD : PP_SEND_ACT, micro, tp->op.chunk, peer}, when, 0, id};
-    keyed_op recv = {{grad ? PP_RECV_GRAD : PP_RECV_ACT, micro, to / d->p, rank}, when, 0, id};
+    keyed_op send = {{grad ? PP_SEND_GRAD : PP_SEND_ACT, micro, tp->op.chunk, peer, 0}, when, 0,
+                     id};
+    keyed_op recv = {{grad ? PP_RECV_GRAD : PP_RECV_ACT, micro, to_chunk, rank, 0}, when, 0, id};
     if (order == PP_COMM_EAGER) {   /* send right after, receive right before */
         send.time = tp->end;
         recv.time = consumer_start;
@@ -426,7 +427,7 @@ pp_schedule *pp_schedule_make(pp_schedule_kind kind, int stages, int micro, int 
                        .order = order};
     s->ranks = mem_alloc(MEM_OTHER, (size_t)stages * sizeof *s->ranks);
     dry_run d;
-    dry_run_init(&d, stages, micro, chunks);
+    dry_run_init(&d, kind, stages, micro, chunks);
     dry_run_execute(&d, kind);
     build_op_lists(s, &d);
     dry_run_free(&d);
@@ -457,6 +458,12 @@ pp_bubble pp_bubble_formula(pp_schedule_kind kind, int stages, int micro, int ch
     switch (kind) {
     case PP_INTERLEAVED: work = (double)chunks * micro; break;   /* bubble shrinks v-fold */
     case PP_ZB_H1: work = 3.0 * micro; break;   /* idle (p-1)(F+B-W) = p-1 of busy 3m */
+    case PP_ZB_V:   /* no idle but the V's fill, p-1 chunk forwards: (p-1)/2 of busy 3m */
+        work = 6.0 * micro;
+        break;
+    case PP_DUALPIPE_V:   /* (p-1)(F&B + B - 3W), chunks' F 1/2, B 1, W 1/2, F&B = F + B */
+        work = 3.0 * micro;
+        break;
     default: work = micro; break;
     }
     return (pp_bubble){(p - 1) / (work + p - 1), (p - 1) / work};

@@ -25,6 +25,24 @@
  *                for). F and B keep 1F1B's order; a W runs where the rank would
  *                otherwise wait, or when p micro-batches are in flight (1F1B's peak,
  *                rank 0's), so the drain fills with W passes.
+ *   zb-v         Qi et al. 2024 (ZB-V): two chunks per rank placed in a V, chunk 0 of
+ *                rank r is stage r and chunk 1 stage 2p-1-r, so rank 0 holds the first
+ *                and the last stage and a micro-batch turns round on rank p-1 (whose two
+ *                chunks pass it on in memory, not as a message). Backward split into B
+ *                and W as zb-h1. Warm-up: 2p-1-2r chunk-0 forwards, then r times a
+ *                chunk-1 and a chunk-0 forward; then groups of one forward, one B and
+ *                one W of a chunk: p-r groups of chunk 1, then chunk 0 and chunk 1 in
+ *                turn until the forwards are done; the remaining B in the same turn,
+ *                W filling the waits. At most 2p chunk passes held (1F1B's p stages).
+ *   dualpipev    DualPipeV (DeepSeek-V3's DualPipe cut in half, Sea AI Lab): the same V,
+ *                m >= 2p. Rank r: 2(p-r-1) chunk-0 forwards; r+1 pairs F0 F1; p-r-1
+ *                times B1 (split), its W, F1; then m-2p+r+1 times F0&B1 and F1&B0, each
+ *                a forward of one chunk and a whole backward of the other run as one
+ *                (F&B: on GPUs one's communication hides under the other's compute;
+ *                CPU ranks run them one after the other; on rank p-1 the first F0 and
+ *                B1 apart); p-r-1 times B1 and F1&B0; r+1 times B1 and B0, the latter
+ *                half split; p-r-1 times a W and a split B0; the r+1 W left. Every W
+ *                where the plan puts it. At most 2p+1 chunk passes held (PP + 1).
  *
  * Communication order. On GPUs a send blocks until the receiver has posted the matching
  * receive (NCCL), so the order of sends and receives on each rank decides whether the
@@ -44,7 +62,8 @@
 #include <stddef.h>
 
 typedef enum {
-    PP_NAIVE, PP_GPIPE, PP_1F1B, PP_INTERLEAVED, PP_ZB_H1, PP_NSCHEDULES
+    PP_NAIVE, PP_GPIPE, PP_1F1B, PP_INTERLEAVED, PP_ZB_H1, PP_ZB_V, PP_DUALPIPE_V,
+    PP_NSCHEDULES
 } pp_schedule_kind;
 
 /* What a schedule is called and what it takes: the one table every program, flag and
@@ -55,6 +74,7 @@ typedef struct {
     const char *summary;    /* what it is, in a few words */
     int takes_virtual;      /* 1: --virtual chunks per rank (v >= 2); else v = 1 */
     int whole_batch;        /* 1: one micro-batch, the whole batch (m = 1) */
+    int vshape;             /* 1: two chunks per rank in a V (chunk 1 = stage 2p-1-r) */
 } pp_schedule_info;
 
 /* The row of kind; NULL for a kind out of range. */
@@ -67,7 +87,7 @@ int pp_schedule_from_name(const char *name);
  * (chapter 4's "all"), then NULL. */
 void pp_schedule_choices(const char *choices[PP_NSCHEDULES + 2], const char *extra);
 /* The micro-batches and chunks per rank kind runs with, given those asked for: m = 1
- * for a whole-batch schedule, v = 1 for one that takes no --virtual. */
+ * for a whole-batch schedule, v = 2 for a V, v = 1 for one that takes no --virtual. */
 int pp_schedule_micro(pp_schedule_kind kind, int micro);
 int pp_schedule_chunks(pp_schedule_kind kind, int chunks);
 
@@ -95,6 +115,8 @@ typedef struct {
     int micro;            /* 0..m-1 */
     int chunk;            /* local chunk 0..v-1 */
     int peer;             /* the other rank of a send or receive; -1 for compute */
+    int fused;            /* F of DualPipe's F&B: overlapped with the next compute op,
+                             a backward of the other chunk (GPU streams; pp_sim.h) */
 } pp_op;
 
 typedef struct {
@@ -113,7 +135,8 @@ typedef struct {
 
 /* One clear message in err (and 0) for a combination that cannot run; 1 when it can.
  * Checks p, m, v >= 1; p <= layers; v x p <= layers; m dividing the batch; naive with
- * m = 1; v > 1 only for interleaved; interleaved's p >= 2, v >= 2 and m a multiple of p. */
+ * m = 1; v > 1 only for interleaved and the V (exactly 2, with 2p <= layers);
+ * dualpipev's m >= 2p; interleaved's p >= 2, v >= 2 and m a multiple of p. */
 int pp_validate(pp_schedule_kind kind, int stages, int micro, int chunks, int layers,
                 int batch, char *err, size_t err_size);
 
@@ -123,16 +146,28 @@ pp_schedule *pp_schedule_make(pp_schedule_kind kind, int stages, int micro, int 
                               pp_comm_order order);
 void pp_schedule_free(pp_schedule *s);
 
-int pp_virtual_stage(const pp_schedule *s, int rank, int chunk);   /* chunk*p + rank */
+/* Where the model's pieces sit: chunk c of rank r is virtual stage c*p + r (v chunks
+ * interleaved), or in a V stage r (chunk 0) and 2p-1-r (chunk 1). And back: the rank
+ * and chunk of stage k of p x v. */
+int pp_stage_of(int vshape, int stages, int rank, int chunk);
+void pp_place_of(int vshape, int stages, int stage, int *rank, int *chunk);
+int pp_virtual_stage(const pp_schedule *s, int rank, int chunk);
+int pp_schedule_vshape(pp_schedule_kind kind);
 
 /* The largest number of (micro-batch, chunk) passes rank holds activations for at
- * once: from its forward until its backward (zb-h1: until its W) has run. */
+ * once: from its forward until its backward (split: until its W) has run. */
 int pp_peak_in_flight(const pp_schedule *s, int rank);
 
 /* The textbook bubble for unit forward time and backward twice that (zb-h1: B and W
  * one each): fraction = idle / (idle + busy) per rank, over_ideal = idle / busy.
  *   naive, gpipe, 1f1b: (p-1)/(m+p-1)      interleaved: (p-1)/(v m + p-1)
- *   zb-h1: idle (p-1)(T_F + T_B - T_W) = (p-1) against busy 3m: (p-1)/(3m + p-1) */
+ *   zb-h1: idle (p-1)(T_F + T_B - T_W) = (p-1) against busy 3m: (p-1)/(3m + p-1)
+ *   zb-v: zero bubble at T_F = T_B = T_W (Qi et al.) but for the fill of the V, which
+ *         their picture hides under the next step: p-1 chunk forwards, (p-1) T_F / 2,
+ *         against busy 3m: (p-1)/(6m + p-1), for m >= p (fewer cannot fill the V)
+ *   dualpipev: DeepSeek's (PP/2 - 1)(F&B + B - 3W) with PP = 2p stages and a chunk's
+ *         F = 1/2, B = 1 (whole), W = 1/2, F&B = F + B (not overlapped): p-1 against
+ *         busy 3m, (p-1)/(3m + p-1), zb-h1's; overlapped F&B: pp_sim.h's fb_overlap */
 typedef struct {
     double fraction, over_ideal;
 } pp_bubble;

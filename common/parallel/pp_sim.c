@@ -93,8 +93,8 @@ static void describe(const pp_op *op, char *out, size_t size) {
 
 /* Does the receive `recv` on rank r take the message that `send` on rank from sends? */
 static int pairs_with(const sim *m, const pp_op *send, int from, const pp_op *recv, int r) {
-    int p = m->s->stages;
-    int from_stage = send->chunk * p + from, to_stage = recv->chunk * p + r;
+    int from_stage = pp_virtual_stage(m->s, from, send->chunk);
+    int to_stage = pp_virtual_stage(m->s, r, recv->chunk);
     if (send->micro != recv->micro) return 0;
     if (send->kind == PP_SEND_ACT) return recv->kind == PP_RECV_ACT && to_stage == from_stage + 1;
     return send->kind == PP_SEND_GRAD && recv->kind == PP_RECV_GRAD && to_stage == from_stage - 1;
@@ -110,11 +110,45 @@ static void add_span(sim *m, int r, const pp_op *op, double start, double end) {
     m->res->spans[m->res->nspans++] = (pp_span){r, op->kind, op->micro, op->chunk, start, end};
 }
 
+/* The compute op after pos in rank r's list (an F&B's backward), or -1. */
+static int next_compute(const sim *m, int r, int pos) {
+    const pp_rank_ops *list = &m->s->ranks[r];
+    for (int i = pos + 1; i < list->count; i++)
+        if (pp_op_is_compute(list->ops[i].kind)) return i;
+    return -1;
+}
+
+/* An F&B on GPU streams: both passes once both inputs are there, the shorter one
+ * fb_overlap hidden under the other; the time split between them in proportion. */
+static int run_fused(sim *m, int r, cursor *cur, const pp_op *op, int pair, double start) {
+    const double ready = ready_time(m, r, pair);
+    if (ready < 0) return 0;
+    if (ready > start) start = ready;
+    const pp_op *b = &m->s->ranks[r].ops[pair];
+    const double tf = compute_time(m, op->kind), tb = compute_time(m, b->kind);
+    const double both = tf + tb - m->o->fb_overlap * (tf < tb ? tf : tb);
+    const double split = start + both * tf / (tf + tb);
+    add_span(m, r, op, start, split);
+    add_span(m, r, b, split, start + both);
+    m->res->busy[r] += both;
+    cur->clock = start + both;
+    m->ranks[r].done[pair] = cur->clock;
+    m->ranks[r].done[cur->pos++] = cur->clock;
+    return 1;
+}
+
 /* Returns 1 when the pass ran, 0 when its input is not there yet. */
 static int run_compute(sim *m, int r, cursor *cur, const pp_op *op) {
+    if (m->ranks[r].done[cur->pos] >= 0) {   /* an F&B's backward: ran with its F */
+        cur->pos++;
+        return 1;
+    }
     double ready = ready_time(m, r, cur->pos);
     if (ready < 0) return 0;
+    const int overlaps = op->fused && !m->o->sequential && m->o->fb_overlap > 0;
+    const int pair = overlaps ? next_compute(m, r, cur->pos) : -1;
     double t = compute_time(m, op->kind), start = ready > cur->clock ? ready : cur->clock;
+    if (pair >= 0) return run_fused(m, r, cur, op, pair, start);
     add_span(m, r, op, start, start + t);
     cur->clock = start + t;
     m->res->busy[r] += t;
@@ -369,6 +403,23 @@ int pp_simulate(const pp_schedule *s, const pp_sim_options *opts, pp_sim_result 
     free_state(&m);
     res->ok = !failed;
     return res->ok;
+}
+
+double pp_sim_idle_formula(pp_schedule_kind kind, int stages, int micro, int chunks,
+                           const pp_sim_options *o) {
+    const double p = stages, F = o->forward, B = o->backward_input, W = o->backward_weight;
+    (void)micro;
+    switch (kind) {
+    case PP_INTERLEAVED: return (p - 1) * (F + o->backward) / chunks;
+    case PP_ZB_H1: return (p - 1) * (F + B - W);
+    case PP_ZB_V: return (p - 1) * F / 2;
+    case PP_DUALPIPE_V: {   /* a chunk holds half a stage */
+        const double f = F / 2, b = (B + W) / 2, w = W / 2;
+        const double fb = f + b - o->fb_overlap * (f < b ? f : b);
+        return (p - 1) * (fb + b - 3 * w);
+    }
+    default: return (p - 1) * (F + o->backward);
+    }
 }
 
 void pp_sim_result_free(pp_sim_result *res) {

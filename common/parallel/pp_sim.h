@@ -19,7 +19,11 @@
  *     the receive that brings its input, a send for the pass that made its data; the
  *     two streams otherwise overlap. A send blocks its stream, not the rank.
  *   sequential, as a CPU rank calling comm_send / comm_recv: one operation at a time,
- *     so a rank in a blocking send or receive computes nothing meanwhile. */
+ *     so a rank in a blocking send or receive computes nothing meanwhile.
+ * An F&B pair (DualPipeV) with fb_overlap > 0 on streams starts when both of its
+ * inputs are there, lasts T_F + T_B - fb_overlap x min(T_F, T_B) and hands both
+ * outputs on at its end; with fb_overlap 0, and always on sequential ranks, it is
+ * two passes, one after the other (DualPipe's F&B = F + B). */
 #ifndef PP_SIM_H
 #define PP_SIM_H
 #include "pp_schedule.h"
@@ -29,6 +33,9 @@ typedef struct {
     double link_alpha, link_time_per_byte, message_bytes;
     int buffered;   /* 1: a send returns at once (the threads backend's default) */
     int sequential; /* 1: one operation at a time (a CPU rank); 0: two streams */
+    double fb_overlap;   /* DualPipe's F&B (pp_op.fused) on streams: the part of the
+                            shorter pass hidden under the longer, 0..1; 0 (the default):
+                            one after the other, as CPU ranks always run them */
 } pp_sim_options;
 
 /* forward 1, backward 2, B 1, W 1, free messages, unbuffered sends, streams. */
@@ -47,6 +54,18 @@ typedef struct {
                                there to the moment it completed (waiting included) */
     int nspans;
 } pp_sim_result;
+
+/* The papers' idle time per rank for the op times of o (a stage's F, B = backward_input,
+ * W = backward_weight, a whole backward `backward`), in o's unit:
+ *   naive, gpipe, 1f1b  (p-1)(F + B + W)            interleaved  (p-1)(F + B + W) / v
+ *   zb-h1   (p-1)(F + B - W)  (Qi et al. 2023)
+ *   zb-v    (p-1) F / 2: zero bubble at T_F = T_B = T_W (Qi et al.) but for the V's fill,
+ *           which their picture hides under the next step; holds at equal times only
+ *   dualpipev  (PP/2 - 1)(F&B + B - 3W) (DeepSeek), PP = 2p stages, a chunk's F = F/2,
+ *           B = (B + W)/2 (whole), W = W/2, F&B = F + B - fb_overlap x min(F, B).
+ * Busy time per rank is m (F + B + W) (less the overlap for dualpipev's pairs). */
+double pp_sim_idle_formula(pp_schedule_kind kind, int stages, int micro, int chunks,
+                           const pp_sim_options *o);
 
 /* Runs the lists. Returns result->ok; free the result with pp_sim_result_free. */
 int pp_simulate(const pp_schedule *s, const pp_sim_options *opts, pp_sim_result *result);

@@ -7,6 +7,7 @@
 #include "floats.h"
 #include "ops.h"
 #include "ops_mixed.h"
+#include "pp_schedule.h"
 
 /* Tags keep activations and gradients apart: a stage may have one of each in flight
  * to the same neighbour. */
@@ -40,7 +41,11 @@ void pp_stage_free(pp_stage *st) {
 
 int pp_stage_is_first(const pp_stage *st) { return st->stage == 0; }
 int pp_stage_is_last(const pp_stage *st) { return st->stage == st->stages - 1; }
-int pp_stage_rank_of(const pp_stage *st, int stage) { return stage % comm_size(st->pp); }
+int pp_stage_rank_of(const pp_stage *st, int stage) {
+    int rank, chunk;
+    pp_place_of(st->vshape, comm_size(st->pp), stage, &rank, &chunk);
+    return rank;
+}
 
 size_t pp_boundary_bytes(const pp_stage *st) {
     return st->boundary_numel * precision_bytes(st->precision);

@@ -4,7 +4,8 @@
  *
  * Stages are virtual: with v model chunks per rank (interleaved schedules) the
  * pipeline has v x p stages, and virtual stage k runs on rank k % p of the pipeline
- * group (chunk k / p of that rank). Without interleaving, v = 1 and stage = rank.
+ * group (chunk k / p of that rank). Without interleaving, v = 1 and stage = rank. In a
+ * V (zb-v, vshape) the two chunks of rank r are stages r and 2p-1-r.
  *
  *   forward of micro-batch i on stage k:   recv x from stage k-1 (unless k = 0),
  *                                          blocks, send x to stage k+1 (unless last)
@@ -34,6 +35,7 @@ typedef struct {
     size_t boundary_numel; /* one micro-batch's activations: micro_batch x T x dim */
     precision precision;   /* of the model: its boundary tensors travel in it */
     int drop_input_grad;   /* negative control: sends zeros instead of d(input) */
+    int vshape;            /* the chunks are placed in a V (pp_schedule.h) */
 } pp_stage;
 
 /* Makes virtual stage `stage` of `stages` over the pipeline group pp: blocks split as
