@@ -123,6 +123,47 @@ int wire_launches(const run_config *cfg, const dataset *data, int steps, wire_re
 void wire_print(const wire_report *r);
 void wire_json(FILE *o, const wire_report *r);
 
+/* ---- part 6: fp8 ----------------------------------------------------------------------- */
+/* No CPU here has FP8 units: the part is about accuracy and bytes, never speed. */
+#define FP8_TRAIN_STEPS 100   /* fp32 steps before the activations are read */
+#define FP8_HISTORY 16        /* delayed scaling: the amax of the batches before */
+#define FP8_ERROR_CASES 4     /* real activations; outlier channels x100, x1e4, x1e5 */
+#define FP8_ERROR_ROWS 6      /* bf16; e4m3 x the 4 recipes; e5m2 tensorwise */
+#define FP8_BYTES_ROWS 5      /* fp32, bf16, fp8 tensorwise, rowwise, blockwise */
+typedef struct {
+    const char *label;
+    int bf16, format, recipe;   /* format, recipe: fp8_format, fp8_recipe */
+} fp8_error_row;
+extern const fp8_error_row fp8_error_rows[FP8_ERROR_ROWS];
+extern const double fp8_outlier_factors[FP8_ERROR_CASES];   /* 1: real activations */
+
+typedef struct {
+    /* b: fc2's product (out = x w^T) of the last block, after FP8_TRAIN_STEPS */
+    int layer, M, N, K;
+    double amax, rms;                                  /* of the real activations */
+    double error[FP8_ERROR_ROWS][FP8_ERROR_CASES];     /* ||y - y32|| / ||y32|| */
+    /* e: the whole model's weights and ZeRO-3 on `ranks` */
+    int ranks;
+    double P, linear, other;            /* parameters: all, the linears' weights, the rest */
+    double scales[FP8_BYTES_ROWS];      /* weight scales held (fp8 rows) */
+    double weight_bytes[FP8_BYTES_ROWS];   /* the compute copy of the weights */
+    double gather_bytes[FP8_BYTES_ROWS];   /* ZeRO-3 all-gathers, sent per rank per step */
+    double reduce_bytes;                   /* its reduce-scatter (fp32 gradients) */
+} fp8_report;
+
+/* a: the grids are the library's facts, drawn (fp8_print). b needs world rank 0's
+ * process (one-rank fp32 training), e no run at all. */
+void fp8_errors_local(const run_config *cfg, const dataset *data, fp8_report *r);
+/* The relative error of x w^T per row against fp32, x [M, K] and w [N, K]. */
+void fp8_product_errors(const float *x, const float *w, int M, int N, int K,
+                        const float history[FP8_HISTORY], double error[FP8_ERROR_ROWS]);
+void fp8_bytes(const run_config *cfg, fp8_report *r);
+/* ZeRO-3's all-gather bytes per rank per step when the linears' weights move at
+ * `linear_bytes` a parameter plus `scales` fp32 scales and the rest at 2 bytes. */
+double fp8_gather_bytes(const gpt_shape *s, int N, double linear_bytes, double scales);
+void fp8_print(const fp8_report *r);
+void fp8_json(FILE *o, const fp8_report *r);
+
 /* A run of cfg in one case: quiet, its precision, gradients and loss scale. */
 run_config mixed_case_config(const run_config *cfg, const precision_case *c, int steps);
 /* The chapter's model and data: 2 layers of the default width, 200 steps of the
