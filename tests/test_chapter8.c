@@ -141,16 +141,17 @@ START_TEST(accuracy_lessons_reproduce) {
 }
 END_TEST
 
-/* Part fp8 (b): one product's error on the small model's real activations. E4M3 within
+/* Part fp8 (b, d): one product's error on the small model's real activations. E4M3 within
  * a few per cent of fp32 with every recipe and bf16 well below it; outlier channels 100x
  * the rest leave it where it was (E4M3's range absorbs them); at 1e5x per-tensor scaling
  * fails (the other channels sink into the subnormals) and 1 x 128 tiles do not: that
- * failure is asserted, it is the chapter's lesson. */
+ * failure is asserted, it is the chapter's lesson. A jump of the activations' amax (x10
+ * at one batch) saturates delayed scaling at that batch alone, and not with a margin. */
 START_TEST(fp8_errors_per_recipe) {
     const run_config cfg = small_config(1);
     dataset *d = dataset_builtin();
     fp8_report r = {0};
-    fp8_errors_local(&cfg, d, &r);
+    fp8_local(&cfg, d, &r);
     enum { BF16, DELAYED, TENSORWISE, ROWWISE, BLOCKWISE, E5M2 };
     for (int row = 0; row < FP8_ERROR_ROWS; row++) {
         printf("fp8 %-22s", fp8_error_rows[row].label);
@@ -165,6 +166,15 @@ START_TEST(fp8_errors_per_recipe) {
     ck_assert(r.error[TENSORWISE][3] > 5 * r.error[TENSORWISE][0]);   /* x1e5: fails */
     ck_assert(r.error[BLOCKWISE][3] < r.error[TENSORWISE][3] / 2);
     ck_assert(r.error[E5M2][3] < 1.2 * r.error[E5M2][0]);   /* E5M2's range holds it */
+    /* d: the jump saturates delayed scaling without a margin, and only it */
+    for (int s = 0; s < FP8_SPIKE_STEPS; s++) {
+        const double current = r.spike_error[0][s];
+        printf("fp8 spike batch %2d: amax %.2f current %.4f delayed %.4f margin %.4f\n", s + 1,
+               r.spike_amax[s], current, r.spike_error[1][s], r.spike_error[2][s]);
+        ck_assert(r.spike_error[2][s] < 1.2 * current);
+        if (s == FP8_SPIKE_AT) ck_assert(r.spike_error[1][s] > 10 * current);
+        else ck_assert(r.spike_error[1][s] < 1.2 * current);
+    }
     dataset_free(d);
 }
 END_TEST

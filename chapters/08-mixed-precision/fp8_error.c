@@ -40,6 +40,21 @@ static void sgemm_xwt(float *y, const float *x, const float *w, int M, int N, in
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, x, K, w, K, 0.0f, y, N);
 }
 
+void fp8_reference(float *y, const float *x, const float *w, int M, int N, int K) {
+    sgemm_xwt(y, x, w, M, N, K);
+}
+
+double fp8_product_error(const fp8_matrix *qx, const fp8_matrix *qw, const float *ref) {
+    const size_t n = (size_t)qx->rows * (size_t)qw->rows;
+    float *y = malloc(n * sizeof(float));
+    float *work = malloc(fp8_matmul_workspace(qx, qw) * sizeof(float));
+    if (!y || !work || fp8_matmul(y, qx, qw, work)) abort();
+    const double e = relative_diff(y, ref, n);
+    free(work);
+    free(y);
+    return e;
+}
+
 /* Both operands rounded to bf16, the product in fp32: the 16-bit reference. */
 static void bf16_product(float *y, const float *x, const float *w, int M, int N, int K) {
     const size_t nx = (size_t)M * K, nw = (size_t)N * K;
@@ -86,16 +101,14 @@ void fp8_product_errors(const float *x, const float *w, int M, int N, int K,
         const fp8_error_row *row = &fp8_error_rows[r];
         if (row->bf16) {
             bf16_product(y, x, w, M, N, K);
+            error[r] = relative_diff(y, ref, (size_t)M * N);
         } else {
             fp8_matrix qx = quantized(row, FP8_ACTIVATION, x, M, K, history);
             fp8_matrix qw = quantized(row, FP8_WEIGHT, w, N, K, NULL);
-            float *work = malloc(fp8_matmul_workspace(&qx, &qw) * sizeof(float));
-            if (!work || fp8_matmul(y, &qx, &qw, work)) abort();
-            free(work);
+            error[r] = fp8_product_error(&qx, &qw, ref);
             fp8_matrix_free(&qx);
             fp8_matrix_free(&qw);
         }
-        error[r] = relative_diff(y, ref, (size_t)M * N);
     }
     free(ref);
     free(y);
@@ -117,31 +130,31 @@ static float amax_of(const float *x, size_t n) {
     return a;
 }
 
-/* fc2's input of the last block for the batch of step `step`: x [M, K] (host, fp32). */
-static void activations_at(gpt_model *m, const float *params, const dataset *data,
-                           const run_config *cfg, int step, float *x, size_t n) {
-    load_batch(m, data, cfg, step, 0, cfg->batch);
-    gpt_forward(m, params);
-    memcpy(x, gpt_block_linear_input(m, cfg->model.layers - 1, GPT_FC2_INPUT), n * sizeof(float));
+void fp8_activations_at(const fp8_source *src, int step, float *x) {
+    const run_config *cfg = src->cfg;
+    load_batch(src->model, src->data, cfg, step, 0, cfg->batch);
+    gpt_forward(src->model, src->params);
+    const size_t n = (size_t)cfg->batch * cfg->model.ctx * src->K;
+    memcpy(x, gpt_block_linear_input(src->model, cfg->model.layers - 1, GPT_FC2_INPUT),
+           n * sizeof(float));
 }
 
 /* The amax each case's activations had in the FP8_HISTORY batches before the one
  * measured (the delayed recipe's history), and that batch's x, into x. */
-static void history_and_batch(gpt_model *m, const float *params, const dataset *data,
-                              const run_config *cfg, float *x, int M, int K,
+static void history_and_batch(const fp8_source *src, float *x, int M, int K,
                               float history[FP8_ERROR_CASES][FP8_HISTORY]) {
     const size_t n = (size_t)M * K;
     float *scratch = malloc(n * sizeof(float));
     if (!scratch) abort();
     for (int s = 0; s < FP8_HISTORY; s++) {
-        activations_at(m, params, data, cfg, FP8_TRAIN_STEPS + s, x, n);
+        fp8_activations_at(src, FP8_TRAIN_STEPS + s, x);
         for (int c = 0; c < FP8_ERROR_CASES; c++) {
             memcpy(scratch, x, n * sizeof(float));
             with_outliers(scratch, NULL, M, 0, K, fp8_outlier_factors[c]);
             history[c][s] = amax_of(scratch, n);
         }
     }
-    activations_at(m, params, data, cfg, FP8_TRAIN_STEPS + FP8_HISTORY, x, n);
+    fp8_activations_at(src, FP8_TRAIN_STEPS + FP8_HISTORY, x);
     free(scratch);
 }
 
@@ -162,30 +175,36 @@ static void measure_cases(const float *x, const float *w, int M, int N, int K,
     free(wc);
 }
 
-void fp8_errors_local(const run_config *cfg, const dataset *data, fp8_report *r) {
-    precision_case fp32 = {"fp32", PRECISION_FP32, PRECISION_FP32, 0};
-    const run_config rc = mixed_case_config(cfg, &fp32, FP8_TRAIN_STEPS);
-    baseline_run *trained = baseline_train(&rc, data);
-    device_select(DEVICE_CPU, 0);   /* the host copy of the weights is read here */
-    const gpt_shape s = gpt_shape_make(&cfg->model, 1, 0);
-    const gpt_model_options opts = {.precision = PRECISION_FP32};
-    gpt_model *m = gpt_model_create(&s, cfg->batch, cfg->model.ctx, &opts);
-    r->layer = cfg->model.layers - 1;
-    r->M = cfg->batch * cfg->model.ctx;
-    r->K = s.hidden_local;
-    r->N = cfg->model.dim;
+static void errors(const fp8_source *src, const float *w, fp8_report *r) {
     float *x = malloc((size_t)r->M * r->K * sizeof(float));
     if (!x) abort();
     float history[FP8_ERROR_CASES][FP8_HISTORY];
-    history_and_batch(m, trained->final_params, data, &rc, x, r->M, r->K, history);
-    float *slab = trained->final_params + gpt_slab_offset(&s, gpt_block_slab(&s, r->layer));
-    const float *w = gpt_block_view(&s, slab).fc2_w;   /* [C, 4C] */
+    history_and_batch(src, x, r->M, r->K, history);
     r->amax = amax_of(x, (size_t)r->M * r->K);
     double sq = 0;
     for (size_t i = 0; i < (size_t)r->M * r->K; i++) sq += (double)x[i] * x[i];
     r->rms = sqrt(sq / ((double)r->M * r->K));
     measure_cases(x, w, r->M, r->N, r->K, history, r);
     free(x);
-    gpt_model_free(m);
+}
+
+void fp8_local(const run_config *cfg, const dataset *data, fp8_report *r) {
+    precision_case fp32 = {"fp32", PRECISION_FP32, PRECISION_FP32, 0};
+    const run_config rc = mixed_case_config(cfg, &fp32, FP8_TRAIN_STEPS);
+    baseline_run *trained = baseline_train(&rc, data);
+    device_select(DEVICE_CPU, 0);   /* the host copy of the weights is read here */
+    const gpt_shape s = gpt_shape_make(&cfg->model, 1, 0);
+    const gpt_model_options opts = {.precision = PRECISION_FP32};
+    r->layer = cfg->model.layers - 1;
+    r->M = cfg->batch * cfg->model.ctx;
+    r->K = s.hidden_local;
+    r->N = cfg->model.dim;
+    const fp8_source src = {gpt_model_create(&s, cfg->batch, cfg->model.ctx, &opts),
+                            trained->final_params, data, &rc, r->K};
+    float *slab = trained->final_params + gpt_slab_offset(&s, gpt_block_slab(&s, r->layer));
+    const float *w = gpt_block_view(&s, slab).fc2_w;   /* [C, 4C] */
+    errors(&src, w, r);
+    fp8_spike(&src, w, r);
+    gpt_model_free(src.model);
     baseline_free(trained);
 }

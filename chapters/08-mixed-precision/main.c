@@ -114,7 +114,7 @@ static int run_parts(const run_config *cfg, const dataset *data, const chapter_f
     if (runs(f, PART_ACCURACY) && f->svg && accuracy_write_svg(f->svg, &r->accuracy))
         status = 1;
     if (runs(f, PART_FP8)) {
-        fp8_errors_local(cfg, data, &r->fp8);
+        fp8_local(cfg, data, &r->fp8);
         fp8_bytes(cfg, &r->fp8);
     }
     return status;
