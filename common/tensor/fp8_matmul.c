@@ -8,6 +8,7 @@ int fp8_matmul_chunk(const fp8_matrix *x, const fp8_matrix *w) {
     const int a = x->block_cols < x->cols ? x->block_cols : x->cols;
     const int b = w->block_cols < w->cols ? w->block_cols : w->cols;
     const int small = a < b ? a : b, large = a < b ? b : a;
+    if (small < 1) return 0;   /* an empty inner dimension: nothing to chunk */
     return large % small == 0 || large == x->cols ? small : 0;
 }
 
