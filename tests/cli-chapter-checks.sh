@@ -279,7 +279,7 @@ fi
 chapter8="$programs"/chapter8
 if [ -x "$chapter8" ] && [ "$mpi" = mpi ]; then   # chapter 8 as Open MPI processes: a few
     expect_error "$chapter8" "--precision bf16: chapter 8 runs fp32, bf16 and fp16 itself (leave it out)" --precision bf16
-    expect_error "$chapter8" "--part fast: unknown value (valid: all, bytes, speed, accuracy, wire)" --part fast
+    expect_error "$chapter8" "--part fast: unknown value (valid: all, bytes, speed, accuracy, wire, fp8)" --part fast
     expect_error "$chapter8" "--steps does nothing with --part bytes (only part accuracy reads it)" --part bytes --steps 50
 elif [ -x "$chapter8" ]; then
     expect_error "$chapter8" "--precision bf16: chapter 8 runs fp32, bf16 and fp16 itself (leave it out)" --precision bf16
@@ -289,12 +289,14 @@ elif [ -x "$chapter8" ]; then
     expect_error "$chapter8" "--no-loss-scale does nothing in chapter8" --no-loss-scale
     expect_error "$chapter8" "--profile does nothing in chapter8" --profile
     expect_error "$chapter8" "--trace $scratch/t8.json: chapter 8 runs many strategies" --trace "$scratch/t8.json"
-    expect_error "$chapter8" "--part fast: unknown value (valid: all, bytes, speed, accuracy, wire)" --part fast
+    expect_error "$chapter8" "--part fast: unknown value (valid: all, bytes, speed, accuracy, wire, fp8)" --part fast
     expect_error "$chapter8" "--steps does nothing with --part bytes (only part accuracy reads it)" --part bytes --steps 50
     expect_error "$chapter8" "--svg does nothing with --part speed (only part accuracy reads it)" --part speed --svg x.svg
     expect_error "$chapter8" "--probe-batch does nothing with --part wire" --part wire --probe-batch 8
     expect_error "$chapter8" "--wire-steps does nothing with --part accuracy (only part wire reads it)" --part accuracy --wire-steps 5
     expect_error "$chapter8" "--loss-scale does nothing with --part wire (part wire runs no fp16)" --part wire --loss-scale 8
+    expect_error "$chapter8" "--loss-scale does nothing with --part fp8 (part fp8 runs no fp16)" --part fp8 --loss-scale 8
+    expect_error "$chapter8" "--steps does nothing with --part fp8 (only part accuracy reads it)" --part fp8 --steps 50
     expect_error "$chapter8" "--loss-scale 0: must be at least 1" --loss-scale 0
     expect_error "$chapter8" "--probe-batch 5000: must be at most 4096" --probe-batch 5000
     expect_error "$chapter8" "--probe-batch 0: must be an integer from 1" --probe-batch 0

@@ -5,9 +5,12 @@
  *   4. accuracy: loss curves of fp32, bf16, fp16 with and without loss scaling,
  *      underflow, the loss scale, and the sum bf16 gets wrong
  *   5. the wire: DDP, FSDP and TP bytes per step in each precision, the gradient dtype
- * Parts 1-2 are `bytes`, 3 `speed`, 4 `accuracy`, 5 `wire`.
+ *   6. FP8, numerically (no FP8 unit here: accuracy and bytes, never speed): the grids
+ *      of E4M3 and E5M2, one product's error per scaling recipe on real activations
+ *      and with outlier channels, bytes per parameter and ZeRO-3's all-gather
+ * Parts 1-2 are `bytes`, 3 `speed`, 4 `accuracy`, 5 `wire`, 6 `fp8`.
  *
- *   make chapter8 && ./run 4 [--part all|bytes|speed|accuracy|wire] [--steps 200]
+ *   make chapter8 && ./run 4 [--part all|bytes|speed|accuracy|wire|fp8] [--steps 200]
  *                            [--probe-batch 256] [--wire-steps 20] [--svg loss.svg]
  *                            [--json] */
 #include <stdio.h>
@@ -20,8 +23,9 @@
 #include "mixed.h"
 #include "report.h"
 
-static const char *const part_names[] = {"all", "bytes", "speed", "accuracy", "wire", NULL};
-enum { PART_ALL, PART_BYTES, PART_SPEED, PART_ACCURACY, PART_WIRE };
+static const char *const part_names[] = {"all", "bytes", "speed", "accuracy", "wire", "fp8",
+                                         NULL};
+enum { PART_ALL, PART_BYTES, PART_SPEED, PART_ACCURACY, PART_WIRE, PART_FP8 };
 
 /* flags that would change one run of the many this chapter compares */
 static const char *const unused_flags[] = {"no-loss-scale", "profile", NULL};
@@ -37,6 +41,7 @@ typedef struct {
     speed_report speed;
     accuracy_report accuracy;
     wire_report wire;
+    fp8_report fp8;
 } chapter_results;
 
 static int runs(const chapter_flags *f, int part) {
@@ -55,9 +60,10 @@ static void refuse_unread_flags(const chapter_flags *f) {
         static const char *const wire_only[] = {"wire-steps", NULL};
         cli_refuse_in_mode(mode, wire_only, "only part wire reads it");
     }
-    if (f->part == PART_WIRE) {
+    if (f->part == PART_WIRE || f->part == PART_FP8) {
         static const char *const fp16_only[] = {"loss-scale", "loss-scale-window", NULL};
-        cli_refuse_in_mode(mode, fp16_only, "part wire runs no fp16");
+        cli_refuse_in_mode(mode, fp16_only, f->part == PART_WIRE ? "part wire runs no fp16"
+                                                                  : "part fp8 runs no fp16");
     }
 }
 
@@ -107,6 +113,10 @@ static int run_parts(const run_config *cfg, const dataset *data, const chapter_f
     if (runs(f, PART_ACCURACY)) accuracy_local(cfg, data, f->probe_batch, &r->accuracy);
     if (runs(f, PART_ACCURACY) && f->svg && accuracy_write_svg(f->svg, &r->accuracy))
         status = 1;
+    if (runs(f, PART_FP8)) {
+        fp8_local(cfg, data, &r->fp8);
+        fp8_bytes(cfg, &r->fp8);
+    }
     return status;
 }
 
@@ -116,6 +126,7 @@ static void print_tables(const chapter_flags *f, const chapter_results *r) {
     if (runs(f, PART_ACCURACY)) accuracy_print(&r->accuracy);
     if (runs(f, PART_ACCURACY) && f->svg) printf("  loss curves written to %s\n", f->svg);
     if (runs(f, PART_WIRE)) wire_print(&r->wire);
+    if (runs(f, PART_FP8)) fp8_print(&r->fp8);
 }
 
 static void print_json(const run_config *cfg, const chapter_flags *f, const chapter_results *r) {
@@ -130,6 +141,7 @@ static void print_json(const run_config *cfg, const chapter_flags *f, const chap
     if (runs(f, PART_SPEED)) { fputs(sep, o); speed_json(o, &r->speed); }
     if (runs(f, PART_ACCURACY)) { fputs(sep, o); accuracy_json(o, &r->accuracy); }
     if (runs(f, PART_WIRE)) { fputs(sep, o); wire_json(o, &r->wire); }
+    if (runs(f, PART_FP8)) { fputs(sep, o); fp8_json(o, &r->fp8); }
     fclose(o);
     report_json(cfg, "08-mixed-precision", cfg->comm.ranks,
                 launch_mpi_world_size() > 0 ? "mpi" : "threads", NULL, 0, extra);
@@ -159,7 +171,8 @@ int main(int argc, char **argv) {
     cfg.fp32_grads_only = RUNS_EVERY_PRECISION;
     cli_parse(argc, argv, &cfg, options, argv[0],
               "Mixed precision: bytes per parameter, ZeRO in 16 bits, matmul and step speed,"
-              " loss curves and underflow, and the wire, in fp32, bf16 and fp16.");
+              " loss curves and underflow, and the wire, in fp32, bf16 and fp16; FP8's"
+              " formats, scaling recipes and bytes (accuracy, not speed: no FP8 unit here).");
     validate(&cfg, &f);
     dataset *data = dataset_from_config(&cfg);   /* refused before the header */
     if (!cfg.json && process_hosts_rank0())

@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "data.h"
+#include "fp8_scaling.h"
 #include "run_config.h"
 #include "zero_train.h"
 
@@ -122,6 +123,72 @@ extern const char *const wire_strategy_names[WIRE_STRATEGIES];
 int wire_launches(const run_config *cfg, const dataset *data, int steps, wire_report *r);
 void wire_print(const wire_report *r);
 void wire_json(FILE *o, const wire_report *r);
+
+/* ---- part 6: fp8 ----------------------------------------------------------------------- */
+/* No CPU here has FP8 units: the part is about accuracy and bytes, never speed. */
+#define FP8_TRAIN_STEPS 100   /* fp32 steps before the activations are read */
+#define FP8_HISTORY 16        /* delayed scaling: the amax of the batches before */
+#define FP8_ERROR_CASES 4     /* real activations; outlier channels x100, x1e4, x1e5 */
+#define FP8_ERROR_ROWS 6      /* bf16; e4m3 x the 4 recipes; e5m2 tensorwise */
+#define FP8_BYTES_ROWS 5      /* fp32, bf16, fp8 tensorwise, rowwise, blockwise */
+#define FP8_SPIKE_STEPS 24
+#define FP8_SPIKE_AT 4        /* the step whose activations jump */
+#define FP8_SPIKE_FACTOR 10
+#define FP8_SPIKE_MARGIN 4    /* 2^4 = 16 of headroom: a jump of 10 fits */
+#define FP8_SPIKE_RUNS 3      /* current; delayed, margin 0; delayed, margin 4 */
+typedef struct {
+    const char *label;
+    int bf16, format, recipe;   /* format, recipe: fp8_format, fp8_recipe */
+} fp8_error_row;
+extern const fp8_error_row fp8_error_rows[FP8_ERROR_ROWS];
+extern const double fp8_outlier_factors[FP8_ERROR_CASES];   /* 1: real activations */
+
+typedef struct {
+    /* b: fc2's product (out = x w^T) of the last block, after FP8_TRAIN_STEPS */
+    int layer, M, N, K;
+    double amax, rms;                                  /* of the real activations */
+    double error[FP8_ERROR_ROWS][FP8_ERROR_CASES];     /* ||y - y32|| / ||y32|| */
+    /* d: FP8_SPIKE_STEPS batches, the activations times FP8_SPIKE_FACTOR at
+     * FP8_SPIKE_AT; the error of current scaling and of delayed scaling with margins 0
+     * and FP8_SPIKE_MARGIN, and the amax each step */
+    double spike_amax[FP8_SPIKE_STEPS], spike_error[FP8_SPIKE_RUNS][FP8_SPIKE_STEPS];
+    /* e: the whole model's weights and ZeRO-3 on `ranks` */
+    int ranks;
+    double P, linear, other;            /* parameters: all, the linears' weights, the rest */
+    double scales[FP8_BYTES_ROWS];      /* weight scales held (fp8 rows) */
+    double weight_bytes[FP8_BYTES_ROWS];   /* the compute copy of the weights */
+    double gather_bytes[FP8_BYTES_ROWS];   /* ZeRO-3 all-gathers, sent per rank per step */
+    double reduce_bytes;                   /* its reduce-scatter (fp32 gradients) */
+} fp8_report;
+
+/* a: the grids are the library's facts, drawn (fp8_print). b and d need world rank 0's
+ * process (FP8_TRAIN_STEPS of one-rank fp32 training, then forwards), e no run at all. */
+void fp8_local(const run_config *cfg, const dataset *data, fp8_report *r);
+/* The trained model whose activations b and d read. */
+typedef struct {
+    gpt_model *model;
+    const float *params;   /* host */
+    const dataset *data;
+    const run_config *cfg;
+    int K;                 /* fc2's inner dimension: the hidden width */
+} fp8_source;
+/* fc2's input of the last block for the batch of `step`: x [batch x ctx, K]. */
+void fp8_activations_at(const fp8_source *src, int step, float *x);
+/* d: delayed scaling when the amax jumps, against current scaling. */
+void fp8_spike(const fp8_source *src, const float *w, fp8_report *r);
+/* ref [M, N] = x w^T in fp32 (sgemm); the relative error ||y - ref|| / ||ref|| of the
+ * emulated FP8 product y of qx and qw. */
+void fp8_reference(float *ref, const float *x, const float *w, int M, int N, int K);
+double fp8_product_error(const fp8_matrix *qx, const fp8_matrix *qw, const float *ref);
+/* The relative error of x w^T per row against fp32, x [M, K] and w [N, K]. */
+void fp8_product_errors(const float *x, const float *w, int M, int N, int K,
+                        const float history[FP8_HISTORY], double error[FP8_ERROR_ROWS]);
+void fp8_bytes(const run_config *cfg, fp8_report *r);
+/* ZeRO-3's all-gather bytes per rank per step when the linears' weights move at
+ * `linear_bytes` a parameter plus `scales` fp32 scales and the rest at 2 bytes. */
+double fp8_gather_bytes(const gpt_shape *s, int N, double linear_bytes, double scales);
+void fp8_print(const fp8_report *r);
+void fp8_json(FILE *o, const fp8_report *r);
 
 /* A run of cfg in one case: quiet, its precision, gradients and loss scale. */
 run_config mixed_case_config(const run_config *cfg, const precision_case *c, int steps);

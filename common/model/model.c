@@ -141,6 +141,15 @@ void gpt_block_forward(gpt_model *m, int layer, const void *block) {
     mixed_vec_add(P, x_out, a->x_mid, (size_t)Ns * C);
 }
 
+const void *gpt_block_linear_input(const gpt_model *m, int layer, gpt_linear_input which) {
+    if (m->opts.checkpoint_activations) return NULL;
+    const block_acts *a = &m->slot->acts[local_block(m, layer)];
+    if (which == GPT_QKV_INPUT) return a->ln1;
+    if (which == GPT_PROJ_INPUT) return a->atty;
+    if (which == GPT_FC_INPUT) return a->ln2;
+    return mlp_replaced(m, layer) ? NULL : a->fch_gelu;
+}
+
 float gpt_head_forward(gpt_model *m, const void *final_ln, const void *embed) {
     const gpt_shape *s = &m->shape;
     micro_slot *k = m->slot;

@@ -245,6 +245,14 @@ void gpt_backward_input(gpt_model *m, const void *params, float *grads, float dl
 void gpt_backward_weights(gpt_model *m, const void *params, float *grads,
                           gpt_slab_ready_fn on_slab_ready, void *ctx);
 
+/* The input of one of block `layer`'s four linears in the last forward of the current
+ * slot: [B*T, in features] (ln1, the attention's output, ln2, GELU's output), in the
+ * model's precision, on the device. NULL where it is not kept (activation
+ * checkpointing, or an MLP a hook replaced). For inspection: chapter 8 quantizes real
+ * activations to FP8 to measure the error of the product. */
+typedef enum { GPT_QKV_INPUT, GPT_PROJ_INPUT, GPT_FC_INPUT, GPT_FC2_INPUT } gpt_linear_input;
+const void *gpt_block_linear_input(const gpt_model *m, int layer, gpt_linear_input which);
+
 /* FLOPs of one forward+backward over B*T tokens: 6 x (non-embedding params + LM head)
  * x tokens + attention (12 L T^2 C x B, causal-halved not taken). */
 double gpt_flops_per_step(const gpt_config *cfg, int B, int T);

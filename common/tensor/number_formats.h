@@ -1,4 +1,4 @@
-/* fp32 <-> bf16 / fp16 / fp8 (e4m3) element conversions, rounding to nearest even by
+/* fp32 <-> bf16 / fp16 / fp8 (e4m3, e5m2) element conversions, rounding to nearest even by
  * integer arithmetic, written once for the host (common/comm/comm_codec.c) and the
  * device (gpu/comm_gpu_kernels.cu), so that a value gives the same bits on either side.
  * Here in tensor/, below comm/, so that the tensor ops can use them too.
@@ -78,15 +78,26 @@ NUMBER_FORMAT_FN float number_from_f16(uint16_t h) {
     return number_bits_f32(sign | (e == 0 ? subnormal : normal));
 }
 
-NUMBER_FORMAT_FN uint8_t number_to_f8e4m3(float x) {
+/* FP8 (fp8.h), rounding to nearest even and saturating at the format's max. One
+ * routine for both formats, given as constants: the fp32 bits of the max, of the
+ * smallest normal, the exponent rebias, the mantissa bits dropped and the subnormals'
+ * unit (2^-9, 2^-16); inlined with them, it is two branch-light loops. */
+NUMBER_FORMAT_FN uint8_t number_to_f8(float x, uint32_t max_bits, uint8_t max_code,
+                                      uint32_t min_normal_bits, uint32_t rebias,
+                                      uint32_t dropped, float per_subnormal) {
     uint32_t u = number_f32_bits(x), a = u & 0x7fffffffu;
     uint8_t sign = (uint8_t)((u >> 24) & 0x80u);
     if (a > 0x7f800000u) return sign | 0x7fu;                   /* NaN */
-    if (a >= 0x43e00000u) return sign | 0x7eu;                  /* >= 448: saturate */
-    if (a < 0x3c800000u)                                        /* < 2^-6: subnormal, */
-        return sign | (uint8_t)nearbyintf(number_bits_f32(a) * 512.0f);   /* 2^-9 units */
-    a -= 120u << 23;                                            /* exponent bias 127 -> 7 */
-    return sign | (uint8_t)((a + 0x7ffffu + ((a >> 20) & 1u)) >> 20);
+    if (a >= max_bits) return sign | max_code;                  /* >= max: saturate */
+    if (a < min_normal_bits)                                    /* subnormal: in units */
+        return sign | (uint8_t)nearbyintf(number_bits_f32(a) * per_subnormal);
+    a -= rebias << 23;
+    const uint32_t half = (1u << (dropped - 1)) - 1u;
+    return sign | (uint8_t)((a + half + ((a >> dropped) & 1u)) >> dropped);
+}
+/* E4M3: bias 7, no infinity, S.1111.111 is NaN; max 448, normal from 2^-6. */
+NUMBER_FORMAT_FN uint8_t number_to_f8e4m3(float x) {
+    return number_to_f8(x, 0x43e00000u, 0x7eu, 0x3c800000u, 120u, 20u, 512.0f);
 }
 NUMBER_FORMAT_FN float number_from_f8e4m3(uint8_t b) {
     uint32_t sign = (uint32_t)(b & 0x80u) << 24, e = (b >> 3) & 0xfu, m = b & 7u;
@@ -96,6 +107,22 @@ NUMBER_FORMAT_FN float number_from_f8e4m3(uint8_t b) {
         return sign ? -v : v;
     }
     return number_bits_f32(sign | ((e + 120u) << 23) | (m << 20));
+}
+/* E5M2: fp16's exponent (bias 15, infinities and NaNs) with 2 mantissa bits; max 57344,
+ * normal from 2^-14. Converting saturates as E4M3 does (finite inputs past 57344 and
+ * infinities give +-57344): the conversion FP8 training uses, where an overflow to inf
+ * would poison the product. */
+NUMBER_FORMAT_FN uint8_t number_to_f8e5m2(float x) {
+    return number_to_f8(x, 0x47600000u, 0x7bu, 0x38800000u, 112u, 21u, 65536.0f);
+}
+NUMBER_FORMAT_FN float number_from_f8e5m2(uint8_t b) {
+    uint32_t sign = (uint32_t)(b & 0x80u) << 24, e = (b >> 2) & 0x1fu, m = b & 3u;
+    if (e == 31) return number_bits_f32(sign | (m ? 0x7fc00000u : 0x7f800000u));
+    if (e == 0) {
+        float v = (float)m * 0x1p-16f;
+        return sign ? -v : v;
+    }
+    return number_bits_f32(sign | ((e + 112u) << 23) | (m << 21));
 }
 
 #endif
