@@ -73,7 +73,7 @@ START_TEST(zero1_and_other_schedules_on_2_2_2) {
                                                           .chunks = 1});
     check_mesh((mesh_shape){.tp = 2, .pp = 2, .dp = 2, .cp = 1}, (pipeline_options){.schedule = PP_INTERLEAVED,
                                                           .micro = 2, .chunks = 2});
-    check_mesh((mesh_shape){2, 2, 2, 1}, (pipeline_options){.schedule = PP_ZB_V, .micro = 4,
+    check_mesh((mesh_shape){.tp = 2, .pp = 2, .dp = 2, .cp = 1}, (pipeline_options){.schedule = PP_ZB_V, .micro = 4,
                                                           .chunks = 2});
 }
 END_TEST

@@ -119,7 +119,7 @@ START_TEST(accuracy_lessons_reproduce) {
     run_config cfg = run_config_default();
     mixed_chapter_defaults(&cfg);
     cfg.quiet = 1;
-    ck_assert_msg(cfg.data_path, "docs/design.md is not at hand (run from the repository)");
+    ck_assert_msg(cfg.data_path, "data/english.txt is not at hand (run from the repository)");
     dataset *d = dataset_from_config(&cfg);
     accuracy_report r = {0};
     accuracy_local(&cfg, d, 256, &r);

@@ -5,11 +5,11 @@
 
 /* A small model (2 layers of the default width), so that the default run, every part,
  * takes under a minute on 2 cores; the curves learn from real text, this repository's
- * design notes, when they are at hand (the built-in sentences otherwise). */
+ * design notes as frozen in data/english.txt, when they are at hand (the built-in sentences otherwise). */
 void mixed_chapter_defaults(run_config *cfg) {
     cfg->model.layers = 2;
     cfg->steps = 200;
-    if (access("docs/design.md", R_OK) == 0) cfg->data_path = "docs/design.md";
+    if (access("data/english.txt", R_OK) == 0) cfg->data_path = "data/english.txt";
 }
 
 run_config mixed_case_config(const run_config *cfg, const precision_case *c, int steps) {
