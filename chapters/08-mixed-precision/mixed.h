@@ -174,6 +174,8 @@ typedef struct {
 } fp8_source;
 /* fc2's input of the last block for the batch of `step`: x [batch x ctx, K]. */
 void fp8_activations_at(const fp8_source *src, int step, float *x);
+/* b: one batch's product error per recipe and outlier case (fp8_error.c) */
+void fp8_measure_errors(const fp8_source *src, const float *w, fp8_report *r);
 /* d: delayed scaling when the amax jumps, against current scaling. */
 void fp8_spike(const fp8_source *src, const float *w, fp8_report *r);
 /* ref [M, N] = x w^T in fp32 (sgemm); the relative error ||y - ref|| / ||ref|| of the

@@ -12,39 +12,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The flags given on the command line, by name, with their values as typed
- * (cli_given, cli_given_text). Each flag is given once, so the list holds at most
- * every flag a program has. */
-enum { GIVEN_MAX = 128 };
-static const char *given_names[GIVEN_MAX], *given_texts[GIVEN_MAX];
-static int given_count;
-
-static int given_index(const char *name) {
-    for (int i = 0; i < given_count; i++)
-        if (strcmp(given_names[i], name) == 0) return i;
-    return -1;
-}
-
-int cli_given(const char *name) { return given_index(name) >= 0; }
-
-const char *cli_given_text(const char *name) {
-    const int i = given_index(name);
-    return i >= 0 ? given_texts[i] : NULL;
-}
-
 /* A flag given twice is refused: taking the last value silently would let a flag added
  * at the end of a long command line (or by a script) override one the user can no
  * longer see. */
 static void note_given(const cli_option *o, const char *text) {
     const char *name = o->name;
-    const int earlier = given_index(name);
-    if (earlier >= 0 && o->type == OPT_FLAG) cli_fail("--%s given twice: give it once", name);
-    if (earlier >= 0)
-        cli_fail("--%s given twice (%s, then %s): give it once", name, given_texts[earlier], text);
-    if (given_count < GIVEN_MAX) {
-        given_names[given_count] = name;
-        given_texts[given_count++] = text;
-    }
+    if (cli_given(name) && o->type == OPT_FLAG) cli_fail("--%s given twice: give it once", name);
+    if (cli_given(name))
+        cli_fail("--%s given twice (%s, then %s): give it once", name, cli_given_text(name),
+                 text);
+    cli_given_add(name, text);
 }
 
 void cli_refuse_in_mode(const char *mode, const char *const *flags, const char *why) {
@@ -334,7 +311,7 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
                const char *program, const char *description) {
     answer_blas_probe();
     cli_set_program_name(program);
-    given_count = 0;   /* a process may parse more than one command line (the tests) */
+    cli_given_reset();   /* a process may parse more than one command line (the tests) */
     shared_values sv = {.allreduce = cfg->comm.allreduce, .link = cfg->comm.link,
                         .send_mode = cfg->comm.send_mode, .precision = cfg->precision,
                         .grad_precision = cfg->grad_precision, .lr = cfg->adamw.lr,

@@ -7,6 +7,7 @@
 #define CLI_H
 #include "cli_checks.h"
 #include "cli_error.h"
+#include "cli_given.h"
 #include "run_config.h"
 
 typedef enum { OPT_INT, OPT_FLOAT, OPT_STRING, OPT_FLAG, OPT_CHOICE } cli_type;
@@ -27,10 +28,6 @@ typedef struct {
 void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
                const char *program, const char *description);
 
-/* Whether --name was on the command line (after cli_parse). */
-int cli_given(const char *name);
-/* Its value as typed ("" for a flag that takes none), or NULL when not given. */
-const char *cli_given_text(const char *name);
 
 /* A mode that ignores some flags refuses them: each of `flags` (NULL-terminated, names
  * without dashes) that was given is one line "--flag does nothing with <mode> (why)"

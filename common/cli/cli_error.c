@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli.h"
+#include "cli_given.h"
 #include "comm.h"
 
 static const char *program_name = "program";
