@@ -19,7 +19,7 @@
  * a chunk is 2 x 16/4 x 64/2 = 256 elements, 512 bytes in bf16 */
 static const plan_model small = {.layers = 2, .hidden = 64, .heads = 4, .vocab = 100, .seq = 16};
 
-static plan_mesh cp_mesh(plan_cp_attention kind, plan_recompute recompute) {
+static plan_mesh cp_mesh(cp_attention_kind kind, plan_recompute recompute) {
     return (plan_mesh){.tp = 2, .pp = 1, .dp = 1, .cp = 4, .cp_attention = kind,
                        .micro_batch = 2, .global_batch = 2, .sequence_parallel = 1,
                        .recompute = recompute};
@@ -27,16 +27,16 @@ static plan_mesh cp_mesh(plan_cp_attention kind, plan_recompute recompute) {
 
 START_TEST(bytes_per_layer_by_hand) {
     worst = 0;
-    const plan_mesh ring = cp_mesh(PLAN_CP_RING, RECOMPUTE_NONE);
-    const plan_mesh ulysses = cp_mesh(PLAN_CP_ULYSSES, RECOMPUTE_NONE);
+    const plan_mesh ring = cp_mesh(CP_RING, RECOMPUTE_NONE);
+    const plan_mesh ulysses = cp_mesh(CP_ULYSSES, RECOMPUTE_NONE);
     EXACT(plan_cp_chunk_bytes(&small, &ring, 2), 512);
     EXACT(plan_cp_chunks_per_layer(&ring), 20);          /* 6 x 4 - 4 */
     EXACT(plan_cp_bytes_per_layer(&small, &ring, 2), 10240);
     EXACT(plan_cp_chunks_per_layer(&ulysses), 6);        /* 8 x 3/4 */
     EXACT(plan_cp_bytes_per_layer(&small, &ulysses, 2), 3072);
     /* full recomputation sends the forward's again: 3 K/V blocks; 4 all-to-alls */
-    const plan_mesh ring_full = cp_mesh(PLAN_CP_RING, RECOMPUTE_FULL);
-    const plan_mesh ulysses_full = cp_mesh(PLAN_CP_ULYSSES, RECOMPUTE_FULL);
+    const plan_mesh ring_full = cp_mesh(CP_RING, RECOMPUTE_FULL);
+    const plan_mesh ulysses_full = cp_mesh(CP_ULYSSES, RECOMPUTE_FULL);
     EXACT(plan_cp_bytes_per_layer(&small, &ring_full, 2), 26 * 512);
     EXACT(plan_cp_bytes_per_layer(&small, &ulysses_full, 2), 9 * 512);
     plan_mesh none = ring;
@@ -54,9 +54,8 @@ START_TEST(bytes_equal_chapter_9s_formula) {
         for (int kind = 0; kind < 2; kind++) {
             const plan_mesh mesh = {.tp = 1, .pp = 1, .dp = 1, .cp = P, .cp_attention = kind,
                                     .micro_batch = 2, .global_batch = 2};
-            const cp_attention_kind theirs = kind == PLAN_CP_RING ? CP_RING : CP_ULYSSES;
             EXACT(plan_cp_bytes_per_layer(&small, &mesh, 4),
-                  cp_attention_bytes_formula(theirs, P, 2, small.seq, small.hidden));
+                  cp_attention_bytes_formula(kind, P, 2, small.seq, small.hidden));
         }
     printf("CP bytes against chapter 9's cp_attention_bytes_formula: largest relative"
            " difference %.3g\n", worst);
@@ -66,16 +65,16 @@ END_TEST
 START_TEST(activations_by_hand) {
     worst = 0;
     /* the chunk's s b h terms with TP + SP: 4 x 2 x 64 x 34/2 = 8704 bytes */
-    const plan_mesh ring = cp_mesh(PLAN_CP_RING, RECOMPUTE_NONE);
+    const plan_mesh ring = cp_mesh(CP_RING, RECOMPUTE_NONE);
     /* + log-sum-exp 4 a s b / (t cp) = 64, + a K/V block 4 s b h / (t cp) = 1024 */
     EXACT(plan_layer_activations_cp(&small, &ring), 8704 + 64 + 1024);
-    const plan_mesh ulysses = cp_mesh(PLAN_CP_ULYSSES, RECOMPUTE_NONE);
+    const plan_mesh ulysses = cp_mesh(CP_ULYSSES, RECOMPUTE_NONE);
     /* + head-sharded Q, K, V, output 8 s b h / (t cp) = 2048, + probabilities
      * 5 a s^2 b / (t cp) = 1280 */
     EXACT(plan_layer_activations_cp(&small, &ulysses), 8704 + 2048 + 1280);
-    const plan_mesh selective = cp_mesh(PLAN_CP_ULYSSES, RECOMPUTE_SELECTIVE);
+    const plan_mesh selective = cp_mesh(CP_ULYSSES, RECOMPUTE_SELECTIVE);
     EXACT(plan_layer_activations_cp(&small, &selective), 8704 + 2048);
-    const plan_mesh full = cp_mesh(PLAN_CP_RING, RECOMPUTE_FULL);
+    const plan_mesh full = cp_mesh(CP_RING, RECOMPUTE_FULL);
     EXACT(plan_layer_activations_cp(&small, &full), 2.0 * 4 * 2 * 64 / 2);
     /* cp 1 is Korthikanti's count as before */
     plan_mesh whole = ring;
@@ -88,8 +87,8 @@ END_TEST
 
 START_TEST(seconds_and_states_by_hand) {
     worst = 0;
-    const plan_mesh ring = cp_mesh(PLAN_CP_RING, RECOMPUTE_NONE);
-    const plan_mesh ulysses = cp_mesh(PLAN_CP_ULYSSES, RECOMPUTE_NONE);
+    const plan_mesh ring = cp_mesh(CP_RING, RECOMPUTE_NONE);
+    const plan_mesh ulysses = cp_mesh(CP_ULYSSES, RECOMPUTE_NONE);
     /* alpha 1 us, beta 1 GB/s: ring 3 x 4 - 2 = 10 sends of 1024 B; Ulysses 8
      * all-to-alls of 3 alpha + 3/4 x 512 B */
     EXACT(plan_cp_seconds_per_layer(&small, &ring, 2, 1e-6, 1e9), 10 * (1e-6 + 1024e-9));
@@ -113,13 +112,13 @@ END_TEST
 
 /* A ring counted one chunk short, or Ulysses' all-to-alls counted whole: caught. */
 START_TEST(a_count_off_by_one_chunk_is_caught) {
-    const plan_mesh ring = cp_mesh(PLAN_CP_RING, RECOMPUTE_NONE);
+    const plan_mesh ring = cp_mesh(CP_RING, RECOMPUTE_NONE);
     const double right = plan_cp_bytes_per_layer(&small, &ring, 2);
     const double short_one = (6 * 4 - 5) * plan_cp_chunk_bytes(&small, &ring, 2);
     ck_assert(!agrees(short_one, right));
     printf("negative control: ring with 6 cp - 5 chunks %g bytes against %g: caught\n",
            short_one, right);
-    const plan_mesh ulysses = cp_mesh(PLAN_CP_ULYSSES, RECOMPUTE_NONE);
+    const plan_mesh ulysses = cp_mesh(CP_ULYSSES, RECOMPUTE_NONE);
     const double whole = 8 * plan_cp_chunk_bytes(&small, &ulysses, 2);
     ck_assert(!agrees(whole, plan_cp_bytes_per_layer(&small, &ulysses, 2)));
     printf("negative control: Ulysses' all-to-alls counted whole %g bytes against %g: caught\n",

@@ -23,7 +23,6 @@ static const char *const recompute_choices[] = {"auto", "none", "selective", "fu
 static const char *const zero_choices[] = {"0", "1", "2", "3", NULL};
 static const char *const every_choices[] = {"1", "2", NULL};
 static const char *const model_choices[] = {"gpt3", "gpt4-moe", NULL};
-static const char *const cp_attention_choices[] = {"ring", "ulysses", NULL};
 enum { MODEL_GPT3, MODEL_GPT4_MOE };
 
 typedef struct {
@@ -33,7 +32,7 @@ typedef struct {
     int model;                                  /* with --model: a model_choices index */
     int batch;                                  /* --model's global batch; 0: 8 a GPU */
     int moe_experts, moe_top_k, moe_every, moe_ffn, ep;
-    int cp, cp_attention;                       /* context parallel: size, plan_cp_attention */
+    int cp, cp_attention;                       /* context parallel: size, cp_attention_kind */
     double mtbf_hours, gpu_mtbf_hours, save_seconds, save_bandwidth, restart_seconds;
 } planner_flags;
 
@@ -105,7 +104,7 @@ static void refuse_moe_and_failure_flags(const planner_flags *f) {
                            "its plan has no context parallelism; plan the dense model with it");
     if (cli_given("cp-attention") && f->cp < 2)
         cli_fail("--cp-attention %s without --cp 2 or more: it says how context parallelism"
-                 " crosses the chunks", cp_attention_choices[f->cp_attention]);
+                 " crosses the chunks", cp_attention_names[f->cp_attention]);
     if (cli_given("mtbf-hours") && cli_given("gpu-mtbf-hours"))
         cli_fail("--mtbf-hours %g and --gpu-mtbf-hours %g both given: give the job's MTBF or"
                  " one GPU's, not both", f->mtbf_hours, f->gpu_mtbf_hours);
@@ -245,14 +244,14 @@ static plan_mesh mesh_from_flags(const planner_flags *f) {
         cli_fail("%s x --dp %d = %lld does not multiply to --gpus %d", sizes, dp,
                  (long long)(model_parallel * dp), f->gpus);
     return (plan_mesh){.tp = tp, .pp = pp, .dp = dp, .zero_stage = f->zero, .cp = cp,
-                       .cp_attention = (plan_cp_attention)f->cp_attention};
+                       .cp_attention = (cp_attention_kind)f->cp_attention};
 }
 
 /* Context parallelism must split the sequence: the ring in 2 cp chunks (rank i holds
  * chunks i and 2 cp - 1 - i, the causal load balanced), Ulysses by heads over cp x tp. */
 static void check_cp_fits_model(const plan_mesh *mesh, const plan_model *m) {
     if (mesh->cp < 2) return;
-    const int ring = mesh->cp_attention == PLAN_CP_RING;
+    const int ring = mesh->cp_attention == CP_RING;
     const int chunks = ring ? 2 * mesh->cp : mesh->cp;
     if (m->seq % chunks)
         cli_fail("--cp %d does not split the sequence of %d into %d equal chunks (%s; try a cp"
@@ -364,7 +363,7 @@ static void planner_options(cli_option *options, run_config *cfg, planner_flags 
         {"cp", OPT_INT, &f->cp, "... context-parallel size: each GPU holds seq / cp of every"
          " sequence", NULL, 1},
         {"cp-attention", OPT_CHOICE, &f->cp_attention, "... how attention crosses the chunks:"
-         " ring (default) or ulysses", cp_attention_choices, 0},
+         " ring (default) or ulysses", cp_attention_names, 0},
         {"zero", OPT_CHOICE, &f->zero, "... ZeRO stage of that mesh", zero_choices, 0},
         {"recompute", OPT_CHOICE, &f->recompute, "activation recomputation (auto: the lightest"
          " that fits)", recompute_choices, 0},

@@ -63,19 +63,19 @@ static void print_cp(const plan_request *r, const plan_row *rows, int n) {
     const plan_precision bytes = plan_precision_of(r->dtype);
     char chunk[32], sent[32], layer[32];
     printf("Context parallelism of the mesh row: cp %d, %s attention; a GPU holds %d of every"
-           " sequence's %d positions\n", m->cp, plan_cp_attention_names[m->cp_attention],
+           " sequence's %d positions\n", m->cp, cp_attention_names[m->cp_attention],
            r->model.seq / m->cp, r->model.seq);
     printf("  per layer and micro-batch a GPU sends %.4g chunks of b x s/cp x h/t = %s: %s"
            " (%s)\n", plan_cp_chunks_per_layer(m),
            report_bytes(plan_cp_chunk_bytes(&r->model, m, bytes.activation), chunk),
            report_bytes(plan_cp_bytes_per_layer(&r->model, m, bytes.activation), sent),
-           m->cp_attention == PLAN_CP_RING ? "ring: 6 cp - 4, K/V forward, K/V and dK/dV"
+           m->cp_attention == CP_RING ? "ring: 6 cp - 4, K/V forward, K/V and dK/dV"
                                              " backward"
                                            : "Ulysses: 8 all-to-alls of (cp-1)/cp of a chunk");
     printf("  activations per layer %s (Korthikanti's of the chunk, %s); CP %.3g s a step,"
            " not overlapped\n\n",
            report_bytes(bytes.activation / 2 * plan_layer_activations_cp(&r->model, m), layer),
-           m->cp_attention == PLAN_CP_RING ? "no s x s probabilities: a log-sum-exp and one K/V"
+           m->cp_attention == CP_RING ? "no s x s probabilities: a log-sum-exp and one K/V"
                                              " block in flight"
                                            : "whole-sequence Q, K, V, output and probabilities"
                                              " of a / (t cp) heads",
@@ -170,7 +170,7 @@ static void json_row(const plan_row *row, int last) {
            plan_recompute_names[row->mesh.recompute], row->feasible ? "true" : "false",
            b->params, b->grads, b->optimizer, b->activations, plan_total(*b),
            row->fits ? "true" : "false", row->step.total, plan_cp_size(&row->mesh),
-           plan_cp_attention_names[row->mesh.cp_attention], row->step.cp_comm, last ? "" : ",");
+           cp_attention_names[row->mesh.cp_attention], row->step.cp_comm, last ? "" : ",");
 }
 
 static void json_string(const char *s) {

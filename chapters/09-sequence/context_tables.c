@@ -5,7 +5,7 @@
 #include "tolerances.h"
 
 static const char *run_label(const cp_options *o) {
-    if (o->kind == CP_ULYSSES) return "ulysses";
+    if (o->kind == CP_ULYSSES) return cp_attention_name(o->kind);
     return o->split == CP_BALANCED ? "ring balanced" : "ring contiguous";
 }
 
@@ -158,7 +158,7 @@ void context_json(FILE *o, const context_report *r) {
     for (int i = 0; i < CONTEXT_RUNS; i++)
         if (r->long_ran[i])
             fprintf(o, ", \"%s_activations\": %.0f",
-                    r->runs[i].opts.kind == CP_ULYSSES ? "ulysses" : "ring",
+                    cp_attention_name(r->runs[i].opts.kind),
                     r->long_activations[i]);
     fprintf(o, "}}");
 }

@@ -5,7 +5,7 @@
 #include "alloc.h"
 
 const char *cp_attention_name(cp_attention_kind kind) {
-    return kind == CP_ULYSSES ? "ulysses" : "ring";
+    return cp_attention_names[kind];
 }
 
 struct cp_attention {

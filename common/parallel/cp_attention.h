@@ -25,8 +25,9 @@
 #include "comm.h"
 #include "cp_split.h"
 
-typedef enum { CP_RING, CP_ULYSSES } cp_attention_kind;
-const char *cp_attention_name(cp_attention_kind kind);   /* "ring", "ulysses" */
+#include "cp_attention_kind.h"
+
+const char *cp_attention_name(cp_attention_kind kind);   /* cp_attention_names[kind] */
 
 typedef struct {
     cp_attention_kind kind;

@@ -1,6 +1,5 @@
 #include "plan_cp.h"
 
-const char *const plan_cp_attention_names[] = {"ring", "ulysses"};
 
 int plan_cp_size(const plan_mesh *mesh) { return mesh->cp > 1 ? mesh->cp : 1; }
 
@@ -13,7 +12,7 @@ double plan_cp_chunks_per_layer(const plan_mesh *mesh) {
     const double P = plan_cp_size(mesh);
     if (P == 1) return 0;
     const int again = mesh->recompute == RECOMPUTE_FULL;   /* the forward's sends again */
-    if (mesh->cp_attention == PLAN_CP_ULYSSES) return (8 + 4 * again) * (P - 1) / P;
+    if (mesh->cp_attention == CP_ULYSSES) return (8 + 4 * again) * (P - 1) / P;
     return 6 * P - 4 + again * 2 * (P - 1);
 }
 
@@ -26,7 +25,7 @@ double plan_cp_bytes_per_layer(const plan_model *m, const plan_mesh *mesh,
 static double attention_kept(const plan_model *m, const plan_mesh *mesh) {
     const double P = plan_cp_size(mesh), t = mesh->tp;
     const double s = m->seq, b = mesh->micro_batch, h = m->hidden, a = m->heads;
-    if (mesh->cp_attention == PLAN_CP_RING)
+    if (mesh->cp_attention == CP_RING)
         return 4 * a * s * b / (t * P) + 4 * s * b * h / (t * P);
     const double probabilities =
         mesh->recompute == RECOMPUTE_SELECTIVE ? 0 : 5 * a * s * s * b / (t * P);
@@ -55,7 +54,7 @@ double plan_cp_seconds_per_layer(const plan_model *m, const plan_mesh *mesh,
     if (P == 1 || bandwidth <= 0) return 0;
     const double chunk = plan_cp_chunk_bytes(m, mesh, element_bytes);
     const int again = mesh->recompute == RECOMPUTE_FULL;
-    if (mesh->cp_attention == PLAN_CP_ULYSSES)
+    if (mesh->cp_attention == CP_ULYSSES)
         return (8 + 4 * again) * ((P - 1) * latency + (P - 1) / P * chunk / bandwidth);
     /* every send a K/V or dK/dV block of 2 chunks */
     const double sends = 3 * P - 2 + again * (P - 1);

@@ -22,15 +22,14 @@
 #ifndef PLAN_MEMORY_H
 #define PLAN_MEMORY_H
 
+#include "cp_attention_kind.h"
+
 typedef struct {
     int layers, hidden, heads, vocab, seq;
 } plan_model;
 
 typedef enum { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } plan_recompute;
 extern const char *const plan_recompute_names[];   /* "none", "selective", "full" */
-/* How context parallelism crosses the chunks in attention (plan_cp.h). */
-typedef enum { PLAN_CP_RING, PLAN_CP_ULYSSES } plan_cp_attention;
-extern const char *const plan_cp_attention_names[];   /* "ring", "ulysses" */
 
 /* A mesh and the batch it trains. global_batch = dp x micro_batch x micro-batches.
  * GPUs = tp x cp x pp x dp (cp 0 counts as 1: no context parallelism). */
@@ -42,7 +41,7 @@ typedef struct {
     plan_recompute recompute;
     int sequence_parallel;      /* Megatron SP along with TP (tp > 1) */
     int cp;                     /* context parallel: each rank holds s / cp of a sequence */
-    plan_cp_attention cp_attention;
+    cp_attention_kind cp_attention;   /* how cp crosses the chunks (plan_cp.h) */
 } plan_mesh;
 
 /* Bytes per parameter of each model state, and per activation element (what backward
