@@ -8,11 +8,13 @@
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "by_hand.h"
 #include "check_run.h"
 #include "cp_attention.h"
 #include "plan_cp.h"
+#include "planner.h"
 #include "plan_time.h"
 
 /* l 2, h 64, a 4, V 100, s 16 (test_chapter6's hand case); b 2, tp 2 with SP, cp 4:
@@ -126,6 +128,53 @@ START_TEST(a_count_off_by_one_chunk_is_caught) {
 }
 END_TEST
 
+/* Llama 3 405B's shape (126 layers, h 16384, 128 heads, vocabulary 128256) on 16384 GPUs
+ * of 80 GB, 16M tokens a step: at 8K tokens a mesh fits without context parallelism and
+ * the planner names one; at 128K none does (a layer's activations are 11 TB), and the
+ * search splits the sequence: a mesh with cp > 1 fits, and the tree says why. The
+ * control: that mesh with its cp ranks turned into dp ones does not fit. */
+static plan_decision plan_llama3(int seq, plan_row *rows, int *n) {
+    const plan_request r = {.model = {126, 16384, 128, 128256, seq},
+                            .cluster = {.gpus = 16384, .gpus_per_node = 8,
+                                        .between_nodes = LINK_IB, .flops_per_gpu = 0.4 * 989e12},
+                            .gpu_bytes = 80e9, .micro_batch = 1, .global_batch = 16777216 / seq,
+                            .recompute = -1, .dtype = PRECISION_BF16};
+    *n = plan_strategies(&r, rows);
+    plan_decision d;
+    plan_decide(&r, rows, *n, &d);
+    const plan_mesh *m = &d.choice.mesh;
+    printf("405B at %d tokens: %s, tp %d x cp %d x pp %d x dp %d, %.2f GB a GPU\n", seq,
+           d.strategy, m->tp, plan_cp_size(m), m->pp, m->dp, plan_total(d.choice.memory) / 1e9);
+    return d;
+}
+
+START_TEST(the_search_splits_the_sequence_only_when_it_must) {
+    plan_row rows[PLAN_MAX_ROWS];
+    int n;
+    const plan_decision at_8k = plan_llama3(8192, rows, &n);
+    ck_assert(at_8k.found && at_8k.choice.fits);
+    ck_assert_int_eq(plan_cp_size(&at_8k.choice.mesh), 1);
+    const plan_decision at_128k = plan_llama3(131072, rows, &n);
+    ck_assert(at_128k.found && at_128k.choice.fits);
+    ck_assert_int_gt(plan_cp_size(&at_128k.choice.mesh), 1);
+    ck_assert_str_eq(at_128k.strategy, "TP + CP + PP + DP");
+    ck_assert_ptr_nonnull(strstr(at_128k.steps[at_128k.num_steps - 1],
+                                 "no mesh fits without splitting the sequence"));
+    /* the control: the same GPUs, the cp ranks given to dp */
+    const plan_request r = {.model = {126, 16384, 128, 128256, 131072},
+                            .cluster = {.gpus = 16384, .gpus_per_node = 8,
+                                        .between_nodes = LINK_IB, .flops_per_gpu = 0.4 * 989e12},
+                            .gpu_bytes = 80e9, .micro_batch = 1, .global_batch = 128,
+                            .recompute = -1, .dtype = PRECISION_BF16};
+    plan_mesh no_cp = at_128k.choice.mesh;
+    no_cp.dp *= no_cp.cp;
+    no_cp.cp = 1;
+    const plan_row control = plan_evaluate(&r, "control", no_cp);
+    printf("negative control, its cp ranks as dp: %s\n", control.fits ? "fits" : "does not fit");
+    ck_assert(!control.fits);
+}
+END_TEST
+
 int main(void) {
     Suite *suite = suite_create("chapter6_cp");
     TCase *formulas = tcase_create("formulas");
@@ -135,5 +184,8 @@ int main(void) {
     tcase_add_test(formulas, seconds_and_states_by_hand);
     tcase_add_test(formulas, a_count_off_by_one_chunk_is_caught);
     suite_add_tcase(suite, formulas);
+    TCase *search = tcase_create("search");
+    tcase_add_test(search, the_search_splits_the_sequence_only_when_it_must);
+    suite_add_tcase(suite, search);
     return check_run(suite, 0);
 }

@@ -101,7 +101,14 @@ static void try_3d(const plan_request *r, const plan_row *rows, int n, plan_deci
                           " TP + PP + DP"
                         : "no: TP must split each layer -> Megatron TP + PP + DP");
     const plan_row *mesh = plan_find_row(rows, n, "3d");
-    if (mesh && mesh->fits) {
+    if (mesh && mesh->fits && mesh->mesh.cp > 1) {
+        char mem[128];
+        add_step(d, "4. no mesh fits without splitting the sequence (its activations): the"
+                 " fastest with context parallelism is tp %d x cp %d x pp %d x dp %d, ZeRO-%d,"
+                 " %s per GPU, %.3g s per step", mesh->mesh.tp, mesh->mesh.cp, mesh->mesh.pp,
+                 mesh->mesh.dp, mesh->mesh.zero_stage, row_memory(mesh, mem), mesh->step.total);
+        choose(d, "TP + CP + PP + DP", mesh);
+    } else if (mesh && mesh->fits) {
         char mem[128];
         add_step(d, "4. fastest fitting mesh: tp %d x pp %d x dp %d, ZeRO-%d, %s per GPU,"
                  " %.3g s per step", mesh->mesh.tp, mesh->mesh.pp, mesh->mesh.dp,

@@ -30,13 +30,13 @@ static void print_header(const plan_request *r) {
 }
 
 static void print_rows(const plan_request *r, const plan_row *rows, int n) {
-    printf("%-6s %4s %4s %5s %4s %-9s %10s %10s %10s %10s %10s %5s %10s %10s\n", "", "tp", "pp",
-           "dp", "zero", "recompute", "params", "grads", "optimizer", "activ.", "total", "fits",
+    printf("%-6s %4s %4s %5s %3s %4s %-9s %10s %10s %10s %10s %10s %5s %10s %10s\n", "", "tp",
+           "pp", "dp", "cp", "zero", "recompute", "params", "grads", "optimizer", "activ.", "total", "fits",
            "step s", "tokens/s");
     for (int i = 0; i < n; i++) {
         const plan_row *row = &rows[i];
-        printf("%-6s %4d %4d %5d %4d ", row->name, row->mesh.tp, row->mesh.pp, row->mesh.dp,
-               row->mesh.zero_stage);
+        printf("%-6s %4d %4d %5d %3d %4d ", row->name, row->mesh.tp, row->mesh.pp, row->mesh.dp,
+               plan_cp_size(&row->mesh), row->mesh.zero_stage);
         if (!row->feasible) {
             printf("(global batch %d does not split into %d x %d sequences)\n", r->global_batch,
                    row->mesh.dp, r->micro_batch);
@@ -55,15 +55,14 @@ static void print_rows(const plan_request *r, const plan_row *rows, int n) {
            " lightest recomputation that fits)\n\n");
 }
 
-/* The explicit mesh's context parallelism: what a rank keeps and sends (plan_cp.h). */
-static void print_cp(const plan_request *r, const plan_row *rows, int n) {
-    const plan_row *row = plan_find_row(rows, n, "mesh");
+/* A row's context parallelism: what a rank keeps and sends (plan_cp.h). */
+static void print_cp(const plan_request *r, const plan_row *row) {
     if (!row || row->mesh.cp < 2 || !row->feasible) return;
     const plan_mesh *m = &row->mesh;
     const plan_precision bytes = plan_precision_of(r->dtype);
     char chunk[32], sent[32], layer[32];
-    printf("Context parallelism of the mesh row: cp %d, %s attention; a GPU holds %d of every"
-           " sequence's %d positions\n", m->cp, cp_attention_names[m->cp_attention],
+    printf("Context parallelism of the %s row: cp %d, %s attention; a GPU holds %d of every"
+           " sequence's %d positions\n", row->name, m->cp, cp_attention_names[m->cp_attention],
            r->model.seq / m->cp, r->model.seq);
     printf("  per layer and micro-batch a GPU sends %.4g chunks of b x s/cp x h/t = %s: %s"
            " (%s)\n", plan_cp_chunks_per_layer(m),
@@ -91,9 +90,11 @@ static void print_time(const plan_request *r, const plan_decision *d, double tok
            m->recompute == RECOMPUTE_FULL ? "4 passes" : m->recompute == RECOMPUTE_SELECTIVE
                                                              ? "3 passes + attention again"
                                                              : "3 passes");
-    printf("  compute %.3g s + bubble %.3g s ((p-1)/m = %d/%d) + TP %.3g s + PP %.3g s +"
+    char cp[32] = "";
+    if (m->cp > 1) snprintf(cp, sizeof cp, " + CP %.3g s", t->cp_comm);
+    printf("  compute %.3g s + bubble %.3g s ((p-1)/m = %d/%d) + TP %.3g s%s + PP %.3g s +"
            " DP %.3g s = %.3g s, %.4g tokens/s\n", t->compute, t->bubble, m->pp - 1,
-           plan_micro_batches(m), t->tp_comm, t->pp_comm, t->dp_comm, t->total,
+           plan_micro_batches(m), t->tp_comm, cp, t->pp_comm, t->dp_comm, t->total,
            tokens_per_second(r, &d->choice));
     if (tokens > 0)
         printf("  %.3g tokens: %.1f days at this step time (%.1f days at the throughput alone,"
@@ -140,14 +141,17 @@ void plan_print(const plan_request *r, const plan_row *rows, int n,
                 const plan_decision *d, double tokens, int max_params) {
     print_header(r);
     print_rows(r, rows, n);
-    print_cp(r, rows, n);
+    print_cp(r, plan_find_row(rows, n, "3d"));   /* the search's, when it split the sequence */
+    print_cp(r, plan_find_row(rows, n, "mesh"));
     printf("The decision tree (the course's \"how to choose\"), in %s:\n",
            precision_name(r->dtype));
     for (int i = 0; i < d->num_steps; i++) printf("  %s\n", d->steps[i]);
     if (d->found) {
         const plan_mesh *m = &d->choice.mesh;
-        printf("Recommendation: %s: tp %d, pp %d, dp %d, ZeRO stage %d, recomputation %s,"
-               " %d micro-batches of %d\n", d->strategy, m->tp, m->pp, m->dp, m->zero_stage,
+        char cp[16] = "";
+        if (m->cp > 1) snprintf(cp, sizeof cp, ", cp %d", m->cp);
+        printf("Recommendation: %s: tp %d%s, pp %d, dp %d, ZeRO stage %d, recomputation %s,"
+               " %d micro-batches of %d\n", d->strategy, m->tp, cp, m->pp, m->dp, m->zero_stage,
                plan_recompute_names[m->recompute], plan_micro_batches(m), m->micro_batch);
         print_time(r, d, tokens);
     } else {

@@ -49,8 +49,10 @@ plan_row plan_evaluate(const plan_request *r, const char *name, plan_mesh mesh) 
 
 static int divides_heads(const plan_request *r, int tp) { return r->model.heads % tp == 0; }
 
-int plan_best_mesh(const plan_request *r, plan_row *best) {
-    const int gpus = r->cluster.gpus;
+/* The fastest fitting mesh with context parallelism cp (1: none): tp a power of 2
+ * inside a node, any pp that divides, the ZeRO stages a pipeline allows; dp the rest. */
+static int best_mesh_with_cp(const plan_request *r, int cp, plan_row *best) {
+    const int gpus = r->cluster.gpus / cp;
     int found = 0;
     for (int tp = 1; tp <= gpus && tp <= r->cluster.gpus_per_node; tp *= 2) {
         if (gpus % tp || !divides_heads(r, tp)) continue;
@@ -60,13 +62,31 @@ int plan_best_mesh(const plan_request *r, plan_row *best) {
             const int top_stage = pp > 1 ? 1 : 3;   /* ZeRO-2/3 do not pipeline */
             for (int stage = 0; stage <= top_stage; stage++) {
                 if (dp == 1 && stage > 0) break;
-                plan_mesh mesh = {.tp = tp, .pp = pp, .dp = dp, .zero_stage = stage};
+                plan_mesh mesh = {.tp = tp, .pp = pp, .dp = dp, .zero_stage = stage, .cp = cp,
+                                  .cp_attention = CP_RING};
                 plan_row row = plan_evaluate(r, "3d", mesh);
                 if (!row.fits) continue;
                 if (!found || row.step.total < best->step.total) *best = row;
                 found = 1;
             }
         }
+    }
+    return found;
+}
+
+/* Context parallelism only when no mesh fits without it (a long sequence): what it buys
+ * is memory, the sequence's activations split cp ways, and it costs a K/V exchange in
+ * every layer; then the fastest mesh over every cp that fits. Ring attention,
+ * load-balanced: the sequence splits into 2 cp equal chunks. */
+int plan_best_mesh(const plan_request *r, plan_row *best) {
+    if (best_mesh_with_cp(r, 1, best)) return 1;
+    int found = 0;
+    plan_row row;
+    for (int cp = 2; cp <= r->cluster.gpus; cp *= 2) {
+        if (r->cluster.gpus % cp || r->model.seq % (2 * cp)) break;
+        if (!best_mesh_with_cp(r, cp, &row)) continue;
+        if (!found || row.step.total < best->step.total) *best = row;
+        found = 1;
     }
     return found;
 }
