@@ -110,6 +110,24 @@ lost = [k for k in sys.argv[1:] if not has(doc, k.split("."))]
 if lost: print("missing: " + " ".join(lost)); sys.exit(1)
 ' "$@"
 }
+# plausible_losses: every "loss" list in stdin's JSON holds finite losses between 1 and
+# twice ln(256), the byte vocabulary's uniform guess: these runs train a few steps from
+# about ln(256) = 5.55 (a report read from freed memory printed 7738400 and 3.09e-41)
+plausible_losses() {
+    "$python" -c '
+import json, math, sys
+def losses(v):
+    if isinstance(v, dict):
+        for k, x in v.items():
+            if k == "loss" and isinstance(x, list): yield from x
+            else: yield from losses(x)
+    elif isinstance(v, list):
+        for x in v: yield from losses(x)
+bad = [x for x in losses(json.load(sys.stdin))
+       if not isinstance(x, (int, float)) or not math.isfinite(x) or not 1 < x < 2 * math.log(256)]
+if bad: print("implausible losses: %s" % bad[:3]); sys.exit(1)
+'
+}
 spec=$(sed -n '/^```keys$/,/^```$/p' docs/json.md | sed '1d;$d')
 report=$(printf '%s\n' "$spec" | sed -n 's/^report = //p')
 [ -n "$report" ] || bad "docs/json.md has no keys block with a report line"
@@ -124,7 +142,7 @@ while IFS= read -r line; do
     if [ ! -x "$program" ]; then bad "$program is not built (make all)"; continue; fi
     out=$(OPENBLAS_NUM_THREADS=1 "$program" --ranks "${words[1]}" "${words[@]:2}" --json 2>/dev/null)
     # shellcheck disable=SC2086
-    if why=$(printf '%s' "$out" | has_keys $keys); then
+    if why=$(printf '%s' "$out" | has_keys $keys) && why=$(printf '%s' "$out" | plausible_losses); then
         ok "${words[0]} ${words[*]:1}: --json has its $(wc -w <<<"$keys") keys"
         [ -z "$example" ] && [ "${words[0]}" = baseline ] && example=$out
     else
@@ -144,6 +162,12 @@ d = json.load(sys.stdin); del d["runs"][0]["memory_per_rank"]["activations"]; pr
     fi
 else
     bad "negative control: no baseline report to take a key from"
+fi
+# negative control: a loss read from freed memory must fail
+if why=$(printf '{"runs": [{"loss": [5.57, 3.09e-41]}]}' | plausible_losses); then
+    bad "negative control: a loss of 3.09e-41 passed"
+else
+    ok "negative control: a loss of 3.09e-41 fails ($why)"
 fi
 echo "docs-checks: $passed passed, $failed failed"
 [ $failed -eq 0 ]
