@@ -223,7 +223,7 @@ static int compare_and_report(const run_config *cfg, const chapter_flags *f,
 static void check_precision_flags(const run_config *cfg, const chapter_flags *f) {
     if (cfg->precision != PRECISION_FP32 && f->strategy != RUN_DDP)
         cli_fail("--precision %s: DataParallel trains in fp32 only so far; add --strategy ddp",
-                 precision_name(cfg->precision));
+                 cfg->fp8 ? "fp8" : precision_name(cfg->precision));
     if (cfg->grad_precision != PRECISION_FP32 && compress_types[f->compress] != COMM_F32)
         cli_fail("--compress %s: DDP's wire type for fp32 gradients; --grad-dtype %s reduces"
                  " 16-bit gradients as they are (valid: --compress none)",
@@ -233,6 +233,7 @@ static void check_precision_flags(const run_config *cfg, const chapter_flags *f)
 int main(int argc, char **argv) {
     run_config cfg = run_config_default();
     cfg.steps = 5;   /* a few seconds on a laptop; --steps for more */
+    cfg.fp8_training = 1;   /* DDP: bf16 with FP8 linears (fp8_linear.h) */
     chapter_flags f = {.bucket_mb = 25.0, .first_bucket_mb = 1.0, .grad_accum = 1};
     const cli_option options[] = {
         {"bucket-mb", OPT_FLOAT, &f.bucket_mb,
