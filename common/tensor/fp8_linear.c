@@ -5,6 +5,7 @@
 #include "number_formats.h"
 #include "precision.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -35,36 +36,50 @@ const char *fp8_linear_recipe_check(fp8_recipe recipe, int ranks) {
     return NULL;
 }
 
-/* The calling thread's scratch: fp32 copies, codes, scales, the product's workspace. */
+/* The calling thread's scratch: fp32 copies, codes, scales, the product's workspace;
+ * held under a key whose destructor frees it when the thread ends. */
 typedef struct {
     size_t floats, codes;
     float *f;
     uint8_t *c;
 } fp8_scratch;
 
-static _Thread_local fp8_scratch scratch;
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
 
-static void scratch_fit(size_t floats, size_t codes) {
-    if (floats > scratch.floats) {
-        free(scratch.f);
-        scratch.f = malloc(floats * sizeof(float));
-        scratch.floats = floats;
+static void scratch_free(void *p) {
+    fp8_scratch *s = p;
+    if (!s) return;
+    free(s->f);
+    free(s->c);
+    free(s);
+}
+
+static void scratch_make_key(void) { pthread_key_create(&scratch_key, scratch_free); }
+
+static fp8_scratch *scratch_fit(size_t floats, size_t codes) {
+    pthread_once(&scratch_once, scratch_make_key);
+    fp8_scratch *s = pthread_getspecific(scratch_key);
+    if (!s && (s = calloc(1, sizeof *s))) pthread_setspecific(scratch_key, s);
+    if (s && floats > s->floats) {
+        free(s->f);
+        s->floats = (s->f = malloc(floats * sizeof(float))) ? floats : 0;
     }
-    if (codes > scratch.codes) {
-        free(scratch.c);
-        scratch.c = malloc(codes);
-        scratch.codes = codes;
+    if (s && codes > s->codes) {
+        free(s->c);
+        s->codes = (s->c = malloc(codes)) ? codes : 0;
     }
-    if (!scratch.f || !scratch.c) {
+    if (!s || !s->f || !s->c) {
         fprintf(stderr, "fp8_linear: out of memory for %zu floats\n", floats);
         exit(1);
     }
+    return s;
 }
 
 void fp8_linear_release_thread(void) {
-    free(scratch.f);
-    free(scratch.c);
-    scratch = (fp8_scratch){0};
+    pthread_once(&scratch_once, scratch_make_key);
+    scratch_free(pthread_getspecific(scratch_key));
+    pthread_setspecific(scratch_key, NULL);
 }
 
 /* q's shape and blocks for `role` under the run's recipe; storage set by the caller. */
@@ -93,13 +108,13 @@ void fp8_linear_forward(uint16_t *out, const uint16_t *inp, const uint16_t *weig
     const size_t sw = fp8_scale_count(OC, IC, w.block_rows, w.block_cols);
     const size_t work = fp8_matmul_workspace(&x, &w);
     /* floats: x32 [N*IC] | w32 [OC*IC] | out32 [N*OC] | scales | workspace */
-    scratch_fit(nx + nw + no + sx + sw + work, nx + nw);
-    float *x32 = scratch.f, *w32 = x32 + nx, *o32 = w32 + nw;
+    fp8_scratch *scratch = scratch_fit(nx + nw + no + sx + sw + work, nx + nw);
+    float *x32 = scratch->f, *w32 = x32 + nx, *o32 = w32 + nw;
     x.scales = o32 + no;
     w.scales = x.scales + sx;
     float *ws = w.scales + sw;
-    x.codes = scratch.c;
-    w.codes = scratch.c + nx;
+    x.codes = scratch->c;
+    w.codes = scratch->c + nx;
     precision_bf16_to_f32(x32, inp, nx);
     precision_bf16_to_f32(w32, weight, nw);
     quantize(&x, x32);

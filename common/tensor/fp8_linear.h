@@ -21,7 +21,7 @@
  *
  * The recipe is the process's, set before any rank starts and read by every rank's
  * thread; the scratch is each thread's own, grown once and kept (no allocation per
- * step once the largest linear has run). */
+ * step once the largest linear has run; freed as the thread ends). */
 #ifndef FP8_LINEAR_H
 #define FP8_LINEAR_H
 #include <stdint.h>
