@@ -25,8 +25,8 @@ if [ -x "$chapter1" ] && [ -z "$mpi" ]; then
     expect_error "$chapter1" "--fp8-recipe delayed: delayed scaling (an amax history per tensor) is not in the training path yet; valid: blockwise, rowwise, tensorwise" $tiny --strategy ddp --precision fp8 --fp8-recipe delayed
     expect_error "$chapter1" "--precision fp8: DataParallel trains in fp32 only so far; add --strategy ddp" $tiny --precision fp8
 fi
-for p in $(mixed_programs "$programs"/baseline "$programs"/chapter3 "$programs"/chapter4 "$programs"/chapter5 "$programs"/chapter9); do
-    [ -x "$p" ] && expect_error "$p" "--precision fp8: $(basename "$p") trains in FP8 only with chapter 1's --strategy ddp and chapter 2 so far; valid here: fp32, bf16, fp16" $tiny --precision fp8
+for p in $(mixed_programs "$programs"/chapter3 "$programs"/chapter4 "$programs"/chapter5 "$programs"/chapter9); do
+    [ -x "$p" ] && expect_error "$p" "--precision fp8: $(basename "$p") does not train in FP8 yet (the baseline, chapter 1's --strategy ddp and chapter 2 do); valid here: fp32, bf16, fp16" $tiny --precision fp8
 done
 chapter2="$programs"/chapter2
 if [ -x "$chapter2" ]; then

@@ -201,6 +201,7 @@ static int compare_and_report(const run_config *cfg, const chapter_flags *f,
         if (dp_shown) print_dp_table(dp_shown);
         if (ddp_shown) print_ddp_table(ddp_shown, f);
         const char *why = cfg->precision == PRECISION_FP32 ? "fp32, sums in another order"
+                          : cfg->fp8 ? "fp8 linears in a bf16 run, tolerances.h's 16-bit ones"
                           : cfg->grad_precision != PRECISION_FP32
                               ? "16-bit gradients, tolerances_for_grads16"
                               : "16 bits, tolerances.h";

@@ -130,8 +130,8 @@ static void take_precision(run_config *cfg, const shared_values *sv) {
     const char *recipe = cli_given_text("fp8-recipe");
     cfg->fp8 = sv->precision == PRECISION_FP8_CHOICE;
     if (cfg->fp8 && !cfg->fp32_only && !cfg->fp8_training)
-        cli_fail("--precision fp8: %s trains in FP8 only with chapter 1's --strategy ddp and"
-                 " chapter 2 so far; valid here: fp32, bf16, fp16", cli_program_name());
+        cli_fail("--precision fp8: %s does not train in FP8 yet (the baseline, chapter"
+                 " 1's --strategy ddp and chapter 2 do); valid here: fp32, bf16, fp16", cli_program_name());
     if (recipe && !cfg->fp8)
         cli_fail("--fp8-recipe %s: only --precision fp8 takes a recipe (this run computes in"
                  " %s)", recipe, precision_names[sv->precision]);
