@@ -14,6 +14,20 @@ fi
 # under Open MPI the rank count is mpirun's -np: a --ranks of the user's is refused, not ignored
 [ -x "$chapter1" ] && [ "$mpi" = mpi ] && expect_error "$chapter1" \
     "--ranks 4 does nothing under Open MPI: the ranks are mpirun's 2 processes" $tiny --ranks 4
+# --precision fp8 (chapter 1's DDP and chapter 2): --fp8-recipe with it alone; tensorwise
+# (its amax is a rank's own) on one rank alone (under MPI: mpirun's 2 processes, the one
+# case that differs there); one line in the programs without it
+ranks2=(--ranks 2)
+[ "$mpi" = mpi ] && ranks2=()
+[ -x "$chapter1" ] && expect_error "$chapter1" "--fp8-recipe tensorwise: on more than one rank tensorwise scales the activations by the amax of each rank's share" $tiny --strategy ddp "${ranks2[@]}" --precision fp8 --fp8-recipe tensorwise
+if [ -x "$chapter1" ] && [ -z "$mpi" ]; then
+    expect_error "$chapter1" "--fp8-recipe rowwise: only --precision fp8 takes a recipe (this run computes in bf16)" $tiny --strategy ddp --precision bf16 --fp8-recipe rowwise
+    expect_error "$chapter1" "--fp8-recipe delayed: delayed scaling (an amax history per tensor) is not in the training path yet; valid: blockwise, rowwise, tensorwise" $tiny --strategy ddp --precision fp8 --fp8-recipe delayed
+    expect_error "$chapter1" "--precision fp8: DataParallel trains in fp32 only so far; add --strategy ddp" $tiny --precision fp8
+fi
+for p in $(mixed_programs "$programs"/chapter3 "$programs"/chapter4 "$programs"/chapter5 "$programs"/chapter9); do
+    [ -x "$p" ] && expect_error "$p" "--precision fp8: $(basename "$p") does not train in FP8 yet (the baseline, chapter 1's --strategy ddp and chapter 2 do); valid here: fp32, bf16, fp16" $tiny --precision fp8
+done
 chapter2="$programs"/chapter2
 if [ -x "$chapter2" ]; then
     expect_error "$chapter2" "--estimate 1e308: must be at most 1e+15" --estimate 1e308 --world 1000000000

@@ -133,7 +133,7 @@ fi
 # with the same code: under MPI (about 1.5 s a case) chapter 1 alone answers for them.
 for program in "${every_program[@]}"; do
     [ -x "$program" ] || continue
-    expect_error "$program" "--precision fp8: unknown value (valid: fp32, bf16, fp16)" --precision fp8
+    expect_error "$program" "--precision fp4: unknown value (valid: fp32, bf16, fp16, fp8)" --precision fp4
     expect_training_error "$program" "--loss-scale 0: must be at least 1" --loss-scale 0 --precision fp16
 done
 for program in $(mixed_programs "$programs"/baseline "$programs"/chapter[12345]); do   # 16 bits
@@ -221,8 +221,8 @@ for program in "$programs"/chapter8 "$programs"/chapter9 "$programs"/chapter10; 
     [ -x "$program" ] && [ -z "$mpi" ] || continue
     refused="--save \|--save-every \|--resume \|--max-restarts \|--elastic "
     case "$(basename "$program")" in
-        chapter8) refused="$refused\|--precision \|--grad-dtype \|--no-loss-scale " ;;
-        chapter10) refused="$refused\|--precision \|--grad-dtype \|--loss-scale \|--loss-scale-window \|--no-loss-scale " ;;
+        chapter8) refused="$refused\|--precision \|--grad-dtype \|--no-loss-scale \|--fp8-recipe " ;;
+        chapter10) refused="$refused\|--precision \|--grad-dtype \|--loss-scale \|--loss-scale-window \|--no-loss-scale \|--fp8-recipe " ;;
     esac
     listed=$("$program" --help 2>&1 | grep -o -e "$refused" | tr '\n' ' ')
     if [ -z "$listed" ]; then

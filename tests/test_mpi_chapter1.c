@@ -17,6 +17,8 @@
 #include "baseline.h"
 #include "replica.h"
 #include "check_run.h"
+#include "fp8_linear.h"
+#include "tolerances.h"
 
 static const double tol_grads = 1e-6, tol_loss = 1e-5, tol_params = 1e-4;
 
@@ -86,6 +88,41 @@ START_TEST(ddp_on_mpi_without_allreduce_fails_the_comparison) {
         baseline_free(base);
     }
     ddp_result_free(job);
+    dataset_free(data);
+    check_agree(&v);
+}
+END_TEST
+
+/* --precision fp8 (fp8_linear.h) on MPI processes: blockwise scales per token, so DDP
+ * equals the FP8 baseline within tolerances.h's mixed-precision tolerances
+ * (tolerances_for); tensorwise's activation amax is each process's own (not
+ * all-reduced): on 2 or more ranks it must exceed them (the control). Every process
+ * sets the recipe, as cli_parse does in each. */
+START_TEST(fp8_ddp_on_mpi_ranks_matches_the_fp8_baseline) {
+    const int N = check_world_size();
+    dataset *data = dataset_builtin();
+    check_verdict v = {0};
+    for (int r = 0; r < (N > 1 ? 2 : 1); r++) {
+        const fp8_recipe recipe = r ? FP8_TENSORWISE : FP8_BLOCKWISE;
+        fp8_linear_use(&recipe);
+        run_config cfg = tiny_config(12, 3);
+        cfg.precision = PRECISION_BF16;
+        baseline_run *base = process_hosts_rank0() ? baseline_train(&cfg, data) : NULL;
+        cfg.comm.ranks = N;
+        ddp_result *job = run_ddp(&cfg, data, ddp_options_default());
+        if (base) {
+            strategy_outcome_compare(&job->run, base);
+            char label[64];
+            snprintf(label, sizeof label, "fp8 %s ddp, %d MPI rank%s:", fp8_recipe_name(recipe),
+                     N, N > 1 ? "s" : "");
+            print_diffs(label, &job->run.result);
+            const double worst = run_worst_fraction_of(&job->run.result, tolerances_for(&cfg));
+            check_expect(&v, r ? worst > 1 : worst <= 1);
+            baseline_free(base);
+        }
+        ddp_result_free(job);
+    }
+    fp8_linear_use(NULL);
     dataset_free(data);
     check_agree(&v);
 }
@@ -195,6 +232,7 @@ int main(void) {
     check_add_test_where(tc, ddp_on_mpi_without_allreduce_fails_the_comparison, N >= 2,
                          "needs 2 or more ranks (one rank has nothing to all-reduce)");
     tcase_add_test(tc, compression_on_mpi_ranks_sends_fewer_bytes_with_bounded_error);
+    tcase_add_test(tc, fp8_ddp_on_mpi_ranks_matches_the_fp8_baseline);
     check_add_test_where(tc, ddp_on_2_mpi_ranks_accumulation_and_buckets, N == 2,
                          "runs with -np 2 only (batch 8 and 2 micro-steps are sized for 2 ranks)");
     suite_add_tcase(s, tc);

@@ -10,6 +10,7 @@
 
 int main(int argc, char **argv) {
     run_config cfg = run_config_default();
+    cfg.fp8_training = 1;   /* --precision fp8: bf16 with FP8 linears (fp8_linear.h) */
     cli_parse(argc, argv, &cfg, NULL, argv[0],
               "Trains the tiny GPT-2 on one rank: the baseline of every chapter.");
     if (cfg.comm.ranks != 1)

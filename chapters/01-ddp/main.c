@@ -201,6 +201,7 @@ static int compare_and_report(const run_config *cfg, const chapter_flags *f,
         if (dp_shown) print_dp_table(dp_shown);
         if (ddp_shown) print_ddp_table(ddp_shown, f);
         const char *why = cfg->precision == PRECISION_FP32 ? "fp32, sums in another order"
+                          : cfg->fp8 ? "fp8 linears in a bf16 run, tolerances.h's 16-bit ones"
                           : cfg->grad_precision != PRECISION_FP32
                               ? "16-bit gradients, tolerances_for_grads16"
                               : "16 bits, tolerances.h";
@@ -223,7 +224,7 @@ static int compare_and_report(const run_config *cfg, const chapter_flags *f,
 static void check_precision_flags(const run_config *cfg, const chapter_flags *f) {
     if (cfg->precision != PRECISION_FP32 && f->strategy != RUN_DDP)
         cli_fail("--precision %s: DataParallel trains in fp32 only so far; add --strategy ddp",
-                 precision_name(cfg->precision));
+                 cfg->fp8 ? "fp8" : precision_name(cfg->precision));
     if (cfg->grad_precision != PRECISION_FP32 && compress_types[f->compress] != COMM_F32)
         cli_fail("--compress %s: DDP's wire type for fp32 gradients; --grad-dtype %s reduces"
                  " 16-bit gradients as they are (valid: --compress none)",
@@ -233,6 +234,7 @@ static void check_precision_flags(const run_config *cfg, const chapter_flags *f)
 int main(int argc, char **argv) {
     run_config cfg = run_config_default();
     cfg.steps = 5;   /* a few seconds on a laptop; --steps for more */
+    cfg.fp8_training = 1;   /* DDP: bf16 with FP8 linears (fp8_linear.h) */
     chapter_flags f = {.bucket_mb = 25.0, .first_bucket_mb = 1.0, .grad_accum = 1};
     const cli_option options[] = {
         {"bucket-mb", OPT_FLOAT, &f.bucket_mb,

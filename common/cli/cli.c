@@ -1,4 +1,5 @@
 #include "cli.h"
+#include "fp8_linear.h"
 
 #include "device.h"
 #include "loss_scale.h"
@@ -49,7 +50,12 @@ static const char *const *link_names(void) {
 static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
 static const char *const send_mode_names[] = {"buffered", "rendezvous", NULL};
 /* --precision's values, in precision.h's order */
-static const char *const precision_names[] = {"fp32", "bf16", "fp16", NULL};
+static const char *const precision_names[] = {"fp32", "bf16", "fp16", "fp8", NULL};
+static const char *const grad_precision_names[] = {"fp32", "bf16", "fp16", NULL};
+#define PRECISION_FP8_CHOICE PRECISION_COUNT   /* --precision fp8: bf16 + FP8 linears */
+/* --fp8-recipe's values, in fp8_scaling.h's order */
+static const char *const fp8_recipe_names[] = {"delayed", "tensorwise", "rowwise",
+                                               "blockwise", NULL};
 
 /* The loss scale's flags do something in fp16 alone (bf16 and fp32 keep fp32's exponent
  * range: nothing to scale). */
@@ -90,10 +96,25 @@ static void check_grad_dtype(const run_config *cfg) {
 }
 
 typedef struct {
-    int allreduce, link, device, send_mode, precision, grad_precision;
+    int allreduce, link, device, send_mode, precision, grad_precision, fp8_recipe;
     double lr, weight_decay, link_scale, timeout;
     const char *seed_text;
 } shared_values;
+
+/* --precision fp8 is a bf16 run with FP8 linears (fp8_linear.h), in the programs that
+ * train so; --fp8-recipe does something with it alone. */
+static void take_precision(run_config *cfg, const shared_values *sv) {
+    const char *recipe = cli_given_text("fp8-recipe");
+    cfg->fp8 = sv->precision == PRECISION_FP8_CHOICE;
+    if (cfg->fp8 && !cfg->fp32_only && !cfg->fp8_training)
+        cli_fail("--precision fp8: %s does not train in FP8 yet (the baseline, chapter"
+                 " 1's --strategy ddp and chapter 2 do); valid here: fp32, bf16, fp16", cli_program_name());
+    if (recipe && !cfg->fp8)
+        cli_fail("--fp8-recipe %s: only --precision fp8 takes a recipe (this run computes in"
+                 " %s)", recipe, precision_names[sv->precision]);
+    cfg->precision = cfg->fp8 ? PRECISION_BF16 : (precision)sv->precision;
+    cfg->fp8_recipe = (fp8_recipe)sv->fp8_recipe;
+}
 
 static int table_size(const cli_option *t) {
     int n = 0;
@@ -104,7 +125,8 @@ static int table_size(const cli_option *t) {
 static const char *const checkpoint_flags[] = {"save", "save-every", "resume",
                                                "max-restarts", "elastic", NULL};
 static const char *const precision_flags[] = {"precision", "grad-dtype", "loss-scale",
-                                              "loss-scale-window", "no-loss-scale", NULL};
+                                              "loss-scale-window", "no-loss-scale",
+                                              "fp8-recipe", NULL};
 
 /* A shared flag this program refuses whatever its value: --help does not list it. */
 static int refused_by_program(const run_config *cfg, const char *name) {
@@ -262,9 +284,9 @@ static void apply_shared_values(run_config *cfg, const shared_values *sv) {
     cfg->comm.link_scale = sv->link_scale;
     cfg->comm.send_mode = (comm_send_mode)sv->send_mode;
     cfg->comm.timeout_seconds = sv->timeout;
-    cfg->precision = (precision)sv->precision;
+    take_precision(cfg, sv);
     if (cfg->precision != PRECISION_FP32 && cfg->fp32_only)
-        cli_fail("--precision %s: %s", precision_name(cfg->precision), cfg->fp32_only);
+        cli_fail("--precision %s: %s", precision_names[sv->precision], cfg->fp32_only);
     cfg->grad_precision = (precision)sv->grad_precision;
     check_grad_dtype(cfg);
     check_loss_scale_flags(cfg);
@@ -278,7 +300,7 @@ static void apply_shared_values(run_config *cfg, const shared_values *sv) {
     cfg->comm.device = device_resolve(requested);
     if (cfg->precision != PRECISION_FP32 && cfg->comm.device == DEVICE_CUDA)
         cli_fail("--precision %s: the GPU backend computes in fp32 only so far; add --device"
-                 " cpu", precision_name(cfg->precision));
+                 " cpu", precision_names[sv->precision]);
 }
 
 /* RUN_BLAS_PROBE=1: print the kernels OpenBLAS picked for this CPU and stop, before
@@ -307,6 +329,22 @@ static void check_restart_flags(run_config *cfg) {
     restart_take_flags(cfg);
 }
 
+static void check_model_and_trace(const run_config *cfg) {
+    char err[256];
+    if (!gpt_config_check(&cfg->model, 1, err, sizeof err)) cli_fail("%s", err);
+    if (cfg->comm.trace_path) check_writable("trace", cfg->comm.trace_path);
+}
+
+/* The recipe on this many ranks, once they are known; then the process's linears take
+ * it, before any rank starts. */
+static void check_fp8_recipe(const run_config *cfg) {
+    if (!cfg->fp8) return;
+    const char *why = fp8_linear_recipe_check(cfg->fp8_recipe, cfg->comm.ranks);
+    if (why)
+        cli_fail("--fp8-recipe %s: %s", fp8_recipe_names[cfg->fp8_recipe], why);
+    fp8_linear_use(&cfg->fp8_recipe);
+}
+
 void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
                const char *program, const char *description) {
     answer_blas_probe();
@@ -315,6 +353,7 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
     shared_values sv = {.allreduce = cfg->comm.allreduce, .link = cfg->comm.link,
                         .send_mode = cfg->comm.send_mode, .precision = cfg->precision,
                         .grad_precision = cfg->grad_precision, .lr = cfg->adamw.lr,
+                        .fp8_recipe = cfg->fp8_recipe,
                         .weight_decay = cfg->adamw.weight_decay,
                         .link_scale = cfg->comm.link_scale,
                         .timeout = cfg->comm.timeout_seconds};
@@ -342,8 +381,9 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
         {"tf32", OPT_FLAG, &cfg->comm.tf32, "let cuBLAS use TF32 (GPU)", NULL, 0},
         {"precision", OPT_CHOICE, &sv.precision, "compute in fp32, or in bf16 / fp16 with fp32"
          " master weights (mixed precision)", precision_names, 0},
+        {"fp8-recipe", OPT_CHOICE, &sv.fp8_recipe, "fp8: how the linears' inputs are scaled to E4M3 (default blockwise)", fp8_recipe_names, 0},
         {"grad-dtype", OPT_CHOICE, &sv.grad_precision, "the gradients held and reduced: fp32,"
-         " or 16 bits in --precision's type", precision_names, 0},
+         " or 16 bits in --precision's type", grad_precision_names, 0},
         {"loss-scale", OPT_FLOAT, &cfg->loss_scale_init, "fp16: the dynamic loss scale's start"
          " (default 65536)", NULL, 1},
         {"loss-scale-window", OPT_INT, &cfg->loss_scale_window, "fp16: clean steps before the"
@@ -378,12 +418,11 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
     const cli_option *tables[2] = {shared, extra};
     parse_flags(argc, argv, cfg, tables, description);
     apply_shared_values(cfg, &sv);
-    char err[256];
-    if (!gpt_config_check(&cfg->model, 1, err, sizeof err)) cli_fail("%s", err);
-    if (cfg->comm.trace_path) check_writable("trace", cfg->comm.trace_path);
+    check_model_and_trace(cfg);
     cfg->restart.on = cli_given("max-restarts");
     cfg->restart.from_run = cli_given("restart-attempt");
     checkpoint_cli_check(cfg);   /* a restart's checks differ (restart_is_retry) */
     check_restart_flags(cfg);
     take_mpi_ranks(cfg);
+    check_fp8_recipe(cfg);
 }

@@ -11,6 +11,7 @@ run_config run_config_default(void) {
         .adamw = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                   .weight_decay = 0.01f, .warmup_steps = 10},
         .comm = comm_options_default(),
+        .fp8_recipe = FP8_BLOCKWISE,
     };
     cfg.comm.device = DEVICE_AUTO;   /* settled by cli_parse */
     return cfg;

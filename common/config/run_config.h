@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "comm.h"
+#include "fp8_scaling.h"
 #include "model.h"
 #include "ops.h"
 
@@ -24,6 +25,12 @@ typedef struct {
     const char *fp32_only;   /* set before cli_parse by a program (or mode) that trains
                                 in fp32 alone: why (then --precision bf16|fp16 is
                                 refused with it) */
+    /* --precision fp8 (fp8_linear.h): precision is then bf16 and fp8 is 1, the linears'
+     * forward products FP8 under fp8_recipe (--fp8-recipe, default blockwise) */
+    int fp8;
+    fp8_recipe fp8_recipe;
+    int fp8_training;   /* set before cli_parse by a program that trains in FP8 (else
+                           --precision fp8 is refused) */
     precision grad_precision;   /* --grad-dtype: the parameter gradients held and reduced
                                    (fp32, the default; or the run's 16-bit precision) */
     const char *fp32_grads_only;   /* set before cli_parse by a program that keeps fp32

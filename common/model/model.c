@@ -160,7 +160,7 @@ float gpt_head_forward(gpt_model *m, const void *final_ln, const void *embed) {
                             final_ln, precision_at(m->p, final_ln, C), (int)model_rows_held(m), C);
     if (m->sp) tp_sequence_all_gather(m->sp, k->lnf, lnf);
     if (!s->vocab_parallel) {   /* tied: wte is [V, C] */
-        mixed_linear_forward(m->p, k->logits, k->lnf, embed, NULL, N, C, V);
+        mixed_head_forward(m->p, k->logits, k->lnf, embed, NULL, N, C, V);
         mixed_crossentropy_forward(m->p, k->losses, k->logits, k->logits, k->targets, N, V);
         return (float)(vec_sum(k->losses, (size_t)N) / N);
     }

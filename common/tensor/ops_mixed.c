@@ -19,6 +19,7 @@
 #include "ops_mixed.h"
 
 #include "device.h"
+#include "fp8_linear.h"
 #include "matmul16.h"
 #include "number_formats.h"
 #include "ops.h"
@@ -95,6 +96,7 @@ void ops_mixed_release_thread(void) {
     workspace_free(pthread_getspecific(workspace_key));
     pthread_setspecific(workspace_key, NULL);
     matmul16_release_thread();   /* the linears' primitives: the same thread's scratch */
+    fp8_linear_release_thread();
 }
 
 /* Rows of width elements per chunk: as many as CHUNK_FLOATS holds, at least one. */
@@ -298,8 +300,9 @@ void mixed_layernorm_backward(precision p, void *dinp, float *dweight, float *db
 
 /* ---- linear: matmul16, 16-bit products summed in fp32 ----------------------------- */
 
-void mixed_linear_forward(precision p, void *out, const void *inp, const void *weight,
-                          const void *bias, int N, int IC, int OC) {
+/* fp8: a bf16 run whose linears take FP8-rounded inputs (fp8_linear.h) */
+static void linear_forward_in(precision p, int fp8, void *out, const void *inp,
+                              const void *weight, const void *bias, int N, int IC, int OC) {
     if (p == PRECISION_FP32) {
         linear_forward(out, inp, weight, bias, N, IC, OC);
         return;
@@ -308,9 +311,21 @@ void mixed_linear_forward(precision p, void *out, const void *inp, const void *w
     const int w =
         mixed_begin("mixed_linear_forward", OP_LINEAR_FORWARD, bytes_of(p, elements));
     /* the product and the bias summed in fp32, rounded once, by the product itself */
-    if (N > 0 && OC > 0)
+    if (fp8 && p == PRECISION_BF16 && fp8_linear_active(NULL))
+        fp8_linear_forward(out, inp, weight, bias, N, IC, OC);
+    else if (N > 0 && OC > 0)
         product16_out16(p, 0, 1, N, OC, IC, inp, IC, weight, IC, bias, out, OC);
     mixed_end(w, OP_LINEAR_FORWARD);
+}
+
+void mixed_linear_forward(precision p, void *out, const void *inp, const void *weight,
+                          const void *bias, int N, int IC, int OC) {
+    linear_forward_in(p, 1, out, inp, weight, bias, N, IC, OC);
+}
+
+void mixed_head_forward(precision p, void *out, const void *inp, const void *weight,
+                        const void *bias, int N, int IC, int OC) {
+    linear_forward_in(p, 0, out, inp, weight, bias, N, IC, OC);
 }
 
 /* Columns summed at a time, as ops_cpu.c's add_column_sums: its double accumulators

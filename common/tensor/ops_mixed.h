@@ -56,6 +56,10 @@ void mixed_layernorm_backward(precision p, void *dinp, float *dweight, float *db
  * bias added in fp32, rounded once. bias may be NULL. */
 void mixed_linear_forward(precision p, void *out, const void *inp, const void *weight,
                           const void *bias, int N, int IC, int OC);
+/* The same, never in FP8 (the LM head: --precision fp8 keeps it bf16, fp8_linear.h);
+ * mixed_linear_forward's products are FP8 while fp8_linear_use has a recipe. */
+void mixed_head_forward(precision p, void *out, const void *inp, const void *weight,
+                        const void *bias, int N, int IC, int OC);
 /* dinp = dout @ weight (rounded); dweight += dout^T @ inp and dbias += column sums of
  * dout, both fp32. Any of the three may be NULL: not computed. */
 void mixed_linear_backward(precision p, void *dinp, float *dweight, float *dbias,

@@ -67,6 +67,10 @@ void report_header_counting(const run_config *cfg, const char *title, int world,
     else if (cfg->precision != PRECISION_FP32)
         printf("precision: %s compute (activations, compute weights) and gradients, fp32"
                " master weights and AdamW\n", precision_name(cfg->precision));
+    if (cfg->fp8)
+        printf("fp8: the linears' forward products on E4M3 inputs scaled %s (emulated, fp32"
+               " sums; backward products bf16; LM head bf16); no FP8 unit here: accuracy,"
+               " not speed\n", fp8_recipe_name(cfg->fp8_recipe));
     printf("\n");
 }
 

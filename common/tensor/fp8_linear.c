@@ -1,0 +1,133 @@
+/* FP8 linears of a bf16 run: quantize, the emulated FP8 product, bias (fp8_linear.h). */
+#include "fp8_linear.h"
+
+#include "fp8_matmul.h"
+#include "number_formats.h"
+#include "precision.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int fp8_on;
+static fp8_recipe fp8_current = FP8_BLOCKWISE;
+static int fp8_unscaled;
+
+void fp8_linear_use(const fp8_recipe *recipe) {
+    fp8_on = recipe != NULL;
+    if (recipe) fp8_current = *recipe;
+}
+
+int fp8_linear_active(fp8_recipe *recipe) {
+    if (fp8_on && recipe) *recipe = fp8_current;
+    return fp8_on;
+}
+
+void fp8_linear_test_unscaled(int on) { fp8_unscaled = on; }
+
+const char *fp8_linear_recipe_check(fp8_recipe recipe, int ranks) {
+    if (recipe == FP8_DELAYED)
+        return "delayed scaling (an amax history per tensor) is not in the training path"
+               " yet; valid: blockwise, rowwise, tensorwise";
+    if (recipe == FP8_TENSORWISE && ranks > 1)
+        return "on more than one rank tensorwise scales the activations by the amax of"
+               " each rank's share of the batch, so the ranks would differ from one device"
+               " (no amax all-reduce here); valid: blockwise, rowwise (or one rank)";
+    return NULL;
+}
+
+/* The calling thread's scratch: fp32 copies, codes, scales, the product's workspace;
+ * held under a key whose destructor frees it when the thread ends. */
+typedef struct {
+    size_t floats, codes;
+    float *f;
+    uint8_t *c;
+} fp8_scratch;
+
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+
+static void scratch_free(void *p) {
+    fp8_scratch *s = p;
+    if (!s) return;
+    free(s->f);
+    free(s->c);
+    free(s);
+}
+
+static void scratch_make_key(void) { pthread_key_create(&scratch_key, scratch_free); }
+
+static fp8_scratch *scratch_fit(size_t floats, size_t codes) {
+    pthread_once(&scratch_once, scratch_make_key);
+    fp8_scratch *s = pthread_getspecific(scratch_key);
+    if (!s && (s = calloc(1, sizeof *s))) pthread_setspecific(scratch_key, s);
+    if (s && floats > s->floats) {
+        free(s->f);
+        s->floats = (s->f = malloc(floats * sizeof(float))) ? floats : 0;
+    }
+    if (s && codes > s->codes) {
+        free(s->c);
+        s->codes = (s->c = malloc(codes)) ? codes : 0;
+    }
+    if (!s || !s->f || !s->c) {
+        fprintf(stderr, "fp8_linear: out of memory for %zu floats\n", floats);
+        exit(1);
+    }
+    return s;
+}
+
+void fp8_linear_release_thread(void) {
+    pthread_once(&scratch_once, scratch_make_key);
+    scratch_free(pthread_getspecific(scratch_key));
+    pthread_setspecific(scratch_key, NULL);
+}
+
+/* q's shape and blocks for `role` under the run's recipe; storage set by the caller. */
+static fp8_matrix shaped(fp8_role role, int rows, int cols) {
+    fp8_matrix q = {.format = FP8_E4M3, .rows = rows, .cols = cols};
+    fp8_recipe_blocks(fp8_current, role, rows, cols, &q.block_rows, &q.block_cols);
+    return q;
+}
+
+static void quantize(fp8_matrix *q, const float *x) {
+    if (!fp8_unscaled) {
+        fp8_quantize(q, x);
+        return;
+    }
+    const size_t n = fp8_scale_count(q->rows, q->cols, q->block_rows, q->block_cols);
+    for (size_t b = 0; b < n; b++) q->scales[b] = 1.0f;
+    fp8_quantize_with_scales(q, x);
+}
+
+void fp8_linear_forward(uint16_t *out, const uint16_t *inp, const uint16_t *weight,
+                        const uint16_t *bias, int N, int IC, int OC) {
+    if (N <= 0 || OC <= 0) return;
+    fp8_matrix x = shaped(FP8_ACTIVATION, N, IC), w = shaped(FP8_WEIGHT, OC, IC);
+    const size_t nx = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
+    const size_t sx = fp8_scale_count(N, IC, x.block_rows, x.block_cols);
+    const size_t sw = fp8_scale_count(OC, IC, w.block_rows, w.block_cols);
+    const size_t work = fp8_matmul_workspace(&x, &w);
+    /* floats: x32 [N*IC] | w32 [OC*IC] | out32 [N*OC] | scales | workspace */
+    fp8_scratch *scratch = scratch_fit(nx + nw + no + sx + sw + work, nx + nw);
+    float *x32 = scratch->f, *w32 = x32 + nx, *o32 = w32 + nw;
+    x.scales = o32 + no;
+    w.scales = x.scales + sx;
+    float *ws = w.scales + sw;
+    x.codes = scratch->c;
+    w.codes = scratch->c + nx;
+    precision_bf16_to_f32(x32, inp, nx);
+    precision_bf16_to_f32(w32, weight, nw);
+    quantize(&x, x32);
+    quantize(&w, w32);
+    const char *why = fp8_matmul(o32, &x, &w, ws);
+    if (why) {   /* the recipes' blocks always nest: a caller's bug */
+        fprintf(stderr, "fp8_linear_forward: %s\n", why);
+        exit(1);
+    }
+    for (int i = 0; i < N; i++) {
+        float *o = o32 + (size_t)i * OC;
+        if (bias)
+            for (int j = 0; j < OC; j++) o[j] += number_from_bf16(bias[j]);
+    }
+    precision_f32_to_bf16(out, o32, no);
+}

@@ -1,0 +1,48 @@
+/* FP8 training's linear layers (--precision fp8): the forward product of a bf16 run
+ * taken on FP8-rounded inputs with their scales, emulated (fp8_matmul.h).
+ *
+ * A run in FP8 is a bf16 run (ops_mixed.h: bf16 activations and compute weights, fp32
+ * masters, gradients and AdamW) whose linears' forward products read x and w rounded
+ * to E4M3 under a scaling recipe (fp8_scaling.h), the partial sums in fp32, the bias
+ * added in fp32 and the output rounded to bf16 once. Attention, softmax, LayerNorm,
+ * the LM head (tied to the embedding; DeepSeek-V3 keeps it in bf16 too) and the loss
+ * stay bf16. The backward products stay bf16 (matmul16), as a first step: E5M2
+ * gradients ("hybrid") would change which numbers the strategies compare, not how.
+ *
+ * Recipes and data parallelism: rowwise and blockwise scale the activations per token
+ * (a row, or a 1 x 128 tile of it) and the weights from the whole weight, which every
+ * rank holds the same (DDP) or gathers whole before the product (ZeRO-3): a rank's
+ * share of the batch does not change any scale, so DDP and ZeRO equal the FP8
+ * baseline as bf16's do. tensorwise scales the activations by the amax of the whole
+ * [N, K] tensor, which is this rank's share of the batch: without an all-reduce of
+ * that amax (Transformer Engine's amax reduction) DDP differs from the baseline, so
+ * the chapters take tensorwise on one rank alone. delayed (an amax history per
+ * tensor) is not in the training path yet.
+ *
+ * The recipe is the process's, set before any rank starts and read by every rank's
+ * thread; the scratch is each thread's own, grown once and kept (no allocation per
+ * step once the largest linear has run; freed as the thread ends). */
+#ifndef FP8_LINEAR_H
+#define FP8_LINEAR_H
+#include <stdint.h>
+
+#include "fp8_scaling.h"
+
+/* FP8 linears with this recipe from now on (NULL: off, bf16 linears). */
+void fp8_linear_use(const fp8_recipe *recipe);
+/* Whether FP8 linears are on; *recipe is theirs when they are (recipe may be NULL). */
+int fp8_linear_active(fp8_recipe *recipe);
+/* Returns NULL, or why the training path cannot take recipe on `ranks` data-parallel
+ * ranks (a sentence naming what is valid). */
+const char *fp8_linear_recipe_check(fp8_recipe recipe, int ranks);
+/* Negative control (tests): every scale 1, as if the recipe were not applied. */
+void fp8_linear_test_unscaled(int on);
+
+/* out[N,OC] = fp8(inp[N,IC]) fp8(weight[OC,IC])^T + bias[OC], bf16 bit patterns in and
+ * out (bias may be NULL): the product and the bias in fp32, rounded to bf16 once. */
+void fp8_linear_forward(uint16_t *out, const uint16_t *inp, const uint16_t *weight,
+                        const uint16_t *bias, int N, int IC, int OC);
+/* Frees the calling thread's scratch (at a rank thread's end). */
+void fp8_linear_release_thread(void);
+
+#endif
