@@ -25,6 +25,20 @@ if [ -x "$chapter1" ] && [ -z "$mpi" ]; then
     expect_error "$chapter1" "--fp8-recipe delayed: delayed scaling (an amax history per tensor) is not in the training path yet; valid: blockwise, rowwise, tensorwise" $tiny --strategy ddp --precision fp8 --fp8-recipe delayed
     expect_error "$chapter1" "--precision fp8: DataParallel trains in fp32 only so far; add --strategy ddp" $tiny --precision fp8
 fi
+# --precision fp8 switches FP8 on: the baseline's report says fp8 and its recipe, and its
+# losses are not bf16's (a flag that quietly ran bf16 would pass every comparison)
+if [ -x "$programs"/baseline ] && [ -z "$mpi" ]; then
+    last_loss() { "$programs"/baseline "$@" $tiny --json 2>/dev/null | tr -d '\n' |
+                  sed -n 's/.*"precision": "\([a-z0-9]*\)".*"loss": \[[^]]*, \([0-9.e+-]*\)\].*/\1 \2/p'; }
+    bf16=$(last_loss --precision bf16)
+    fp8=$(last_loss --precision fp8)
+    if [ "${fp8%% *}" = fp8 ] && [ "${bf16%% *}" = bf16 ] && [ -n "${fp8#* }" ] &&
+       [ "${fp8#* }" != "${bf16#* }" ]; then
+        passed=$((passed + 1)); echo "ok   baseline --precision fp8: '$fp8' against bf16's '$bf16'"
+    else
+        failed=$((failed + 1)); echo "FAIL baseline --precision fp8: '$fp8' against bf16's '$bf16'"
+    fi
+fi
 for p in $(mixed_programs "$programs"/chapter3 "$programs"/chapter4 "$programs"/chapter5 "$programs"/chapter9); do
     [ -x "$p" ] && expect_error "$p" "--precision fp8: $(basename "$p") does not train in FP8 yet (the baseline, chapter 1's --strategy ddp and chapter 2 do); valid here: fp32, bf16, fp16" $tiny --precision fp8
 done

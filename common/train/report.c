@@ -122,8 +122,10 @@ void report_json(const run_config *cfg, const char *chapter, int world,
            "\"batch\": %d, \"vocab\": %d, \"steps\": %d, \"seed\": %llu},\n",
            m->layers, m->heads, m->dim, m->ctx, cfg->batch, m->vocab, cfg->steps,
            (unsigned long long)cfg->seed);
-    printf(" \"precision\": \"%s\", \"grad_dtype\": \"%s\",\n",
-           precision_name(cfg->precision), precision_name(cfg->grad_precision));
+    printf(" \"precision\": \"%s\", \"grad_dtype\": \"%s\",",
+           cfg->fp8 ? "fp8" : precision_name(cfg->precision), precision_name(cfg->grad_precision));
+    if (cfg->fp8) printf(" \"fp8_recipe\": \"%s\",", fp8_recipe_name(cfg->fp8_recipe));
+    printf("\n");
     printf(" \"runs\": [");
     for (int i = 0; i < n; i++) {
         const run_result *r = &runs[i];
