@@ -28,6 +28,7 @@ if [ -x "$chapter4" ] && [ -z "$mpi" ]; then
     expect_error "$chapter4" "--pp 0: must be an integer from 1" --simulate --pp 0
     expect_error "$chapter4" "--micro 3 does not divide --batch 8" --simulate --pp 2 --micro 3
     expect_error "$chapter4" "--micro 0: must be an integer from 1" --simulate --micro 0
+    expect_error "$chapter4" "--grad-dtype does nothing with --simulate (the simulator trains no model)" --simulate --precision bf16 --grad-dtype bf16
     expect_error "$chapter4" "--virtual 3 x --pp 2 = 6 chunks, more than the 4 layers" --simulate --pp 2 --schedule interleaved --virtual 3
     expect_error "$chapter4" "--virtual 0: must be an integer from 1" --simulate --virtual 0
     expect_error "$chapter4" "--micro 2: interleaved 1F1B takes micro-batches in groups of --pp 4" --simulate --pp 4 --layers 8 --micro 2 --schedule interleaved
@@ -241,6 +242,7 @@ if [ -x "$chapter5" ]; then
     expect_error "$chapter5" "--resume $scratch: --mesh-only and --examples train nothing" --examples --resume "$scratch"
     expect_error "$chapter5" "--json does nothing with --examples" --examples --json
     expect_error "$chapter5" "--steps does nothing with --mesh-only" --mesh-only --world 8 --steps 3
+    expect_error "$chapter5" "--grad-dtype does nothing with --mesh-only" --mesh-only --world 8 --precision bf16 --grad-dtype bf16
     expect_error "$chapter5" "--schedule does nothing with --examples" --examples --schedule gpipe
     expect_ok "$chapter5" --mesh-only --world 1024 --tp 8 --pp 16 --dp 8
     expect_ok "$chapter5" --mesh-only --world 1024 --tp 8 --pp 16 --dp 8 --json

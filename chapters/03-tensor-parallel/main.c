@@ -275,7 +275,7 @@ int main(int argc, char **argv) {
         {0},
     };
     a.cfg.fp32_grads_only = "tensor parallelism keeps fp32 gradients so far (valid: fp32;"
-                            " 16-bit gradients run in chapters 1 and 2)";
+                            " 16-bit gradients run in chapters 1, 2, 4 and 5)";
     cli_parse(argc, argv, &a.cfg, options, argv[0],
               "Tensor parallelism: y = W x split by rows and by columns, a Megatron"
               " transformer block, and the whole model trained with TP.");
