@@ -339,14 +339,14 @@ if [ -x "$planner" ] && [ -z "$mpi" ]; then
     expect_ok "$planner" --params 70e9 --gpus 64 --moe-experts 8 --moe-top-k 1 --moe-every 2
 fi
 # chapter 9, the sequence split: sequence parallelism needs a TP size of 2 or more that
-# divides ctx, TP keeps fp32 gradients, and each part reads its own flags
+# divides ctx, SP keeps fp32 gradients, and each part reads its own flags
 chapter9="$programs"/chapter9
 if [ -x "$chapter9" ]; then
     expect_error "$chapter9" "--part fast: unknown value (valid: all, sp, memory, context)" --part fast
     ranks9=(--ranks 2)
     [ "$mpi" = mpi ] && ranks9=()   # ./run 2
     expect_error "$chapter9" "sequence parallelism with TP 2: --ctx 7 does not split into 2 equal parts" "${ranks9[@]}" --tp 2 --ctx 7
-    expect_error "$chapter9" "--grad-dtype bf16: tensor parallelism keeps fp32 gradients so far" --precision bf16 --grad-dtype bf16
+    expect_error "$chapter9" "--grad-dtype bf16: sequence parallelism keeps fp32 gradients so far (valid: fp32; 16-bit gradients run in chapters 1-5)" --precision bf16 --grad-dtype bf16
 fi
 if [ -x "$chapter9" ] && [ -z "$mpi" ]; then   # under MPI the three above answer for the parser
     expect_error "$chapter9" "--recompute sometimes: unknown value (valid: none, selective, full)" --ranks 2 --recompute sometimes
