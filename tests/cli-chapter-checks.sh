@@ -56,6 +56,7 @@ if [ -x "$chapter4" ] && [ -z "$mpi" ]; then
     expect_error "$chapter4" "--pp 0: must be an integer from 1" --simulate --pp 0
     expect_error "$chapter4" "--micro 3 does not divide --batch 8" --simulate --pp 2 --micro 3
     expect_error "$chapter4" "--micro 0: must be an integer from 1" --simulate --micro 0
+    expect_error "$chapter4" "--grad-dtype does nothing with --simulate (the simulator trains no model)" --simulate --precision bf16 --grad-dtype bf16
     expect_error "$chapter4" "--virtual 3 x --pp 2 = 6 chunks, more than the 4 layers" --simulate --pp 2 --schedule interleaved --virtual 3
     expect_error "$chapter4" "--virtual 0: must be an integer from 1" --simulate --virtual 0
     expect_error "$chapter4" "--micro 2: interleaved 1F1B takes micro-batches in groups of --pp 4" --simulate --pp 4 --layers 8 --micro 2 --schedule interleaved
@@ -269,6 +270,7 @@ if [ -x "$chapter5" ]; then
     expect_error "$chapter5" "--resume $scratch: --mesh-only and --examples train nothing" --examples --resume "$scratch"
     expect_error "$chapter5" "--json does nothing with --examples" --examples --json
     expect_error "$chapter5" "--steps does nothing with --mesh-only" --mesh-only --world 8 --steps 3
+    expect_error "$chapter5" "--grad-dtype does nothing with --mesh-only" --mesh-only --world 8 --precision bf16 --grad-dtype bf16
     expect_error "$chapter5" "--schedule does nothing with --examples" --examples --schedule gpipe
     expect_ok "$chapter5" --mesh-only --world 1024 --tp 8 --pp 16 --dp 8
     expect_ok "$chapter5" --mesh-only --world 1024 --tp 8 --pp 16 --dp 8 --json
@@ -365,14 +367,14 @@ if [ -x "$planner" ] && [ -z "$mpi" ]; then
     expect_ok "$planner" --params 70e9 --gpus 64 --moe-experts 8 --moe-top-k 1 --moe-every 2
 fi
 # chapter 9, the sequence split: sequence parallelism needs a TP size of 2 or more that
-# divides ctx, TP keeps fp32 gradients, and each part reads its own flags
+# divides ctx, SP keeps fp32 gradients, and each part reads its own flags
 chapter9="$programs"/chapter9
 if [ -x "$chapter9" ]; then
     expect_error "$chapter9" "--part fast: unknown value (valid: all, sp, memory, context)" --part fast
     ranks9=(--ranks 2)
     [ "$mpi" = mpi ] && ranks9=()   # ./run 2
     expect_error "$chapter9" "sequence parallelism with TP 2: --ctx 7 does not split into 2 equal parts" "${ranks9[@]}" --tp 2 --ctx 7
-    expect_error "$chapter9" "--grad-dtype bf16: tensor parallelism keeps fp32 gradients so far" --precision bf16 --grad-dtype bf16
+    expect_error "$chapter9" "--grad-dtype bf16: sequence parallelism keeps fp32 gradients so far (valid: fp32; 16-bit gradients run in chapters 1-5)" --precision bf16 --grad-dtype bf16
 fi
 if [ -x "$chapter9" ] && [ -z "$mpi" ]; then   # under MPI the three above answer for the parser
     expect_error "$chapter9" "--recompute sometimes: unknown value (valid: none, selective, full)" --ranks 2 --recompute sometimes

@@ -61,3 +61,14 @@ void mesh_result_free(mesh_result *o) {
     mesh_extra_free(&o->x);
     free(o);
 }
+
+void check_mesh_formulas(const mesh_result *o, mesh_shape shape, double bytes_error) {
+    ck_assert_msg(o->x.worst_bytes_error <= bytes_error, "bytes off their formula by %g",
+                  o->x.worst_bytes_error);
+    ck_assert_msg(o->x.tied_drift == 0.0, "tied copies drifted by %g", o->x.tied_drift);
+    for (int w = 0; w < mesh_world(&shape); w++)
+        for (int i = 0; i < 3; i++)
+            ck_assert_msg(o->x.ranks[w].state[i] == o->x.ranks[w].state_formula[i],
+                          "rank %d state %d: %.0f bytes held, formula %.0f", w, i,
+                          o->x.ranks[w].state[i], o->x.ranks[w].state_formula[i]);
+}

@@ -39,5 +39,8 @@ typedef struct {
 mesh_result *launch_mesh(const run_config *cfg, const dataset *d, mesh_shape shape,
                          pipeline_options opts, const baseline_run *b);
 void mesh_result_free(mesh_result *o);
+/* Every rank's bytes per group kind within bytes_error of their formulas (relative),
+ * its model state per tag equal to its formula, the tied copies equal. */
+void check_mesh_formulas(const mesh_result *o, mesh_shape shape, double bytes_error);
 
 #endif

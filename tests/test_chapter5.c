@@ -36,14 +36,7 @@ static void check_mesh(mesh_shape shape, pipeline_options opts) {
     ck_assert_msg(r->diff_grads <= MESH_TOL_GRADS, "grads differ by %g", r->diff_grads);
     ck_assert_msg(r->diff_loss <= MESH_TOL_LOSS, "loss differs by %g", r->diff_loss);
     ck_assert_msg(r->diff_params <= MESH_TOL_PARAMS, "params differ by %g", r->diff_params);
-    ck_assert_msg(o->x.worst_bytes_error <= 1e-3, "bytes off their formula by %g",
-                  o->x.worst_bytes_error);
-    ck_assert_msg(o->x.tied_drift == 0.0, "copies drifted by %g", o->x.tied_drift);
-    for (int w = 0; w < mesh_world(&shape); w++)
-        for (int i = 0; i < 3; i++)
-            ck_assert_msg(o->x.ranks[w].state[i] == o->x.ranks[w].state_formula[i],
-                          "rank %d state %d: %.0f bytes held, formula %.0f", w, i,
-                          o->x.ranks[w].state[i], o->x.ranks[w].state_formula[i]);
+    check_mesh_formulas(o, shape, 1e-3);
     mesh_result_free(o);
     baseline_free(b);
     dataset_free(d);

@@ -1,10 +1,14 @@
 /* Mixed precision (bf16 and fp16 compute, fp32 master weights, gradients and AdamW) in
  * tensor parallelism, every pipeline schedule and the TP x PP x DP mesh, on thread
  * ranks, against the single-device run in the SAME precision: TP 2 (and x DP 2), the
- * naive, GPipe, 1F1B, interleaved and ZB-H1 schedules on 2 to 4 stages, and 2 x 2 x 2
- * meshes; a negative control that must fail; every rank's bytes per group equal to the
- * formulas with activations at 2 B per element; fp16's forced overflow skipping the
- * same step on every rank of a mesh.
+ * naive, GPipe, 1F1B, interleaved and ZB-H1 schedules on 2 to 4 stages (and with
+ * 16-bit gradients ZB-H1, interleaved, ZB-V and 1F1B x DP 2), and 2 x 2 x 2 meshes; a
+ * negative control that must fail; every rank's bytes per group equal to the formulas
+ * with activations at 2 B per element; fp16's forced overflow skipping the
+ * same step on every rank of a mesh. With 16-bit gradients (--grad-dtype: a stage sums
+ * its micro-batches in fp32, rounds the sum once and reduces it over dp in 16 bits) the
+ * mesh at every ZeRO stage, TP 2 (x DP 2; and over the wrong group failing), dp's bytes and the gradients held half of fp32 gradients',
+ * and a mesh that skips the 16-bit dp reduction failing.
  *
  * Tolerances: common/train/tolerances.h's, derived there (tolerances_for_tp, which the
  * chapters' verdicts use too). Pipelines (and DP inside a mesh without TP) hold
@@ -60,6 +64,15 @@ static double check_within(const char *what, const run_result *r, tolerances t) 
     return run_worst_fraction_of(r, t);
 }
 
+/* The tolerances of a run of tp TP ranks and dp pipelines: tolerances_of's, with 16-bit
+ * gradients raised for the gradients to tolerances_with_grads16's (dp + 2) u G (each of
+ * the dp partial gradients rounded once, the 16-bit reduction rounding their sum once
+ * more, the baseline its own once). */
+static tolerances bounds_of(const run_config *cfg, const baseline_run *b, int tp, int dp) {
+    return tolerances_with_grads16(tolerances_of(cfg, b, tp), cfg, dp,
+                                   baseline_largest_grad(b));
+}
+
 /* ---- TP ----------------------------------------------------------------------------- */
 
 static strategy_outcome run_tp(const run_config *cfg, const dataset *d, int tp,
@@ -69,11 +82,15 @@ static strategy_outcome run_tp(const run_config *cfg, const dataset *d, int tp,
     return o;
 }
 
+/* fp32 gradients, then 16-bit ones (--grad-dtype: each slab summed in fp32, rounded once
+ * as backward finishes it, all-reduced over dp in 16 bits). */
 START_TEST(tp_matches_the_baseline_in_its_precision) {
     dataset *d = dataset_builtin();
     double worst = 0;
-    for (size_t i = 0; i < sizeof sixteen_bits / sizeof sixteen_bits[0]; i++) {
-        run_config base = tiny_config(1, 2, sixteen_bits[i]);
+    for (int k = 0; k < 4; k++) {
+        run_config base = tiny_config(1, 2, sixteen_bits[k % 2]);
+        const int grads16 = k >= 2;
+        if (grads16) base.grad_precision = base.precision;
         baseline_run *b = baseline_train(&base, d);
         for (int ranks = 2; ranks <= 4; ranks += 2) {
             run_config cfg = base;
@@ -82,14 +99,14 @@ START_TEST(tp_matches_the_baseline_in_its_precision) {
             strategy_outcome o = run_tp(&cfg, d, 2, NULL, &x);
             compare_to_baseline(&o.result, b, o.loss, o.first_grads, o.final_params);
             char what[64];
-            snprintf(what, sizeof what, "%s tp 2 x dp %d:", precision_name(cfg.precision),
-                     ranks / 2);
-            worst = fmax(worst, check_within(what, &o.result, tolerances_of(&cfg, b, 2)));
+            snprintf(what, sizeof what, "%s%s tp 2 x dp %d:", precision_name(cfg.precision),
+                     grads16 ? " grads" : "", ranks / 2);
+            worst = fmax(worst, check_within(what, &o.result, bounds_of(&cfg, b, 2, ranks / 2)));
             ck_assert_int_eq(x.vocab_parallel, 0);   /* 16 bits: the vocabulary whole */
             ck_assert_msg(x.replica_drift == 0, "replicated copies differ by %g",
                           x.replica_drift);
             const double formula = o.result.bytes_formula;
-            ck_assert_msg(fabs(o.result.bytes_sent_per_step / formula - 1) <= 1e-3,
+            ck_assert_msg(o.result.bytes_sent_per_step == formula,
                           "%s: %.0f bytes a step, formula %.0f", what,
                           o.result.bytes_sent_per_step, formula);
             strategy_outcome_free(&o);
@@ -103,15 +120,22 @@ END_TEST
 
 /* ---- pipelines -------------------------------------------------------------------------- */
 
+/* grads16: with --grad-dtype in the compute's precision (test_chapter5_grads16.c says
+ * how: a stage's micro-batches summed in fp32, the sum rounded once and reduced over dp
+ * in 16 bits), on the schedules whose backward differs (split in two, two chunks a
+ * rank, a V) and two pipelines side by side (ranks = 2 x stages). */
 typedef struct {
     pp_schedule_kind schedule;
-    int stages, micro, chunks, layers;
+    int stages, micro, chunks, layers, grads16, ranks;
 } pp_case;
 
 static const pp_case pp_cases[] = {
-    {PP_NAIVE, 2, 1, 1, 2},       {PP_GPIPE, 2, 4, 1, 2},   {PP_GPIPE, 3, 4, 1, 3},
-    {PP_1F1B, 2, 4, 1, 2},        {PP_1F1B, 4, 4, 1, 4},    {PP_INTERLEAVED, 2, 2, 2, 4},
-    {PP_ZB_H1, 2, 4, 1, 2},       {PP_ZB_H1, 4, 4, 1, 4},
+    {PP_NAIVE, 2, 1, 1, 2, 0, 2},       {PP_GPIPE, 2, 4, 1, 2, 0, 2},
+    {PP_GPIPE, 3, 4, 1, 3, 0, 3},       {PP_1F1B, 2, 4, 1, 2, 0, 2},
+    {PP_1F1B, 4, 4, 1, 4, 0, 4},        {PP_INTERLEAVED, 2, 2, 2, 4, 0, 2},
+    {PP_ZB_H1, 2, 4, 1, 2, 0, 2},       {PP_ZB_H1, 4, 4, 1, 4, 0, 4},
+    {PP_ZB_H1, 2, 4, 1, 2, 1, 2},       {PP_INTERLEAVED, 2, 2, 2, 4, 1, 2},
+    {PP_ZB_V, 2, 4, 2, 4, 1, 2},        {PP_1F1B, 2, 2, 1, 2, 1, 4},
 };
 
 START_TEST(every_schedule_matches_the_baseline_in_its_precision) {
@@ -121,15 +145,18 @@ START_TEST(every_schedule_matches_the_baseline_in_its_precision) {
         for (size_t k = 0; k < sizeof pp_cases / sizeof pp_cases[0]; k++) {
             const pp_case *c = &pp_cases[k];
             run_config cfg = tiny_config(1, c->layers, sixteen_bits[i]);
+            if (c->grads16) cfg.grad_precision = cfg.precision;
             baseline_run *b = baseline_train(&cfg, d);
-            cfg.comm.ranks = c->stages;
+            cfg.comm.ranks = c->ranks;
             pipeline_options opts = {.schedule = c->schedule, .micro = c->micro,
                                      .chunks = c->chunks};
             pp_result *o = launch_pp(&cfg, d, c->stages, opts, b);
+            const int dp = c->ranks / c->stages;
             char what[64];
-            snprintf(what, sizeof what, "%s %s p %d m %d v %d:", precision_name(cfg.precision),
-                     pp_schedule_name(c->schedule), c->stages, c->micro, c->chunks);
-            worst = fmax(worst, check_within(what, &o->run.result, tolerances_of(&cfg, b, 1)));
+            snprintf(what, sizeof what, "%s%s %s p %d x dp %d m %d v %d:",
+                     precision_name(cfg.precision), c->grads16 ? " grads" : "",
+                     pp_schedule_name(c->schedule), c->stages, dp, c->micro, c->chunks);
+            worst = fmax(worst, check_within(what, &o->run.result, bounds_of(&cfg, b, 1, dp)));
             ck_assert_msg(o->x.tied_drift == 0, "tied copies differ by %g", o->x.tied_drift);
             const run_result *r = &o->run.result;
             ck_assert_msg(fabs(r->bytes_sent_per_step / r->bytes_formula - 1) <= 1e-3,
@@ -179,33 +206,26 @@ static pipeline_options one_f_one_b(int zero) {
     return (pipeline_options){.schedule = PP_1F1B, .micro = 4, .chunks = 1, .zero_stage = zero};
 }
 
-/* Every rank's bytes per group kind and state per tag equal their formulas. */
-static void check_mesh_formulas(const mesh_result *o, mesh_shape shape) {
-    ck_assert_msg(o->x.worst_bytes_error <= 1e-3, "bytes off their formula by %g",
-                  o->x.worst_bytes_error);
-    ck_assert_msg(o->x.tied_drift == 0.0, "tied copies drifted by %g", o->x.tied_drift);
-    for (int w = 0; w < mesh_world(&shape); w++)
-        for (int i = 0; i < 3; i++)
-            ck_assert_msg(o->x.ranks[w].state[i] == o->x.ranks[w].state_formula[i],
-                          "rank %d state %d: %.0f bytes held, formula %.0f", w, i,
-                          o->x.ranks[w].state[i], o->x.ranks[w].state_formula[i]);
-}
-
+/* fp32 gradients at ZeRO 0 and 3; 16-bit ones (--grad-dtype) at every stage: every
+ * rank's bytes (dp's reductions at 2 B a gradient) and state (gradients held at 2 B an
+ * element) equal to their formulas to the byte. */
 START_TEST(the_mesh_matches_the_baseline_in_its_precision) {
     dataset *d = dataset_builtin();
     const mesh_shape shape = {.tp = 2, .pp = 2, .dp = 2, .cp = 1};
     double worst = 0;
-    for (size_t i = 0; i < sizeof sixteen_bits / sizeof sixteen_bits[0]; i++) {
-        run_config cfg = tiny_config(1, 2, sixteen_bits[i]);
+    for (int k = 0; k < 4; k++) {
+        run_config cfg = tiny_config(1, 2, sixteen_bits[k % 2]);
+        const int grads16 = k >= 2;
+        if (grads16) cfg.grad_precision = cfg.precision;
         baseline_run *b = baseline_train(&cfg, d);
         cfg.comm.ranks = mesh_world(&shape);
-        for (int zero = 0; zero <= 3; zero += 3) {
+        for (int zero = 0; zero <= 3; zero += grads16 ? 1 : 3) {
             mesh_result *o = launch_mesh(&cfg, d, shape, one_f_one_b(zero), b);
             char what[64];
-            snprintf(what, sizeof what, "%s 2 x 2 x 2 1f1b zero %d:",
-                     precision_name(cfg.precision), zero);
-            worst = fmax(worst, check_within(what, &o->run.result, tolerances_of(&cfg, b, 2)));
-            check_mesh_formulas(o, shape);
+            snprintf(what, sizeof what, "%s%s 2 x 2 x 2 1f1b zero %d:",
+                     precision_name(cfg.precision), grads16 ? " grads" : "", zero);
+            worst = fmax(worst, check_within(what, &o->run.result, bounds_of(&cfg, b, 2, 2)));
+            check_mesh_formulas(o, shape, grads16 ? 0 : 1e-3);
             mesh_result_free(o);
         }
         baseline_free(b);
@@ -245,7 +265,7 @@ START_TEST(sixteen_bit_activations_take_half_the_bytes) {
     for (int i = 0; i < 2; i++) {
         run_config cfg = tiny_config(8, 2, i ? PRECISION_BF16 : PRECISION_FP32);
         mesh_result *o = launch_mesh(&cfg, d, shape, one_f_one_b(0), NULL);
-        check_mesh_formulas(o, shape);
+        check_mesh_formulas(o, shape, 1e-3);
         t[i] = o->x.ranks[7];   /* the last stage: the head */
         mesh_result_free(o);
     }
@@ -308,6 +328,70 @@ START_TEST(a_forced_overflow_skips_the_same_step_on_every_rank) {
 }
 END_TEST
 
+/* dp's bytes at 2 B a gradient: half of the same mesh's with fp32 gradients at ZeRO 0
+ * (an all-reduce of gradients only), its tp and pp bytes unchanged. */
+START_TEST(sixteen_bit_gradients_halve_the_dp_bytes) {
+    dataset *d = dataset_builtin();
+    const mesh_shape shape = {.tp = 2, .pp = 2, .dp = 2, .cp = 1};
+    const pipeline_options opts = {.schedule = PP_1F1B, .micro = 4, .chunks = 1};
+    mesh_rank_traffic t[2];
+    for (int i = 0; i < 2; i++) {
+        run_config cfg = tiny_config(8, 2, PRECISION_BF16);
+        if (i) cfg.grad_precision = PRECISION_BF16;
+        mesh_result *o = launch_mesh(&cfg, d, shape, opts, NULL);
+        check_mesh_formulas(o, shape, 0);
+        t[i] = o->x.ranks[0];
+        mesh_result_free(o);
+    }
+    printf("rank 0 bytes a step, fp32 -> bf16 gradients: dp %.0f -> %.0f, tp %.0f -> %.0f,"
+           " pp %.0f -> %.0f; grads held %.0f -> %.0f B\n", t[0].bytes[PIPELINE_DP],
+           t[1].bytes[PIPELINE_DP], t[0].bytes[PIPELINE_TP], t[1].bytes[PIPELINE_TP],
+           t[0].bytes[PIPELINE_PP], t[1].bytes[PIPELINE_PP], t[0].state[1], t[1].state[1]);
+    ck_assert(t[1].bytes[PIPELINE_DP] * 2 == t[0].bytes[PIPELINE_DP]);
+    ck_assert(t[1].state[1] * 2 == t[0].state[1]);
+    ck_assert(t[1].bytes[PIPELINE_TP] == t[0].bytes[PIPELINE_TP]);
+    ck_assert(t[1].bytes[PIPELINE_PP] == t[0].bytes[PIPELINE_PP]);
+    dataset_free(d);
+}
+END_TEST
+
+/* Negative controls: each dp rank of a mesh keeps its own 16-bit gradient (no
+ * reduction); TP 2 x DP 2 all-reduces its 16-bit gradients over the tp group. */
+START_TEST(skipping_the_16_bit_reduction_fails) {
+    dataset *d = dataset_builtin();
+    run_config cfg = tiny_config(1, 2, PRECISION_BF16);
+    cfg.grad_precision = PRECISION_BF16;
+    baseline_run *b = baseline_train(&cfg, d);
+    cfg.comm.ranks = 4;
+    tp_extra x;
+    strategy_outcome tp = run_tp(&cfg, d, 2, &(tp_options){.grads_over_tp = 1}, &x);
+    compare_to_baseline(&tp.result, b, tp.loss, tp.first_grads, tp.final_params);
+    const double wrong = run_worst_fraction_of(&tp.result, bounds_of(&cfg, b, 2, 2));
+    printf("negative control, bf16 grads tp 2 x dp 2 reduced over tp: %.1fx the bounds"
+           " (grads %.2e)\n", wrong, tp.result.diff_grads);
+    ck_assert(wrong > 3);
+    strategy_outcome_free(&tp);
+    cfg.comm.ranks = 8;
+    for (int zero = 0; zero <= 3; zero += 3) {
+        const pipeline_options opts = {.schedule = PP_1F1B, .micro = 4, .chunks = 1,
+                                       .zero_stage = zero,
+                                       .fault = PIPELINE_FAULT_SKIP_DP_REDUCE};
+        mesh_result *o = launch_mesh(&cfg, d, (mesh_shape){.tp = 2, .pp = 2, .dp = 2, .cp = 1},
+                                     opts, b);
+        char what[64];
+        snprintf(what, sizeof what, "bf16 grads zero %d, no dp reduction:", zero);
+        const tolerances t = bounds_of(&cfg, b, 2, 2);
+        const double f = run_worst_fraction_of(&o->run.result, t);
+        printf("negative control, %s %.1fx the bounds (grads %.2e)\n", what, f,
+               o->run.result.diff_grads);
+        ck_assert(f > 3);
+        mesh_result_free(o);
+    }
+    baseline_free(b);
+    dataset_free(d);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("chapters 3-5 in mixed precision");
     TCase *t = tcase_create("mixed");
@@ -319,6 +403,8 @@ int main(void) {
     tcase_add_test(t, negative_control_fails);
     tcase_add_test(t, sixteen_bit_activations_take_half_the_bytes);
     tcase_add_test(t, a_forced_overflow_skips_the_same_step_on_every_rank);
+    tcase_add_test(t, sixteen_bit_gradients_halve_the_dp_bytes);
+    tcase_add_test(t, skipping_the_16_bit_reduction_fails);
     suite_add_tcase(s, t);
     return check_run(s, 0);
 }

@@ -61,9 +61,11 @@ static int train_rank(comm *world, void *p) {
     return 0;
 }
 
-static void check_training(int t) {
+/* p: the run's precision and its gradients' (fp32, or 16 bits with --grad-dtype). */
+static void check_training_in(int t, precision p) {
     const int W = check_world_size();
     train_case c = {.cfg = run_config_default(), .tp = t};
+    c.cfg.precision = c.cfg.grad_precision = p;
     c.cfg.model = mpi_cfg;
     c.cfg.batch = 4;
     c.cfg.steps = 5;
@@ -80,14 +82,21 @@ static void check_training(int t) {
     check_verdict v = {0};
     if (b) {
         const run_result *r = &c.result;
-        printf("mpi training tp=%d dp=%d, 5 steps: max diff loss %.2e (tol %.0e), grads of"
+        /* 16 bits: test_chapter5_mixed's bounds (tolerances.h) */
+        const run_tolerances tol =
+            p == PRECISION_FP32 ? (run_tolerances){TOL_GRADS, TOL_LOSS, TOL_PARAMS}
+                                : tolerances_with_grads16(tp_run_tolerances(&c.cfg, t, b),
+                                                          &c.cfg, W / t,
+                                                          baseline_largest_grad(b));
+        printf("mpi training %s tp=%d dp=%d, 5 steps: max diff loss %.2e (tol %.0e), grads of"
                " step 1 %.2e (tol %.0e), params %.2e (tol %.0e); replicas drift %.1e;"
-               " %.0f TP all-reduces per step\n", t, W / t, r->diff_loss, TOL_LOSS,
-               r->diff_grads, TOL_GRADS, r->diff_params, TOL_PARAMS, c.drift, c.allreduces);
+               " %.0f TP all-reduces per step\n", precision_name(p), t, W / t, r->diff_loss,
+               tol.loss, r->diff_grads, tol.grads, r->diff_params, tol.params, c.drift,
+               c.allreduces);
         fflush(stdout);
-        check_expect(&v, r->diff_loss <= TOL_LOSS);
-        check_expect(&v, r->diff_grads <= TOL_GRADS);
-        check_expect(&v, r->diff_params <= TOL_PARAMS);
+        check_expect(&v, r->diff_loss <= tol.loss);
+        check_expect(&v, r->diff_grads <= tol.grads);
+        check_expect(&v, r->diff_params <= tol.params);
         check_expect(&v, c.drift == 0.0);
         /* the ring's volume, measured against the formula the chapter prints: uneven
          * ring chunks may differ by a few bytes per collective (relative tolerance 1e-3) */
@@ -97,12 +106,16 @@ static void check_training(int t) {
         printf("  bytes per rank per step: %.0f measured, %.0f formula (relative error %.1e)\n",
                r->bytes_sent_per_step, r->bytes_formula, bytes_error);
         check_expect(&v, bytes_error <= 1e-3);
-        check_expect(&v, c.allreduces == (t > 1 ? 4 * mpi_cfg.layers + 4 : 0));
+        /* 16 bits keep the vocabulary whole: the blocks' 4 L alone */
+        const int ends = p == PRECISION_FP32 ? 4 : 0;
+        check_expect(&v, c.allreduces == (t > 1 ? 4 * mpi_cfg.layers + ends : 0));
         baseline_free(b);
     }
     dataset_free(d);
     check_agree(&v);
 }
+
+static void check_training(int t) { check_training_in(t, PRECISION_FP32); }
 
 START_TEST(training_with_tp_over_all_processes_matches_the_baseline) {
     check_training(check_world_size());
@@ -111,6 +124,11 @@ END_TEST
 
 START_TEST(training_with_tp2_matches_the_baseline) {
     check_training(2);   /* 4 processes: TP 2 x DP 2 */
+}
+END_TEST
+
+START_TEST(tp2_with_bf16_gradients_matches_the_baseline) {
+    check_training_in(2, PRECISION_BF16);   /* dp's all-reduce of 16-bit gradients */
 }
 END_TEST
 
@@ -231,6 +249,8 @@ int main(void) {
     check_add_test_where(tc, training_with_tp2_matches_the_baseline, W % 2 == 0 && W > 2,
                          W == 2 ? "tp 2 on 2 ranks is the test with tp = world"
                                 : "needs an even world of 4 or more (tp 2 x dp 2)");
+    check_add_test_where(tc, tp2_with_bf16_gradients_matches_the_baseline, W % 2 == 0 && W > 2,
+                         "TP 2 x DP needs an even number of processes, 4 or more");
     tcase_add_test(tc, megatron_block_matches_the_unsplit_block);
     check_add_test_where(tc, block_without_f_backward_fails, W >= 2,
                          "needs 2 or more ranks (one rank has no f to drop)");

@@ -115,7 +115,10 @@ static int print_part3_summary(const chapter_args *a, comm *world, const strateg
            r->bytes_formula >= 0 ? report_bytes(r->bytes_formula, y) : "-",
            tp_extra_of(run)->vocab_parallel ? "4 B x ((4L+2) B T C + 3 B T)"
                                             : "2 B x 4L B T C (16-bit activations)",
-           tp_extra_of(run)->dp > 1 ? " + DP's 2(d-1)/d x fp32 gradient bytes" : "",
+           tp_extra_of(run)->dp > 1 ? (cfg->grad_precision == PRECISION_FP32
+                                           ? " + DP's 2(d-1)/d x fp32 gradient bytes"
+                                           : " + DP's 2(d-1)/d x 16-bit gradient bytes")
+                                    : "",
            sp ? " + SP's inputs gathered again and LayerNorm gradients (chapter 9)" : "");
     const double ms_per_step = run_ms_per_step(r);
     const double comm_ms = r->timed_steps ? 1e3 * r->comm_seconds / r->timed_steps : 0.0;
@@ -138,7 +141,10 @@ static int print_part3_summary(const chapter_args *a, comm *world, const strateg
      * order. Loss and parameters after several steps also carry the training's own
      * amplification of those rounding differences, which a loss spike makes large. */
     /* In 16 bits TP's all-reduces round partial sums too: bounds of their own */
-    const run_tolerances bounds = tp_run_tolerances(cfg, tp_extra_of(run)->tp, a->baseline);
+    /* and 16-bit gradients round each dp rank's sum and the reduction's (tolerances.h) */
+    const run_tolerances bounds = tolerances_with_grads16(
+        tp_run_tolerances(cfg, tp_extra_of(run)->tp, a->baseline), cfg, tp_extra_of(run)->dp,
+        baseline_largest_grad(a->baseline));
     const int grads_ok = r->diff_grads <= bounds.grads;
     const int later_ok = r->diff_loss <= bounds.loss && r->diff_params <= bounds.params;
     printf("\ntolerances vs baseline (%s, sums in another order): grads of step 1 %.0e ->"
@@ -274,8 +280,6 @@ int main(int argc, char **argv) {
          " (chapter 9)", NULL, 0},
         {0},
     };
-    a.cfg.fp32_grads_only = "tensor parallelism keeps fp32 gradients so far (valid: fp32;"
-                            " 16-bit gradients run in chapters 1 and 2)";
     cli_parse(argc, argv, &a.cfg, options, argv[0],
               "Tensor parallelism: y = W x split by rows and by columns, a Megatron"
               " transformer block, and the whole model trained with TP.");
@@ -291,6 +295,9 @@ int main(int argc, char **argv) {
     if (a.sp && !runs_part(&a, PART_TRAIN))
         cli_fail("--sp does nothing with --part %s (it splits part 3's training along the"
                  " sequence)", part_names[a.part]);
+    if (a.sp && a.cfg.grad_precision != PRECISION_FP32)
+        cli_fail("--grad-dtype %s: sequence parallelism keeps fp32 gradients so far (valid:"
+                 " fp32; 16-bit gradients run with TP alone)", precision_name(a.cfg.grad_precision));
     if (a.sp && !tp_sequence_check(&a.cfg, a.tp, err, sizeof err)) {
         cli_fail("%s", err);
     }

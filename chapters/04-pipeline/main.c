@@ -140,7 +140,7 @@ static int takes_virtual(int schedule) {
 }
 
 static void refuse_unused_flags(const chapter_args *a) {
-    static const char *const training_only[] = {"save-every", NULL};
+    static const char *const training_only[] = {"save-every", "grad-dtype", NULL};
     static const char *const simulator_only[] = {"comm-order", "time-f", "time-b", "time-w",
                                                  "fb-overlap", NULL};
     static const char *const interleaved_only[] = {"virtual", NULL};
@@ -256,8 +256,6 @@ int main(int argc, char **argv) {
     /* before cli_parse, whose check of --save would make the directory first */
     if (in_argv(argc, argv, "simulate"))
         a.cfg.no_checkpoints = "does nothing with --simulate (the simulator trains no model)";
-    a.cfg.fp32_grads_only = "the pipelines keep fp32 gradients so far (valid: fp32; 16-bit"
-                            " gradients run in chapters 1 and 2)";
     cli_parse(argc, argv, &a.cfg, options, argv[0],
               "Pipeline parallelism: naive, GPipe, 1F1B, interleaved 1F1B, ZB-H1, ZB-V and"
               " DualPipeV schedules, their bubbles and pictures.");

@@ -104,7 +104,8 @@ static void print_traffic(const strategy_outcome *runs, int n, const run_config 
     const gpt_shape whole = gpt_shape_make(&cfg->model, 1, 0);
     const pp_extra *first = pp_extra_of(&runs[0]);
     const int p = first->stages, ranks = cfg->comm.ranks;
-    const double ddp = 2.0 * (ranks - 1) / ranks * (double)gpt_num_params(&whole) * sizeof(float);
+    const int grad = (int)precision_bytes(cfg->grad_precision);   /* --grad-dtype's */
+    const double ddp = 2.0 * (ranks - 1) / ranks * (double)gpt_num_params(&whole) * grad;
     char a[32], b[32], c[32];
     printf("\nPoint-to-point traffic per step (bytes each stage sends: activations forward,"
            " gradients backward)\n");
@@ -119,9 +120,9 @@ static void print_traffic(const strategy_outcome *runs, int n, const run_config 
            " interleaving crosses v times as many boundaries)\n", act,
            cfg->batch / first->replicas, cfg->model.ctx, cfg->model.dim, act,
            report_bytes(first->bytes_formula, b), precision_name(cfg->precision));
-    printf("  DDP on the same %d ranks would all-reduce 2(N-1)/N x %zu parameters x 4 B = %s"
+    printf("  DDP on the same %d ranks would all-reduce 2(N-1)/N x %zu parameters x %d B = %s"
            " per rank per step: a pipeline sends activations, not the model, which is why it"
-           " suits slow links between machines\n", ranks, gpt_num_params(&whole),
+           " suits slow links between machines\n", ranks, gpt_num_params(&whole), grad,
            report_bytes(ddp, c));
 }
 
@@ -236,7 +237,10 @@ int pipeline_train(const pipeline_sim_config *c, const run_config *cfg) {
         }
         double worst = 0;
         const char *name = "-";
-        const run_tolerances bounds = tp_run_tolerances(cfg, 1, baseline);   /* its precision */
+        /* its precision, and 16-bit gradients rounded once on each pipeline */
+        const run_tolerances bounds = tolerances_with_grads16(
+            tp_run_tolerances(cfg, 1, baseline), cfg, extras[0].replicas,
+            baseline_largest_grad(baseline));
         for (int i = 0; i < n; i++) {
             double f = run_worst_fraction_of(&runs[i].result, bounds);
             if (f >= worst) worst = f, name = runs[i].result.strategy;

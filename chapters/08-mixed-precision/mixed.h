@@ -112,7 +112,7 @@ int accuracy_write_svg(const char *path, const accuracy_report *r);
 typedef struct {
     int ranks, steps, tp;   /* tp: the TP run's size (the largest that divides) */
     double sent[WIRE_STRATEGIES][WIRE_CASES], formula[WIRE_STRATEGIES][WIRE_CASES];
-    int ran[WIRE_STRATEGIES][WIRE_CASES];       /* TP keeps fp32 gradients */
+    int ran[WIRE_STRATEGIES][WIRE_CASES];       /* TP's row: fp32 gradients */
     double loss_gap[WIRE_CASES];   /* DDP: largest |loss - fp32's| over the steps */
     double final_loss[WIRE_CASES];
     double grad_dtype_gap;   /* largest |loss| between bf16 with bf16 and fp32 gradients */

@@ -53,7 +53,7 @@ int wire_launches(const run_config *cfg, const dataset *data, int steps, wire_re
     int status = 0;
     for (int s = 0; s < WIRE_STRATEGIES && !status; s++)
         for (int c = 0; c < WIRE_CASES && !status; c++) {
-            /* TP keeps fp32 gradients (chapters 3-5 refuse --grad-dtype) */
+            /* TP's row: fp32 gradients (its 16-bit ones: chapters 3-5) */
             if (s == WIRE_TP && wire_cases[c].grads != PRECISION_FP32) continue;
             const run_config rc = mixed_case_config(cfg, &wire_cases[c], steps);
             strategy_outcome o = {0};

@@ -71,6 +71,7 @@ void dp_grads_init(dp_grads *g, comm *group, const gpt_shape *part, uint64_t see
         g->grads16 = mem_alloc_on(MEM_DEVICE, MEM_GRADS, (g->grads_whole ? P : shard) *
                                                             precision_bytes(g->grad_precision));
     g->grads16_unscale = 1.0f;
+    g->step_grads_fp32 = opts->step_grads_fp32;
     g->adam_m = device_floats(MEM_OPTIMIZER, g->optimizer_whole ? P : shard);
     g->adam_v = device_floats(MEM_OPTIMIZER, g->optimizer_whole ? P : shard);
     g->compute = mixed ? mem_alloc_on(MEM_DEVICE, MEM_PARAMS, (g->compute_whole ? P : shard) *
@@ -136,7 +137,7 @@ void dp_grads_step_begin(dp_grads *g) {
         g->step_compute = mem_alloc_on(MEM_DEVICE, MEM_PARAMS, P * precision_bytes(g->precision));
         allgather_shard(g, g->precision, g->compute, g->step_compute);
     }
-    if (g->grads16) {
+    if (g->grads16 && !g->step_grads_fp32) {
         if (!g->grads_whole) {
             fprintf(stderr, "error: 16-bit gradients at zero %d reduce per slab\n", g->zero);
             abort();
@@ -144,7 +145,8 @@ void dp_grads_step_begin(dp_grads *g) {
         mixed_vec_zero(g->grad_precision, g->grads16, P);
         return;
     }
-    if (!g->grads_whole && !g->step_grads) g->step_grads = device_floats(MEM_GRADS, P);
+    if ((!g->grads_whole || g->grads16) && !g->step_grads)
+        g->step_grads = device_floats(MEM_GRADS, P);
     vec_zero(dp_grads_whole_grads(g), P);
 }
 
@@ -153,11 +155,20 @@ void *dp_grads_whole_params(const dp_grads *g) {
 }
 
 float *dp_grads_whole_grads(const dp_grads *g) {
-    return g->grads_whole ? g->grads : g->step_grads;
+    return g->grads_whole && !g->grads16 ? g->grads : g->step_grads;
+}
+
+/* 16-bit whole gradients summed in fp32 over the step: rounded once into grads16 (the
+ * fp32 vector gone), as the baseline rounds its one backward's sums. */
+static void round_step_grads(dp_grads *g) {
+    mixed_round(g->grad_precision, g->grads16, g->step_grads, g->layout.num_params);
+    mem_free(g->step_grads);
+    g->step_grads = NULL;
 }
 
 void dp_grads_after_backward(dp_grads *g) {
     const shard_layout *l = &g->layout;
+    if (g->grads16 && g->grads_whole && g->step_grads) round_step_grads(g);
     if (g->zero >= 2) {
         for (int slab = l->num_slabs - 1; slab >= 0; slab--)
             dp_grads_reduce_slab(g, slab, g->step_grads + l->slab_offset[slab]);
@@ -334,8 +345,8 @@ ckpt_part dp_grads_checkpoint_part(dp_grads *g, int writes) {
     return p;
 }
 
-void dp_grads_state_bytes(const gpt_shape *part, int zero, precision p, int dp, int dp_rank,
-                          double bytes[3]) {
+void dp_grads_state_bytes(const gpt_shape *part, int zero, precision p, precision gp, int dp,
+                          int dp_rank, double bytes[3]) {
     shard_layout l;
     shard_layout_init(&l, part, dp, dp_rank);
     const double whole = (double)l.num_params, shard = (double)l.shard_len;
@@ -343,7 +354,7 @@ void dp_grads_state_bytes(const gpt_shape *part, int zero, precision p, int dp, 
     /* mixed precision: the fp32 masters count with m and v (K = 12 B per element) */
     const double optimizer_bytes = (p == PRECISION_FP32 ? 2 : 3) * f32;
     bytes[0] = (double)precision_bytes(p) * (zero >= 3 ? shard : whole);
-    bytes[1] = f32 * (zero >= 2 ? shard : whole);
+    bytes[1] = (double)precision_bytes(gp) * (zero >= 2 ? shard : whole);
     bytes[2] = optimizer_bytes * (zero >= 1 ? shard : whole);
     shard_layout_free(&l);
 }

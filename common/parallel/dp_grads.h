@@ -30,8 +30,9 @@
  * into its compute weights at the start of every step and, at zero 1-2, all-gathers
  * the 16-bit weights (half the bytes of fp32's all-gather after AdamW, which fp32 does
  * instead); zero 3 gathers 16-bit slabs when they are used. Gradients are fp32, or
- * with grad_precision 16 bits (grads16.h; plain ZeRO and DDP only: zero 0-1 whole
- * gradients, zero 2-3 per slab): held in grads16 (whole at zero 0-1, a shard from 2),
+ * with grad_precision 16 bits (grads16.h; plain ZeRO and DDP: zero 0-1 whole
+ * gradients, zero 2-3 per slab; the pipeline and the mesh: whole gradients of a step
+ * summed in fp32, step_grads_fp32): held in grads16 (whole at zero 0-1, a shard from 2),
  * reduced in 16 bits, and read by AdamW a chunk at a time, widened as it goes
  * (mixed_adamw_update): `grads` stays NULL, and no fp32 copy of them is ever held. */
 #ifndef DP_GRADS_H
@@ -61,6 +62,9 @@ typedef struct {
     size_t bucket_bytes;
     int quiet_alone;             /* a group of one rank calls no collective (else zero 0
                                     all-reduces on it as on any group) */
+    int step_grads_fp32;         /* 16-bit gradients, whole: a step accumulates in an fp32
+                                    vector (the pipeline's micro-batches, the tied sum),
+                                    rounded once by after_backward */
     dp_fault fault;
 } dp_grads_options;
 
@@ -80,6 +84,7 @@ typedef struct {
     precision grad_precision;
     void *grads16;       /* 16-bit gradients (whole at zero 0-1, else a shard), or NULL */
     float grads16_unscale;   /* what AdamW multiplies them by (fp16's 1/S), else 1 */
+    int step_grads_fp32;     /* as asked (dp_grads_options) */
     int params_whole, grads_whole, optimizer_whole, compute_whole;
     /* zero 3 / zero 2-3: the whole vectors of a step in progress, else NULL */
     void *step_compute;
@@ -106,12 +111,13 @@ const void *dp_grads_compute_piece(const dp_grads *g, int slab);
  * 3, the whole parameters all-gathered. */
 void dp_grads_step_begin(dp_grads *g);
 /* The step's whole vectors: the compute weights forward and backward read (of the
- * precision), and the gradient backward accumulates into (fp32). */
+ * precision), and the gradient backward accumulates into (fp32; with 16-bit gradients
+ * only under step_grads_fp32, else NULL). */
 void *dp_grads_whole_params(const dp_grads *g);
 float *dp_grads_whole_grads(const dp_grads *g);
 /* Reduces the whole gradient over the group: on return the summed gradient of this
- * rank's part is in g->grads (zero 1: in its pieces); zero 2-3 free the step's whole
- * vectors. */
+ * rank's part is in g->grads (zero 1: in its pieces; 16 bits: g->grads16, the fp32
+ * step vector rounded once first); zero 2-3 free the step's whole vectors. */
 void dp_grads_after_backward(dp_grads *g);
 
 /* ---- per slab (zero 2-3) ----------------------------------------------------------- */
@@ -140,9 +146,9 @@ void dp_grads_whole_free(dp_grads *g, float *whole);
 ckpt_part dp_grads_checkpoint_part(dp_grads *g, int writes);
 
 /* Bytes rank dp_rank of dp stores of the part at rest, as dp_grads_init allocates
- * them, by tag: [0] params (the compute weights), [1] grads (fp32), [2] optimizer
+ * them, by tag: [0] params (the compute weights), [1] grads (of gp), [2] optimizer
  * (Adam m and v, and in mixed precision the fp32 masters). */
-void dp_grads_state_bytes(const gpt_shape *part, int zero, precision p, int dp, int dp_rank,
-                          double bytes[3]);
+void dp_grads_state_bytes(const gpt_shape *part, int zero, precision p, precision gp, int dp,
+                          int dp_rank, double bytes[3]);
 
 #endif

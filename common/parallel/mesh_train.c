@@ -28,7 +28,8 @@ void mesh_traffic_formula(const run_config *cfg, mesh_shape shape, mesh_coord me
         const int k = pp_stage_of(pp_schedule_vshape(opts->schedule), shape.pp, me.pp, c);
         const gpt_shape s = stage_shape(cfg, shape, me, k, S);
         double bytes[3];
-        dp_grads_state_bytes(&s, zero, cfg->precision, shape.dp, me.dp, bytes);
+        dp_grads_state_bytes(&s, zero, cfg->precision, cfg->grad_precision, shape.dp, me.dp,
+                             bytes);
         for (int i = 0; i < 3; i++) t->state_formula[i] += bytes[i];
     }
 }

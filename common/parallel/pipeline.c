@@ -63,6 +63,7 @@ void pipeline_rank_init(pipeline_rank *r, comm *world, const mesh *m, const run_
     /* each dp group shards its own stage's TP slice; without DP nothing is sharded */
     const dp_grads_options dp_opts = {
         .zero = d > 1 ? opts->zero_stage : 0, .precision = cfg->precision,
+        .grad_precision = cfg->grad_precision, .step_grads_fp32 = 1,
         .first_bucket_bytes = 1u << 20,
         .bucket_bytes = 25u << 20, .quiet_alone = 1,
         .fault = opts->fault == PIPELINE_FAULT_SKIP_DP_REDUCE         ? DP_FAULT_SKIP_GRAD_REDUCE
@@ -257,12 +258,14 @@ void pipeline_bytes_formula(const run_config *cfg, mesh_shape shape, mesh_coord 
     const double N = (double)cfg->batch / shape.dp / m * cfg->model.ctx;   /* tokens per micro */
     const double C = cfg->model.dim, f32 = sizeof(float);
     /* activations and their gradients travel in the model's precision (the loss's
-     * numbers in fp32), gradients and the tied weight's in fp32 */
+     * numbers in fp32), gradients in --grad-dtype's, the tied weight's in fp32 (summed
+     * before the gradient is rounded) */
     const double act = (double)precision_bytes(cfg->precision);
+    const double grad = (double)precision_bytes(cfg->grad_precision);
     const int zero = shape.dp > 1 ? opts->zero_stage : 0;
-    /* DDP all-reduces fp32 gradients; ZeRO reduce-scatters them (half a ring) and
+    /* DDP all-reduces the gradients; ZeRO reduce-scatters them (half a ring) and
      * all-gathers the compute weights (the other half: 16-bit in mixed precision) */
-    const double dp_bytes_per_param = 0.5 * (f32 + (zero == 0 ? f32 : act));
+    const double dp_bytes_per_param = 0.5 * (grad + (zero == 0 ? grad : act));
     const mesh slice = {.shape = shape, .me = me};
     for (int k = 0; k < PIPELINE_GROUP_KINDS; k++) bytes[k] = 0;
     const int vshape = pp_schedule_vshape(opts->schedule);

@@ -16,6 +16,9 @@
  * a replicated tensor like wpe (tp_split_vocab). */
 #include "tp_train.h"
 
+#include "grads16.h"
+#include "ops_mixed.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,6 +161,7 @@ typedef struct {
     const dataset *data;
     gpt_shape shape;
     replica rep;
+    float *step_grads;       /* 16-bit gradients: the step's fp32 sums, during backward */
     gpt_model *model;
     grad_buckets *buckets;   /* DP across the TP groups; NULL without DP */
     int B;                   /* sequences per TP group */
@@ -172,11 +176,33 @@ static void tp_checkpoint_state(void *arg, ckpt_state *out) {
     replica_checkpoint_state(&r->rep, r->m->me.dp == 0, out);
 }
 
+/* 16-bit gradients: a slab finished in the step's fp32 vector is rounded once into the
+ * 16-bit gradients and handed to dp's buckets, which all-reduce it in 16 bits while
+ * backward goes on. */
+static void slab_done16(void *arg, int slab) {
+    tp_rank *r = arg;
+    const precision gp = r->rep.grad_precision;
+    const size_t at = gpt_slab_offset(&r->shape, slab);
+    mixed_round(gp, precision_at(gp, r->rep.grads16, at), r->step_grads + at,
+                gpt_slab_numel(&r->shape, slab));
+    if (r->buckets) grad_buckets_slab_ready(r->buckets, slab);
+}
+
+/* Backward into an fp32 vector that lives for the step (TP's backward takes no slab
+ * buffers), each slab rounded into grads16 as it is done. */
+static void backward_grads16(tp_rank *r, const void *weights, float dloss) {
+    r->step_grads = mem_alloc_on(MEM_DEVICE, MEM_GRADS, r->rep.num_params * sizeof(float));
+    vec_zero(r->step_grads, r->rep.num_params);
+    gpt_backward(r->model, weights, r->step_grads, dloss, slab_done16, r);
+    mem_free(r->step_grads);
+    r->step_grads = NULL;
+}
+
 static float tp_compute_grads(void *arg, int step, float loss_scale) {
     tp_rank *r = arg;
     const double tokens = (double)r->cfg->batch * r->cfg->model.ctx;
     load_batch(r->model, r->data, r->cfg, step, r->m->me.dp * r->B, r->B);
-    vec_zero(r->rep.grads, r->rep.num_params);
+    if (!r->rep.grads16) vec_zero(r->rep.grads, r->rep.num_params);
     const void *weights = replica_compute_params(&r->rep);   /* 16 bits: fresh copy */
     trace_begin(r->world, "forward");
     float loss = gpt_forward(r->model, weights);
@@ -184,8 +210,11 @@ static float tp_compute_grads(void *arg, int step, float loss_scale) {
     /* data parallel over the groups: each slab's gradient is summed over the groups
      * while backward goes on (DDP's buckets on the dp group) */
     trace_begin(r->world, "backward");
-    gpt_backward(r->model, weights, r->rep.grads, (float)(loss_scale / tokens),
-                 r->buckets ? grad_buckets_slab_ready : NULL, r->buckets);
+    if (r->rep.grads16)
+        backward_grads16(r, weights, (float)(loss_scale / tokens));
+    else
+        gpt_backward(r->model, weights, r->rep.grads, (float)(loss_scale / tokens),
+                     r->buckets ? grad_buckets_slab_ready : NULL, r->buckets);
     trace_end(r->world);
     if (r->buckets) {
         trace_begin(r->world, "wait for dp gradients");
@@ -201,7 +230,14 @@ static void tp_keep_first_grads(void *arg) {
     tp_rank *r = arg;
     if (r->m->me.dp != 0) return;
     mem_stats_bind(&r->side);
-    double d = tp_gather_whole(r->m->tp, &r->shape, r->rep.grads, r->out->first_grads);
+    float *grads = r->rep.grads;   /* 16 bits: as AdamW reads them, widened and unscaled */
+    if (r->rep.grads16) {
+        grads = mem_alloc_on(MEM_DEVICE, MEM_OTHER, r->rep.num_params * sizeof(float));
+        grads16_widen_unscaled(r->rep.grad_precision, grads, r->rep.grads16,
+                               r->rep.grads16_unscale, r->rep.num_params);
+    }
+    double d = tp_gather_whole(r->m->tp, &r->shape, grads, r->out->first_grads);
+    if (grads != r->rep.grads) mem_free(grads);
     mem_stats_bind(r->stats);
     if (d > r->drift) r->drift = d;
 }
@@ -231,6 +267,13 @@ static void tp_measure(const tp_rank *r, int timed_steps, tp_extra *x) {
     x->bytes_dp_per_step = (double)comm_stats_total_sent(&dp_stats) / timed_steps;
 }
 
+/* tp_bytes_formula counts dp's all-reduce at 4 B a gradient; 16-bit gradients
+ * (--grad-dtype) move 2: what they leave off, 2 (d-1)/d x 2 B per parameter. */
+static double grads16_bytes_saved(const run_config *cfg, int d, const replica *rep) {
+    const double saved = sizeof(float) - (double)precision_bytes(cfg->grad_precision);
+    return 2.0 * (d - 1) / d * (double)rep->num_params * saved;
+}
+
 /* One rank's model, replica and gradient buckets on the mesh. */
 static void tp_rank_init(tp_rank *r, const tp_options *opts) {
     const mesh *m = r->m;
@@ -240,6 +283,7 @@ static void tp_rank_init(tp_rank *r, const tp_options *opts) {
     mem_stats_reset_peaks(r->stats);
     replica_init(&r->rep, &r->shape, r->cfg->seed, 1);
     replica_set_precision(&r->rep, r->cfg->precision);
+    replica_set_grad_precision(&r->rep, r->cfg->grad_precision);
     const tp_options none = {0}, *o = opts ? opts : &none;
     gpt_model_options model_opts = {.tp = t > 1 ? m->tp : NULL,
                                     .precision = r->cfg->precision,
@@ -250,8 +294,9 @@ static void tp_rank_init(tp_rank *r, const tp_options *opts) {
                                     .checkpoint_activations = o->checkpoint_activations};
     r->model = gpt_model_create(&r->shape, r->B, r->cfg->model.ctx, &model_opts);
     if (d > 1)
-        r->buckets = grad_buckets_create(m->dp, &r->shape, r->rep.grads, 1u << 20, 25u << 20,
-                                         COMM_F32);
+        r->buckets = grad_buckets_create_held(
+            o->grads_over_tp ? m->tp : m->dp, &r->shape, r->rep.grads16 ? r->rep.grads16 : (void *)r->rep.grads,
+            comm_dtype_of(r->rep.grad_precision), 1u << 20, 25u << 20, COMM_F32);
 }
 
 void tp_train(comm *world, const mesh *m, const run_config *cfg, const tp_options *opts,
@@ -281,7 +326,9 @@ void tp_train(comm *world, const mesh *m, const run_config *cfg, const tp_option
                                                  r.rep.num_params);
     const double again = opts && opts->checkpoint_activations
                              ? tp_recompute_bytes(&cfg->model, cfg->precision, r.B, T, t) : 0;
-    out->result.bytes_formula = cfg->comm.allreduce == ALLREDUCE_RING ? formula + again : -1;
+    out->result.bytes_formula = cfg->comm.allreduce == ALLREDUCE_RING
+                                    ? formula + again - grads16_bytes_saved(cfg, d, &r.rep)
+                                    : -1;
 
     /* the unsplit parameters for the comparison, charged to the side account */
     if (m->me.dp == 0) {

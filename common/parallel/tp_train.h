@@ -43,6 +43,8 @@ typedef struct {
     int sp_copy_not_reduce;   /* negative control: SP's reduce-scatters left out */
     int recompute_attention;  /* selective recomputation */
     int checkpoint_activations;   /* full recomputation: block inputs kept alone */
+    int grads_over_tp;        /* negative control: dp's gradient all-reduce run over the
+                                 tp group (the wrong one) */
 } tp_options;
 
 /* Collective over world, the mesh m's (pp 1). opts may be NULL. */

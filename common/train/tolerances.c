@@ -41,11 +41,16 @@ run_tolerances tolerances_for_tp(const run_config *cfg, int tp, double largest_g
     return t;
 }
 
-run_tolerances tolerances_for_grads16(const run_config *cfg, int parts, double largest_grad) {
-    run_tolerances t = tolerances_for(cfg);
-    allow_fp16_row_flips(cfg, largest_grad, &t);
+run_tolerances tolerances_with_grads16(run_tolerances t, const run_config *cfg, int parts,
+                                       double largest_grad) {
     if (cfg->grad_precision == PRECISION_FP32) return t;
     const double u = ldexp(1.0, cfg->grad_precision == PRECISION_BF16 ? -8 : -11);
     t.grads = fmax(t.grads, (parts + 2) * u * largest_grad);
     return t;
+}
+
+run_tolerances tolerances_for_grads16(const run_config *cfg, int parts, double largest_grad) {
+    run_tolerances t = tolerances_for(cfg);
+    allow_fp16_row_flips(cfg, largest_grad, &t);
+    return tolerances_with_grads16(t, cfg, parts, largest_grad);
 }

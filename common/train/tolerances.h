@@ -83,5 +83,11 @@ run_tolerances tolerances_for_tp(const run_config *cfg, int tp, double largest_g
  * drift bound already allows any gradient difference). fp32 gradients:
  * tolerances_for. */
 run_tolerances tolerances_for_grads16(const run_config *cfg, int parts, double largest_grad);
+/* Tolerances t of another strategy (tolerances_for_tp: a mesh, a pipeline) for a run
+ * with 16-bit gradients: its gradient bound at least (parts + 2) u G, as above, with
+ * parts the dp ranks whose partial gradients are rounded (a pipeline sums its
+ * micro-batches in fp32 first); t's other bounds unchanged. */
+run_tolerances tolerances_with_grads16(run_tolerances t, const run_config *cfg, int parts,
+                                       double largest_grad);
 
 #endif
