@@ -121,6 +121,8 @@ $(DEPS_STAMP): tools/ensure-deps
 # plain and an MPI build at once) never link a half-written file.
 compile = $(CC) $(1) -MMD -MP -MT $@ -MF $@.$$$$.d -c $< -o $@.$$$$.tmp && \
     mv -f $@.$$$$.d $(@:.o=.d) && mv -f $@.$$$$.tmp $@ || { rm -f $@.$$$$.*; exit 1; }
+# ... and so is a program: a suite never starts one half linked by another build
+link = $(CC) $(1) -o $@.$$$$.tmp $(2) && mv -f $@.$$$$.tmp $@ || { rm -f $@.$$$$.tmp; exit 1; }
 $(BUILD)/obj/%.o: %.c | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	$(call compile,$(CFLAGS) $(variant_cflags))
@@ -148,7 +150,7 @@ chapter_of = $(shell echo $(1) | sed -n 's/.*test_\(mpi_\)\{0,1\}chapter\([0-9][
 # A chapter links no other chapter's code: strategies live in common/parallel/.
 define program
 $(BUILD)/$(1): $$(call obj_of,$$(wildcard $(2)/*.c)) $$(common_obj)
-	$$(CC) $$^ -o $$@ $$(LDLIBS)
+	$$(call link,$$^,$$(LDLIBS))
 .PHONY: $(1)
 $(1): $(BUILD)/$(1)
 	@printf '%s\n%s\n' "$(BUILD)/$(1)" "$(if $(MPI),mpi,threads)" > build/last
@@ -171,7 +173,7 @@ test_bins := $(test_src:tests/%.c=$(BUILD)/tests/%)
 define test_program
 $(BUILD)/tests/$(1): $(call obj_of,tests/$(1).c $(test_helpers)) $(call chapter_objs,$(call chapter_of,$(1))) $$(common_obj)
 	@mkdir -p $$(dir $$@)
-	$$(CC) $$^ -o $$@ $$(LDLIBS) $$(CHECK_LIBS)
+	$$(call link,$$^,$$(LDLIBS) $$(CHECK_LIBS))
 endef
 $(foreach t,$(test_src:tests/%.c=%),$(eval $(call test_program,$(t))))
 # ... and sees that chapter's headers by name (#include "dp.h").
@@ -191,7 +193,7 @@ test: | $(DEPS_STAMP)
 bench_bins := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 $(BUILD)/bench/%: $$(call obj_of,bench/$$*.c) $$(common_obj)
 	@mkdir -p $(dir $@)
-	$(CC) $^ -o $@ $(LDLIBS)
+	$(call link,$^,$(LDLIBS))
 .PHONY: benches
 benches: $(bench_bins)
 
