@@ -5,7 +5,7 @@
 #   SAN=address    AddressSanitizer + UBSan;  SAN=thread  ThreadSanitizer;
 #   SAN=undefined  UBSan alone
 #   O=name         a separate build folder (build/<variant>-name), for parallel builds
-# Targets: all, baseline, chapterN, test, bench, clean.
+# Targets: all, baseline, chapterN, check, test, bench, clean.
 
 CC        ?= gcc
 CUDA_HOME ?= /usr/local/cuda
@@ -188,6 +188,11 @@ tests: $(test_bins) $(wildcard $(BUILD)/baseline $(BUILD)/chapter[0-9] $(BUILD)/
 # make test: every suite, threads and MPI, plus the programs' command-line checks.
 test: | $(DEPS_STAMP)
 	@tools/run-tests
+
+# make check: each chapter against the single-device baseline (threads), about a minute.
+.PHONY: check
+check: | $(DEPS_STAMP)
+	@tools/run-check
 
 # ---- benchmarks: bench/*.c, each linked with common/ --------------------------------
 bench_bins := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
