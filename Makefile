@@ -5,7 +5,7 @@
 #   SAN=address    AddressSanitizer + UBSan;  SAN=thread  ThreadSanitizer;
 #   SAN=undefined  UBSan alone
 #   O=name         a separate build folder (build/<variant>-name), for parallel builds
-# Targets: all, baseline, chapterN, test, bench, clean.
+# Targets: all, baseline, chapterN, check, test, bench, clean.
 
 CC        ?= gcc
 CUDA_HOME ?= /usr/local/cuda
@@ -68,13 +68,16 @@ else ifneq ($(SAN),)
 endif
 
 common_src := $(filter-out common/comm/comm_mpi%.c common/tensor/device_cpu.c,$(wildcard $(common_dirs:%=common/%/*.c)))
+# variant_cflags: what MPI=1 and GPU=1 add to the compile of the sources they change
+# (tools/variant-sources); every other object is shared with the plain variant (below)
+variant_cflags :=
 ifdef MPI
-  CFLAGS += -DUSE_MPI $(shell pkg-config --cflags ompi-c 2>/dev/null)
+  variant_cflags += -DUSE_MPI $(shell pkg-config --cflags ompi-c 2>/dev/null)
   LDLIBS += $(shell pkg-config --libs ompi-c 2>/dev/null)
   common_src += $(wildcard common/comm/comm_mpi*.c)
 endif
 ifdef GPU
-  CFLAGS += -DUSE_CUDA -I$(CUDA_HOME)/include -Igpu
+  variant_cflags += -DUSE_CUDA -I$(CUDA_HOME)/include -Igpu
   LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcublas -lcudart -lstdc++
   NVCCFLAGS := -O3 -std=c++17 $(common_includes) -Igpu -gencode arch=compute_90,code=sm_90 \
                -gencode arch=compute_90,code=compute_90 $(if $(MPI),-DUSE_MPI)
@@ -85,7 +88,19 @@ else
   cuda_src   :=
 endif
 
-common_obj := $(common_src:%.c=$(BUILD)/obj/%.o) $(cuda_src:%.cu=$(BUILD)/obj/%.o)
+# Objects shared between variants. MPI=1 and GPU=1 change only the sources that name
+# USE_MPI or USE_CUDA or include a header that does (tools/variant-sources: the
+# communicator, the GPU backend); every other source compiles to the same object with or
+# without them, so an MPI or GPU build links the plain variant's object (build/cpu,
+# build/cpu-address, ...) rather than compiling the whole tree again, and builds that
+# object there if it is missing. obj_of turns sources into the objects this build links.
+plain_build := build/cpu$(if $(DEBUG),-debug)$(if $(SAN),-$(SAN))$(if $(O),-$(O))
+ifneq ($(plain_build),$(BUILD))
+  variant_src := $(shell tools/variant-sources $(wildcard common/*/*.c chapters/*/*.c tests/*.c \
+                                                           bench/*.c gpu/*.c))
+endif
+obj_of = $(foreach s,$(1),$(if $(filter $(variant_src) gpu/% %.cu,$(s)),$(BUILD),$(plain_build))/obj/$(basename $(s)).o)
+common_obj := $(call obj_of,$(common_src) $(cuda_src))
 
 .PHONY: all baseline test bench clean deps
 .SECONDARY:
@@ -102,9 +117,20 @@ $(DEPS_STAMP): tools/ensure-deps
 	@tools/ensure-deps
 	@mkdir -p build && touch $@
 
+# An object is written under a temporary name and renamed: two builds that share it (a
+# plain and an MPI build at once) never link a half-written file.
+compile = $(CC) $(1) -MMD -MP -MT $@ -MF $@.$$$$.d -c $< -o $@.$$$$.tmp && \
+    mv -f $@.$$$$.d $(@:.o=.d) && mv -f $@.$$$$.tmp $@ || { rm -f $@.$$$$.*; exit 1; }
+# ... and so is a program: a suite never starts one half linked by another build
+link = $(CC) $(1) -o $@.$$$$.tmp $(2) && mv -f $@.$$$$.tmp $@ || { rm -f $@.$$$$.tmp; exit 1; }
 $(BUILD)/obj/%.o: %.c | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+	$(call compile,$(CFLAGS) $(variant_cflags))
+ifneq ($(plain_build),$(BUILD))
+$(plain_build)/obj/%.o: %.c | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	$(call compile,$(CFLAGS))
+endif
 
 $(BUILD)/obj/%.o: %.cu | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
@@ -115,7 +141,7 @@ $(BUILD)/obj/%.o: %.cu | $(DEPS_STAMP)
 # Chapter N's folder (chapters/0N-* or, from 10, chapters/N-*), and its strategy code
 # (every .c but main.c) as objects.
 chapter_dir = $(wildcard chapters/0$(1)-* chapters/$(1)-*)
-chapter_objs = $(if $(1),$(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out %/main.c,$(wildcard $(addsuffix /*.c,$(call chapter_dir,$(1)))))))
+chapter_objs = $(if $(1),$(call obj_of,$(filter-out %/main.c,$(wildcard $(addsuffix /*.c,$(call chapter_dir,$(1)))))))
 # The chapter a test suite named test_chapterN*.c (or test_mpi_chapterN*.c) belongs to.
 chapter_of = $(shell echo $(1) | sed -n 's/.*test_\(mpi_\)\{0,1\}chapter\([0-9][0-9]*\).*/\2/p')
 
@@ -123,8 +149,8 @@ chapter_of = $(shell echo $(1) | sed -n 's/.*test_\(mpi_\)\{0,1\}chapter\([0-9][
 # `make chapterN` builds chapters/0N-*/ into $(BUILD)/chapterN and records it for ./run.
 # A chapter links no other chapter's code: strategies live in common/parallel/.
 define program
-$(BUILD)/$(1): $$(patsubst %.c,$(BUILD)/obj/%.o,$$(wildcard $(2)/*.c)) $$(common_obj)
-	$$(CC) $$^ -o $$@ $$(LDLIBS)
+$(BUILD)/$(1): $$(call obj_of,$$(wildcard $(2)/*.c)) $$(common_obj)
+	$$(call link,$$^,$$(LDLIBS))
 .PHONY: $(1)
 $(1): $(BUILD)/$(1)
 	@printf '%s\n%s\n' "$(BUILD)/$(1)" "$(if $(MPI),mpi,threads)" > build/last
@@ -145,14 +171,14 @@ test_bins := $(test_src:tests/%.c=$(BUILD)/tests/%)
 # A suite named test_chapterN*.c (or test_mpi_chapterN*.c) also links chapter N's
 # strategy code: every .c of chapters/0N-*/ except main.c.
 define test_program
-$(BUILD)/tests/$(1): $(BUILD)/obj/tests/$(1).o $(test_helpers:%.c=$(BUILD)/obj/%.o) $(call chapter_objs,$(call chapter_of,$(1))) $$(common_obj)
+$(BUILD)/tests/$(1): $(call obj_of,tests/$(1).c $(test_helpers)) $(call chapter_objs,$(call chapter_of,$(1))) $$(common_obj)
 	@mkdir -p $$(dir $$@)
-	$$(CC) $$^ -o $$@ $$(LDLIBS) $$(CHECK_LIBS)
+	$$(call link,$$^,$$(LDLIBS) $$(CHECK_LIBS))
 endef
 $(foreach t,$(test_src:tests/%.c=%),$(eval $(call test_program,$(t))))
 # ... and sees that chapter's headers by name (#include "dp.h").
 $(foreach t,$(test_src:tests/%.c=%),$(if $(call chapter_of,$(t)),$(eval \
-  $(BUILD)/obj/tests/$(t).o: CFLAGS += -I$(call chapter_dir,$(call chapter_of,$(t))))))
+  $(call obj_of,tests/$(t).c): CFLAGS += -I$(call chapter_dir,$(call chapter_of,$(t))))))
 
 .PHONY: tests
 # Some suites run the programs of their own build when it has them (test_chapter6): the
@@ -163,11 +189,16 @@ tests: $(test_bins) $(wildcard $(BUILD)/baseline $(BUILD)/chapter[0-9] $(BUILD)/
 test: | $(DEPS_STAMP)
 	@tools/run-tests
 
+# make check: each chapter against the single-device baseline (threads), about a minute.
+.PHONY: check
+check: | $(DEPS_STAMP)
+	@tools/run-check
+
 # ---- benchmarks: bench/*.c, each linked with common/ --------------------------------
 bench_bins := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
-$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $$(common_obj)
+$(BUILD)/bench/%: $$(call obj_of,bench/$$*.c) $$(common_obj)
 	@mkdir -p $(dir $@)
-	$(CC) $^ -o $@ $(LDLIBS)
+	$(call link,$^,$(LDLIBS))
 .PHONY: benches
 benches: $(bench_bins)
 

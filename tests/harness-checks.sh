@@ -66,7 +66,7 @@ ubsan=build/cpu-undefined
 expect_make "SAN=undefined compiles with -fsanitize=undefined" \
     '-fsanitize=undefined .*-c common/tensor/alloc.c' 0 SAN=undefined $ubsan/obj/common/tensor/alloc.o
 expect_make "SAN=undefined links with -fsanitize=undefined" \
-    "-o $ubsan/baseline .*-fsanitize=undefined" 0 SAN=undefined $ubsan/baseline
+    "-o $ubsan/baseline[^ ]* .*-fsanitize=undefined" 0 SAN=undefined $ubsan/baseline
 if make -n -B MPI= GPU= DEBUG= O= SAN=undefined $ubsan/baseline 2>&1 | grep -q -- '-fsanitize=address'; then
     checks_failed=$((checks_failed + 1))
     echo "FAIL SAN=undefined: a command has -fsanitize=address"
@@ -77,6 +77,34 @@ fi
 # an unknown SAN is refused by name, never built without a sanitizer
 expect_make "SAN=bogus is refused with the valid values" \
     'SAN=bogus: unknown sanitizer \(valid: address, thread, undefined\)' 2 SAN=bogus all
+# lanes (suites beside the others): a lane's counts and failures are added when it is
+# joined; a lane that ends without them (a build in it failed) is a failure
+two_suites() {
+    run_suite "lane suite 1" bash -c 'echo "100%: Checks: 3, Failures: 0, Errors: 0"'
+    run_suite "lane suite 2" bash -c 'echo "SKIP: x: no GPU"; echo "50%: Checks: 2, Failures: 1, Errors: 0"; exit 1'
+}
+expect_lanes() {   # expect_lanes "PASSED FAILED SKIPPED" LABEL COMMAND...
+    local want=$1 label=$2
+    shift 2
+    passed=0 failed=0 skipped=0 failures=""
+    lane harness "$@"
+    join_lanes >/dev/null 2>&1
+    if [ "$passed $failed $skipped" = "$want" ]; then
+        checks_passed=$((checks_passed + 1)); echo "ok   lane: $label: passed failed skipped = $want"
+    else
+        checks_failed=$((checks_failed + 1))
+        echo "FAIL lane: $label: passed failed skipped = $passed $failed $skipped, expected $want"
+    fi
+}
+expect_lanes "4 1 1" "two suites' counts added" two_suites
+exits_early() { run_suite "lane suite" true; exit 1; }   # as build() in a lane does
+expect_lanes "0 1 0" "a lane that exits before its end" exits_early
+if [ "${failures# }" = "lane:harness" ]; then
+    checks_passed=$((checks_passed + 1)); echo "ok   lane: the lane is named among the failures"
+else
+    checks_failed=$((checks_failed + 1)); echo "FAIL lane: failures named '$failures'"
+fi
+
 # ./run's filter of mpirun's stderr: a peer-disconnected banner after a rank said why
 # is dropped; with no rank's word before it, it is the only word and passes whole
 # expect_filtered LABEL WANT_LINES INPUT: the filter prints WANT_LINES lines

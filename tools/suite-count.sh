@@ -65,3 +65,46 @@ run_suite() {
     echo "-- $label: exit $status after $(($(date +%s) - start)) s"
     rm -f "$log"
 }
+
+# Lanes: suites that may run beside the others (a core of their own is enough, no time
+# bound tighter than a loaded machine allows, or mostly waiting) run in a lane.
+# `lane NAME COMMAND...` starts COMMAND (a function of run_suite calls) in the
+# background with counts of its own; join_lanes waits for every lane, prints each one's
+# output whole, in the order they were started, and adds its counts. A lane that ends
+# without its counts (a build in it failed, or it was killed) counts one failure.
+lane_names=()
+lane_pids=()
+lanes_dir=""
+lane() {
+    local name=$1
+    shift
+    [ -n "$lanes_dir" ] || lanes_dir=$(mktemp -d)
+    (
+        passed=0 failed=0 skipped=0 failures="" in_lane=$name
+        "$@"
+        echo "$passed $failed $skipped $failures" >"$lanes_dir/$name.counts"
+    ) >"$lanes_dir/$name.log" 2>&1 &
+    lane_pids+=($!)
+    lane_names+=("$name")
+}
+
+join_lanes() {
+    local i name p f s rest
+    for i in "${!lane_names[@]}"; do
+        name=${lane_names[i]}
+        wait "${lane_pids[i]}"
+        echo "== lane $name (ran beside the suites above)"
+        cat "$lanes_dir/$name.log"
+        if read -r p f s rest <"$lanes_dir/$name.counts" 2>/dev/null; then
+            passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+            failures="$failures${rest:+ $rest}"
+        else
+            echo "-- lane $name: ended without its counts"
+            failed=$((failed + 1))
+            failures="$failures lane:$name"
+        fi
+        rm -f "$lanes_dir/$name.log" "$lanes_dir/$name.counts"
+    done
+    lane_names=()
+    lane_pids=()
+}
