@@ -25,7 +25,6 @@ dataset *dataset_from_config(const run_config *cfg) {
 void cli_check_batch(int batch, int ranks, int grad_accum) {
     char err[256];
     if (ddp_check_batch(batch, ranks, grad_accum, err, sizeof err)) return;
-    if (!process_hosts_rank0()) exit(2);
     cli_fail("%s", err);
 }
 

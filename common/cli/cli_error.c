@@ -27,8 +27,10 @@ _Noreturn void cli_fail(const char *fmt, ...) {
      * write (mpirun forwards what it reads; a line in pieces could be split by its
      * banners). The others wait: mpirun stops them once that process has exited, so
      * the line is out before mpirun notices an exit and starts a banner, whatever
-     * grace mpirun gives between its SIGTERM and SIGKILL (they leave by themselves
-     * after 3 s, should the first process not fail). */
+     * grace mpirun gives between its SIGTERM and SIGKILL. They leave by themselves
+     * after 20 s, should the first process not fail: 3 s was too short on 2 cores
+     * loaded twelve deep, where the first process had not printed when the others
+     * left, and mpirun stopped it with its line unsaid (exit 2, nothing on stderr). */
     if (process_hosts_rank0()) {
         char line[1024];
         int n = snprintf(line, sizeof line, "%s: error: ", program_name);
@@ -39,7 +41,7 @@ _Noreturn void cli_fail(const char *fmt, ...) {
         fprintf(stderr, "%s\n", line);
         fflush(stderr);
     } else {
-        struct timespec moment = {.tv_sec = 3};
+        struct timespec moment = {.tv_sec = 20};
         nanosleep(&moment, NULL);
     }
     exit(2);
