@@ -125,6 +125,9 @@ if [ -x "$planner" ] && [ -z "$mpi" ]; then
     expect_error "$planner" "--gpu-mem x: not a number" --gpu-mem x
     expect_error "$planner" "--batch 100 does not split into --dp 64" --params 70e9 --gpus 64 --dp 64 --batch 100
     expect_error "$planner" "--zero 3 belongs to a mesh" --params 70e9 --zero 3
+    expect_error "$planner" "--dp-shard 8 belongs to a mesh" --params 40e9 --gpus 64 --dp-shard 8
+    expect_error "$planner" "--dp-shard 8: HSDP shards ZeRO-3 over a group that divides dp; give --zero 3" --params 40e9 --gpus 64 --dp 64 --zero 1 --dp-shard 8
+    expect_error "$planner" "--dp-shard 6: HSDP shards ZeRO-3 over a group that divides dp; give --zero 3 and a divisor of dp 64" --params 40e9 --gpus 64 --dp 64 --zero 3 --dp-shard 6
     # products of sizes up to 1e9 are formed in 64 bits, and refused by name
     expect_error "$planner" "--tp 65536 x --pp 65536 = 4294967296 GPUs, more than --gpus 8" --params 70e9 --tp 65536 --pp 65536
     expect_error "$planner" "--tp 46341 x --pp 46341 = 2147488281 GPUs, more than --gpus 8" --params 70e9 --tp 46341 --pp 46341

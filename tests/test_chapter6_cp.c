@@ -143,8 +143,9 @@ static plan_decision plan_llama3(int seq, plan_row *rows, int *n) {
     plan_decision d;
     plan_decide(&r, rows, *n, &d);
     const plan_mesh *m = &d.choice.mesh;
-    printf("405B at %d tokens: %s, tp %d x cp %d x pp %d x dp %d, %.2f GB a GPU\n", seq,
-           d.strategy, m->tp, plan_cp_size(m), m->pp, m->dp, plan_total(d.choice.memory) / 1e9);
+    printf("405B at %d tokens: %s, tp %d x cp %d x pp %d x dp %d (ZeRO-%d, shards of %d), %.2f"
+           " GB a GPU\n", seq, d.strategy, m->tp, plan_cp_size(m), m->pp, m->dp, m->zero_stage,
+           plan_dp_shard_size(m), plan_total(d.choice.memory) / 1e9);
     return d;
 }
 
@@ -157,7 +158,9 @@ START_TEST(the_search_splits_the_sequence_only_when_it_must) {
     const plan_decision at_128k = plan_llama3(131072, rows, &n);
     ck_assert(at_128k.found && at_128k.choice.fits);
     ck_assert_int_gt(plan_cp_size(&at_128k.choice.mesh), 1);
-    ck_assert_str_eq(at_128k.strategy, "TP + CP + PP + DP");
+    /* with HSDP in the search: tp 8 x cp 16 (Llama 3's CP at 128K) x dp 128, ZeRO-3 in
+     * groups of 2 x cp, full recomputation */
+    ck_assert_str_eq(at_128k.strategy, "TP + CP + PP + DP + activation checkpointing");
     ck_assert_ptr_nonnull(strstr(at_128k.steps[at_128k.num_steps - 1],
                                  "no mesh fits without splitting the sequence"));
     /* the control: the same GPUs, the cp ranks given to dp */

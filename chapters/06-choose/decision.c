@@ -62,6 +62,34 @@ static int try_ddp(const plan_request *r, const plan_row *ddp, plan_decision *d)
     return ddp->fits;
 }
 
+/* "tp 8 x pp 4 x dp 32, ZeRO-1", with "cp 2 x " and ", HSDP: shards of 8 x 4 replicas"
+ * where the mesh has them */
+static const char *mesh_words(const plan_mesh *m, char buf[128]) {
+    char cp[24] = "", hsdp[48] = "";
+    if (m->cp > 1) snprintf(cp, sizeof cp, " x cp %d", m->cp);
+    if (plan_dp_replicas(m) > 1)
+        snprintf(hsdp, sizeof hsdp, ", HSDP: shards of %d x %d replicas", plan_dp_shard_size(m),
+                 plan_dp_replicas(m));
+    snprintf(buf, 128, "tp %d%s x pp %d x dp %d, ZeRO-%d%s", m->tp, cp, m->pp, m->dp,
+             m->zero_stage, hsdp);
+    return buf;
+}
+
+/* FSDP fits: HSDP instead when it fits too and is faster (its gathers stay inside a
+ * group of nodes; only the gradient shards cross between the groups, once a step). */
+static void prefer_hsdp(const plan_request *r, const plan_row *rows, int n, plan_decision *d) {
+    const plan_row *hsdp = plan_find_row(rows, n, "hsdp");
+    if (!hsdp || !hsdp->fits || hsdp->step.total >= d->choice.step.total) return;
+    char mem[128];
+    add_step(d, "   HSDP fits too: ZeRO-3 inside %d GPUs (%d node(s)), replicated %d times,"
+             " %s, %.3g s per step against FSDP's %.3g s: its all-gathers and reduce-scatters"
+             " stay inside the group -> HSDP", plan_dp_shard_size(&hsdp->mesh),
+             plan_dp_shard_size(&hsdp->mesh) / r->cluster.gpus_per_node,
+             plan_dp_replicas(&hsdp->mesh), row_memory(hsdp, mem), hsdp->step.total,
+             d->choice.step.total);
+    choose(d, "HSDP (ZeRO-3 in node groups)", hsdp);
+}
+
 static int try_zero(const plan_request *r, const plan_row *rows, int n, plan_decision *d) {
     static const char *const names[] = {"zero1", "zero2", "zero3"};
     static const char *const labels[] = {"ZeRO-1", "ZeRO-2", "FSDP (ZeRO-3)"};
@@ -76,6 +104,7 @@ static int try_zero(const plan_request *r, const plan_row *rows, int n, plan_dec
                      labels[i], i < 2 ? " (the lowest stage that fits: stage 3 would move"
                                         " 1.5x the bytes)" : "");
             choose(d, labels[i], row);
+            if (i == 2) prefer_hsdp(r, rows, n, d);
             return 1;
         }
     }
@@ -101,19 +130,15 @@ static void try_3d(const plan_request *r, const plan_row *rows, int n, plan_deci
                           " TP + PP + DP"
                         : "no: TP must split each layer -> Megatron TP + PP + DP");
     const plan_row *mesh = plan_find_row(rows, n, "3d");
-    if (mesh && mesh->fits && mesh->mesh.cp > 1) {
-        char mem[128];
-        add_step(d, "4. no mesh fits without splitting the sequence (its activations): the"
-                 " fastest with context parallelism is tp %d x cp %d x pp %d x dp %d, ZeRO-%d,"
-                 " %s per GPU, %.3g s per step", mesh->mesh.tp, mesh->mesh.cp, mesh->mesh.pp,
-                 mesh->mesh.dp, mesh->mesh.zero_stage, row_memory(mesh, mem), mesh->step.total);
-        choose(d, "TP + CP + PP + DP", mesh);
-    } else if (mesh && mesh->fits) {
-        char mem[128];
-        add_step(d, "4. fastest fitting mesh: tp %d x pp %d x dp %d, ZeRO-%d, %s per GPU,"
-                 " %.3g s per step", mesh->mesh.tp, mesh->mesh.pp, mesh->mesh.dp,
-                 mesh->mesh.zero_stage, row_memory(mesh, mem), mesh->step.total);
-        choose(d, "TP + PP + DP", mesh);
+    if (mesh && mesh->fits) {
+        char mem[128], words[128];
+        const int cp = mesh->mesh.cp > 1;
+        add_step(d, "4. %s %s, %s per GPU, %.3g s per step",
+                 cp ? "no mesh fits without splitting the sequence (its activations): the"
+                      " fastest with context parallelism is"
+                    : "fastest fitting mesh:",
+                 mesh_words(&mesh->mesh, words), row_memory(mesh, mem), mesh->step.total);
+        choose(d, cp ? "TP + CP + PP + DP" : "TP + PP + DP", mesh);
     } else {
         /* a long sequence: even the most model-parallel mesh, with SP and recomputation,
          * is mostly activations, which only a split of the sequence divides */
@@ -133,9 +158,10 @@ static void try_3d(const plan_request *r, const plan_row *rows, int n, plan_deci
 static void note_fastest(const plan_row *rows, int n, plan_decision *d) {
     const plan_row *mesh = plan_find_row(rows, n, "3d");
     if (!mesh || !mesh->fits || mesh->step.total >= 0.95 * d->choice.step.total) return;
-    add_step(d, "   (the tree stops here; the fastest fitting mesh, tp %d x pp %d x dp %d ZeRO-%d,"
-             " takes %.3g s per step against %.3g s)", mesh->mesh.tp, mesh->mesh.pp,
-             mesh->mesh.dp, mesh->mesh.zero_stage, mesh->step.total, d->choice.step.total);
+    char words[128];
+    add_step(d, "   (the tree stops here; the fastest fitting mesh, %s, takes %.3g s per step"
+             " against %.3g s)", mesh_words(&mesh->mesh, words), mesh->step.total,
+             d->choice.step.total);
 }
 
 void plan_decide(const plan_request *r, const plan_row *rows, int n, plan_decision *d) {

@@ -33,6 +33,7 @@ typedef struct {
     int batch;                                  /* --model's global batch; 0: 8 a GPU */
     int moe_experts, moe_top_k, moe_every, moe_ffn, ep;
     int cp, cp_attention;                       /* context parallel: size, cp_attention_kind */
+    int dp_shard;                               /* HSDP's shard group, out of dp */
     double mtbf_hours, gpu_mtbf_hours, save_seconds, save_bandwidth, restart_seconds;
 } planner_flags;
 
@@ -54,7 +55,7 @@ static const char *const plan_flags[] = {
     "gpus", "gpu-mem", "gpus-per-node", "micro-batch", "gpu-tflops", "peak-tflops", "mfu",
     "tokens", "tp", "pp", "dp", "zero", "recompute", "max-params", "model", "moe-experts",
     "moe-top-k", "moe-every", "moe-ffn", "ep", "mtbf-hours", "gpu-mtbf-hours", "save-seconds",
-    "save-bandwidth", "restart-seconds", "cp", "cp-attention", NULL};
+    "save-bandwidth", "restart-seconds", "cp", "cp-attention", "dp-shard", NULL};
 /* A model given by shape. */
 static const char *const shape_flags[] = {"layers", "hidden", "dim", "heads", "vocab", "seq",
                                           "ctx", "preset", "model", NULL};
@@ -63,7 +64,7 @@ static const char *const model_plan_flags[] = {
     "batch", "micro-batch", "gpu-tflops", "peak-tflops", "mfu", "tokens", "zero", "recompute",
     "gpus-per-node", "link", "model", "moe-experts", "moe-top-k", "moe-every", "moe-ffn", "ep",
     "mtbf-hours", "gpu-mtbf-hours", "save-seconds", "save-bandwidth", "restart-seconds", "cp",
-    "cp-attention", NULL};
+    "cp-attention", "dp-shard", NULL};
 /* What only a mixture of experts uses, and what a preset fixes. */
 static const char *const moe_detail_flags[] = {"moe-top-k", "moe-every", "moe-ffn", "ep", NULL};
 static const char *const model_fixed_flags[] = {
@@ -223,6 +224,9 @@ static plan_mesh mesh_from_flags(const planner_flags *f) {
     if (!f->tp && !f->pp && !f->dp && !f->cp) {
         if (f->zero)
             cli_fail("--zero %d belongs to a mesh: give --tp, --pp or --dp with it", f->zero);
+        if (f->dp_shard)
+            cli_fail("--dp-shard %d belongs to a mesh: give --dp (and --zero 3) with it",
+                     f->dp_shard);
         return (plan_mesh){0};
     }
     const int tp = f->tp ? f->tp : 1, pp = f->pp ? f->pp : 1, cp = f->cp ? f->cp : 1;
@@ -243,8 +247,12 @@ static plan_mesh mesh_from_flags(const planner_flags *f) {
     if (model_parallel * dp != f->gpus)
         cli_fail("%s x --dp %d = %lld does not multiply to --gpus %d", sizes, dp,
                  (long long)(model_parallel * dp), f->gpus);
+    if (f->dp_shard && (f->zero != 3 || dp % f->dp_shard))
+        cli_fail("--dp-shard %d: HSDP shards ZeRO-3 over a group that divides dp; give --zero"
+                 " 3 and a divisor of dp %d", f->dp_shard, dp);
     return (plan_mesh){.tp = tp, .pp = pp, .dp = dp, .zero_stage = f->zero, .cp = cp,
-                       .cp_attention = (cp_attention_kind)f->cp_attention};
+                       .cp_attention = (cp_attention_kind)f->cp_attention,
+                       .dp_shard = f->dp_shard};
 }
 
 /* Context parallelism must split the sequence: the ring in 2 cp chunks (rank i holds
@@ -365,6 +373,8 @@ static void planner_options(cli_option *options, run_config *cfg, planner_flags 
         {"cp-attention", OPT_CHOICE, &f->cp_attention, "... how attention crosses the chunks:"
          " ring (default) or ulysses", cp_attention_names, 0},
         {"zero", OPT_CHOICE, &f->zero, "... ZeRO stage of that mesh", zero_choices, 0},
+        {"dp-shard", OPT_INT, &f->dp_shard, "... with --zero 3: HSDP, ZeRO-3 over this many of"
+         " the dp ranks, replicated across the dp / dp-shard groups", NULL, 1},
         {"recompute", OPT_CHOICE, &f->recompute, "activation recomputation (auto: the lightest"
          " that fits)", recompute_choices, 0},
         {"max-params", OPT_FLAG, &f->max_params,

@@ -30,13 +30,14 @@ static void print_header(const plan_request *r) {
 }
 
 static void print_rows(const plan_request *r, const plan_row *rows, int n) {
-    printf("%-6s %4s %4s %5s %3s %4s %-9s %10s %10s %10s %10s %10s %5s %10s %10s\n", "", "tp",
-           "pp", "dp", "cp", "zero", "recompute", "params", "grads", "optimizer", "activ.", "total", "fits",
+    printf("%-6s %4s %4s %5s %5s %3s %4s %-9s %10s %10s %10s %10s %10s %5s %10s %10s\n", "",
+           "tp", "pp", "dp", "shard", "cp", "zero", "recompute", "params", "grads", "optimizer", "activ.", "total", "fits",
            "step s", "tokens/s");
     for (int i = 0; i < n; i++) {
         const plan_row *row = &rows[i];
-        printf("%-6s %4d %4d %5d %3d %4d ", row->name, row->mesh.tp, row->mesh.pp, row->mesh.dp,
-               plan_cp_size(&row->mesh), row->mesh.zero_stage);
+        printf("%-6s %4d %4d %5d %5d %3d %4d ", row->name, row->mesh.tp, row->mesh.pp,
+               row->mesh.dp, plan_dp_shard_size(&row->mesh), plan_cp_size(&row->mesh),
+               row->mesh.zero_stage);
         if (!row->feasible) {
             printf("(global batch %d does not split into %d x %d sequences)\n", r->global_batch,
                    row->mesh.dp, r->micro_batch);
@@ -50,9 +51,10 @@ static void print_rows(const plan_request *r, const plan_row *rows, int n) {
                report_bytes(b->activations, sizes[3]), report_bytes(plan_total(*b), sizes[4]),
                row->fits ? "yes" : "no", row->step.total, tokens_per_second(r, row));
     }
-    printf("(memory per GPU on the GPU that holds the most; GB = 1e9 bytes. Activations:"
-           " Korthikanti et al. 2022, with\n sequence parallelism wherever tp > 1 and the"
-           " lightest recomputation that fits)\n\n");
+    printf("(memory per GPU on the GPU that holds the most; GB = 1e9 bytes. shard: the dp ranks"
+           " ZeRO shards over,\n less than dp for HSDP's groups. Activations: Korthikanti et"
+           " al. 2022, with sequence parallelism\n wherever tp > 1 and the lightest"
+           " recomputation that fits)\n\n");
 }
 
 /* A row's context parallelism: what a rank keeps and sends (plan_cp.h). */
@@ -148,11 +150,15 @@ void plan_print(const plan_request *r, const plan_row *rows, int n,
     for (int i = 0; i < d->num_steps; i++) printf("  %s\n", d->steps[i]);
     if (d->found) {
         const plan_mesh *m = &d->choice.mesh;
-        char cp[16] = "";
+        char cp[16] = "", hsdp[48] = "";
         if (m->cp > 1) snprintf(cp, sizeof cp, ", cp %d", m->cp);
-        printf("Recommendation: %s: tp %d%s, pp %d, dp %d, ZeRO stage %d, recomputation %s,"
-               " %d micro-batches of %d\n", d->strategy, m->tp, cp, m->pp, m->dp, m->zero_stage,
-               plan_recompute_names[m->recompute], plan_micro_batches(m), m->micro_batch);
+        if (plan_dp_replicas(m) > 1)
+            snprintf(hsdp, sizeof hsdp, " (shards of %d, %d replicas)", plan_dp_shard_size(m),
+                     plan_dp_replicas(m));
+        printf("Recommendation: %s: tp %d%s, pp %d, dp %d%s, ZeRO stage %d, recomputation %s,"
+               " %d micro-batches of %d\n", d->strategy, m->tp, cp, m->pp, m->dp, hsdp,
+               m->zero_stage, plan_recompute_names[m->recompute], plan_micro_batches(m),
+               m->micro_batch);
         print_time(r, d, tokens);
     } else {
         printf("Recommendation: none: the model does not fit this cluster\n");
@@ -165,12 +171,13 @@ void plan_print(const plan_request *r, const plan_row *rows, int n,
 
 static void json_row(const plan_row *row, int last) {
     const plan_bytes *b = &row->memory;
-    printf("  {\"name\": \"%s\", \"tp\": %d, \"pp\": %d, \"dp\": %d, \"zero_stage\": %d,"
+    printf("  {\"name\": \"%s\", \"tp\": %d, \"pp\": %d, \"dp\": %d, \"dp_shard\": %d,"
+           " \"zero_stage\": %d,"
            " \"recompute\": \"%s\", \"feasible\": %s,\n   \"memory_per_gpu\": {\"params\": %.0f,"
            " \"grads\": %.0f, \"optimizer\": %.0f, \"activations\": %.0f, \"total\": %.0f},\n"
            "   \"fits\": %s, \"step_seconds\": %.6g, \"cp\": %d, \"cp_attention\": \"%s\","
            " \"cp_seconds\": %.6g}%s\n", row->name, row->mesh.tp,
-           row->mesh.pp, row->mesh.dp, row->mesh.zero_stage,
+           row->mesh.pp, row->mesh.dp, plan_dp_shard_size(&row->mesh), row->mesh.zero_stage,
            plan_recompute_names[row->mesh.recompute], row->feasible ? "true" : "false",
            b->params, b->grads, b->optimizer, b->activations, plan_total(*b),
            row->fits ? "true" : "false", row->step.total, plan_cp_size(&row->mesh),
@@ -201,9 +208,9 @@ void plan_print_json(const plan_request *r, const plan_row *rows, int n,
     for (int i = 0; i < n; i++) json_row(&rows[i], i == n - 1);
     printf(" ],\n \"recommendation\": {\"name\": ");
     json_string(d->found ? d->strategy : "none");
-    printf(", \"tp\": %d, \"pp\": %d, \"dp\": %d, \"zero_stage\": %d,"
+    printf(", \"tp\": %d, \"pp\": %d, \"dp\": %d, \"dp_shard\": %d, \"zero_stage\": %d,"
            " \"checkpoint_activations\": %s, \"recompute\": \"%s\", \"micro_batches\": %d},\n"
-           " \"decision\": [", c->tp, c->pp, c->dp, c->zero_stage,
+           " \"decision\": [", c->tp, c->pp, c->dp, plan_dp_shard_size(c), c->zero_stage,
            c->recompute == RECOMPUTE_FULL ? "true" : "false", plan_recompute_names[c->recompute],
            d->found ? plan_micro_batches(c) : 0);
     for (int i = 0; i < d->num_steps; i++) {

@@ -47,7 +47,7 @@ const char *plan_precision_line(const plan_request *r, char *line, size_t size);
 
 /* One strategy on the request's cluster. */
 typedef struct {
-    char name[16];               /* ddp, zero1, zero2, zero3, tp, pp, 3d, mesh */
+    char name[16];               /* ddp, zero1, zero2, zero3, tp, pp, hsdp, 3d, mesh */
     plan_mesh mesh;
     int feasible;                /* dp x micro-batch divides the global batch */
     plan_bytes memory;           /* per GPU, the GPU that holds the most */
@@ -55,15 +55,17 @@ typedef struct {
     plan_step step;
 } plan_row;
 
-#define PLAN_MAX_ROWS 8
+#define PLAN_MAX_ROWS 9
 
 /* A mesh with the request's batch and recomputation (-1: the lightest that fits). */
 plan_row plan_evaluate(const plan_request *r, const char *name, plan_mesh mesh);
 /* The fastest fitting mesh of every tp (powers of 2 inside a node, dividing the heads),
- * pp and ZeRO stage (at most 1 with a pipeline); 0 when none fits. */
+ * pp, ZeRO stage (at most 1 with a pipeline) and, for ZeRO-3, HSDP shard group (powers
+ * of 2 dividing dp); cp only when nothing fits without it; 0 when none fits. */
 int plan_best_mesh(const plan_request *r, plan_row *best);
-/* DDP, ZeRO-1/2/3 and TP, PP over all GPUs, the best 3D mesh, and the explicit mesh
- * when there is one. Returns the number of rows. */
+/* DDP, ZeRO-1/2/3 and TP, PP over all GPUs, HSDP (ZeRO-3 in the fewest whole nodes that
+ * fit it, on more than one node), the best 3D mesh, and the explicit mesh when there is
+ * one. Returns the number of rows. */
 int plan_strategies(const plan_request *r, plan_row rows[PLAN_MAX_ROWS]);
 const plan_row *plan_find_row(const plan_row *rows, int n, const char *name);
 
@@ -73,7 +75,7 @@ typedef struct {
     char steps[PLAN_MAX_STEPS][512];
     int num_steps;
     int found;                   /* 0: nothing fits this cluster */
-    char strategy[48];           /* "DDP", "ZeRO-1", "FSDP (ZeRO-3)", "TP + PP + DP" */
+    char strategy[80];           /* "DDP", "ZeRO-1", "FSDP (ZeRO-3)", "HSDP ...", "TP + PP + DP" */
     plan_row choice;
 } plan_decision;
 void plan_decide(const plan_request *r, const plan_row *rows, int n, plan_decision *d);

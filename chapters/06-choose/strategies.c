@@ -49,8 +49,16 @@ plan_row plan_evaluate(const plan_request *r, const char *name, plan_mesh mesh) 
 
 static int divides_heads(const plan_request *r, int tp) { return r->model.heads % tp == 0; }
 
+/* Keeps row when it fits and is faster than what *best holds (found: *best holds one). */
+static void keep_fastest(const plan_row *row, plan_row *best, int *found) {
+    if (!row->fits) return;
+    if (!*found || row->step.total < best->step.total) *best = *row;
+    *found = 1;
+}
+
 /* The fastest fitting mesh with context parallelism cp (1: none): tp a power of 2
- * inside a node, any pp that divides, the ZeRO stages a pipeline allows; dp the rest. */
+ * inside a node, any pp that divides, the ZeRO stages a pipeline allows, and for ZeRO-3
+ * every HSDP shard group of a power of 2 that divides dp; dp the rest. */
 static int best_mesh_with_cp(const plan_request *r, int cp, plan_row *best) {
     const int gpus = r->cluster.gpus / cp;
     int found = 0;
@@ -65,9 +73,13 @@ static int best_mesh_with_cp(const plan_request *r, int cp, plan_row *best) {
                 plan_mesh mesh = {.tp = tp, .pp = pp, .dp = dp, .zero_stage = stage, .cp = cp,
                                   .cp_attention = CP_RING};
                 plan_row row = plan_evaluate(r, "3d", mesh);
-                if (!row.fits) continue;
-                if (!found || row.step.total < best->step.total) *best = row;
-                found = 1;
+                keep_fastest(&row, best, &found);
+                for (int shard = 2; stage == 3 && shard < dp; shard *= 2) {
+                    if (dp % shard) break;
+                    mesh.dp_shard = shard;
+                    row = plan_evaluate(r, "3d", mesh);
+                    keep_fastest(&row, best, &found);
+                }
             }
         }
     }
@@ -84,11 +96,26 @@ int plan_best_mesh(const plan_request *r, plan_row *best) {
     plan_row row;
     for (int cp = 2; cp <= r->cluster.gpus; cp *= 2) {
         if (r->cluster.gpus % cp || r->model.seq % (2 * cp)) break;
-        if (!best_mesh_with_cp(r, cp, &row)) continue;
-        if (!found || row.step.total < best->step.total) *best = row;
-        found = 1;
+        if (best_mesh_with_cp(r, cp, &row)) keep_fastest(&row, best, &found);
     }
     return found;
+}
+
+/* HSDP: ZeRO-3 inside a group of whole nodes (a power of 2 of them), replicated across
+ * the groups: the fastest group that fits, or when none fits one node's, marked as not
+ * fitting. */
+static plan_row hsdp_row(const plan_request *r) {
+    const int gpus = r->cluster.gpus;
+    plan_mesh mesh = {.tp = 1, .pp = 1, .dp = gpus, .zero_stage = 3};
+    plan_row best = {0};
+    int found = 0;
+    for (int shard = r->cluster.gpus_per_node; shard < gpus && gpus % shard == 0; shard *= 2) {
+        mesh.dp_shard = shard;
+        const plan_row row = plan_evaluate(r, "hsdp", mesh);
+        if (!best.mesh.dp_shard) best = row;
+        keep_fastest(&row, &best, &found);
+    }
+    return best;
 }
 
 /* The largest power of 2 that divides n, the heads and fits a node. */
@@ -117,6 +144,8 @@ int plan_strategies(const plan_request *r, plan_row rows[PLAN_MAX_ROWS]) {
     const int tp = tp_inside_node(r), pp = pp_deepest(r);
     rows[n++] = plan_evaluate(r, "tp", (plan_mesh){.tp = tp, .pp = 1, .dp = gpus / tp});
     rows[n++] = plan_evaluate(r, "pp", (plan_mesh){.tp = 1, .pp = pp, .dp = gpus / pp});
+    const plan_row hsdp = hsdp_row(r);
+    if (hsdp.mesh.dp_shard) rows[n++] = hsdp;   /* more than one node */
     plan_row best;
     if (plan_best_mesh(r, &best)) {
         rows[n++] = best;

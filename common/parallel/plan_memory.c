@@ -32,6 +32,12 @@ plan_model plan_shape_for_params(double params, int vocab, int seq) {
     return m;
 }
 
+int plan_dp_shard_size(const plan_mesh *mesh) {
+    return mesh->dp_shard > 0 ? mesh->dp_shard : mesh->dp;
+}
+
+int plan_dp_replicas(const plan_mesh *mesh) { return mesh->dp / plan_dp_shard_size(mesh); }
+
 int plan_micro_batches(const plan_mesh *mesh) {
     const long per_pipeline = (long)mesh->dp * mesh->micro_batch;
     if (per_pipeline <= 0 || mesh->global_batch % per_pipeline != 0) return 0;
@@ -102,8 +108,8 @@ plan_bytes plan_model_states(const plan_model *m, const plan_mesh *mesh,
                              plan_precision precision) {
     const double P = plan_params_per_gpu(m, mesh->tp, mesh->pp);
     /* the cp ranks hold the same weights: ZeRO shards over dp x cp, as Megatron-LM's
-     * distributed optimizer does */
-    const int shards = mesh->dp * plan_cp_size(mesh);
+     * distributed optimizer does; HSDP over its shard group x cp only */
+    const int shards = plan_dp_shard_size(mesh) * plan_cp_size(mesh);
     plan_bytes b = plan_states_bytes(P, mesh->zero_stage, shards, precision);
     const double layer = plan_layer_params(m->hidden) / mesh->tp;
     const zero_sharded z = zero_sharded_at(mesh->zero_stage);

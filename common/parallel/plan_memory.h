@@ -42,7 +42,15 @@ typedef struct {
     int sequence_parallel;      /* Megatron SP along with TP (tp > 1) */
     int cp;                     /* context parallel: each rank holds s / cp of a sequence */
     cp_attention_kind cp_attention;   /* how cp crosses the chunks (plan_cp.h) */
+    int dp_shard;               /* HSDP (ZeRO-3 only): the model states are sharded over
+                                   dp_shard of the dp ranks (x cp) and replicated over the
+                                   dp / dp_shard replicas; 0: sharded over all dp */
 } plan_mesh;
+
+/* The ranks ZeRO shards over (dp_shard, or dp), and the replicas that hold the same shard
+ * (dp / dp_shard: HSDP's all-reduce group; 1 without HSDP). */
+int plan_dp_shard_size(const plan_mesh *mesh);
+int plan_dp_replicas(const plan_mesh *mesh);
 
 /* Bytes per parameter of each model state, and per activation element (what backward
  * keeps and what TP and the pipeline send). */

@@ -76,21 +76,28 @@ static double pp_seconds(const plan_model *m, const plan_mesh *mesh, const plan_
     return 2.0 * micro_batches * plan_link_seconds(link, bytes);
 }
 
+/* ZeRO 0-2: the gradients all-reduced once per iteration over dp x cp (the cp ranks saw
+ * other tokens). ZeRO-3: per micro-batch the weights all-gathered in forward and backward
+ * and the gradients reduce-scattered, over the shard group (dp x cp, or HSDP's dp_shard
+ * x cp); with HSDP's replicas, each rank's gradient shard then all-reduced across them
+ * once per iteration. One message per layer: each carries 1/layers of the elements. */
 static double dp_seconds(const plan_model *m, const plan_mesh *mesh, const plan_cluster *c,
                          int micro_batches, plan_precision precision) {
-    /* the gradients are reduced over the cp ranks too: they saw other tokens */
-    const int ranks = mesh->dp * plan_cp_size(mesh);
-    if (ranks == 1) return 0;
+    const int cp = plan_cp_size(mesh), shards = plan_dp_shard_size(mesh) * cp;
+    const int replicas = plan_dp_replicas(mesh);
+    if (shards * replicas == 1) return 0;
     const double params = plan_params_per_gpu(m, mesh->tp, mesh->pp);
     const int layers = plan_layers_per_stage(m, mesh->pp);
-    plan_link link = group_link(c, ranks, mesh->tp);
-    /* one message per layer: each carries 1/layers of the elements */
     const double weights = precision.params * params / layers;
     const double grads = precision.grads * params / layers;
     if (mesh->zero_stage < 3)
-        return layers * plan_allreduce_seconds(link, ranks, grads);
-    return (double)micro_batches * layers * (2 * plan_gather_seconds(link, ranks, weights) +
-                                             plan_gather_seconds(link, ranks, grads));
+        return layers * plan_allreduce_seconds(group_link(c, shards * replicas, mesh->tp),
+                                               shards * replicas, grads);
+    const plan_link shard_link = group_link(c, shards, mesh->tp);
+    const plan_link replica_link = group_link(c, replicas, mesh->tp * shards);
+    return (double)micro_batches * layers * (2 * plan_gather_seconds(shard_link, shards, weights) +
+                                             plan_gather_seconds(shard_link, shards, grads)) +
+           layers * plan_allreduce_seconds(replica_link, replicas, grads / shards);
 }
 
 /* Context parallelism: every layer's K/V blocks or all-to-alls (plan_cp.h), on the CP

@@ -80,7 +80,9 @@ typedef struct {
     double dp_comm;     /* ZeRO 0-2: one all-reduce of the gradients per iteration;
                            ZeRO-3: all-gather of the weights in forward and backward and
                            a reduce-scatter of the gradients, per micro-batch; one
-                           message per layer; over dp x cp ranks */
+                           message per layer; over dp x cp ranks (HSDP: over its
+                           shard group x cp, then the gradient shards all-reduced
+                           across the replicas once per iteration) */
     double cp_comm;     /* context parallel: K/V blocks (ring) or all-to-alls (Ulysses) per
                            layer and micro-batch (plan_cp.h) */
     double total;
