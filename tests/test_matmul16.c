@@ -338,9 +338,15 @@ static void run_rows(const product *q, const uint16_t *bias, int r0, int m, int 
 /* Splits of 128 rows into pieces of 16 rows or more (a rank's tokens are whole
  * sequences): two ranks' halves, and uneven pieces at odd offsets. Under 16 rows oneDNN
  * runs other kernels, which sum differently (measured: a 1-row piece in bf16, pieces of
- * 1-15 rows in fp32 with B transposed). */
-static const int row_splits[][5] = {{64, 64}, {48, 16, 64}, {16, 16, 17, 79}};
+ * 1-15 rows in fp32 with B transposed). On a CPU without AVX-512 the products run on
+ * oneDNN's sgemm 16 rows a call (matmul16.c), which holds this for pieces of a multiple
+ * of 16 rows at a multiple of 16 only: the last split is left out there. */
+static const int row_splits[][5] = {{64, 64}, {48, 16, 64}, {16, 32, 80}, {16, 16, 17, 79}};
 #define ROW_SPLITS (int)(sizeof row_splits / sizeof row_splits[0])
+static int row_splits_held(precision p) {
+    return strstr(matmul16_impl(p, 0, 1, 128, 96, 40), "rows a call") ? ROW_SPLITS - 1
+                                                                        : ROW_SPLITS;
+}
 
 /* Rows of q's product (out16: rounded, with a bias) that differ, in their bits, from the
  * whole product's when computed in the pieces of split, each at its own alignment. */
@@ -375,7 +381,7 @@ START_TEST(test_rows_same_bits_in_any_split) {
         int checked = 0;
         for (int t = 0; t < 4; t++)
             for (int variant = 0; variant < 3; variant++)   /* beta 0, beta 1, out16 */
-                for (int sp = 0; sp < ROW_SPLITS; sp++) {
+                for (int sp = 0; sp < row_splits_held(p); sp++) {
                     rng_seed(900 + 10 * t + variant);
                     product q = product_make(p, t & 1, t >> 1, 128, 96, 40,
                                              variant == 1 ? 1.0f : 0.0f, 3);

@@ -20,7 +20,7 @@
 /* A model step has a few dozen distinct shapes (4 linears x forward, dinp, dweight, the
  * head, the attention's blocks); more than that and the least recently used goes. */
 #define MM_SLOTS 64
-#define MM_IMPL_LEN 96
+#define MM_IMPL_LEN 128
 
 typedef struct {
     int used;
@@ -29,6 +29,8 @@ typedef struct {
     int out16, has_bias;   /* matmul16_out16: C of p, and a bias row of p */
     unsigned long last_use;
     int fallback;   /* no oneDNN 16-bit implementation here: widen, fp32 matmul */
+    int wide;       /* the fallback's fp32 product itself, on the widened copies */
+    int call_rows;  /* the fallback: rows of C per fp32 product (M, or MM_CALL_ROWS) */
     dnnl_primitive_t prim;
     dnnl_memory_t a, b, c, scratch, bias;   /* handles set at each call */
     char impl[MM_IMPL_LEN];
@@ -144,12 +146,9 @@ static mm_layout mm_layout_16(const mm_slot *s) {
                        s->accumulate, s->has_bias};
 }
 
-/* The fallback's fp32 product: A and B packed as stored (rows of a_cols, b_cols), C in
- * place, or in packed scratch with out16, where a bias is put first and summed onto. */
+/* A wide slot's layout: fp32, its key's leading dimensions (the widened copies') */
 static mm_layout mm_layout_wide(const mm_slot *s) {
-    return (mm_layout){dnnl_f32, dnnl_f32, s->trans_a ? s->M : s->K,
-                       s->trans_b ? s->K : s->N, s->out16 ? s->N : s->ldc,
-                       s->accumulate || s->has_bias, 0};
+    return (mm_layout){dnnl_f32, dnnl_f32, s->lda, s->ldb, s->ldc, s->accumulate, 0};
 }
 
 /* The primitive descriptor of slot s's product in layout l: NULL when oneDNN has no
@@ -182,23 +181,52 @@ static dnnl_primitive_desc_t mm_describe(mm_thread *t, const mm_slot *s, mm_layo
 /* The fallback's name: oneDNN's fp32 kernel, and why it runs. */
 static void mm_fallback_name(mm_slot *s, const char *impl) {
     const char *type = precision_name(s->p);
-    snprintf(s->impl, sizeof s->impl, "%s (fp32 from %s: no oneDNN %s matmul here)", impl,
-             type, type);
+    snprintf(s->impl, sizeof s->impl, "%.64s%s (fp32 from %s: no oneDNN %s matmul here)", impl,
+             s->call_rows < s->M ? ", 16 rows a call" : "", type, type);
+}
+
+static mm_slot *mm_lookup(mm_thread *t, const mm_slot *key);
+
+/* The fallback's fp32 product of `rows` rows of C (from row 0 of a chunk): A and B
+ * widened and packed as stored (rows of a_cols, b_cols), C in place, or in packed
+ * scratch with out16, where a bias is put first and summed onto. */
+static mm_slot mm_wide_key(const mm_slot *s, int rows) {
+    return (mm_slot){.p = s->p, .trans_a = s->trans_a, .trans_b = s->trans_b, .M = rows,
+                     .N = s->N, .K = s->K, .lda = s->trans_a ? s->M : s->K,
+                     .ldb = s->trans_b ? s->K : s->N, .ldc = s->out16 ? s->N : s->ldc,
+                     .accumulate = s->accumulate || s->has_bias, .wide = 1};
+}
+
+/* Rows of C per fp32 product. oneDNN's brgemm (AVX-512) sums a row of C the same way in
+ * any call of 16 rows or more: one call. Its AVX2 sgemm (gemm:jit, all it has for fp32
+ * on a CPU without AVX-512) sums a row by where it falls in the call (measured: rows of a
+ * 64-row call differ from the same rows in a 128-row call, in either orientation), so
+ * it gets calls of MM_CALL_ROWS rows: a rank's or a micro-batch's rows, a multiple of 16
+ * at a multiple of 16, then run the very calls the whole batch's rows run. */
+#define MM_CALL_ROWS 16
+static int mm_call_rows(mm_thread *t, const mm_slot *s) {
+    const mm_slot key = mm_wide_key(s, s->M);
+    const mm_slot *whole = mm_lookup(t, &key);
+    return strncmp(whole->impl, "gemm:", 5) == 0 && s->M > MM_CALL_ROWS ? MM_CALL_ROWS : s->M;
 }
 
 /* Creates slot s's primitive, its memory objects and its share of the scratchpad: in
- * 16 bits, or else (the fallback) in fp32 on widened copies. */
+ * 16 bits, or in fp32 for a wide slot. A 16-bit product oneDNN cannot do here becomes a
+ * fallback slot, which runs wide slots (mm_run_fallback) and has no primitive itself. */
 static void mm_create(mm_thread *t, mm_slot *s) {
-    dnnl_primitive_desc_t pd = mm_describe(t, s, mm_layout_16(s));
+    dnnl_primitive_desc_t pd =
+        mm_describe(t, s, s->wide ? mm_layout_wide(s) : mm_layout_16(s));
+    if (!pd && s->wide) mm_die("dnnl_primitive_desc_create (fp32 matmul)", dnnl_unimplemented);
     if (!pd) {
         s->fallback = 1;
-        pd = mm_describe(t, s, mm_layout_wide(s));
-        if (!pd) mm_die("dnnl_primitive_desc_create (fp32 matmul)", dnnl_unimplemented);
+        s->call_rows = mm_call_rows(t, s);
+        const mm_slot key = mm_wide_key(s, s->call_rows);
+        mm_fallback_name(s, mm_lookup(t, &key)->impl);
+        return;
     }
     const char *impl = NULL;
     MM_CHECK(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl));
-    if (s->fallback) mm_fallback_name(s, impl ? impl : "?");
-    else snprintf(s->impl, sizeof s->impl, "%s", impl ? impl : "?");
+    snprintf(s->impl, sizeof s->impl, "%s", impl ? impl : "?");
     const dnnl_query_t which[4] = {dnnl_query_src_md, dnnl_query_weights_md,
                                    dnnl_query_dst_md, dnnl_query_scratchpad_md};
     dnnl_memory_t *mems[4] = {&s->a, &s->b, &s->c, &s->scratch};
@@ -206,7 +234,7 @@ static void mm_create(mm_thread *t, mm_slot *s) {
         const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, which[i], 0);
         MM_CHECK(dnnl_memory_create(mems[i], md, t->engine, DNNL_MEMORY_NONE));
     }
-    if (s->has_bias && !s->fallback)   /* the bias is the second "weights" of a matmul */
+    if (s->has_bias)   /* the bias is the second "weights" of a matmul */
         MM_CHECK(dnnl_memory_create(&s->bias,
                                     dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 1),
                                     t->engine, DNNL_MEMORY_NONE));
@@ -226,7 +254,7 @@ static mm_slot *mm_lookup(mm_thread *t, const mm_slot *key) {
             s->trans_b == key->trans_b && s->M == key->M && s->N == key->N &&
             s->K == key->K && s->lda == key->lda && s->ldb == key->ldb &&
             s->ldc == key->ldc && s->accumulate == key->accumulate &&
-            s->out16 == key->out16 && s->has_bias == key->has_bias) {
+            s->out16 == key->out16 && s->has_bias == key->has_bias && s->wide == key->wide) {
             s->last_use = ++t->clock;
             return s;
         }
@@ -265,33 +293,40 @@ static void mm_execute(mm_thread *t, const mm_slot *s, const void *A, const void
     MM_CHECK(dnnl_stream_wait(t->stream));
 }
 
-/* The fallback: A and B widened, oneDNN's fp32 matmul. Not cblas_sgemm: OpenBLAS sums a
- * row of C by where the row falls in the call's blocking (its AVX2 kernels: rows 0-63 of
- * a 128-row call differ from a call of those 64; its AVX-512 ones below 16 rows), so a
- * rank's rows would differ from the whole batch's in a last fp32 bit, which rounding to
- * fp16 turns into a whole fp16 step. oneDNN sums a row the same way in any call of 16
- * rows or more (test_matmul16). With a 16-bit C the product goes to fp32 scratch first
- * (started from the bias rows when there is one) and is rounded once. */
-static void mm_run_fallback(mm_thread *t, const mm_slot *s, const uint16_t *A,
+/* The fallback: A and B widened, oneDNN's fp32 matmul, call_rows rows of C a call.
+ * Not cblas_sgemm: OpenBLAS sums a row of C by where the row falls in the call's
+ * blocking (its AVX2 kernels: rows 0-63 of a 128-row call differ from a call of those
+ * 64; its AVX-512 ones below 16 rows), so a rank's rows would differ from the whole
+ * batch's in a last fp32 bit, which rounding to fp16 turns into a whole fp16 step.
+ * With a 16-bit C the product goes to fp32 scratch first (started from the bias rows
+ * when there is one) and is rounded once. s is copied: a wide slot's lookup may reuse
+ * the table entry it sits in. */
+static void mm_run_fallback(mm_thread *t, const mm_slot *slot, const uint16_t *A,
                             const uint16_t *B, const uint16_t *bias, void *C) {
-    const int a_rows = s->trans_a ? s->K : s->M, a_cols = s->trans_a ? s->M : s->K;
-    const int b_rows = s->trans_b ? s->N : s->K, b_cols = s->trans_b ? s->K : s->N;
+    const mm_slot s = *slot;
+    const int a_rows = s.trans_a ? s.K : s.M, a_cols = s.trans_a ? s.M : s.K;
+    const int b_rows = s.trans_b ? s.N : s.K, b_cols = s.trans_b ? s.K : s.N;
     const size_t a_n = (size_t)a_rows * a_cols, b_n = (size_t)b_rows * b_cols;
-    const size_t c_n = s->out16 ? (size_t)s->M * s->N : 0;
+    const size_t c_n = s.out16 ? (size_t)s.M * s.N : 0;
     size_t have = t->wide_floats * sizeof(float);
     mm_grow((void **)&t->wide, &have, (a_n + b_n + c_n) * sizeof(float));
     t->wide_floats = have / sizeof(float);
-    float *wa = t->wide, *wb = t->wide + a_n, *wc = s->out16 ? t->wide + a_n + b_n : C;
-    const int ldc = s->out16 ? s->N : s->ldc;
-    mm_widen(wa, s->p, A, a_rows, a_cols, s->lda);
-    mm_widen(wb, s->p, B, b_rows, b_cols, s->ldb);
+    float *wa = t->wide, *wb = t->wide + a_n, *wc = s.out16 ? t->wide + a_n + b_n : C;
+    const int ldc = s.out16 ? s.N : s.ldc;
+    mm_widen(wa, s.p, A, a_rows, a_cols, s.lda);
+    mm_widen(wb, s.p, B, b_rows, b_cols, s.ldb);
     if (bias)
-        for (int r = 0; r < s->M; r++) precision_from16(s->p, wc + (size_t)r * ldc, bias, s->N);
-    mm_execute(t, s, wa, wb, NULL, wc);
-    if (s->out16)
-        for (int r = 0; r < s->M; r++)
-            precision_to16(s->p, (uint16_t *)C + (size_t)r * s->ldc, wc + (size_t)r * ldc,
-                           s->N);
+        for (int r = 0; r < s.M; r++) precision_from16(s.p, wc + (size_t)r * ldc, bias, s.N);
+    for (int r0 = 0; r0 < s.M; r0 += s.call_rows) {
+        const int rows = s.M - r0 < s.call_rows ? s.M - r0 : s.call_rows;
+        const mm_slot key = mm_wide_key(&s, rows);
+        /* rows r0.. of op(A): A's rows, or with trans_a its columns */
+        const float *a = wa + (s.trans_a ? (size_t)r0 : (size_t)r0 * s.K);
+        mm_execute(t, mm_lookup(t, &key), a, wb, NULL, wc + (size_t)r0 * ldc);
+    }
+    if (s.out16)
+        for (int r = 0; r < s.M; r++)
+            precision_to16(s.p, (uint16_t *)C + (size_t)r * s.ldc, wc + (size_t)r * ldc, s.N);
 }
 
 static void mm_run(mm_thread *t, const mm_slot *s, const uint16_t *A, const uint16_t *B,
