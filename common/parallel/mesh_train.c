@@ -108,8 +108,11 @@ static void mesh_rank_fn(comm *world, void *args, strategy_outcome *out) {
     const mesh_launch_args *a = args;
     mesh m;
     mesh_create(&m, world, a->shape);
-    const double drift = pp_train_on_mesh(world, &m, a->cfg, a->data, a->opts, "3d",
-                                          mesh_measure, args, out);
+    /* chapter 5's name for TP x PP x DP; with CP, SP or replicas: the mesh */
+    const int more = mesh_cp_size(&a->shape) > 1 || a->opts->sequence_parallel ||
+                     mesh_dp_replicate_size(&a->shape) > 1;
+    const double drift = pp_train_on_mesh(world, &m, a->cfg, a->data, a->opts,
+                                          more ? "mesh" : "3d", mesh_measure, args, out);
     mesh_extra *x = strategy_outcome_keeps(out) ? out->extra : NULL;
     if (x) x->tied_drift = drift;
     mesh_free(&m);
@@ -133,4 +136,10 @@ void mesh_extra_free(mesh_extra *x) {
 
 double mesh_worst_fraction_of_tolerance(const run_result *r) {
     return run_worst_fraction_of_tolerance(r, MESH_TOL_GRADS, MESH_TOL_LOSS, MESH_TOL_PARAMS);
+}
+
+run_tolerances mesh_run_tolerances(const run_config *cfg, mesh_shape shape,
+                                   const baseline_run *b) {
+    return tolerances_with_grads16(tp_run_tolerances(cfg, shape.tp, b), cfg,
+                                   shape.dp * mesh_cp_size(&shape), baseline_largest_grad(b));
 }

@@ -6,6 +6,7 @@
 #ifndef MESH_TRAIN_H
 #define MESH_TRAIN_H
 
+#include "baseline.h"
 #include "mesh.h"
 #include "pipeline.h"
 #include "strategy_outcome.h"
@@ -49,5 +50,10 @@ void mesh_traffic_formula(const run_config *cfg, mesh_shape shape, mesh_coord me
 int mesh_launch(const run_config *cfg, const dataset *data, mesh_shape shape,
                 const pipeline_options *opts, strategy_outcome *rank0_out);
 double mesh_worst_fraction_of_tolerance(const run_result *r);
+/* The bounds a mesh's run is held to against baseline b in any precision: TP's
+ * (tp_run_tolerances), with 16-bit gradients (tolerances_with_grads16) the dp x cp
+ * ranks' partial gradients each rounded once. */
+run_tolerances mesh_run_tolerances(const run_config *cfg, mesh_shape shape,
+                                   const baseline_run *b);
 
 #endif
