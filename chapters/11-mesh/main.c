@@ -33,7 +33,7 @@ static pipeline_options pipeline_of(const mesh_args *a) {
 }
 
 /* Sizes not given, for `world` ranks: cp 1, ep 1; tp, pp and dp as chapter 5 completes
- * them (pp 1 when a dp size is given); dp split into 2 shards x the rest as replicas
+ * them (pp 1 when a dp size, cp, sp or ep is given); dp split into 2 shards x the rest as replicas
  * where it is 4 or more and even. */
 static void complete(mesh_args *a, int world) {
     char err[200];
@@ -41,17 +41,26 @@ static void complete(mesh_args *a, int world) {
     s->cp = s->cp > 0 ? s->cp : 1;
     if (world % s->cp) cli_fail("--cp %d does not divide the %d ranks", s->cp, world);
     if (a->dp_shard && a->dp_replicate) s->dp = a->dp_shard * a->dp_replicate;
-    else if ((a->dp_shard || a->dp_replicate) && !s->pp) s->pp = 1;   /* dp asked: no stages */
+    /* dp sizes, CP, SP or EP asked for (CP, SP and EP train without stages so far): one
+     * stage unless --pp says otherwise */
+    if ((a->dp_shard || a->dp_replicate || s->cp > 1 || a->sp || s->ep > 1) && !s->pp) s->pp = 1;
     if (!mesh_complete(s, world / s->cp, a->cfg.model.heads, a->cfg.model.layers, err,
                        sizeof err))
         cli_fail("%s (ranks = tp x cp x dp x pp)", err);
     if (a->dp_shard) s->dp_shard = a->dp_shard;
     else if (a->dp_replicate) s->dp_shard = s->dp % a->dp_replicate ? -1 : s->dp / a->dp_replicate;
     else s->dp_shard = s->dp >= 4 && s->dp % 2 == 0 ? 2 : s->dp;
-    if (s->dp_shard < 1 || s->dp % s->dp_shard)
-        cli_fail("--dp-shard %d x --dp-replicate %d is not the %d data-parallel ranks left by"
-                 " %d ranks / (tp %d x cp %d x pp %d)", a->dp_shard, a->dp_replicate, s->dp,
-                 world, s->tp, s->cp, s->pp);
+    if (s->dp_shard < 1 || s->dp % s->dp_shard) {
+        char asked[64];
+        if (a->dp_shard && a->dp_replicate)
+            snprintf(asked, sizeof asked, "--dp-shard %d x --dp-replicate %d", a->dp_shard,
+                     a->dp_replicate);
+        else
+            snprintf(asked, sizeof asked, "--dp-%s %d", a->dp_shard ? "shard" : "replicate",
+                     a->dp_shard ? a->dp_shard : a->dp_replicate);
+        cli_fail("%s does not divide the %d data-parallel ranks that %d ranks / (tp %d x cp %d"
+                 " x pp %d) leave", asked, s->dp, world, s->tp, s->cp, s->pp);
+    }
 }
 
 static void choose_micro(mesh_args *a) {
@@ -202,6 +211,8 @@ int main(int argc, char **argv) {
                    .moe_every = 2};
     const char *schedules[PP_NSCHEDULES + 2];
     pp_schedule_choices(schedules, NULL);
+    a.cfg.no_checkpoints = "chapter 11 trains a short run to compare with one device, not"
+                           " one to keep";
     const cli_option options[] = {
         {"tp", OPT_INT, &a.shape.tp, "tensor-parallel size", NULL, 1},
         {"sp", OPT_FLAG, &a.sp, "Megatron sequence parallelism on the TP group", NULL, 0},
