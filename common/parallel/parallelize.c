@@ -15,9 +15,6 @@ static const char *check_cp(const run_config *cfg, const mesh_shape *s,
     const int balanced = o->cp.kind == CP_RING && o->cp.split == CP_BALANCED;
     const int pieces = balanced ? 2 * c : c;
     if (c == 1) return NULL;
-    if (cfg->comm.device == DEVICE_CUDA)
-        REFUSE("--device cuda: context parallelism runs on the CPU here (its blockwise"
-               " attention has no CUDA kernels yet): give --device cpu");
     if (T % pieces)
         REFUSE("--ctx %d does not split into %d equal chunks (--cp %d%s): use a ctx that is a"
                " multiple of %d", T, pieces, c, balanced ? " balanced: 2 chunks per rank" : "",
@@ -55,13 +52,28 @@ static const char *check_model(const run_config *cfg, const mesh_shape *s,
            o->micro > 1 ? " with micro-batches" : "", model_why);
 }
 
+/* The batch over the data-parallel groups, in CP's words where there is CP. */
+static const char *check_batch(const run_config *cfg, const mesh_shape *s, int world,
+                               int micro, char *why, size_t why_len) {
+    const int c = mesh_cp_size(s);
+    if (cfg->batch % (s->dp * micro) == 0) return NULL;
+    if (c > 1)
+        REFUSE("--batch %d does not split over %d data-parallel groups (%d ranks / --cp %d%s)",
+               cfg->batch, s->dp, world, c, s->tp > 1 ? " / --tp" : "");
+    REFUSE("--batch %d does not split over --dp %d%s", cfg->batch, s->dp,
+           micro > 1 ? " x the micro-batches" : "");
+}
+
 const char *parallelize_check(const run_config *cfg, const mesh_shape *shape, int world,
                               const parallel_options *o, char *why, size_t why_len) {
+    const mesh_shape *s = shape;
+    if (mesh_cp_size(s) > 1 && cfg->comm.device == DEVICE_CUDA)
+        REFUSE("--device cuda: context parallelism runs on the CPU here (its blockwise"
+               " attention has no CUDA kernels yet): give --device cpu");
+    if (s->tp < 1 || cfg->model.heads % s->tp)
+        REFUSE("--tp %d does not divide --heads %d", s->tp, cfg->model.heads);
     const mesh_config mc = {.shape = *shape, .world = world, .trains = 1};
     if (mesh_check(&mc, why, why_len)) return why;
-    const mesh_shape *s = shape;
-    if (cfg->model.heads % s->tp)
-        REFUSE("--tp %d does not divide --heads %d", s->tp, cfg->model.heads);
     if (mesh_ep_size(s) > 1)
         REFUSE("--ep %d: expert parallelism trains on its own EP x DP trainer so far"
                " (chapter 10), not on the mesh", mesh_ep_size(s));
@@ -69,11 +81,8 @@ const char *parallelize_check(const run_config *cfg, const mesh_shape *shape, in
     if (o->sequence_parallel && s->pp > 1)
         REFUSE("--sp with --pp %d: sequence parallelism runs on a whole model (one stage)"
                " so far", s->pp);
-    const int micro = o->micro > 0 ? o->micro : 1;
-    if (cfg->batch % (s->dp * micro))
-        REFUSE("--batch %d does not split over --dp %d%s", cfg->batch, s->dp,
-               micro > 1 ? " x the micro-batches" : "");
     if (check_cp(cfg, s, o, why, why_len)) return why;
+    if (check_batch(cfg, s, world, o->micro > 0 ? o->micro : 1, why, why_len)) return why;
     return check_model(cfg, s, o, why, why_len);
 }
 
