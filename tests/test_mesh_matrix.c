@@ -1,6 +1,6 @@
 /* Every pair of the mesh's dimensions on 4 ranks, and chapter 11's 16-rank mesh,
  * trained through parallelize (parallelize.h) against the single-device baseline in the
- * same precision (fp32, bf16, bf16 with bf16 gradients): loss, step-1 gradients and
+ * same precision (fp32, bf16, bf16 with bf16 gradients, fp16 with fp16 gradients): loss, step-1 gradients and
  * parameters within mesh_run_tolerances, every rank's bytes on every group equal to
  * the formula to the byte and its model state to the as-stored formula. The dimensions:
  * tp 2 (+ SP on one stage: without pp), cp 2 (ring, balanced), pp 2 (1F1B, 2 micro-batches),
@@ -20,6 +20,8 @@
 #include "strategy_runs.h"
 
 enum { TP, CP, PP, SHARD, REPLICATE, EP, DIMS };
+/* fp32; bf16; bf16 with bf16 gradients; fp16 with fp16 gradients (and its loss scale) */
+enum { PRECISIONS = 4 };
 static const char *const dim_names[DIMS] = {"tp+sp", "cp", "pp", "dp_shard", "dp_replicate",
                                             "ep"};
 
@@ -29,8 +31,10 @@ static run_config tiny(int ranks, int k) {
     cfg.batch = 8;
     cfg.steps = TOL_STEPS;
     cfg.quiet = 1;
-    cfg.precision = k == 0 ? PRECISION_FP32 : PRECISION_BF16;
-    if (k == 2) cfg.grad_precision = PRECISION_BF16;
+    static const precision p[PRECISIONS] = {PRECISION_FP32, PRECISION_BF16, PRECISION_BF16,
+                                             PRECISION_FP16};
+    cfg.precision = p[k];
+    if (k >= 2) cfg.grad_precision = p[k];   /* 16-bit gradients */
     cfg.comm.ranks = ranks;
     cfg.comm.timeout_seconds = 60;
     return cfg;
@@ -73,7 +77,8 @@ static double run_mesh(const run_config *cfg, const dataset *d, const baseline_r
 }
 
 /* Trains the pair (or holds its refusal) in precision k; ZeRO 1-3 where it shards. */
-static void pair(const dataset *d, const baseline_run *const b[3], unsigned dims, int k) {
+static void pair(const dataset *d, const baseline_run *const b[PRECISIONS], unsigned dims,
+                 int k) {
     mesh_shape s;
     pipeline_options o;
     mesh_of(dims, &s, &o);
@@ -84,7 +89,7 @@ static void pair(const dataset *d, const baseline_run *const b[3], unsigned dims
     snprintf(what, sizeof what, "%s x %s %s%s",
              o.sequence_parallel || !(dims & 1u) ? dim_names[__builtin_ctz(dims)] : "tp",
              dim_names[31 - __builtin_clz(dims)], precision_name(cfg.precision),
-             k == 2 ? " grads" : "");
+             k >= 2 ? " grads" : "");
     const char *expected = refusal_of(dims, k);
     if (no || expected) {
         printf("  %-40s refused: %s\n", what, no ? no : "(trains)");
@@ -103,16 +108,16 @@ static void pair(const dataset *d, const baseline_run *const b[3], unsigned dims
 
 START_TEST(every_pair_on_4_ranks) {
     dataset *d = dataset_builtin();
-    const baseline_run *b[3];
-    baseline_run *owned[3];
-    for (int k = 0; k < 3; k++) {
+    const baseline_run *b[PRECISIONS];
+    baseline_run *owned[PRECISIONS];
+    for (int k = 0; k < PRECISIONS; k++) {
         run_config one = tiny(1, k);
         b[k] = owned[k] = baseline_train(&one, d);
     }
     for (int i = 0; i < DIMS; i++)
         for (int j = i + 1; j < DIMS; j++)
-            for (int k = 0; k < 3; k++) pair(d, b, 1u << i | 1u << j, k);
-    for (int k = 0; k < 3; k++) baseline_free(owned[k]);
+            for (int k = 0; k < PRECISIONS; k++) pair(d, b, 1u << i | 1u << j, k);
+    for (int k = 0; k < PRECISIONS; k++) baseline_free(owned[k]);
     dataset_free(d);
 }
 END_TEST
@@ -149,14 +154,14 @@ START_TEST(the_chapter_mesh_on_16_ranks) {
     dataset *d = dataset_builtin();
     const mesh_shape with_pp = {.tp = 2, .pp = 2, .dp = 4, .cp = 1, .dp_shard = 2};
     const mesh_shape with_cp = {.tp = 2, .pp = 1, .dp = 4, .cp = 2, .dp_shard = 2};
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < PRECISIONS; k++) {
         run_config one = tiny(1, k);
         baseline_run *b = baseline_train(&one, d);
         const run_config cfg = tiny(16, k);
         pipeline_options o = {.schedule = PP_1F1B, .micro = 2, .chunks = 1, .zero_stage = 3};
         char what[80];
         snprintf(what, sizeof what, "16: tp 2 x pp 2 x dp 2 x 2 %s%s:",
-                 precision_name(cfg.precision), k == 2 ? " grads" : "");
+                 precision_name(cfg.precision), k >= 2 ? " grads" : "");
         ck_assert(run_mesh(&cfg, d, b, with_pp, o, what, 1) <= 1.0);
         if (k == 0) {
             o.micro = 1;
