@@ -122,6 +122,15 @@ START_TEST(refusals_carry_the_reason) {
     const run_config fp32 = tiny_config(4, PRECISION_FP32, 0);
     ck_assert_ptr_null(parallelize_check(&fp32, &cp_dp, 4, &o, why, sizeof why));
     ck_assert_ptr_null(parallelize_check(&bf16, &hsdp, 4, &o, why, sizeof why));
+    /* CP with stages trains one micro-batch at a time: with 2, the model says why not */
+    const mesh_shape cp_pp = {.tp = 1, .pp = 2, .dp = 1, .cp = 2};
+    parallel_options two = o;
+    two.micro = 2;
+    got = parallelize_check(&fp32, &cp_pp, 4, &two, why, sizeof why);
+    printf("cp 2 x pp 2, 2 micro-batches: %s\n", got ? got : "trains");
+    ck_assert_ptr_nonnull(got);
+    ck_assert_ptr_nonnull(strstr(got, "with micro-batches: the model refuses it"));
+    ck_assert_ptr_null(parallelize_check(&fp32, &cp_pp, 4, &o, why, sizeof why));
     const mesh_shape ep = {.tp = 1, .pp = 1, .dp = 4, .cp = 1, .ep = 2};
     got = parallelize_check(&fp32, &ep, 4, &o, why, sizeof why);
     printf("ep 2 x dp 4: %s\n", got ? got : "trains");

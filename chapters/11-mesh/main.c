@@ -3,8 +3,10 @@
  * one model by parallelize (parallelize.h), trained against the single-device run in
  * the same precision. What the model does not compute yet is refused with its reason.
  *
- *   make chapter11 && ./run 16       tp 2 x pp 2 x dp 4 (2 shards x 2 replicas) ZeRO-3,
- *                                    bf16 with bf16 gradients (and what is left out)
+ *   make chapter11 && ./run 16       tp 2 x cp 2 x pp 2 x dp 2 where the model trains CP
+ *                                    in bf16, else tp 2 x pp 2 x dp 4 (2 shards x 2
+ *                                    replicas); ZeRO-3, bf16 with bf16 gradients, and one
+ *                                    line for each dimension left out
  *   ./run 4 --tp 2 --sp --dp-shard 2 --zero 3 --precision fp32
  *   ./run 8 --cp 2 --cp-attention ulysses --tp 2 --dp-shard 2 --zero 1 --precision fp32
  *   ./run 1 --mesh-only --world 16384 --tp 8 --cp 16 --pp 16 --dp-shard 8 */
@@ -63,13 +65,35 @@ static void complete(mesh_args *a, int world) {
     }
 }
 
+/* Micro-batches not given: up to 4 with stages, 1 without or with CP (whose attention
+ * keeps one micro-batch's state). */
 static void choose_micro(mesh_args *a) {
     const int per_replica = a->cfg.batch / (a->shape.dp > 0 ? a->shape.dp : 1);
     if (!a->micro) {
-        a->micro = a->shape.pp > 1 ? (per_replica < 4 ? per_replica : 4) : 1;
+        const int many = a->shape.pp > 1 && mesh_cp_size(&a->shape) == 1;
+        a->micro = many ? (per_replica < 4 ? per_replica : 4) : 1;
         while (a->micro > 1 && per_replica % a->micro) a->micro--;
     }
     a->micro = pp_schedule_micro(a->schedule, a->micro);
+}
+
+/* The default run: the course's mesh with CP (tp 2 x cp 2 x pp 2 x the rest as dp) where
+ * the model trains it in this precision, else what complete() lays out. */
+static void default_mesh(mesh_args *a, int world) {
+    char why[512];
+    mesh_args with_cp = *a;
+    const int dp = world / 8;
+    with_cp.shape = (mesh_shape){.tp = 2, .cp = 2, .pp = 2, .dp = dp,
+                                 .dp_shard = dp >= 4 && dp % 2 == 0 ? 2 : dp};
+    with_cp.micro = 1;
+    const parallel_options po = parallel_of(&with_cp);
+    if (world % 8 == 0 && !parallelize_check(&with_cp.cfg, &with_cp.shape, world, &po, why,
+                                             sizeof why)) {
+        *a = with_cp;
+        return;
+    }
+    complete(a, world);
+    choose_micro(a);
 }
 
 static void check_or_exit(mesh_args *a, int world) {
@@ -94,9 +118,10 @@ static void print_left_out(const mesh_args *a, int world) {
     ep.shape.ep = 2;
     const mesh_args *tries[] = {&sp, &cp, &ep};
     const char *names[] = {"+ SP", "CP 2", "EP 2 (MoE)"};
-    printf("\nThe course's whole mesh would add SP, CP 2 and EP 2 (MoE every other block);"
-           " not yet:\n");
+    printf("\nThe course's whole mesh (TP 2 + SP x CP 2 x PP 2 x DP 2, EP 2 with MoE every"
+           " other block) would add; not yet:\n");
     for (int i = 0; i < 3; i++) {
+        if (i == 1 && mesh_cp_size(&a->shape) > 1) continue;   /* trained here */
         const parallel_options po = parallel_of(tries[i]);
         const char *no = parallelize_check(&tries[i]->cfg, &tries[i]->shape, world, &po, why,
                                            sizeof why);
@@ -238,13 +263,17 @@ int main(int argc, char **argv) {
               " against single-device training.");
     refuse_flags(&a);
     if (a.mesh_only) return mesh_only(&a);
-    const int default_mesh = !any_given(mesh_sizes);
+    const int default_run = !any_given(mesh_sizes);
     apply_defaults(&a);
     const int mpi = launch_mpi_world_size();
     const int world = mpi > 0 ? mpi : a.cfg.comm.ranks;
-    complete(&a, world);
-    choose_micro(&a);
+    if (default_run) {
+        default_mesh(&a, world);
+    } else {
+        complete(&a, world);
+        choose_micro(&a);
+    }
     check_or_exit(&a, world);
     fits_check_or_exit(&a.cfg, 1.0 / (a.shape.tp * a.shape.pp));
-    return train(&a, world, default_mesh);
+    return train(&a, world, default_run);
 }

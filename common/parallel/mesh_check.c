@@ -99,9 +99,6 @@ static const char *check_trainable(const mesh_shape *m, char *why, size_t why_le
     if (e > 1 && (c > 1 || m->pp > 1))
         REFUSE("--ep %d with %s: expert parallelism trains on an EP x DP mesh only so far",
                e, c > 1 ? "--cp" : "--pp");
-    if (c > 1 && m->pp > 1)
-        REFUSE("--cp %d with --pp %d: context parallelism trains without pipeline stages so"
-               " far (its attention hook keeps one micro-batch)", c, m->pp);
     return NULL;
 }
 
