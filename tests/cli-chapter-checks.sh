@@ -248,6 +248,24 @@ else
     echo "FAIL baseline --save: could not write the checkpoint the checks need"
 fi
 rm -rf "$ckpt"
+# chapter 11: the mesh's sizes and what the model or the trainers refuse, one line each
+chapter11="$build"/chapter11
+if [ -x "$chapter11" ]; then
+    expect_error "$chapter11" "--tp 4 does not divide the 6 ranks" --ranks 6 --tp 4
+    expect_error "$chapter11" "--cp 3 does not divide the 4 ranks" --ranks 4 --cp 3
+    expect_error "$chapter11" "--dp-shard 3 does not divide the 2 data-parallel ranks" --ranks 4 --dp-shard 3
+    expect_error "$chapter11" "--tp 1 --cp 2 in bf16: the model refuses it" --ranks 4 --tp 1 --cp 2 --dp-shard 2
+    expect_error "$chapter11" "--tp 2 --sp --cp 2 in fp32: the model refuses it" --ranks 8 --tp 2 --cp 2 --sp --precision fp32
+    expect_error "$chapter11" "--sp with --pp 2: sequence parallelism runs on a whole model" --ranks 4 --tp 2 --pp 2 --sp
+    expect_error "$chapter11" "--ep 2: expert parallelism trains on its own EP x DP trainer so far" --ranks 4 --ep 2 --tp 1
+    expect_error "$chapter11" "--zero 4: ZeRO has stages 0-3" --zero 4
+    expect_error "$chapter11" "--cp-attention does nothing without --cp 2 or more" --cp-attention ulysses
+    expect_error "$chapter11" "--experts and --moe-every go with --ep" --experts 8
+    expect_error "$chapter11" "--mesh-only needs --world N" --mesh-only
+    expect_error "$chapter11" "--sp does nothing with --mesh-only" --mesh-only --world 8 --sp
+    expect_error "$chapter11" "--world 8 belongs to --mesh-only" --world 8
+    expect_error "$chapter11" "--save $scratch/c11: chapter 11 trains a short run" --save "$scratch/c11"
+fi
 # chapter 5: meshes that do not fit, with meshes that would
 chapter5="$build"/chapter5
 if [ -x "$chapter5" ]; then

@@ -67,7 +67,8 @@ static int group_is_sound(const mesh_shape *m, mesh_group_kind kind, const int *
         [MESH_DP] = 1u << AX_SHARD | 1u << AX_REPLICATE, [MESH_DP_SHARD] = 1u << AX_SHARD,
         [MESH_DP_REPLICATE] = 1u << AX_REPLICATE,
         [MESH_DP_CP] = 1u << AX_CP | 1u << AX_SHARD | 1u << AX_REPLICATE,
-        [MESH_EP] = 1u << AX_EP, [MESH_EXPERT_DP] = 1u << AX_EXPERT_DP};
+        [MESH_EP] = 1u << AX_EP, [MESH_EXPERT_DP] = 1u << AX_EXPERT_DP,
+        [MESH_DP_SHARD_CP] = 1u << AX_CP | 1u << AX_SHARD};
     /* the expert layouts span ep or expert_dp and keep tp and pp; cp x dp is theirs */
     const unsigned fixed = kind == MESH_EP || kind == MESH_EXPERT_DP
                                ? (1u << AX_TP | 1u << AX_PP | 1u << AX_EP | 1u << AX_EXPERT_DP) &
@@ -136,6 +137,8 @@ START_TEST(thirty_two_ranks_every_dimension_by_hand) {
     assert_group(&m, MESH_DP_REPLICATE, 4, (int[]){4, 12}, 2);  /* shard 1 */
     assert_group(&m, MESH_DP_CP, 0, (int[]){0, 2, 4, 6, 8, 10, 12, 14}, 8);
     assert_group(&m, MESH_DP_CP, 3, (int[]){17, 19, 21, 23, 25, 27, 29, 31}, 8);
+    assert_group(&m, MESH_DP_SHARD_CP, 0, (int[]){0, 2, 4, 6}, 4);
+    assert_group(&m, MESH_DP_SHARD_CP, 2, (int[]){8, 10, 12, 14}, 4);   /* replica 1 */
     assert_group(&m, MESH_PP, 0, (int[]){0, 16}, 2);
     assert_group(&m, MESH_EP, 0, (int[]){0, 2, 4, 6}, 4);
     assert_group(&m, MESH_EP, 2, (int[]){8, 10, 12, 14}, 4);    /* expert_dp 1 */
@@ -144,7 +147,8 @@ START_TEST(thirty_two_ranks_every_dimension_by_hand) {
     const int counts[MESH_ALL_KINDS] = {[MESH_TP] = 16, [MESH_PP] = 16, [MESH_DP] = 8,
                                         [MESH_CP] = 16, [MESH_DP_SHARD] = 16,
                                         [MESH_DP_REPLICATE] = 16, [MESH_DP_CP] = 4,
-                                        [MESH_EP] = 8, [MESH_EXPERT_DP] = 16};
+                                        [MESH_EP] = 8, [MESH_EXPERT_DP] = 16,
+                                        [MESH_DP_SHARD_CP] = 8};
     for (int k = 0; k < MESH_ALL_KINDS; k++) ck_assert_int_eq(mesh_group_count(&m, k), counts[k]);
     /* rank 29 = 1 + 2 x 14, 14 = 0 + 2 x 7, 7 = 3 + 4 x 1: dp 3 = shard 1 + 2 x 1;
      * j = 0 + 2 x 3 = 6: ep 2, expert_dp 1 */
@@ -172,7 +176,8 @@ static int ranks_agree(comm *world, void *arg) {
     comm *groups[MESH_ALL_KINDS] = {
         [MESH_TP] = m.tp, [MESH_PP] = m.pp, [MESH_DP] = m.dp, [MESH_CP] = m.cp,
         [MESH_DP_SHARD] = m.dp_shard, [MESH_DP_REPLICATE] = m.dp_replicate,
-        [MESH_DP_CP] = m.dp_cp, [MESH_EP] = m.ep, [MESH_EXPERT_DP] = m.expert_dp};
+        [MESH_DP_CP] = m.dp_cp, [MESH_EP] = m.ep, [MESH_EXPERT_DP] = m.expert_dp,
+        [MESH_DP_SHARD_CP] = m.dp_shard_cp};
     for (int k = 0; k < MESH_ALL_KINDS; k++) {
         int members[8], world_ranks[8];
         int n = mesh_group_members(&shape, k, mesh_group_index(&shape, k, rank), members);
@@ -225,8 +230,8 @@ START_TEST(meshes_that_do_not_fit_are_refused_with_their_reason) {
         {{.shape = {.tp = 2, .pp = 1, .dp = 2, .ep = 2}, .world = 4, .trains = 1}, "--ep 2 with --tp 2: the MoE layer computes without tensor parallelism"},
         {{.shape = {.tp = 1, .pp = 1, .dp = 2, .cp = 2, .ep = 2}, .world = 4, .trains = 1}, "--ep 2 with --cp: expert parallelism trains on an EP x DP mesh only"},
         {{.shape = {.tp = 1, .pp = 2, .dp = 2, .ep = 2}, .world = 4, .trains = 1}, "--ep 2 with --pp: expert parallelism trains on an EP x DP mesh only"},
-        {{.shape = {.tp = 1, .pp = 2, .dp = 1, .cp = 2}, .world = 4, .trains = 1}, "--cp 2 with --pp 2: context parallelism trains without pipeline stages"},
-        {{.shape = {.tp = 1, .pp = 1, .dp = 4, .dp_shard = 2}, .world = 4, .trains = 1}, "--dp-shard 2 of --dp 4 (HSDP): no trainer reduces across shard groups yet"},
+        {{.shape = {.tp = 1, .pp = 2, .dp = 1, .cp = 2}, .world = 4, .trains = 1}, NULL},   /* one micro-batch: parallelize_check */
+        {{.shape = {.tp = 1, .pp = 1, .dp = 4, .dp_shard = 2}, .world = 4, .trains = 1}, NULL},   /* HSDP trains (test_parallelize) */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *got = mesh_check(&cases[i].c, err, sizeof err);

@@ -248,9 +248,7 @@ static int train(chapter_args *a, int world) {
         run_result rows[2] = {baseline->result, o.result};
         char *extra = run_json(&x, world);
         rows[1].json_extra = extra;
-        const run_tolerances bounds = tolerances_with_grads16(
-            tp_run_tolerances(cfg, a->shape.tp, baseline), cfg, a->shape.dp,
-            baseline_largest_grad(baseline));
+        const run_tolerances bounds = mesh_run_tolerances(cfg, a->shape, baseline);
         const double worst = run_worst_fraction_of(&o.result, bounds);
         if (cfg->json) {
             report_json(cfg, "05-3d", world, launch_backend_name(&cfg->comm, world), rows, 2,
@@ -276,12 +274,9 @@ static int train(chapter_args *a, int world) {
     return status;
 }
 
-/* What --mesh-only and --examples leave aside: they lay out meshes and train nothing. */
-static const char *const training_flags[] = {
-    "steps", "layers", "heads", "dim", "ctx", "batch", "vocab", "seed", "lr", "weight-decay",
-    "warmup", "preset", "data", "quiet", "profile", "device", "tf32", "allreduce", "link",
-    "link-scale", "send-mode", "comm-timeout", "trace", "save-every", "schedule", "micro",
-    "virtual", "zero", "grad-dtype", NULL};
+/* What --mesh-only and --examples leave aside (with the shared cli_training_flags): they
+ * lay out meshes and train nothing. */
+static const char *const training_flags[] = {"schedule", "micro", "virtual", "zero", NULL};
 static const char *const mesh_flags[] = {"mesh-only", "world", "tp", "pp", "dp", "json", NULL};
 
 /* Whether --name is on the command line, before cli_parse: the arithmetic modes keep no
@@ -294,13 +289,15 @@ static int in_argv(int argc, char **argv, const char *name) {
 
 static void refuse_ignored_flags(const chapter_args *a) {
     if (a->examples) {
-        cli_refuse_in_mode("--examples", training_flags, "it checks the course's meshes by"
-                           " arithmetic and trains nothing");
+        const char *why = "it checks the course's meshes by arithmetic and trains nothing";
+        cli_refuse_in_mode("--examples", cli_training_flags, why);
+        cli_refuse_in_mode("--examples", training_flags, why);
         cli_refuse_in_mode("--examples", mesh_flags, "its meshes are the course's; for one of"
                            " your own, with JSON: --mesh-only --world N --tp T --pp P --json");
     } else if (a->mesh_only) {
-        cli_refuse_in_mode("--mesh-only", training_flags, "it lays out the mesh and trains"
-                           " nothing");
+        const char *why = "it lays out the mesh and trains nothing";
+        cli_refuse_in_mode("--mesh-only", cli_training_flags, why);
+        cli_refuse_in_mode("--mesh-only", training_flags, why);
     }
 }
 

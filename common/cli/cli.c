@@ -31,6 +31,11 @@ void cli_refuse_in_mode(const char *mode, const char *const *flags, const char *
             cli_fail("--%s does nothing with %s (%s)", flags[i], mode, why);
 }
 
+const char *const cli_training_flags[] = {
+    "steps", "layers", "heads", "dim", "ctx", "batch", "vocab", "seed", "lr", "weight-decay",
+    "warmup", "preset", "data", "quiet", "profile", "device", "tf32", "allreduce", "link",
+    "link-scale", "send-mode", "comm-timeout", "trace", "save-every", "grad-dtype", NULL};
+
 static int in_list(const char *name, const char *const *list) {
     for (int i = 0; list && list[i]; i++)
         if (strcmp(list[i], name) == 0) return 1;

@@ -33,5 +33,8 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
  * without dashes) that was given is one line "--flag does nothing with <mode> (why)"
  * and exit 2. */
 void cli_refuse_in_mode(const char *mode, const char *const *flags, const char *why);
+/* The shared flags that only training reads (the model, the batch, the optimizer, the
+ * data, the communicator's and the run's own), for a mode that trains nothing. */
+extern const char *const cli_training_flags[];
 
 #endif

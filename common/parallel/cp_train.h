@@ -1,11 +1,12 @@
-/* Training with context parallelism (times tensor and data parallelism): each rank of a
- * CP group holds a chunk of every sequence of its DP group's batch (the one model,
- * model.h, on the chunk's rows at their own positions, cp_attention_hook.h), its
- * attention crosses the chunks (cp_attention.h: ring or Ulysses), and the gradients,
- * each rank's chunk's share, are summed over the CP and DP groups together (one
- * all-reduce over the cp x dp ranks, as Megatron-LM's data-parallel-with-CP group).
- * Every rank holds the whole model, fp32, or with TP its Megatron slice (the TP group
- * splits heads and MLP units inside every chunk; the vocabulary stays whole).
+/* Training with context parallelism (times tensor and data parallelism), a
+ * configuration of the mesh trainer (mesh_train.h, parallelize.h): each rank of a CP
+ * group holds a chunk of every sequence of its DP group's batch (the one model, model.h,
+ * on the chunk's rows at their own positions, cp_attention_hook.h), its attention
+ * crosses the chunks (cp_attention.h: ring or Ulysses), and the gradients, each rank's
+ * chunk's share, are summed over the CP and DP groups together (dp_grads.h over the
+ * cp x dp ranks, as Megatron-LM's data-parallel-with-CP group). Every rank holds the
+ * whole model, fp32, or with TP its Megatron slice (the TP group splits heads and MLP
+ * units inside every chunk, and in fp32 the vocabulary, tp_split_vocab).
  *
  *   loss = (sum over every rank's tokens of their losses) / (batch x ctx): chunks of
  *          equal length, so each token weighs 1/(batch x ctx) wherever it sits. */
@@ -25,7 +26,7 @@ enum { CP_MAX_RANKS = 64 };
 typedef struct {
     double attention_work;    /* score entries computed (forward + backward) */
     double cp_bytes;          /* sent on the CP group (K/V blocks, or all-to-alls) */
-    double grad_bytes;        /* sent by the gradient all-reduce */
+    double grad_bytes;        /* sent by the gradient reduction (over cp x dp) */
     double activations;       /* activation bytes held, peak (allocator's tag) */
 } cp_rank_numbers;
 
@@ -44,9 +45,6 @@ typedef struct {
 int cp_check_sizes(const run_config *cfg, int world, int tp, int cp, const cp_options *opts,
                    char *err, size_t err_len);
 
-/* One rank: CP on the mesh's cp group, TP on its tp group, DP over its dp group. */
-void cp_train(comm *world, const mesh *m, const run_config *cfg, const cp_options *opts,
-              const dataset *data, strategy_outcome *out);
 /* Launches cfg->comm.ranks ranks as cp x (ranks / cp) and trains; rank0_out->extra, when
  * set, is a cp_extra. Returns launch's status. */
 int cp_launch(const run_config *cfg, const dataset *data, int cp, const cp_options *opts,

@@ -49,6 +49,7 @@ void dp_grads_init(dp_grads *g, comm *group, const gpt_shape *part, uint64_t see
                    const dp_grads_options *opts) {
     memset(g, 0, sizeof *g);
     g->group = group;
+    g->replicate = opts->replicate && comm_size(opts->replicate) > 1 ? opts->replicate : NULL;
     g->zero = opts->zero;
     g->fault = opts->fault;
     g->shape = *part;
@@ -166,6 +167,36 @@ static void round_step_grads(dp_grads *g) {
     g->step_grads = NULL;
 }
 
+/* HSDP: `n` reduced gradients at `at` (elements of the gradients' precision) summed
+ * over the replicas, which hold the same pieces of other ranks' batches. */
+static void reduce_over_replicas(dp_grads *g, void *at, size_t n) {
+    if (!g->replicate || n == 0 || g->fault == DP_FAULT_SKIP_REPLICATE_REDUCE) return;
+    const precision gp = g->grads16 ? g->grad_precision : PRECISION_FP32;
+    comm_allreduce(g->replicate, at, n, comm_dtype_of(gp), COMM_SUM);
+}
+
+/* This rank's piece of every slab, in a whole vector of the gradients' precision. */
+static void reduce_pieces_over_replicas(dp_grads *g, void *whole) {
+    const shard_layout *l = &g->layout;
+    const precision gp = g->grads16 ? g->grad_precision : PRECISION_FP32;
+    for (int slab = 0; slab < l->num_slabs; slab++)
+        reduce_over_replicas(g, precision_at(gp, whole, shard_piece_begin(l, slab)),
+                             l->piece_len[slab]);
+}
+
+static void reduce_scatter_whole(dp_grads *g) {
+    const shard_layout *l = &g->layout;
+    if (!g->grads16) {
+        shard_reduce_scatter_in_place(g->group, l, g->grads);
+        return;
+    }
+    const precision gp = g->grad_precision;
+    for (int slab = 0; slab < l->num_slabs; slab++)
+        comm_reduce_scatter(g->group, precision_at(gp, g->grads16, l->slab_offset[slab]),
+                            precision_at(gp, g->grads16, shard_piece_begin(l, slab)),
+                            l->slab_numel[slab], comm_dtype_of(gp), COMM_SUM);
+}
+
 void dp_grads_after_backward(dp_grads *g) {
     const shard_layout *l = &g->layout;
     if (g->grads16 && g->grads_whole && g->step_grads) round_step_grads(g);
@@ -179,26 +210,22 @@ void dp_grads_after_backward(dp_grads *g) {
         return;
     }
     if (g->fault == DP_FAULT_SKIP_GRAD_REDUCE) return;
+    void *grads = g->grads16 ? g->grads16 : (void *)g->grads;
     if (g->zero == 0) {
-        if (!g->buckets) return;   /* quiet alone: already the sum */
         /* plain DDP: every rank gets the whole summed gradient */
-        for (int slab = l->num_slabs - 1; slab >= 0; slab--)
-            grad_buckets_slab_ready(g->buckets, slab);
-        grad_buckets_wait(g->buckets);
+        if (g->buckets) {   /* else quiet alone: already the sum */
+            for (int slab = l->num_slabs - 1; slab >= 0; slab--)
+                grad_buckets_slab_ready(g->buckets, slab);
+            grad_buckets_wait(g->buckets);
+        }
+        reduce_over_replicas(g, grads, l->num_params);
         return;
     }
     /* ZeRO-1 needs the summed gradient only where it updates: a reduce-scatter (half of
      * an all-reduce) leaves it in place, in this rank's piece of every slab. The rest of
      * the buffer keeps this rank's own unreduced gradients, which nothing reads. */
-    if (!g->grads16) {
-        shard_reduce_scatter_in_place(g->group, l, g->grads);
-        return;
-    }
-    const precision gp = g->grad_precision;
-    for (int slab = 0; slab < l->num_slabs; slab++)
-        comm_reduce_scatter(g->group, precision_at(gp, g->grads16, l->slab_offset[slab]),
-                            precision_at(gp, g->grads16, shard_piece_begin(l, slab)),
-                            l->slab_numel[slab], comm_dtype_of(gp), COMM_SUM);
+    reduce_scatter_whole(g);
+    reduce_pieces_over_replicas(g, grads);
 }
 
 /* ---- per slab ------------------------------------------------------------------------ */
@@ -241,6 +268,10 @@ static void reduce_into_shard(dp_grads *g, int slab, float *slab_grad) {
 
 void dp_grads_reduce_slab(dp_grads *g, int slab, float *slab_grad) {
     reduce_into_shard(g, slab, slab_grad);
+    const precision gp = g->grads16 ? g->grad_precision : PRECISION_FP32;
+    reduce_over_replicas(g, precision_at(gp, g->grads16 ? g->grads16 : (void *)g->grads,
+                                         g->layout.shard_pos[slab]),
+                         g->layout.piece_len[slab]);
     const float *step = g->step_grads;
     if (!step || slab_grad < step || slab_grad >= step + g->layout.num_params)
         mem_free(slab_grad);

@@ -52,6 +52,7 @@ typedef enum {
     DP_FAULT_NONE,
     DP_FAULT_SKIP_PARAM_ALLGATHER,   /* zero 1-2: others' pieces stay stale */
     DP_FAULT_SKIP_GRAD_REDUCE,       /* every zero: each rank keeps its own gradient */
+    DP_FAULT_SKIP_REPLICATE_REDUCE,  /* HSDP: each replica keeps its own group's sum */
 } dp_fault;
 
 typedef struct {
@@ -65,11 +66,14 @@ typedef struct {
     int step_grads_fp32;         /* 16-bit gradients, whole: a step accumulates in an fp32
                                     vector (the pipeline's micro-batches, the tied sum),
                                     rounded once by after_backward */
+    comm *replicate;             /* HSDP: the replicas of this rank's shard group (NULL or
+                                    one rank: none); each reduced piece all-reduced there */
     dp_fault fault;
 } dp_grads_options;
 
 typedef struct {
-    comm *group;         /* the data-parallel group */
+    comm *group;         /* the data-parallel group (with replicas: the shard group) */
+    comm *replicate;     /* HSDP's replicas, or NULL */
     int zero;            /* 0 .. 3, as asked */
     dp_fault fault;
     gpt_shape shape;     /* the part */
@@ -115,15 +119,16 @@ void dp_grads_step_begin(dp_grads *g);
  * only under step_grads_fp32, else NULL). */
 void *dp_grads_whole_params(const dp_grads *g);
 float *dp_grads_whole_grads(const dp_grads *g);
-/* Reduces the whole gradient over the group: on return the summed gradient of this
- * rank's part is in g->grads (zero 1: in its pieces; 16 bits: g->grads16, the fp32
+/* Reduces the whole gradient over the group (and, HSDP, this rank's pieces over the
+ * replicas): on return the summed gradient of this rank's part is in g->grads (zero 1: in its pieces; 16 bits: g->grads16, the fp32
  * step vector rounded once first); zero 2-3 free the step's whole vectors. */
 void dp_grads_after_backward(dp_grads *g);
 
 /* ---- per slab (zero 2-3) ----------------------------------------------------------- */
 /* A zeroed full-size gradient buffer for one slab, tagged grads. */
 float *dp_grads_slab_grad_alloc(dp_grads *g, int slab);
-/* Reduce-scatters a slab's gradient into this rank's shard and frees the buffer. */
+/* Reduce-scatters a slab's gradient into this rank's shard (HSDP: then all-reduces the
+ * piece over the replicas) and frees the buffer. */
 void dp_grads_reduce_slab(dp_grads *g, int slab, float *slab_grad);
 /* Where this rank's piece of a slab lives in a whole vector or in a shard. */
 float *dp_grads_piece(const dp_grads *g, float *vector, int is_whole, int slab);

@@ -5,7 +5,8 @@
 
 const char *mesh_group_kind_name(mesh_group_kind kind) {
     static const char *const names[MESH_ALL_KINDS] = {
-        "tp", "pp", "dp", "cp", "dp_shard", "dp_replicate", "dp_cp", "ep", "expert_dp"};
+        "tp", "pp", "dp", "cp", "dp_shard", "dp_replicate", "dp_cp", "ep", "expert_dp",
+        "dp_shard_cp"};
     return kind >= 0 && kind < MESH_ALL_KINDS ? names[kind] : "?";
 }
 
@@ -36,7 +37,8 @@ static axes axes_of(const mesh_shape *m, mesh_group_kind kind) {
         return (axes){4, {t, e, c * d / e, p}, kind == MESH_EP ? 1u << 1 : 1u << 2};
     static const unsigned along[MESH_ALL_KINDS] = {
         [MESH_TP] = 1u, [MESH_CP] = 2u, [MESH_DP_SHARD] = 4u, [MESH_DP_REPLICATE] = 8u,
-        [MESH_DP] = 4u | 8u, [MESH_DP_CP] = 2u | 4u | 8u, [MESH_PP] = 16u};
+        [MESH_DP] = 4u | 8u, [MESH_DP_CP] = 2u | 4u | 8u, [MESH_PP] = 16u,
+        [MESH_DP_SHARD_CP] = 2u | 4u};
     return (axes){5, {t, c, s, d / s, p}, along[kind]};
 }
 
@@ -141,6 +143,7 @@ void mesh_create(mesh *m, comm *world, mesh_shape shape) {
     m->dp_shard = group_of(world, &shape, MESH_DP_SHARD);
     m->dp_replicate = group_of(world, &shape, MESH_DP_REPLICATE);
     m->dp_cp = group_of(world, &shape, MESH_DP_CP);
+    m->dp_shard_cp = group_of(world, &shape, MESH_DP_SHARD_CP);
     m->ep = group_of(world, &shape, MESH_EP);
     m->expert_dp = group_of(world, &shape, MESH_EXPERT_DP);
 }
@@ -152,7 +155,7 @@ void mesh_single(mesh *m) {
 
 void mesh_free(mesh *m) {
     comm *groups[] = {m->tp, m->dp, m->pp, m->cp, m->embedding, m->dp_shard,
-                      m->dp_replicate, m->dp_cp, m->ep, m->expert_dp};
+                      m->dp_replicate, m->dp_cp, m->dp_shard_cp, m->ep, m->expert_dp};
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) comm_free(groups[i]);
     memset(m, 0, sizeof *m);
 }

@@ -26,6 +26,7 @@
  *   dp_shard      shard_index (stride t x c)                         s
  *   dp_replicate  replicate_index (stride t x c x s)                 d / s
  *   dp_cp         cp_index and dp_index: dense gradients             c x d
+ *   dp_shard_cp   cp_index and shard_index: ZeRO's shards            c x s
  *   pp            pp_index (stride t x c x d)                        p
  *   ep            ep_index (stride t)                                e
  *   expert_dp     expert_dp_index (stride t x e)                     c x d / e
@@ -53,9 +54,10 @@ typedef struct { int tp, pp, dp, cp, ep, expert_dp, dp_shard, dp_replicate; } me
 /* The 3D mesh's kinds (MESH_KINDS of them, what chapter 5 trains on), then the rest. */
 typedef enum { MESH_TP, MESH_PP, MESH_DP, MESH_KINDS, MESH_CP = MESH_KINDS, MESH_DP_SHARD,
                MESH_DP_REPLICATE, MESH_DP_CP, MESH_EP, MESH_EXPERT_DP,
-               MESH_ALL_KINDS } mesh_group_kind;
+               MESH_DP_SHARD_CP, MESH_ALL_KINDS } mesh_group_kind;
 
-/* "tp", "pp", "dp", "cp", "dp_shard", "dp_replicate", "dp_cp", "ep", "expert_dp" */
+/* "tp", "pp", "dp", "cp", "dp_shard", "dp_replicate", "dp_cp", "ep", "expert_dp",
+ * "dp_shard_cp" */
 const char *mesh_group_kind_name(mesh_group_kind kind);
 int mesh_world(const mesh_shape *m);                       /* t x c x d x p */
 int mesh_cp_size(const mesh_shape *m);                     /* cp, 1 when 0 */
@@ -112,6 +114,7 @@ typedef struct {
     comm *tp, *pp, *dp, *cp;
     comm *dp_shard, *dp_replicate;
     comm *dp_cp;       /* the dense gradients' group: cp x dp */
+    comm *dp_shard_cp; /* ZeRO's shards of them: cp x dp_shard (dp_cp without replicas) */
     comm *ep, *expert_dp;
     comm *embedding;   /* first and last stage of this rank's pipeline; NULL elsewhere
                           and when there is one stage */

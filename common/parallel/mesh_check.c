@@ -92,19 +92,13 @@ static const char *check_splits(const mesh_config *c, const mesh_shape *m, char 
 
 /* What no trainer of the course runs yet, and why. */
 static const char *check_trainable(const mesh_shape *m, char *why, size_t why_len) {
-    const int c = mesh_cp_size(m), e = mesh_ep_size(m), s = mesh_dp_shard_size(m);
+    const int c = mesh_cp_size(m), e = mesh_ep_size(m);
     if (e > 1 && m->tp > 1)
         REFUSE("--ep %d with --tp %d: the MoE layer computes without tensor parallelism so"
                " far (each expert whole on its rank)", e, m->tp);
     if (e > 1 && (c > 1 || m->pp > 1))
         REFUSE("--ep %d with %s: expert parallelism trains on an EP x DP mesh only so far",
                e, c > 1 ? "--cp" : "--pp");
-    if (c > 1 && m->pp > 1)
-        REFUSE("--cp %d with --pp %d: context parallelism trains without pipeline stages so"
-               " far (its attention hook keeps one micro-batch)", c, m->pp);
-    if (s < m->dp)
-        REFUSE("--dp-shard %d of --dp %d (HSDP): no trainer reduces across shard groups"
-               " yet (valid: --dp-shard %d)", s, m->dp, m->dp);
     return NULL;
 }
 

@@ -21,23 +21,29 @@ static gpt_shape stage_shape(const run_config *cfg, mesh_shape shape, mesh_coord
 void mesh_traffic_formula(const run_config *cfg, mesh_shape shape, mesh_coord me,
                           const pipeline_options *opts, mesh_rank_traffic *t) {
     const int v = opts->chunks, S = v * shape.pp;
-    const int zero = shape.dp > 1 ? opts->zero_stage : 0;   /* one replica: nothing sharded */
+    /* one rank in dp x cp: nothing sharded */
+    const int zero = shape.dp * mesh_cp_size(&shape) > 1 ? opts->zero_stage : 0;
+    int group, group_rank, replicas;
+    parallel_grads_groups(&shape, mesh_rank_of(&shape, me), zero, &group, &group_rank,
+                          &replicas);
     pipeline_bytes_formula(cfg, shape, me, opts, t->formula);
     for (int i = 0; i < 3; i++) t->state_formula[i] = 0;
     for (int c = 0; c < v; c++) {
         const int k = pp_stage_of(pp_schedule_vshape(opts->schedule), shape.pp, me.pp, c);
         const gpt_shape s = stage_shape(cfg, shape, me, k, S);
         double bytes[3];
-        dp_grads_state_bytes(&s, zero, cfg->precision, cfg->grad_precision, shape.dp, me.dp,
+        dp_grads_state_bytes(&s, zero, cfg->precision, cfg->grad_precision, group, group_rank,
                              bytes);
         for (int i = 0; i < 3; i++) t->state_formula[i] += bytes[i];
     }
 }
 
 /* This rank's traffic per group kind and the model state it holds after the loop. */
-static void measure_rank(const mesh *m, int timed_steps, mesh_rank_traffic *t) {
-    comm *groups[PIPELINE_GROUP_KINDS] = {m->tp, m->pp, m->dp, m->embedding};
-    for (int k = 0; k < PIPELINE_GROUP_KINDS; k++) {
+static void measure_rank(const pipeline_rank *r, int timed_steps, mesh_rank_traffic *t) {
+    const mesh *m = r->mesh;
+    comm *groups[PIPELINE_ALL_KINDS] = {m->tp, m->pp, r->par.grads, m->embedding, m->cp,
+                                        r->par.replicate};
+    for (int k = 0; k < PIPELINE_ALL_KINDS; k++) {
         if (!groups[k]) continue;
         comm_stats s = comm_stats_get(groups[k]);
         t->bytes[k] = (double)comm_stats_total_sent(&s) / timed_steps;
@@ -59,7 +65,7 @@ static void judge_bytes(mesh_extra *x, int world, run_result *row) {
     double worst = 0, largest = 0;
     for (int w = 0; w < world; w++) {
         double total = 0;
-        for (int k = 0; k < PIPELINE_GROUP_KINDS; k++) {
+        for (int k = 0; k < PIPELINE_ALL_KINDS; k++) {
             const double f = x->ranks[w].formula[k], b = x->ranks[w].bytes[k];
             const double error = f > 0 ? fabs(b / f - 1) : b;
             if (error > worst) worst = error;
@@ -84,7 +90,7 @@ static void mesh_measure(comm *world, pipeline_rank *r, void *ctx, strategy_outc
     const mesh_launch_args *a = ctx;
     const int W = comm_size(world);
     mesh_rank_traffic mine = {0};
-    measure_rank(r->mesh, out->result.timed_steps, &mine);
+    measure_rank(r, out->result.timed_steps, &mine);
     mesh_traffic_formula(a->cfg, a->shape, r->mesh->me, a->opts, &mine);
     mesh_rank_traffic *gathered = mem_alloc(MEM_OTHER, (size_t)W * sizeof *gathered);
     /* a rank's traffic is doubles only (mesh_train.h) */
@@ -102,8 +108,11 @@ static void mesh_rank_fn(comm *world, void *args, strategy_outcome *out) {
     const mesh_launch_args *a = args;
     mesh m;
     mesh_create(&m, world, a->shape);
-    const double drift = pp_train_on_mesh(world, &m, a->cfg, a->data, a->opts, "3d",
-                                          mesh_measure, args, out);
+    /* chapter 5's name for TP x PP x DP; with CP, SP or replicas: the mesh */
+    const int more = mesh_cp_size(&a->shape) > 1 || a->opts->sequence_parallel ||
+                     mesh_dp_replicate_size(&a->shape) > 1;
+    const double drift = pp_train_on_mesh(world, &m, a->cfg, a->data, a->opts,
+                                          more ? "mesh" : "3d", mesh_measure, args, out);
     mesh_extra *x = strategy_outcome_keeps(out) ? out->extra : NULL;
     if (x) x->tied_drift = drift;
     mesh_free(&m);
@@ -127,4 +136,10 @@ void mesh_extra_free(mesh_extra *x) {
 
 double mesh_worst_fraction_of_tolerance(const run_result *r) {
     return run_worst_fraction_of_tolerance(r, MESH_TOL_GRADS, MESH_TOL_LOSS, MESH_TOL_PARAMS);
+}
+
+run_tolerances mesh_run_tolerances(const run_config *cfg, mesh_shape shape,
+                                   const baseline_run *b) {
+    return tolerances_with_grads16(tp_run_tolerances(cfg, shape.tp, b), cfg,
+                                   shape.dp * mesh_cp_size(&shape), baseline_largest_grad(b));
 }

@@ -1,11 +1,12 @@
-/* Training on a TP x PP x DP mesh: every rank a pipeline stage's TP slice in one
- * data-parallel replica, composed from the library pieces (mesh.h, pipeline.h, the TP
- * layers inside the model's blocks). The outcome's extra (strategy_outcome.h) holds
+/* Training on a mesh (mesh.h): every rank a pipeline stage's TP slice (with --sp) of
+ * its CP chunk of every sequence in one data-parallel replica (ZeRO 0-3 over dp_shard x
+ * cp, HSDP across replicas), composed by parallelize.h and pipeline.h. The outcome's extra (strategy_outcome.h) holds
  * every rank's measured bytes per group kind next to its formula, and its model state
  * next to the ZeRO paper's. */
 #ifndef MESH_TRAIN_H
 #define MESH_TRAIN_H
 
+#include "baseline.h"
 #include "mesh.h"
 #include "pipeline.h"
 #include "strategy_outcome.h"
@@ -17,11 +18,11 @@
 #define MESH_TOL_PARAMS TOL_PARAMS
 
 /* One rank's measured bytes per step on each kind of group (pipeline.h: TP
- * all-reduces, PP sends, DP gradient reduction, the tied embedding's all-reduce), its
- * formula, its calls. */
+ * all-reduces, PP sends, DP gradient reduction, the tied embedding's all-reduce, CP's
+ * attention, HSDP's replicas), its formula, its calls. */
 typedef struct {
-    double bytes[PIPELINE_GROUP_KINDS], formula[PIPELINE_GROUP_KINDS];
-    double calls[PIPELINE_GROUP_KINDS];
+    double bytes[PIPELINE_ALL_KINDS], formula[PIPELINE_ALL_KINDS];
+    double calls[PIPELINE_ALL_KINDS];
     double state[3], state_formula[3];   /* params, grads, optimizer bytes held */
     double activations;                  /* peak activation bytes */
 } mesh_rank_traffic;
@@ -43,10 +44,16 @@ void mesh_extra_free(mesh_extra *x);
 void mesh_traffic_formula(const run_config *cfg, mesh_shape shape, mesh_coord me,
                           const pipeline_options *opts, mesh_rank_traffic *t);
 
-/* Launches t x p x d ranks (cfg->comm.ranks must equal it) and trains; rank0_out->extra,
+/* Launches the mesh's ranks (cfg->comm.ranks must equal it; parallelize_check first)
+ * and trains; rank0_out->extra,
  * when set, is a mesh_extra. Returns launch's status. */
 int mesh_launch(const run_config *cfg, const dataset *data, mesh_shape shape,
                 const pipeline_options *opts, strategy_outcome *rank0_out);
 double mesh_worst_fraction_of_tolerance(const run_result *r);
+/* The bounds a mesh's run is held to against baseline b in any precision: TP's
+ * (tp_run_tolerances), with 16-bit gradients (tolerances_with_grads16) the dp x cp
+ * ranks' partial gradients each rounded once. */
+run_tolerances mesh_run_tolerances(const run_config *cfg, mesh_shape shape,
+                                   const baseline_run *b);
 
 #endif

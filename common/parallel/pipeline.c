@@ -44,9 +44,10 @@ void pipeline_rank_init(pipeline_rank *r, comm *world, const mesh *m, const run_
     if (!r->schedule) comm_abort(world, "no %s schedule for pp %d, micro %d, virtual %d",
                                  pp_schedule_name(opts->schedule), p, opts->micro, v);
     const gpt_shape whole = tp_whole_shape(cfg, m);
-    const gpt_model_options model_opts = {
-        .tp = m->shape.tp > 1 ? m->tp : NULL, .precision = cfg->precision,
-        .drop_f_backward = opts->fault == PIPELINE_FAULT_DROP_F_BACKWARD};
+    const parallel_options par = pipeline_parallel_options(opts);
+    parallelize(&r->par, m, cfg, &par, micro_batch);
+    gpt_model_options model_opts = r->par.model;
+    model_opts.drop_f_backward = opts->fault == PIPELINE_FAULT_DROP_F_BACKWARD;
     r->chunks = mem_alloc(MEM_OTHER, (size_t)v * sizeof *r->chunks);
     for (int c = 0; c < v; c++) {
         const int stage = pp_virtual_stage(r->schedule, m->me.pp, c);
@@ -61,17 +62,20 @@ void pipeline_rank_init(pipeline_rank *r, comm *world, const mesh *m, const run_
                      m->me.dp * per_pipeline, dloss, opts->stage_seconds);
     r->exec.drop_weight_pass = opts->fault == PIPELINE_FAULT_DROP_WEIGHT_PASS && m->me.pp == 0;
     /* each dp group shards its own stage's TP slice; without DP nothing is sharded */
+    const dp_fault fault = opts->fault == PIPELINE_FAULT_SKIP_DP_REDUCE ? DP_FAULT_SKIP_GRAD_REDUCE
+                           : opts->fault == PIPELINE_FAULT_SKIP_DP_PARAM_GATHER
+                               ? DP_FAULT_SKIP_PARAM_ALLGATHER
+                           : opts->fault == PIPELINE_FAULT_SKIP_REPLICATE_REDUCE
+                               ? DP_FAULT_SKIP_REPLICATE_REDUCE
+                               : DP_FAULT_NONE;
     const dp_grads_options dp_opts = {
-        .zero = d > 1 ? opts->zero_stage : 0, .precision = cfg->precision,
+        .zero = r->par.zero, .precision = cfg->precision,
         .grad_precision = cfg->grad_precision, .step_grads_fp32 = 1,
-        .first_bucket_bytes = 1u << 20,
-        .bucket_bytes = 25u << 20, .quiet_alone = 1,
-        .fault = opts->fault == PIPELINE_FAULT_SKIP_DP_REDUCE         ? DP_FAULT_SKIP_GRAD_REDUCE
-                 : opts->fault == PIPELINE_FAULT_SKIP_DP_PARAM_GATHER ? DP_FAULT_SKIP_PARAM_ALLGATHER
-                                                                      : DP_FAULT_NONE};
+        .first_bucket_bytes = 1u << 20, .bucket_bytes = 25u << 20, .quiet_alone = 1,
+        .replicate = r->par.replicate, .fault = fault};
     r->dp = mem_alloc(MEM_OTHER, (size_t)v * sizeof *r->dp);
     for (int c = 0; c < v; c++) {
-        dp_grads_init(&r->dp[c], m->dp, &r->chunks[c].shape, cfg->seed, &dp_opts);
+        dp_grads_init(&r->dp[c], r->par.grads, &r->chunks[c].shape, cfg->seed, &dp_opts);
         point_stage_at_step(r, c);
     }
     r->metrics = comm_split(world, mesh_group_index(&m->shape, MESH_PP, comm_rank(world)),
@@ -89,6 +93,7 @@ void pipeline_rank_free(pipeline_rank *r) {
     }
     pp_executor_free(&r->exec);
     pp_schedule_free(r->schedule);
+    parallel_rank_free(&r->par);
     comm_free(r->metrics);
     mem_free(r->dp);
     mem_free(r->chunks);
@@ -142,10 +147,11 @@ static float pipeline_compute_grads(void *arg, int step, float loss_scale) {
         point_stage_at_step(r, c);
     }
     trace_end(m->pp);
-    /* the loss lives on the last stage, the same on its TP ranks: one of them counts it */
+    /* the loss lives on the last stage, the same on its TP ranks: one of them counts it;
+     * a CP rank's is its chunk's mean, of equal chunks */
     const int last = pp_virtual_stage(r->schedule, m->me.pp, r->opts.chunks - 1);
     const int counts = last == r->opts.chunks * m->shape.pp - 1 && m->me.tp == 0;
-    return counts ? loss / (float)m->shape.dp : 0.0f;
+    return counts ? loss / (float)(m->shape.dp * mesh_cp_size(&m->shape)) : 0.0f;
 }
 
 /* The whole model's vector from every rank's stages and slices, on world rank 0 (only
@@ -154,7 +160,7 @@ static float pipeline_compute_grads(void *arg, int step, float loss_scale) {
  * tensors), as seen on world rank 0. */
 static double gather_whole(pipeline_rank *r, pp_vector which, float *whole) {
     const mesh *m = r->mesh;
-    if (m->me.dp != 0) return 0;
+    if (m->me.dp != 0 || m->me.cp != 0) return 0;
     const gpt_shape mine = tp_whole_shape(r->cfg, m);
     float *slice = malloc(gpt_num_params(&mine) * sizeof(float));
     double drift = pp_gather_whole(m->pp, r->chunks, r->opts.chunks, which, slice);
@@ -225,7 +231,8 @@ static void pipeline_checkpoint_state(void *arg, ckpt_state *out) {
     pipeline_rank *r = arg;
     memset(out, 0, sizeof *out);
     for (int c = 0; c < r->opts.chunks && c < CKPT_MAX_PARTS; c++) {
-        out->parts[out->count++] = dp_grads_checkpoint_part(&r->dp[c], r->mesh->me.dp == 0);
+        out->parts[out->count++] = dp_grads_checkpoint_part(
+            &r->dp[c], r->mesh->me.dp == 0 && r->mesh->me.cp == 0);
         out->adam_steps[c] = &r->dp[c].adam_step;
     }
 }
@@ -246,31 +253,68 @@ double pipeline_gather_params(pipeline_rank *r, float *whole) {
 /* ---- what the formulas say --------------------------------------------------------------- */
 
 const char *pipeline_group_kind_name(pipeline_group_kind kind) {
-    static const char *const names[PIPELINE_GROUP_KINDS] = {"tp", "pp", "dp", "embedding"};
-    return kind >= 0 && kind < PIPELINE_GROUP_KINDS ? names[kind] : "?";
+    static const char *const names[PIPELINE_ALL_KINDS] = {"tp", "pp", "dp", "embedding", "cp",
+                                                          "dp_replicate"};
+    return kind >= 0 && kind < PIPELINE_ALL_KINDS ? names[kind] : "?";
 }
 
 static double ring(int n) { return n > 1 ? 2.0 * (n - 1) / n : 0.0; }
 
+parallel_options pipeline_parallel_options(const pipeline_options *opts) {
+    return (parallel_options){
+        .zero = opts->zero_stage, .sequence_parallel = opts->sequence_parallel,
+        .cp = opts->cp, .micro = opts->micro,
+        .grads_over_dp_only = opts->fault == PIPELINE_FAULT_GRADS_OVER_DP_ONLY};
+}
+
+/* HSDP: this rank's pieces of a stage slice all-reduced across r replicas, one call a
+ * slab, each counted as the ring's 2 (r-1)/r of its bytes in whole bytes. */
+static double replicate_bytes(const gpt_shape *s, int group, int group_rank, int r,
+                              double grad_bytes) {
+    if (r < 2) return 0;
+    shard_layout l;
+    shard_layout_init(&l, s, group, group_rank);
+    double total = 0;
+    for (int slab = 0; slab < l.num_slabs; slab++) {
+        const unsigned long long bytes = (unsigned long long)(l.piece_len[slab] * grad_bytes);
+        total += (double)(2ull * (unsigned)(r - 1) * bytes / (unsigned)r);
+    }
+    shard_layout_free(&l);
+    return total;
+}
+
+/* A stage slice's dp terms: its reduction over the gradients' group and (HSDP) the
+ * replicas. */
+static void dp_terms(const run_config *cfg, mesh_shape shape, mesh_coord me, int zero,
+                     const gpt_shape *s, double bytes[PIPELINE_ALL_KINDS]) {
+    const double act = (double)precision_bytes(cfg->precision);
+    const double grad = (double)precision_bytes(cfg->grad_precision);
+    /* DDP all-reduces the gradients; ZeRO reduce-scatters them (half a ring) and
+     * all-gathers the compute weights (the other half: 16-bit in mixed precision) */
+    const double dp_bytes_per_param = 0.5 * (grad + (zero == 0 ? grad : act));
+    int group, group_rank, replicas;
+    parallel_grads_groups(&shape, mesh_rank_of(&shape, me), zero, &group, &group_rank,
+                          &replicas);
+    bytes[PIPELINE_DP] += ring(group) * (double)gpt_num_params(s) * dp_bytes_per_param;
+    bytes[PIPELINE_DP_REPLICATE] += replicate_bytes(s, group, group_rank, replicas, grad);
+}
+
 void pipeline_bytes_formula(const run_config *cfg, mesh_shape shape, mesh_coord me,
-                            const pipeline_options *opts, double bytes[PIPELINE_GROUP_KINDS]) {
-    const int v = opts->chunks, S = v * shape.pp, m = opts->micro;
-    const double N = (double)cfg->batch / shape.dp / m * cfg->model.ctx;   /* tokens per micro */
+                            const pipeline_options *opts, double bytes[PIPELINE_ALL_KINDS]) {
+    const int v = opts->chunks, S = v * shape.pp, m = opts->micro, c = mesh_cp_size(&shape);
+    /* tokens per micro-batch on this rank: a CP rank's rows of its sequences */
+    const double N = (double)cfg->batch / shape.dp / m * cfg->model.ctx / c;
     const double C = cfg->model.dim, f32 = sizeof(float);
     /* activations and their gradients travel in the model's precision (the loss's
      * numbers in fp32), gradients in --grad-dtype's, the tied weight's in fp32 (summed
      * before the gradient is rounded) */
     const double act = (double)precision_bytes(cfg->precision);
-    const double grad = (double)precision_bytes(cfg->grad_precision);
-    const int zero = shape.dp > 1 ? opts->zero_stage : 0;
-    /* DDP all-reduces the gradients; ZeRO reduce-scatters them (half a ring) and
-     * all-gathers the compute weights (the other half: 16-bit in mixed precision) */
-    const double dp_bytes_per_param = 0.5 * (grad + (zero == 0 ? grad : act));
+    const int zero = shape.dp * c > 1 ? opts->zero_stage : 0;
     const mesh slice = {.shape = shape, .me = me};
-    for (int k = 0; k < PIPELINE_GROUP_KINDS; k++) bytes[k] = 0;
+    for (int k = 0; k < PIPELINE_ALL_KINDS; k++) bytes[k] = 0;
     const int vshape = pp_schedule_vshape(opts->schedule);
-    for (int c = 0; c < v; c++) {
-        const int k = pp_stage_of(vshape, shape.pp, me.pp, c);
+    for (int ch = 0; ch < v; ch++) {
+        const int k = pp_stage_of(vshape, shape.pp, me.pp, ch);
         int before = -1, after = -1, chunk;   /* the ranks of stages k - 1 and k + 1 */
         if (k > 0) pp_place_of(vshape, shape.pp, k - 1, &before, &chunk);
         if (k < S - 1) pp_place_of(vshape, shape.pp, k + 1, &after, &chunk);
@@ -283,10 +327,18 @@ void pipeline_bytes_formula(const run_config *cfg, mesh_shape shape, mesh_coord 
         /* a V's turn (stages p-1 and p on one rank) is no message */
         bytes[PIPELINE_PP] += m * N * C * act * ((after >= 0 && after != me.pp) +
                                                  (before >= 0 && before != me.pp));
-        bytes[PIPELINE_DP] += ring(shape.dp) * (double)gpt_num_params(&s) * dp_bytes_per_param;
+        dp_terms(cfg, shape, me, zero, &s, bytes);
         if (shape.pp > 1 && !vshape && (s.has_embed || s.has_head))
             bytes[PIPELINE_EMBEDDING] += ring(2) * (double)gpt_tied_weight_numel(&s) * f32;
+        if (c > 1)
+            bytes[PIPELINE_CP] += gpt_stage_layers(&s) *
+                                  cp_attention_bytes_formula(opts->cp.kind, c, (int)(N * c / cfg->model.ctx),
+                                                             cfg->model.ctx, s.dim_local);
     }
+    if (opts->sequence_parallel)
+        bytes[PIPELINE_TP] += tp_sequence_bytes_added(&cfg->model, cfg->precision,
+                                                      cfg->batch / shape.dp, cfg->model.ctx,
+                                                      shape.tp);
 }
 
 /* ---- what was measured ---------------------------------------------------------------- */

@@ -23,6 +23,7 @@
 
 #include "dp_grads.h"
 #include "mesh.h"
+#include "parallelize.h"
 #include "pp_execute.h"
 #include "pp_schedule.h"
 #include "pp_stage.h"
@@ -38,6 +39,8 @@ typedef enum {
     PIPELINE_FAULT_DROP_F_BACKWARD,   /* TP: f's backward all-reduce left out */
     PIPELINE_FAULT_SKIP_DP_PARAM_GATHER,   /* ZeRO-1/2: updated pieces not all-gathered */
     PIPELINE_FAULT_DROP_WEIGHT_PASS,  /* split backward: rank 0 skips its first W a step */
+    PIPELINE_FAULT_GRADS_OVER_DP_ONLY,     /* CP: gradients summed over dp, not dp x cp */
+    PIPELINE_FAULT_SKIP_REPLICATE_REDUCE,  /* HSDP: replicas keep their own sums */
 } pipeline_fault;
 
 typedef struct {
@@ -46,6 +49,8 @@ typedef struct {
     int chunks;               /* v: model chunks per rank (interleaved), else 1 */
     double stage_seconds;     /* the compute model (pp_execute.h); 0: off */
     int zero_stage;           /* ZeRO across the dp group (dp_grads.h): 0 DDP .. 3 FSDP */
+    int sequence_parallel;    /* --sp on the tp group (one stage) */
+    cp_options cp;            /* the cp group's attention (a mesh with cp > 1) */
     pipeline_fault fault;
 } pipeline_options;
 
@@ -53,6 +58,7 @@ typedef struct {
     const run_config *cfg;
     const mesh *mesh;
     pipeline_options opts;
+    parallel_rank par;        /* the model's options and the gradients' groups */
     pp_schedule *schedule;
     pp_stage *chunks;         /* [v] */
     pp_executor exec;
@@ -97,13 +103,20 @@ void pipeline_measure(pipeline_rank *r, pipeline_measures *pm);
  *   dp         the stage slice's P floats, 2 (d-1)/d P x 4 B at every ZeRO stage: DDP's
  *              all-reduce, or ZeRO-1/2's reduce-scatter and all-gather, or ZeRO-3's
  *              all-gather (once per step) and reduce-scatter
- *   embedding  the tied embedding's gradient between the first and last stage */
+ *   embedding  the tied embedding's gradient between the first and last stage
+ * and, on a mesh with them (parallelize.h): tp and pp on a CP rank's T/cp rows,
+ *   dp         over dp x cp (ZeRO: dp_shard x cp), the ring of that many ranks
+ *   cp         the attention's K/V blocks or all-to-alls (cp_attention_bytes_formula)
+ *   dp_replicate  HSDP: each reduced piece all-reduced across the replicas */
 typedef enum {
-    PIPELINE_TP, PIPELINE_PP, PIPELINE_DP, PIPELINE_EMBEDDING, PIPELINE_GROUP_KINDS
+    PIPELINE_TP, PIPELINE_PP, PIPELINE_DP, PIPELINE_EMBEDDING, PIPELINE_GROUP_KINDS,
+    PIPELINE_CP = PIPELINE_GROUP_KINDS, PIPELINE_DP_REPLICATE, PIPELINE_ALL_KINDS
 } pipeline_group_kind;
 const char *pipeline_group_kind_name(pipeline_group_kind kind);
 void pipeline_bytes_formula(const run_config *cfg, mesh_shape shape, mesh_coord me,
-                            const pipeline_options *opts, double bytes[PIPELINE_GROUP_KINDS]);
+                            const pipeline_options *opts, double bytes[PIPELINE_ALL_KINDS]);
+/* parallelize's options for a pipeline's run. */
+parallel_options pipeline_parallel_options(const pipeline_options *opts);
 
 /* Collective over world: the whole model's parameters on world rank 0's host
  * (`whole`: gpt_num_params of the unsplit model; NULL elsewhere). Returns the largest

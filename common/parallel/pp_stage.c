@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "cp_split.h"
 #include "floats.h"
 #include "ops.h"
 #include "ops_mixed.h"
@@ -16,11 +17,16 @@ enum { TAG_ACTIVATION = 1, TAG_GRADIENT = 2 };
 void pp_stage_init(pp_stage *st, comm *pp, const gpt_shape *whole, int stage, int stages,
                    int micro_batch, int T, int max_in_flight, uint64_t seed,
                    const gpt_model_options *model_opts, int owns_state) {
+    gpt_model_options opts = model_opts ? *model_opts : (gpt_model_options){0};
     *st = (pp_stage){.stage = stage, .stages = stages, .shape = *whole, .pp = pp,
-                     .micro_batch = micro_batch, .T = T, .owns_state = owns_state};
+                     .micro_batch = micro_batch, .T = T, .owns_state = owns_state,
+                     .span = opts.positions, .T_whole = T};
+    if (st->span) {   /* a CP rank: the span's rows of whole sequences */
+        st->T = T = position_span_rows(st->span);
+        st->whole_batch = mem_alloc(MEM_OTHER, 2 * (size_t)micro_batch * st->T_whole * sizeof(int));
+    }
     gpt_shape_split_stages(&st->shape, stages, stage);
     st->boundary_numel = (size_t)micro_batch * T * whole->cfg.dim;
-    gpt_model_options opts = model_opts ? *model_opts : (gpt_model_options){0};
     st->precision = opts.precision;
     if (owns_state) {
         replica_init(&st->rep, &st->shape, seed, 1);
@@ -35,6 +41,7 @@ void pp_stage_init(pp_stage *st, comm *pp, const gpt_shape *whole, int stage, in
 
 void pp_stage_free(pp_stage *st) {
     gpt_model_free(st->model);
+    mem_free(st->whole_batch);
     if (st->owns_state) replica_free(&st->rep);
     st->model = NULL;
 }
@@ -79,10 +86,25 @@ void pp_send_input_grad(pp_stage *st, const void *dx) {
               pp_stage_rank_of(st, st->stage - 1), TAG_GRADIENT);
 }
 
+/* A CP rank's rows of the micro-batch's whole sequences, tokens and targets. */
+static void load_span(pp_stage *st, const dataset *data, const run_config *cfg, int step,
+                      int first) {
+    const int B = st->micro_batch, T = st->T_whole;
+    int *tokens = st->whole_batch, *targets = st->whole_batch + (size_t)B * T;
+    dataset_batch(data, cfg->seed, step, first, B, T, tokens, targets);
+    int *rows = gpt_host_batch(st->model);
+    const size_t n = (size_t)B * st->T;
+    cp_span_rows(st->span, B, T, tokens, rows);
+    cp_span_rows(st->span, B, T, targets, rows + n);
+    gpt_set_batch(st->model, rows, rows + n);
+}
+
 float pp_forward(pp_stage *st, int slot, const dataset *data, const run_config *cfg,
                  int step, int first) {
     gpt_use_slot(st->model, slot);
-    if (pp_stage_is_first(st) || pp_stage_is_last(st))
+    if (st->span && (pp_stage_is_first(st) || pp_stage_is_last(st)))
+        load_span(st, data, cfg, step, first);
+    else if (pp_stage_is_first(st) || pp_stage_is_last(st))
         load_batch(st->model, data, cfg, step, first, st->micro_batch);
     return gpt_forward(st->model, st->rep.compute);
 }

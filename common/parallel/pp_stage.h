@@ -36,10 +36,16 @@ typedef struct {
     precision precision;   /* of the model: its boundary tensors travel in it */
     int drop_input_grad;   /* negative control: sends zeros instead of d(input) */
     int vshape;            /* the chunks are placed in a V (pp_schedule.h) */
+    /* A CP rank (model_opts' positions set): its model holds the span's rows of each
+     * sequence (T of them), read from whole sequences of T_whole tokens staged here. */
+    const position_span *span;
+    int T_whole;
+    int *whole_batch;      /* host: tokens and targets of micro_batch whole sequences */
 } pp_stage;
 
 /* Makes virtual stage `stage` of `stages` over the pipeline group pp: blocks split as
- * gpt_shape_split_stages does, from `whole` (the model, possibly a TP slice).
+ * gpt_shape_split_stages does, from `whole` (the model, possibly a TP slice). T: the
+ * sequence's tokens (with model_opts' positions, a CP span: the model holds its rows).
  * max_in_flight: micro-batch slots to allow. model_opts may be NULL. owns_state: rep
  * is the stage's own replica (parameters, gradients, AdamW moments; in mixed precision
  * replica_compute_params at each step's start rounds its compute weights); 0: rep

@@ -57,9 +57,9 @@ static double busiest_bytes_formula(const run_config *cfg, const mesh *m,
                                     const pipeline_options *opts) {
     double most = 0;
     for (int k = 0; k < mesh_world(&m->shape); k++) {
-        double bytes[PIPELINE_GROUP_KINDS], total = 0;
+        double bytes[PIPELINE_ALL_KINDS], total = 0;
         pipeline_bytes_formula(cfg, m->shape, mesh_coord_of(&m->shape, k), opts, bytes);
-        for (int i = 0; i < PIPELINE_GROUP_KINDS; i++) total += bytes[i];
+        for (int i = 0; i < PIPELINE_ALL_KINDS; i++) total += bytes[i];
         if (total > most) most = total;
     }
     return most;

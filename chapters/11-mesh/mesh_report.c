@@ -1,0 +1,150 @@
+/* Chapter 11's tables: the mesh in rank order, bytes per group and memory per rank,
+ * each next to its formula (mesh_chapter.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mesh_chapter.h"
+#include "report.h"
+
+/* The dense layers' axes, fastest first, then the expert layers' (mesh.h). */
+static const mesh_group_kind layout_kinds[] = {MESH_TP,          MESH_CP,      MESH_DP_SHARD,
+                                               MESH_DP_REPLICATE, MESH_PP,     MESH_DP_CP,
+                                               MESH_DP_SHARD_CP, MESH_EP,      MESH_EXPERT_DP};
+enum { LAYOUT_KINDS = sizeof layout_kinds / sizeof layout_kinds[0] };
+
+static void print_groups(const mesh_shape *s) {
+    printf("\n  %-12s %6s %7s   first group (ranks)\n", "group", "size", "groups");
+    for (int i = 0; i < LAYOUT_KINDS; i++) {
+        const mesh_group_kind k = layout_kinds[i];
+        int *members = malloc((size_t)mesh_world(s) * sizeof(int));
+        const int n = mesh_group_members(s, k, 0, members);
+        printf("  %-12s %6d %7d   ", mesh_group_kind_name(k), n, mesh_group_count(s, k));
+        for (int j = 0; j < n && j < 16; j++) printf("%s%d", j ? " " : "", members[j]);
+        printf("%s\n", n > 16 ? " ..." : "");
+        free(members);
+    }
+}
+
+void mesh_print_layout(const mesh_shape *s) {
+    const int world = mesh_world(s);
+    printf("\nThe mesh in rank order (tp fastest, then cp, dp_shard, dp_replicate, pp;"
+           " expert layers: ep and expert_dp over cp x dp)\n");
+    printf("  %5s %3s %3s %8s %12s %3s | %3s %9s\n", "rank", "tp", "cp", "dp_shard",
+           "dp_replicate", "pp", "ep", "expert_dp");
+    for (int w = 0; w < world; w++) {
+        if (world > 40 && w == 32) {
+            printf("  ...\n");
+            w = world - 4;
+        }
+        const mesh_coord c = mesh_coord_of(s, w);
+        printf("  %5d %3d %3d %8d %12d %3d | %3d %9d\n", w, c.tp, c.cp, c.dp_shard,
+               c.dp_replicate, c.pp, c.ep, c.expert_dp);
+    }
+    print_groups(s);
+}
+
+void mesh_print_only(const mesh_shape *s, int json) {
+    if (!json) {
+        printf("Mesh of %d ranks: tp %d x cp %d x dp %d (dp_shard %d x dp_replicate %d) x pp"
+               " %d, ep %d\n", mesh_world(s), s->tp, mesh_cp_size(s), s->dp,
+               mesh_dp_shard_size(s), mesh_dp_replicate_size(s), s->pp, mesh_ep_size(s));
+        mesh_print_layout(s);
+        return;
+    }
+    printf("{\"world\": %d, \"tp\": %d, \"cp\": %d, \"dp\": %d, \"dp_shard\": %d, "
+           "\"dp_replicate\": %d, \"pp\": %d, \"ep\": %d, \"groups\": {", mesh_world(s), s->tp,
+           mesh_cp_size(s), s->dp, mesh_dp_shard_size(s), mesh_dp_replicate_size(s), s->pp,
+           mesh_ep_size(s));
+    for (int i = 0; i < LAYOUT_KINDS; i++) {
+        const mesh_group_kind k = layout_kinds[i];
+        printf("%s\"%s\": {\"size\": %d, \"count\": %d}", i ? ", " : "", mesh_group_kind_name(k),
+               mesh_group_members(s, k, 0, NULL), mesh_group_count(s, k));
+    }
+    printf("}}\n");
+}
+
+/* What each kind moves, for the table's last column. */
+static const char *const what_moves[PIPELINE_ALL_KINDS] = {
+    "TP's all-reduces (SP: all-gathers and reduce-scatters) of the rows",
+    "activations forward and gradients back between stages",
+    "gradients over dp x cp (ZeRO: reduce-scatter + all-gather over dp_shard x cp)",
+    "the tied embedding's gradient, first and last stage",
+    "ring: K/V blocks round the cp ranks; Ulysses: all-to-alls",
+    "HSDP: each reduced gradient piece all-reduced across the replicas"};
+
+void mesh_print_bytes(const mesh_extra *x, int world) {
+    char a[32], b[32];
+    printf("\nBytes each rank sends per step, by group (measured / formula)\n  %5s", "rank");
+    for (int k = 0; k < PIPELINE_ALL_KINDS; k++)
+        printf(" %23s", pipeline_group_kind_name(k));
+    printf("\n");
+    for (int w = 0; w < world; w++) {
+        if (world > 16 && w == 8) {
+            printf("  ...\n");
+            w = world - 2;
+        }
+        const mesh_rank_traffic *t = &x->ranks[w];
+        printf("  %5d", w);
+        for (int k = 0; k < PIPELINE_ALL_KINDS; k++)
+            printf(" %11s/%-11s", report_bytes(t->bytes[k], a), report_bytes(t->formula[k], b));
+        printf("\n");
+    }
+    for (int k = 0; k < PIPELINE_ALL_KINDS; k++)
+        printf("  %-13s %s\n", pipeline_group_kind_name(k), what_moves[k]);
+    printf("  largest |measured / formula - 1| over all ranks and groups: %.1e\n",
+           x->worst_bytes_error);
+}
+
+void mesh_print_memory(const mesh_extra *x, int world, const run_config *cfg) {
+    char s[6][32], act[32];
+    printf("\nModel state per rank by tag, measured | formula (dp_grads_state_bytes: ZeRO-%d"
+           " over dp_shard x cp, %s compute weights, %s gradients, fp32 optimizer)\n",
+           x->opts.zero_stage, precision_name(cfg->precision),
+           precision_name(cfg->grad_precision));
+    printf("  %5s %10s %10s %10s | %10s %10s %10s %12s\n", "rank", "params", "grads",
+           "optimizer", "params", "grads", "optimizer", "activations");
+    for (int w = 0; w < world; w++) {
+        if (world > 16 && w == 8) {
+            printf("  ...\n");
+            w = world - 2;
+        }
+        const mesh_rank_traffic *t = &x->ranks[w];
+        for (int i = 0; i < 3; i++) {
+            report_bytes(t->state[i], s[i]);
+            report_bytes(t->state_formula[i], s[3 + i]);
+        }
+        printf("  %5d %10s %10s %10s | %10s %10s %10s %12s\n", w, s[0], s[1], s[2], s[3],
+               s[4], s[5], report_bytes(t->activations, act));
+    }
+}
+
+char *mesh_json(const mesh_extra *x, int world, const mesh_args *a) {
+    double largest[PIPELINE_ALL_KINDS] = {0}, formula[PIPELINE_ALL_KINDS] = {0};
+    int state_equal = 1;
+    for (int w = 0; w < world; w++) {
+        for (int k = 0; k < PIPELINE_ALL_KINDS; k++)
+            if (x->ranks[w].bytes[k] >= largest[k])
+                largest[k] = x->ranks[w].bytes[k], formula[k] = x->ranks[w].formula[k];
+        for (int i = 0; i < 3; i++)
+            state_equal &= x->ranks[w].state[i] == x->ranks[w].state_formula[i];
+    }
+    const size_t room = 2048;
+    char *s = malloc(room);
+    int n = snprintf(s, room, "\"mesh\": {\"tp\": %d, \"sp\": %d, \"cp\": %d, \"dp_shard\": "
+                     "%d, \"dp_replicate\": %d, \"pp\": %d, \"ep\": %d}, \"schedule\": \"%s\", "
+                     "\"micro\": %d, \"zero\": %d, \"bytes_per_group_kind\": {",
+                     x->shape.tp, a->sp, mesh_cp_size(&x->shape), mesh_dp_shard_size(&x->shape),
+                     mesh_dp_replicate_size(&x->shape), x->shape.pp, mesh_ep_size(&x->shape),
+                     pp_schedule_name(x->opts.schedule), x->opts.micro, x->opts.zero_stage);
+    for (int k = 0; k < PIPELINE_ALL_KINDS; k++)
+        n += snprintf(s + n, room - n, "%s\"%s\": %.0f", k ? ", " : "",
+                      pipeline_group_kind_name(k), largest[k]);
+    n += snprintf(s + n, room - n, "}, \"bytes_formula_per_group_kind\": {");
+    for (int k = 0; k < PIPELINE_ALL_KINDS; k++)
+        n += snprintf(s + n, room - n, "%s\"%s\": %.0f", k ? ", " : "",
+                      pipeline_group_kind_name(k), formula[k]);
+    snprintf(s + n, room - n, "}, \"worst_bytes_error\": %g, \"state_equals_formula\": %s",
+             x->worst_bytes_error, state_equal ? "true" : "false");
+    return s;
+}

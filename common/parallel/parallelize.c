@@ -1,0 +1,127 @@
+/* One rank's model options and gradient groups from the mesh (parallelize.h). */
+#include "parallelize.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "tp_train.h"
+
+#define REFUSE(...) return snprintf(why, why_len, __VA_ARGS__), why
+
+/* CP's chunks: equal spans of the sequence, whole heads for Ulysses, the CPU. */
+static const char *check_cp(const run_config *cfg, const mesh_shape *s,
+                            const parallel_options *o, char *why, size_t why_len) {
+    const int c = mesh_cp_size(s), T = cfg->model.ctx, H = cfg->model.heads / s->tp;
+    const int balanced = o->cp.kind == CP_RING && o->cp.split == CP_BALANCED;
+    const int pieces = balanced ? 2 * c : c;
+    if (c == 1) return NULL;
+    if (T % pieces)
+        REFUSE("--ctx %d does not split into %d equal chunks (--cp %d%s): use a ctx that is a"
+               " multiple of %d", T, pieces, c, balanced ? " balanced: 2 chunks per rank" : "",
+               pieces);
+    if (o->cp.kind == CP_ULYSSES && H % c)
+        REFUSE("--cp %d does not divide --heads %d%s (Ulysses gives each rank heads/cp whole"
+               " heads): use a CP size that divides %d, or --cp-attention ring", c,
+               H, s->tp > 1 ? " / --tp" : "", H);
+    if (o->cp.kind == CP_ULYSSES && o->cp.split == CP_BALANCED)
+        REFUSE("--cp-split balanced is for ring attention: Ulysses sees the whole sequence on"
+               " its heads, so no rank waits on the causal mask");
+    return NULL;
+}
+
+static const gpt_attention_hook some_attention;   /* stands for the CP group's */
+
+/* What the model refuses of the options rank 0 would make, in its own words. */
+static const char *check_model(const run_config *cfg, const mesh_shape *s,
+                               const parallel_options *o, char *why, size_t why_len) {
+    const int c = mesh_cp_size(s);
+    gpt_shape shape = gpt_shape_make(&cfg->model, s->tp, 0);
+    tp_split_vocab(&shape, s->tp, cfg->precision);
+    const position_span span = cp_span_of(cfg->model.ctx, c, 0, o->cp.split);
+    const gpt_model_options m = {.precision = cfg->precision,
+                                 .sequence_parallel = o->sequence_parallel,
+                                 .attention = c > 1 ? &some_attention : NULL,
+                                 .positions = c > 1 ? &span : NULL,
+                                 .max_slots = o->micro > 0 ? o->micro : 1};
+    char model_why[200];
+    if (!gpt_model_options_check(&shape, c > 1 ? position_span_rows(&span) : cfg->model.ctx,
+                                 &m, model_why, sizeof model_why))
+        return NULL;
+    REFUSE("--tp %d%s --cp %d in %s%s: the model refuses it (%s)", s->tp,
+           o->sequence_parallel ? " --sp" : "", c, precision_name(cfg->precision),
+           o->micro > 1 ? " with micro-batches" : "", model_why);
+}
+
+/* The batch over the data-parallel groups, in CP's words where there is CP. */
+static const char *check_batch(const run_config *cfg, const mesh_shape *s, int world,
+                               int micro, char *why, size_t why_len) {
+    const int c = mesh_cp_size(s);
+    if (cfg->batch % (s->dp * micro) == 0) return NULL;
+    if (c > 1)
+        REFUSE("--batch %d does not split over %d data-parallel groups (%d ranks / --cp %d%s)",
+               cfg->batch, s->dp, world, c, s->tp > 1 ? " / --tp" : "");
+    REFUSE("--batch %d does not split over --dp %d%s", cfg->batch, s->dp,
+           micro > 1 ? " x the micro-batches" : "");
+}
+
+const char *parallelize_check(const run_config *cfg, const mesh_shape *shape, int world,
+                              const parallel_options *o, char *why, size_t why_len) {
+    const mesh_shape *s = shape;
+    if (mesh_cp_size(s) > 1 && cfg->comm.device == DEVICE_CUDA)
+        REFUSE("--device cuda: context parallelism runs on the CPU here (its blockwise"
+               " attention has no CUDA kernels yet): give --device cpu");
+    if (s->tp < 1 || cfg->model.heads % s->tp)
+        REFUSE("--tp %d does not divide --heads %d", s->tp, cfg->model.heads);
+    const mesh_config mc = {.shape = *shape, .world = world, .trains = 1};
+    if (mesh_check(&mc, why, why_len)) return why;
+    if (mesh_ep_size(s) > 1)
+        REFUSE("--ep %d: expert parallelism trains on its own EP x DP trainer so far"
+               " (chapter 10), not on the mesh", mesh_ep_size(s));
+    if (o->sequence_parallel && !tp_sequence_check(cfg, s->tp, why, why_len)) return why;
+    if (o->sequence_parallel && s->pp > 1)
+        REFUSE("--sp with --pp %d: sequence parallelism runs on a whole model (one stage)"
+               " so far", s->pp);
+    if (check_cp(cfg, s, o, why, why_len)) return why;
+    if (check_batch(cfg, s, world, o->micro > 0 ? o->micro : 1, why, why_len)) return why;
+    return check_model(cfg, s, o, why, why_len);
+}
+
+void parallel_grads_groups(const mesh_shape *shape, int rank, int zero, int *group,
+                           int *group_rank, int *replicas) {
+    const int all = mesh_cp_size(shape) * shape->dp;
+    const mesh_group_kind kind = zero > 0 && all > 1 ? MESH_DP_SHARD_CP : MESH_DP_CP;
+    *group = mesh_group_members(shape, kind, 0, NULL);
+    *group_rank = mesh_group_rank(shape, kind, rank);
+    *replicas = kind == MESH_DP_SHARD_CP ? mesh_dp_replicate_size(shape) : 1;
+}
+
+void parallelize(parallel_rank *p, const mesh *m, const run_config *cfg,
+                 const parallel_options *o, int B) {
+    const int c = mesh_cp_size(&m->shape), T = cfg->model.ctx;
+    memset(p, 0, sizeof *p);
+    const gpt_shape shape = gpt_shape_make(&cfg->model, m->shape.tp, m->me.tp);
+    p->span = cp_span_of(T, c, m->me.cp, o->cp.split);
+    p->rows = c > 1 ? position_span_rows(&p->span) : T;
+    if (c > 1) {
+        p->attention = cp_attention_create(m->cp, &o->cp, B, T, shape.dim_local,
+                                           shape.heads_local);
+        p->hook = cp_attention_hook_create(p->attention, cfg->model.layers);
+    }
+    p->model = (gpt_model_options){
+        .precision = cfg->precision, .tp = m->shape.tp > 1 ? m->tp : NULL,
+        .sequence_parallel = o->sequence_parallel,
+        .attention = p->hook ? cp_attention_hook_of(p->hook) : NULL,
+        .positions = c > 1 ? &p->span : NULL};
+    const int all = comm_size(m->dp_cp);
+    p->zero = all > 1 ? o->zero : 0;
+    p->grads = p->zero > 0 ? m->dp_shard_cp : m->dp_cp;
+    p->replicate = p->zero > 0 ? m->dp_replicate : NULL;
+    if (o->grads_over_dp_only) p->grads = p->zero > 0 ? m->dp_shard : m->dp;
+}
+
+void parallel_rank_free(parallel_rank *p) {
+    cp_attention_hook_free(p->hook);
+    cp_attention_free(p->attention);
+    memset(p, 0, sizeof *p);
+}
+#undef REFUSE

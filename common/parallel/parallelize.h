@@ -1,0 +1,67 @@
+/* One rank's parallel setup, from the mesh (mesh.h) and the run: what its model is
+ * made with and which groups its gradients are reduced over, for every dimension at
+ * once, as torchtitan's parallelize applies TP, CP and FSDP to one model.
+ *
+ *   tp   the model's Megatron slice on the tp group (model.h), --sp: its LayerNorms
+ *        and residual stream on T/tp positions (sequence parallelism)
+ *   cp   every sequence cut into the cp ranks' spans (cp_split.h); the model's
+ *        attention core the CP group's (ring or Ulysses, cp_attention_hook.h)
+ *   dp   the dense gradients summed over dp x cp (a token's gradient is a gradient,
+ *        wherever its chunk sat), by one dp_grads.h piece: ZeRO 1-3 shard over
+ *        dp_shard x cp, as Megatron shards the dense optimizer over dp with cp folded
+ *        in; with replicas (dp_replicate > 1, HSDP) each reduced piece is then
+ *        all-reduced across them. ZeRO 0 all-reduces over dp x cp at once.
+ *   pp   the stages (pipeline.h), which the caller cuts.
+ *
+ * Expert parallelism (MoE) trains apart so far (ep_train.h): parallelize_check
+ * refuses a mesh with ep > 1. */
+#ifndef PARALLELIZE_H
+#define PARALLELIZE_H
+#include <stddef.h>
+
+#include "cp_attention.h"
+#include "cp_attention_hook.h"
+#include "mesh.h"
+#include "model.h"
+#include "run_config.h"
+
+/* What the run asks beyond the mesh's sizes. */
+typedef struct {
+    int zero;                 /* 0 (DDP) .. 3 (FSDP): over dp_shard x cp */
+    int sequence_parallel;    /* --sp: Megatron SP on the tp group */
+    cp_options cp;            /* how the cp ranks' attention crosses the chunks */
+    int micro;                /* micro-batches per step (pipeline); 0: 1 */
+    int grads_over_dp_only;   /* negative control: dense gradients summed over dp alone,
+                                 not dp x cp */
+} parallel_options;
+
+typedef struct {
+    gpt_model_options model;  /* precision, tp, SP, CP's attention and positions */
+    position_span span;       /* this rank's positions of each sequence (cp > 1) */
+    int rows;                 /* rows of a sequence on this rank: ctx / cp */
+    cp_attention *attention;  /* cp > 1, else NULL */
+    cp_attention_hook *hook;
+    comm *grads;              /* dp_grads' group: dp x cp (ZeRO 0) or dp_shard x cp */
+    comm *replicate;          /* HSDP's replicas (ZeRO 1-3), else NULL */
+    int zero;                 /* what dp_grads runs: 0 where dp x cp is one rank */
+} parallel_rank;
+
+/* Why cfg's model cannot be trained on this mesh this way (the mesh's sizes and
+ * splits, CP's chunks and heads, SP, the batch, and what the model itself refuses,
+ * with its reason): one line in why, returned; NULL when it can. Needs no ranks. */
+const char *parallelize_check(const run_config *cfg, const mesh_shape *shape, int world,
+                              const parallel_options *o, char *why, size_t why_len);
+
+/* This rank's setup on m (collective over nothing; the CP attention keeps m->cp).
+ * B: sequences a micro-batch holds on this rank. p must stay where it is while the
+ * model lives (model.positions points into it). */
+void parallelize(parallel_rank *p, const mesh *m, const run_config *cfg,
+                 const parallel_options *o, int B);
+void parallel_rank_free(parallel_rank *p);
+
+/* The dp_grads group's size and this rank's place in it, and the replicas', for a rank
+ * of the mesh (the formulas: no communicators). */
+void parallel_grads_groups(const mesh_shape *shape, int rank, int zero, int *group,
+                           int *group_rank, int *replicas);
+
+#endif
