@@ -10,6 +10,7 @@
 #include "pp_execute.h"
 #include "small_model.h"
 #include "strategy_runs.h"
+#include "tp_train.h"
 
 static run_config small_config(void) {
     run_config cfg = small_model_config(8, check_world_size());
@@ -45,6 +46,46 @@ START_TEST(every_schedule_matches_the_baseline) {
     }
     check_agree(&v);
     baseline_free(b);
+    dataset_free(d);
+}
+END_TEST
+
+/* The V-shaped schedules across processes: zb-v at m = p and 2p, dualpipev at 2p and 4p
+ * (DeepSeek's DualPipeV refuses m < 2p), fp32 and bf16 (the pipelines' 16-bit bounds, as
+ * test_pp_vshape). 2p layers, a batch of 16. */
+START_TEST(the_v_shapes_match_the_baseline) {
+    const int N = check_world_size();
+    const pp_schedule_kind kinds[] = {PP_ZB_V, PP_DUALPIPE_V};
+    const precision precisions[] = {PRECISION_FP32, PRECISION_BF16};
+    dataset *d = dataset_builtin();
+    check_verdict v = {0};
+    for (int i = 0; i < 2; i++) {
+        run_config cfg = small_model_config(2 * N, N);
+        cfg.comm.timeout_seconds = 60;
+        cfg.batch = 16;
+        cfg.precision = precisions[i];
+        baseline_run *b = process_hosts_rank0() ? baseline_train(&cfg, d) : NULL;
+        const run_tolerances t = b ? tp_run_tolerances(&cfg, 1, b) : (run_tolerances){0};
+        for (int k = 0; k < 2; k++) {
+            const int least = kinds[k] == PP_DUALPIPE_V ? 2 * N : N;
+            for (int m = least; m <= 2 * least; m *= 2) {
+                pp_result *o = launch_pp(&cfg, d, 0, (pipeline_options){
+                    .schedule = kinds[k], .micro = m, .chunks = 2}, b);
+                if (b) {
+                    const run_result *r = &o->run.result;
+                    printf("mpi %-12s %s p=%d m=%2d: max |diff| loss %.2e grads %.2e params"
+                           " %.2e (bounds %.0e %.0e %.0e)\n", r->strategy,
+                           precision_name(cfg.precision), N, m, r->diff_loss, r->diff_grads,
+                           r->diff_params, t.loss, t.grads, t.params);
+                    check_expect(&v, r->diff_grads <= t.grads && r->diff_loss <= t.loss &&
+                                         r->diff_params <= t.params && o->x.tied_drift == 0);
+                }
+                pp_result_free(o);
+            }
+        }
+        baseline_free(b);
+    }
+    check_agree(&v);
     dataset_free(d);
 }
 END_TEST
@@ -117,6 +158,9 @@ int main(void) {
     Suite *s = suite_create("mpi_chapter4");
     TCase *tc = tcase_create("pipeline");
     tcase_add_test(tc, every_schedule_matches_the_baseline);
+    check_add_test_where(tc, the_v_shapes_match_the_baseline,
+                         check_world_size() == 2 || check_world_size() == 4,
+                         "p = 2 and 4, as test_pp_vshape");
     check_add_test_where(tc, a_dropped_activation_gradient_fails, check_world_size() >= 2,
                          "one stage sends no input gradient");
     check_add_test_where(tc, a_large_send_moves_while_its_sender_waits_out_a_pass,

@@ -132,7 +132,10 @@ START_TEST(every_size_runs_in_dependency_order) {
         for (int p = 1; p <= 6; p++)
             for (int m = 1; m <= 3 * p; m++) {
                 char why[256];
-                if (!pp_validate(vshapes[k], p, m, 2, 2 * p, m, why, sizeof why)) continue;
+                const int valid = pp_validate(vshapes[k], p, m, 2, 2 * p, m, why, sizeof why);
+                /* dualpipev: m >= 2p, DeepSeek's DualPipeV's assertion; zb-v any m */
+                ck_assert_int_eq(valid, vshapes[k] == PP_ZB_V || m >= 2 * p);
+                if (!valid) continue;
                 pp_schedule *s = pp_schedule_make(vshapes[k], p, m, 2, PP_COMM_ORDERED);
                 for (int seq = 0; seq <= 1; seq++) {
                     pp_sim_result res = simulate_checked(s, seq);

@@ -114,8 +114,9 @@ int pp_validate(pp_schedule_kind kind, int stages, int micro, int chunks, int la
         snprintf(err, err_size, "--virtual %d: only the interleaved schedule has chunks"
                  " (use --virtual 1 with %s)", chunks, name);
     else if (kind == PP_DUALPIPE_V && micro < 2 * stages)
-        snprintf(err, err_size, "--micro %d: dualpipev needs at least 2 x --pp = %d micro-batches"
-                 " (its warm-up sends 2p forwards into the V)", micro, 2 * stages);
+        snprintf(err, err_size, "--micro %d: dualpipev takes 2 x --pp = %d micro-batches or more"
+                 " (DeepSeek's DualPipeV refuses fewer: rank 0 runs 2p - 1 forwards before its"
+                 " first backward)", micro, 2 * stages);
     else if (kind == PP_INTERLEAVED && chunks < 2)
         snprintf(err, err_size, "--virtual %d: interleaved 1F1B needs at least 2 chunks per"
                  " rank (with 1 it is 1f1b)", chunks);

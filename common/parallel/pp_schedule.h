@@ -35,7 +35,8 @@
  *                turn until the forwards are done; the remaining B in the same turn,
  *                W filling the waits. At most 2p chunk passes held (1F1B's p stages).
  *   dualpipev    DualPipeV (DeepSeek-V3's DualPipe cut in half, Sea AI Lab): the same V,
- *                m >= 2p. Rank r: 2(p-r-1) chunk-0 forwards; r+1 pairs F0 F1; p-r-1
+ *                m >= 2p, as DeepSeek's DualPipeV asserts (num_chunks >= 2 x ranks: rank
+ *                0 alone runs 2p - 1 forwards before its first backward). Rank r: 2(p-r-1) chunk-0 forwards; r+1 pairs F0 F1; p-r-1
  *                times B1 (split), its W, F1; then m-2p+r+1 times F0&B1 and F1&B0, each
  *                a forward of one chunk and a whole backward of the other run as one
  *                (F&B: on GPUs one's communication hides under the other's compute;
