@@ -117,6 +117,21 @@ static void print_peaks(const pp_schedule *s) {
     if (shown < s->stages) printf(" ...");
 }
 
+/* dualpipev: the spread of idle over the ranks, and when DeepSeek's formula holds. */
+static void print_dualpipev_note(const pipeline_sim_config *c, const outcome *o) {
+    double least = o->gpu.idle[0], most = o->gpu.idle[0];
+    for (int r = 1; r < c->pp; r++) {
+        if (o->gpu.idle[r] < least) least = o->gpu.idle[r];
+        if (o->gpu.idle[r] > most) most = o->gpu.idle[r];
+    }
+    printf("dualpipev: idle per rank %.2f .. %.2f ms against the formula's %.2f ms. DeepSeek's"
+           " (PP/2 - 1)(F&B + B - 3W) holds on every rank at F&B = F + B (its F&B hides"
+           " communication; --fb-overlap 0, and always on CPU ranks), F = B and W <= F;"
+           " overlapped F&B (--fb-overlap) gives rank r 2m - 3p + r + 1 pairs, and so idle"
+           " that grows rank by rank\n", least * c->stage_ms, most * c->stage_ms,
+           o->formula_idle * c->stage_ms);
+}
+
 static void print_table(const pipeline_sim_config *c, const outcome *runs, int n) {
     printf("%-12s %4s %3s  %8s %8s  %10s %8s  %9s  %10s  %9s %9s  %10s  %s\n", "schedule", "m",
            "v", "bubble", "formula", "over ideal", "formula", "CPU ranks", "step", "idle/rank",
@@ -139,6 +154,8 @@ static void print_table(const pipeline_sim_config *c, const outcome *runs, int n
         print_peaks(o->lists);
         printf("\n");
     }
+    for (int i = 0; i < n; i++)
+        if (runs[i].kind == PP_DUALPIPE_V && runs[i].gpu.ok) print_dualpipev_note(c, &runs[i]);
     for (int k = 0; k < PP_NSCHEDULES; k++)
         if (c->skipped[k]) printf("skipped %s: %s\n", pp_schedule_name(k), c->skipped[k]);
     printf("\nbubble: idle over all rank-time (GPU ranks: compute and NCCL streams); over ideal:"

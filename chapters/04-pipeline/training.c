@@ -162,7 +162,9 @@ static void print_papers(const strategy_outcome *runs, int n) {
     }
     printf("  (parameters: every schedule here holds 1/p of the model on a device, once;"
            " DualPipe's two directions, not built here, hold it twice, 2/p; dualpipev's F&B"
-           " runs as two passes on these ranks, its overlap is the simulator's --fb-overlap)\n");
+           " runs as two passes on these ranks, F&B = F + B, the formula's own assumption (its"
+           " overlap hides communication); with the two computations overlapped"
+           " (--simulate --fb-overlap) the idle grows rank by rank and no one formula fits)\n");
 }
 
 void pipeline_svg_title(const strategy_outcome *run, char *out, size_t size) {
