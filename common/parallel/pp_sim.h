@@ -73,6 +73,10 @@ typedef struct {
 double pp_sim_idle_formula(pp_schedule_kind kind, int stages, int micro, int chunks,
                            const pp_sim_options *o);
 
+/* DualPipe (pp_dualpipe_make) on p ranks, PP = p stages of a whole stage's times:
+ * (PP/2 - 1)(F&B + B - 3W), F&B = F + B - fb_overlap x min(F, B) as above. */
+double pp_sim_dualpipe_idle_formula(int stages, const pp_sim_options *o);
+
 /* Runs the lists. Returns result->ok; free the result with pp_sim_result_free. */
 int pp_simulate(const pp_schedule *s, const pp_sim_options *opts, pp_sim_result *result);
 void pp_sim_result_free(pp_sim_result *result);
