@@ -90,6 +90,30 @@ START_TEST(the_v_shapes_match_the_baseline) {
 }
 END_TEST
 
+/* The control of the V-shapes' comparison: dualpipev with rank 0's first W left out. */
+START_TEST(dualpipev_without_a_w_fails) {
+    const int N = check_world_size();
+    dataset *d = dataset_builtin();
+    run_config cfg = small_model_config(2 * N, N);
+    cfg.comm.timeout_seconds = 60;
+    cfg.batch = 16;
+    baseline_run *b = process_hosts_rank0() ? baseline_train(&cfg, d) : NULL;
+    check_verdict v = {0};
+    pp_result *o = launch_pp(&cfg, d, 0, (pipeline_options){
+        .schedule = PP_DUALPIPE_V, .micro = 2 * N, .chunks = 2,
+        .fault = PIPELINE_FAULT_DROP_WEIGHT_PASS}, b);
+    if (b) {
+        printf("mpi dualpipev without rank 0's first W: grads differ by %.2e\n",
+               o->run.result.diff_grads);
+        check_expect(&v, o->run.result.diff_grads > 100 * PP_TOL_GRADS);
+    }
+    pp_result_free(o);
+    check_agree(&v);
+    baseline_free(b);
+    dataset_free(d);
+}
+END_TEST
+
 START_TEST(a_dropped_activation_gradient_fails) {
     dataset *d = dataset_builtin();
     run_config cfg = small_config();
@@ -161,6 +185,8 @@ int main(void) {
     check_add_test_where(tc, the_v_shapes_match_the_baseline,
                          check_world_size() == 2 || check_world_size() == 4,
                          "p = 2 and 4, as test_pp_vshape");
+    check_add_test_where(tc, dualpipev_without_a_w_fails, check_world_size() == 2,
+                         "the control, on 2 processes");
     check_add_test_where(tc, a_dropped_activation_gradient_fails, check_world_size() >= 2,
                          "one stage sends no input gradient");
     check_add_test_where(tc, a_large_send_moves_while_its_sender_waits_out_a_pass,
