@@ -51,6 +51,9 @@ chapter3="$programs"/chapter3
 [ -x "$chapter3" ] && [ -z "$mpi" ] && expect_error "$chapter3" "TP sizes that work on 4 ranks: 1, 2\$" --ranks 4 --heads 6 --dim 96 --tp 4
 # chapter 4: pipeline sizes and schedules
 chapter4="$programs"/chapter4
+# dualpipev's least m, before any rank trains (threads, and mpirun's 2 processes)
+[ -x "$chapter4" ] && expect_error "$chapter4" "--micro 2: dualpipev takes 2 x --pp = 4 micro-batches or more" \
+    --layers 4 --dim 16 --heads 2 --ctx 8 --batch 8 --steps 3 --quiet "${ranks2[@]}" --schedule dualpipev --micro 2
 if [ -x "$chapter4" ] && [ -z "$mpi" ]; then
     expect_error "$chapter4" "--pp 5: more stages than the 4 layers" --simulate --pp 5
     expect_error "$chapter4" "--pp 0: must be an integer from 1" --simulate --pp 0
@@ -62,7 +65,7 @@ if [ -x "$chapter4" ] && [ -z "$mpi" ]; then
     expect_error "$chapter4" "--micro 2: interleaved 1F1B takes micro-batches in groups of --pp 4" --simulate --pp 4 --layers 8 --micro 2 --schedule interleaved
     expect_error "$chapter4" "--stage-ms -1: must be at least 0" --simulate --stage-ms -1
     expect_error "$chapter4" "--schedule fast: unknown value (valid: naive, gpipe, 1f1b, interleaved, zb-h1, zb-v, dualpipev, all)" --simulate --schedule fast
-    expect_error "$chapter4" "--micro 4: dualpipev needs at least 2 x --pp = 8 micro-batches" --simulate --pp 4 --layers 8 --micro 4 --schedule dualpipev
+    expect_error "$chapter4" "--micro 4: dualpipev takes 2 x --pp = 8 micro-batches or more (DeepSeek's DualPipeV refuses fewer" --simulate --pp 4 --layers 8 --micro 4 --schedule dualpipev
     expect_error "$chapter4" "--pp 4: zb-v cuts the model into 2 x 4 = 8 chunks, more than the 6 layers" --simulate --pp 4 --layers 6 --schedule zb-v
     expect_error "$chapter4" "--virtual does nothing with --schedule zb-v (a V always places 2 chunks" --simulate --schedule zb-v --virtual 3
     expect_error "$chapter4" "--fb-overlap 2: must be at most 1" --simulate --fb-overlap 2

@@ -10,6 +10,7 @@
 #include "pp_execute.h"
 #include "small_model.h"
 #include "strategy_runs.h"
+#include "tp_train.h"
 
 static run_config small_config(void) {
     run_config cfg = small_model_config(8, check_world_size());
@@ -49,22 +50,78 @@ START_TEST(every_schedule_matches_the_baseline) {
 }
 END_TEST
 
-START_TEST(a_dropped_activation_gradient_fails) {
+/* The V-shaped schedules across processes: zb-v at m = p and 2p, dualpipev at 2p and 4p
+ * (DeepSeek's DualPipeV refuses m < 2p), fp32 and bf16 (the pipelines' 16-bit bounds, as
+ * test_pp_vshape). 2p layers, a batch of 16. */
+START_TEST(the_v_shapes_match_the_baseline) {
+    const int N = check_world_size();
+    const pp_schedule_kind kinds[] = {PP_ZB_V, PP_DUALPIPE_V};
+    const precision precisions[] = {PRECISION_FP32, PRECISION_BF16};
     dataset *d = dataset_builtin();
-    run_config cfg = small_config();
-    baseline_run *b = process_hosts_rank0() ? baseline_train(&cfg, d) : NULL;
     check_verdict v = {0};
-    pipeline_options opts = {.schedule = PP_1F1B, .micro = 4, .chunks = 1,
-                             .fault = PIPELINE_FAULT_DROP_INPUT_GRAD};
-    pp_result *o = launch_pp(&cfg, d, 0, opts, b);
+    for (int i = 0; i < 2; i++) {
+        run_config cfg = small_model_config(2 * N, N);
+        cfg.comm.timeout_seconds = 60;
+        cfg.batch = 16;
+        cfg.precision = precisions[i];
+        baseline_run *b = process_hosts_rank0() ? baseline_train(&cfg, d) : NULL;
+        const run_tolerances t = b ? tp_run_tolerances(&cfg, 1, b) : (run_tolerances){0};
+        for (int k = 0; k < 2; k++) {
+            const int least = kinds[k] == PP_DUALPIPE_V ? 2 * N : N;
+            for (int m = least; m <= 2 * least; m *= 2) {
+                pp_result *o = launch_pp(&cfg, d, 0, (pipeline_options){
+                    .schedule = kinds[k], .micro = m, .chunks = 2}, b);
+                if (b) {
+                    const run_result *r = &o->run.result;
+                    printf("mpi %-12s %s p=%d m=%2d: max |diff| loss %.2e grads %.2e params"
+                           " %.2e (bounds %.0e %.0e %.0e)\n", r->strategy,
+                           precision_name(cfg.precision), N, m, r->diff_loss, r->diff_grads,
+                           r->diff_params, t.loss, t.grads, t.params);
+                    check_expect(&v, r->diff_grads <= t.grads && r->diff_loss <= t.loss &&
+                                         r->diff_params <= t.params && o->x.tied_drift == 0);
+                }
+                pp_result_free(o);
+            }
+        }
+        baseline_free(b);
+    }
+    check_agree(&v);
+    dataset_free(d);
+}
+END_TEST
+
+/* A planted fault must take the gradients far from the baseline's (world rank 0 judges). */
+static void expect_fault_fails(const run_config *cfg, pipeline_options opts, const char *what) {
+    dataset *d = dataset_builtin();
+    baseline_run *b = process_hosts_rank0() ? baseline_train(cfg, d) : NULL;
+    check_verdict v = {0};
+    pp_result *o = launch_pp(cfg, d, 0, opts, b);
     if (b) {
-        printf("mpi 1f1b, zeros as one d(input): grads differ by %.2e\n", o->run.result.diff_grads);
+        printf("mpi %s: grads differ by %.2e\n", what, o->run.result.diff_grads);
         check_expect(&v, o->run.result.diff_grads > 100 * PP_TOL_GRADS);
     }
     pp_result_free(o);
     check_agree(&v);
     baseline_free(b);
     dataset_free(d);
+}
+
+/* The control of the V-shapes' comparison: dualpipev with rank 0's first W left out. */
+START_TEST(dualpipev_without_a_w_fails) {
+    const int N = check_world_size();
+    run_config cfg = small_model_config(2 * N, N);
+    cfg.comm.timeout_seconds = 60;
+    cfg.batch = 16;
+    expect_fault_fails(&cfg, (pipeline_options){.schedule = PP_DUALPIPE_V, .micro = 2 * N,
+                       .chunks = 2, .fault = PIPELINE_FAULT_DROP_WEIGHT_PASS},
+                       "dualpipev without rank 0's first W");
+}
+END_TEST
+
+START_TEST(a_dropped_activation_gradient_fails) {
+    const run_config cfg = small_config();
+    expect_fault_fails(&cfg, (pipeline_options){.schedule = PP_1F1B, .micro = 4, .chunks = 1,
+                       .fault = PIPELINE_FAULT_DROP_INPUT_GRAD}, "1f1b, zeros as one d(input)");
 }
 END_TEST
 
@@ -117,6 +174,11 @@ int main(void) {
     Suite *s = suite_create("mpi_chapter4");
     TCase *tc = tcase_create("pipeline");
     tcase_add_test(tc, every_schedule_matches_the_baseline);
+    check_add_test_where(tc, the_v_shapes_match_the_baseline,
+                         check_world_size() == 2 || check_world_size() == 4,
+                         "p = 2 and 4, as test_pp_vshape");
+    check_add_test_where(tc, dualpipev_without_a_w_fails, check_world_size() == 2,
+                         "the control, on 2 processes");
     check_add_test_where(tc, a_dropped_activation_gradient_fails, check_world_size() >= 2,
                          "one stage sends no input gradient");
     check_add_test_where(tc, a_large_send_moves_while_its_sender_waits_out_a_pass,

@@ -5,9 +5,10 @@
  * every dependency (pp_check.h); a dropped W or two receives swapped fail. On thread
  * ranks they train as the single device does (fp32: the other chapters' tolerances;
  * bf16: the pipelines' 16-bit ones, tolerances.h), p = 2 and 4, m = p and 2p (dualpipev,
- * which needs m >= 2p: 2p and 4p), and a W pass left out fails the comparison.
- * dualpipev's F&B runs as its two passes here (its formula's F&B = F + B); overlapped
- * F&B on the simulator's streams is test_pp_schedule's. */
+ * which needs m >= 2p, as DeepSeek's DualPipeV: 2p and 4p), and a W pass left out fails
+ * the comparison. dualpipev's formula holds at F&B = F + B (DeepSeek's figure; its
+ * overlap hides communication) with F = B and W <= F; F&B overlapped on the streams
+ * spreads the idle over the ranks, by rule (overlapped_fb_spreads_the_idle_...). */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -79,50 +80,88 @@ static double mean_idle(const pp_sim_result *r) {
     return sum / r->stages;
 }
 
-/* The papers' idle per rank (pp_sim_idle_formula) at F = B = W = 1.5 ms, every rank;
- * then where their assumptions do not hold: B = 2F, and dualpipev's F&B overlapped. */
+/* The papers' idle per rank (pp_sim_idle_formula) at their assumptions, every rank,
+ * p = 4, 8, 16: zb-v at F = B = W; dualpipev at F = B (input) and W = F or F/2 with F&B
+ * = F + B, as DeepSeek's figure draws it (its F&B overlaps a chunk's communication with
+ * the other's compute, not the two computations), the -3W being W passes deferred into
+ * the waits, which fit while W <= F. Then outside them: B = 2F for both, W = 2F for
+ * dualpipev (a W no longer fits the wait it fills). */
 START_TEST(idle_per_rank_equals_the_papers_at_their_assumptions) {
     double worst = 0;
     for (int k = 0; k < NVSHAPES; k++)
-        for (int p = 4; p <= 8; p *= 2)
-            for (int m = 2 * p; m <= 4 * p; m += 2 * p) {
-                pp_schedule *s = pp_schedule_make(vshapes[k], p, m, 2, PP_COMM_ORDERED);
-                pp_sim_options o = {.forward = 1.5, .backward = 3, .backward_input = 1.5,
-                                    .backward_weight = 1.5};
-                const double formula = pp_sim_idle_formula(vshapes[k], p, m, 2, &o);
-                pp_sim_result res;
-                ck_assert(pp_simulate(s, &o, &res));
-                for (int r = 0; r < p; r++) {
-                    worst = fmax(worst, fabs(res.idle[r] - formula));
-                    ck_assert_msg(fabs(res.idle[r] - formula) <= 1e-9, "%s p %d m %d rank %d:"
-                                  " idle %.4f, formula %.4f", pp_schedule_name(vshapes[k]), p,
-                                  m, r, res.idle[r], formula);
+        for (int p = 4; p <= 16; p *= 2)
+            for (int m = 2 * p; m <= 4 * p; m += 2 * p)
+                for (int half_w = 0; half_w <= (vshapes[k] == PP_DUALPIPE_V); half_w++) {
+                    pp_schedule *s = pp_schedule_make(vshapes[k], p, m, 2, PP_COMM_ORDERED);
+                    const double w = half_w ? 0.75 : 1.5;
+                    pp_sim_options o = {.forward = 1.5, .backward = 1.5 + w,
+                                        .backward_input = 1.5, .backward_weight = w};
+                    const double formula = pp_sim_idle_formula(vshapes[k], p, m, 2, &o);
+                    pp_sim_result res;
+                    ck_assert(pp_simulate(s, &o, &res));
+                    for (int r = 0; r < p; r++) {
+                        worst = fmax(worst, fabs(res.idle[r] - formula));
+                        ck_assert_msg(fabs(res.idle[r] - formula) <= 1e-9, "%s p %d m %d W %g"
+                                      " rank %d: idle %.4f, formula %.4f",
+                                      pp_schedule_name(vshapes[k]), p, m, w, r, res.idle[r],
+                                      formula);
+                    }
+                    pp_sim_result_free(&res);
+                    o.backward_input = 3;   /* B = 2F */
+                    o.backward = 3 + w;
+                    ck_assert(pp_simulate(s, &o, &res));
+                    printf("%s p %2d m %2d W %.2f: idle per rank %.2f ms = formula at F = B ="
+                           " 1.5 ms; with B = 3 ms %.2f ms against %.2f\n",
+                           pp_schedule_name(vshapes[k]), p, m, w, formula, mean_idle(&res),
+                           pp_sim_idle_formula(vshapes[k], p, m, 2, &o));
+                    pp_sim_result_free(&res);
+                    if (vshapes[k] == PP_DUALPIPE_V && !half_w) {   /* W = 2F: too long */
+                        o = (pp_sim_options){.forward = 1.5, .backward = 4.5,
+                                             .backward_input = 1.5, .backward_weight = 3};
+                        ck_assert(pp_simulate(s, &o, &res));
+                        const double f = pp_sim_idle_formula(vshapes[k], p, m, 2, &o);
+                        ck_assert(mean_idle(&res) > f + 1);
+                        printf("  with W = 3 ms: idle %.2f ms against %.2f\n",
+                               mean_idle(&res), f);
+                        pp_sim_result_free(&res);
+                    }
+                    pp_schedule_free(s);
                 }
-                pp_sim_result_free(&res);
-                o.backward_input = 3;   /* B = 2F: outside zb-v's assumption */
-                o.backward = 4.5;
-                ck_assert(pp_simulate(s, &o, &res));
-                printf("%s p %d m %2d: idle per rank %.2f ms = formula at F = B = W = 1.5 ms;"
-                       " with B = 3 ms %.2f ms against %.2f\n", pp_schedule_name(vshapes[k]),
-                       p, m, formula, mean_idle(&res),
-                       pp_sim_idle_formula(vshapes[k], p, m, 2, &o));
-                pp_sim_result_free(&res);
-                pp_schedule_free(s);
+    printf("largest |idle - formula| at the papers' assumptions: %.1e\n", worst);
+}
+END_TEST
+
+/* F&B overlapped on the simulator's streams (the computations themselves, --fb-overlap):
+ * rank r runs 2m - 3p + r + 1 F&B pairs (DeepSeek's steps 4 and 5; rank p-1 one fewer,
+ * its first pair apart), so its busy time is 2m (F + B) less (F + B - F&B) a pair and
+ * its idle grows by F + B - F&B a rank: one idle time for every rank, as the formula
+ * gives, cannot hold. Asserted exactly for p = 4, 8, 16; the formula printed against the
+ * spread. */
+START_TEST(overlapped_fb_spreads_the_idle_over_the_ranks) {
+    for (int p = 4; p <= 16; p *= 2)
+        for (double overlap = 0.5; overlap <= 1; overlap += 0.5) {
+            const int m = 4 * p;
+            pp_schedule *s = pp_schedule_make(PP_DUALPIPE_V, p, m, 2, PP_COMM_ORDERED);
+            pp_sim_options o = pp_sim_options_default();   /* a chunk: F 1/2, B 1, W 1/2 */
+            o.fb_overlap = overlap;
+            const double f = 0.5, b = 1, fb = f + b - overlap * f, saved = f + b - fb;
+            pp_sim_result res;
+            ck_assert(pp_simulate(s, &o, &res));
+            for (int r = 0; r < p; r++) {
+                const int pairs = 2 * m - 3 * p + r + 1 - (r == p - 1);
+                ck_assert_msg(fabs(res.busy[r] - (2 * m * (f + b) - pairs * saved)) <= 1e-9,
+                              "p %d rank %d: busy %.4f", p, r, res.busy[r]);
+                const double grown = (r < p - 1 ? r : p - 2) * saved;
+                ck_assert_msg(fabs(res.idle[r] - res.idle[0] - grown) <= 1e-9,
+                              "p %d rank %d: idle %.4f, rank 0's %.4f", p, r, res.idle[r],
+                              res.idle[0]);
             }
-    for (double overlap = 0.5; overlap <= 1; overlap += 0.5) {   /* F&B overlapped */
-        pp_schedule *s = pp_schedule_make(PP_DUALPIPE_V, 4, 16, 2, PP_COMM_ORDERED);
-        pp_sim_options o = pp_sim_options_default();
-        o.fb_overlap = overlap;
-        pp_sim_result res;
-        ck_assert(pp_simulate(s, &o, &res));
-        printf("dualpipev p 4 m 16, F&B overlapped %.1f: idle per rank %.2f .. %.2f, formula"
-               " %.2f; busy rank 0 %.2f of 48 (F&B pairs shorter)\n", overlap, res.idle[0],
-               res.idle[3], pp_sim_idle_formula(PP_DUALPIPE_V, 4, 16, 2, &o), res.busy[0]);
-        ck_assert(res.busy[0] < 48);
-        pp_sim_result_free(&res);
-        pp_schedule_free(s);
-    }
-    printf("largest |idle - formula| at F = B = W: %.1e\n", worst);
+            printf("dualpipev p %2d m %2d, F&B %.2f (F + B = 1.50): idle per rank %.2f .. %.2f,"
+                   " formula %.2f\n", p, m, fb, res.idle[0], res.idle[p - 1],
+                   pp_sim_idle_formula(PP_DUALPIPE_V, p, m, 2, &o));
+            pp_sim_result_free(&res);
+            pp_schedule_free(s);
+        }
 }
 END_TEST
 
@@ -132,7 +171,10 @@ START_TEST(every_size_runs_in_dependency_order) {
         for (int p = 1; p <= 6; p++)
             for (int m = 1; m <= 3 * p; m++) {
                 char why[256];
-                if (!pp_validate(vshapes[k], p, m, 2, 2 * p, m, why, sizeof why)) continue;
+                const int valid = pp_validate(vshapes[k], p, m, 2, 2 * p, m, why, sizeof why);
+                /* dualpipev: m >= 2p, DeepSeek's DualPipeV's assertion; zb-v any m */
+                ck_assert_int_eq(valid, vshapes[k] == PP_ZB_V || m >= 2 * p);
+                if (!valid) continue;
                 pp_schedule *s = pp_schedule_make(vshapes[k], p, m, 2, PP_COMM_ORDERED);
                 for (int seq = 0; seq <= 1; seq++) {
                     pp_sim_result res = simulate_checked(s, seq);
@@ -273,6 +315,7 @@ int main(void) {
     TCase *sim = tcase_create("simulator");
     tcase_add_test(sim, bubbles_equal_the_formulas_at_equal_times);
     tcase_add_test(sim, idle_per_rank_equals_the_papers_at_their_assumptions);
+    tcase_add_test(sim, overlapped_fb_spreads_the_idle_over_the_ranks);
     tcase_add_test(sim, every_size_runs_in_dependency_order);
     tcase_add_test(sim, a_dropped_w_and_swapped_receives_fail);
     suite_add_tcase(s, sim);

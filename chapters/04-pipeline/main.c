@@ -204,6 +204,7 @@ static pipeline_sim_config sim_config(const chapter_args *a) {
         .stage_ms = a->stage_ms > 0 ? a->stage_ms : 1.0,   /* the simulator's unit */
         .order = (pp_comm_order)a->order,
         .svg_path = a->svg_path, .json = cfg->json,
+        .with_dualpipe = a->schedule == SCHEDULE_ALL,
         .link_name = cfg->comm.link == LINK_NONE ? NULL : comm_link_spec(cfg->comm.link).name,
     };
     /* one micro-batch's activations: batch/m sequences x ctx x dim fp32 */

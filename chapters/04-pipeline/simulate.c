@@ -22,6 +22,7 @@ int pipeline_chunks_for(const pipeline_sim_config *c, pp_schedule_kind kind) {
 
 typedef struct {
     pp_schedule_kind kind;
+    int bidirectional;           /* DualPipe itself (kind: dualpipev's placement) */
     int micro, chunks;
     pp_schedule *lists;
     pp_sim_result gpu, cpu;      /* streams; one operation at a time */
@@ -45,20 +46,28 @@ static pp_sim_options sim_options(const pipeline_sim_config *c, int micro, int s
     return o;
 }
 
-static int run_one(const pipeline_sim_config *c, pp_schedule_kind kind, outcome *out) {
-    *out = (outcome){.kind = kind, .micro = pipeline_micro_for(c, kind),
-                     .chunks = pipeline_chunks_for(c, kind)};
-    out->lists = pp_schedule_make(kind, c->pp, out->micro, out->chunks, c->order);
+static const char *outcome_name(const outcome *o) {
+    return o->bidirectional ? "dualpipe" : pp_schedule_name(o->kind);
+}
+
+static int run_one(const pipeline_sim_config *c, pp_schedule_kind kind, int bidirectional,
+                   outcome *out) {
+    *out = (outcome){.kind = kind, .bidirectional = bidirectional,
+                     .micro = pipeline_micro_for(c, kind), .chunks = pipeline_chunks_for(c, kind)};
+    out->lists = bidirectional ? pp_dualpipe_make(c->pp, out->micro, c->order)
+                               : pp_schedule_make(kind, c->pp, out->micro, out->chunks, c->order);
     pp_sim_options gpu = sim_options(c, out->micro, 0), cpu = sim_options(c, out->micro, 1);
     /* the papers' idle per rank against the busy time of m forwards and backwards */
     const double busy = out->micro * (gpu.forward + gpu.backward);
-    out->formula_idle = pp_sim_idle_formula(kind, c->pp, out->micro, out->chunks, &gpu);
+    out->formula_idle = bidirectional
+        ? pp_sim_dualpipe_idle_formula(c->pp, &gpu)
+        : pp_sim_idle_formula(kind, c->pp, out->micro, out->chunks, &gpu);
     out->formula = (pp_bubble){out->formula_idle / (out->formula_idle + busy),
                                out->formula_idle / busy};
     int ok = pp_simulate(out->lists, &gpu, &out->gpu);
     ok = pp_simulate(out->lists, &cpu, &out->cpu) && ok;
     if (!ok)
-        fprintf(stderr, "chapter4: %s: %s\n", pp_schedule_name(kind),
+        fprintf(stderr, "chapter4: %s: %s\n", outcome_name(out),
                 out->gpu.ok ? out->cpu.error : out->gpu.error);
     return ok;
 }
@@ -117,13 +126,41 @@ static void print_peaks(const pp_schedule *s) {
     if (shown < s->stages) printf(" ...");
 }
 
+/* dualpipev: the spread of idle over the ranks, and when DeepSeek's formula holds. */
+static void print_dualpipev_note(const pipeline_sim_config *c, const outcome *o) {
+    double least = o->gpu.idle[0], most = o->gpu.idle[0];
+    for (int r = 1; r < c->pp; r++) {
+        if (o->gpu.idle[r] < least) least = o->gpu.idle[r];
+        if (o->gpu.idle[r] > most) most = o->gpu.idle[r];
+    }
+    printf("dualpipev: idle per rank %.2f .. %.2f ms against the formula's %.2f ms. DeepSeek's"
+           " (PP/2 - 1)(F&B + B - 3W) holds on every rank at F&B = F + B (its F&B hides"
+           " communication; --fb-overlap 0, and always on CPU ranks), F = B and W <= F;"
+           " overlapped F&B (--fb-overlap) gives rank r 2m - 3p + r + 1 pairs, and so idle"
+           " that grows rank by rank\n", least * c->stage_ms, most * c->stage_ms,
+           o->formula_idle * c->stage_ms);
+}
+
+/* DualPipe beside dualpipev: what it is, or why it did not run. */
+static void print_dualpipe_note(const pipeline_sim_config *c) {
+    char why[256];
+    if (!pp_dualpipe_validate(c->pp, c->micro, c->pp, c->micro, why, sizeof why))
+        printf("skipped dualpipe: %s\n", why);
+    else
+        printf("dualpipe: DualPipe itself, both directions: the model cut into PP = %d stages"
+               " and held twice (copy 0's stage r and copy 1's stage %d-r on rank r: 2/%d of"
+               " the parameters a rank, 2x), half the micro-batches fed in at each end; its"
+               " formula (PP/2 - 1)(F&B + B - 3W) with a stage's times; simulated only\n",
+               c->pp, c->pp - 1, c->pp);
+}
+
 static void print_table(const pipeline_sim_config *c, const outcome *runs, int n) {
     printf("%-12s %4s %3s  %8s %8s  %10s %8s  %9s  %10s  %9s %9s  %10s  %s\n", "schedule", "m",
            "v", "bubble", "formula", "over ideal", "formula", "CPU ranks", "step", "idle/rank",
            "formula", "sent/rank", "peak in flight per rank");
     for (int i = 0; i < n; i++) {
         const outcome *o = &runs[i];
-        printf("%-12s %4d %3d  ", pp_schedule_name(o->kind), o->micro, o->chunks);
+        printf("%-12s %4d %3d  ", outcome_name(o), o->micro, o->chunks);
         if (!o->gpu.ok) {
             printf("%8s  (deadlock: see above)\n", "-");
             continue;
@@ -139,6 +176,11 @@ static void print_table(const pipeline_sim_config *c, const outcome *runs, int n
         print_peaks(o->lists);
         printf("\n");
     }
+    for (int i = 0; i < n; i++)
+        if (runs[i].kind == PP_DUALPIPE_V && !runs[i].bidirectional && runs[i].gpu.ok)
+            print_dualpipev_note(c, &runs[i]);
+    if (c->with_dualpipe && c->runs[PP_DUALPIPE_V])
+        print_dualpipe_note(c);
     for (int k = 0; k < PP_NSCHEDULES; k++)
         if (c->skipped[k]) printf("skipped %s: %s\n", pp_schedule_name(k), c->skipped[k]);
     printf("\nbubble: idle over all rank-time (GPU ranks: compute and NCCL streams); over ideal:"
@@ -169,7 +211,7 @@ static void print_pictures(const pipeline_sim_config *c, const outcome *runs, in
     for (int i = 0; i < n; i++) {
         const outcome *o = &runs[i];
         if (!o->gpu.ok) continue;
-        printf("\n%s, p %d, m %d, v %d: bubble %.4f\n", pp_schedule_name(o->kind), c->pp,
+        printf("\n%s, p %d, m %d, v %d: bubble %.4f\n", outcome_name(o), c->pp,
                o->micro, o->chunks, o->gpu.bubble_fraction);
         pp_draw_text(stdout, o->gpu.spans, o->gpu.nspans, c->pp, picture_width(o), c->stage_ms);
     }
@@ -189,7 +231,7 @@ static int write_svgs(const pipeline_sim_config *c, const outcome *runs, int n) 
         const outcome *o = &runs[i];
         if (!o->gpu.ok) continue;
         char path[1024], title[128];
-        pipeline_svg_path(c->svg_path, pp_schedule_name(o->kind), n > 1, path, sizeof path);
+        pipeline_svg_path(c->svg_path, outcome_name(o), n > 1, path, sizeof path);
         if (o->gpu.nspans > SVG_MAX_SPANS) {
             fprintf(stderr, "chapter4: %s: %d operations are too many to draw (at most %d): try a"
                     " smaller --micro or --pp\n", path, o->gpu.nspans, SVG_MAX_SPANS);
@@ -197,7 +239,7 @@ static int write_svgs(const pipeline_sim_config *c, const outcome *runs, int n) 
             continue;
         }
         snprintf(title, sizeof title, "%s: p %d, m %d, v %d; bubble %.4f (formula %.4f)",
-                 pp_schedule_name(o->kind), c->pp, o->micro, o->chunks, o->gpu.bubble_fraction,
+                 outcome_name(o), c->pp, o->micro, o->chunks, o->gpu.bubble_fraction,
                  o->formula.fraction);
         if (pp_draw_svg(path, o->gpu.spans, o->gpu.nspans, c->pp, c->stage_ms, title)) status = 1;
         else if (!c->json) printf("wrote %s\n", path);
@@ -214,7 +256,7 @@ static void json_ms_list(const char *key, const double *values, int n, double sc
 
 static void json_run(const pipeline_sim_config *c, const outcome *o) {
     printf("\"schedule\": \"%s\", \"pp\": %d, \"micro\": %d, \"virtual\": %d",
-           pp_schedule_name(o->kind), c->pp, o->micro, o->chunks);
+           outcome_name(o), c->pp, o->micro, o->chunks);
     if (!o->gpu.ok) {
         printf(", \"error\": \"%s\"", o->gpu.error);   /* the simulator's text has no quotes */
         return;
@@ -259,10 +301,15 @@ static void print_json(const pipeline_sim_config *c, const outcome *runs, int n)
 }
 
 int pipeline_simulate(const pipeline_sim_config *c) {
-    outcome runs[PP_NSCHEDULES];
+    outcome runs[PP_NSCHEDULES + 1];
     int n = 0, status = 0;
+    char why[256];
     for (int k = 0; k < PP_NSCHEDULES; k++)
-        if (c->runs[k] && !run_one(c, k, &runs[n++])) status = 1;
+        if (c->runs[k] && !run_one(c, k, 0, &runs[n++])) status = 1;
+    if (c->with_dualpipe && c->runs[PP_DUALPIPE_V] &&
+        pp_dualpipe_validate(c->pp, c->micro, c->pp, c->micro, why, sizeof why) &&
+        !run_one(c, PP_DUALPIPE_V, 1, &runs[n++]))
+        status = 1;
     if (c->json) {
         print_json(c, runs, n);
     } else {

@@ -16,6 +16,8 @@ typedef struct {
     double link_alpha_ms, link_ms_per_byte;   /* the modelled wire; 0: free */
     const char *link_name;
     pp_comm_order order;
+    int with_dualpipe;                  /* --schedule all: DualPipe itself too, beside
+                                           dualpipev (simulated only: pp_dualpipe_make) */
     const char *svg_path;               /* NULL: no SVG */
     int json;
 } pipeline_sim_config;

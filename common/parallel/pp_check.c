@@ -58,6 +58,14 @@ static int passes_in_order(const pp_schedule *s, const ran *at, const int *split
     for (int i = 0; i < m; i++)
         for (int k = 0; k < S; k++) {
             const ran *f = AT(PASS_F, i, k), *b = AT(PASS_B, i, k), *w = AT(PASS_W, i, k);
+            int first, last;   /* DualPipe: micro-batch i runs through one copy alone */
+            pp_micro_stages(s->bidirectional, s->stages, s->chunks, m, i, &first, &last);
+            if (k < first || k > last) {
+                if (f->count + b->count + w->count == 0) continue;
+                snprintf(err, size, "micro-batch %d runs on stage %d, outside its stages %d .."
+                         " %d", i, k, first, last);
+                return 0;
+            }
             if (f->count != 1 || b->count != 1) {
                 snprintf(err, size, "micro-batch %d on stage %d: %d forwards, %d backwards", i,
                          k, f->count, b->count);
@@ -68,10 +76,10 @@ static int passes_in_order(const pp_schedule *s, const ran *at, const int *split
                          w->count ? "a W after a whole backward" : "B without its W");
                 return 0;
             }
-            if ((k > 0 && !after(f, AT(PASS_F, i, k - 1), "F", "input (F of the stage before)",
-                                 i, k, err, size)) ||
+            if ((k > first && !after(f, AT(PASS_F, i, k - 1), "F",
+                                     "input (F of the stage before)", i, k, err, size)) ||
                 !after(b, f, "B", "forward", i, k, err, size) ||
-                (k < S - 1 && !after(b, AT(PASS_B, i, k + 1), "B",
+                (k < last && !after(b, AT(PASS_B, i, k + 1), "B",
                                      "output gradient (B of the stage after)", i, k, err, size)) ||
                 (w->count && !after(w, b, "W", "B", i, k, err, size)))
                 return 0;

@@ -130,3 +130,18 @@ void pp_plan_rank(rank_plan *plan, pp_schedule_kind kind, int p, int r, int m, i
     }
 }
 
+
+/* DualPipeV's plan for half rank h = min(r, p-1-r) of p/2 with m/2 micro-batches a
+ * direction (DeepSeek's DualPipe runs the same steps on half_rank); on the second half
+ * of the ranks its phase 0 is copy 1, so the chunks swap. Copy 1's micro-batches are
+ * the second half. The W passes of a plan run the oldest owed (their names do not
+ * matter). */
+void pp_plan_dualpipe_rank(rank_plan *plan, int p, int r, int m) {
+    const int second = r >= p / 2;
+    plan_dualpipev(plan, p / 2, second ? p - 1 - r : r, m / 2);
+    for (int i = 0; i < plan->count; i++) {
+        pass *ps = &plan->passes[i];
+        ps->chunk ^= second;
+        if (ps->chunk == 1) ps->micro += m / 2;
+    }
+}

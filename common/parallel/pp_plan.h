@@ -19,5 +19,7 @@ static inline int pp_plan_room(int m, int v) { return 3 * m * v; }
 
 /* Rank r's plan of kind for p ranks, m micro-batches, v chunks per rank. */
 void pp_plan_rank(rank_plan *plan, pp_schedule_kind kind, int p, int r, int m, int v);
+/* DualPipe's rank r (pp_dualpipe_make): p even, m even. */
+void pp_plan_dualpipe_rank(rank_plan *plan, int p, int r, int m);
 
 #endif

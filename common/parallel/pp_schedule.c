@@ -114,8 +114,9 @@ int pp_validate(pp_schedule_kind kind, int stages, int micro, int chunks, int la
         snprintf(err, err_size, "--virtual %d: only the interleaved schedule has chunks"
                  " (use --virtual 1 with %s)", chunks, name);
     else if (kind == PP_DUALPIPE_V && micro < 2 * stages)
-        snprintf(err, err_size, "--micro %d: dualpipev needs at least 2 x --pp = %d micro-batches"
-                 " (its warm-up sends 2p forwards into the V)", micro, 2 * stages);
+        snprintf(err, err_size, "--micro %d: dualpipev takes 2 x --pp = %d micro-batches or more"
+                 " (DeepSeek's DualPipeV refuses fewer: rank 0 runs 2p - 1 forwards before its"
+                 " first backward)", micro, 2 * stages);
     else if (kind == PP_INTERLEAVED && chunks < 2)
         snprintf(err, err_size, "--virtual %d: interleaved 1F1B needs at least 2 chunks per"
                  " rank (with 1 it is 1f1b)", chunks);
@@ -144,6 +145,7 @@ typedef struct {
 typedef struct {
     int p, m, v, stages_total;          /* stages_total = S = p v */
     int vshape;                         /* chunks placed in a V (pp_stage_of) */
+    int bidirectional;                  /* DualPipe: a micro-batch runs through one copy */
     int w_cap;                          /* F waits for a W owed past this many held */
     int w_fills_waits;                  /* a W owed runs where the next pass must wait */
     double *forward_start, *forward_end;     /* [m][S], INFINITY until run */
@@ -158,11 +160,24 @@ static int slot(const dry_run *d, int micro, int vstage) {
 
 static double pass_time(pp_op_kind kind) { return kind == PP_BACKWARD ? 2.0 : 1.0; }
 
+void pp_micro_stages(int bidirectional, int stages, int chunks, int micro_count, int micro,
+                     int *first, int *last) {
+    const int copy = bidirectional && micro >= micro_count / 2;
+    *first = copy * stages;
+    *last = bidirectional ? *first + stages - 1 : stages * chunks - 1;
+}
+
+static void chain_of(const dry_run *d, int micro, int *first, int *last) {
+    pp_micro_stages(d->bidirectional, d->p, d->v, d->m, micro, first, last);
+}
+
 /* Is the input of this pass (activation or output gradient) there at time t? */
 static int input_ready(const dry_run *d, const pass *ps, int rank, double t) {
-    int s = pp_stage_of(d->vshape, d->p, rank, ps->chunk);
-    if (ps->kind == PP_FORWARD) return s == 0 || d->forward_end[slot(d, ps->micro, s - 1)] <= t;
-    if (s == d->stages_total - 1) return d->forward_end[slot(d, ps->micro, s)] <= t;
+    int s = pp_stage_of(d->vshape, d->p, rank, ps->chunk), first, last;
+    chain_of(d, ps->micro, &first, &last);
+    if (ps->kind == PP_FORWARD)
+        return s == first || d->forward_end[slot(d, ps->micro, s - 1)] <= t;
+    if (s == last) return d->forward_end[slot(d, ps->micro, s)] <= t;
     return d->backward_end[slot(d, ps->micro, s + 1)] <= t;
 }
 
@@ -278,7 +293,8 @@ static void dry_run_execute(dry_run *d, pp_schedule_kind kind) {
     for (int r = 0; r < p; r++) {
         ranks[r].plan.passes = mem_alloc(MEM_OTHER, (size_t)pp_plan_room(m, v) * sizeof(pass));
         ranks[r].owed_w = mem_alloc(MEM_OTHER, (size_t)m * v * sizeof(pass));
-        pp_plan_rank(&ranks[r].plan, kind, p, r, m, v);
+        if (d->bidirectional) pp_plan_dualpipe_rank(&ranks[r].plan, p, r, m);
+        else pp_plan_rank(&ranks[r].plan, kind, p, r, m, v);
     }
     int active = p;
     double limit = 4.0 * (3.0 * m * v + 2.0 * p * v) + 16;   /* far past any makespan */
@@ -328,13 +344,14 @@ typedef struct {
  * B / Bi (W sends nothing). Returns 0 when there is none. */
 static int outgoing(const dry_run *d, const timed_pass *tp, int rank, int *to_stage,
                     int *is_grad) {
-    int s = pp_stage_of(d->vshape, d->p, rank, tp->op.chunk);
-    if (tp->op.kind == PP_FORWARD && s + 1 < d->stages_total) {
+    int s = pp_stage_of(d->vshape, d->p, rank, tp->op.chunk), first, last;
+    chain_of(d, tp->op.micro, &first, &last);
+    if (tp->op.kind == PP_FORWARD && s < last) {
         *to_stage = s + 1;
         *is_grad = 0;
         return 1;
     }
-    if ((tp->op.kind == PP_BACKWARD || tp->op.kind == PP_BACKWARD_INPUT) && s > 0) {
+    if ((tp->op.kind == PP_BACKWARD || tp->op.kind == PP_BACKWARD_INPUT) && s > first) {
         *to_stage = s - 1;
         *is_grad = 1;
         return 1;
@@ -415,6 +432,22 @@ static void build_op_lists(pp_schedule *s, const dry_run *d) {
     mem_free(lists);
 }
 
+/* The lists of kind (DualPipe: bidirectional, on PP_DUALPIPE_V's placement and plans). */
+static pp_schedule *make_lists(pp_schedule_kind kind, int bidirectional, int stages, int micro,
+                               int chunks, pp_comm_order order) {
+    pp_schedule *s = mem_alloc(MEM_OTHER, sizeof *s);
+    *s = (pp_schedule){.kind = kind, .stages = stages, .micro = micro, .chunks = chunks,
+                       .order = order, .bidirectional = bidirectional};
+    s->ranks = mem_alloc(MEM_OTHER, (size_t)stages * sizeof *s->ranks);
+    dry_run d;
+    dry_run_init(&d, kind, stages, micro, chunks);
+    d.bidirectional = bidirectional;
+    dry_run_execute(&d, kind);
+    build_op_lists(s, &d);
+    dry_run_free(&d);
+    return s;
+}
+
 pp_schedule *pp_schedule_make(pp_schedule_kind kind, int stages, int micro, int chunks,
                               pp_comm_order order) {
     char err[256];
@@ -422,16 +455,30 @@ pp_schedule *pp_schedule_make(pp_schedule_kind kind, int stages, int micro, int 
         fprintf(stderr, "pp_schedule_make: %s\n", err);
         return NULL;
     }
-    pp_schedule *s = mem_alloc(MEM_OTHER, sizeof *s);
-    *s = (pp_schedule){.kind = kind, .stages = stages, .micro = micro, .chunks = chunks,
-                       .order = order};
-    s->ranks = mem_alloc(MEM_OTHER, (size_t)stages * sizeof *s->ranks);
-    dry_run d;
-    dry_run_init(&d, kind, stages, micro, chunks);
-    dry_run_execute(&d, kind);
-    build_op_lists(s, &d);
-    dry_run_free(&d);
-    return s;
+    return make_lists(kind, 0, stages, micro, chunks, order);
+}
+
+int pp_dualpipe_validate(int stages, int micro, int layers, int batch, char *err,
+                         size_t err_size) {
+    if (stages < 2 || stages % 2)
+        snprintf(err, err_size, "--pp %d: dualpipe needs an even number of ranks (its two"
+                 " directions meet in the middle two; DeepSeek's DualPipe asserts it)", stages);
+    else if (micro < 2 * stages || micro % 2)
+        snprintf(err, err_size, "--micro %d: dualpipe takes an even number of micro-batches,"
+                 " 2 x --pp = %d or more (half from each end; DeepSeek's DualPipe asserts it)",
+                 micro, 2 * stages);
+    else
+        return pp_validate(PP_1F1B, stages, micro, 1, layers, batch, err, err_size);
+    return 0;
+}
+
+pp_schedule *pp_dualpipe_make(int stages, int micro, pp_comm_order order) {
+    char err[256];
+    if (!pp_dualpipe_validate(stages, micro, stages, micro, err, sizeof err)) {
+        fprintf(stderr, "pp_dualpipe_make: %s\n", err);
+        return NULL;
+    }
+    return make_lists(PP_DUALPIPE_V, 1, stages, micro, 2, order);
 }
 
 void pp_schedule_free(pp_schedule *s) {

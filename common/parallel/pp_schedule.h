@@ -35,7 +35,8 @@
  *                turn until the forwards are done; the remaining B in the same turn,
  *                W filling the waits. At most 2p chunk passes held (1F1B's p stages).
  *   dualpipev    DualPipeV (DeepSeek-V3's DualPipe cut in half, Sea AI Lab): the same V,
- *                m >= 2p. Rank r: 2(p-r-1) chunk-0 forwards; r+1 pairs F0 F1; p-r-1
+ *                m >= 2p, as DeepSeek's DualPipeV asserts (num_chunks >= 2 x ranks: rank
+ *                0 alone runs 2p - 1 forwards before its first backward). Rank r: 2(p-r-1) chunk-0 forwards; r+1 pairs F0 F1; p-r-1
  *                times B1 (split), its W, F1; then m-2p+r+1 times F0&B1 and F1&B0, each
  *                a forward of one chunk and a whole backward of the other run as one
  *                (F&B: on GPUs one's communication hides under the other's compute;
@@ -131,6 +132,7 @@ typedef struct {
     int stages, micro, chunks;   /* p, m, v (v = 1 unless interleaved) */
     pp_comm_order order;
     pp_rank_ops *ranks;          /* [stages] */
+    int bidirectional;           /* DualPipe (pp_dualpipe_make): kind is PP_DUALPIPE_V */
 } pp_schedule;
 
 /* One clear message in err (and 0) for a combination that cannot run; 1 when it can.
@@ -145,6 +147,25 @@ int pp_validate(pp_schedule_kind kind, int stages, int micro, int chunks, int la
 pp_schedule *pp_schedule_make(pp_schedule_kind kind, int stages, int micro, int chunks,
                               pp_comm_order order);
 void pp_schedule_free(pp_schedule *s);
+
+/* DualPipe itself (DeepSeek-V3), for the simulator: p ranks, the model cut into p stages
+ * and held twice, copy 0's stage r and copy 1's stage p-1-r on rank r (chunks 0 and 1,
+ * placed as the V's: virtual stages r and 2p-1-r), micro-batches fed from both ends:
+ * the first m/2 run through copy 0 (rank 0 to p-1), the rest through copy 1 (rank p-1
+ * to 0). Rank r runs DualPipeV's plan for half rank min(r, p-1-r) of p/2 with m/2
+ * micro-batches a direction, its chunks swapped on the second half of the ranks (their
+ * first direction is copy 1's); the middle two ranks pass a micro-batch on by message
+ * where DualPipeV's last rank turns it in memory. As DeepSeek's DualPipe asserts: p and
+ * m even, m >= 2p. A pass is a whole stage of p (a V's chunk is half of one). The
+ * executor does not run it (its two copies' gradients would need summing). */
+int pp_dualpipe_validate(int stages, int micro, int layers, int batch, char *err,
+                         size_t err_size);
+pp_schedule *pp_dualpipe_make(int stages, int micro, pp_comm_order order);
+
+/* The virtual stages micro-batch micro runs through, first .. last: all S = p x chunks
+ * of them, but for DualPipe, whose micro-batches run through one copy's p. */
+void pp_micro_stages(int bidirectional, int stages, int chunks, int micro_count, int micro,
+                     int *first, int *last);
 
 /* Where the model's pieces sit: chunk c of rank r is virtual stage c*p + r (v chunks
  * interleaved), or in a V stage r (chunk 0) and 2p-1-r (chunk 1). And back: the rank

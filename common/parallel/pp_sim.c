@@ -76,7 +76,7 @@ static double compute_time(const sim *m, pp_op_kind kind) {
                : kind == PP_BACKWARD       ? o->backward
                : kind == PP_BACKWARD_INPUT ? o->backward_input
                                            : o->backward_weight;
-    return t / m->s->chunks;
+    return m->s->bidirectional ? t : t / m->s->chunks;   /* DualPipe: a pass is a stage */
 }
 
 static double message_time(const sim *m) {
@@ -427,4 +427,10 @@ void pp_sim_result_free(pp_sim_result *res) {
     mem_free(res->idle);
     mem_free(res->spans);
     memset(res, 0, sizeof *res);
+}
+
+double pp_sim_dualpipe_idle_formula(int stages, const pp_sim_options *o) {
+    const double f = o->forward, b = o->backward_input + o->backward_weight;
+    const double w = o->backward_weight, fb = f + b - o->fb_overlap * (f < b ? f : b);
+    return (stages / 2.0 - 1) * (fb + b - 3 * w);
 }

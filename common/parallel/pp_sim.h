@@ -63,9 +63,19 @@ typedef struct {
  *           which their picture hides under the next step; holds at equal times only
  *   dualpipev  (PP/2 - 1)(F&B + B - 3W) (DeepSeek), PP = 2p stages, a chunk's F = F/2,
  *           B = (B + W)/2 (whole), W = W/2, F&B = F + B - fb_overlap x min(F, B).
+ *           Every rank idles exactly this at its assumptions: F&B = F + B (DeepSeek's
+ *           figure draws it so: its F&B hides one chunk's communication under the
+ *           other's compute, and these passes carry none), F = B (input), W <= F (the
+ *           3 W a rank defers into its waits fit there). With the computations
+ *           overlapped (fb_overlap > 0) rank r runs 2m - 3p + r + 1 pairs (rank p-1 one
+ *           fewer), so its idle is rank 0's + r (F + B - F&B): no one number fits all.
  * Busy time per rank is m (F + B + W) (less the overlap for dualpipev's pairs). */
 double pp_sim_idle_formula(pp_schedule_kind kind, int stages, int micro, int chunks,
                            const pp_sim_options *o);
+
+/* DualPipe (pp_dualpipe_make) on p ranks, PP = p stages of a whole stage's times:
+ * (PP/2 - 1)(F&B + B - 3W), F&B = F + B - fb_overlap x min(F, B) as above. */
+double pp_sim_dualpipe_idle_formula(int stages, const pp_sim_options *o);
 
 /* Runs the lists. Returns result->ok; free the result with pp_sim_result_free. */
 int pp_simulate(const pp_schedule *s, const pp_sim_options *opts, pp_sim_result *result);
