@@ -84,6 +84,8 @@ loss_case "a loss 2e-4 apart fails fp32's tolerance" gpu-far 1e-5 "1 max |loss g
 loss_case "... and passes the 16-bit one" gpu-far 1e-3 "0 max |loss gpu - cpu| 2.0e-04 (tol 1e-03)"
 loss_case "a 'GPU' run that ran on the CPU fails" gpu-on-cpu 1e-5 "1 ran on cpu, not cuda"
 loss_case "no losses: the runs' own differences" own-only 1e-5 "0 no losses in the JSON: against its own b"
+printf '{"chapter": "07-communication", "device": "cuda", "on_links": [{"strategy": "ddp", "ms_per_step": [1.5]}]}\n' >"$self_dir/timings"
+loss_case "timings alone: the exit status" timings 1e-5 "0 its JSON reports no losses: its exit sta"
 loss_case "no JSON at all" summary 1e-5 "2 nothing to compare (no JSON object)"
 
 # floor_line: a step's time next to cuBLAS's floor
