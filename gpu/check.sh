@@ -438,7 +438,9 @@ done
 # TF32 and bf16 (its --json ms_per_step), next to the sum of the same step's products
 # timed alone (bench_gpu_gemms), in the same precision.
 gpt2_small=(--layers 12 --heads 12 --dim 768 --ctx 1024 --vocab 50304 --batch 8)
-if [ $quick = 0 ]; then
+if [ $quick = 0 ] && [ $gpu_seen = 0 ]; then   # the CPU would time nothing of the GPU's
+    row "step times, benchmark" skipped "no GPU seen"
+elif [ $quick = 0 ]; then
     for model in bench256 gpt2-small; do
         if [ $model = bench256 ]; then flags=(--preset bench256) step_count=20
         else flags=("${gpt2_small[@]}") step_count=6; fi
