@@ -1,10 +1,13 @@
 /* The CUDA backend as common/ sees it: one device_backend table (device.h) holding the
- * device layer, the ops (ops.h's ops_table) and the communicator hooks (comm_internal.h).
+ * device layer, the ops (ops.h's ops_table), the 16-bit ops (ops_mixed_table.h) and the
+ * communicator hooks (comm_internal.h).
  * A GPU=1 build links this in place of common/device_cpu.c. */
 #include "comm_gpu.h"
 #include "device.h"
 #include "ops.h"
 #include "ops_cuda.h"
+#include "ops_cuda_mixed.h"
+#include "ops_mixed_table.h"
 
 static const ops_table cuda_ops = {
     .embedding_forward = cuda_embedding_forward,
@@ -33,6 +36,31 @@ static const ops_table cuda_ops = {
     .ops_synchronize = cuda_ops_synchronize,
 };
 
+static const mixed_ops_table cuda_mixed_ops = {
+    .round = cuda_mixed_round,
+    .widen = cuda_mixed_widen,
+    .embedding_forward = cuda_mixed_embedding_forward,
+    .embedding_backward = cuda_mixed_embedding_backward,
+    .position_forward = cuda_mixed_position_forward,
+    .position_backward = cuda_mixed_position_backward,
+    .layernorm_forward = cuda_mixed_layernorm_forward,
+    .layernorm_backward = cuda_mixed_layernorm_backward,
+    .linear_forward = cuda_mixed_linear_forward,
+    .linear_backward = cuda_mixed_linear_backward,
+    .attention_forward = cuda_mixed_attention_forward,
+    .attention_backward = cuda_mixed_attention_backward,
+    .gelu_forward = cuda_mixed_gelu_forward,
+    .gelu_backward = cuda_mixed_gelu_backward,
+    .crossentropy_forward = cuda_mixed_crossentropy_forward,
+    .crossentropy_backward = cuda_mixed_crossentropy_backward,
+    .vec_zero = cuda_mixed_vec_zero,
+    .vec_copy = cuda_mixed_vec_copy,
+    .vec_add = cuda_mixed_vec_add,
+    .vec_finite = cuda_mixed_vec_finite,
+    .adamw_update = cuda_mixed_adamw_update,
+    .round_in_place = cuda_mixed_round_in_place,
+};
+
 static const comm_gpu_hooks cuda_comm = {
     .open = comm_cuda_open,
     .close = comm_cuda_close,
@@ -57,6 +85,7 @@ static const device_backend cuda_backend = {
     .set_tf32 = cuda_set_tf32,
     .gpu_name = cuda_device_name,
     .ops = &cuda_ops,
+    .mixed = &cuda_mixed_ops,
     .comm = &cuda_comm,
 };
 

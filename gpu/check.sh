@@ -13,18 +13,22 @@
 #      lacks them, cuBLAS's headers through a private include folder holding only those
 #      (build/gpu-include), the libraries from the toolkit or PyTorch's nvidia packages
 #   2. tests/test_gpu_host, test_gpu_ops (every op against the CPU op, the worst error
-#      of each), test_gpu_strategies (collectives on GPU ranks, training vs the CPU)
-#   3. chapters 1-5 on the GPU and on the CPU, same flags: each against its own
-#      baseline (exit status), and the GPU run's losses against the CPU run's
-#   4. bench_gpu (GPT-2 small, FP32 and TF32) and bench/pytorch_gpt2.py (PyTorch eager,
-#      naive and fused attention), same GPU: ours / eager (target >= 1.0x) and ours /
-#      fused (target >= 0.8x)
+#      of each), test_gpu_mixed (every 16-bit op, bf16 and fp16, against the CPU's),
+#      test_gpu_strategies (collectives on GPU ranks, training vs the CPU)
+#   3. every chapter on the one GPU and on the CPU, same flags, in fp32 and bf16: each
+#      against its own baseline (exit status), and the GPU run's losses against the CPU
+#      run's within tolerances.h's loss tolerance; a part that does not run on a GPU
+#      yet must refuse --device cuda in one line (and run on the CPU)
+#   4. the bench256 and GPT-2 small (124M) steps in fp32, TF32 and bf16 next to
+#      cuBLAS's floor for the same products (bench/bench_gpu_gemms); then bench_gpu
+#      against PyTorch eager and fused (bench/pytorch_gpt2.py) as the budget allows
 # A step that skips ("SKIP: ..." or exit 77) counts as FAILED when nvidia-smi or the
 # driver sees a GPU: a GPU that CUDA cannot use is the failure. Without a GPU the same
 # script is a dry run of the CPU path: it builds, the GPU suites and benchmarks skip,
 # the chapters' "GPU" side runs with --device auto (= the CPU), and the table says so.
-#   gpu/check.sh [--quick] [--self-test]
-#     --quick      no benchmark
+#   gpu/check.sh [--quick] [--dry-run] [--self-test]
+#     --quick      no step times, no benchmark
+#     --dry-run    prints every step it would run (as a GPU machine would), runs none
 #     --self-test  checks this script's verdict and table rules on made-up inputs
 #   O=name: build in build/cpu-gpu-name
 set -u
@@ -32,11 +36,13 @@ cd "$(dirname "$0")/.." || exit 1
 root=$(pwd)
 quick=0
 self_test=0
+dry_run=0
 for arg in "$@"; do
     case $arg in
     --quick) quick=1 ;;
+    --dry-run) dry_run=1 ;;
     --self-test) self_test=1 ;;
-    *) echo "gpu/check.sh: unknown argument '$arg' (valid: --quick, --self-test)" >&2; exit 2 ;;
+    *) echo "gpu/check.sh: unknown argument '$arg' (valid: --quick, --dry-run, --self-test)" >&2; exit 2 ;;
     esac
 done
 budget=${GPU_CHECK_BUDGET:-420}
@@ -58,61 +64,7 @@ row() {
     case $2 in ok | skipped | info) ;; *) failures=$((failures + 1)) ;; esac
 }
 
-# ---- verdicts and the table (pure functions of their inputs; see --self-test) ---------
-# verdict STATUS OUTPUT_FILE GPU_SEEN: sets $verdict (ok, skipped, FAILED) and $why.
-# STATUS 200 means the step was not run for lack of budget.
-verdict() {
-    local status=$1 file=$2 seen=$3 skip_line
-    skip_line=$(grep -m 1 '^SKIP:' "$file" 2>/dev/null)
-    why=""
-    if [ "$status" -eq 200 ]; then
-        verdict=FAILED why="not run: the ${budget} s budget was spent"
-    elif [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
-        verdict=FAILED why="timed out"
-    elif [ "$status" -eq 77 ] || { [ "$status" -eq 0 ] && [ -n "$skip_line" ]; }; then
-        why=${skip_line#SKIP: }
-        if [ "$seen" = 1 ]; then
-            verdict=FAILED why="skipped although a GPU is seen: ${why:-exit 77}"
-        else
-            verdict=skipped
-        fi
-    elif [ "$status" -eq 0 ]; then
-        verdict=ok
-    else
-        verdict=FAILED why="exit $status"
-    fi
-}
-
-checks() {   # "N/M checks" from Check's summary line
-    grep -Eo 'Checks: [0-9]+, Failures: [0-9]+, Errors: [0-9]+' "$1" | tail -n 1 |
-        awk -F'[:, ]+' '{printf "%d/%d checks", $2 - $4 - $6, $2}'
-}
-
-# worst FILE PRECISION: the largest error of test_gpu_ops' "WORST <op> <precision> rel
-# E  (tol T)" lines of that precision, and the largest tolerance: "E (tol T)".
-worst() {
-    grep "^WORST [^ ]* $2 " "$1" | tr -d '()' |
-        awk '{ if ($5 + 0 > w) w = $5 + 0; if ($7 + 0 > t) t = $7 + 0 }
-             END { if (NR) printf "%.2e (tol %.0e)", w, t }'
-}
-
-# bench_lines RESULT_FILES...: one line per precision: ours against eager and fused.
-bench_lines() {
-    local results precision ours eager fused
-    results=$(cat "$@" 2>/dev/null | grep '^RESULT')
-    value() { echo "$results" | grep "impl=$1 precision=$2 " | grep -Eo "$3=[0-9.]+" | cut -d= -f2; }
-    ratio() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN {r = a / b; v = (r >= t) ? "ok" : ("BELOW " t "x"); printf "%.2fx (%s)", r, v}'; }
-    for precision in fp32 tf32; do
-        ours=$(value c $precision tokens_per_s)
-        eager=$(value pytorch $precision tokens_per_s)
-        fused=$(value pytorch-sdpa $precision tokens_per_s)
-        [ -n "$ours" ] || { echo "$precision|FAILED|no result from bench_gpu"; continue; }
-        printf '%s|info|ours %s tok/s (%s ms/step, %s TFLOP/s); / eager %s; / fused %s\n' \
-            "$precision" "$ours" "$(value c $precision ms)" "$(value c $precision tflops)" \
-            "$([ -n "$eager" ] && ratio "$ours" "$eager" 1.0 || echo -)" \
-            "$([ -n "$fused" ] && ratio "$ours" "$fused" 0.8 || echo -)"
-    done
-}
+. gpu/check_lib.sh   # the verdicts and the other rules (checked by --self-test)
 
 print_table() {
     echo
@@ -134,6 +86,7 @@ if [ $self_test = 1 ]; then   # before the log exists: a self-test leaves it alo
 fi
 
 out_dir=${OUT:-$root/build}
+[ $dry_run = 1 ] && out_dir=$(mktemp -d)   # nothing of a dry run is kept
 mkdir -p "$out_dir" build
 log=$out_dir/gpu-check.log
 : >"$log"
@@ -141,6 +94,11 @@ export NCCL_DEBUG=WARN OPENBLAS_NUM_THREADS=1
 
 finish() {
     trap - EXIT
+    if [ $dry_run = 1 ]; then
+        rm -rf "$out_dir"
+        echo "dry run: the steps above, as on a machine with one GPU; nothing ran"
+        exit 0
+    fi
     print_table | tee -a "$log"
     [ "$failures" -eq 0 ]
     exit $?
@@ -153,6 +111,10 @@ trap 'row "gpu/check.sh" FAILED "stopped by a signal"; exit 1' INT TERM
 run() {
     local label=$1 limit=$2 t0 status left
     shift 2
+    if [ $dry_run = 1 ]; then
+        printf '%-28s %3s s  %s\n' "$label" "$limit" "$*"
+        return 0
+    fi
     left=$((deadline - $(date +%s) - reserve))
     : >"$out_dir/$label.out"
     if [ "$left" -lt 5 ]; then
@@ -169,6 +131,12 @@ run() {
     return $status
 }
 
+# Sections 0 and 1 look at this machine and prepare the build; a dry run skips them and
+# lists the steps as they would run with one GPU seen.
+cuda=${CUDA_HOME:-/usr/local/cuda}
+make_args=(GPU=1 "CUDA_HOME=$cuda")
+gpu_seen=1 gpus=1
+if [ $dry_run = 0 ]; then
 # ---- 0. the machine --------------------------------------------------------------------
 cuda=${CUDA_HOME:-/usr/local/cuda}
 gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
@@ -318,19 +286,28 @@ mkdir -p build && touch build/.deps-ok   # the packages are settled above, not b
 make_args=(GPU=1 "CUDA_HOME=$cuda" "EXTRA_CFLAGS=$extra_cflags" "EXTRA_LDFLAGS=$extra_ldflags")
 [ -n "$check_libs" ] && make_args+=("CHECK_LIBS=$check_libs")
 [ -n "${O:-}" ] && make_args+=("O=$O")
+fi   # sections 0 and 1's probes
 bin=build/cpu-gpu${O:+-$O}
-run build 240 make -j"$(nproc)" "${make_args[@]}" tests benches \
-    "$bin/chapter1" "$bin/chapter2" "$bin/chapter3" "$bin/chapter4" "$bin/chapter5"
+# every program by file name: the baseline and each chapter with a main.c (11, 12, ...
+# as they come); `make all` would point ./run at this build
+programs=()
+for d in chapters/[0-9]*/; do
+    [ -f "$d/main.c" ] || continue
+    n=${d#chapters/} && n=$((10#${n%%-*}))
+    if [ "$n" = 0 ]; then programs+=(baseline); else programs+=("chapter$n"); fi
+done
+run build 240 make -j"$(nproc)" "${make_args[@]}" tests benches "${programs[@]/#/$bin/}"
 status=$?
-verdict $status "$out_dir/build.out" 0
-if [ "$verdict" != ok ]; then
+[ $dry_run = 1 ] || verdict $status "$out_dir/build.out" 0
+if [ $dry_run = 1 ]; then :
+elif [ "$verdict" != ok ]; then
     row "build GPU=1 (sm_90 + PTX)" FAILED "${why}: $(grep -m 1 -E 'error|Error' "$out_dir/build.err" | cut -c1-120)"
     tail -n 30 "$out_dir/build.err"
     row "suites, chapters, benchmarks" FAILED "not run: nothing was built"
     exit 1
 fi
-warnings=$(grep -c 'warning:' "$out_dir/build.err")
-row "build GPU=1 (sm_90 + PTX)" ok "$bin: tests, benches, chapters 1-5 ($warnings compiler warnings)"
+[ $dry_run = 1 ] || warnings=$(grep -c 'warning:' "$out_dir/build.err")
+[ $dry_run = 1 ] || row "build GPU=1 (sm_90 + PTX)" ok "$bin: tests, benches, ${programs[*]} ($warnings compiler warnings)"
 
 # ---- 2. test suites -----------------------------------------------------------------------
 first_error() {   # " (the first error line)" of a step, or nothing
@@ -338,16 +315,21 @@ first_error() {   # " (the first error line)" of a step, or nothing
     line=$(grep -m 1 -iE 'error|fail' "$out_dir/$1.err" 2>/dev/null | cut -c1-140)
     [ -n "$line" ] && echo " ($line)"
 }
-for suite in test_gpu_host test_gpu_ops test_gpu_strategies; do
+for suite in test_gpu_host test_gpu_ops test_gpu_mixed test_gpu_strategies; do
     limit=120
     [ $suite = test_gpu_host ] && limit=60
     run "$suite" $limit "$bin/tests/$suite"
-    verdict $? "$out_dir/$suite.out" $([ $suite = test_gpu_host ] && echo 0 || echo $gpu_seen)
+    st=$?
+    [ $dry_run = 1 ] && continue
+    verdict $st "$out_dir/$suite.out" $([ $suite = test_gpu_host ] && echo 0 || echo $gpu_seen)
     detail=$(checks "$out_dir/$suite.out")
     [ -n "$why" ] && detail="${detail:+$detail; }$why"
     [ "$verdict" = FAILED ] && detail="$detail$(first_error "$suite")"
     if [ $suite = test_gpu_ops ] && grep -q '^WORST' "$out_dir/$suite.out"; then
         detail="$detail; worst rel error fp32 $(worst "$out_dir/$suite.out" fp32), tf32 $(worst "$out_dir/$suite.out" tf32)"
+        while read -r line; do notes+=("$line"); done < <(grep '^WORST' "$out_dir/$suite.out")
+    elif [ $suite = test_gpu_mixed ] && grep -q '^WORST' "$out_dir/$suite.out"; then
+        detail="$detail; worst rel error bf16 $(worst "$out_dir/$suite.out" bf16), fp16 $(worst "$out_dir/$suite.out" fp16)"
         while read -r line; do notes+=("$line"); done < <(grep '^WORST' "$out_dir/$suite.out")
     elif [ $suite = test_gpu_strategies ]; then
         w=$(grep -Eo 'grads \(rel\) [0-9.e+-]+' "$out_dir/$suite.out" | awk '{print $3}' | sort -g | tail -n 1)
@@ -356,73 +338,147 @@ for suite in test_gpu_host test_gpu_ops test_gpu_strategies; do
     row "$suite" "$verdict" "$detail"
 done
 
-# ---- 3. chapters: GPU against CPU ---------------------------------------------------------
-compare_json() {   # GPU json, CPU json -> "loss gpu-cpu X; vs own baseline: ..."
-    python3 - "$1" "$2" <<'EOF'
-import json, sys
-def load(path):   # the JSON object, whatever a library printed around it
-    text = open(path).read()
-    return json.JSONDecoder().raw_decode(text[text.index('{"chapter"'):])[0]
-try:
-    gpu, cpu = (load(p) for p in sys.argv[1:3])
-except Exception as e:
-    print(f"no JSON ({e.__class__.__name__})"); sys.exit(0)
-cpu_runs = {r["strategy"]: r for r in cpu["runs"]}
-loss_diff, own = 0.0, []
-for r in gpu["runs"]:
-    c = cpu_runs.get(r["strategy"])
-    if c:
-        loss_diff = max([loss_diff] + [abs(a - b) for a, b in zip(r["loss"], c["loss"])])
-    if r["strategy"] != "baseline":
-        d = r["diff_vs_baseline"]
-        own.append(f"{r['strategy']} " + "/".join("-" if d[k] is None else f"{d[k]:.0e}"
-                                                  for k in ("loss", "grads", "params")))
-print(f"{gpu['device']}: max |loss - cpu| {loss_diff:.1e}; vs own baseline (loss/grads/params): "
-      + ", ".join(own))
-EOF
-}
-# Without a GPU the "GPU" side asks for auto: the CPU, through the same code.
+# ---- 3. chapters: GPU against CPU, fp32 and bf16 ----------------------------------------
+# Each case runs on the CPU and on the GPU at once (the CPU run on the cores, the GPU run
+# on the GPU), same flags, --json; each run's exit status is its chapter's verdict
+# against its own baseline, and the GPU run's losses must match the CPU run's within
+# the project's loss tolerance for its precision (common/train/tolerances.h: TOL_LOSS
+# in fp32, MIXED_TOL_LOSS in 16 bits). Two ranks on the one GPU share it (threads over
+# a shared GPU); one rank on it is NCCL's world of one.
+tol_of() { grep -Eo "^#define $1 [0-9.e+-]+" common/train/tolerances.h | awk '{print $3}'; }
+tol_fp32=$(tol_of TOL_LOSS)
+tol_16=$(tol_of MIXED_TOL_LOSS)
 gpu_device=cuda
-[ $gpu_seen = 1 ] || gpu_device=auto
-chapter() {   # label, ranks, program, flags...: exit 0 = within the chapter's tolerances
-    local label=$1 ranks=$2 program=$3 result=ok how detail=""
-    shift 3
+[ $gpu_seen = 1 ] || gpu_device=auto   # without a GPU: the CPU, through the same code
+steps=3
+chapter() {   # label, ranks, program, precision (- : the chapter runs its own), flags...
+    local label=$1 ranks=$2 program=$3 precision=$4 result=ok how detail="" tol pcs gs cs
+    shift 4
+    local pflag=()
+    tol=$tol_16
+    if [ "$precision" != - ]; then
+        pflag=(--precision "$precision")
+        [ "$precision" = fp32 ] && tol=$tol_fp32
+        label=$label-$precision
+    fi
     label=$label-$ranks
-    run "$label-cpu" 60 "$bin/$program" --ranks "$ranks" --device cpu --json --steps 5 "$@"
-    verdict $? "$out_dir/$label-cpu.out" 0
+    if [ $dry_run = 1 ]; then
+        run "$label-cpu" 90 "$bin/$program" --ranks "$ranks" --device cpu --json "$@" "${pflag[@]}"
+        run "$label-gpu" 90 "$bin/$program" --ranks "$ranks" --device $gpu_device --json "$@" "${pflag[@]}"
+        return
+    fi
+    run "$label-cpu" 90 "$bin/$program" --ranks "$ranks" --device cpu --json "$@" "${pflag[@]}" &
+    pcs=$!
+    run "$label-gpu" 90 "$bin/$program" --ranks "$ranks" --device $gpu_device --json "$@" "${pflag[@]}"
+    gs=$?
+    wait $pcs
+    cs=$?
+    verdict $cs "$out_dir/$label-cpu.out" 0
     [ "$verdict" = ok ] || { result=FAILED detail="cpu: $why$(first_error "$label-cpu"); "; }
-    run "$label-gpu" 60 "$bin/$program" --ranks "$ranks" --device $gpu_device --json --steps 5 "$@"
-    verdict $? "$out_dir/$label-gpu.out" 0
+    verdict $gs "$out_dir/$label-gpu.out" 0
     [ "$verdict" = ok ] || { result=FAILED detail="$detail$gpu_device: $why$(first_error "$label-gpu"); "; }
-    if [ "$ranks" -le "$gpus" ]; then how="nccl"; else how="threads, shared GPU"; fi
+    if [ "$ranks" -le "${gpus:-0}" ]; then how="nccl"; else how="threads, shared GPU"; fi
     [ $gpu_seen = 1 ] || how="no GPU: cpu twice"
-    [ $result = ok ] && detail=$(compare_json "$out_dir/$label-gpu.out" "$out_dir/$label-cpu.out")
+    if [ $result = ok ]; then
+        detail=$(compare_losses "$out_dir/$label-gpu.out" "$out_dir/$label-cpu.out" "$tol" \
+            "$([ $gpu_seen = 1 ] && echo cuda || echo cpu)")
+        [ $? = 0 ] || result=FAILED
+    fi
     row "$label ($how)" "$result" "${detail%; }"
 }
-chapter ch1-ddp 4 chapter1 --strategy ddp
-chapter ch1-ddp 1 chapter1 --strategy ddp
-chapter ch2-zero 4 chapter2
-chapter ch2-zero 1 chapter2
-chapter ch3-tp4 4 chapter3 --part train
-chapter ch3-tp2-dp2 4 chapter3 --part train --tp 2
-chapter ch4-1f1b 4 chapter4 --schedule 1f1b
-chapter ch5-3d 8 chapter5
+# refused LABEL RANKS PROGRAM FLAGS...: a part that does not run on a GPU yet must say
+# so in one line (exit 2) with --device cuda; it still runs on the CPU.
+refused() {
+    local label=$1 ranks=$2 program=$3 result=ok detail lines
+    shift 3
+    run "$label-cuda" 30 "$bin/$program" --ranks "$ranks" --device cuda --json "$@"
+    local status=$?
+    run "$label-cpu" 90 "$bin/$program" --ranks "$ranks" --device cpu --json "$@"
+    local cpu_status=$?
+    [ $dry_run = 1 ] && return
+    lines=$(grep -c . "$out_dir/$label-cuda.err")
+    detail="--device cuda: exit $status, $lines line: $(head -n 1 "$out_dir/$label-cuda.err" | cut -c1-110)"
+    if [ $gpu_seen = 1 ] && { [ $status != 2 ] || [ "$lines" != 1 ] ||
+        ! grep -q -- '--device cuda' "$out_dir/$label-cuda.err"; }; then
+        result=FAILED
+    fi
+    [ $cpu_status = 0 ] || { result=FAILED detail="$detail; cpu: exit $cpu_status"; }
+    row "$label (refused on cuda)" "$result" "$detail"
+}
+for precision in fp32 bf16; do
+    chapter baseline 1 baseline $precision --steps $steps
+    chapter ch1-ddp 1 chapter1 $precision --strategy ddp --steps $steps
+    chapter ch1-ddp 2 chapter1 $precision --strategy ddp --steps $steps
+    chapter ch2-zero 2 chapter2 $precision --steps $steps
+    chapter ch3-tp 2 chapter3 $precision --part train --steps $steps
+    chapter ch4-1f1b 2 chapter4 $precision --schedule 1f1b --steps $steps
+    chapter ch5-3d 2 chapter5 $precision --steps $steps
+    chapter ch9-sp 2 chapter9 $precision --part sp --steps $steps
+done
+chapter ch7-strategies 2 chapter7 fp32 --part strategies --steps 2   # fp32 alone so far
+chapter ch8-wire 2 chapter8 - --part wire --wire-steps $steps   # fp32, bf16 and fp16 itself
+refused ch9-context 2 chapter9 --part context --steps $steps
+refused ch10-moe 2 chapter10 --part ep --steps $steps
+# the planner trains nothing (no --device): it runs, in the GPU build
+run ch6-planner 60 "$bin/chapter6" --json
+status=$?
+if [ $dry_run = 0 ]; then
+    verdict $status "$out_dir/ch6-planner.out" 0
+    row "ch6-planner (trains nothing)" "$verdict" "$why"
+fi
+# chapters added later (11, 12, ...): run as they are, on the GPU, against their baseline
+for n in "${programs[@]}"; do
+    case $n in chapter[0-9] | chapter10 | baseline) continue ;; esac
+    chapter "${n/chapter/ch}" 2 "$n" fp32 --steps $steps
+    chapter "${n/chapter/ch}" 2 "$n" bf16 --steps $steps
+done
 
-# ---- 4. benchmark: ours against PyTorch eager -------------------------------------------
-if [ $quick = 0 ]; then
+# ---- 4. step times next to cuBLAS's floor; then PyTorch ---------------------------------
+# bench256 and GPT-2 small (124M), one training step of the baseline on one GPU in fp32,
+# TF32 and bf16 (its --json ms_per_step), next to the sum of the same step's products
+# timed alone (bench_gpu_gemms), in the same precision.
+gpt2_small=(--layers 12 --heads 12 --dim 768 --ctx 1024 --vocab 50304 --batch 8)
+if [ $quick = 0 ] && [ $gpu_seen = 0 ]; then   # the CPU would time nothing of the GPU's
+    row "step times, benchmark" skipped "no GPU seen"
+elif [ $quick = 0 ]; then
+    for model in bench256 gpt2-small; do
+        if [ $model = bench256 ]; then flags=(--preset bench256) step_count=20
+        else flags=("${gpt2_small[@]}") step_count=6; fi
+        run "floor-$model" 60 "$bin/bench/bench_gpu_gemms" "${flags[@]}" --label $model
+        for precision in fp32 tf32 bf16; do
+            case $precision in
+            fp32) pflags=() ;; tf32) pflags=(--tf32) ;; bf16) pflags=(--precision bf16) ;;
+            esac
+            run "step-$model-$precision" 90 "$bin/baseline" --device $gpu_device --json --quiet \
+                --steps $step_count "${flags[@]}" "${pflags[@]}"
+            st=$?
+            [ $dry_run = 1 ] && continue
+            verdict $st "$out_dir/step-$model-$precision.out" 0
+            if [ "$verdict" != ok ]; then
+                row "step $model $precision" FAILED "$why$(first_error "step-$model-$precision")"
+                continue
+            fi
+            IFS='|' read -r what result detail < <(floor_line $model $precision \
+                "$out_dir/step-$model-$precision.out" "$out_dir/floor-$model.out")
+            row "$what" "$result" "$detail"
+        done
+    done
+    # PyTorch eager against ours, GPT-2 small fp32 and TF32, as the budget allows
     for step in "bench_gpu|$bin/bench/bench_gpu --precision both" \
         "pytorch|python3 bench/pytorch_gpt2.py --precision both" \
         "pytorch-sdpa|python3 bench/pytorch_gpt2.py --precision both --sdpa"; do
         label=${step%%|*}
         # shellcheck disable=SC2086
         run "$label" 120 ${step#*|}
-        verdict $? "$out_dir/$label.out" $gpu_seen
+        st=$?
+        [ $dry_run = 1 ] && continue
+        verdict $st "$out_dir/$label.out" $gpu_seen
         [ "$verdict" = ok ] || row "$label" "$verdict" "$why"
         [ $label = bench_gpu ] && bench_verdict=$verdict
     done
-    if [ "$bench_verdict" = ok ]; then
+    if [ $dry_run = 0 ] && [ "$bench_verdict" = ok ]; then
         while IFS='|' read -r precision result detail; do
-            row "GPT-2 small step, $precision" "$result" "$detail"
+            row "GPT-2 small step vs PyTorch, $precision" "$result" "$detail"
         done < <(bench_lines "$out_dir/bench_gpu.out" "$out_dir/pytorch.out" "$out_dir/pytorch-sdpa.out")
     fi
 fi

@@ -23,8 +23,10 @@ typedef struct thread_gpu {
     cudaStream_t stream;        /* everything the thread's ops queue */
     cudaStream_t fill_stream;   /* zero-filling new blocks, waited for at once */
     cublasHandle_t cublas;
-    void *scratch;
+    void *scratch;              /* the fp32 ops' (cuda_thread_scratch) */
     size_t scratch_bytes;
+    void *mixed_scratch;        /* the 16-bit ops' widenings, around the fp32 ops */
+    size_t mixed_scratch_bytes;
     struct thread_gpu *next;    /* in the spare list while no thread holds it */
 } thread_gpu;
 
@@ -150,20 +152,29 @@ void cuda_device_name(int gpu, char *out, size_t size) {
     snprintf(out, size, "%s", prop.name);
 }
 
+/* *buffer grown to at least bytes. Queued kernels may still use the old buffer, so the
+ * stream is waited for first; growing geometrically, a run settles after a few calls. */
+static void *grow_scratch(thread_gpu *g, void **buffer, size_t *size, size_t bytes) {
+    if (bytes > *size) {
+        CUDA_CHECK(cudaStreamSynchronize(g->stream));
+        CUDA_CHECK(cudaFree(*buffer));
+        size_t grown = *size * 2 > bytes ? *size * 2 : bytes;
+        *buffer = NULL;
+        *size = 0;
+        CUDA_CHECK(cudaMalloc(buffer, grown));
+        *size = grown;
+    }
+    return *buffer;
+}
+
 void *cuda_thread_scratch(size_t bytes) {
     thread_gpu *g = require_gpu("scratch");
-    if (bytes > g->scratch_bytes) {
-        /* Queued kernels may still use the old buffer. Grow geometrically so that a
-         * run settles after a few calls. */
-        CUDA_CHECK(cudaStreamSynchronize(g->stream));
-        CUDA_CHECK(cudaFree(g->scratch));
-        size_t grown = g->scratch_bytes * 2 > bytes ? g->scratch_bytes * 2 : bytes;
-        g->scratch = NULL;
-        g->scratch_bytes = 0;
-        CUDA_CHECK(cudaMalloc(&g->scratch, grown));
-        g->scratch_bytes = grown;
-    }
-    return g->scratch;
+    return grow_scratch(g, &g->scratch, &g->scratch_bytes, bytes);
+}
+
+void *cuda_thread_mixed_scratch(size_t bytes) {
+    thread_gpu *g = require_gpu("16-bit scratch");
+    return grow_scratch(g, &g->mixed_scratch, &g->mixed_scratch_bytes, bytes);
 }
 
 /* ---- device memory through the cache ---------------------------------------------- */

@@ -90,6 +90,9 @@ void cuda_device_name(int gpu, char *out, size_t size);
  * stream orders the uses). Growing it waits for the stream first. Not counted by the
  * memory accounting: it is the kernels' working space, not a model buffer. */
 void *cuda_thread_scratch(size_t bytes);
+/* A second such scratch, the 16-bit ops' (ops_cuda_mixed.cu): their fp32 widenings,
+ * alive while the fp32 op they wrap uses the first. */
+void *cuda_thread_mixed_scratch(size_t bytes);
 
 #ifdef __cplusplus
 }

@@ -390,6 +390,7 @@ int main(void) {
     tcase_add_test(tf32, bf16_rounding_exceeds_the_tolerance);
     suite_add_tcase(suite, tf32);
     TCase *rules = tcase_create("device_rules");
+    tcase_set_timeout(rules, 60);   /* the device script's self-test: a few seconds */
     tcase_add_test(rules, overlapping_copies_behave_as_memmove);
     tcase_add_test(rules, column_sums_grid_stays_within_limits);
     tcase_add_test(rules, device_cache_reuses_blocks_that_fit);

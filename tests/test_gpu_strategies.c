@@ -22,6 +22,15 @@
  * rates. TF32 (10-bit mantissas in the matmuls): loss 2e-3, gradients 5e-3, and only
  * the bound on the parameters, since its rounding flips many more small gradients.
  * Replicas must stay bit-identical across ranks.
+ *  3. The baseline in 16 bits on the GPU against the same run on the CPU: bf16, fp16,
+ *     and bf16 with 16-bit gradients (--grad-dtype). cuBLAS sums a product in another
+ *     order than oneDNN, so any 16-bit output may round one unit u apart (2^-8 bf16,
+ *     2^-11 fp16) from step 1 on: per block its 11 rounded outputs on the forward path
+ *     (2 LayerNorms, QKV, the attention's probabilities and output, its projection, the
+ *     residual, the MLP's two products, GELU, the residual), plus the final LayerNorm and
+ *     the LM head, each moving the gradients by at most u G to first order (G the
+ *     largest step-1 gradient): (11 L + 2) u G, one more u G for 16-bit gradients. Loss
+ *     within MIXED_TOL_LOSS, parameters within AdamW's drift bound (tolerances.h).
  *
  * Without a GPU (or in a build without GPU=1) there is nothing to run: the program
  * prints "SKIP: <why>" and exits 77. With one it runs without fork: CUDA does not
@@ -39,6 +48,7 @@
 #include "rng.h"
 #include "baseline.h"
 #include "replica.h"
+#include "tolerances.h"
 
 enum { MAX_RANKS = 4 };
 
@@ -413,6 +423,43 @@ START_TEST(baseline_on_gpu_matches_cpu) {
 }
 END_TEST
 
+START_TEST(baseline_16bit_on_gpu_matches_cpu) {
+    const precision compute[] = {PRECISION_BF16, PRECISION_FP16, PRECISION_BF16};
+    const precision grads[] = {PRECISION_FP32, PRECISION_FP32, PRECISION_BF16};
+    dataset *data = dataset_builtin();
+    for (int k = 0; k < 3; k++) {
+        run_config cfg = small_config();
+        cfg.precision = compute[k];
+        cfg.grad_precision = grads[k];
+        baseline_run *cpu = baseline_train(&cfg, data);
+        run_config on_gpu = cfg;
+        on_gpu.comm.device = DEVICE_CUDA;
+        baseline_run *gpu = baseline_train(&on_gpu, data);
+        const size_t P = cpu->num_params;
+        double G = 0.0;
+        for (size_t i = 0; i < P; i++)
+            if (fabs((double)cpu->first_grads[i]) > G) G = fabs((double)cpu->first_grads[i]);
+        const double u = compute[k] == PRECISION_BF16 ? 0x1p-8 : 0x1p-11;
+        const double grad_tol = (11.0 * cfg.model.layers + 2 + (grads[k] != PRECISION_FP32)) * u * G;
+        const double param_tol = adamw_drift_bound(&cfg.adamw, cfg.steps);
+        const double d_loss = max_abs_diff(gpu->loss, cpu->loss, (size_t)cfg.steps);
+        const double d_grads = max_abs_diff(gpu->first_grads, cpu->first_grads, P);
+        const double d_params = max_abs_diff(gpu->final_params, cpu->final_params, P);
+        printf("  baseline %s, %s gradients, GPU vs CPU: loss %.2e (tol %.0e), grads %.2e"
+               " (tol %.2e), params %.2e (tol %.2e)\n", precision_name(compute[k]),
+               precision_name(grads[k]), d_loss, MIXED_TOL_LOSS, d_grads, grad_tol, d_params,
+               param_tol);
+        ck_assert_msg(d_loss <= MIXED_TOL_LOSS, "loss differs by %.3e", d_loss);
+        ck_assert_msg(d_grads <= grad_tol, "grads differ by %.3e (tol %.3e)", d_grads, grad_tol);
+        ck_assert_msg(d_params <= param_tol, "params differ by %.3e", d_params);
+        baseline_free(gpu);
+        baseline_free(cpu);
+    }
+    ck_assert_int_eq(device_current(), DEVICE_CPU);
+    dataset_free(data);
+}
+END_TEST
+
 int main(void) {
     char why[160];
     if (device_gpu_count() == 0) {   /* always 0 in a build without GPU=1 */
@@ -426,6 +473,7 @@ int main(void) {
     tcase_add_test(tc, collectives_on_gpu_match_cpu);
     tcase_add_test(tc, baseline_on_gpu_matches_cpu);
     tcase_add_test(tc, ddp_on_gpu_matches_cpu_baseline);
+    tcase_add_test(tc, baseline_16bit_on_gpu_matches_cpu);
     SRunner *sr = srunner_create(suite);
     /* CUDA does not survive fork() once initialised in the parent */
     srunner_set_fork_status(sr, CK_NOFORK);

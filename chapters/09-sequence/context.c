@@ -53,7 +53,8 @@ void context_check_flags(const run_config *given, int ranks, const context_flags
     if (alone && given->precision != PRECISION_FP32)
         cli_fail("--precision %s: context parallelism here computes in fp32 only",
                  precision_name(given->precision));
-    if (alone && given->comm.device == DEVICE_CUDA)
+    const char *asked = cli_given_text("device");   /* auto's GPU: the part runs on the CPU */
+    if (alone && given->comm.device == DEVICE_CUDA && asked && strcmp(asked, "cuda") == 0)
         cli_fail("--device cuda: context parallelism runs on the CPU here (its blockwise"
                  " attention has no CUDA kernels yet): give --device cpu");
     const int cp = cp_size(f, ranks);

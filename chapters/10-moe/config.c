@@ -1,5 +1,7 @@
-/* The chapter's defaults and its mesh. */
+/* The chapter's defaults, its mesh and its device. */
 #include "moe_chapter.h"
+
+#include <string.h>
 
 /* 2 layers of the default width: every part of the default run, on 2 cores, in under a
  * minute. */
@@ -12,4 +14,13 @@ int moe_chapter_mesh_ep(int ranks, int experts) {
     for (int ep = ranks / 2; ep > 1; ep--)
         if (ranks % ep == 0 && experts % ep == 0) return ep;
     return 1;
+}
+
+const char *moe_chapter_device(run_config *cfg, const char *asked) {
+    if (cfg->comm.device != DEVICE_CUDA) return NULL;
+    if (asked && strcmp(asked, "cuda") == 0)
+        return "--device cuda: the MoE layer runs on the CPU alone so far (its routing reads"
+               " the activations on the host): give --device cpu";
+    cfg->comm.device = DEVICE_CPU;   /* a GPU that auto found: the CPU runs the chapter */
+    return NULL;
 }

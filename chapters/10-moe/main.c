@@ -77,8 +77,8 @@ static void check_fits(const run_config *cfg, const moe_config *moe) {
 
 static void validate(run_config *cfg, const chapter_flags *f) {
     char err[256];
-    if (cfg->comm.device != DEVICE_CPU)   /* its routing reads the activations on the host */
-        cli_fail("--device cuda: the MoE layer runs on the CPU alone so far (--device cpu)");
+    const char *refused = moe_chapter_device(cfg, cli_given_text("device"));
+    if (refused) cli_fail("%s", refused);
     if (!moe_config_check(&f->moe, cfg->model.layers, 1, err, sizeof err)) cli_fail("%s", err);
     refuse_unread_flags(f, cfg);
     cli_check_at_most("experts", f->moe.experts, 1024, "1024 experts");

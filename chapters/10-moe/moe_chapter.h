@@ -75,5 +75,10 @@ void moe_chapter_defaults(run_config *cfg);
 /* The largest EP size of the mesh run: divides the ranks and the experts, below the
  * ranks when it can (so that DP > 1), 1 at the least. */
 int moe_chapter_mesh_ep(int ranks, int experts);
+/* Where the chapter computes: the CPU, as its routing reads the activations on the
+ * host. A GPU that --device auto found (cfg's device cuda, asked not "cuda") is set
+ * aside for the CPU; --device cuda itself (asked "cuda") gets the refusal, one line,
+ * returned. NULL when the run goes ahead. */
+const char *moe_chapter_device(run_config *cfg, const char *asked);
 
 #endif

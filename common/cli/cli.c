@@ -303,9 +303,9 @@ static void apply_shared_values(run_config *cfg, const shared_values *sv) {
     char why[256];
     if (device_check(requested, why, sizeof why)) cli_fail("%s", why);
     cfg->comm.device = device_resolve(requested);
-    if (cfg->precision != PRECISION_FP32 && cfg->comm.device == DEVICE_CUDA)
-        cli_fail("--precision %s: the GPU backend computes in fp32 only so far; add --device"
-                 " cpu", precision_names[sv->precision]);
+    if (cfg->fp8 && cfg->comm.device == DEVICE_CUDA)
+        cli_fail("--precision fp8: FP8 linears are emulated on the CPU only so far (bf16 and"
+                 " fp16 run on the GPU); add --device cpu");
 }
 
 /* RUN_BLAS_PROBE=1: print the kernels OpenBLAS picked for this CPU and stop, before

@@ -63,6 +63,10 @@ const struct ops_table *device_ops(void) {
     return current_kind == DEVICE_CUDA ? device_gpu_backend()->ops : NULL;
 }
 
+const struct mixed_ops_table *device_mixed_ops(void) {
+    return current_kind == DEVICE_CUDA ? device_gpu_backend()->mixed : NULL;
+}
+
 int device_gpu_count(void) {
     const device_backend *gpu = device_gpu_backend();
     char why[8];

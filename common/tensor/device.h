@@ -15,6 +15,7 @@
 typedef enum { DEVICE_CPU, DEVICE_CUDA, DEVICE_AUTO } device_kind;
 
 struct ops_table;        /* ops.h */
+struct mixed_ops_table;  /* ops_mixed_table.h */
 struct comm_gpu_hooks;   /* comm_internal.h */
 
 typedef struct device_backend {
@@ -27,6 +28,7 @@ typedef struct device_backend {
     void (*set_tf32)(int on);           /* process-wide: matmuls may use TF32 */
     void (*gpu_name)(int gpu, char *out, size_t size);   /* "NVIDIA H200" */
     const struct ops_table *ops;
+    const struct mixed_ops_table *mixed;   /* the 16-bit ops (bf16, fp16) */
     const struct comm_gpu_hooks *comm;
 } device_backend;
 
@@ -39,6 +41,8 @@ device_kind device_current(void);
 void device_select(device_kind kind, int gpu_index);
 /* The ops of the thread's GPU, or NULL when it computes on the CPU (ops.c). */
 const struct ops_table *device_ops(void);
+/* Its 16-bit ops (ops_mixed_table.h), or NULL on the CPU. */
+const struct mixed_ops_table *device_mixed_ops(void);
 
 /* ---- the machine ------------------------------------------------------------------- */
 int device_gpu_count(void);   /* 0 without a GPU or in a CPU build */

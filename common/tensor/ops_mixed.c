@@ -25,6 +25,7 @@
 #include "ops.h"
 #include "ops_cpu.h"
 #include "ops_mixed_internal.h"
+#include "ops_mixed_table.h"
 #include "ops_observe.h"
 
 #include <pthread.h>
@@ -119,13 +120,9 @@ static void round_to(precision p, void *dst, const float *src, size_t n) {
 static double bytes_of(precision p, double n) { return n * (double)precision_bytes(p); }
 #define F32(n) (4.0 * (double)(n))
 
-/* A 16-bit op begins: refused on a GPU thread, told to the watchers. Returns whether
+/* A 16-bit op begins: told to the watchers. Returns whether
  * the thread is watched (for mixed_end). bytes is evaluated by the caller; it is cheap. */
-int mixed_begin(const char *op, op_kind kind, double bytes) {
-    if (device_ops()) {
-        fprintf(stderr, "error: %s: bf16/fp16 ops do not run on the GPU yet\n", op);
-        exit(1);
-    }
+int mixed_begin(op_kind kind, double bytes) {
     const int watched = ops_watched();
     if (watched) ops_watch_begin(kind, bytes);
     return watched;
@@ -160,7 +157,8 @@ void mixed_round(precision p, void *dst, const float *src, size_t n) {
         vec_copy(dst, src, n);
         return;
     }
-    const int w = mixed_begin("mixed_round", OP_VECTOR, F32(n) + bytes_of(p, n));
+    const int w = mixed_begin(OP_VECTOR, F32(n) + bytes_of(p, n));
+    MIXED_ON_GPU(w, OP_VECTOR, round, p, dst, src, n);
     round_to(p, dst, src, n);
     mixed_end(w, OP_VECTOR);
 }
@@ -170,7 +168,8 @@ void mixed_widen(precision p, float *dst, const void *src, size_t n) {
         vec_copy(dst, src, n);
         return;
     }
-    const int w = mixed_begin("mixed_widen", OP_VECTOR, F32(n) + bytes_of(p, n));
+    const int w = mixed_begin(OP_VECTOR, F32(n) + bytes_of(p, n));
+    MIXED_ON_GPU(w, OP_VECTOR, widen, p, dst, src, n);
     widen(p, dst, src, n);
     mixed_end(w, OP_VECTOR);
 }
@@ -183,8 +182,9 @@ void mixed_embedding_forward(precision p, void *out, const int *tokens, const vo
         embedding_forward(out, tokens, wte, N, C, vocab_start, vocab_len);
         return;
     }
-    const int w = mixed_begin("mixed_embedding_forward", OP_EMBEDDING,
+    const int w = mixed_begin(OP_EMBEDDING,
                               bytes_of(p, 2.0 * N * C));
+    MIXED_ON_GPU(w, OP_EMBEDDING, embedding_forward, p, out, tokens, wte, N, C, vocab_start, vocab_len);
     /* a copy of rows: widening and rounding back gives the same bits, so none is done */
     const size_t row_bytes = (size_t)C * precision_bytes(p);
     for (int n = 0; n < N; n++) {
@@ -204,8 +204,9 @@ void mixed_embedding_backward(precision p, float *dwte, const void *dout, const 
         embedding_backward(dwte, dout, tokens, N, C, vocab_start, vocab_len);
         return;
     }
-    const int w = mixed_begin("mixed_embedding_backward", OP_EMBEDDING,
+    const int w = mixed_begin(OP_EMBEDDING,
                               bytes_of(p, (double)N * C) + F32(2.0 * N * C));
+    MIXED_ON_GPU(w, OP_EMBEDDING, embedding_backward, p, dwte, dout, tokens, N, C, vocab_start, vocab_len);
     const int rows = chunk_rows((size_t)C);
     float *g = workspace((size_t)rows * C);
     for (int n0 = 0; n0 < N; n0 += rows) {   /* rows in order, as the fp32 op adds them */
@@ -221,8 +222,9 @@ void mixed_position_forward(precision p, void *out, const void *wpe, int B, int 
         position_forward(out, wpe, B, T, C);
         return;
     }
-    const int w = mixed_begin("mixed_position_forward", OP_EMBEDDING,
+    const int w = mixed_begin(OP_EMBEDDING,
                               bytes_of(p, 3.0 * B * T * C));
+    MIXED_ON_GPU(w, OP_EMBEDDING, position_forward, p, out, wpe, B, T, C);
     const size_t tc = (size_t)T * C;
     float *pos = workspace(2 * tc), *o = pos + tc;
     widen(p, pos, wpe, tc);
@@ -241,8 +243,9 @@ void mixed_position_backward(precision p, float *dwpe, const void *dout, int B, 
         position_backward(dwpe, dout, B, T, C);
         return;
     }
-    const int w = mixed_begin("mixed_position_backward", OP_EMBEDDING,
+    const int w = mixed_begin(OP_EMBEDDING,
                               bytes_of(p, (double)B * T * C) + F32(2.0 * T * C));
+    MIXED_ON_GPU(w, OP_EMBEDDING, position_backward, p, dwpe, dout, B, T, C);
     const size_t n = (size_t)B * T * C;   /* sums over b: all rows at once */
     float *g = workspace(n);
     widen(p, g, dout, n);
@@ -259,8 +262,9 @@ void mixed_layernorm_forward(precision p, void *out, float *mean, float *rstd,
         layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
         return;
     }
-    const int w = mixed_begin("mixed_layernorm_forward", OP_LAYERNORM,
+    const int w = mixed_begin(OP_LAYERNORM,
                               bytes_of(p, 2.0 * N * C) + F32(2.0 * N));
+    MIXED_ON_GPU(w, OP_LAYERNORM, layernorm_forward, p, out, mean, rstd, inp, weight, bias, N, C);
     const int rows = chunk_rows((size_t)C);
     const size_t chunk = (size_t)rows * C;
     float *wgt = workspace(2 * (size_t)C + 2 * chunk), *b = wgt + C, *x = b + C;
@@ -284,8 +288,9 @@ void mixed_layernorm_backward(precision p, void *dinp, float *dweight, float *db
         layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
         return;
     }
-    const int w = mixed_begin("mixed_layernorm_backward", OP_LAYERNORM,
+    const int w = mixed_begin(OP_LAYERNORM,
                               bytes_of(p, 4.0 * N * C) + F32(4.0 * C));
+    MIXED_ON_GPU(w, OP_LAYERNORM, layernorm_backward, p, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
     /* dweight and dbias sum over all rows: the rows are widened all at once */
     const size_t n = (size_t)N * C;
     float *wgt = workspace((size_t)C + 3 * n), *dx = wgt + C, *dy = dx + n, *x = dy + n;
@@ -309,7 +314,8 @@ static void linear_forward_in(precision p, int fp8, void *out, const void *inp,
     }
     const double elements = (double)N * IC + (double)N * OC + (double)OC * IC;
     const int w =
-        mixed_begin("mixed_linear_forward", OP_LINEAR_FORWARD, bytes_of(p, elements));
+        mixed_begin(OP_LINEAR_FORWARD, bytes_of(p, elements));
+    MIXED_ON_GPU(w, OP_LINEAR_FORWARD, linear_forward, p, out, inp, weight, bias, N, IC, OC);
     /* the product and the bias summed in fp32, rounded once, by the product itself */
     if (fp8 && p == PRECISION_BF16 && fp8_linear_active(NULL))
         fp8_linear_forward(out, inp, weight, bias, N, IC, OC);
@@ -360,9 +366,10 @@ void mixed_linear_backward(precision p, void *dinp, float *dweight, float *dbias
         linear_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
         return;
     }
-    const int w = mixed_begin("mixed_linear_backward", OP_LINEAR_BACKWARD,
+    const int w = mixed_begin(OP_LINEAR_BACKWARD,
                               bytes_of(p, 2.0 * N * OC + 2.0 * N * IC + (double)OC * IC) +
                                   F32(2.0 * OC * IC));
+    MIXED_ON_GPU(w, OP_LINEAR_BACKWARD, linear_backward, p, dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
     if (N > 0) {
         if (dinp)   /* dinp[N,IC] = dout[N,OC] @ weight[OC,IC], rounded once */
             product16_out16(p, 0, 0, N, IC, OC, dout, OC, weight, IC, NULL, dinp, IC);
@@ -381,8 +388,9 @@ void mixed_attention_forward(precision p, void *out, void *att, const void *qkv,
         attention_forward(out, att, qkv, B, T, C, NH);
         return;
     }
-    const int w = mixed_begin("mixed_attention_forward", OP_ATTENTION_FORWARD,
+    const int w = mixed_begin(OP_ATTENTION_FORWARD,
                               bytes_of(p, 4.0 * B * T * C + (double)B * NH * T * T));
+    MIXED_ON_GPU(w, OP_ATTENTION_FORWARD, attention_forward, p, out, att, qkv, B, T, C, NH);
     const size_t n_qkv = (size_t)T * 3 * C, n_out = (size_t)T * C;
     const size_t n_att = (size_t)NH * T * T;
     float *q = workspace(n_qkv + n_out + n_att), *o = q + n_qkv, *a = o + n_out;
@@ -403,8 +411,9 @@ void mixed_attention_backward(precision p, void *dqkv, void *datt, const void *d
         attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH);
         return;
     }
-    const int w = mixed_begin("mixed_attention_backward", OP_ATTENTION_BACKWARD,
+    const int w = mixed_begin(OP_ATTENTION_BACKWARD,
                               bytes_of(p, 7.0 * B * T * C + (double)B * NH * T * T));
+    MIXED_ON_GPU(w, OP_ATTENTION_BACKWARD, attention_backward, p, dqkv, datt, dout, qkv, att, B, T, C, NH);
     const size_t n_qkv = (size_t)T * 3 * C, n_out = (size_t)T * C;
     const size_t n_att = (size_t)NH * T * T;
     float *q = workspace(2 * n_qkv + n_out + 2 * n_att), *dq = q + n_qkv;
@@ -426,7 +435,8 @@ void mixed_gelu_forward(precision p, void *out, void *x, size_t n) {
         gelu_forward(out, x, n);
         return;
     }
-    const int w = mixed_begin("mixed_gelu_forward", OP_GELU, bytes_of(p, 3.0 * n));
+    const int w = mixed_begin(OP_GELU, bytes_of(p, 3.0 * n));
+    MIXED_ON_GPU(w, OP_GELU, gelu_forward, p, out, x, n);
     float *xs = workspace(2 * CHUNK_FLOATS), *ys = xs + CHUNK_FLOATS;
     for (size_t i = 0; i < n; i += CHUNK_FLOATS) {
         const size_t len = n - i < CHUNK_FLOATS ? n - i : CHUNK_FLOATS;
@@ -445,7 +455,8 @@ void mixed_gelu_backward(precision p, void *dinp, const void *dgelu, const void 
         gelu_backward(dinp, dgelu, dout, n);
         return;
     }
-    const int w = mixed_begin("mixed_gelu_backward", OP_GELU, bytes_of(p, 3.0 * n));
+    const int w = mixed_begin(OP_GELU, bytes_of(p, 3.0 * n));
+    MIXED_ON_GPU(w, OP_GELU, gelu_backward, p, dinp, dgelu, dout, n);
     float *dg = workspace(2 * CHUNK_FLOATS), *dy = dg + CHUNK_FLOATS;
     /* dinp may be dout: each chunk is read, then written */
     for (size_t i = 0; i < n; i += CHUNK_FLOATS) {
@@ -466,8 +477,9 @@ void mixed_crossentropy_forward(precision p, float *losses, void *probs, const v
         crossentropy_forward(losses, probs, logits, targets, N, V);
         return;
     }
-    const int w = mixed_begin("mixed_crossentropy_forward", OP_CROSSENTROPY,
+    const int w = mixed_begin(OP_CROSSENTROPY,
                               bytes_of(p, 2.0 * N * V) + F32(N));
+    MIXED_ON_GPU(w, OP_CROSSENTROPY, crossentropy_forward, p, losses, probs, logits, targets, N, V);
     const int rows = chunk_rows((size_t)V);
     float *x = workspace((size_t)rows * V);
     for (int n0 = 0; n0 < N; n0 += rows) {   /* probs may be logits: read, then written */
@@ -486,8 +498,9 @@ void mixed_crossentropy_backward(precision p, void *dlogits, const void *probs,
         crossentropy_backward(dlogits, probs, targets, dloss, N, V);
         return;
     }
-    const int w = mixed_begin("mixed_crossentropy_backward", OP_CROSSENTROPY,
+    const int w = mixed_begin(OP_CROSSENTROPY,
                               bytes_of(p, 2.0 * N * V));
+    MIXED_ON_GPU(w, OP_CROSSENTROPY, crossentropy_backward, p, dlogits, probs, targets, dloss, N, V);
     const int rows = chunk_rows((size_t)V);
     float *x = workspace((size_t)rows * V);
     for (int n0 = 0; n0 < N; n0 += rows) {   /* dlogits may be probs */
@@ -507,7 +520,8 @@ void mixed_vec_zero(precision p, void *x, size_t n) {
         vec_zero(x, n);
         return;
     }
-    const int w = mixed_begin("mixed_vec_zero", OP_VECTOR, bytes_of(p, n));
+    const int w = mixed_begin(OP_VECTOR, bytes_of(p, n));
+    MIXED_ON_GPU(w, OP_VECTOR, vec_zero, p, x, n);
     memset(x, 0, n * precision_bytes(p));   /* +0 in both 16-bit formats */
     mixed_end(w, OP_VECTOR);
 }
@@ -517,7 +531,8 @@ void mixed_vec_copy(precision p, void *dst, const void *src, size_t n) {
         vec_copy(dst, src, n);
         return;
     }
-    const int w = mixed_begin("mixed_vec_copy", OP_VECTOR, bytes_of(p, 2.0 * n));
+    const int w = mixed_begin(OP_VECTOR, bytes_of(p, 2.0 * n));
+    MIXED_ON_GPU(w, OP_VECTOR, vec_copy, p, dst, src, n);
     if (dst != src) memmove(dst, src, n * precision_bytes(p));
     mixed_end(w, OP_VECTOR);
 }
@@ -536,7 +551,8 @@ void mixed_vec_add(precision p, void *y, const void *x, size_t n) {
         vec_add(y, x, n);
         return;
     }
-    const int w = mixed_begin("mixed_vec_add", OP_RESIDUAL, bytes_of(p, 3.0 * n));
+    const int w = mixed_begin(OP_RESIDUAL, bytes_of(p, 3.0 * n));
+    MIXED_ON_GPU(w, OP_RESIDUAL, vec_add, p, y, x, n);
     if (p == PRECISION_BF16) {
         add_bf16(y, x, n);
         mixed_end(w, OP_RESIDUAL);

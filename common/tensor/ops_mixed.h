@@ -18,8 +18,9 @@
  *
  * Pointers typed void * hold elements of the precision p; the semantics of each op
  * (what is overwritten, what accumulates, what may alias) are its ops.h twin's. Each op
- * is watched as one op of its kind (ops_observe.h), whatever it runs inside. A 16-bit
- * op on a thread that computes on a GPU exits with a message (not there yet). */
+ * is watched as one op of its kind (ops_observe.h), whatever it runs inside. On a
+ * thread that computes on a GPU, a 16-bit op runs the GPU backend's version
+ * (ops_mixed_table.h; pointers are then device memory). */
 #ifndef OPS_MIXED_H
 #define OPS_MIXED_H
 #include <stddef.h>

@@ -12,9 +12,21 @@
 /* The calling thread's scratch, at least n floats (64-byte aligned); its contents are
  * not kept between ops. */
 float *mixed_scratch(size_t n);
-/* A 16-bit op begins: refused on a GPU thread, told to the watchers (bytes: its
- * traffic). Returns whether the thread is watched, for mixed_end. */
-int mixed_begin(const char *op, op_kind kind, double bytes);
+/* A 16-bit op begins: told to the watchers (bytes: its traffic). Returns whether the
+ * thread is watched, for mixed_end. */
+int mixed_begin(op_kind kind, double bytes);
 void mixed_end(int watched, op_kind kind);
+
+/* On a thread that computes on a GPU, the op runs there (device_mixed_ops(), the
+ * backend's ops_mixed_table.h), its watch ends and the calling op returns. */
+#define MIXED_ON_GPU(watched, kind, name, ...)                       \
+    do {                                                             \
+        const mixed_ops_table *gpu_mixed_ = device_mixed_ops();      \
+        if (gpu_mixed_) {                                            \
+            gpu_mixed_->name(__VA_ARGS__);                           \
+            mixed_end(watched, kind);                                \
+            return;                                                  \
+        }                                                            \
+    } while (0)
 
 #endif

@@ -10,6 +10,8 @@
 #include "ops.h"
 #include "ops_cpu.h"
 #include "ops_mixed_internal.h"
+#include "ops_mixed_table.h"
+#include "device.h"
 
 #define CHUNK MIXED_CHUNK_FLOATS
 
@@ -22,7 +24,13 @@ static double bytes_of(precision p, double n) { return n * (double)precision_byt
  * NaN makes the sum so, while no chunk of finite values can overflow a double. */
 int mixed_vec_finite(precision p, const void *x, size_t n) {
     if (p == PRECISION_FP32) return isfinite(vec_sum(x, n));
-    const int w = mixed_begin("mixed_vec_finite", OP_VECTOR, bytes_of(p, n));
+    const int w = mixed_begin(OP_VECTOR, bytes_of(p, n));
+    const mixed_ops_table *gpu = device_mixed_ops();
+    if (gpu) {
+        const int on_gpu = gpu->vec_finite(p, x, n);
+        mixed_end(w, OP_VECTOR);
+        return on_gpu;
+    }
     float *xs = mixed_scratch(CHUNK);
     int finite = 1;
     for (size_t i = 0; i < n && finite; i += CHUNK) {
@@ -42,8 +50,10 @@ void mixed_adamw_update(precision p, float *params, const void *grads, float gra
         adamw_update(params, grads, m, v, n, cfg, step);
         return;
     }
-    const int w = mixed_begin("mixed_adamw_update", OP_ADAMW, 4.0 * 6.0 * n + bytes_of(p, n));
+    const int w = mixed_begin(OP_ADAMW, 4.0 * 6.0 * n + bytes_of(p, n));
     const adamw_config scheduled = adamw_scheduled(cfg, step);
+    MIXED_ON_GPU(w, OP_ADAMW, adamw_update, p, params, grads, grad_scale, m, v, n, &scheduled,
+                 step);
     float *g = mixed_scratch(CHUNK);
     for (size_t i = 0; i < n; i += CHUNK) {
         const size_t len = chunk_len(n, i);
@@ -59,7 +69,13 @@ void mixed_adamw_update(precision p, float *params, const void *grads, float gra
  * of x, below the fp32 values not yet read (from byte 4(i + len) on). */
 void *mixed_round_in_place(precision p, float *x, size_t n) {
     if (p == PRECISION_FP32) return x;
-    const int w = mixed_begin("mixed_round_in_place", OP_VECTOR, 4.0 * n + bytes_of(p, n));
+    const int w = mixed_begin(OP_VECTOR, 4.0 * n + bytes_of(p, n));
+    const mixed_ops_table *gpu = device_mixed_ops();
+    if (gpu) {
+        gpu->round_in_place(p, x, n);
+        mixed_end(w, OP_VECTOR);
+        return x;
+    }
     uint16_t *rounded = (uint16_t *)mixed_scratch(CHUNK);
     for (size_t i = 0; i < n; i += CHUNK) {
         const size_t len = chunk_len(n, i);

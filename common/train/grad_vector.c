@@ -1,8 +1,10 @@
 #include "grad_vector.h"
 
 #include <math.h>
+#include <stdint.h>
 
 #include "loss_scale.h"
+#include "number_formats.h"
 #include "ops.h"
 #include "ops_mixed.h"
 
@@ -26,6 +28,12 @@ void grad_vector_unscale(const grad_vector *g, float factor) {
 
 void grad_vector_overflow_first(const grad_vector *g) {
     const float inf = INFINITY;
-    if (g->precision == PRECISION_FP32) ops_upload(g->data, &inf, sizeof inf);
-    else mixed_round(g->precision, g->data, &inf, 1);   /* 16-bit vectors: host memory */
+    if (g->precision == PRECISION_FP32) {
+        ops_upload(g->data, &inf, sizeof inf);
+        return;
+    }
+    /* rounded here, then uploaded: the vector may be a GPU's */
+    const uint16_t bits =
+        g->precision == PRECISION_BF16 ? number_to_bf16(inf) : number_to_f16(inf);
+    ops_upload(g->data, &bits, sizeof bits);
 }
