@@ -35,7 +35,7 @@ PKGS     := openblas check
 # common/ by concern, bottom to top: base, tensor ops and devices, the communicator, the
 # model, a run's configuration, checkpoints, training and reports, the strategies, the
 # command line. Each folder includes only from the folders below it.
-common_dirs := base tensor comm model config checkpoint train cli parallel
+common_dirs := base tensor comm model config checkpoint train cli parallel plan
 common_includes := $(common_dirs:%=-Icommon/%)
 CFLAGS   := -std=c11 -D_GNU_SOURCE -fno-math-errno -Wall -Wextra -Werror -pthread \
             $(common_includes) \

@@ -1,4 +1,4 @@
-/* Chapter 6's context parallelism (common/parallel/plan_cp.h): the chunk, the bytes a
+/* Chapter 6's context parallelism (common/plan/plan_cp.h): the chunk, the bytes a
  * rank sends per layer (ring: 6 cp - 4 chunks; Ulysses: 8 (cp-1)/cp), the activations
  * a rank keeps and the seconds of the CP messages, each against a case computed by hand
  * here, and the bytes against chapter 9's own formula (cp_attention_bytes_formula) in

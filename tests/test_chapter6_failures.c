@@ -1,4 +1,4 @@
-/* Chapter 6's checkpoint interval (common/parallel/plan_restart.h and the planner's
+/* Chapter 6's checkpoint interval (common/plan/plan_restart.h and the planner's
  * failures.c): Young's sqrt(2 x save x MTBF), the time a failure loses and the fraction
  * of the run lost, against cases computed by hand here, Llama 3's failure rate and the
  * course's GPT-3 on 1024 GPUs; that Young's interval is the minimum of the loss; and a

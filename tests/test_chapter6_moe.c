@@ -1,4 +1,4 @@
-/* Chapter 6's mixture of experts (common/parallel/plan_moe.h): parameters, FLOPs a
+/* Chapter 6's mixture of experts (common/plan/plan_moe.h): parameters, FLOPs a
  * token, memory per GPU under expert parallelism and the all-to-all bytes, each against
  * a case computed by hand here, a dense model's figures where an MoE of one expert
  * must give them, and the rumoured GPT-4 shape's sums. Every comparison is exact (to

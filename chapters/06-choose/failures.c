@@ -1,6 +1,6 @@
 /* The planner's last section: how often the job fails, how long a save takes, how often
  * to save (Young's interval) and what the failures cost. The formulas are
- * common/parallel/plan_restart.h's. */
+ * common/plan/plan_restart.h's. */
 #include <stdio.h>
 
 #include "planner.h"

@@ -1,7 +1,7 @@
 /* A mixture of experts planned: its total and active parameters, FLOPs per token,
  * memory per GPU with its experts spread over ep ranks, and the all-to-all bytes,
  * next to a dense GPT of its active size on the same mesh. The formulas are
- * common/parallel/plan_moe.h's. */
+ * common/plan/plan_moe.h's. */
 #include <stdio.h>
 #include <string.h>
 

@@ -1,5 +1,5 @@
 /* Chapter 6: the course's "how to choose" as a planner. The formulas live in
- * common/parallel/plan_memory.h and plan_time.h; this chapter lays out the strategies,
+ * common/plan/plan_memory.h and plan_time.h; this chapter lays out the strategies,
  * searches the 3D meshes, walks the decision tree and prints what it found. */
 #ifndef PLANNER_H
 #define PLANNER_H
