@@ -36,15 +36,16 @@ static int mlp_replaced(const gpt_model *m, int layer) {
     return h && h->replaces(h->ctx, layer);
 }
 
-/* The options' attention hook in place of the attention core (fp32: the hook's floats). */
+/* The options' attention hook in place of the attention core, on the current slot. */
+static int slot_index(const gpt_model *m) { return (int)(m->slot - m->slots); }
 static void hooked_attention_forward(const gpt_model *m, int layer, block_acts *a) {
     const gpt_attention_hook *h = m->opts.attention;
-    h->forward(h->ctx, layer, a->atty, a->qkv);
+    h->forward(h->ctx, slot_index(m), layer, m->p, a->atty, a->qkv);
 }
 static void hooked_attention_backward(const gpt_model *m, int layer, const block_acts *a,
                                       void *d_qkv) {
     const gpt_attention_hook *h = m->opts.attention;
-    h->backward(h->ctx, layer, d_qkv, m->d_atty, a->qkv, a->atty);
+    h->backward(h->ctx, slot_index(m), layer, m->p, d_qkv, m->d_atty, a->qkv, a->atty);
 }
 
 /* The rows' own positions (options' span), sequence by sequence and piece by piece:

@@ -133,14 +133,17 @@ typedef struct {
 /* An attention core that replaces every block's own (context parallelism, whose ranks
  * each hold a chunk of every sequence: cp_attention_hook.h): forward writes atty [N, Cl]
  * from qkv [N, 3 Cl]; backward overwrites d_qkv [N, 3 Cl] from d_atty [N, Cl], given the
- * layer's qkv and atty. What its backward needs (the model keeps no probabilities then)
- * it keeps itself, per layer. fp32, without sequence parallelism or selective
- * recomputation. */
+ * layer's qkv and atty. Activations are of precision p (void *: as the ops in
+ * ops_mixed.h take them). What its backward needs (the model keeps no probabilities
+ * then) it keeps itself, per micro-batch slot (gpt_use_slot) and layer: a forward of
+ * (slot, layer) replaces what the last one kept. With activation checkpointing the
+ * model calls forward again before backward, with the same inputs. */
 typedef struct {
     void *ctx;
-    void (*forward)(void *ctx, int layer, float *atty, const float *qkv);
-    void (*backward)(void *ctx, int layer, float *d_qkv, const float *d_atty,
-                     const float *qkv, const float *atty);
+    void (*forward)(void *ctx, int slot, int layer, precision p, void *atty,
+                    const void *qkv);
+    void (*backward)(void *ctx, int slot, int layer, precision p, void *d_qkv,
+                     const void *d_atty, const void *qkv, const void *atty);
 } gpt_attention_hook;
 
 typedef struct {

@@ -98,13 +98,13 @@ const char *gpt_model_options_check(const gpt_shape *s, int T, const gpt_model_o
     if (o->mlp && (p != PRECISION_FP32 || s->tp_size > 1))
         return snprintf(why, why_len, "a replaced MLP (mixture of experts) runs in fp32"
                         " without TP"), why;
-    /* the hook keeps one saved state per layer: one micro-batch, one forward per step */
-    if (o->attention && (p != PRECISION_FP32 || o->sequence_parallel ||
-                         o->recompute_attention || o->checkpoint_activations ||
-                         o->max_slots > 1))
+    /* the model's selective recomputation re-runs its own attention op on the chunk:
+     * the hook's attention is not that op (and the ring recomputes its probabilities
+     * from the log-sum-exp already) */
+    if (o->attention && (o->sequence_parallel || o->recompute_attention))
         return snprintf(why, why_len, "a replaced attention core (context parallelism) runs"
-                        " in fp32, one micro-batch at a time, without sequence parallelism"
-                        " or recomputation"), why;
+                        " without sequence parallelism or selective recomputation (ring"
+                        " attention recomputes its probabilities itself)"), why;
     if (o->positions && (o->sequence_parallel || position_span_rows(o->positions) != T))
         return snprintf(why, why_len, "the rows' positions (a span of %d) must be the"
                         " model's T %d, without sequence parallelism",

@@ -1,0 +1,274 @@
+/* Context parallelism's attention in the model's 16 bits (cp_attention_hook.h): ring
+ * (contiguous and balanced) and Ulysses on 2 thread ranks, bf16 and fp16, against the
+ * single device in the same precision (the model's own 16-bit attention op); with two
+ * micro-batches in flight (a pipeline stage's slots) and with activation checkpointing.
+ *
+ * Each run trains 3 steps of AdamW (fp32 masters, the 16-bit compute copy rounded from
+ * them) on the same tokens: every step's global mean loss, step 1's gradients (summed
+ * over the CP group) and the final masters are compared, within tolerances_for_tp's
+ * 16-bit bounds with 2 for tp. Why those hold: the hook widens the 16-bit q, k, v
+ * exactly and computes in fp32 as the 16-bit op does, but its sums run in another order
+ * (the ring's online softmax block by block; Ulysses keeps fp32 probabilities where the
+ * op keeps 16-bit ones), so its output and d qkv may round one 16-bit unit apart: 2
+ * roundings a block, where TP's bound allows 4. Two negative controls must miss them
+ * by far. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "check_run.h"
+#include "comm.h"
+#include "cp_attention_hook.h"
+#include "model.h"
+#include "ops.h"
+#include "ops_mixed.h"
+#include "rng.h"
+#include "run_config.h"
+#include "tolerances.h"
+
+enum { STEPS = 3, B = 2, P = 2 };
+
+typedef struct {
+    precision p;
+    cp_options opts;
+    int cp;           /* 1: the single device, the model's own attention */
+    int slots;        /* micro-batches a step, all in flight before their backward */
+    int checkpoint;   /* activation checkpointing */
+    int test_positions_from_zero;   /* negative control: every chunk's rows at 0.. */
+} cp_case;
+
+typedef struct {
+    double loss[STEPS];
+    float *grads, *params;   /* step 1's (summed over the group), the last masters */
+} run_out;
+
+static run_config case_config(const cp_case *c) {
+    run_config cfg = run_config_default();
+    cfg.model = (gpt_config){.vocab = 256, .ctx = 16, .layers = 2, .heads = 4, .dim = 32};
+    cfg.batch = B * c->slots;
+    cfg.steps = STEPS;
+    cfg.precision = c->p;
+    return cfg;
+}
+
+/* Tokens and targets of micro-batch k of step s: B whole sequences of T. */
+static void make_batch(int s, int k, int T, int V, int *tokens, int *targets) {
+    for (int i = 0; i < B * T; i++) {
+        const uint64_t at = ((uint64_t)(s * 8 + k) * B * T + i) * 2;
+        tokens[i] = (int)(rng_uniform(11, 1, at) * V);
+        targets[i] = (int)(rng_uniform(11, 1, at + 1) * V);
+    }
+}
+
+typedef struct {
+    const cp_case *c;
+    run_out *out;
+} rank_args;
+
+typedef struct {
+    gpt_model *model;
+    position_span span;
+    int rows;   /* positions a rank holds of a sequence */
+    int *whole, *chunk;
+} rank_data;
+
+/* One step's micro-batches, every forward before the first backward; returns this
+ * rank's share of the global mean loss. */
+static double step_grads(const cp_case *c, const run_config *cfg, rank_data *d, int s,
+                         const void *compute, float *grads, size_t n) {
+    const int T = cfg->model.ctx;
+    const double tokens = (double)cfg->batch * T;
+    double loss = 0;
+    vec_zero(grads, n);
+    for (int k = 0; k < c->slots; k++) {
+        make_batch(s, k, T, cfg->model.vocab, d->whole, d->whole + B * T);
+        cp_span_rows(&d->span, B, T, d->whole, d->chunk);
+        cp_span_rows(&d->span, B, T, d->whole + B * T, d->chunk + B * d->rows);
+        gpt_use_slot(d->model, k);
+        gpt_set_batch(d->model, d->chunk, d->chunk + B * d->rows);
+        loss += gpt_forward(d->model, compute) * (double)B * d->rows / tokens;
+    }
+    for (int k = c->slots - 1; k >= 0; k--) {
+        gpt_use_slot(d->model, k);
+        gpt_backward(d->model, compute, grads, (float)(1.0 / tokens), NULL, NULL);
+    }
+    return loss;
+}
+
+static int rank_main(comm *world, void *arg) {
+    const rank_args *a = arg;
+    const cp_case *c = a->c;
+    const run_config cfg = case_config(c);
+    const gpt_config *g = &cfg.model;
+    const int me = comm_rank(world), T = g->ctx;
+    const gpt_shape shape = gpt_shape_make(g, 1, 0);
+    const size_t n = gpt_num_params(&shape);
+    float *master = mem_alloc(MEM_OTHER, n * 4), *grads = mem_alloc(MEM_OTHER, n * 4);
+    float *m = mem_alloc(MEM_OTHER, n * 4), *v = mem_alloc(MEM_OTHER, n * 4);
+    void *compute = mem_alloc(MEM_OTHER, n * precision_bytes(c->p));
+    gpt_init_params(&shape, 5, 0, n, master);
+    mixed_round(c->p, compute, master, n);
+    vec_zero(m, n), vec_zero(v, n);
+    rank_data d = {.span = cp_span_of(T, c->cp, me, c->opts.split)};
+    d.rows = position_span_rows(&d.span);
+    cp_attention *att = c->cp > 1 ? cp_attention_create(world, &c->opts, B, T, g->dim,
+                                                        g->heads) : NULL;
+    cp_attention_hook *hook = att ? cp_attention_hook_create(att, g->layers) : NULL;
+    const gpt_model_options o = {.precision = c->p, .max_slots = c->slots,
+                                 .checkpoint_activations = c->checkpoint,
+                                 .attention = hook ? cp_attention_hook_of(hook) : NULL,
+                                 .positions = hook && !c->test_positions_from_zero ?
+                                              &d.span : NULL};
+    char why[256];
+    ck_assert_msg(!gpt_model_options_check(&shape, d.rows, &o, why, sizeof why), "%s", why);
+    d.model = gpt_model_create(&shape, B, d.rows, &o);
+    d.whole = mem_alloc(MEM_OTHER, 2 * (size_t)B * T * sizeof(int));
+    d.chunk = mem_alloc(MEM_OTHER, 2 * (size_t)B * T * sizeof(int));
+    for (int s = 0; s < STEPS; s++) {
+        double loss = step_grads(c, &cfg, &d, s, compute, grads, n);
+        if (c->cp > 1) {
+            comm_allreduce(world, grads, n, COMM_F32, COMM_SUM);
+            comm_allreduce(world, &loss, 1, COMM_F64, COMM_SUM);
+        }
+        if (me == 0) a->out->loss[s] = loss;
+        if (me == 0 && s == 0) memcpy(a->out->grads, grads, n * 4);
+        adamw_update(master, grads, m, v, n, &cfg.adamw, s + 1);
+        mixed_round(c->p, compute, master, n);
+    }
+    if (me == 0) memcpy(a->out->params, master, n * 4);
+    gpt_model_free(d.model);
+    cp_attention_hook_free(hook);
+    cp_attention_free(att);
+    void *all[] = {master, grads, m, v, compute, d.whole, d.chunk};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) mem_free(all[i]);
+    return 0;
+}
+
+static size_t case_params(const cp_case *c) {
+    const run_config cfg = case_config(c);
+    const gpt_shape s = gpt_shape_make(&cfg.model, 1, 0);
+    return gpt_num_params(&s);
+}
+
+static void run_case(const cp_case *c, run_out *out) {
+    const size_t n = case_params(c);
+    out->grads = calloc(n, 4);
+    out->params = calloc(n, 4);
+    comm_options co = comm_options_default();
+    co.ranks = c->cp;
+    co.timeout_seconds = 60;
+    rank_args a = {c, out};
+    ck_assert_int_eq(launch_threads(&co, rank_main, &a), 0);
+}
+
+static double max_diff(const float *a, const float *b, size_t n) {
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)a[i] - (b ? b[i] : 0)));
+    return worst;
+}
+
+static const char *case_name(const cp_case *c) {
+    static char buf[96];
+    snprintf(buf, sizeof buf, "%s, cp %d %s%s%s, %d micro-batch%s%s", precision_name(c->p),
+             c->cp, cp_attention_name(c->opts.kind), c->opts.kind == CP_RING ? " " : "",
+             c->opts.kind == CP_RING ? cp_split_name(c->opts.split) : "", c->slots,
+             c->slots > 1 ? "es in flight" : "", c->checkpoint ? ", checkpointing" : "");
+    return buf;
+}
+
+/* The case against the single device; returns the worst difference as a fraction of
+ * its tolerance, after printing them. */
+static double against_one_device(cp_case c) {
+    const cp_case one = {.p = c.p, .cp = 1, .slots = c.slots};
+    run_out base, got;
+    run_case(&one, &base);
+    run_case(&c, &got);
+    const size_t n = case_params(&c);
+    const run_config cfg = case_config(&c);
+    const double G = max_diff(base.grads, NULL, n);   /* the largest step-1 gradient */
+    const run_tolerances t = tolerances_for_tp(&cfg, P, G);
+    double dl = 0;
+    for (int s = 0; s < STEPS; s++) dl = fmax(dl, fabs(base.loss[s] - got.loss[s]));
+    const double dg = max_diff(base.grads, got.grads, n);
+    const double dp = max_diff(base.params, got.params, n);
+    printf("%s: max diff loss %.2e (tol %.1e), step-1 grads %.2e (tol %.1e), params %.2e"
+           " (tol %.1e)\n", case_name(&c), dl, t.loss, dg, t.grads, dp, t.params);
+    free(base.grads), free(base.params), free(got.grads), free(got.params);
+    return fmax(dl / t.loss, fmax(dg / t.grads, dp / t.params));
+}
+
+static const cp_options ring = {.kind = CP_RING, .split = CP_CONTIGUOUS};
+static const cp_options balanced = {.kind = CP_RING, .split = CP_BALANCED};
+static const cp_options ulysses = {.kind = CP_ULYSSES};
+
+static void check_matches(precision p, cp_options o, int slots, int checkpoint) {
+    const cp_case c = {.p = p, .opts = o, .cp = P, .slots = slots, .checkpoint = checkpoint};
+    ck_assert_double_le(against_one_device(c), 1.0);
+}
+
+START_TEST(ring_in_bf16_matches_one_device) { check_matches(PRECISION_BF16, ring, 1, 0); }
+END_TEST
+START_TEST(balanced_ring_in_fp16_matches_one_device) {
+    check_matches(PRECISION_FP16, balanced, 1, 0);
+}
+END_TEST
+START_TEST(ulysses_in_bf16_matches_one_device) { check_matches(PRECISION_BF16, ulysses, 1, 0); }
+END_TEST
+START_TEST(ulysses_in_fp16_matches_one_device) { check_matches(PRECISION_FP16, ulysses, 1, 0); }
+END_TEST
+/* a pipeline stage's micro-batches in flight: each slot's saved state its own */
+START_TEST(two_micro_batches_in_flight_match_one_device) {
+    check_matches(PRECISION_BF16, balanced, 2, 0);
+    check_matches(PRECISION_FP32, ulysses, 2, 0);
+}
+END_TEST
+/* the block's forward again in backward: the hook's forward runs (and talks) twice */
+START_TEST(activation_checkpointing_matches_one_device) {
+    check_matches(PRECISION_FP16, ring, 2, 1);
+    check_matches(PRECISION_BF16, ulysses, 1, 1);
+}
+END_TEST
+
+/* Negative controls: the ring's diagonal block unmasked (each chunk's queries see its
+ * later keys), and the chunks' rows embedded at positions 0.. instead of their own,
+ * must each miss the 16-bit tolerances by far. */
+static void check_fails(cp_case c, const char *what) {
+    const double worst = against_one_device(c);
+    printf("negative control, %s: %.3g x the tolerance\n", what, worst);
+    ck_assert_double_gt(worst, 10);
+}
+
+START_TEST(an_unmasked_diagonal_block_fails) {
+    cp_options o = ring;
+    o.test_unmasked_diagonal = 1;
+    check_fails((cp_case){.p = PRECISION_FP16, .opts = o, .cp = P, .slots = 1},
+                "the diagonal block unmasked in fp16");
+}
+END_TEST
+
+START_TEST(chunks_at_the_wrong_positions_fail) {
+    check_fails((cp_case){.p = PRECISION_BF16, .opts = balanced, .cp = P, .slots = 1,
+                          .test_positions_from_zero = 1},
+                "every chunk at positions 0.. in bf16");
+}
+END_TEST
+
+int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    Suite *suite = suite_create("cp_mixed");
+    TCase *tc = tcase_create("cp in 16 bits");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, ring_in_bf16_matches_one_device);
+    tcase_add_test(tc, balanced_ring_in_fp16_matches_one_device);
+    tcase_add_test(tc, ulysses_in_bf16_matches_one_device);
+    tcase_add_test(tc, ulysses_in_fp16_matches_one_device);
+    tcase_add_test(tc, two_micro_batches_in_flight_match_one_device);
+    tcase_add_test(tc, activation_checkpointing_matches_one_device);
+    tcase_add_test(tc, an_unmasked_diagonal_block_fails);
+    tcase_add_test(tc, chunks_at_the_wrong_positions_fail);
+    suite_add_tcase(suite, tc);
+    return check_run(suite, 0);
+}
