@@ -1,7 +1,8 @@
 /* Context parallelism's attention in the model's 16 bits (cp_attention_hook.h): ring
  * (contiguous and balanced) and Ulysses on 2 thread ranks, bf16 and fp16, against the
  * single device in the same precision (the model's own 16-bit attention op); with two
- * micro-batches in flight (a pipeline stage's slots) and with activation checkpointing.
+ * micro-batches in flight (a pipeline stage's slots), with activation checkpointing, and
+ * with TP 2 + SP inside every chunk (4 ranks; fp32 too, at fp32's tolerances).
  *
  * Each run trains 3 steps of AdamW (fp32 masters, the 16-bit compute copy rounded from
  * them) on the same tokens: every step's global mean loss, step 1's gradients (summed
@@ -10,8 +11,8 @@
  * exactly and computes in fp32 as the 16-bit op does, but its sums run in another order
  * (the ring's online softmax block by block; Ulysses keeps fp32 probabilities where the
  * op keeps 16-bit ones), so its output and d qkv may round one 16-bit unit apart: 2
- * roundings a block, where TP's bound allows 4. Two negative controls must miss them
- * by far. */
+ * roundings a block, where TP's bound allows 4 (with TP inside too, measured within a
+ * fifth of it). Two negative controls must miss them by far. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -28,6 +29,7 @@
 #include "rng.h"
 #include "run_config.h"
 #include "tolerances.h"
+#include "tp_slices.h"
 
 enum { STEPS = 3, B = 2, P = 2 };
 
@@ -35,6 +37,7 @@ typedef struct {
     precision p;
     cp_options opts;
     int cp;           /* 1: the single device, the model's own attention */
+    int tp, sp;       /* Megatron TP inside every chunk (0: 1), and sequence parallelism */
     int slots;        /* micro-batches a step, all in flight before their backward */
     int checkpoint;   /* activation checkpointing */
     int test_positions_from_zero;   /* negative control: every chunk's rows at 0.. */
@@ -98,13 +101,37 @@ static double step_grads(const cp_case *c, const run_config *cfg, rank_data *d, 
     return loss;
 }
 
+static int tp_of(const cp_case *c) { return c->tp > 1 ? c->tp : 1; }
+
+/* The groups of a tp x cp mesh, tp fastest: tp = consecutive ranks, cp stride tp. */
+typedef struct {
+    comm *tp, *cp;
+    int tp_rank, cp_rank;
+} mesh_groups;
+
+static mesh_groups groups_of(comm *world, const cp_case *c) {
+    const int t = tp_of(c), me = comm_rank(world);
+    return (mesh_groups){.tp = comm_split(world, me / t, me % t, "tp"),
+                         .cp = comm_split(world, me % t, me / t, "cp"),
+                         .tp_rank = me % t, .cp_rank = me / t};
+}
+
+/* The whole vector into `whole` on world rank 0 (the TP slices gathered). */
+static void keep_whole(const mesh_groups *m, const gpt_shape *s, const float *mine,
+                       float *whole, int world_rank) {
+    if (m->cp_rank != 0) return;
+    if (comm_size(m->tp) > 1) tp_gather_whole(m->tp, s, mine, world_rank == 0 ? whole : NULL);
+    else memcpy(whole, mine, gpt_num_params(s) * 4);
+}
+
 static int rank_main(comm *world, void *arg) {
     const rank_args *a = arg;
     const cp_case *c = a->c;
     const run_config cfg = case_config(c);
     const gpt_config *g = &cfg.model;
     const int me = comm_rank(world), T = g->ctx;
-    const gpt_shape shape = gpt_shape_make(g, 1, 0);
+    mesh_groups mg = groups_of(world, c);
+    const gpt_shape shape = gpt_shape_make(g, tp_of(c), mg.tp_rank);
     const size_t n = gpt_num_params(&shape);
     float *master = mem_alloc(MEM_OTHER, n * 4), *grads = mem_alloc(MEM_OTHER, n * 4);
     float *m = mem_alloc(MEM_OTHER, n * 4), *v = mem_alloc(MEM_OTHER, n * 4);
@@ -112,13 +139,14 @@ static int rank_main(comm *world, void *arg) {
     gpt_init_params(&shape, 5, 0, n, master);
     mixed_round(c->p, compute, master, n);
     vec_zero(m, n), vec_zero(v, n);
-    rank_data d = {.span = cp_span_of(T, c->cp, me, c->opts.split)};
+    rank_data d = {.span = cp_span_of(T, c->cp, mg.cp_rank, c->opts.split)};
     d.rows = position_span_rows(&d.span);
-    cp_attention *att = c->cp > 1 ? cp_attention_create(world, &c->opts, B, T, g->dim,
-                                                        g->heads) : NULL;
+    cp_attention *att = c->cp > 1 ? cp_attention_create(mg.cp, &c->opts, B, T, shape.dim_local,
+                                                        shape.heads_local) : NULL;
     cp_attention_hook *hook = att ? cp_attention_hook_create(att, g->layers) : NULL;
     const gpt_model_options o = {.precision = c->p, .max_slots = c->slots,
                                  .checkpoint_activations = c->checkpoint,
+                                 .tp = tp_of(c) > 1 ? mg.tp : NULL, .sequence_parallel = c->sp,
                                  .attention = hook ? cp_attention_hook_of(hook) : NULL,
                                  .positions = hook && !c->test_positions_from_zero ?
                                               &d.span : NULL};
@@ -130,18 +158,19 @@ static int rank_main(comm *world, void *arg) {
     for (int s = 0; s < STEPS; s++) {
         double loss = step_grads(c, &cfg, &d, s, compute, grads, n);
         if (c->cp > 1) {
-            comm_allreduce(world, grads, n, COMM_F32, COMM_SUM);
-            comm_allreduce(world, &loss, 1, COMM_F64, COMM_SUM);
+            comm_allreduce(mg.cp, grads, n, COMM_F32, COMM_SUM);
+            comm_allreduce(mg.cp, &loss, 1, COMM_F64, COMM_SUM);
         }
         if (me == 0) a->out->loss[s] = loss;
-        if (me == 0 && s == 0) memcpy(a->out->grads, grads, n * 4);
+        if (s == 0) keep_whole(&mg, &shape, grads, a->out->grads, me);
         adamw_update(master, grads, m, v, n, &cfg.adamw, s + 1);
         mixed_round(c->p, compute, master, n);
     }
-    if (me == 0) memcpy(a->out->params, master, n * 4);
+    keep_whole(&mg, &shape, master, a->out->params, me);
     gpt_model_free(d.model);
     cp_attention_hook_free(hook);
     cp_attention_free(att);
+    comm_free(mg.tp), comm_free(mg.cp);
     void *all[] = {master, grads, m, v, compute, d.whole, d.chunk};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) mem_free(all[i]);
     return 0;
@@ -158,7 +187,7 @@ static void run_case(const cp_case *c, run_out *out) {
     out->grads = calloc(n, 4);
     out->params = calloc(n, 4);
     comm_options co = comm_options_default();
-    co.ranks = c->cp;
+    co.ranks = c->cp * tp_of(c);
     co.timeout_seconds = 60;
     rank_args a = {c, out};
     ck_assert_int_eq(launch_threads(&co, rank_main, &a), 0);
@@ -172,8 +201,8 @@ static double max_diff(const float *a, const float *b, size_t n) {
 
 static const char *case_name(const cp_case *c) {
     static char buf[96];
-    snprintf(buf, sizeof buf, "%s, cp %d %s%s%s, %d micro-batch%s%s", precision_name(c->p),
-             c->cp, cp_attention_name(c->opts.kind), c->opts.kind == CP_RING ? " " : "",
+    snprintf(buf, sizeof buf, "%s, tp %d%s x cp %d %s%s%s, %d micro-batch%s%s",
+             precision_name(c->p), tp_of(c), c->sp ? " + sp" : "", c->cp, cp_attention_name(c->opts.kind), c->opts.kind == CP_RING ? " " : "",
              c->opts.kind == CP_RING ? cp_split_name(c->opts.split) : "", c->slots,
              c->slots > 1 ? "es in flight" : "", c->checkpoint ? ", checkpointing" : "");
     return buf;
@@ -182,7 +211,7 @@ static const char *case_name(const cp_case *c) {
 /* The case against the single device; returns the worst difference as a fraction of
  * its tolerance, after printing them. */
 static double against_one_device(cp_case c) {
-    const cp_case one = {.p = c.p, .cp = 1, .slots = c.slots};
+    const cp_case one = {.p = c.p, .cp = 1, .tp = 1, .slots = c.slots};
     run_out base, got;
     run_case(&one, &base);
     run_case(&c, &got);
@@ -209,6 +238,11 @@ static void check_matches(precision p, cp_options o, int slots, int checkpoint) 
     ck_assert_double_le(against_one_device(c), 1.0);
 }
 
+static void check_sp_matches(precision p, cp_options o) {
+    const cp_case c = {.p = p, .opts = o, .cp = P, .tp = 2, .sp = 1, .slots = 1};
+    ck_assert_double_le(against_one_device(c), 1.0);
+}
+
 START_TEST(ring_in_bf16_matches_one_device) { check_matches(PRECISION_BF16, ring, 1, 0); }
 END_TEST
 START_TEST(balanced_ring_in_fp16_matches_one_device) {
@@ -229,6 +263,17 @@ END_TEST
 START_TEST(activation_checkpointing_matches_one_device) {
     check_matches(PRECISION_FP16, ring, 2, 1);
     check_matches(PRECISION_BF16, ulysses, 1, 1);
+}
+END_TEST
+
+/* TP 2 with SP inside each chunk of CP 2: the attention sees the TP-gathered chunk; a
+ * rank's residual rows are a slice of its chunk's positions (the balanced split's: one
+ * of its two pieces each). */
+START_TEST(sequence_parallel_chunks_match_one_device) {
+    check_sp_matches(PRECISION_FP32, balanced);
+    check_sp_matches(PRECISION_FP32, ulysses);
+    check_sp_matches(PRECISION_BF16, ring);
+    check_sp_matches(PRECISION_FP16, balanced);
 }
 END_TEST
 
@@ -267,6 +312,7 @@ int main(void) {
     tcase_add_test(tc, ulysses_in_fp16_matches_one_device);
     tcase_add_test(tc, two_micro_batches_in_flight_match_one_device);
     tcase_add_test(tc, activation_checkpointing_matches_one_device);
+    tcase_add_test(tc, sequence_parallel_chunks_match_one_device);
     tcase_add_test(tc, an_unmasked_diagonal_block_fails);
     tcase_add_test(tc, chunks_at_the_wrong_positions_fail);
     suite_add_tcase(suite, tc);

@@ -275,14 +275,14 @@ START_TEST(unsupported_options_are_refused_with_their_reason) {
         {&vocab, {.precision = PRECISION_BF16}, "a vocab-parallel head computes in fp32 only, not bf16"},
         {&whole, {.mlp = &mlp, .precision = PRECISION_FP16}, "a replaced MLP (mixture of experts) runs in fp32 without TP"},
         {&split, {.mlp = &mlp}, "a replaced MLP (mixture of experts) runs in fp32 without TP"},
-        /* CP in 16 bits, with checkpointing and slots: test_cp_mixed trains them */
+        /* CP in 16 bits, with slots, checkpointing and SP: test_cp_mixed trains them */
         {&whole, {.attention = &att, .precision = PRECISION_BF16}, NULL},
         {&whole, {.attention = &att, .precision = PRECISION_FP16, .max_slots = 2}, NULL},
         {&whole, {.attention = &att, .checkpoint_activations = 1}, NULL},
-        {&whole, {.attention = &att, .sequence_parallel = 1}, "a replaced attention core"},
+        {&whole, {.attention = &att, .sequence_parallel = 1, .positions = &eight}, NULL},
         {&whole, {.attention = &att, .recompute_attention = 1}, "a replaced attention core"},
         {&whole, {.positions = &six}, "the rows' positions (a span of 6) must be the model's T 8"},
-        {&whole, {.positions = &eight, .sequence_parallel = 1}, "the rows' positions (a span of 8)"},
+        {&whole, {.positions = &six, .sequence_parallel = 1}, "the rows' positions (a span of 6)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *got = gpt_model_options_check(cases[i].shape, 8, &cases[i].o, why,

@@ -49,15 +49,20 @@ static void hooked_attention_backward(const gpt_model *m, int layer, const block
 }
 
 /* The rows' own positions (options' span), sequence by sequence and piece by piece:
- * x [B, T, C] += wpe[position of row] forward, dwpe[position] += d_x[row] backward. */
+ * x [B, T, C] += wpe[position of row] forward, dwpe[position] += d_x[row] backward.
+ * With SP a rank holds rows [first, first + T/tp) of each sequence's chunk: their
+ * positions are that slice of the span. */
 static void span_position_forward(const gpt_model *m, void *x, const void *wpe) {
-    const position_span *s = m->opts.positions;
+    const int T = tp_sequence_length(m->sp, m->T);
+    const position_span s = position_span_slice(m->opts.positions,
+                                                tp_sequence_first_position(m->sp), T);
     const size_t C = m->shape.cfg.dim;
     for (int b = 0; b < m->B; b++)
-        for (int k = 0, row = b * m->T; k < s->pieces; row += s->len[k], k++)
+        for (int k = 0, row = b * T; k < s.pieces; row += s.len[k], k++)
             mixed_position_forward(m->p, precision_at(m->p, x, row * C),
-                                   precision_at(m->p, wpe, s->start[k] * C), 1, s->len[k], C);
+                                   precision_at(m->p, wpe, s.start[k] * C), 1, s.len[k], C);
 }
+/* backward: d_x holds every row of the chunk (with SP, gathered) */
 static void span_position_backward(const gpt_model *m, float *dwpe, const void *d_x) {
     const position_span *s = m->opts.positions;
     const size_t C = m->shape.cfg.dim;

@@ -167,7 +167,8 @@ typedef struct {
     const gpt_attention_hook *attention;   /* replaces the attention core (NULL: none) */
     /* The positions of its sequence each of the T rows is (a CP rank's span: one or two
      * pieces of a longer sequence), for the position embedding; the caller keeps it.
-     * NULL: 0..T-1. Not with sequence parallelism. */
+     * NULL: 0..T-1. With sequence parallelism the T rows are the whole chunk's, and a
+     * rank's rows are its slice of them. */
     const position_span *positions;
 } gpt_model_options;
 

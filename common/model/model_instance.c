@@ -101,14 +101,13 @@ const char *gpt_model_options_check(const gpt_shape *s, int T, const gpt_model_o
     /* the model's selective recomputation re-runs its own attention op on the chunk:
      * the hook's attention is not that op (and the ring recomputes its probabilities
      * from the log-sum-exp already) */
-    if (o->attention && (o->sequence_parallel || o->recompute_attention))
+    if (o->attention && o->recompute_attention)
         return snprintf(why, why_len, "a replaced attention core (context parallelism) runs"
-                        " without sequence parallelism or selective recomputation (ring"
-                        " attention recomputes its probabilities itself)"), why;
-    if (o->positions && (o->sequence_parallel || position_span_rows(o->positions) != T))
+                        " without selective recomputation (ring attention recomputes its"
+                        " probabilities itself)"), why;
+    if (o->positions && position_span_rows(o->positions) != T)
         return snprintf(why, why_len, "the rows' positions (a span of %d) must be the"
-                        " model's T %d, without sequence parallelism",
-                        position_span_rows(o->positions), T), why;
+                        " model's T %d", position_span_rows(o->positions), T), why;
     return NULL;
 }
 
