@@ -24,6 +24,7 @@
 #include "comm.h"
 #include "cp_attention_hook.h"
 #include "model.h"
+#include "model_runs.h"
 #include "ops.h"
 #include "ops_mixed.h"
 #include "rng.h"
@@ -31,7 +32,7 @@
 #include "tolerances.h"
 #include "tp_slices.h"
 
-enum { STEPS = 3, B = 2, P = 2 };
+enum { STEPS = MODEL_RUN_STEPS, B = 2, P = 2 };
 
 typedef struct {
     precision p;
@@ -43,10 +44,7 @@ typedef struct {
     int test_positions_from_zero;   /* negative control: every chunk's rows at 0.. */
 } cp_case;
 
-typedef struct {
-    double loss[STEPS];
-    float *grads, *params;   /* step 1's (summed over the group), the last masters */
-} run_out;
+typedef model_run run_out;   /* step 1's gradients summed over the group */
 
 static run_config case_config(const cp_case *c) {
     run_config cfg = run_config_default();
@@ -183,20 +181,9 @@ static size_t case_params(const cp_case *c) {
 }
 
 static void run_case(const cp_case *c, run_out *out) {
-    const size_t n = case_params(c);
-    out->grads = calloc(n, 4);
-    out->params = calloc(n, 4);
-    comm_options co = comm_options_default();
-    co.ranks = c->cp * tp_of(c);
-    co.timeout_seconds = 60;
+    model_run_alloc(out, case_params(c));
     rank_args a = {c, out};
-    ck_assert_int_eq(launch_threads(&co, rank_main, &a), 0);
-}
-
-static double max_diff(const float *a, const float *b, size_t n) {
-    double worst = 0;
-    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)a[i] - (b ? b[i] : 0)));
-    return worst;
+    ck_assert_int_eq(model_run_launch(c->cp * tp_of(c), rank_main, &a), 0);
 }
 
 static const char *case_name(const cp_case *c) {
@@ -215,18 +202,11 @@ static double against_one_device(cp_case c) {
     run_out base, got;
     run_case(&one, &base);
     run_case(&c, &got);
-    const size_t n = case_params(&c);
     const run_config cfg = case_config(&c);
-    const double G = max_diff(base.grads, NULL, n);   /* the largest step-1 gradient */
-    const run_tolerances t = tolerances_for_tp(&cfg, P, G);
-    double dl = 0;
-    for (int s = 0; s < STEPS; s++) dl = fmax(dl, fabs(base.loss[s] - got.loss[s]));
-    const double dg = max_diff(base.grads, got.grads, n);
-    const double dp = max_diff(base.params, got.params, n);
-    printf("%s: max diff loss %.2e (tol %.1e), step-1 grads %.2e (tol %.1e), params %.2e"
-           " (tol %.1e)\n", case_name(&c), dl, t.loss, dg, t.grads, dp, t.params);
-    free(base.grads), free(base.params), free(got.grads), free(got.params);
-    return fmax(dl / t.loss, fmax(dg / t.grads, dp / t.params));
+    const run_tolerances t = tolerances_for_tp(&cfg, P, model_run_largest_grad(&base));
+    const double worst = model_run_compare(case_name(&c), &base, &got, &t, 0, NULL);
+    model_run_free(&base), model_run_free(&got);
+    return worst;
 }
 
 static const cp_options ring = {.kind = CP_RING, .split = CP_CONTIGUOUS};

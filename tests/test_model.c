@@ -247,8 +247,8 @@ END_TEST
 /* The combinations the model does not take yet, each refused by its reason (the
  * command line prints it before any rank starts); the control: a plain model and each
  * hook on its own in fp32 pass. */
-static void dummy_mlp_forward(void *ctx, int layer, float *out, const float *ln2) {
-    (void)ctx, (void)layer, (void)out, (void)ln2;
+static void dummy_mlp_forward(void *ctx, int layer, precision p, void *out, const void *ln2) {
+    (void)ctx, (void)layer, (void)p, (void)out, (void)ln2;
 }
 
 START_TEST(unsupported_options_are_refused_with_their_reason) {
@@ -273,8 +273,10 @@ START_TEST(unsupported_options_are_refused_with_their_reason) {
         {&whole, {.mlp = &mlp}, NULL},
         {&whole, {.attention = &att, .positions = &eight}, NULL},
         {&vocab, {.precision = PRECISION_BF16}, "a vocab-parallel head computes in fp32 only, not bf16"},
-        {&whole, {.mlp = &mlp, .precision = PRECISION_FP16}, "a replaced MLP (mixture of experts) runs in fp32 without TP"},
-        {&split, {.mlp = &mlp}, "a replaced MLP (mixture of experts) runs in fp32 without TP"},
+        /* MoE in 16 bits and with TP: test_moe_mixed trains them */
+        {&whole, {.mlp = &mlp, .precision = PRECISION_FP16}, NULL},
+        {&split, {.mlp = &mlp, .precision = PRECISION_BF16}, NULL},
+        {&split, {.mlp = &mlp, .sequence_parallel = 1}, "a replaced MLP (mixture of experts) runs without sequence parallelism"},
         /* CP in 16 bits, with slots, checkpointing and SP: test_cp_mixed trains them */
         {&whole, {.attention = &att, .precision = PRECISION_BF16}, NULL},
         {&whole, {.attention = &att, .precision = PRECISION_FP16, .max_slots = 2}, NULL},

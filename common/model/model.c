@@ -137,8 +137,8 @@ void gpt_block_forward(gpt_model *m, int layer, const void *block) {
 
     mixed_layernorm_forward(P, a->ln2, a->ln2_mean, a->ln2_rstd, a->x_mid, p.ln2_w, p.ln2_b,
                             Ns, C);
-    if (mlp_replaced(m, layer)) {   /* an MoE layer (moe.h): no TP, so no SP, there */
-        m->opts.mlp->forward(m->opts.mlp->ctx, layer, x_out, a->ln2);
+    if (mlp_replaced(m, layer)) {   /* an MoE layer (moe.h): whole on every TP rank */
+        m->opts.mlp->forward(m->opts.mlp->ctx, layer, P, x_out, a->ln2);
     } else {
         tp_sequence_column_forward(sp, P, a->dgelu, a->ln2, p.fc_w, p.fc_b, N, C, Hl);
         mixed_gelu_forward(P, a->fch_gelu, a->dgelu, (size_t)N * Hl);
@@ -269,7 +269,7 @@ static void block_backward(gpt_model *m, int layer, const void *block, float *bl
      * same sums as with a copy of dx, without the copies. */
     if (keep) mixed_vec_copy(P, keep->d_fc2_out, dx, (size_t)N * C);
     if (mlp_replaced(m, layer)) {
-        m->opts.mlp->backward(m->opts.mlp->ctx, layer, m->d_ln, dx);
+        m->opts.mlp->backward(m->opts.mlp->ctx, layer, P, m->d_ln, dx);
     } else {
         tp_sequence_row_backward(sp, P, m->d_fch_gelu, w.fc2_w, w.fc2_b, dx, a->fch_gelu,
                                  p.fc2_w, N, Hl, C);

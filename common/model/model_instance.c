@@ -95,9 +95,12 @@ const char *gpt_model_options_check(const gpt_shape *s, int T, const gpt_model_o
     if (p != PRECISION_FP32 && s->vocab_parallel)
         return snprintf(why, why_len, "a vocab-parallel head computes in fp32 only, not %s",
                         precision_name(p)), why;
-    if (o->mlp && (p != PRECISION_FP32 || s->tp_size > 1))
-        return snprintf(why, why_len, "a replaced MLP (mixture of experts) runs in fp32"
-                        " without TP"), why;
+    /* with SP a rank holds 1/tp of the tokens at the MLP: each would route its own, in
+     * an order the global batch's capacity queue does not know */
+    if (o->mlp && o->sequence_parallel)
+        return snprintf(why, why_len, "a replaced MLP (mixture of experts) runs without"
+                        " sequence parallelism (each TP rank would route only its own"
+                        " positions)"), why;
     /* the model's selective recomputation re-runs its own attention op on the chunk:
      * the hook's attention is not that op (and the ring recomputes its probabilities
      * from the log-sum-exp already) */
