@@ -2,7 +2,8 @@
  * (contiguous and balanced) and Ulysses on 2 thread ranks, bf16 and fp16, against the
  * single device in the same precision (the model's own 16-bit attention op); with two
  * micro-batches in flight (a pipeline stage's slots), with activation checkpointing, and
- * with TP 2 + SP inside every chunk (4 ranks; fp32 too, at fp32's tolerances).
+ * with TP 2 + SP inside every chunk (4 ranks; fp32 too, at fp32's tolerances); and
+ * TP's vocab-parallel head in 16 bits, alone and inside CP.
  *
  * Each run trains 3 steps of AdamW (fp32 masters, the 16-bit compute copy rounded from
  * them) on the same tokens: every step's global mean loss, step 1's gradients (summed
@@ -12,7 +13,7 @@
  * (the ring's online softmax block by block; Ulysses keeps fp32 probabilities where the
  * op keeps 16-bit ones), so its output and d qkv may round one 16-bit unit apart: 2
  * roundings a block, where TP's bound allows 4 (with TP inside too, measured within a
- * fifth of it). Two negative controls must miss them by far. */
+ * fifth of it; the vocab-parallel head adds one 16-bit all-reduce, of d lnf). Two negative controls must miss them by far. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -39,6 +40,7 @@ typedef struct {
     cp_options opts;
     int cp;           /* 1: the single device, the model's own attention */
     int tp, sp;       /* Megatron TP inside every chunk (0: 1), and sequence parallelism */
+    int vocab;        /* the embedding and LM head split over the vocabulary (TP) */
     int slots;        /* micro-batches a step, all in flight before their backward */
     int checkpoint;   /* activation checkpointing */
     int test_positions_from_zero;   /* negative control: every chunk's rows at 0.. */
@@ -129,7 +131,8 @@ static int rank_main(comm *world, void *arg) {
     const gpt_config *g = &cfg.model;
     const int me = comm_rank(world), T = g->ctx;
     mesh_groups mg = groups_of(world, c);
-    const gpt_shape shape = gpt_shape_make(g, tp_of(c), mg.tp_rank);
+    gpt_shape shape = gpt_shape_make(g, tp_of(c), mg.tp_rank);
+    if (c->vocab) gpt_shape_split_vocab(&shape);
     const size_t n = gpt_num_params(&shape);
     float *master = mem_alloc(MEM_OTHER, n * 4), *grads = mem_alloc(MEM_OTHER, n * 4);
     float *m = mem_alloc(MEM_OTHER, n * 4), *v = mem_alloc(MEM_OTHER, n * 4);
@@ -188,9 +191,12 @@ static void run_case(const cp_case *c, run_out *out) {
 
 static const char *case_name(const cp_case *c) {
     static char buf[96];
-    snprintf(buf, sizeof buf, "%s, tp %d%s x cp %d %s%s%s, %d micro-batch%s%s",
-             precision_name(c->p), tp_of(c), c->sp ? " + sp" : "", c->cp, cp_attention_name(c->opts.kind), c->opts.kind == CP_RING ? " " : "",
-             c->opts.kind == CP_RING ? cp_split_name(c->opts.split) : "", c->slots,
+    snprintf(buf, sizeof buf, "%s, tp %d%s%s x cp %d %s%s%s, %d micro-batch%s%s",
+             precision_name(c->p), tp_of(c), c->sp ? " + sp" : "",
+             c->vocab ? " (vocab-parallel)" : "", c->cp,
+             c->cp > 1 ? cp_attention_name(c->opts.kind) : "",
+             c->cp > 1 && c->opts.kind == CP_RING ? " " : "",
+             c->cp > 1 && c->opts.kind == CP_RING ? cp_split_name(c->opts.split) : "", c->slots,
              c->slots > 1 ? "es in flight" : "", c->checkpoint ? ", checkpointing" : "");
     return buf;
 }
@@ -257,6 +263,20 @@ START_TEST(sequence_parallel_chunks_match_one_device) {
 }
 END_TEST
 
+/* The vocab-parallel head in 16 bits (TP 2, logits' softmax in fp32), on one chunk and
+ * with SP inside CP 2. */
+START_TEST(vocab_parallel_head_in_16_bits_matches_one_device) {
+    const cp_case cases[] = {
+        {.p = PRECISION_BF16, .opts = ring, .cp = 1, .tp = 2, .vocab = 1, .slots = 1},
+        {.p = PRECISION_FP16, .opts = ring, .cp = 1, .tp = 2, .vocab = 1, .slots = 1},
+        {.p = PRECISION_BF16, .opts = balanced, .cp = P, .tp = 2, .sp = 1, .vocab = 1,
+         .slots = 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        ck_assert_double_le(against_one_device(cases[i]), 1.0);
+}
+END_TEST
+
 /* Negative controls: the ring's diagonal block unmasked (each chunk's queries see its
  * later keys), and the chunks' rows embedded at positions 0.. instead of their own,
  * must each miss the 16-bit tolerances by far. */
@@ -293,6 +313,7 @@ int main(void) {
     tcase_add_test(tc, two_micro_batches_in_flight_match_one_device);
     tcase_add_test(tc, activation_checkpointing_matches_one_device);
     tcase_add_test(tc, sequence_parallel_chunks_match_one_device);
+    tcase_add_test(tc, vocab_parallel_head_in_16_bits_matches_one_device);
     tcase_add_test(tc, an_unmasked_diagonal_block_fails);
     tcase_add_test(tc, chunks_at_the_wrong_positions_fail);
     suite_add_tcase(suite, tc);

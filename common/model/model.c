@@ -170,13 +170,14 @@ float gpt_head_forward(gpt_model *m, const void *final_ln, const void *embed) {
         mixed_crossentropy_forward(m->p, k->losses, k->logits, k->logits, k->targets, N, V);
         return (float)(vec_sum(k->losses, (size_t)N) / N);
     }
-    /* Vocab-parallel head (fp32 only): this rank's wte rows give its columns of the
-     * logits, and the loss is assembled from per-row maxima and sums: the full logits
-     * never meet. The lnf input is replicated (Megatron's f: identity forward,
+    /* Vocab-parallel head: this rank's wte rows give its columns of the logits, and the
+     * loss is assembled from per-row maxima and sums (fp32 in every precision): the full
+     * logits never meet. The lnf input is replicated (Megatron's f: identity forward,
      * all-reduce backward). */
     column_parallel_forward(m->p, k->logits, k->lnf, embed, NULL, N, C, s->vocab_local);
-    vocab_parallel_crossentropy_forward(m->opts.tp, k->losses, k->logits, k->logits,
-                                        k->targets, vocab_slice_of(s, N));
+    mixed_vocab_parallel_crossentropy_forward(m->opts.tp, m->p, k->losses, k->logits,
+                                              k->logits, k->targets, vocab_slice_of(s, N),
+                                              m->logits32);
     return (float)(vec_sum(k->losses, (size_t)N) / N);   /* the same on every tp rank */
 }
 
@@ -222,8 +223,8 @@ static void head_backward(gpt_model *m, const void *final_ln, const void *embed,
         mixed_crossentropy_backward(m->p, k->logits, k->logits, k->targets, dloss, N,
                                     s->cfg.vocab);
     } else {
-        vocab_parallel_crossentropy_backward(k->logits, k->logits, k->targets, dloss,
-                                             vocab_slice_of(s, N));
+        mixed_vocab_parallel_crossentropy_backward(m->p, k->logits, k->logits, k->targets,
+                                                   dloss, vocab_slice_of(s, N), m->logits32);
     }
     /* vocab-parallel: d(lnf) summed over every rank's vocabulary, f's backward
      * all-reduce (with SP, g's backward: the sum's reduce-scatter, my positions); a

@@ -91,10 +91,7 @@ static void slot_free(gpt_model *m, micro_slot *k) {
 
 const char *gpt_model_options_check(const gpt_shape *s, int T, const gpt_model_options *o,
                                     char *why, size_t why_len) {
-    const precision p = o->precision;
-    if (p != PRECISION_FP32 && s->vocab_parallel)
-        return snprintf(why, why_len, "a vocab-parallel head computes in fp32 only, not %s",
-                        precision_name(p)), why;
+    (void)s;   /* every shape (vocab-parallel, TP, a stage) takes what follows alike */
     /* with SP a rank holds 1/tp of the tokens at the MLP: each would route its own, in
      * an order the global batch's capacity queue does not know */
     if (o->mlp && o->sequence_parallel)
@@ -135,6 +132,8 @@ gpt_model *gpt_model_create(const gpt_shape *s, int B, int T,
     const size_t N = (size_t)B * T, C = s->cfg.dim;
     if (m->opts.sequence_parallel)
         m->sp = tp_sequence_create(s, m->opts.tp, m->p, B, T, m->opts.sp_copy_not_reduce);
+    if (s->vocab_parallel && s->has_head && m->p != PRECISION_FP32)
+        m->logits32 = mem_alloc(MEM_ACTIVATIONS, N * (size_t)s->vocab_local * sizeof(float));
     if (m->opts.recompute_attention) m->att_again = model_alloc_acts(m, N * T * s->heads_local);
     gpt_use_slot(m, 0);
     if (m->opts.checkpoint_activations) {
@@ -157,7 +156,7 @@ void gpt_model_free(gpt_model *m) {
     for (int k = 0; k < m->max_slots; k++) slot_free(m, &m->slots[k]);
     if (m->recompute) block_acts_free(m->recompute);
     void *rest[] = {m->dx, m->d_ln, m->d_atty, m->d_qkv, m->d_att, m->d_fch,
-                    m->d_fch_gelu, m->att_again};
+                    m->d_fch_gelu, m->att_again, m->logits32};
     tp_sequence_free(m->sp);
     for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++) mem_free(rest[i]);
     mem_free(m->recompute);
