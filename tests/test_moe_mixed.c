@@ -10,8 +10,9 @@
  * EP sends every row to the expert one device computes it on, in the same order, so
  * it adds only the dense reduction's order; TP computes the MoE whole on every rank
  * (the experts replicated over the group), so what differs is TP's own rounding.
- * A negative control, the TP-replicated experts' gradients summed over TP, must miss
- * them by far. */
+ * The MoE model's dense vector holds no MLP weights in its MoE blocks
+ * (gpt_shape_drop_moe_mlps), with TP too. A negative control, the TP-replicated
+ * experts' gradients summed over TP, must miss them by far. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -58,9 +59,16 @@ static run_config case_config(const moe_case *c) {
 
 /* Sizes of the compared vector: the whole dense model, routers, all E experts. */
 typedef struct { size_t dense, routers, experts; } sizes;
+/* The dense part of the MoE model (TP rank r of t): its MoE blocks hold no MLP. */
+static gpt_shape dense_shape(const moe_case *c, const run_config *cfg, int t, int r) {
+    gpt_shape s = gpt_shape_make(&cfg->model, t, r);
+    gpt_shape_drop_moe_mlps(&s, moe_cfg(c->top_k).every);
+    return s;
+}
+
 static sizes sizes_of(const moe_case *c) {
     const run_config cfg = case_config(c);
-    const gpt_shape whole = gpt_shape_make(&cfg.model, 1, 0);
+    const gpt_shape whole = dense_shape(c, &cfg, 1, 0);
     const moe_config mc = moe_cfg(c->top_k);
     const moe_shape s = moe_shape_make(&mc, &cfg.model, 1, 0);
     return (sizes){gpt_num_params(&whole), moe_router_numel(&s), moe_local_experts_numel(&s)};
@@ -96,7 +104,7 @@ static void rank_init(moe_rank *r, comm *world, const moe_case *c, const run_con
     r->tp = comm_split(world, me / t, me % t, "tp");
     r->data = comm_split(world, me % t, me / t, "data");
     r->tp_rank = me % t, r->data_rank = me / t;
-    r->shape = gpt_shape_make(&cfg->model, t, r->tp_rank);
+    r->shape = dense_shape(c, cfg, t, r->tp_rank);
     const moe_config mc = moe_cfg(c->top_k);
     r->moe = moe_shape_make(&mc, &cfg->model, c->ep ? c->dp : 1, c->ep ? r->data_rank : 0);
     r->dense = vec4_make(gpt_num_params(&r->shape));
@@ -263,6 +271,31 @@ START_TEST(moe_in_16_bits_is_not_fp32) {
     }
 }
 END_TEST
+/* The MoE model's blocks that the MoE layer replaces hold no MLP weights: the dense
+ * vector is the dense model's less those, and with routers and experts it is
+ * moe_total_params. */
+START_TEST(moe_blocks_hold_no_dense_mlp) {
+    const moe_case c = {.p = PRECISION_FP32, .tp = 1, .dp = 1, .top_k = 2};
+    const run_config cfg = case_config(&c);
+    const moe_config mc = moe_cfg(2);
+    const moe_shape ms = moe_shape_make(&mc, &cfg.model, 1, 0);
+    const gpt_shape dense = gpt_shape_make(&cfg.model, 1, 0);
+    const sizes z = sizes_of(&c);
+    printf("MoE model: dense vector %zu (the dense model's %zu less %zu MLP weights of its"
+           " %d MoE blocks); with routers and experts %zu = moe_total_params %.0f\n",
+           z.dense, gpt_num_params(&dense), moe_dense_mlp_numel(&ms), ms.moe_layers,
+           z.dense + z.routers + z.experts, moe_total_params(&ms, &cfg.model));
+    ck_assert_uint_eq(z.dense, gpt_num_params(&dense) - moe_dense_mlp_numel(&ms));
+    ck_assert(z.dense + z.routers + z.experts == moe_total_params(&ms, &cfg.model));
+    /* a model of that shape without an MoE layer is refused */
+    const gpt_shape s = dense_shape(&c, &cfg, 1, 0);
+    char why[256];
+    ck_assert(gpt_model_options_check(&s, cfg.model.ctx, &(gpt_model_options){0}, why,
+                                      sizeof why));
+    printf("refused: %s\n", why);
+}
+END_TEST
+
 START_TEST(ep2_in_16_bits_matches_one_device) {
     check_matches(PRECISION_BF16, 1, 2, 2);
     check_matches(PRECISION_FP16, 1, 2, 1);
@@ -298,6 +331,7 @@ int main(void) {
     TCase *tc = tcase_create("moe in 16 bits and with tp");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, moe_in_16_bits_is_not_fp32);
+    tcase_add_test(tc, moe_blocks_hold_no_dense_mlp);
     tcase_add_test(tc, ep2_in_16_bits_matches_one_device);
     tcase_add_test(tc, tp2_matches_one_device);
     tcase_add_test(tc, tp2_ep2_matches_one_device);

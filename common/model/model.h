@@ -50,6 +50,10 @@ typedef struct {
      * last one holds the final LayerNorm and the head. */
     int layer_begin, layer_end;
     int has_embed, has_head;
+    /* A mixture-of-experts model (moe.h): blocks l with l % moe_every == moe_every - 1
+     * hold no MLP (their slabs end after ln2: the MoE layer keeps its routers and
+     * experts apart); 0: every block holds its MLP. */
+    int moe_every;
 } gpt_shape;
 
 /* Checks the config (and that tp divides heads); on failure writes why to err. */
@@ -65,6 +69,11 @@ void gpt_shape_set_stage(gpt_shape *s, int layer_begin, int layer_end);
  * [stage * L / stages, (stage + 1) * L / stages). Needs stages <= L. */
 void gpt_shape_split_stages(gpt_shape *s, int stages, int stage);
 int gpt_stage_layers(const gpt_shape *s);               /* layer_end - layer_begin */
+/* Makes s an MoE model's shape: the blocks the MoE layer replaces every `every`-th
+ * (moe_config.every) hold no MLP weights, so they take no memory and get no weight
+ * decay. The model then needs an MLP hook that replaces exactly those blocks. */
+void gpt_shape_drop_moe_mlps(gpt_shape *s, int every);
+int gpt_block_has_mlp(const gpt_shape *s, int layer);   /* layer: in the whole model */
 
 /* Slabs and sizes (elements, this rank's slice of this stage). */
 typedef enum { GPT_SLAB_EMBED, GPT_SLAB_BLOCK, GPT_SLAB_FINAL, GPT_SLAB_HEAD } gpt_slab_kind;
@@ -87,7 +96,8 @@ int gpt_slab_in_whole(const gpt_shape *s, int slab);
 float *gpt_tied_weight(const gpt_shape *s, float *vec);
 size_t gpt_tied_weight_numel(const gpt_shape *s);
 
-/* Pointers to the tensors inside one block slab (parameters or gradients alike). */
+/* Pointers to the tensors inside one block slab (parameters or gradients alike). In a
+ * block without its MLP (gpt_block_has_mlp) fc and fc2 point past the slab: not there. */
 typedef struct {
     float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
     float *ln2_w, *ln2_b, *fc_w, *fc_b, *fc2_w, *fc2_b;

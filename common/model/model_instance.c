@@ -91,7 +91,10 @@ static void slot_free(gpt_model *m, micro_slot *k) {
 
 const char *gpt_model_options_check(const gpt_shape *s, int T, const gpt_model_options *o,
                                     char *why, size_t why_len) {
-    (void)s;   /* every shape (vocab-parallel, TP, a stage) takes what follows alike */
+    for (int l = s->layer_begin; l < s->layer_end; l++)   /* a block without its MLP */
+        if (!gpt_block_has_mlp(s, l) && !(o->mlp && o->mlp->replaces(o->mlp->ctx, l)))
+            return snprintf(why, why_len, "block %d holds no MLP (an MoE model's shape) and"
+                            " no MLP hook replaces it", l), why;
     /* with SP a rank holds 1/tp of the tokens at the MLP: each would route its own, in
      * an order the global batch's capacity queue does not know */
     if (o->mlp && o->sequence_parallel)

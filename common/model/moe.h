@@ -47,9 +47,10 @@
  *
  * Parameters live outside the model's slabs, in two vectors per rank: the routers of
  * every MoE block (dense: replicated like the rest of the model) and this rank's
- * experts of every MoE block. The block slab's own MLP weights are unused in an MoE
- * block (gradient zero: ep_train.c leaves them out of its all-reduce);
- * moe_dense_mlp_numel says how many, for the parameter counts. */
+ * experts of every MoE block. The model's shape made with gpt_shape_drop_moe_mlps
+ * (cfg.every) holds no MLP weights in its MoE blocks, moe_dense_mlp_numel fewer than the
+ * dense model's; a dense shape keeps them unused (gradient zero, but memory and weight
+ * decay: ep_train.c's, which leaves them out of its all-reduce). */
 #ifndef MOE_H
 #define MOE_H
 #include <stddef.h>
