@@ -1,6 +1,8 @@
 /* The mixture-of-experts layer (moe.h) in the model's 16 bits and inside tensor
- * parallelism: bf16 and fp16 on one device, EP 2, TP 2 and TP 2 x EP 2 on thread ranks,
- * against the single-device MoE run in the same precision (fp32 with TP too).
+ * parallelism. The layer alone: in bf16 and fp16 it computes what the fp32 layer does on
+ * the same 16-bit values to within its roundings, and its 16-bit experts follow their
+ * masters. Trained: EP 2, TP 2 and TP 2 x EP 2 on thread ranks, against the
+ * single-device MoE run in the same precision (fp32 with TP too).
  *
  * Each run trains 3 AdamW steps on the same tokens (the dense model's fp32 masters and
  * 16-bit compute copy, the routers and experts fp32, each rank's experts rounded to 16
@@ -271,6 +273,107 @@ START_TEST(moe_in_16_bits_is_not_fp32) {
     }
 }
 END_TEST
+/* ---- the layer alone: 16 bits against fp32 on the same 16-bit values ------------------ */
+
+enum { LN = 16 };   /* tokens */
+
+typedef struct {
+    moe_shape s;
+    float *routers, *experts, *rgrads, *egrads, *x, *g, *out, *dx;
+    float *dx2;   /* 16 bits: the output again after the masters changed */
+} layer_run;
+
+/* v[n] uniform in (-w, w), rounded to 16-bit values of p (exact in fp32 too). */
+static void fill16(precision p, float *v, size_t n, uint64_t stream, double w) {
+    uint16_t *bits = malloc(n * 2);
+    for (size_t i = 0; i < n; i++) v[i] = (float)((2 * rng_uniform(17, stream, i) - 1) * w);
+    precision_to16(p, bits, v, n);
+    precision_from16(p, v, bits, n);
+    free(bits);
+}
+
+/* One forward (and backward with d out = g) of top-2 over 4 experts in precision `run`,
+ * on values of precision p (the experts' from rng stream experts_stream); dloss 1/LN.
+ * In 16 bits then a forward after the experts' masters changed to stream 5's (dx2). */
+static layer_run layer_run_of(precision p, precision run, uint64_t experts_stream) {
+    const moe_config mc = {.experts = 4, .top_k = 2, .every = 1, .aux_coef = 0.01f};
+    const gpt_config model = {.vocab = 16, .ctx = LN, .layers = 1, .heads = 1, .dim = 8};
+    layer_run r = {.s = moe_shape_make(&mc, &model, 1, 0)};
+    const size_t R = moe_router_numel(&r.s), X = moe_local_experts_numel(&r.s), NC = LN * 8;
+    float **all[] = {&r.routers, &r.experts, &r.rgrads, &r.egrads, &r.x, &r.g, &r.out, &r.dx,
+                     &r.dx2};
+    const size_t n[] = {R, X, R, X, NC, NC, NC, NC, NC};
+    for (int i = 0; i < 9; i++) *all[i] = calloc(n[i], sizeof(float));
+    fill16(p, r.routers, R, 1, 1.0), fill16(p, r.experts, X, experts_stream, 0.5);
+    fill16(p, r.x, NC, 3, 1.0), fill16(p, r.g, NC, 4, 1.0);
+    moe_layer *layer = moe_layer_create(&r.s, LN, &(moe_layer_options){0});
+    moe_layer_bind(layer, r.routers, r.experts, r.rgrads, r.egrads);
+    const gpt_mlp_hook *h = moe_layer_hook(layer);
+    const size_t b = precision_bytes(run);
+    void *x = malloc(NC * b), *g = malloc(NC * b), *o = malloc(NC * b), *d = malloc(NC * b);
+    mixed_round(run, x, r.x, NC);   /* exact: 16-bit values */
+    mixed_round(run, g, r.g, NC);
+    h->forward(h->ctx, 0, run, o, x);
+    moe_layer_set_dloss(layer, 1.0f / LN);
+    h->backward(h->ctx, 0, run, d, g);
+    mixed_widen(run, r.out, o, NC);
+    mixed_widen(run, r.dx, d, NC);
+    /* the experts' masters change (an optimizer step): the next forward must see them */
+    if (run != PRECISION_FP32) {
+        fill16(p, r.experts, X, 5, 0.5);
+        h->forward(h->ctx, 0, run, o, x);
+        mixed_widen(run, r.dx2, o, NC);
+    }
+    moe_layer_free(layer);
+    free(x), free(g), free(o), free(d);
+    return r;
+}
+
+static void layer_run_free(layer_run *r) {
+    float *all[] = {r->routers, r->experts, r->rgrads, r->egrads, r->x, r->g, r->out, r->dx,
+                    r->dx2};
+    for (int i = 0; i < 9; i++) free(all[i]);
+}
+
+/* max |a - b| / max |b|: the difference in units of the reference's largest value */
+static double relative(const float *a, const float *b, size_t n) {
+    double worst = 0, largest = 0;
+    for (size_t i = 0; i < n; i++) {
+        worst = fmax(worst, fabs((double)a[i] - b[i]));
+        largest = fmax(largest, fabs((double)b[i]));
+    }
+    return worst / largest;
+}
+
+/* The 16-bit layer computes what the fp32 layer does on the same 16-bit values, but for
+ * its roundings to 16 bits: an expert's h, GELU(h) and y (d y, d h and d x backward) and
+ * the block's output (d ln2), each at most half a unit u (2^-8 bf16, 2^-11 fp16) of its
+ * value, passed on linearly: within 8 u of each result's largest value. A wrong formula
+ * (a derivative, a gate) is off by its own size. */
+START_TEST(the_16_bit_layer_is_the_fp32_layer_rounded) {
+    for (int p = PRECISION_BF16; p <= PRECISION_FP16; p++) {
+        layer_run lo = layer_run_of(p, p, 2), hi = layer_run_of(p, PRECISION_FP32, 2);
+        const double u = ldexp(1.0, p == PRECISION_BF16 ? -8 : -11);
+        const size_t R = moe_router_numel(&lo.s), X = moe_local_experts_numel(&lo.s);
+        const double d[] = {relative(lo.out, hi.out, LN * 8), relative(lo.dx, hi.dx, LN * 8),
+                            relative(lo.rgrads, hi.rgrads, R),
+                            relative(lo.egrads, hi.egrads, X)};
+        printf("%s MoE layer against fp32 on its values, in units u of the largest: out %.2f,"
+               " d ln2 %.2f, router grads %.2f, expert grads %.2f (at most 8)\n",
+               precision_name((precision)p), d[0] / u, d[1] / u, d[2] / u, d[3] / u);
+        for (int i = 0; i < 4; i++) ck_assert_double_le(d[i], 8 * u);
+        ck_assert_double_gt(d[0], 0);   /* and it did round */
+        /* the 16-bit copy of the experts follows their masters: after they changed, the
+         * output is a fresh layer's on the new experts, bit for bit */
+        layer_run fresh = layer_run_of(p, p, 5);
+        ck_assert(memcmp(lo.dx2, lo.out, LN * 8 * 4) != 0);
+        ck_assert(memcmp(lo.dx2, fresh.out, LN * 8 * 4) == 0);
+        layer_run_free(&fresh);
+        layer_run_free(&lo), layer_run_free(&hi);
+    }
+}
+END_TEST
+
 /* The MoE model's blocks that the MoE layer replaces hold no MLP weights: the dense
  * vector is the dense model's less those, and with routers and experts it is
  * moe_total_params. */
@@ -332,6 +435,7 @@ int main(void) {
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, moe_in_16_bits_is_not_fp32);
     tcase_add_test(tc, moe_blocks_hold_no_dense_mlp);
+    tcase_add_test(tc, the_16_bit_layer_is_the_fp32_layer_rounded);
     tcase_add_test(tc, ep2_in_16_bits_matches_one_device);
     tcase_add_test(tc, tp2_matches_one_device);
     tcase_add_test(tc, tp2_ep2_matches_one_device);
