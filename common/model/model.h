@@ -134,8 +134,8 @@ typedef struct gpt_model gpt_model;
  * d_out [N, C], accumulating its own parameters' gradients where it keeps them.
  * Activations are of precision p (void *, as ops_mixed.h takes them). With TP (no SP)
  * ln2 is replicated over the group and every rank computes the whole MLP on it: out and
- * d_ln2 are complete on every rank, so no all-reduce follows. Not with SP or a split
- * backward. */
+ * d_ln2 are complete on every rank, so no all-reduce follows. Not with SP, a split
+ * backward or several micro-batches in flight. */
 typedef struct {
     void *ctx;
     int (*replaces)(void *ctx, int layer);
@@ -150,7 +150,8 @@ typedef struct {
  * ops_mixed.h take them). What its backward needs (the model keeps no probabilities
  * then) it keeps itself, per micro-batch slot (gpt_use_slot) and layer: a forward of
  * (slot, layer) replaces what the last one kept. With activation checkpointing the
- * model calls forward again before backward, with the same inputs. */
+ * model calls forward again before backward, with the same inputs. With sequence
+ * parallelism its N rows are the TP-gathered chunk (every position of it). */
 typedef struct {
     void *ctx;
     void (*forward)(void *ctx, int slot, int layer, precision p, void *atty,
