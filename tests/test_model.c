@@ -11,6 +11,7 @@
 #include "fits.h"
 #include "floats.h"
 #include "model.h"
+#include "tp_slices.h"
 #include "ops.h"
 #include "baseline.h"
 #include "replica.h"
@@ -247,8 +248,59 @@ END_TEST
 /* The combinations the model does not take yet, each refused by its reason (the
  * command line prints it before any rank starts); the control: a plain model and each
  * hook on its own in fp32 pass. */
-static void dummy_mlp_forward(void *ctx, int layer, float *out, const float *ln2) {
-    (void)ctx, (void)layer, (void)out, (void)ln2;
+/* An MoE model's shape (gpt_shape_drop_moe_mlps, every 2nd block of 4) against the
+ * dense one, for TP 1 and 2 and stages 1 and 2: the same slabs, MoE blocks shorter by
+ * exactly their MLP and back to back; every kept element initialised as the dense
+ * model's; and the TP slices of the whole MoE vector (tp_slice_model) are what each TP
+ * rank initialises. */
+START_TEST(moe_shapes_drop_exactly_the_mlps) {
+    const gpt_config c = {.vocab = 64, .ctx = 4, .layers = 4, .heads = 2, .dim = 8};
+    size_t dropped = 0;
+    for (int t = 1; t <= 2; t++)
+        for (int stages = 1; stages <= 2; stages++)
+            for (int st = 0; st < stages; st++) {
+                gpt_shape dense = gpt_shape_make(&c, t, t - 1), moe = dense;
+                gpt_shape_drop_moe_mlps(&moe, 2);
+                gpt_shape_split_stages(&dense, stages, st);
+                gpt_shape_split_stages(&moe, stages, st);
+                const size_t nd = gpt_num_params(&dense), nm = gpt_num_params(&moe);
+                float *d = malloc(nd * 4), *m = malloc(nm * 4);
+                gpt_init_params(&dense, 3, 0, nd, d);
+                gpt_init_params(&moe, 3, 0, nm, m);
+                const size_t mlp = 2 * (size_t)dense.hidden_local * c.dim +
+                                   dense.hidden_local + c.dim;
+                ck_assert_int_eq(gpt_num_slabs(&moe), gpt_num_slabs(&dense));
+                size_t at = 0;
+                for (int k = 0; k < gpt_num_slabs(&moe); k++) {
+                    const int layer = moe.layer_begin + k - moe.has_embed;
+                    const int without = gpt_slab_kind_of(&moe, k) == GPT_SLAB_BLOCK &&
+                                        !gpt_block_has_mlp(&moe, layer);
+                    const size_t n = gpt_slab_numel(&moe, k);
+                    ck_assert_uint_eq(gpt_slab_offset(&moe, k), at);
+                    ck_assert_uint_eq(n, gpt_slab_numel(&dense, k) - (without ? mlp : 0));
+                    ck_assert(!memcmp(m + at, d + gpt_slab_offset(&dense, k), n * 4));
+                    at += n;
+                }
+                ck_assert_uint_eq(at, nm);
+                dropped += nd - nm;
+                free(d), free(m);
+            }
+    gpt_shape whole = gpt_shape_make(&c, 1, 0), part = gpt_shape_make(&c, 2, 1);
+    gpt_shape_drop_moe_mlps(&whole, 2), gpt_shape_drop_moe_mlps(&part, 2);
+    float *w = malloc(gpt_num_params(&whole) * 4), *own = malloc(gpt_num_params(&part) * 4);
+    float *taken = calloc(gpt_num_params(&part), 4);
+    gpt_init_params(&whole, 3, 0, gpt_num_params(&whole), w);
+    gpt_init_params(&part, 3, 0, gpt_num_params(&part), own);
+    tp_slice_model(&part, w, taken, SLICE_TAKE, 1);
+    ck_assert(!memcmp(taken, own, gpt_num_params(&part) * 4));
+    printf("MoE shapes: %zu MLP weights left out over 6 stage and TP slices; TP rank 1's"
+           " slice taken from the whole MoE vector is what it initialises\n", dropped);
+    free(w), free(own), free(taken);
+}
+END_TEST
+
+static void dummy_mlp_forward(void *ctx, int layer, precision p, void *out, const void *ln2) {
+    (void)ctx, (void)layer, (void)p, (void)out, (void)ln2;
 }
 
 START_TEST(unsupported_options_are_refused_with_their_reason) {
@@ -272,16 +324,20 @@ START_TEST(unsupported_options_are_refused_with_their_reason) {
         {&whole, {.precision = PRECISION_BF16}, NULL},
         {&whole, {.mlp = &mlp}, NULL},
         {&whole, {.attention = &att, .positions = &eight}, NULL},
-        {&vocab, {.precision = PRECISION_BF16}, "a vocab-parallel head computes in fp32 only, not bf16"},
-        {&whole, {.mlp = &mlp, .precision = PRECISION_FP16}, "a replaced MLP (mixture of experts) runs in fp32 without TP"},
-        {&split, {.mlp = &mlp}, "a replaced MLP (mixture of experts) runs in fp32 without TP"},
-        {&whole, {.attention = &att, .precision = PRECISION_BF16}, "a replaced attention core"},
-        {&whole, {.attention = &att, .sequence_parallel = 1}, "a replaced attention core"},
+        {&vocab, {.precision = PRECISION_BF16}, NULL},   /* test_cp_mixed trains it */
+        /* MoE in 16 bits and with TP: test_moe_mixed trains them */
+        {&whole, {.mlp = &mlp, .precision = PRECISION_FP16}, NULL},
+        {&split, {.mlp = &mlp, .precision = PRECISION_BF16}, NULL},
+        {&split, {.mlp = &mlp, .sequence_parallel = 1}, "a replaced MLP (mixture of experts) runs without sequence parallelism"},
+        {&whole, {.mlp = &mlp, .max_slots = 2}, "a replaced MLP (mixture of experts) keeps one micro-batch's routing a block"},
+        /* CP in 16 bits, with slots, checkpointing and SP: test_cp_mixed trains them */
+        {&whole, {.attention = &att, .precision = PRECISION_BF16}, NULL},
+        {&whole, {.attention = &att, .precision = PRECISION_FP16, .max_slots = 2}, NULL},
+        {&whole, {.attention = &att, .checkpoint_activations = 1}, NULL},
+        {&whole, {.attention = &att, .sequence_parallel = 1, .positions = &eight}, NULL},
         {&whole, {.attention = &att, .recompute_attention = 1}, "a replaced attention core"},
-        {&whole, {.attention = &att, .checkpoint_activations = 1}, "a replaced attention core"},
-        {&whole, {.attention = &att, .max_slots = 2}, "a replaced attention core"},
         {&whole, {.positions = &six}, "the rows' positions (a span of 6) must be the model's T 8"},
-        {&whole, {.positions = &eight, .sequence_parallel = 1}, "the rows' positions (a span of 8)"},
+        {&whole, {.positions = &six, .sequence_parallel = 1}, "the rows' positions (a span of 6)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *got = gpt_model_options_check(cases[i].shape, 8, &cases[i].o, why,
@@ -305,6 +361,7 @@ int main(void) {
     tcase_add_test(tc, memory_estimate_is_what_the_allocator_holds);
     tcase_add_test(tc, batches_are_the_same_however_they_are_sliced);
     tcase_add_test(tc, unsupported_options_are_refused_with_their_reason);
+    tcase_add_test(tc, moe_shapes_drop_exactly_the_mlps);
     suite_add_tcase(suite, tc);
     /* 100 steps of the default model: make test's AddressSanitizer pass leaves it out
      * (the baseline's default run trains under the sanitizer in mpi-chapter-checks) */

@@ -36,27 +36,33 @@ static int mlp_replaced(const gpt_model *m, int layer) {
     return h && h->replaces(h->ctx, layer);
 }
 
-/* The options' attention hook in place of the attention core (fp32: the hook's floats). */
+/* The options' attention hook in place of the attention core, on the current slot. */
+static int slot_index(const gpt_model *m) { return (int)(m->slot - m->slots); }
 static void hooked_attention_forward(const gpt_model *m, int layer, block_acts *a) {
     const gpt_attention_hook *h = m->opts.attention;
-    h->forward(h->ctx, layer, a->atty, a->qkv);
+    h->forward(h->ctx, slot_index(m), layer, m->p, a->atty, a->qkv);
 }
 static void hooked_attention_backward(const gpt_model *m, int layer, const block_acts *a,
                                       void *d_qkv) {
     const gpt_attention_hook *h = m->opts.attention;
-    h->backward(h->ctx, layer, d_qkv, m->d_atty, a->qkv, a->atty);
+    h->backward(h->ctx, slot_index(m), layer, m->p, d_qkv, m->d_atty, a->qkv, a->atty);
 }
 
 /* The rows' own positions (options' span), sequence by sequence and piece by piece:
- * x [B, T, C] += wpe[position of row] forward, dwpe[position] += d_x[row] backward. */
+ * x [B, T, C] += wpe[position of row] forward, dwpe[position] += d_x[row] backward.
+ * With SP a rank holds rows [first, first + T/tp) of each sequence's chunk: their
+ * positions are that slice of the span. */
 static void span_position_forward(const gpt_model *m, void *x, const void *wpe) {
-    const position_span *s = m->opts.positions;
+    const int T = tp_sequence_length(m->sp, m->T);
+    const position_span s = position_span_slice(m->opts.positions,
+                                                tp_sequence_first_position(m->sp), T);
     const size_t C = m->shape.cfg.dim;
     for (int b = 0; b < m->B; b++)
-        for (int k = 0, row = b * m->T; k < s->pieces; row += s->len[k], k++)
+        for (int k = 0, row = b * T; k < s.pieces; row += s.len[k], k++)
             mixed_position_forward(m->p, precision_at(m->p, x, row * C),
-                                   precision_at(m->p, wpe, s->start[k] * C), 1, s->len[k], C);
+                                   precision_at(m->p, wpe, s.start[k] * C), 1, s.len[k], C);
 }
+/* backward: d_x holds every row of the chunk (with SP, gathered) */
 static void span_position_backward(const gpt_model *m, float *dwpe, const void *d_x) {
     const position_span *s = m->opts.positions;
     const size_t C = m->shape.cfg.dim;
@@ -131,8 +137,8 @@ void gpt_block_forward(gpt_model *m, int layer, const void *block) {
 
     mixed_layernorm_forward(P, a->ln2, a->ln2_mean, a->ln2_rstd, a->x_mid, p.ln2_w, p.ln2_b,
                             Ns, C);
-    if (mlp_replaced(m, layer)) {   /* an MoE layer (moe.h): no TP, so no SP, there */
-        m->opts.mlp->forward(m->opts.mlp->ctx, layer, x_out, a->ln2);
+    if (mlp_replaced(m, layer)) {   /* an MoE layer (moe.h): whole on every TP rank */
+        m->opts.mlp->forward(m->opts.mlp->ctx, layer, P, x_out, a->ln2);
     } else {
         tp_sequence_column_forward(sp, P, a->dgelu, a->ln2, p.fc_w, p.fc_b, N, C, Hl);
         mixed_gelu_forward(P, a->fch_gelu, a->dgelu, (size_t)N * Hl);
@@ -164,13 +170,14 @@ float gpt_head_forward(gpt_model *m, const void *final_ln, const void *embed) {
         mixed_crossentropy_forward(m->p, k->losses, k->logits, k->logits, k->targets, N, V);
         return (float)(vec_sum(k->losses, (size_t)N) / N);
     }
-    /* Vocab-parallel head (fp32 only): this rank's wte rows give its columns of the
-     * logits, and the loss is assembled from per-row maxima and sums: the full logits
-     * never meet. The lnf input is replicated (Megatron's f: identity forward,
+    /* Vocab-parallel head: this rank's wte rows give its columns of the logits, and the
+     * loss is assembled from per-row maxima and sums (fp32 in every precision): the full
+     * logits never meet. The lnf input is replicated (Megatron's f: identity forward,
      * all-reduce backward). */
     column_parallel_forward(m->p, k->logits, k->lnf, embed, NULL, N, C, s->vocab_local);
-    vocab_parallel_crossentropy_forward(m->opts.tp, k->losses, k->logits, k->logits,
-                                        k->targets, vocab_slice_of(s, N));
+    mixed_vocab_parallel_crossentropy_forward(m->opts.tp, m->p, k->losses, k->logits,
+                                              k->logits, k->targets, vocab_slice_of(s, N),
+                                              m->logits32);
     return (float)(vec_sum(k->losses, (size_t)N) / N);   /* the same on every tp rank */
 }
 
@@ -216,8 +223,8 @@ static void head_backward(gpt_model *m, const void *final_ln, const void *embed,
         mixed_crossentropy_backward(m->p, k->logits, k->logits, k->targets, dloss, N,
                                     s->cfg.vocab);
     } else {
-        vocab_parallel_crossentropy_backward(k->logits, k->logits, k->targets, dloss,
-                                             vocab_slice_of(s, N));
+        mixed_vocab_parallel_crossentropy_backward(m->p, k->logits, k->logits, k->targets,
+                                                   dloss, vocab_slice_of(s, N), m->logits32);
     }
     /* vocab-parallel: d(lnf) summed over every rank's vocabulary, f's backward
      * all-reduce (with SP, g's backward: the sum's reduce-scatter, my positions); a
@@ -263,7 +270,7 @@ static void block_backward(gpt_model *m, int layer, const void *block, float *bl
      * same sums as with a copy of dx, without the copies. */
     if (keep) mixed_vec_copy(P, keep->d_fc2_out, dx, (size_t)N * C);
     if (mlp_replaced(m, layer)) {
-        m->opts.mlp->backward(m->opts.mlp->ctx, layer, m->d_ln, dx);
+        m->opts.mlp->backward(m->opts.mlp->ctx, layer, P, m->d_ln, dx);
     } else {
         tp_sequence_row_backward(sp, P, m->d_fch_gelu, w.fc2_w, w.fc2_b, dx, a->fch_gelu,
                                  p.fc2_w, N, Hl, C);

@@ -50,6 +50,10 @@ typedef struct {
      * last one holds the final LayerNorm and the head. */
     int layer_begin, layer_end;
     int has_embed, has_head;
+    /* A mixture-of-experts model (moe.h): blocks l with l % moe_every == moe_every - 1
+     * hold no MLP (their slabs end after ln2: the MoE layer keeps its routers and
+     * experts apart); 0: every block holds its MLP. */
+    int moe_every;
 } gpt_shape;
 
 /* Checks the config (and that tp divides heads); on failure writes why to err. */
@@ -65,6 +69,11 @@ void gpt_shape_set_stage(gpt_shape *s, int layer_begin, int layer_end);
  * [stage * L / stages, (stage + 1) * L / stages). Needs stages <= L. */
 void gpt_shape_split_stages(gpt_shape *s, int stages, int stage);
 int gpt_stage_layers(const gpt_shape *s);               /* layer_end - layer_begin */
+/* Makes s an MoE model's shape: the blocks the MoE layer replaces every `every`-th
+ * (moe_config.every) hold no MLP weights, so they take no memory and get no weight
+ * decay. The model then needs an MLP hook that replaces exactly those blocks. */
+void gpt_shape_drop_moe_mlps(gpt_shape *s, int every);
+int gpt_block_has_mlp(const gpt_shape *s, int layer);   /* layer: in the whole model */
 
 /* Slabs and sizes (elements, this rank's slice of this stage). */
 typedef enum { GPT_SLAB_EMBED, GPT_SLAB_BLOCK, GPT_SLAB_FINAL, GPT_SLAB_HEAD } gpt_slab_kind;
@@ -87,7 +96,8 @@ int gpt_slab_in_whole(const gpt_shape *s, int slab);
 float *gpt_tied_weight(const gpt_shape *s, float *vec);
 size_t gpt_tied_weight_numel(const gpt_shape *s);
 
-/* Pointers to the tensors inside one block slab (parameters or gradients alike). */
+/* Pointers to the tensors inside one block slab (parameters or gradients alike). In a
+ * block without its MLP (gpt_block_has_mlp) fc and fc2 point past the slab: not there. */
 typedef struct {
     float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
     float *ln2_w, *ln2_b, *fc_w, *fc_b, *fc2_w, *fc2_b;
@@ -121,26 +131,33 @@ typedef struct gpt_model gpt_model;
 
 /* An MLP that replaces the blocks' own where it says so (a mixture of experts, moe.h):
  * forward writes out [N, C] from ln2 [N, C]; backward overwrites d_ln2 [N, C] from
- * d_out [N, C], accumulating its own parameters' gradients where it keeps them. fp32,
- * without TP and without a split backward. */
+ * d_out [N, C], accumulating its own parameters' gradients where it keeps them.
+ * Activations are of precision p (void *, as ops_mixed.h takes them). With TP (no SP)
+ * ln2 is replicated over the group and every rank computes the whole MLP on it: out and
+ * d_ln2 are complete on every rank, so no all-reduce follows. Not with SP, a split
+ * backward or several micro-batches in flight. */
 typedef struct {
     void *ctx;
     int (*replaces)(void *ctx, int layer);
-    void (*forward)(void *ctx, int layer, float *out, const float *ln2);
-    void (*backward)(void *ctx, int layer, float *d_ln2, const float *d_out);
+    void (*forward)(void *ctx, int layer, precision p, void *out, const void *ln2);
+    void (*backward)(void *ctx, int layer, precision p, void *d_ln2, const void *d_out);
 } gpt_mlp_hook;
 
 /* An attention core that replaces every block's own (context parallelism, whose ranks
  * each hold a chunk of every sequence: cp_attention_hook.h): forward writes atty [N, Cl]
  * from qkv [N, 3 Cl]; backward overwrites d_qkv [N, 3 Cl] from d_atty [N, Cl], given the
- * layer's qkv and atty. What its backward needs (the model keeps no probabilities then)
- * it keeps itself, per layer. fp32, without sequence parallelism or selective
- * recomputation. */
+ * layer's qkv and atty. Activations are of precision p (void *: as the ops in
+ * ops_mixed.h take them). What its backward needs (the model keeps no probabilities
+ * then) it keeps itself, per micro-batch slot (gpt_use_slot) and layer: a forward of
+ * (slot, layer) replaces what the last one kept. With activation checkpointing the
+ * model calls forward again before backward, with the same inputs. With sequence
+ * parallelism its N rows are the TP-gathered chunk (every position of it). */
 typedef struct {
     void *ctx;
-    void (*forward)(void *ctx, int layer, float *atty, const float *qkv);
-    void (*backward)(void *ctx, int layer, float *d_qkv, const float *d_atty,
-                     const float *qkv, const float *atty);
+    void (*forward)(void *ctx, int slot, int layer, precision p, void *atty,
+                    const void *qkv);
+    void (*backward)(void *ctx, int slot, int layer, precision p, void *d_qkv,
+                     const void *d_atty, const void *qkv, const void *atty);
 } gpt_attention_hook;
 
 typedef struct {
@@ -164,7 +181,8 @@ typedef struct {
     const gpt_attention_hook *attention;   /* replaces the attention core (NULL: none) */
     /* The positions of its sequence each of the T rows is (a CP rank's span: one or two
      * pieces of a longer sequence), for the position embedding; the caller keeps it.
-     * NULL: 0..T-1. Not with sequence parallelism. */
+     * NULL: 0..T-1. With sequence parallelism the T rows are the whole chunk's, and a
+     * rank's rows are its slice of them. */
     const position_span *positions;
 } gpt_model_options;
 

@@ -91,24 +91,31 @@ static void slot_free(gpt_model *m, micro_slot *k) {
 
 const char *gpt_model_options_check(const gpt_shape *s, int T, const gpt_model_options *o,
                                     char *why, size_t why_len) {
-    const precision p = o->precision;
-    if (p != PRECISION_FP32 && s->vocab_parallel)
-        return snprintf(why, why_len, "a vocab-parallel head computes in fp32 only, not %s",
-                        precision_name(p)), why;
-    if (o->mlp && (p != PRECISION_FP32 || s->tp_size > 1))
-        return snprintf(why, why_len, "a replaced MLP (mixture of experts) runs in fp32"
-                        " without TP"), why;
-    /* the hook keeps one saved state per layer: one micro-batch, one forward per step */
-    if (o->attention && (p != PRECISION_FP32 || o->sequence_parallel ||
-                         o->recompute_attention || o->checkpoint_activations ||
-                         o->max_slots > 1))
+    for (int l = s->layer_begin; l < s->layer_end; l++)   /* a block without its MLP */
+        if (!gpt_block_has_mlp(s, l) && !(o->mlp && o->mlp->replaces(o->mlp->ctx, l)))
+            return snprintf(why, why_len, "block %d holds no MLP (an MoE model's shape) and"
+                            " no MLP hook replaces it", l), why;
+    /* with SP a rank holds 1/tp of the tokens at the MLP: each would route its own, in
+     * an order the global batch's capacity queue does not know */
+    /* the MoE layer keeps one micro-batch's routing and activations per block */
+    if (o->mlp && o->max_slots > 1)
+        return snprintf(why, why_len, "a replaced MLP (mixture of experts) keeps one"
+                        " micro-batch's routing a block: one micro-batch in flight, not %d",
+                        o->max_slots), why;
+    if (o->mlp && o->sequence_parallel)
+        return snprintf(why, why_len, "a replaced MLP (mixture of experts) runs without"
+                        " sequence parallelism (each TP rank would route only its own"
+                        " positions)"), why;
+    /* the model's selective recomputation re-runs its own attention op on the chunk:
+     * the hook's attention is not that op (and the ring recomputes its probabilities
+     * from the log-sum-exp already) */
+    if (o->attention && o->recompute_attention)
         return snprintf(why, why_len, "a replaced attention core (context parallelism) runs"
-                        " in fp32, one micro-batch at a time, without sequence parallelism"
-                        " or recomputation"), why;
-    if (o->positions && (o->sequence_parallel || position_span_rows(o->positions) != T))
+                        " without selective recomputation (ring attention recomputes its"
+                        " probabilities itself)"), why;
+    if (o->positions && position_span_rows(o->positions) != T)
         return snprintf(why, why_len, "the rows' positions (a span of %d) must be the"
-                        " model's T %d, without sequence parallelism",
-                        position_span_rows(o->positions), T), why;
+                        " model's T %d", position_span_rows(o->positions), T), why;
     return NULL;
 }
 
@@ -133,6 +140,8 @@ gpt_model *gpt_model_create(const gpt_shape *s, int B, int T,
     const size_t N = (size_t)B * T, C = s->cfg.dim;
     if (m->opts.sequence_parallel)
         m->sp = tp_sequence_create(s, m->opts.tp, m->p, B, T, m->opts.sp_copy_not_reduce);
+    if (s->vocab_parallel && s->has_head && m->p != PRECISION_FP32)
+        m->logits32 = mem_alloc(MEM_ACTIVATIONS, N * (size_t)s->vocab_local * sizeof(float));
     if (m->opts.recompute_attention) m->att_again = model_alloc_acts(m, N * T * s->heads_local);
     gpt_use_slot(m, 0);
     if (m->opts.checkpoint_activations) {
@@ -155,7 +164,7 @@ void gpt_model_free(gpt_model *m) {
     for (int k = 0; k < m->max_slots; k++) slot_free(m, &m->slots[k]);
     if (m->recompute) block_acts_free(m->recompute);
     void *rest[] = {m->dx, m->d_ln, m->d_atty, m->d_qkv, m->d_att, m->d_fch,
-                    m->d_fch_gelu, m->att_again};
+                    m->d_fch_gelu, m->att_again, m->logits32};
     tp_sequence_free(m->sp);
     for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++) mem_free(rest[i]);
     mem_free(m->recompute);

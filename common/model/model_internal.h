@@ -54,6 +54,7 @@ struct gpt_model {
     void *d_ln, *d_atty, *d_qkv, *d_att, *d_fch, *d_fch_gelu;
     tp_sequence *sp;         /* sequence parallelism; NULL without */
     void *att_again;         /* selective recomputation: one block's probabilities */
+    float *logits32;         /* a 16-bit vocab-parallel head's fp32 logits [N, vocab_local] */
 };
 
 /* Tokens a rank holds in the LayerNorm / residual region: B T, or B T / tp with SP. */

@@ -81,10 +81,34 @@ void gpt_shape_split_stages(gpt_shape *s, int stages, int stage) {
 
 int gpt_stage_layers(const gpt_shape *s) { return s->layer_end - s->layer_begin; }
 
+void gpt_shape_drop_moe_mlps(gpt_shape *s, int every) { s->moe_every = every; }
+
+int gpt_block_has_mlp(const gpt_shape *s, int layer) {
+    return !s->moe_every || layer % s->moe_every != s->moe_every - 1;
+}
+
+/* The MLP's part of a block slab: fc, fc2 and their biases (last in the slab). */
+static size_t mlp_numel(const gpt_shape *s) {
+    size_t C = s->cfg.dim, Hl = s->hidden_local;
+    return (Hl * C + Hl) + (C * Hl + C);
+}
+
+/* A block with its MLP. */
 static size_t block_numel(const gpt_shape *s) {
-    size_t C = s->cfg.dim, Cl = s->dim_local, Hl = s->hidden_local;
-    return 2 * C + (3 * Cl * C + 3 * Cl) + (C * Cl + C) + 2 * C + (Hl * C + Hl) +
-           (C * Hl + C);
+    size_t C = s->cfg.dim, Cl = s->dim_local;
+    return 2 * C + (3 * Cl * C + 3 * Cl) + (C * Cl + C) + 2 * C + mlp_numel(s);
+}
+
+/* Blocks in [begin, end) without their MLP: the l with l % every == every - 1. */
+static size_t blocks_without_mlp(const gpt_shape *s, int begin, int end) {
+    if (!s->moe_every) return 0;
+    return (size_t)(end / s->moe_every - begin / s->moe_every);
+}
+
+/* Elements of blocks [layer_begin, layer_begin + count) of the stage. */
+static size_t blocks_numel(const gpt_shape *s, int count) {
+    return (size_t)count * block_numel(s) -
+           blocks_without_mlp(s, s->layer_begin, s->layer_begin + count) * mlp_numel(s);
 }
 
 static size_t wte_numel(const gpt_shape *s) { return (size_t)s->vocab_local * s->cfg.dim; }
@@ -123,7 +147,8 @@ size_t gpt_slab_numel(const gpt_shape *s, int slab) {
     case GPT_SLAB_EMBED: return embed_numel(s);
     case GPT_SLAB_FINAL: return 2 * (size_t)s->cfg.dim;
     case GPT_SLAB_HEAD: return wte_numel(s);
-    default: return block_numel(s);
+    default: return blocks_numel(s, slab - s->has_embed + 1) -
+                    blocks_numel(s, slab - s->has_embed);
     }
 }
 
@@ -131,8 +156,8 @@ size_t gpt_slab_offset(const gpt_shape *s, int slab) {
     const size_t blocks_start = s->has_embed ? embed_numel(s) : 0;
     const int first_block = s->has_embed, after_blocks = first_block + gpt_stage_layers(s);
     if (slab <= first_block) return slab == 0 ? 0 : blocks_start;
-    if (slab <= after_blocks) return blocks_start + (size_t)(slab - first_block) * block_numel(s);
-    return blocks_start + (size_t)gpt_stage_layers(s) * block_numel(s) +
+    if (slab <= after_blocks) return blocks_start + blocks_numel(s, slab - first_block);
+    return blocks_start + blocks_numel(s, gpt_stage_layers(s)) +
            2 * (size_t)s->cfg.dim;   /* the HEAD copy, after the final LayerNorm */
 }
 

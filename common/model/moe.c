@@ -6,6 +6,7 @@
 #include "alloc.h"
 #include "moe_internal.h"
 #include "ops.h"
+#include "ops_mixed.h"
 
 static void *acts(size_t bytes) { return mem_alloc(MEM_ACTIVATIONS, bytes ? bytes : 1); }
 
@@ -37,8 +38,8 @@ static void block_free(moe_block_state *b) {
 static int hook_replaces(void *ctx, int layer) {
     return moe_is_moe_layer(&((moe_layer *)ctx)->s, layer);
 }
-static void hook_forward(void *ctx, int layer, float *out, const float *ln2);
-static void hook_backward(void *ctx, int layer, float *d_ln2, const float *d_out);
+static void hook_forward(void *ctx, int layer, precision p, void *out, const void *ln2);
+static void hook_backward(void *ctx, int layer, precision p, void *d_ln2, const void *d_out);
 
 moe_layer *moe_layer_create(const moe_shape *s, int N, const moe_layer_options *opts) {
     moe_layer *m = mem_alloc(MEM_OTHER, sizeof *m);
@@ -79,6 +80,7 @@ moe_layer *moe_layer_create(const moe_shape *s, int N, const moe_layer_options *
 void moe_layer_free(moe_layer *m) {
     if (!m) return;
     for (int i = 0; i < m->s.moe_layers; i++) block_free(&m->blocks[i]);
+    moe_mixed_free(m);
     void *all[] = {m->blocks, m->send, m->recv, m->rows, m->d_rows, m->d_h, m->dgate,
                    m->dprobs, m->d_ln2_router, m->send_rows, m->gathered};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) mem_free(all[i]);
@@ -109,31 +111,66 @@ static void combine_gated(const moe_layer *m, const moe_block_state *b, float *o
     }
 }
 
+/* The block's input in fp32: the model's own, or widened into ln2_32 (exact). */
+static const float *input32(moe_layer *m, const void *ln2) {
+    if (m->p == PRECISION_FP32) return ln2;
+    mixed_widen(m->p, m->ln2_32, ln2, (size_t)m->N * m->s.dim);
+    return m->ln2_32;
+}
+
+/* Where an fp32 result of [N, C] is formed: the model's buffer itself, or io32, which
+ * finish() rounds into it. */
+static float *result32(moe_layer *m, void *model_buffer) {
+    return m->p == PRECISION_FP32 ? model_buffer : m->io32;
+}
+static void finish(moe_layer *m, void *model_buffer) {
+    if (m->p != PRECISION_FP32) mixed_round(m->p, model_buffer, m->io32, (size_t)m->N * m->s.dim);
+}
+
 /* Routes ln2's tokens, sends each kept pair's row to its expert and brings back the
- * expert's output: router -> dispatch -> experts -> combine -> gates. */
-static void hook_forward(void *ctx, int layer, float *out, const float *ln2) {
+ * expert's output: router -> dispatch -> experts -> combine -> gates. In 16 bits the
+ * router (logits, softmax, top-k, gates) and the gated sum run in fp32 on the widened
+ * input, the experts' products in 16 bits (moe_experts.c); the output is rounded once.
+ * The experts' 16-bit copy is rounded from the fp32 masters at every micro-batch's first
+ * MoE block: an optimizer step may have changed them since. */
+static void hook_forward(void *ctx, int layer, precision p, void *out, const void *ln2) {
     moe_layer *m = ctx;
     const int i = moe_layer_index(&m->s, layer), k = m->s.cfg.top_k;
     const size_t C = m->s.dim;
     moe_block_state *b = &m->blocks[i];
-    if (i == 0) m->remote_rows = m->exchanged_rows = 0;   /* a new step's first MoE block */
-    moe_route(m, b, i, ln2);
-    for (int p = 0; p < b->sent; p++)
-        memcpy(m->send + p * C, ln2 + (size_t)(b->order[p] / k) * C, C * sizeof(float));
+    m->p = p;
+    if (p != PRECISION_FP32) moe_mixed_ensure(m);
+    if (i == 0) {   /* a new micro-batch's first MoE block */
+        m->remote_rows = m->exchanged_rows = 0;
+        if (p != PRECISION_FP32) moe_mixed_round_experts(m);
+    }
+    const float *x = input32(m, ln2);
+    moe_route(m, b, i, x);
+    b->ln2 = ln2;
+    for (int r = 0; r < b->sent; r++)
+        memcpy(m->send + r * C, x + (size_t)(b->order[r] / k) * C, C * sizeof(float));
     moe_exchange_plan(m, b);
     moe_dispatch(m, b, m->send, b->x_in);
     moe_experts_forward(m, b, i, m->rows);
     moe_combine(m, b, m->rows, b->y);
-    combine_gated(m, b, out);
+    combine_gated(m, b, result32(m, out));
+    finish(m, out);
 }
 
 /* The forward's path backwards: d gates and d y from d out, d y to the experts, their
  * backward, d x back, summed per token, then the router's backward onto it. */
-static void hook_backward(void *ctx, int layer, float *d_ln2, const float *d_out) {
+static void hook_backward(void *ctx, int layer, precision p, void *d_ln2_out,
+                          const void *d_out_model) {
     moe_layer *m = ctx;
     const int i = moe_layer_index(&m->s, layer), k = m->s.cfg.top_k, N = m->N;
     const size_t C = m->s.dim;
     moe_block_state *b = &m->blocks[i];
+    m->p = p;
+    const float *d_out = d_out_model;
+    if (p != PRECISION_FP32) {
+        mixed_widen(p, m->io32, d_out_model, (size_t)N * C);
+        d_out = m->io32;
+    }
     for (int a = 0; a < N * k; a++) {
         const float *dout = d_out + (size_t)(a / k) * C;
         m->dgate[a] = 0;
@@ -150,12 +187,14 @@ static void hook_backward(void *ctx, int layer, float *d_ln2, const float *d_out
     moe_dispatch(m, b, m->send, m->rows);
     moe_experts_backward(m, b, i, m->rows, m->d_rows);
     moe_combine(m, b, m->d_rows, m->send);
+    float *d_ln2 = result32(m, d_ln2_out);   /* io32's d out is read: free again */
     memset(d_ln2, 0, (size_t)N * C * sizeof(float));
     for (int a = 0; a < N * k; a++) {
         if (b->pos[a] < 0) continue;
         vec_add(d_ln2 + (size_t)(a / k) * C, m->send + (size_t)b->pos[a] * C, C);
     }
-    moe_route_backward(m, b, i, d_ln2);
+    moe_route_backward(m, b, i, input32(m, b->ln2), d_ln2);
+    finish(m, d_ln2_out);
 }
 
 double moe_layer_aux_loss(const moe_layer *m) {

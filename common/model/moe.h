@@ -26,11 +26,31 @@
  * (moe_exchange.c). With an EP group of one the same code runs without communication:
  * that is the single-device MoE.
  *
+ * Precision: in the model's bf16 or fp16 (the hook's p) the router works in fp32 on the
+ * widened input (logits, softmax, top-k, gates, the auxiliary loss: Megatron-core's
+ * fp32 router), the experts' products multiply 16-bit rows by a 16-bit copy of the
+ * experts (rounded from the fp32 masters at each micro-batch's first MoE block) and
+ * sum in fp32, each expert output rounded once, as the model's own 16-bit MLP; the gated
+ * sum is fp32, rounded once into the block. Rows travel (and wait for their backward)
+ * in fp32, their values 16-bit ones.
+ *
+ * Tensor parallelism: the experts are replicated over the TP group. The block's input
+ * is replicated there (TP without SP), so every TP rank routes the same tokens and
+ * computes the same MoE, whole: its output needs no all-reduce, and the routers' and
+ * experts' gradients come out equal on every TP rank (summing them over TP would count
+ * them tp times). opts.world and opts.ep are then groups of one TP index (the ranks of
+ * distinct tokens). Megatron-core instead splits each expert over its own expert
+ * tensor-parallel group (expert TP, --expert-tensor-parallel-size, carved from the
+ * ranks apart from attention's TP): column- and row-parallel like the dense MLP, with the
+ * tokens all-gathered to it and reduce-scattered back, which saves the experts' memory
+ * and compute tp times over where this pays them in full on each TP rank.
+ *
  * Parameters live outside the model's slabs, in two vectors per rank: the routers of
  * every MoE block (dense: replicated like the rest of the model) and this rank's
- * experts of every MoE block. The block slab's own MLP weights are unused in an MoE
- * block (gradient zero: ep_train.c leaves them out of its all-reduce);
- * moe_dense_mlp_numel says how many, for the parameter counts. */
+ * experts of every MoE block. The model's shape made with gpt_shape_drop_moe_mlps
+ * (cfg.every) holds no MLP weights in its MoE blocks, moe_dense_mlp_numel fewer than the
+ * dense model's; a dense shape keeps them unused (gradient zero, but memory and weight
+ * decay: ep_train.c's, which leaves them out of its all-reduce). */
 #ifndef MOE_H
 #define MOE_H
 #include <stddef.h>

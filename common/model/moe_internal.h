@@ -5,11 +5,12 @@
 #include <stddef.h>
 
 #include "moe.h"
+#include "precision.h"
 
 /* One MoE block's routing and activations, kept from its forward to its backward.
  * A pair a = n k + j is token n's j-th choice. */
 typedef struct {
-    const float *ln2;      /* the block's input [N, C] (the model's activation) */
+    const void *ln2;       /* the block's input [N, C] (the model's activation, of p) */
     float *probs;          /* [N, E] router softmax */
     int *expert;           /* [N k] the chosen expert of each pair */
     float *gate;           /* [N k] */
@@ -34,6 +35,7 @@ struct moe_layer {
     moe_shape s;
     moe_layer_options opts;
     int N;                 /* tokens a micro-batch on this rank */
+    precision p;           /* of the hook's last call: the model's */
     size_t max_rows;       /* rows a rank's experts may receive: EP x N x k */
     const float *routers, *experts;
     float *router_grads, *expert_grads;
@@ -46,13 +48,19 @@ struct moe_layer {
     size_t *send_rows, *recv_rows;      /* [EP] per peer */
     size_t *send_offsets, *recv_offsets;
     double *gathered;      /* [(2 + world) x E] statistics scratch */
+    /* 16 bits (moe_mixed.c), allocated at the first 16-bit call */
+    void *experts16;       /* this rank's experts rounded: the products' weights */
+    float *ln2_32, *io32;  /* [N, C]: the input widened; the output or d out in fp32 */
+    void *x16, *y16, *h16; /* [max_rows, C], [max_rows, C], [max_rows, H] in p */
     gpt_mlp_hook hook;
 };
 
 /* moe_route.c: router, top-k, capacity and the global statistics; and the router's
  * backward (gates, the auxiliary loss, softmax, the linear). */
+/* ln2: the block's input in fp32 (the model's, or its widening) */
 void moe_route(moe_layer *m, moe_block_state *b, int moe_layer, const float *ln2);
-void moe_route_backward(moe_layer *m, moe_block_state *b, int moe_layer, float *d_ln2);
+void moe_route_backward(moe_layer *m, moe_block_state *b, int moe_layer, const float *ln2,
+                        float *d_ln2);
 
 /* moe_exchange.c: the rows of the sent order to the experts' ranks and back. */
 /* Learns recv_per_source from send_per_expert (an all-to-all of El counts a peer). */
@@ -62,9 +70,18 @@ void moe_dispatch(moe_layer *m, moe_block_state *b, const float *send, float *ro
 /* Combine: rows [rows_local, C] (expert order) -> out [sent, C] (sent order). */
 void moe_combine(moe_layer *m, moe_block_state *b, const float *rows, float *out);
 
-/* moe_experts.c: this rank's experts on their rows (expert order). */
+/* moe_experts.c: this rank's experts on their rows (expert order); in 16 bits
+ * (m->p) their products multiply 16-bit rows by the 16-bit experts and sum in fp32
+ * (mixed_linear_*), the rows travelling and kept in fp32 between them. */
 void moe_experts_forward(moe_layer *m, moe_block_state *b, int moe_layer, float *y_rows);
 void moe_experts_backward(moe_layer *m, moe_block_state *b, int moe_layer,
                           const float *dy_rows, float *dx_rows);
 
 #endif
+
+/* moe_mixed.c: the 16-bit layer's buffers and conversions. */
+void moe_mixed_ensure(moe_layer *m);            /* allocates them at the first 16-bit call */
+void moe_mixed_free(moe_layer *m);
+void moe_mixed_round_experts(moe_layer *m);     /* experts16 = the fp32 experts, rounded */
+/* An expert's tensor inside experts16: the element offset of t in the fp32 vector. */
+const void *moe_mixed_weight(const moe_layer *m, const float *t);

@@ -114,7 +114,6 @@ static void block_summary(moe_layer *m, moe_block_state *b) {
 void moe_route(moe_layer *m, moe_block_state *b, int moe_layer, const float *ln2) {
     const int E = m->s.cfg.experts, k = m->s.cfg.top_k, N = m->N, C = m->s.dim;
     const float *router = moe_router_of(&m->s, (float *)m->routers, moe_layer);
-    b->ln2 = ln2;
     linear_forward(b->probs, ln2, router, NULL, N, C, E);
     for (int n = 0; n < N; n++) {
         softmax_row(b->probs + (size_t)n * E, E);
@@ -142,7 +141,8 @@ static void gate_backward(const moe_block_state *b, const float *dgate, float *d
     for (int j = 0; j < 2; j++) dp[chosen[j]] += (dg[j] - mixed) / sum;
 }
 
-void moe_route_backward(moe_layer *m, moe_block_state *b, int moe_layer, float *d_ln2) {
+void moe_route_backward(moe_layer *m, moe_block_state *b, int moe_layer, const float *ln2,
+                        float *d_ln2) {
     const int E = m->s.cfg.experts, k = m->s.cfg.top_k, N = m->N, C = m->s.dim;
     const double tokens = (double)N * (m->opts.world ? comm_size(m->opts.world) : 1);
     /* aux = a E sum_e f_e P_e: d aux / d p[n,e] = a E f_e / tokens; the objective's
@@ -162,6 +162,6 @@ void moe_route_backward(moe_layer *m, moe_block_state *b, int moe_layer, float *
     }
     const float *router = moe_router_of(&m->s, (float *)m->routers, moe_layer);
     float *router_grad = moe_router_of(&m->s, m->router_grads, moe_layer);
-    linear_backward(m->d_ln2_router, router_grad, NULL, dlogits, b->ln2, router, N, C, E);
+    linear_backward(m->d_ln2_router, router_grad, NULL, dlogits, ln2, router, N, C, E);
     vec_add(d_ln2, m->d_ln2_router, (size_t)N * C);
 }

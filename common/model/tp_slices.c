@@ -24,8 +24,17 @@ static void copy_floats(float *whole, float *part, size_t n, slice_direction dir
     else memcpy(whole, part, n * sizeof(float));
 }
 
-void tp_slice_block(const gpt_shape *part, float *whole_block, float *part_block,
-                    slice_direction dir, int with_replicated) {
+/* The shape of TP rank r of t with part's vocabulary split and MoE blocks. */
+static gpt_shape shape_like(const gpt_shape *part, int t, int r) {
+    gpt_shape s = gpt_shape_make(&part->cfg, t, r);
+    if (part->vocab_parallel) gpt_shape_split_vocab(&s);
+    gpt_shape_drop_moe_mlps(&s, part->moe_every);
+    return s;
+}
+
+/* One block; mlp: whether it holds its MLP (an MoE model's MoE blocks do not). */
+static void slice_block(const gpt_shape *part, float *whole_block, float *part_block,
+                        slice_direction dir, int with_replicated, int mlp) {
     const gpt_shape whole = gpt_shape_make(&part->cfg, 1, 0);
     const size_t C = part->cfg.dim, Cl = part->dim_local, Hl = part->hidden_local;
     const size_t r = (size_t)part->tp_rank;
@@ -37,23 +46,29 @@ void tp_slice_block(const gpt_shape *part, float *whole_block, float *part_block
         copy_floats(W.proj_b, P.proj_b, C, dir);
         copy_floats(W.ln2_w, P.ln2_w, C, dir);
         copy_floats(W.ln2_b, P.ln2_b, C, dir);
-        copy_floats(W.fc2_b, P.fc2_b, C, dir);
+        if (mlp) copy_floats(W.fc2_b, P.fc2_b, C, dir);
     }
     for (size_t p = 0; p < 3; p++) {   /* Q, K, V: my heads' rows of each */
         copy_floats(W.qkv_w + (p * C + r * Cl) * C, P.qkv_w + p * Cl * C, Cl * C, dir);
         copy_floats(W.qkv_b + p * C + r * Cl, P.qkv_b + p * Cl, Cl, dir);
     }
-    for (size_t row = 0; row < C; row++) {   /* row-parallel: my columns of each row */
+    for (size_t row = 0; row < C; row++)   /* row-parallel: my columns of each row */
         copy_floats(W.proj_w + row * C + r * Cl, P.proj_w + row * Cl, Cl, dir);
+    if (!mlp) return;
+    for (size_t row = 0; row < C; row++)
         copy_floats(W.fc2_w + row * 4 * C + r * Hl, P.fc2_w + row * Hl, Hl, dir);
-    }
     copy_floats(W.fc_w + r * Hl * C, P.fc_w, Hl * C, dir);   /* column-parallel rows */
     copy_floats(W.fc_b + r * Hl, P.fc_b, Hl, dir);
 }
 
+void tp_slice_block(const gpt_shape *part, float *whole_block, float *part_block,
+                    slice_direction dir, int with_replicated) {
+    slice_block(part, whole_block, part_block, dir, with_replicated, 1);
+}
+
 void tp_slice_model(const gpt_shape *part, float *whole, float *part_vec,
                     slice_direction dir, int with_replicated) {
-    const gpt_shape ws = gpt_shape_make(&part->cfg, 1, 0);
+    const gpt_shape ws = shape_like(part, 1, 0);
     const size_t C = part->cfg.dim, V = part->cfg.vocab;
     /* wte: my vocabulary rows (the real ones; padding stays out of the unsplit model) */
     if (part->vocab_parallel || with_replicated) {
@@ -69,9 +84,9 @@ void tp_slice_model(const gpt_shape *part, float *whole, float *part_vec,
                     part_vec + gpt_slab_offset(part, gpt_final_slab(part)), 2 * C, dir);
     }
     for (int l = 0; l < part->cfg.layers; l++) {
-        tp_slice_block(part, whole + gpt_slab_offset(&ws, gpt_block_slab(&ws, l)),
-                       part_vec + gpt_slab_offset(part, gpt_block_slab(part, l)), dir,
-                       with_replicated);
+        slice_block(part, whole + gpt_slab_offset(&ws, gpt_block_slab(&ws, l)),
+                    part_vec + gpt_slab_offset(part, gpt_block_slab(part, l)), dir,
+                    with_replicated, gpt_block_has_mlp(part, l));
     }
 }
 
@@ -85,16 +100,14 @@ double tp_gather_whole(comm *tp, const gpt_shape *mine, const float *local, floa
     if (me == 0) {
         /* rank 0 first, with its replicated copies; then the others' own slices */
         for (int r = 0; r < t; r++) {
-            gpt_shape s = gpt_shape_make(&mine->cfg, t, r);
-            if (mine->vocab_parallel) gpt_shape_split_vocab(&s);
+            const gpt_shape s = shape_like(mine, t, r);
             tp_slice_model(&s, whole, all + (size_t)r * n, SLICE_PUT, r == 0);
         }
         /* round trip: slicing the result again must give every rank's vector back;
          * only replicated tensors can differ, and only if the ranks drifted apart */
         float *again = mem_alloc(MEM_OTHER, n * sizeof(float));
         for (int r = 1; r < t; r++) {
-            gpt_shape s = gpt_shape_make(&mine->cfg, t, r);
-            if (mine->vocab_parallel) gpt_shape_split_vocab(&s);
+            const gpt_shape s = shape_like(mine, t, r);
             memset(again, 0, n * sizeof(float));
             tp_slice_model(&s, whole, again, SLICE_TAKE, 1);
             double d = max_abs_diff(again, all + (size_t)r * n, n);

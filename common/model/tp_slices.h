@@ -8,11 +8,13 @@
 #include "model.h"
 
 typedef enum { SLICE_TAKE, SLICE_PUT } slice_direction;   /* whole -> part, part -> whole */
-/* Copies rank part->tp_rank's pieces of one block slab between the unsplit layout and
- * the slice. with_replicated: also copy LayerNorms and row-parallel biases. */
+/* Copies rank part->tp_rank's pieces of one block slab (with its MLP) between the
+ * unsplit layout and the slice. with_replicated: also copy LayerNorms and row-parallel
+ * biases. */
 void tp_slice_block(const gpt_shape *part, float *whole_block, float *part_block,
                     slice_direction dir, int with_replicated);
-/* The same for the whole parameter (or gradient) vector, embedding included. */
+/* The same for the whole parameter (or gradient) vector, embedding included; an MoE
+ * shape's (gpt_shape_drop_moe_mlps) to and from the whole MoE shape's. */
 void tp_slice_model(const gpt_shape *part, float *whole, float *part_vec,
                     slice_direction dir, int with_replicated);
 /* Gathers every tp rank's slice and reassembles the unsplit vector on tp rank 0

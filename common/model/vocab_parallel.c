@@ -5,6 +5,7 @@
 #include "alloc.h"
 #include "device.h"
 #include "ops.h"
+#include "ops_mixed.h"
 
 vocab_slice vocab_slice_of(const gpt_shape *s, int N) {
     int valid = s->cfg.vocab - s->vocab_start;
@@ -142,4 +143,33 @@ void vocab_parallel_crossentropy_backward(float *dlogits, const float *probs,
     ops_upload(dlogits, p, cells * sizeof(float));
     mem_free(p);
     mem_free(tg);
+}
+
+/* ---- in 16 bits --------------------------------------------------------------------- */
+
+void mixed_vocab_parallel_crossentropy_forward(comm *tp, precision p, float *losses,
+                                               void *probs, const void *logits,
+                                               const int *targets, vocab_slice vs,
+                                               float *scratch32) {
+    if (p == PRECISION_FP32) {
+        vocab_parallel_crossentropy_forward(tp, losses, probs, logits, targets, vs);
+        return;
+    }
+    const size_t cells = (size_t)vs.N * vs.vocab_local;
+    mixed_widen(p, scratch32, logits, cells);
+    vocab_parallel_crossentropy_forward(tp, losses, scratch32, scratch32, targets, vs);
+    mixed_round(p, probs, scratch32, cells);
+}
+
+void mixed_vocab_parallel_crossentropy_backward(precision p, void *dlogits, const void *probs,
+                                                const int *targets, float dloss,
+                                                vocab_slice vs, float *scratch32) {
+    if (p == PRECISION_FP32) {
+        vocab_parallel_crossentropy_backward(dlogits, probs, targets, dloss, vs);
+        return;
+    }
+    const size_t cells = (size_t)vs.N * vs.vocab_local;
+    mixed_widen(p, scratch32, probs, cells);
+    vp_softmax_minus_onehot(scratch32, scratch32, targets, dloss, vs);
+    mixed_round(p, dlogits, scratch32, cells);
 }

@@ -48,6 +48,20 @@ void vocab_parallel_crossentropy_backward(float *dlogits, const float *probs,
                                           const int *targets, float dloss,
                                           vocab_slice vs);
 
+/* The same in the model's precision p: logits, probs and dlogits of p (bf16, fp16;
+ * fp32: the two functions above). The logits are widened (exactly) into scratch32
+ * [N, vocab_local] fp32, the maxima, sums, softmax and losses are computed in fp32 as
+ * above, and the probabilities rounded once to p, as mixed_crossentropy_forward keeps
+ * them; backward widens them again, forms softmax - onehot in fp32 and rounds it. On
+ * the CPU (16-bit ops are). */
+void mixed_vocab_parallel_crossentropy_forward(comm *tp, precision p, float *losses,
+                                               void *probs, const void *logits,
+                                               const int *targets, vocab_slice vs,
+                                               float *scratch32);
+void mixed_vocab_parallel_crossentropy_backward(precision p, void *dlogits, const void *probs,
+                                                const int *targets, float dloss,
+                                                vocab_slice vs, float *scratch32);
+
 /* ---- the pieces, on host memory (rows of vs.vocab_local floats) ---------------------- */
 void vp_row_max(float *row_max, const float *logits, vocab_slice vs);
 /* probs = exp(z - row_max) on the valid columns, 0 on the padding; row_sum = their sum */

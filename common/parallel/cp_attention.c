@@ -10,7 +10,7 @@ const char *cp_attention_name(cp_attention_kind kind) {
 
 struct cp_attention {
     cp_attention_kind kind;
-    int B, T, NH;
+    int B, T, C, NH, P;
     cp_ring *ring;
     cp_ulysses *ulysses;
 };
@@ -18,7 +18,8 @@ struct cp_attention {
 cp_attention *cp_attention_create(comm *cp, const cp_options *opts, int B, int T, int C,
                                   int NH) {
     cp_attention *a = mem_alloc(MEM_OTHER, sizeof *a);
-    *a = (cp_attention){.kind = opts->kind, .B = B, .T = T, .NH = NH};
+    *a = (cp_attention){.kind = opts->kind, .B = B, .T = T, .C = C, .NH = NH,
+                        .P = cp ? comm_size(cp) : 1};
     if (opts->kind == CP_ULYSSES) a->ulysses = cp_ulysses_create(cp, B, T, C, NH);
     else a->ring = cp_ring_create(cp, opts, B, T, C, NH);
     return a;
@@ -30,6 +31,9 @@ void cp_attention_free(cp_attention *a) {
     cp_ulysses_free(a->ulysses);
     mem_free(a);
 }
+
+size_t cp_attention_rows(const cp_attention *a) { return (size_t)a->B * (a->T / a->P); }
+int cp_attention_channels(const cp_attention *a) { return a->C; }
 
 size_t cp_attention_saved_numel(const cp_attention *a) {
     if (a->ulysses) return cp_ulysses_saved_numel(a->ulysses);

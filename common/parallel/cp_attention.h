@@ -42,6 +42,9 @@ typedef struct cp_attention cp_attention;
 cp_attention *cp_attention_create(comm *cp, const cp_options *opts, int B, int T, int C,
                                   int NH);
 void cp_attention_free(cp_attention *a);
+/* The rows of a rank's chunk, B x Tc, and the channels C of its q, k, v and out. */
+size_t cp_attention_rows(const cp_attention *a);
+int cp_attention_channels(const cp_attention *a);
 /* What one layer's attention keeps for its backward, in floats: the log-sum-exp per
  * query and head (ring), or the head-sharded Q, K, V, output and probabilities (ulysses). */
 size_t cp_attention_saved_numel(const cp_attention *a);

@@ -6,7 +6,15 @@
  *
  * One cp_attention serves the layers one after the other; what each layer's backward
  * needs (the ring's log-sum-exp, or Ulysses' head-sharded Q, K, V, output and
- * probabilities) is kept here, one buffer a layer, tagged as activations. */
+ * probabilities) is kept here, one buffer per micro-batch slot and layer, allocated at
+ * its first forward and tagged as activations, so a pipeline stage can hold several
+ * micro-batches in flight.
+ *
+ * In bf16 and fp16 the model's 16-bit q, k, v are widened (exactly) to fp32, the
+ * attention computes in fp32 (scores, online softmax, sums: what the 16-bit attention
+ * op does, ops_mixed.h) and its output and d qkv are rounded once to 16 bits. The K/V
+ * blocks and all-to-alls travel in fp32 (cp_attention_bytes_formula): a 16-bit wire
+ * would halve them. */
 #ifndef CP_ATTENTION_HOOK_H
 #define CP_ATTENTION_HOOK_H
 #include "cp_attention.h"

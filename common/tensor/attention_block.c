@@ -11,6 +11,20 @@ int position_span_rows(const position_span *s) {
     return rows;
 }
 
+position_span position_span_slice(const position_span *s, int first, int rows) {
+    position_span out = {0};
+    for (int i = 0, row = 0; i < s->pieces && rows > 0; row += s->len[i], i++) {
+        if (first >= row + s->len[i]) continue;   /* the slice starts after this piece */
+        const int skip = first > row ? first - row : 0;
+        const int take = s->len[i] - skip < rows ? s->len[i] - skip : rows;
+        out.start[out.pieces] = s->start[i] + skip;
+        out.len[out.pieces++] = take;
+        first += take;
+        rows -= take;
+    }
+    return out;
+}
+
 block_kind block_kind_of(int q_start, int q_len, int k_start, int k_len) {
     if (k_start > q_start + q_len - 1) return BLOCK_SKIPPED;
     if (k_start + k_len - 1 <= q_start) return BLOCK_FULL;

@@ -30,6 +30,9 @@ typedef struct {
     int start[SPAN_MAX_PIECES], len[SPAN_MAX_PIECES];
 } position_span;
 int position_span_rows(const position_span *s);   /* rows held: the lengths' sum */
+/* The positions of rows [first, first + rows) of s (a sequence-parallel rank's part of
+ * a CP chunk): one or two pieces. Needs first + rows <= position_span_rows(s). */
+position_span position_span_slice(const position_span *s, int first, int rows);
 
 typedef enum { BLOCK_SKIPPED, BLOCK_FULL, BLOCK_DIAGONAL } block_kind;
 block_kind block_kind_of(int q_start, int q_len, int k_start, int k_len);
