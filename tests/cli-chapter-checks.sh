@@ -327,6 +327,8 @@ elif [ -x "$chapter8" ]; then
     expect_error "$chapter8" "--loss-scale does nothing with --part wire (part wire runs no fp16)" --part wire --loss-scale 8
     expect_error "$chapter8" "--loss-scale does nothing with --part fp8 (part fp8 runs no fp16)" --part fp8 --loss-scale 8
     expect_error "$chapter8" "--steps does nothing with --part fp8 (only part accuracy reads it)" --part fp8 --steps 50
+    expect_error "$chapter8" "--fp8-steps does nothing with --part wire (only part fp8 reads it)" --part wire --fp8-steps 50
+    expect_error "$chapter8" "--fp8-steps 0: must be an integer from 1" --fp8-steps 0
     expect_error "$chapter8" "--loss-scale 0: must be at least 1" --loss-scale 0
     expect_error "$chapter8" "--probe-batch 5000: must be at most 4096" --probe-batch 5000
     expect_error "$chapter8" "--probe-batch 0: must be an integer from 1" --probe-batch 0

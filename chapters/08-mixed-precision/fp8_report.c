@@ -150,6 +150,7 @@ void fp8_print(const fp8_report *r) {
            " and bytes,\n   never speed (the products are emulated exactly, in fp32)\n");
     print_grids();
     print_errors(r);
+    fp8_curves_print(r);
     print_spike(r);
     print_bytes(r);
 }
@@ -163,7 +164,9 @@ void fp8_json(FILE *o, const fp8_report *r) {
             fprintf(o, "%s\n  {\"recipe\": \"%s\", \"outlier_factor\": %g, \"relative_error\": %.6e}",
                     row || c ? "," : "", fp8_error_rows[row].label, fp8_outlier_factors[c],
                     r->error[row][c]);
-    fprintf(o, "]},\n \"spike\": {\"factor\": %d, \"at_batch\": %d, \"history\": %d,"
+    fprintf(o, "]},\n ");
+    fp8_curves_json(o, r);
+    fprintf(o, ",\n \"spike\": {\"factor\": %d, \"at_batch\": %d, \"history\": %d,"
                " \"margin\": %d, \"steps\": [", FP8_SPIKE_FACTOR, FP8_SPIKE_AT + 1,
             FP8_HISTORY, FP8_SPIKE_MARGIN);
     for (int s = 0; s < FP8_SPIKE_STEPS; s++)

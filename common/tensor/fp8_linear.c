@@ -12,6 +12,7 @@
 static int fp8_on;
 static fp8_recipe fp8_current = FP8_BLOCKWISE;
 static int fp8_unscaled;
+static double fp8_outlier_factor = 1.0;
 
 void fp8_linear_use(const fp8_recipe *recipe) {
     fp8_on = recipe != NULL;
@@ -24,6 +25,17 @@ int fp8_linear_active(fp8_recipe *recipe) {
 }
 
 void fp8_linear_test_unscaled(int on) { fp8_unscaled = on; }
+
+void fp8_linear_outliers(double factor) { fp8_outlier_factor = factor; }
+
+void fp8_outliers_apply(float *x, float *w, int M, int N, int K, double factor) {
+    static const int channels[FP8_OUTLIER_CHANNELS] = {5, 17, 40, 99};
+    for (int c = 0; c < FP8_OUTLIER_CHANNELS && channels[c] < K; c++) {
+        const int k = channels[c];
+        for (int i = 0; i < M; i++) x[(size_t)i * K + k] *= (float)factor;
+        for (int j = 0; w && j < N; j++) w[(size_t)j * K + k] /= (float)factor;
+    }
+}
 
 const char *fp8_linear_recipe_check(fp8_recipe recipe, int ranks) {
     if (recipe == FP8_DELAYED)
@@ -117,6 +129,7 @@ void fp8_linear_forward(uint16_t *out, const uint16_t *inp, const uint16_t *weig
     w.codes = scratch->c + nx;
     precision_bf16_to_f32(x32, inp, nx);
     precision_bf16_to_f32(w32, weight, nw);
+    if (fp8_outlier_factor != 1.0) fp8_outliers_apply(x32, w32, N, OC, IC, fp8_outlier_factor);
     quantize(&x, x32);
     quantize(&w, w32);
     const char *why = fp8_matmul(o32, &x, &w, ws);

@@ -38,6 +38,16 @@ const char *fp8_linear_recipe_check(fp8_recipe recipe, int ranks);
 /* Negative control (tests): every scale 1, as if the recipe were not applied. */
 void fp8_linear_test_unscaled(int on);
 
+/* Outlier channels, as LLMs' activations have (a few channels 100x the rest, in fixed
+ * channels): FP8_OUTLIER_CHANNELS of a product's inner dimension, all in its first
+ * 1 x 128 tile, multiplied by factor in x [M, K] and divided by it in w [N, K] (w may be
+ * NULL), so x w^T is the same product and only the scaling sees the difference. */
+#define FP8_OUTLIER_CHANNELS 4
+void fp8_outliers_apply(float *x, float *w, int M, int N, int K, double factor);
+/* Every FP8 linear's inputs with outlier channels of this factor from now on (1: none):
+ * the chapter's designed failure of per-tensor scaling, in training. */
+void fp8_linear_outliers(double factor);
+
 /* out[N,OC] = fp8(inp[N,IC]) fp8(weight[OC,IC])^T + bias[OC], bf16 bit patterns in and
  * out (bias may be NULL): the product and the bias in fp32, rounded to bf16 once. */
 void fp8_linear_forward(uint16_t *out, const uint16_t *inp, const uint16_t *weight,
