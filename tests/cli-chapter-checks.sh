@@ -19,10 +19,13 @@ fi
 # case that differs there); one line in the programs without it
 ranks2=(--ranks 2)
 [ "$mpi" = mpi ] && ranks2=()
-[ -x "$chapter1" ] && expect_error "$chapter1" "--fp8-recipe tensorwise: on more than one rank tensorwise scales the activations by the amax of each rank's share" $tiny --strategy ddp "${ranks2[@]}" --precision fp8 --fp8-recipe tensorwise
+[ -x "$chapter1" ] && expect_error "$chapter1" "--fp8-recipe tensorwise: on more than one rank a per-tensor recipe scales the activations by the amax of each rank's share" $tiny --strategy ddp "${ranks2[@]}" --precision fp8 --fp8-recipe tensorwise
 if [ -x "$chapter1" ] && [ -z "$mpi" ]; then
     expect_error "$chapter1" "--fp8-recipe rowwise: only --precision fp8 takes a recipe (this run computes in bf16)" $tiny --strategy ddp --precision bf16 --fp8-recipe rowwise
-    expect_error "$chapter1" "--fp8-recipe delayed: delayed scaling (an amax history per tensor) is not in the training path yet; valid: blockwise, rowwise, tensorwise" $tiny --strategy ddp --precision fp8 --fp8-recipe delayed
+    expect_error "$chapter1" "--fp8-recipe delayed: on more than one rank a per-tensor recipe scales the activations" $tiny --strategy ddp --ranks 2 --precision fp8 --fp8-recipe delayed
+    expect_error "$chapter1" "--fp8-margin 2: only --fp8-recipe delayed keeps an amax history (this run: blockwise)" $tiny --strategy ddp --precision fp8 --fp8-margin 2
+    expect_error "$chapter1" "--fp8-amax-history 8: only --fp8-recipe delayed keeps an amax history (this run: bf16)" $tiny --strategy ddp --precision bf16 --fp8-amax-history 8
+    expect_error "$chapter1" "--fp8-amax-history 2000 --fp8-margin 0: the amax history holds 1 to 1024 steps" $tiny --strategy ddp --ranks 1 --precision fp8 --fp8-recipe delayed --fp8-amax-history 2000
     expect_error "$chapter1" "--precision fp8: DataParallel trains in fp32 only so far; add --strategy ddp" $tiny --precision fp8
 fi
 # --precision fp8 switches FP8 on: the baseline's report says fp8 and its recipe, and its

@@ -135,6 +135,55 @@ START_TEST(an_fp8_linear_is_the_product_within_fp8_rounding) {
 }
 END_TEST
 
+/* delayed, one site: a forward of x times `jump` (a power of 2), then x's own; out the
+ * second's. */
+static void delayed_after(double jump, uint16_t *out, const uint16_t *x, const uint16_t *w,
+                          const uint16_t *b) {
+    static uint16_t xj[N * IC], scratch[N * OC];
+    for (int i = 0; i < N * IC; i++) xj[i] = number_to_bf16((float)(number_from_bf16(x[i]) * jump));
+    const fp8_recipe delayed = FP8_DELAYED;
+    fp8_linear_use(&delayed);   /* a fresh history */
+    fp8_linear_site(3);
+    fp8_linear_forward(scratch, xj, w, b, N, IC, OC);
+    fp8_linear_forward(out, x, w, b, N, IC, OC);
+    fp8_linear_use(NULL);
+}
+
+static int differing(const uint16_t *a, const uint16_t *b, int n) {
+    int d = 0;
+    for (int i = 0; i < n; i++) d += a[i] != b[i];
+    return d;
+}
+
+/* Delayed scaling in the linear: a site's history sets the scale. After a forward of 8x
+ * the input, the scale is 8x smaller; a power of 2 leaves every value's E4M3 rounding as
+ * it was while none leaves the normal range (x in [1, 4): scaled into [14, 56)), so the
+ * output is tensorwise's bit for bit, and so is a first forward (its own amax). After a
+ * jump of 2^16 the values fall into the subnormals: outputs differ (the control). */
+START_TEST(delayed_scaling_takes_the_amax_history) {
+    static uint16_t x[N * IC], w[OC * IC], b[OC], tensorwise[N * OC], out[N * OC];
+    unsigned seed = 11;
+    fill(x, N * IC, 1.0, &seed);
+    fill(w, OC * IC, 0.02, &seed);
+    fill(b, OC, 0.02, &seed);
+    const fp8_recipe t = FP8_TENSORWISE;
+    fp8_linear_use(&t);
+    fp8_linear_forward(tensorwise, x, w, b, N, IC, OC);
+    delayed_after(1, out, x, w, b);
+    const int same_amax = differing(out, tensorwise, N * OC);
+    delayed_after(8, out, x, w, b);
+    const int after_8x = differing(out, tensorwise, N * OC);
+    delayed_after(65536, out, x, w, b);
+    const int after_2_16 = differing(out, tensorwise, N * OC);
+    fp8_linear_release_thread();
+    printf("delayed against tensorwise: %d of %d outputs differ after the same amax, %d after"
+           " an 8x one, %d after 2^16x (control)\n", same_amax, N * OC, after_8x, after_2_16);
+    ck_assert_int_eq(same_amax, 0);
+    ck_assert_int_eq(after_8x, 0);
+    ck_assert_int_gt(after_2_16, N * OC / 2);
+}
+END_TEST
+
 static run_config fp8_config(int ranks) {
     run_config cfg = uneven_model_config(ranks);
     cfg.batch = 4;   /* 1, 2 and 4 ranks divide it */
@@ -152,8 +201,8 @@ START_TEST(the_fp8_baseline_stays_within_one_percent_of_bf16) {
     dataset *d = dataset_builtin();
     run_config cfg = fp8_config(1);
     baseline_run *b16 = baseline_train(&cfg, d);
-    const fp8_recipe recipes[] = {FP8_TENSORWISE, FP8_ROWWISE, FP8_BLOCKWISE};
-    for (int i = 0; i < 3; i++) {
+    const fp8_recipe recipes[] = {FP8_DELAYED, FP8_TENSORWISE, FP8_ROWWISE, FP8_BLOCKWISE};
+    for (int i = 0; i < 4; i++) {
         fp8_linear_use(&recipes[i]);
         baseline_run *f = baseline_train(&cfg, d);
         fp8_linear_use(NULL);
@@ -226,6 +275,7 @@ int main(void) {
     TCase *t = tcase_create("fp8");
     tcase_set_timeout(t, 300);
     tcase_add_test(t, an_fp8_linear_is_the_product_within_fp8_rounding);
+    tcase_add_test(t, delayed_scaling_takes_the_amax_history);
     tcase_add_test(t, the_fp8_baseline_stays_within_one_percent_of_bf16);
     tcase_add_test(t, ddp_and_zero3_equal_the_fp8_baseline);
     suite_add_tcase(s, t);

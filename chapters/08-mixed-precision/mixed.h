@@ -137,7 +137,7 @@ void wire_json(FILE *o, const wire_report *r);
 #define FP8_SPIKE_MARGIN 4    /* 2^4 = 16 of headroom: a jump of 10 fits */
 #define FP8_SPIKE_RUNS 3      /* current; delayed, margin 0; delayed, margin 4 */
 #define FP8_CURVE_STEPS 300   /* c: the loss curves' steps (--fp8-steps) */
-#define FP8_CURVE_ROWS 7      /* fp32, bf16, 3 recipes, 2 with outlier channels */
+#define FP8_CURVE_ROWS 8      /* fp32, bf16, 4 recipes, 2 with outlier channels */
 #define FP8_CURVE_BF16 1      /* the row the gaps are measured against */
 #define FP8_CURVE_OUTLIERS 1e7
 #define FP8_CURVE_LIMIT 0.01  /* a recipe trains as bf16 does: mean loss within 1% */

@@ -16,8 +16,12 @@
  * baseline as bf16's do. tensorwise scales the activations by the amax of the whole
  * [N, K] tensor, which is this rank's share of the batch: without an all-reduce of
  * that amax (Transformer Engine's amax reduction) DDP differs from the baseline, so
- * the chapters take tensorwise on one rank alone. delayed (an amax history per
- * tensor) is not in the training path yet.
+ * the chapters take tensorwise on one rank alone. delayed keeps an amax history per
+ * tensor (Transformer Engine): each linear of a block is a site (fp8_linear_site, set
+ * by the model before the product), each site's activation and weight have their own
+ * history of the last `history` forwards, and a product's scale comes from it (the first
+ * forward from its own amax); its amax then joins the history. Per-tensor like
+ * tensorwise, so on one rank alone too.
  *
  * The recipe is the process's, set before any rank starts and read by every rank's
  * thread; the scratch is each thread's own, grown once and kept (no allocation per
@@ -30,6 +34,11 @@
 
 /* FP8 linears with this recipe from now on (NULL: off, bf16 linears). */
 void fp8_linear_use(const fp8_recipe *recipe);
+/* delayed's amax history length (forwards) and margin (the scale 2^margin smaller) from
+ * now on; NULL, or why they cannot be used. */
+const char *fp8_linear_delayed(int history, int margin);
+/* The linear the calling thread's next products belong to (delayed: whose history). */
+void fp8_linear_site(int site);
 /* Whether FP8 linears are on; *recipe is theirs when they are (recipe may be NULL). */
 int fp8_linear_active(fp8_recipe *recipe);
 /* Returns NULL, or why the training path cannot take recipe on `ranks` data-parallel
