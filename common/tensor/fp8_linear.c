@@ -1,6 +1,7 @@
 /* FP8 linears of a bf16 run: quantize, the emulated FP8 product, bias (fp8_linear.h). */
 #include "fp8_linear.h"
 
+#include "comm.h"
 #include "fp8_matmul.h"
 #include "number_formats.h"
 #include "precision.h"
@@ -11,11 +12,12 @@
 
 static int fp8_on;
 static fp8_recipe fp8_current = FP8_BLOCKWISE;
-static int fp8_unscaled;
+static int fp8_unscaled, fp8_local_amax;
 static double fp8_outlier_factor = 1.0;
 static int delayed_length = FP8_DEFAULT_HISTORY, delayed_margin = 0;
 static int generation;   /* each fp8_linear_use starts the histories afresh */
 static _Thread_local int current_site;
+static _Thread_local comm *amax_group;
 
 void fp8_linear_use(const fp8_recipe *recipe) {
     fp8_on = recipe != NULL;
@@ -34,6 +36,9 @@ const char *fp8_linear_delayed(int history, int margin) {
 }
 
 void fp8_linear_site(int site) { current_site = site; }
+
+
+void fp8_linear_test_local_amax(int on) { fp8_local_amax = on; }
 
 int fp8_linear_active(fp8_recipe *recipe) {
     if (fp8_on && recipe) *recipe = fp8_current;
@@ -54,11 +59,8 @@ void fp8_outliers_apply(float *x, float *w, int M, int N, int K, double factor) 
 }
 
 const char *fp8_linear_recipe_check(fp8_recipe recipe, int ranks) {
-    if ((recipe == FP8_TENSORWISE || recipe == FP8_DELAYED) && ranks > 1)
-        return "on more than one rank a per-tensor recipe scales the activations by the amax"
-               " of each rank's share of the batch, so the ranks would differ from one device"
-               " (no amax all-reduce here); valid: blockwise, rowwise (or one rank)";
-    return NULL;
+    (void)ranks;   /* per-tensor recipes all-reduce their amax (fp8_linear_group) */
+    return (unsigned)recipe < FP8_RECIPES ? NULL : "valid: delayed, tensorwise, rowwise, blockwise";
 }
 
 /* The calling thread's scratch: fp32 copies, codes, scales, the product's workspace;
@@ -112,6 +114,13 @@ static fp8_scratch *scratch_fit(size_t floats, size_t codes) {
     return s;
 }
 
+void fp8_linear_group(comm *group) {
+    amax_group = group;
+    pthread_once(&scratch_once, scratch_make_key);
+    fp8_scratch *s = pthread_getspecific(scratch_key);
+    if (s) histories_free(s);   /* a run starts: no amax from another */
+}
+
 void fp8_linear_release_thread(void) {
     pthread_once(&scratch_once, scratch_make_key);
     scratch_free(pthread_getspecific(scratch_key));
@@ -145,9 +154,24 @@ static fp8_delayed *history_of(fp8_scratch *s, fp8_role role) {
     return &s->history[2 * site + (role == FP8_WEIGHT)];
 }
 
+/* A per-tensor operand's amax: an activation's over the whole batch, the max of the
+ * ranks' shares over the group (a weight is the same on every rank: its own). */
+static float tensor_amax(fp8_role role, const fp8_matrix *q, const float *x) {
+    float amax;
+    fp8_block_amax(x, q->rows, q->cols, q->rows, q->cols, &amax);
+    if (role == FP8_ACTIVATION && amax_group && !fp8_local_amax)
+        comm_allreduce(amax_group, &amax, 1, COMM_F32, COMM_MAX);
+    return amax;
+}
+
 static void quantize(fp8_scratch *s, fp8_role role, fp8_matrix *q, const float *x) {
-    if (fp8_current == FP8_DELAYED && !fp8_unscaled) {
-        fp8_quantize_delayed(q, x, history_of(s, role));
+    const int per_tensor = fp8_current == FP8_DELAYED || fp8_current == FP8_TENSORWISE;
+    if (per_tensor && !fp8_unscaled) {   /* one block: q->scales[0] */
+        const float amax = tensor_amax(role, q, x);
+        fp8_delayed *d = fp8_current == FP8_DELAYED ? history_of(s, role) : NULL;
+        q->scales[0] = d ? fp8_delayed_scale(d, q->format, amax) : fp8_scale_for(q->format, amax, 0);
+        fp8_quantize_with_scales(q, x);
+        if (d) fp8_delayed_record(d, amax);
         return;
     }
     if (!fp8_unscaled) {

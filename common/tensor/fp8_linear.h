@@ -13,15 +13,16 @@
  * (a row, or a 1 x 128 tile of it) and the weights from the whole weight, which every
  * rank holds the same (DDP) or gathers whole before the product (ZeRO-3): a rank's
  * share of the batch does not change any scale, so DDP and ZeRO equal the FP8
- * baseline as bf16's do. tensorwise scales the activations by the amax of the whole
- * [N, K] tensor, which is this rank's share of the batch: without an all-reduce of
- * that amax (Transformer Engine's amax reduction) DDP differs from the baseline, so
- * the chapters take tensorwise on one rank alone. delayed keeps an amax history per
+ * baseline as bf16's do. tensorwise and delayed scale the activations by the amax of
+ * the whole [N, K] tensor, of which a rank holds its share of the batch: the amax is
+ * all-reduced (max) over the data-parallel group (fp8_linear_group, Transformer
+ * Engine's amax reduction), a float a linear a forward, so every rank scales as one
+ * device does. delayed keeps an amax history per
  * tensor (Transformer Engine): each linear of a block is a site (fp8_linear_site, set
  * by the model before the product), each site's activation and weight have their own
  * history of the last `history` forwards, and a product's scale comes from it (the first
- * forward from its own amax); its amax then joins the history. Per-tensor like
- * tensorwise, so on one rank alone too.
+ * forward from its own amax); its amax (the group's) then joins the history, the same on
+ * every rank.
  *
  * The recipe is the process's, set before any rank starts and read by every rank's
  * thread; the scratch is each thread's own, grown once and kept (no allocation per
@@ -39,6 +40,13 @@ void fp8_linear_use(const fp8_recipe *recipe);
 const char *fp8_linear_delayed(int history, int margin);
 /* The linear the calling thread's next products belong to (delayed: whose history). */
 void fp8_linear_site(int site);
+/* A run starts on the calling thread: its delayed histories start empty, and its
+ * per-tensor activation amaxes are all-reduced over group (its data-parallel group;
+ * NULL: one device). Collective: every rank of it runs the same linears in order. */
+struct comm;
+void fp8_linear_group(struct comm *group);
+/* Negative control (tests): each rank's own amax, not all-reduced. */
+void fp8_linear_test_local_amax(int on);
 /* Whether FP8 linears are on; *recipe is theirs when they are (recipe may be NULL). */
 int fp8_linear_active(fp8_recipe *recipe);
 /* Returns NULL, or why the training path cannot take recipe on `ranks` data-parallel

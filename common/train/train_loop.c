@@ -7,6 +7,7 @@
 
 #include "alloc.h"
 #include "compare.h"
+#include "fp8_linear.h"
 #include "loss_scale.h"
 #include "op_profile.h"
 #include "ops.h"
@@ -227,6 +228,7 @@ void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
                 const train_strategy *st, train_outcome *out) {
     const int reports = !world || comm_world_rank(world) == 0;
     comm *metrics = world ? comm_split(world, 0, comm_rank(world), "metrics") : NULL;
+    fp8_linear_group(metrics);   /* FP8's amaxes: world is a dp group where FP8 trains */
     ckpt_state state;
     ckpt_run_state run_state = {.precision = cfg->precision};
     char from_path[4096];
@@ -299,6 +301,7 @@ void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
                               cfg->json ? stderr : stdout);
     mem_free(profile);
     if (metrics) run_result_take_max(metrics, r);
+    fp8_linear_group(NULL);
     comm_free(metrics);
 }
 
