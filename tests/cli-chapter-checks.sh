@@ -481,6 +481,12 @@ if [ -x "$planner" ] && [ -z "$mpi" ]; then
     expect_error "$planner" "--cp does nothing with --max-params without a model" --gpus 1024 --max-params --cp 2
     expect_output 'a GPU sends 44 chunks of b x s/cp x h/t = 37.75 MB: 1.66 GB (ring' --params 70e9 --gpus 64 --seq 131072 --tp 8 --cp 8 --recompute selective
     expect_output 'a GPU sends 7 chunks of b x s/cp x h/t = 37.75 MB: 264.24 MB (Ulysses' --layers 67 --hidden 9216 --heads 64 --gpus 64 --seq 131072 --tp 8 --cp 8 --cp-attention ulysses --recompute selective
+    # --precision fp8: ZeRO-3's gathered weights at a byte plus scales, the FP8 peak
+    expect_output 'fp8: ZeRO-3 gathers weights at 1.0002 B (a byte and a scale a 128 x 128 block), and the step time assumes the GPU' --params 70e9 --gpus 64 --precision fp8
+    expect_output '791 TFLOP/s achieved per GPU' --params 70e9 --gpus 64 --precision fp8
+    expect_output '"precision": "fp8"' --params 70e9 --gpus 64 --precision fp8 --json
+    expect_error "$planner" "--precision fp8: --predict-chapters runs the chapters in fp32, bf16 or fp16" --predict-chapters --precision fp8
+    expect_error "$planner" "--fp8-recipe does nothing in chapter6" --precision fp8 --fp8-recipe rowwise
     # the search splits the sequence when nothing fits without it
     expect_output 'no mesh fits without splitting the sequence (its activations): the fastest with context parallelism is tp 8 x cp 2 x pp 1 x dp 4' --params 8e9 --gpus 64 --seq 131072
     expect_output '"cp": 8, "cp_attention": "ulysses"' --layers 67 --hidden 9216 --heads 64 --gpus 64 --seq 131072 --tp 8 --cp 8 --cp-attention ulysses --recompute selective --json

@@ -85,7 +85,7 @@ static double dp_seconds(const plan_model *m, const plan_mesh *mesh, const plan_
     const int layers = plan_layers_per_stage(m, mesh->pp);
     plan_link link = group_link(c, ranks, mesh->tp);
     /* one message per layer: each carries 1/layers of the elements */
-    const double weights = precision.params * params / layers;
+    const double weights = plan_gathered_bytes(precision) * params / layers;
     const double grads = precision.grads * params / layers;
     if (mesh->zero_stage < 3)
         return layers * plan_allreduce_seconds(link, ranks, grads);
