@@ -265,6 +265,16 @@ verdict "resumed line (fp16)" $(printf '%s' "$line" | grep -q 'at step 2, saved 
 line=$("$build"/chapter2 $stage1 ${model/--quiet/} --steps 4 --resume "$work/threads-bf16-z1" \
     2>&1 >/dev/null | grep -m1 'resumed from')
 verdict "resumed line (bf16 into fp32)" $(printf '%s' "$line" | grep -q 'at step 2, saved in bf16$'; echo $?) "$line"
+# an FP8 checkpoint names its recipe; a resume in another recipe (or precision) warns in
+# one line, the same recipe does not
+"$build"/baseline $model --steps 2 --precision fp8 --fp8-recipe tensorwise --save "$work/fp8" \
+    >/dev/null 2>&1
+line=$("$build"/baseline ${model/--quiet/} --steps 3 --resume "$work/fp8" --precision fp8 \
+    --fp8-recipe tensorwise 2>&1 >/dev/null | grep 'checkpoint:' | tr '\n' ' ')
+verdict "resumed line (fp8 tensorwise into the same)" $(printf '%s' "$line" | grep -q 'saved in fp8 (tensorwise) $'; echo $?) "$line"
+line=$("$build"/baseline ${model/--quiet/} --steps 3 --resume "$work/fp8" --precision bf16 \
+    2>&1 >/dev/null | grep 'checkpoint: warning')
+verdict "resumed line (fp8 tensorwise into bf16 warns)" $(printf '%s' "$line" | grep -q 'saved in fp8 tensorwise, resumed in bf16: the weights carry over, the FP8 scales start afresh$'; echo $?) "$line"
 # --resume DIR --save DIR: chapter 1's dp and ddp each resume from their own checkpoint
 # (DIR/latest-dp, DIR/latest-ddp), the baseline from the one DIR/latest named at the
 # start, although each save moves DIR/latest on

@@ -81,7 +81,7 @@ for program in baseline chapter1 chapter2 chapter3 chapter4 chapter5 chapter6 ch
     judge "$program on $ranks ranks${flags[*]:+ ${flags[*]}} (AddressSanitizer)" $? $want
 done
 for part in bytes speed wire "accuracy --steps 20 --probe-batch 8 --svg $scratch/curves.svg" \
-    "fp8 --dim 32 --heads 2 --ctx 16"; do
+    "fp8 --dim 32 --heads 2 --ctx 16 --fp8-steps 20"; do
     # shellcheck disable=SC2086
     run_program "$sanitized" chapter8 2 --part $part --quiet
     judge "chapter8 on 2 ranks --part ${part%% *} (AddressSanitizer)" $? 0

@@ -1,5 +1,6 @@
 /* Chapter 6 in its precisions: the planner's bytes per parameter, per activation and per
- * message in bf16 / fp16 (the ZeRO paper's 2 + 2 + 12) and fp32 (4 + 4 + 8), each
+ * message in bf16 / fp16 (the ZeRO paper's 2 + 2 + 12), fp8 (ZeRO-3's gathered weights at
+ * 1 byte plus a scale a 128 x 128 block) and fp32 (4 + 4 + 8), each
  * against a case computed by hand here, and --predict-chapters --precision bf16 against
  * the chapters' own 16-bit runs (2 + 4 + 12: fp32 gradients), to the byte. */
 #include <check.h>
@@ -28,9 +29,9 @@ static int same_precision(plan_precision a, plan_precision b) {
 /* ---- model states --------------------------------------------------------------------- */
 
 START_TEST(each_precision_keeps_its_state_bytes) {
-    ck_assert(same_precision(plan_precision_of(PRECISION_BF16), (plan_precision){2, 2, 12, 2}));
-    ck_assert(same_precision(plan_precision_of(PRECISION_FP16), (plan_precision){2, 2, 12, 2}));
-    ck_assert(same_precision(plan_precision_of(PRECISION_FP32), (plan_precision){4, 4, 8, 4}));
+    ck_assert(same_precision(plan_precision_of(PRECISION_BF16), (plan_precision){2, 2, 12, 2, 0}));
+    ck_assert(same_precision(plan_precision_of(PRECISION_FP16), (plan_precision){2, 2, 12, 2, 0}));
+    ck_assert(same_precision(plan_precision_of(PRECISION_FP32), (plan_precision){4, 4, 8, 4, 0}));
     /* 1e9 parameters on dp 4. bf16, ZeRO-1: 2 + 2 + 12 / 4 = 7 GB; fp32: 4 + 4 + 8 / 4 =
      * 10 GB; fp32 ZeRO-2: 4 + 4/4 + 8/4 = 7 GB; ZeRO-3: 16 / 4 = 4 GB in either; the
      * chapters' own mixed precision, ZeRO-1: 2 + 4 + 12 / 4 = 9 GB */
@@ -140,6 +141,20 @@ START_TEST(messages_move_the_bytes_of_their_precision) {
                kinds[k].grads, dp, by_hand[k]);
         EXACT(dp, by_hand[k]);
     }
+    /* --precision fp8: ZeRO-3 gathers 1-byte weights plus a 4-byte scale a 128 x 128
+     * block (PLAN_FP8_GATHERED), its gradients stay 2 bytes: 2 x (1 + 4/16384) + 2; the
+     * gathered layer held at that size too. The control: the bf16 plan's bytes differ. */
+    plan_precision fp8 = PLAN_MIXED_ADAM;
+    fp8.gathered = PLAN_FP8_GATHERED;
+    const double g8 = 1 + 4.0 / 16384, fp8_by_hand = 2 * (6e-6 + 0.5 * (2 * g8 + 2) * e / 900e9);
+    const double fp8_dp = plan_step_time(&HAND, &fsdp, &PAIR, fp8).dp_comm;
+    printf("ZeRO-3 messages in fp8: %.6g s (by hand %.6g; bf16 %.6g)\n", fp8_dp, fp8_by_hand,
+           by_hand[0]);
+    EXACT(fp8_dp, fp8_by_hand);
+    ck_assert(fabs(by_hand[0] - fp8_by_hand) > 1e-6 * fp8_by_hand);   /* EXACT tells them apart */
+    const plan_bytes held8 = plan_model_states(&HAND, &fsdp, fp8);
+    const plan_bytes held16 = plan_model_states(&HAND, &fsdp, PLAN_MIXED_ADAM);
+    EXACT(held16.params - held8.params, (2 - g8) * plan_layer_params(HAND.hidden));
     /* DDP all-reduces gradients alone: 2 layers x 2 (alpha + (1/2) e g / beta) */
     const plan_mesh ddp = {.tp = 1, .pp = 1, .dp = 2, .micro_batch = 1, .global_batch = 2,
                            .recompute = RECOMPUTE_NONE};

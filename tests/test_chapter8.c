@@ -31,6 +31,15 @@ static run_config small_config(int ranks) {
     return cfg;
 }
 
+/* One rank of a smaller model: dim, 2 heads, ctx. */
+static run_config narrow_config(int dim, int ctx) {
+    run_config cfg = small_config(1);
+    cfg.model.dim = dim;
+    cfg.model.heads = 2;
+    cfg.model.ctx = ctx;
+    return cfg;
+}
+
 static void check_bytes_at(int ranks) {
     const run_config cfg = small_config(ranks);
     dataset *d = dataset_builtin();
@@ -91,10 +100,7 @@ END_TEST
 
 /* The overflow of test_overflow_step halves the scale the next step uses. */
 START_TEST(loss_scale_trace_records_every_step) {
-    run_config cfg = small_config(1);
-    cfg.model.dim = 16;
-    cfg.model.heads = 2;
-    cfg.model.ctx = 8;
+    run_config cfg = narrow_config(16, 8);
     cfg.steps = 6;
     cfg.precision = PRECISION_FP16;
     cfg.test_overflow_step = 3;
@@ -179,6 +185,37 @@ START_TEST(fp8_errors_per_recipe) {
 }
 END_TEST
 
+/* Part fp8 (c): 300 steps on the chapter's text (a model of dim 48, ctx 16, batch 4: a few
+ * seconds a run): every recipe's mean loss within 1% of bf16's (the issue's criterion;
+ * DeepSeek-V3 reports 0.25% at scale), and the designed failure, outlier channels 1e7x
+ * the rest with per-tensor scaling, outside it. Measured: recipes -0.05 .. +0.10%,
+ * per-tensor with outliers +10.4% (1 x 128 tiles with them +6.1%: at this width the
+ * tile is the whole row, so it fails too and nothing is asserted of it). */
+START_TEST(fp8_curves_stay_within_one_percent_of_bf16) {
+    run_config cfg = narrow_config(48, 16);
+    cfg.batch = 4;
+    char err[512];
+    ck_assert_msg(cfg.data_path, "data/english.txt is missing");
+    dataset *d = dataset_load(cfg.data_path, cfg.model.ctx, err, sizeof err);
+    ck_assert_msg(d, "%s", err);
+    fp8_report r = {0};
+    fp8_curves(&cfg, d, FP8_CURVE_STEPS, &r);
+    for (int i = 0; i < FP8_CURVE_ROWS; i++) {
+        const fp8_curve_row *row = &fp8_curve_rows[i];
+        printf("fp8 curve %-26s mean loss %.5f, gap to bf16 %+.3f%%\n", row->label,
+               r.curve_mean[i], 100 * r.curve_gap[i]);
+        ck_assert(isfinite(r.curve_mean[i]));
+        if (row->fp8 && row->outliers == 1)
+            ck_assert_msg(fabs(r.curve_gap[i]) <= FP8_CURVE_LIMIT, "%s", row->label);
+        if (row->fp8 && row->outliers != 1 && row->recipe == FP8_TENSORWISE)
+            ck_assert_msg(r.curve_gap[i] > FP8_CURVE_LIMIT, "%s did not fail", row->label);
+    }
+    ck_assert(r.curve_mean[FP8_CURVE_BF16] < r.curve[FP8_CURVE_BF16][0] - 1);   /* it learned */
+    fp8_curves_free(&r);
+    dataset_free(d);
+}
+END_TEST
+
 /* Part fp8 (e): the bytes by hand for 2 layers of dim 64 (12 x 64^2 weights a block in the
  * linears; scales: 4 tensors, 9 x 64 rows, or 2 + 1 + 2 + 2 blocks of 128 x 128 a block),
  * and ZeRO-3's gathers at 2 bytes a weight equal the library's bf16 plan. */
@@ -219,5 +256,9 @@ int main(void) {
     tcase_add_test(t, fp8_errors_per_recipe);
     tcase_add_test(t, fp8_bytes_by_hand);
     suite_add_tcase(s, t);
+    TCase *curves = tcase_create("fp8 curves");
+    tcase_set_timeout(curves, 600);
+    tcase_add_test(curves, fp8_curves_stay_within_one_percent_of_bf16);
+    suite_add_tcase(s, curves);
     return check_run(s, 0);
 }

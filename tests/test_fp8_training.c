@@ -15,8 +15,10 @@
  *   (tolerances_for), derived there for bf16, and they hold for the same reason: with
  *   rowwise or blockwise scales a token's FP8 inputs depend on that token and the
  *   (whole, replicated or gathered) weight alone, so each rank's arithmetic per token
- *   is the baseline's. tensorwise scales by the amax of a rank's share of the batch:
- *   without the amax all-reduce its DDP must exceed them (the control). */
+ *   is the baseline's. tensorwise and delayed scale by the amax of the whole batch, of
+ *   which a rank holds a share: its max is all-reduced over the ranks (fp8_linear_group),
+ *   so each rank's scale is the baseline's again; without the all-reduce tensorwise's
+ *   DDP must exceed them (the control). */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -135,6 +137,55 @@ START_TEST(an_fp8_linear_is_the_product_within_fp8_rounding) {
 }
 END_TEST
 
+/* delayed, one site: a forward of x times `jump` (a power of 2), then x's own; out the
+ * second's. */
+static void delayed_after(double jump, uint16_t *out, const uint16_t *x, const uint16_t *w,
+                          const uint16_t *b) {
+    static uint16_t xj[N * IC], scratch[N * OC];
+    for (int i = 0; i < N * IC; i++) xj[i] = number_to_bf16((float)(number_from_bf16(x[i]) * jump));
+    const fp8_recipe delayed = FP8_DELAYED;
+    fp8_linear_use(&delayed);   /* a fresh history */
+    fp8_linear_site(3);
+    fp8_linear_forward(scratch, xj, w, b, N, IC, OC);
+    fp8_linear_forward(out, x, w, b, N, IC, OC);
+    fp8_linear_use(NULL);
+}
+
+static int differing(const uint16_t *a, const uint16_t *b, int n) {
+    int d = 0;
+    for (int i = 0; i < n; i++) d += a[i] != b[i];
+    return d;
+}
+
+/* Delayed scaling in the linear: a site's history sets the scale. After a forward of 8x
+ * the input, the scale is 8x smaller; a power of 2 leaves every value's E4M3 rounding as
+ * it was while none leaves the normal range (x in [1, 4): scaled into [14, 56)), so the
+ * output is tensorwise's bit for bit, and so is a first forward (its own amax). After a
+ * jump of 2^16 the values fall into the subnormals: outputs differ (the control). */
+START_TEST(delayed_scaling_takes_the_amax_history) {
+    static uint16_t x[N * IC], w[OC * IC], b[OC], tensorwise[N * OC], out[N * OC];
+    unsigned seed = 11;
+    fill(x, N * IC, 1.0, &seed);
+    fill(w, OC * IC, 0.02, &seed);
+    fill(b, OC, 0.02, &seed);
+    const fp8_recipe t = FP8_TENSORWISE;
+    fp8_linear_use(&t);
+    fp8_linear_forward(tensorwise, x, w, b, N, IC, OC);
+    delayed_after(1, out, x, w, b);
+    const int same_amax = differing(out, tensorwise, N * OC);
+    delayed_after(8, out, x, w, b);
+    const int after_8x = differing(out, tensorwise, N * OC);
+    delayed_after(65536, out, x, w, b);
+    const int after_2_16 = differing(out, tensorwise, N * OC);
+    fp8_linear_release_thread();
+    printf("delayed against tensorwise: %d of %d outputs differ after the same amax, %d after"
+           " an 8x one, %d after 2^16x (control)\n", same_amax, N * OC, after_8x, after_2_16);
+    ck_assert_int_eq(same_amax, 0);
+    ck_assert_int_eq(after_8x, 0);
+    ck_assert_int_gt(after_2_16, N * OC / 2);
+}
+END_TEST
+
 static run_config fp8_config(int ranks) {
     run_config cfg = uneven_model_config(ranks);
     cfg.batch = 4;   /* 1, 2 and 4 ranks divide it */
@@ -152,17 +203,22 @@ START_TEST(the_fp8_baseline_stays_within_one_percent_of_bf16) {
     dataset *d = dataset_builtin();
     run_config cfg = fp8_config(1);
     baseline_run *b16 = baseline_train(&cfg, d);
-    const fp8_recipe recipes[] = {FP8_TENSORWISE, FP8_ROWWISE, FP8_BLOCKWISE};
-    for (int i = 0; i < 3; i++) {
+    const fp8_recipe recipes[] = {FP8_DELAYED, FP8_TENSORWISE, FP8_ROWWISE, FP8_BLOCKWISE};
+    for (int i = 0; i < 4; i++) {
         fp8_linear_use(&recipes[i]);
         baseline_run *f = baseline_train(&cfg, d);
-        fp8_linear_use(NULL);
         const double m16 = mean(b16->loss, cfg.steps), m8 = mean(f->loss, cfg.steps);
         const double gap = fabs(m8 - m16) / m16;
         printf("fp8 %-10s baseline: mean loss %.5f, bf16 %.5f: gap %.2e (limit 1e-2)\n",
                fp8_recipe_name(recipes[i]), m8, m16, gap);
         ck_assert_msg(m8 != m16, "%s: the FP8 path did not run", fp8_recipe_name(recipes[i]));
         ck_assert_msg(gap <= 1e-2, "%s: gap %g", fp8_recipe_name(recipes[i]), gap);
+        if (recipes[i] == FP8_DELAYED) {   /* a run starts with empty histories */
+            baseline_run *again = baseline_train(&cfg, d);
+            ck_assert_msg(mean(again->loss, cfg.steps) == m8, "delayed: a second run differs");
+            baseline_free(again);
+        }
+        fp8_linear_use(NULL);
         baseline_free(f);
     }
     baseline_free(b16);
@@ -192,8 +248,8 @@ static double against_fp8_baseline(const run_config *cfg, const dataset *d,
 
 START_TEST(ddp_and_zero3_equal_the_fp8_baseline) {
     dataset *d = dataset_builtin();
-    const fp8_recipe recipes[] = {FP8_ROWWISE, FP8_BLOCKWISE};
-    for (int i = 0; i < 2; i++) {
+    const fp8_recipe recipes[] = {FP8_DELAYED, FP8_TENSORWISE, FP8_ROWWISE, FP8_BLOCKWISE};
+    for (int i = 0; i < 4; i++) {
         fp8_linear_use(&recipes[i]);
         run_config cfg = fp8_config(1);
         baseline_run *b = baseline_train(&cfg, d);
@@ -206,13 +262,15 @@ START_TEST(ddp_and_zero3_equal_the_fp8_baseline) {
         ck_assert_double_le(against_fp8_baseline(&cfg, d, b, 1, name), 1);
         baseline_free(b);
     }
-    /* control: tensorwise's activation amax is each rank's own, not all-reduced */
+    /* control: the per-tensor activation amax each rank's own, not all-reduced */
     const fp8_recipe tensorwise = FP8_TENSORWISE;
     fp8_linear_use(&tensorwise);
     run_config cfg = fp8_config(1);
     baseline_run *b = baseline_train(&cfg, d);
     cfg.comm.ranks = 2;
+    fp8_linear_test_local_amax(1);
     const double control = against_fp8_baseline(&cfg, d, b, 0, "tensorwise");
+    fp8_linear_test_local_amax(0);
     printf("control (tensorwise, amax not all-reduced): %.3g of the tolerance\n", control);
     ck_assert_msg(control > 1, "tensorwise DDP matched: %g", control);
     fp8_linear_use(NULL);
@@ -226,6 +284,7 @@ int main(void) {
     TCase *t = tcase_create("fp8");
     tcase_set_timeout(t, 300);
     tcase_add_test(t, an_fp8_linear_is_the_product_within_fp8_rounding);
+    tcase_add_test(t, delayed_scaling_takes_the_amax_history);
     tcase_add_test(t, the_fp8_baseline_stays_within_one_percent_of_bf16);
     tcase_add_test(t, ddp_and_zero3_equal_the_fp8_baseline);
     suite_add_tcase(s, t);

@@ -115,7 +115,7 @@ static int try_zero(const plan_request *r, const plan_row *rows, int n, plan_dec
 
 static void try_3d(const plan_request *r, const plan_row *rows, int n, plan_decision *d) {
     const double h = r->model.hidden;
-    const plan_precision adam = plan_precision_of(r->dtype);
+    const plan_precision adam = plan_precision_for(r);
     const double layer_states = (adam.params + adam.grads + adam.optimizer) *
                                 plan_layer_params(r->model.hidden);
     /* Korthikanti counts 2-byte elements */

@@ -46,7 +46,7 @@ static const char *const planner_unused[] = {
     "seed", "lr", "weight-decay", "warmup", "quiet", "profile", "device", "tf32",
     "allreduce", "send-mode", "comm-timeout", "trace", "save", "save-every", "resume",
     "save-test-crash", "loss-scale", "loss-scale-window", "no-loss-scale",
-    "test-overflow-step", "grad-dtype", NULL};
+    "test-overflow-step", "grad-dtype", "fp8-recipe", "fp8-amax-history", "fp8-margin", NULL};
 /* Flags only --predict-chapters uses. */
 static const char *const predict_only[] = {"steps", "data", "link-scale", NULL};
 /* What a plan is made of: the model, the cluster, the mesh and what to print. */
@@ -115,6 +115,8 @@ static void refuse_moe_and_failure_flags(const planner_flags *f) {
                  f->save_bandwidth);
 }
 
+static int fp8_planned;   /* --precision fp8 */
+
 /* The modes that ignore flags refuse them, in one line, before anything runs. */
 static void refuse_ignored_flags(const planner_flags *f) {
     if (f->predict) {
@@ -122,6 +124,9 @@ static void refuse_ignored_flags(const planner_flags *f) {
                            " ranks, as chapters 1-5 and 9 are built");
         cli_refuse_in_mode("--predict-chapters", (const char *const[]){"course", NULL},
                            "run them one at a time");
+        if (cli_given("precision") && fp8_planned)
+            cli_fail("--precision fp8: --predict-chapters runs the chapters in fp32, bf16 or"
+                     " fp16 (a plan takes fp8)");
         return;
     }
     cli_refuse_in_mode("a plan", predict_only, "only --predict-chapters runs programs");
@@ -290,15 +295,19 @@ static precision planned_precision(const run_config *cfg) {
 }
 
 /* --gpu-tflops as given; else --peak-tflops, a 16-bit tensor-core peak, x --mfu, and in
- * fp32 the fraction of it fp32 GEMMs reach (plan_time.h). */
+ * fp32 the fraction of it fp32 GEMMs reach (plan_time.h); in fp8 the FP8 peak, twice the
+ * 16-bit one on H100 and H200 (989 and 1979 TFLOP/s dense). */
 static double achieved_flops(const planner_flags *f, precision dtype) {
     if (f->gpu_tflops > 0) return 1e12 * f->gpu_tflops;
-    const double fraction = dtype == PRECISION_FP32 ? PLAN_FP32_PEAK_FRACTION : 1;
+    const double fraction = dtype == PRECISION_FP32 ? PLAN_FP32_PEAK_FRACTION
+                            : fp8_planned                ? 2
+                                                         : 1;
     return 1e12 * f->peak_tflops * fraction * f->mfu;
 }
 
 static plan_request request_from_flags(const run_config *cfg, const planner_flags *f) {
-    plan_request r = {.gpu_bytes = f->gpu_mem * 1e9, .dtype = planned_precision(cfg)};
+    plan_request r = {.gpu_bytes = f->gpu_mem * 1e9, .dtype = planned_precision(cfg),
+                      .fp8 = fp8_planned};
     r.cluster.gpus = f->gpus;
     r.mesh = mesh_from_flags(f);
     if (cluster_only(f)) return r;   /* no model: nothing else is used */
@@ -419,11 +428,13 @@ int main(int argc, char **argv) {
     cli_option options[PLANNER_NUM_OPTIONS];
     planner_options(options, &cfg, &f);
     cfg.unused_flags = planner_unused;
+    cfg.fp8_training = 1;   /* --precision fp8 is planned: bf16 with FP8 linears */
     cfg.unused_why = "the planner trains nothing";
     cli_parse(argc, argv, &cfg, options, argv[0],
               "How to choose: memory per GPU, time and the decision tree for any model and"
               " cluster, without training.\n--steps, --data and --link-scale are for the"
               " chapters --predict-chapters runs.");
+    fp8_planned = cfg.fp8;
     cli_check_at_most("params", f.params, 1e15, "a million billion parameters");
     cli_check_at_most("gpus", f.gpus, PLANNER_MAX_GPUS, "a hundred million GPUs; 8 sequences each still count in an int");
     cli_check_at_most("gpu-mem", f.gpu_mem, 1e6, "a petabyte a GPU");

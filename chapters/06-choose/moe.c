@@ -32,7 +32,7 @@ static moe_side evaluate(const plan_request *r, const plan_model *m, const plan_
     const int last = r->recompute >= 0 ? r->recompute : RECOMPUTE_FULL;
     for (int mode = first; side.valid && mode <= last; mode++) {
         mesh->recompute = (plan_recompute)mode;
-        side.memory = plan_moe_memory_per_gpu(m, moe, mesh, ep, plan_precision_of(r->dtype));
+        side.memory = plan_moe_memory_per_gpu(m, moe, mesh, ep, plan_precision_for(r));
         side.fits = plan_total(side.memory) <= r->gpu_bytes;
         if (side.fits) break;
     }
@@ -62,7 +62,7 @@ static double alltoall_bytes_per_gpu(const plan_request *r) {
     const int layers = plan_moe_layers_in(plan_layers_per_stage(&r->model, r->mesh.pp), &r->moe);
     return tokens * layers *
            plan_moe_alltoall_bytes_per_token(&r->moe, r->model.hidden,
-                                             plan_precision_of(r->dtype).activation, r->ep);
+                                             plan_precision_for(r).activation, r->ep);
 }
 
 static void print_side(const char *name, const moe_side *s, int ep) {
@@ -98,7 +98,7 @@ static void print_shapes(const moe_side *moe, const moe_side *dense) {
 }
 
 static void print_alltoall(const plan_request *r, double training_flops) {
-    const double element = plan_precision_of(r->dtype).activation;
+    const double element = plan_precision_for(r).activation;
     const double per_token = plan_moe_alltoall_bytes_per_token(&r->moe, r->model.hidden, element, r->ep);
     const double per_gpu = alltoall_bytes_per_gpu(r);
     const double bandwidth = comm_link_spec(ep_link(r)).bandwidth;
@@ -126,7 +126,7 @@ static void print_gpt4_sources(void) {
 
 static void print_text(const plan_request *r, const moe_side *moe, const moe_side *dense) {
     const plan_moe *e = &r->moe;
-    char line[256];
+    char line[512];
     printf("Planning a mixture of experts: %d experts of MLP size %.0f in %s layer, %d a token"
            " (top-%d),\non %d GPUs of %.0f GB (%d per node), %.0f TFLOP/s achieved per GPU;"
            " global batch %d sequences of %d,\nmicro-batch %d; %s\n\n", e->experts, e->expert_ffn,
@@ -169,7 +169,7 @@ static void print_json(const plan_request *r, const moe_side *moe, const moe_sid
     json_side("dense", dense);
     printf(",\n \"alltoall_bytes_per_token_per_layer\": %.6g, \"alltoall_bytes_per_gpu_per_iteration\":"
            " %.6g", plan_moe_alltoall_bytes_per_token(e, r->model.hidden,
-                                                     plan_precision_of(r->dtype).activation, r->ep),
+                                                     plan_precision_for(r).activation, r->ep),
            alltoall_bytes_per_gpu(r));
     failures_print_json(r);
     printf("}\n");

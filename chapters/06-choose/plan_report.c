@@ -19,7 +19,7 @@ static void print_header(const plan_request *r) {
     printf("Planning a GPT of %.4g parameters (Narayanan eq. 2): %d layers, hidden %d, %d heads,"
            " vocabulary %d, sequence %d\n", plan_params(m), m->layers, m->hidden, m->heads,
            m->vocab, m->seq);
-    char precision[256];
+    char precision[512];
     printf("on %d GPUs of %.0f GB (%d per node, NVLink inside, %s between), %.0f TFLOP/s"
            " achieved per GPU;\nglobal batch %d sequences, micro-batch %d;\n%s\n\n",
            r->cluster.gpus, r->gpu_bytes / GB,
@@ -61,7 +61,7 @@ static void print_rows(const plan_request *r, const plan_row *rows, int n) {
 static void print_cp(const plan_request *r, const plan_row *row) {
     if (!row || row->mesh.cp < 2 || !row->feasible) return;
     const plan_mesh *m = &row->mesh;
-    const plan_precision bytes = plan_precision_of(r->dtype);
+    const plan_precision bytes = plan_precision_for(r);
     char chunk[32], sent[32], layer[32];
     printf("Context parallelism of the %s row: cp %d, %s attention; a GPU holds %d of every"
            " sequence's %d positions\n", row->name, m->cp, cp_attention_names[m->cp_attention],
@@ -115,7 +115,7 @@ static int model_parallel(const plan_request *r) {
 static double max_params_of(const plan_request *r, int stage) {
     const int mp = model_parallel(r);
     return plan_max_params(stage, r->gpu_bytes, r->cluster.gpus / mp, mp,
-                           plan_precision_of(r->dtype));
+                           plan_precision_for(r));
 }
 
 static void print_max_params(const plan_request *r) {
@@ -202,7 +202,7 @@ void plan_print_json(const plan_request *r, const plan_row *rows, int n,
            " \"hidden\": %d, \"heads\": %d, \"vocab\": %d, \"seq\": %d},\n \"cluster\":"
            " {\"gpus\": %d, \"gpus_per_node\": %d, \"gpu_bytes\": %.0f, \"flops_per_gpu\": %.6g,"
            " \"global_batch\": %d, \"micro_batch\": %d},\n \"strategies\": [\n",
-           precision_name(r->dtype), plan_params(m), m->layers, m->hidden, m->heads, m->vocab, m->seq, r->cluster.gpus,
+           r->fp8 ? "fp8" : precision_name(r->dtype), plan_params(m), m->layers, m->hidden, m->heads, m->vocab, m->seq, r->cluster.gpus,
            r->cluster.gpus_per_node, r->gpu_bytes, r->cluster.flops_per_gpu, r->global_batch,
            r->micro_batch);
     for (int i = 0; i < n; i++) json_row(&rows[i], i == n - 1);

@@ -33,6 +33,8 @@ typedef struct {
     plan_mesh mesh;              /* an explicit mesh to evaluate too; tp = 0: none */
     precision dtype;             /* what it trains in: bf16 or fp16 (main's default), or
                                     fp32; set it, 0 is fp32 */
+    int fp8;                     /* bf16 with FP8 linears (--precision fp8): ZeRO-3 gathers
+                                    1-byte weights plus scales; flops at the FP8 peak */
     const char *model_name;      /* --model's preset, or NULL */
     plan_moe moe;                /* experts 0: a dense model */
     int ep;                      /* expert-parallel size, out of the mesh's dp (MoE) */
@@ -42,6 +44,8 @@ typedef struct {
 /* The planner's bytes for a precision: bf16 and fp16 the ZeRO paper's 2 + 2 + 12 with
  * 2-byte activations (PLAN_MIXED_ADAM), fp32 4 + 4 + 8 with 4-byte ones. */
 plan_precision plan_precision_of(precision dtype);
+/* The request's: plan_precision_of its dtype, the gathered weights FP8's with fp8. */
+plan_precision plan_precision_for(const plan_request *r);
 /* One line: the precision and what it holds, e.g. "precision bf16: 2 + 2 + 12 ..." */
 const char *plan_precision_line(const plan_request *r, char *line, size_t size);
 

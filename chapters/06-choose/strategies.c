@@ -7,13 +7,23 @@ plan_precision plan_precision_of(precision dtype) {
     return dtype == PRECISION_FP32 ? PLAN_FP32_ADAM : PLAN_MIXED_ADAM;
 }
 
+plan_precision plan_precision_for(const plan_request *r) {
+    plan_precision p = plan_precision_of(r->dtype);
+    if (r->fp8) p.gathered = PLAN_FP8_GATHERED;
+    return p;
+}
+
 const char *plan_precision_line(const plan_request *r, char *line, size_t size) {
-    const plan_precision bytes = plan_precision_of(r->dtype), *p = &bytes;
+    const plan_precision bytes = plan_precision_for(r), *p = &bytes;
+    char fp8[160] = "";
+    if (r->fp8)
+        snprintf(fp8, sizeof fp8, "; fp8: ZeRO-3 gathers weights at %.4f B (a byte and a scale"
+                 " a 128 x 128 block), and the step time assumes the GPU's FP8 peak", p->gathered);
     snprintf(line, size, "precision %s: %s weights %g B + gradients %g B + %s %g B per"
-             " parameter, %g B activations and messages of weights and activations",
-             precision_name(r->dtype), r->dtype == PRECISION_FP32 ? "fp32" : "16-bit",
+             " parameter, %g B activations and messages of weights and activations%s",
+             r->fp8 ? "fp8" : precision_name(r->dtype), r->dtype == PRECISION_FP32 ? "fp32" : "16-bit",
              p->params, p->grads, r->dtype == PRECISION_FP32 ? "Adam m, v" : "fp32 master, m, v",
-             p->optimizer, p->activation);
+             p->optimizer, p->activation, fp8);
     return line;
 }
 
@@ -22,7 +32,7 @@ static plan_row evaluate_with(const plan_request *r, const char *name, plan_mesh
     snprintf(row.name, sizeof row.name, "%s", name);
     row.feasible = plan_micro_batches(&mesh) > 0;
     if (!row.feasible) return row;
-    const plan_precision bytes = plan_precision_of(r->dtype);
+    const plan_precision bytes = plan_precision_for(r);
     row.memory = plan_memory_per_gpu(&r->model, &mesh, bytes);
     row.fits = plan_total(row.memory) <= r->gpu_bytes;
     row.step = plan_step_time(&r->model, &mesh, &r->cluster, bytes);

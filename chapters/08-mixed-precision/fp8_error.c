@@ -10,6 +10,7 @@
 
 #include "baseline.h"
 #include "device.h"
+#include "fp8_linear.h"
 #include "fp8_matmul.h"
 #include "precision.h"
 #include "replica.h"
@@ -23,9 +24,6 @@ const fp8_error_row fp8_error_rows[FP8_ERROR_ROWS] = {
     {"e5m2 tensorwise", 0, FP8_E5M2, FP8_TENSORWISE},
 };
 const double fp8_outlier_factors[FP8_ERROR_CASES] = {1, 100, 1e4, 1e5};
-/* 4 of the hidden channels, all in the first 128-wide tile (LLMs' outliers sit in a
- * few fixed channels) */
-static const int outlier_channels[4] = {5, 17, 40, 99};
 
 static double relative_diff(const float *y, const float *ref, size_t n) {
     double num = 0, den = 0;
@@ -114,16 +112,6 @@ void fp8_product_errors(const float *x, const float *w, int M, int N, int K,
     free(y);
 }
 
-/* The outliers: their channels of x times factor, the weight's columns divided as
- * much, so x w^T is the same product and only the scaling sees the difference. */
-static void with_outliers(float *x, float *w, int M, int N, int K, double factor) {
-    for (int c = 0; c < 4 && outlier_channels[c] < K; c++) {
-        const int k = outlier_channels[c];
-        for (int i = 0; i < M; i++) x[(size_t)i * K + k] *= (float)factor;
-        for (int j = 0; j < N; j++) w[(size_t)j * K + k] /= (float)factor;
-    }
-}
-
 static float amax_of(const float *x, size_t n) {
     float a = 0;
     for (size_t i = 0; i < n; i++) a = fmaxf(a, fabsf(x[i]));
@@ -150,7 +138,7 @@ static void history_and_batch(const fp8_source *src, float *x, int M, int K,
         fp8_activations_at(src, FP8_TRAIN_STEPS + s, x);
         for (int c = 0; c < FP8_ERROR_CASES; c++) {
             memcpy(scratch, x, n * sizeof(float));
-            with_outliers(scratch, NULL, M, 0, K, fp8_outlier_factors[c]);
+            fp8_outliers_apply(scratch, NULL, M, 0, K, fp8_outlier_factors[c]);
             history[c][s] = amax_of(scratch, n);
         }
     }
@@ -166,7 +154,7 @@ static void measure_cases(const float *x, const float *w, int M, int N, int K,
     for (int c = 0; c < FP8_ERROR_CASES; c++) {
         memcpy(xc, x, nx * sizeof(float));
         memcpy(wc, w, nw * sizeof(float));
-        with_outliers(xc, wc, M, N, K, fp8_outlier_factors[c]);
+        fp8_outliers_apply(xc, wc, M, N, K, fp8_outlier_factors[c]);
         double e[FP8_ERROR_ROWS];
         fp8_product_errors(xc, wc, M, N, K, history[c], e);
         for (int row = 0; row < FP8_ERROR_ROWS; row++) r->error[row][c] = e[row];

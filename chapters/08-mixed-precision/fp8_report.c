@@ -131,10 +131,12 @@ static void print_bytes(const fp8_report *r) {
            "optimizer", "total", "all-gather", "x fp32", "reduce-scatter");
     for (int i = 0; i < FP8_BYTES_ROWS; i++) {
         const double w = r->weight_bytes[i] / r->P, opt = i == 0 ? 8 : 12;
-        char g[32], rs[32];
-        printf("%-15s %8.0f %8.3f %6d %9.0f %6.2f | %13s %5.3fx %14s\n", bytes_labels[i],
-               r->scales[i], w, 4, opt, w + 4 + opt, report_bytes(r->gather_bytes[i], g),
-               r->gather_bytes[i] / r->gather_bytes[0], report_bytes(r->reduce_bytes, rs));
+        char g[32], rs[32], x[16] = "     -";   /* one rank gathers nothing: no ratio */
+        if (r->gather_bytes[0] > 0)
+            snprintf(x, sizeof x, "%5.3fx", r->gather_bytes[i] / r->gather_bytes[0]);
+        printf("%-15s %8.0f %8.3f %6d %9.0f %6.2f | %13s %6s %14s\n", bytes_labels[i],
+               r->scales[i], w, 4, opt, w + 4 + opt, report_bytes(r->gather_bytes[i], g), x,
+               report_bytes(r->reduce_bytes, rs));
     }
     printf("(weights: the compute copy forward and backward read, FP8 codes + 4-byte scales for the"
            " linears;\n grads fp32 as Megatron keeps them; optimizer: fp32 masters (mixed"
@@ -150,6 +152,7 @@ void fp8_print(const fp8_report *r) {
            " and bytes,\n   never speed (the products are emulated exactly, in fp32)\n");
     print_grids();
     print_errors(r);
+    fp8_curves_print(r);
     print_spike(r);
     print_bytes(r);
 }
@@ -163,7 +166,9 @@ void fp8_json(FILE *o, const fp8_report *r) {
             fprintf(o, "%s\n  {\"recipe\": \"%s\", \"outlier_factor\": %g, \"relative_error\": %.6e}",
                     row || c ? "," : "", fp8_error_rows[row].label, fp8_outlier_factors[c],
                     r->error[row][c]);
-    fprintf(o, "]},\n \"spike\": {\"factor\": %d, \"at_batch\": %d, \"history\": %d,"
+    fprintf(o, "]},\n ");
+    fp8_curves_json(o, r);
+    fprintf(o, ",\n \"spike\": {\"factor\": %d, \"at_batch\": %d, \"history\": %d,"
                " \"margin\": %d, \"steps\": [", FP8_SPIKE_FACTOR, FP8_SPIKE_AT + 1,
             FP8_HISTORY, FP8_SPIKE_MARGIN);
     for (int s = 0; s < FP8_SPIKE_STEPS; s++)

@@ -7,11 +7,13 @@
  *   5. the wire: DDP, FSDP and TP bytes per step in each precision, the gradient dtype
  *   6. FP8, numerically (no FP8 unit here: accuracy and bytes, never speed): the grids
  *      of E4M3 and E5M2, one product's error per scaling recipe on real activations
- *      and with outlier channels, bytes per parameter and ZeRO-3's all-gather
+ *      and with outlier channels, loss curves per recipe against bf16, an amax jump,
+ *      bytes per parameter and ZeRO-3's all-gather
  * Parts 1-2 are `bytes`, 3 `speed`, 4 `accuracy`, 5 `wire`, 6 `fp8`.
  *
  *   make chapter8 && ./run 4 [--part all|bytes|speed|accuracy|wire|fp8] [--steps 200]
- *                            [--probe-batch 256] [--wire-steps 20] [--svg loss.svg]
+ *                            [--probe-batch 256] [--wire-steps 20] [--fp8-steps 300]
+ *                            [--svg loss.svg]
  *                            [--json] */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,11 +30,12 @@ static const char *const part_names[] = {"all", "bytes", "speed", "accuracy", "w
 enum { PART_ALL, PART_BYTES, PART_SPEED, PART_ACCURACY, PART_WIRE, PART_FP8 };
 
 /* flags that would change one run of the many this chapter compares */
-static const char *const unused_flags[] = {"no-loss-scale", "profile", "fp8-recipe", NULL};
+static const char *const unused_flags[] = {"no-loss-scale", "profile", "fp8-recipe",
+                                           "fp8-amax-history", "fp8-margin", NULL};
 #define RUNS_EVERY_PRECISION "chapter 8 runs fp32, bf16 and fp16 itself (leave it out)"
 
 typedef struct {
-    int part, probe_batch, wire_steps;
+    int part, probe_batch, wire_steps, fp8_steps;
     const char *svg;
 } chapter_flags;
 
@@ -59,6 +62,10 @@ static void refuse_unread_flags(const chapter_flags *f) {
     if (!runs(f, PART_WIRE)) {
         static const char *const wire_only[] = {"wire-steps", NULL};
         cli_refuse_in_mode(mode, wire_only, "only part wire reads it");
+    }
+    if (!runs(f, PART_FP8)) {
+        static const char *const fp8_only[] = {"fp8-steps", NULL};
+        cli_refuse_in_mode(mode, fp8_only, "only part fp8 reads it");
     }
     if (f->part == PART_WIRE || f->part == PART_FP8) {
         static const char *const fp16_only[] = {"loss-scale", "loss-scale-window", NULL};
@@ -87,6 +94,7 @@ static void validate(run_config *cfg, const chapter_flags *f) {
     refuse_unread_flags(f);
     cli_check_at_most("probe-batch", f->probe_batch, 4096, "4096 sequences");
     cli_check_at_most("wire-steps", f->wire_steps, 10000, "10000 steps");
+    cli_check_at_most("fp8-steps", f->fp8_steps, 10000, "10000 steps");
     if (f->svg) check_writable("svg", f->svg);   /* now, not after a minute of runs */
     if (runs(f, PART_BYTES) || runs(f, PART_SPEED) || runs(f, PART_WIRE))
         cli_check_batch(cfg->batch, cfg->comm.ranks, 1);
@@ -115,6 +123,7 @@ static int run_parts(const run_config *cfg, const dataset *data, const chapter_f
         status = 1;
     if (runs(f, PART_FP8)) {
         fp8_local(cfg, data, &r->fp8);
+        fp8_curves(cfg, data, f->fp8_steps, &r->fp8);
         fp8_bytes(cfg, &r->fp8);
     }
     return status;
@@ -151,12 +160,14 @@ static void print_json(const run_config *cfg, const chapter_flags *f, const chap
 int main(int argc, char **argv) {
     run_config cfg = run_config_default();
     mixed_chapter_defaults(&cfg);
-    chapter_flags f = {.probe_batch = 256, .wire_steps = 20};
+    chapter_flags f = {.probe_batch = 256, .wire_steps = 20, .fp8_steps = FP8_CURVE_STEPS};
     const cli_option options[] = {
         {"part", OPT_CHOICE, &f.part, "which part to run", part_names, 0},
         {"probe-batch", OPT_INT, &f.probe_batch,
          "accuracy: sequences in the one step that measures fp16's underflow", NULL, 1},
         {"wire-steps", OPT_INT, &f.wire_steps, "wire: steps of each run", NULL, 1},
+        {"fp8-steps", OPT_INT, &f.fp8_steps, "fp8: steps of each loss curve (default 300)",
+         NULL, 1},
         {"svg", OPT_STRING, &f.svg, "accuracy: write the loss curves as SVG", NULL, 0},
         {0},
     };
@@ -184,6 +195,7 @@ int main(int argc, char **argv) {
         else print_tables(&f, &r);
     }
     accuracy_free(&r.accuracy);
+    fp8_curves_free(&r.fp8);
     dataset_free(data);
     matmul16_release_thread();
     return status;

@@ -136,6 +136,19 @@ void wire_json(FILE *o, const wire_report *r);
 #define FP8_SPIKE_FACTOR 10
 #define FP8_SPIKE_MARGIN 4    /* 2^4 = 16 of headroom: a jump of 10 fits */
 #define FP8_SPIKE_RUNS 3      /* current; delayed, margin 0; delayed, margin 4 */
+#define FP8_CURVE_STEPS 300   /* c: the loss curves' steps (--fp8-steps) */
+#define FP8_CURVE_ROWS 8      /* fp32, bf16, 4 recipes, 2 with outlier channels */
+#define FP8_CURVE_BF16 1      /* the row the gaps are measured against */
+#define FP8_CURVE_OUTLIERS 1e7
+#define FP8_CURVE_LIMIT 0.01  /* a recipe trains as bf16 does: mean loss within 1% */
+#define FP8_DEEPSEEK_GAP 0.0025
+typedef struct {
+    const char *label;
+    precision p;
+    int fp8, recipe;   /* recipe: fp8_recipe, when fp8 */
+    double outliers;   /* fp8_linear_outliers' factor (1: none) */
+} fp8_curve_row;
+extern const fp8_curve_row fp8_curve_rows[FP8_CURVE_ROWS];
 typedef struct {
     const char *label;
     int bf16, format, recipe;   /* format, recipe: fp8_format, fp8_recipe */
@@ -152,6 +165,11 @@ typedef struct {
      * FP8_SPIKE_AT; the error of current scaling and of delayed scaling with margins 0
      * and FP8_SPIKE_MARGIN, and the amax each step */
     double spike_amax[FP8_SPIKE_STEPS], spike_error[FP8_SPIKE_RUNS][FP8_SPIKE_STEPS];
+    /* c: each row's loss a step, its mean over the steps and its gap to bf16's mean,
+     * (mean - bf16's) / bf16's */
+    int curve_steps;
+    float *curve[FP8_CURVE_ROWS];
+    double curve_mean[FP8_CURVE_ROWS], curve_gap[FP8_CURVE_ROWS];
     /* e: the whole model's weights and ZeRO-3 on `ranks` */
     int ranks;
     double P, linear, other;            /* parameters: all, the linears' weights, the rest */
@@ -176,6 +194,11 @@ typedef struct {
 void fp8_activations_at(const fp8_source *src, int step, float *x);
 /* b: one batch's product error per recipe and outlier case (fp8_error.c) */
 void fp8_measure_errors(const fp8_source *src, const float *w, fp8_report *r);
+/* c: the loss curves of fp8_curve_rows over `steps` steps (fp8_curves.c). */
+void fp8_curves(const run_config *cfg, const dataset *data, int steps, fp8_report *r);
+void fp8_curves_free(fp8_report *r);
+void fp8_curves_print(const fp8_report *r);
+void fp8_curves_json(FILE *o, const fp8_report *r);
 /* d: delayed scaling when the amax jumps, against current scaling. */
 void fp8_spike(const fp8_source *src, const float *w, fp8_report *r);
 /* ref [M, N] = x w^T in fp32 (sgemm); the relative error ||y - ref|| / ||ref|| of the

@@ -62,6 +62,7 @@ typedef struct {
     float loss_scale;          /* S */
     int clean_steps, skipped_steps;
     int precision_listed;      /* on load: the metadata named the precision */
+    int fp8, fp8_recipe;       /* --precision fp8 (precision bf16) and its fp8_recipe */
 } ckpt_run_state;
 
 typedef struct {
@@ -102,7 +103,8 @@ void checkpoint_observe_saves(ckpt_save_observer observer);
 int checkpoint_load(const char *dir, const ckpt_state *state);
 
 /* The line a resumed run starts with: the checkpoint, its step, the precision it was
- * saved in (when its metadata lists one) and whether its loss scale was restored. */
+ * saved in (when its metadata lists one; fp8 with its recipe) and whether its loss scale
+ * was restored. */
 void checkpoint_print_resumed(FILE *out, const char *dir, int step, const ckpt_run_state *saved,
                               int scale_restored);
 

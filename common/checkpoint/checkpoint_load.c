@@ -255,6 +255,15 @@ static int read_run_state(const index_file *x, ckpt_run_state *out, char *err, s
         return 0;
     }
     out->precision_listed = name != NULL;
+    const char *recipe = json_string(json_get(x->meta, "fp8_recipe"));
+    fp8_recipe r;
+    if (recipe && fp8_recipe_parse(recipe, &r) != 0) {
+        snprintf(err, err_len, "%s/index.json: fp8_recipe '%s' (delayed, tensorwise, rowwise or"
+                 " blockwise are known)", x->dir, recipe);
+        return 0;
+    }
+    out->fp8 = recipe != NULL;
+    out->fp8_recipe = recipe ? (int)r : 0;
     const json_value *scale = json_get(x->meta, "loss_scale");
     if (!scale) return 1;
     double s;
@@ -542,7 +551,10 @@ void checkpoint_print_resumed(FILE *out, const char *dir, int step, const ckpt_r
     char path[4096], err[512], listed[64] = "";
     if (!checkpoint_resolve(dir, path, sizeof path, err, sizeof err))
         snprintf(path, sizeof path, "%s", dir);
-    if (saved->precision_listed)
+    if (saved->fp8)
+        snprintf(listed, sizeof listed, ", saved in fp8 (%s)",
+                 fp8_recipe_name((fp8_recipe)saved->fp8_recipe));
+    else if (saved->precision_listed)
         snprintf(listed, sizeof listed, ", saved in %s", precision_name(saved->precision));
     char scale[96] = "";
     if (scale_restored)

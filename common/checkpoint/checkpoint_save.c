@@ -285,6 +285,8 @@ static void write_run_state(FILE *f, const ckpt_run_state *run) {
     const ckpt_run_state fp32 = {.precision = PRECISION_FP32};
     if (!run) run = &fp32;
     fprintf(f, ", \"precision\": \"%s\"", precision_name(run->precision));
+    if (run->fp8)   /* a bf16 run with FP8 linears */
+        fprintf(f, ", \"fp8_recipe\": \"%s\"", fp8_recipe_name((fp8_recipe)run->fp8_recipe));
     if (run->has_loss_scale)
         fprintf(f, ", \"loss_scale\": %.9g, \"loss_scale_clean_steps\": %d, \"skipped_steps\": %d",
                 (double)run->loss_scale, run->clean_steps, run->skipped_steps);

@@ -119,6 +119,12 @@ static void take_precision(run_config *cfg, const shared_values *sv) {
                  " %s)", recipe, precision_names[sv->precision]);
     cfg->precision = cfg->fp8 ? PRECISION_BF16 : (precision)sv->precision;
     cfg->fp8_recipe = (fp8_recipe)sv->fp8_recipe;
+    static const char *const delayed_flags[] = {"fp8-amax-history", "fp8-margin", NULL};
+    for (int i = 0; delayed_flags[i]; i++)
+        if (cli_given(delayed_flags[i]) && (!cfg->fp8 || cfg->fp8_recipe != FP8_DELAYED))
+            cli_fail("--%s %s: only --fp8-recipe delayed keeps an amax history (this run: %s)",
+                     delayed_flags[i], cli_given_text(delayed_flags[i]),
+                     cfg->fp8 ? fp8_recipe_names[cfg->fp8_recipe] : precision_names[sv->precision]);
 }
 
 static int table_size(const cli_option *t) {
@@ -131,7 +137,8 @@ static const char *const checkpoint_flags[] = {"save", "save-every", "resume",
                                                "max-restarts", "elastic", NULL};
 static const char *const precision_flags[] = {"precision", "grad-dtype", "loss-scale",
                                               "loss-scale-window", "no-loss-scale",
-                                              "fp8-recipe", NULL};
+                                              "fp8-recipe", "fp8-amax-history",
+                                              "fp8-margin", NULL};
 
 /* A shared flag this program refuses whatever its value: --help does not list it. */
 static int refused_by_program(const run_config *cfg, const char *name) {
@@ -347,6 +354,9 @@ static void check_fp8_recipe(const run_config *cfg) {
     const char *why = fp8_linear_recipe_check(cfg->fp8_recipe, cfg->comm.ranks);
     if (why)
         cli_fail("--fp8-recipe %s: %s", fp8_recipe_names[cfg->fp8_recipe], why);
+    if ((why = fp8_linear_delayed(cfg->fp8_amax_history, cfg->fp8_margin)))
+        cli_fail("--fp8-amax-history %d --fp8-margin %d: %s", cfg->fp8_amax_history,
+                 cfg->fp8_margin, why);
     fp8_linear_use(&cfg->fp8_recipe);
 }
 
@@ -358,10 +368,8 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
     shared_values sv = {.allreduce = cfg->comm.allreduce, .link = cfg->comm.link,
                         .send_mode = cfg->comm.send_mode, .precision = cfg->precision,
                         .grad_precision = cfg->grad_precision, .lr = cfg->adamw.lr,
-                        .fp8_recipe = cfg->fp8_recipe,
-                        .weight_decay = cfg->adamw.weight_decay,
-                        .link_scale = cfg->comm.link_scale,
-                        .timeout = cfg->comm.timeout_seconds};
+                        .fp8_recipe = cfg->fp8_recipe, .weight_decay = cfg->adamw.weight_decay,
+                        .link_scale = cfg->comm.link_scale, .timeout = cfg->comm.timeout_seconds};
     const char *preset = NULL;   /* applied ahead of the other flags (parse_flags) */
     const cli_option shared[] = {
         {"ranks", OPT_INT, &cfg->comm.ranks, "number of ranks (./run N sets it)", NULL, 1},
@@ -387,6 +395,8 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
         {"precision", OPT_CHOICE, &sv.precision, "compute in fp32, or in bf16 / fp16 with fp32"
          " master weights (mixed precision)", precision_names, 0},
         {"fp8-recipe", OPT_CHOICE, &sv.fp8_recipe, "fp8: how the linears' inputs are scaled to E4M3 (default blockwise)", fp8_recipe_names, 0},
+        {"fp8-amax-history", OPT_INT, &cfg->fp8_amax_history, "fp8 delayed: forwards of amax history per tensor (default 16)", NULL, 1},
+        {"fp8-margin", OPT_INT, &cfg->fp8_margin, "fp8 delayed: scales 2^M smaller, headroom above the history (default 0)", NULL, 0},
         {"grad-dtype", OPT_CHOICE, &sv.grad_precision, "the gradients held and reduced: fp32,"
          " or 16 bits in --precision's type", grad_precision_names, 0},
         {"loss-scale", OPT_FLOAT, &cfg->loss_scale_init, "fp16: the dynamic loss scale's start"

@@ -12,6 +12,7 @@ run_config run_config_default(void) {
                   .weight_decay = 0.01f, .warmup_steps = 10},
         .comm = comm_options_default(),
         .fp8_recipe = FP8_BLOCKWISE,
+        .fp8_amax_history = FP8_DEFAULT_HISTORY,
     };
     cfg.comm.device = DEVICE_AUTO;   /* settled by cli_parse */
     return cfg;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "fp8_linear.h"
 #include "model_internal.h"
 #include "ops.h"
 #include "ops_mixed.h"
@@ -128,10 +129,12 @@ void gpt_block_forward(gpt_model *m, int layer, const void *block) {
     tp_sequence *sp = m->sp;   /* with SP, f -> g (all-gather), g -> g-bar (reduce-scatter) */
 
     mixed_layernorm_forward(P, a->ln1, a->ln1_mean, a->ln1_rstd, x_in, p.ln1_w, p.ln1_b, Ns, C);
+    fp8_linear_site(4 * layer);   /* FP8's delayed scaling: each linear its own history */
     tp_sequence_column_forward(sp, P, a->qkv, a->ln1, p.qkv_w, p.qkv_b, N, C, 3 * Cl);
     if (m->opts.attention) hooked_attention_forward(m, layer, a);
     else mixed_attention_forward(P, a->atty, probabilities(m, a), a->qkv, B, T, Cl,
                                  s->heads_local);
+    fp8_linear_site(4 * layer + 1);
     tp_sequence_row_forward(sp, tp, P, a->x_mid, a->atty, p.proj_w, p.proj_b, N, Cl, C);
     mixed_vec_add(P, a->x_mid, x_in, (size_t)Ns * C);
 
@@ -140,8 +143,10 @@ void gpt_block_forward(gpt_model *m, int layer, const void *block) {
     if (mlp_replaced(m, layer)) {   /* an MoE layer (moe.h): whole on every TP rank */
         m->opts.mlp->forward(m->opts.mlp->ctx, layer, P, x_out, a->ln2);
     } else {
+        fp8_linear_site(4 * layer + 2);
         tp_sequence_column_forward(sp, P, a->dgelu, a->ln2, p.fc_w, p.fc_b, N, C, Hl);
         mixed_gelu_forward(P, a->fch_gelu, a->dgelu, (size_t)N * Hl);
+        fp8_linear_site(4 * layer + 3);
         tp_sequence_row_forward(sp, tp, P, x_out, a->fch_gelu, p.fc2_w, p.fc2_b, N, Hl, C);
     }
     mixed_vec_add(P, x_out, a->x_mid, (size_t)Ns * C);

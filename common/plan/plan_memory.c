@@ -6,9 +6,9 @@
 #include "zero_rule.h"
 
 const char *const plan_recompute_names[] = {"none", "selective", "full"};
-const plan_precision PLAN_MIXED_ADAM = {2, 2, 12, 2};
-const plan_precision PLAN_MIXED_FP32_GRADS = {2, 4, 12, 2};
-const plan_precision PLAN_FP32_ADAM = {4, 4, 8, 4};
+const plan_precision PLAN_MIXED_ADAM = {2, 2, 12, 2, 0};
+const plan_precision PLAN_MIXED_FP32_GRADS = {2, 4, 12, 2, 0};
+const plan_precision PLAN_FP32_ADAM = {4, 4, 8, 4, 0};
 
 double plan_layer_params(int hidden) {
     const double h = hidden;
@@ -104,6 +104,8 @@ plan_bytes plan_states_bytes(double params, int zero_stage, int dp, plan_precisi
     };
 }
 
+double plan_gathered_bytes(plan_precision p) { return p.gathered > 0 ? p.gathered : p.params; }
+
 plan_bytes plan_model_states(const plan_model *m, const plan_mesh *mesh,
                              plan_precision precision) {
     const double P = plan_params_per_gpu(m, mesh->tp, mesh->pp);
@@ -114,7 +116,7 @@ plan_bytes plan_model_states(const plan_model *m, const plan_mesh *mesh,
     const double layer = plan_layer_params(m->hidden) / mesh->tp;
     const zero_sharded z = zero_sharded_at(mesh->zero_stage);
     if (z.grads && shards > 1) b.grads += precision.grads * layer;
-    if (z.params && shards > 1) b.params += precision.params * layer;
+    if (z.params && shards > 1) b.params += plan_gathered_bytes(precision) * layer;
     return b;
 }
 

@@ -57,7 +57,15 @@ int plan_dp_replicas(const plan_mesh *mesh);
 typedef struct {
     double params, grads, optimizer;
     double activation;
+    /* ZeRO-3's gathered weights, held and sent: bytes a parameter (0: params'; FP8 linears
+     * gather 1 byte plus their scales, PLAN_FP8_GATHERED) */
+    double gathered;
 } plan_precision;
+/* FP8's gathered weights: a byte and the 4-byte scale of each 128 x 128 block shared
+ * (DeepSeek-V3's weight blocks, as chapter 8 part e counts them) */
+#define PLAN_FP8_GATHERED (1.0 + 4.0 / (128.0 * 128.0))
+/* gathered, or params where it is 0 */
+double plan_gathered_bytes(plan_precision p);
 /* 2 + 2 + 12, 2 B activations: the ZeRO paper's mixed-precision Adam (K = 12: fp32
  * master, m, v), with 16-bit gradients as DeepSpeed keeps them */
 extern const plan_precision PLAN_MIXED_ADAM;

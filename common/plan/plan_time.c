@@ -88,7 +88,7 @@ static double dp_seconds(const plan_model *m, const plan_mesh *mesh, const plan_
     if (shards * replicas == 1) return 0;
     const double params = plan_params_per_gpu(m, mesh->tp, mesh->pp);
     const int layers = plan_layers_per_stage(m, mesh->pp);
-    const double weights = precision.params * params / layers;
+    const double weights = plan_gathered_bytes(precision) * params / layers;
     const double grads = precision.grads * params / layers;
     if (mesh->zero_stage < 3)
         return layers * plan_allreduce_seconds(group_link(c, shards * replicas, mesh->tp),

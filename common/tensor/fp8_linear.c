@@ -1,6 +1,7 @@
 /* FP8 linears of a bf16 run: quantize, the emulated FP8 product, bias (fp8_linear.h). */
 #include "fp8_linear.h"
 
+#include "comm.h"
 #include "fp8_matmul.h"
 #include "number_formats.h"
 #include "precision.h"
@@ -11,12 +12,33 @@
 
 static int fp8_on;
 static fp8_recipe fp8_current = FP8_BLOCKWISE;
-static int fp8_unscaled;
+static int fp8_unscaled, fp8_local_amax;
+static double fp8_outlier_factor = 1.0;
+static int delayed_length = FP8_DEFAULT_HISTORY, delayed_margin = 0;
+static int generation;   /* each fp8_linear_use starts the histories afresh */
+static _Thread_local int current_site;
+static _Thread_local comm *amax_group;
 
 void fp8_linear_use(const fp8_recipe *recipe) {
     fp8_on = recipe != NULL;
     if (recipe) fp8_current = *recipe;
+    __atomic_add_fetch(&generation, 1, __ATOMIC_SEQ_CST);
 }
+
+const char *fp8_linear_delayed(int history, int margin) {
+    fp8_delayed probe;
+    const char *why = fp8_delayed_init(&probe, history, margin);
+    fp8_delayed_free(&probe);
+    if (why) return why;
+    delayed_length = history;
+    delayed_margin = margin;
+    return NULL;
+}
+
+void fp8_linear_site(int site) { current_site = site; }
+
+
+void fp8_linear_test_local_amax(int on) { fp8_local_amax = on; }
 
 int fp8_linear_active(fp8_recipe *recipe) {
     if (fp8_on && recipe) *recipe = fp8_current;
@@ -25,15 +47,20 @@ int fp8_linear_active(fp8_recipe *recipe) {
 
 void fp8_linear_test_unscaled(int on) { fp8_unscaled = on; }
 
+void fp8_linear_outliers(double factor) { fp8_outlier_factor = factor; }
+
+void fp8_outliers_apply(float *x, float *w, int M, int N, int K, double factor) {
+    static const int channels[FP8_OUTLIER_CHANNELS] = {5, 17, 40, 99};
+    for (int c = 0; c < FP8_OUTLIER_CHANNELS && channels[c] < K; c++) {
+        const int k = channels[c];
+        for (int i = 0; i < M; i++) x[(size_t)i * K + k] *= (float)factor;
+        for (int j = 0; w && j < N; j++) w[(size_t)j * K + k] /= (float)factor;
+    }
+}
+
 const char *fp8_linear_recipe_check(fp8_recipe recipe, int ranks) {
-    if (recipe == FP8_DELAYED)
-        return "delayed scaling (an amax history per tensor) is not in the training path"
-               " yet; valid: blockwise, rowwise, tensorwise";
-    if (recipe == FP8_TENSORWISE && ranks > 1)
-        return "on more than one rank tensorwise scales the activations by the amax of"
-               " each rank's share of the batch, so the ranks would differ from one device"
-               " (no amax all-reduce here); valid: blockwise, rowwise (or one rank)";
-    return NULL;
+    (void)ranks;   /* per-tensor recipes all-reduce their amax (fp8_linear_group) */
+    return (unsigned)recipe < FP8_RECIPES ? NULL : "valid: delayed, tensorwise, rowwise, blockwise";
 }
 
 /* The calling thread's scratch: fp32 copies, codes, scales, the product's workspace;
@@ -42,7 +69,17 @@ typedef struct {
     size_t floats, codes;
     float *f;
     uint8_t *c;
+    /* delayed: an amax history per site and role, [sites][2], of this generation */
+    int sites, generation;
+    fp8_delayed *history;
 } fp8_scratch;
+
+static void histories_free(fp8_scratch *s) {
+    for (int i = 0; i < 2 * s->sites; i++) fp8_delayed_free(&s->history[i]);
+    free(s->history);
+    s->history = NULL;
+    s->sites = 0;
+}
 
 static pthread_key_t scratch_key;
 static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
@@ -50,6 +87,7 @@ static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
 static void scratch_free(void *p) {
     fp8_scratch *s = p;
     if (!s) return;
+    histories_free(s);
     free(s->f);
     free(s->c);
     free(s);
@@ -76,6 +114,13 @@ static fp8_scratch *scratch_fit(size_t floats, size_t codes) {
     return s;
 }
 
+void fp8_linear_group(comm *group) {
+    amax_group = group;
+    pthread_once(&scratch_once, scratch_make_key);
+    fp8_scratch *s = pthread_getspecific(scratch_key);
+    if (s) histories_free(s);   /* a run starts: no amax from another */
+}
+
 void fp8_linear_release_thread(void) {
     pthread_once(&scratch_once, scratch_make_key);
     scratch_free(pthread_getspecific(scratch_key));
@@ -89,7 +134,46 @@ static fp8_matrix shaped(fp8_role role, int rows, int cols) {
     return q;
 }
 
-static void quantize(fp8_matrix *q, const float *x) {
+/* The history of the current site's operand in `role`: made when the site is first seen
+ * in this generation (the first step's only allocation), kept after. */
+static fp8_delayed *history_of(fp8_scratch *s, fp8_role role) {
+    const int gen = __atomic_load_n(&generation, __ATOMIC_SEQ_CST);
+    if (s->generation != gen) {
+        histories_free(s);
+        s->generation = gen;
+    }
+    const int site = current_site > 0 ? current_site : 0;
+    if (site >= s->sites) {
+        fp8_delayed *h = realloc(s->history, 2 * (size_t)(site + 1) * sizeof *h);
+        if (!h) abort();
+        for (int i = 2 * s->sites; i < 2 * (site + 1); i++)
+            if (fp8_delayed_init(&h[i], delayed_length, delayed_margin)) abort();
+        s->history = h;
+        s->sites = site + 1;
+    }
+    return &s->history[2 * site + (role == FP8_WEIGHT)];
+}
+
+/* A per-tensor operand's amax: an activation's over the whole batch, the max of the
+ * ranks' shares over the group (a weight is the same on every rank: its own). */
+static float tensor_amax(fp8_role role, const fp8_matrix *q, const float *x) {
+    float amax;
+    fp8_block_amax(x, q->rows, q->cols, q->rows, q->cols, &amax);
+    if (role == FP8_ACTIVATION && amax_group && !fp8_local_amax)
+        comm_allreduce(amax_group, &amax, 1, COMM_F32, COMM_MAX);
+    return amax;
+}
+
+static void quantize(fp8_scratch *s, fp8_role role, fp8_matrix *q, const float *x) {
+    const int per_tensor = fp8_current == FP8_DELAYED || fp8_current == FP8_TENSORWISE;
+    if (per_tensor && !fp8_unscaled) {   /* one block: q->scales[0] */
+        const float amax = tensor_amax(role, q, x);
+        fp8_delayed *d = fp8_current == FP8_DELAYED ? history_of(s, role) : NULL;
+        q->scales[0] = d ? fp8_delayed_scale(d, q->format, amax) : fp8_scale_for(q->format, amax, 0);
+        fp8_quantize_with_scales(q, x);
+        if (d) fp8_delayed_record(d, amax);
+        return;
+    }
     if (!fp8_unscaled) {
         fp8_quantize(q, x);
         return;
@@ -117,8 +201,9 @@ void fp8_linear_forward(uint16_t *out, const uint16_t *inp, const uint16_t *weig
     w.codes = scratch->c + nx;
     precision_bf16_to_f32(x32, inp, nx);
     precision_bf16_to_f32(w32, weight, nw);
-    quantize(&x, x32);
-    quantize(&w, w32);
+    if (fp8_outlier_factor != 1.0) fp8_outliers_apply(x32, w32, N, OC, IC, fp8_outlier_factor);
+    quantize(scratch, FP8_ACTIVATION, &x, x32);
+    quantize(scratch, FP8_WEIGHT, &w, w32);
     const char *why = fp8_matmul(o32, &x, &w, ws);
     if (why) {   /* the recipes' blocks always nest: a caller's bug */
         fprintf(stderr, "fp8_linear_forward: %s\n", why);

@@ -13,11 +13,16 @@
  * (a row, or a 1 x 128 tile of it) and the weights from the whole weight, which every
  * rank holds the same (DDP) or gathers whole before the product (ZeRO-3): a rank's
  * share of the batch does not change any scale, so DDP and ZeRO equal the FP8
- * baseline as bf16's do. tensorwise scales the activations by the amax of the whole
- * [N, K] tensor, which is this rank's share of the batch: without an all-reduce of
- * that amax (Transformer Engine's amax reduction) DDP differs from the baseline, so
- * the chapters take tensorwise on one rank alone. delayed (an amax history per
- * tensor) is not in the training path yet.
+ * baseline as bf16's do. tensorwise and delayed scale the activations by the amax of
+ * the whole [N, K] tensor, of which a rank holds its share of the batch: the amax is
+ * all-reduced (max) over the data-parallel group (fp8_linear_group, Transformer
+ * Engine's amax reduction), a float a linear a forward, so every rank scales as one
+ * device does. delayed keeps an amax history per
+ * tensor (Transformer Engine): each linear of a block is a site (fp8_linear_site, set
+ * by the model before the product), each site's activation and weight have their own
+ * history of the last `history` forwards, and a product's scale comes from it (the first
+ * forward from its own amax); its amax (the group's) then joins the history, the same on
+ * every rank.
  *
  * The recipe is the process's, set before any rank starts and read by every rank's
  * thread; the scratch is each thread's own, grown once and kept (no allocation per
@@ -30,6 +35,18 @@
 
 /* FP8 linears with this recipe from now on (NULL: off, bf16 linears). */
 void fp8_linear_use(const fp8_recipe *recipe);
+/* delayed's amax history length (forwards) and margin (the scale 2^margin smaller) from
+ * now on; NULL, or why they cannot be used. */
+const char *fp8_linear_delayed(int history, int margin);
+/* The linear the calling thread's next products belong to (delayed: whose history). */
+void fp8_linear_site(int site);
+/* A run starts on the calling thread: its delayed histories start empty, and its
+ * per-tensor activation amaxes are all-reduced over group (its data-parallel group;
+ * NULL: one device). Collective: every rank of it runs the same linears in order. */
+struct comm;
+void fp8_linear_group(struct comm *group);
+/* Negative control (tests): each rank's own amax, not all-reduced. */
+void fp8_linear_test_local_amax(int on);
 /* Whether FP8 linears are on; *recipe is theirs when they are (recipe may be NULL). */
 int fp8_linear_active(fp8_recipe *recipe);
 /* Returns NULL, or why the training path cannot take recipe on `ranks` data-parallel
@@ -37,6 +54,16 @@ int fp8_linear_active(fp8_recipe *recipe);
 const char *fp8_linear_recipe_check(fp8_recipe recipe, int ranks);
 /* Negative control (tests): every scale 1, as if the recipe were not applied. */
 void fp8_linear_test_unscaled(int on);
+
+/* Outlier channels, as LLMs' activations have (a few channels 100x the rest, in fixed
+ * channels): FP8_OUTLIER_CHANNELS of a product's inner dimension, all in its first
+ * 1 x 128 tile, multiplied by factor in x [M, K] and divided by it in w [N, K] (w may be
+ * NULL), so x w^T is the same product and only the scaling sees the difference. */
+#define FP8_OUTLIER_CHANNELS 4
+void fp8_outliers_apply(float *x, float *w, int M, int N, int K, double factor);
+/* Every FP8 linear's inputs with outlier channels of this factor from now on (1: none):
+ * the chapter's designed failure of per-tensor scaling, in training. */
+void fp8_linear_outliers(double factor);
 
 /* out[N,OC] = fp8(inp[N,IC]) fp8(weight[OC,IC])^T + bias[OC], bf16 bit patterns in and
  * out (bias may be NULL): the product and the bias in fp32, rounded to bf16 once. */

@@ -64,7 +64,9 @@ void fp8_quantize_with_scales(fp8_matrix *q, const float *x);
 /* out [rows, cols] = decode(code) / scale. */
 void fp8_dequantize(const fp8_matrix *q, float *out);
 
-/* Delayed scaling: the amax of the last `length` steps of one tensor. */
+/* Delayed scaling: the amax of the last `length` steps of one tensor (training's default
+ * length: --fp8-amax-history). */
+#define FP8_DEFAULT_HISTORY 16
 typedef struct {
     int length, margin;
     int recorded;       /* amaxes recorded so far */

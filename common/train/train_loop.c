@@ -7,6 +7,7 @@
 
 #include "alloc.h"
 #include "compare.h"
+#include "fp8_linear.h"
 #include "loss_scale.h"
 #include "op_profile.h"
 #include "ops.h"
@@ -138,6 +139,9 @@ static void resume_loss_scale(const run_config *cfg, const char *from, int repor
                 done);
 }
 
+static void warn_fp8_resume(const run_config *cfg, const char *from, int reports,
+                            const ckpt_run_state *saved);
+
 /* fp16's loss scale at the start of this run: from the flags, or the checkpoint's. 0,
  * with why, for a strategy that cannot take one (no optimizer_grads): the command line
  * keeps fp16 from it (DataParallel), so this is the caller's mistake, not the user's.
@@ -155,14 +159,39 @@ static int loss_scale_start(comm *metrics, const run_config *cfg, const train_st
         return 0;
     }
     resume_loss_scale(cfg, from, reports, done, saved, s);
+    warn_fp8_resume(cfg, from, reports, saved);
     return 1;
 }
 
-/* What a save records besides the tensors: the precision and the loss scale's state. */
+/* What a save records besides the tensors: the precision (FP8's recipe too) and the
+ * loss scale's state. */
 static void record_run_state(const run_config *cfg, const loss_scale *s, ckpt_run_state *run) {
+    fp8_recipe recipe = FP8_BLOCKWISE;
+    const int fp8 = cfg->precision == PRECISION_BF16 && fp8_linear_active(&recipe);
     *run = (ckpt_run_state){.precision = cfg->precision, .has_loss_scale = s->cfg.enabled,
                             .loss_scale = s->scale, .clean_steps = s->clean_steps,
-                            .skipped_steps = s->skipped_steps};
+                            .skipped_steps = s->skipped_steps, .fp8 = fp8,
+                            .fp8_recipe = (int)recipe};
+}
+
+/* --resume across FP8 recipes: the fp32 weights carry over whatever computed them, but
+ * the FP8 scales are this run's, and delayed's amax history is not saved. One line. */
+static void warn_fp8_resume(const run_config *cfg, const char *from, int reports,
+                            const ckpt_run_state *saved) {
+    ckpt_run_state now;
+    const loss_scale none = {0};
+    record_run_state(cfg, &none, &now);
+    const int differs = now.fp8 != saved->fp8 || (now.fp8 && now.fp8_recipe != saved->fp8_recipe);
+    const int delayed = now.fp8 && now.fp8_recipe == FP8_DELAYED;
+    if (!from || !reports || (!differs && !delayed)) return;
+    char was[48], is[48];
+    snprintf(was, sizeof was, "%s", saved->fp8 ? fp8_recipe_name((fp8_recipe)saved->fp8_recipe)
+                                               : precision_name(saved->precision));
+    snprintf(is, sizeof is, "%s", now.fp8 ? fp8_recipe_name((fp8_recipe)now.fp8_recipe)
+                                          : precision_name(cfg->precision));
+    fprintf(stderr, "checkpoint: warning: saved %s%s, resumed %s%s: the weights carry over,"
+            " the FP8 scales start afresh%s\n", saved->fp8 ? "in fp8 " : "in ", was,
+            now.fp8 ? "in fp8 " : "in ", is, delayed ? " (delayed's amax history is not saved)" : "");
 }
 
 static int save_due(const run_config *cfg, int step) {
@@ -227,6 +256,7 @@ void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
                 const train_strategy *st, train_outcome *out) {
     const int reports = !world || comm_world_rank(world) == 0;
     comm *metrics = world ? comm_split(world, 0, comm_rank(world), "metrics") : NULL;
+    fp8_linear_group(metrics);   /* FP8's amaxes: world is a dp group where FP8 trains */
     ckpt_state state;
     ckpt_run_state run_state = {.precision = cfg->precision};
     char from_path[4096];
@@ -299,6 +329,7 @@ void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
                               cfg->json ? stderr : stdout);
     mem_free(profile);
     if (metrics) run_result_take_max(metrics, r);
+    fp8_linear_group(NULL);
     comm_free(metrics);
 }
 
