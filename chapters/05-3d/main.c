@@ -281,7 +281,7 @@ static const char *const training_flags[] = {
     "steps", "layers", "heads", "dim", "ctx", "batch", "vocab", "seed", "lr", "weight-decay",
     "warmup", "preset", "data", "quiet", "profile", "device", "tf32", "allreduce", "link",
     "link-scale", "send-mode", "comm-timeout", "trace", "save-every", "schedule", "micro",
-    "virtual", "zero", "grad-dtype", NULL};
+    "virtual", "zero", "grad-dtype", "link-intra", "link-inter", "ranks-per-node", NULL};
 static const char *const mesh_flags[] = {"mesh-only", "world", "tp", "pp", "dp", "json", NULL};
 
 /* Whether --name is on the command line, before cli_parse: the arithmetic modes keep no

@@ -1,4 +1,5 @@
 #include "cli.h"
+#include "cli_tiers.h"
 #include "fp8_linear.h"
 
 #include "device.h"
@@ -97,6 +98,7 @@ static void check_grad_dtype(const run_config *cfg) {
 
 typedef struct {
     int allreduce, link, device, send_mode, precision, grad_precision, fp8_recipe;
+    int link_intra, link_inter, ranks_per_node;
     double lr, weight_decay, link_scale, timeout;
     const char *seed_text;
 } shared_values;
@@ -284,6 +286,7 @@ static void apply_shared_values(run_config *cfg, const shared_values *sv) {
     cfg->comm.link_scale = sv->link_scale;
     cfg->comm.send_mode = (comm_send_mode)sv->send_mode;
     cfg->comm.timeout_seconds = sv->timeout;
+    cli_take_tiers(cfg, sv->link_intra, sv->link_inter, sv->ranks_per_node);
     take_precision(cfg, sv);
     if (cfg->precision != PRECISION_FP32 && cfg->fp32_only)
         cli_fail("--precision %s: %s", precision_names[sv->precision], cfg->fp32_only);
@@ -321,6 +324,7 @@ static void take_mpi_ranks(run_config *cfg) {
     cfg->comm.ranks = mpi_ranks;
 }
 
+
 /* --max-restarts and the flags ./run gives with it (restart.h): refused in one line, or
  * taken. */
 static void check_restart_flags(run_config *cfg) {
@@ -345,6 +349,14 @@ static void check_fp8_recipe(const run_config *cfg) {
     fp8_linear_use(&cfg->fp8_recipe);
 }
 
+/* The ranks (mpirun's under Open MPI), and what must fit them: the nodes of a two-tier
+ * network, the FP8 recipe. */
+static void take_ranks(run_config *cfg) {
+    take_mpi_ranks(cfg);
+    cli_check_tiers(cfg);
+    check_fp8_recipe(cfg);
+}
+
 void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
                const char *program, const char *description) {
     answer_blas_probe();
@@ -353,10 +365,8 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
     shared_values sv = {.allreduce = cfg->comm.allreduce, .link = cfg->comm.link,
                         .send_mode = cfg->comm.send_mode, .precision = cfg->precision,
                         .grad_precision = cfg->grad_precision, .lr = cfg->adamw.lr,
-                        .fp8_recipe = cfg->fp8_recipe,
-                        .weight_decay = cfg->adamw.weight_decay,
-                        .link_scale = cfg->comm.link_scale,
-                        .timeout = cfg->comm.timeout_seconds};
+                        .fp8_recipe = cfg->fp8_recipe, .weight_decay = cfg->adamw.weight_decay,
+                        .link_scale = cfg->comm.link_scale, .timeout = cfg->comm.timeout_seconds};
     const char *preset = NULL;   /* applied ahead of the other flags (parse_flags) */
     const cli_option shared[] = {
         {"ranks", OPT_INT, &cfg->comm.ranks, "number of ranks (./run N sets it)", NULL, 1},
@@ -394,6 +404,9 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
         {"allreduce", OPT_CHOICE, &sv.allreduce, "all-reduce algorithm (threads)", allreduce_names, 0},
         {"link", OPT_CHOICE, &sv.link, "modelled wire between ranks (threads)", link_names(), 0},
         {"link-scale", OPT_FLOAT, &sv.link_scale, "slow every link down by this factor", NULL, 1e-9},
+        {"link-intra", OPT_CHOICE, &sv.link_intra, "two tiers: the wire inside a node (threads)", link_names(), 0},
+        {"link-inter", OPT_CHOICE, &sv.link_inter, "two tiers: the wire between nodes (threads)", link_names(), 0},
+        {"ranks-per-node", OPT_INT, &sv.ranks_per_node, "two tiers: ranks of a node", NULL, 1},
         {"send-mode", OPT_CHOICE, &sv.send_mode, "comm_send: copy and go, or wait for the receiver as NCCL (threads)", send_mode_names, 0},
         {"comm-timeout", OPT_FLOAT, &sv.timeout, "seconds before a stuck collective is reported", NULL, 0.001},
         {"trace", OPT_STRING, &cfg->comm.trace_path, "write a Chrome/Perfetto trace here", NULL, 0},
@@ -423,6 +436,5 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
     cfg->restart.from_run = cli_given("restart-attempt");
     checkpoint_cli_check(cfg);   /* a restart's checks differ (restart_is_retry) */
     check_restart_flags(cfg);
-    take_mpi_ranks(cfg);
-    check_fp8_recipe(cfg);
+    take_ranks(cfg);
 }
