@@ -290,6 +290,8 @@ static void tp_rank_init(tp_rank *r, const tp_options *opts) {
                                     .drop_f_backward = o->drop_f_backward,
                                     .sequence_parallel = o->sequence_parallel,
                                     .sp_copy_not_reduce = o->sp_copy_not_reduce,
+                                    .tp_overlap_chunks = o->tp_overlap_chunks,
+                                    .tp_overlap_control = o->tp_overlap_control,
                                     .recompute_attention = o->recompute_attention,
                                     .checkpoint_activations = o->checkpoint_activations};
     r->model = gpt_model_create(&r->shape, r->B, r->cfg->model.ctx, &model_opts);

@@ -41,6 +41,8 @@ typedef struct {
     int drop_f_backward;   /* negative control: f's backward all-reduce left out */
     int sequence_parallel;    /* Megatron SP (tp_sequence.h) */
     int sp_copy_not_reduce;   /* negative control: SP's reduce-scatters left out */
+    int tp_overlap_chunks;    /* with SP: collective matmuls in this many chunks (0: off) */
+    int tp_overlap_control;   /* tp_overlap.h's negative controls */
     int recompute_attention;  /* selective recomputation */
     int checkpoint_activations;   /* full recomputation: block inputs kept alone */
     int grads_over_tp;        /* negative control: dp's gradient all-reduce run over the
