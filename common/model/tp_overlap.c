@@ -4,6 +4,7 @@
 #include "tp_overlap.h"
 
 #include <stdio.h>
+#include <time.h>
 
 #include "ops_mixed.h"
 #include "tp_linear.h"
@@ -14,6 +15,14 @@ const char *tp_overlap_check(int chunks, int B, int T, int t, char *why, size_t 
     snprintf(why, len, "%d chunks: a rank's %ld sequence-parallel rows (B %d x T %d / tp %d)"
              " split into 1 to %ld chunks", chunks, rows, B, T, t, rows);
     return why;
+}
+
+void tp_overlap_hold(const tp_overlap *o, double t0, double flops) {
+    if (o->model_flops <= 0) return;
+    const double until = t0 + flops / o->model_flops;
+    if (until <= comm_now()) return;
+    struct timespec ts = {.tv_sec = (time_t)until, .tv_nsec = (long)((until - (time_t)until) * 1e9)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL)) {}
 }
 
 /* Rows [j0, j1) of every rank's part: chunk k of n. */
@@ -50,6 +59,7 @@ static void column_product(const tp_overlap *o, int k, int from, void *out_local
     chunk_rows(o, k, &j0, &j1);
     chunk_rows(o, from, &f0, &f1);
     const size_t t = (size_t)o->t, rows = f1 - f0;
+    const double t0 = comm_now();
     for (int r = 0; r < o->t; r++)
         for (size_t j = j0, g; j < j1;) {
             const size_t len = run_length(o, j, j1, &g, r), at = j - j0;
@@ -60,6 +70,7 @@ static void column_product(const tp_overlap *o, int k, int from, void *out_local
                                     in, w_local, b_local, (int)len, IC, OC_local);
             j += len;
         }
+    tp_overlap_hold(o, t0, 2.0 * (double)(t * (j1 - j0)) * IC * OC_local);
 }
 
 void tp_overlap_column_forward(const tp_overlap *o, void *out_local, const void *inp_rows,
@@ -84,6 +95,7 @@ static void row_product(const tp_overlap *o, int k, const void *inp_local,
     size_t j0, j1;
     chunk_rows(o, k, &j0, &j1);
     const size_t t = (size_t)o->t, rows = j1 - j0;
+    const double t0 = comm_now();
     for (int r = 0; r < o->t; r++)
         for (size_t j = j0, g; j < j1;) {
             const size_t len = run_length(o, j, j1, &g, r);
@@ -92,6 +104,7 @@ static void row_product(const tp_overlap *o, int k, const void *inp_local,
                                  w_local, o->rank == 0 ? bias : NULL, (int)len, IC_local, OC);
             j += len;
         }
+    tp_overlap_hold(o, t0, 2.0 * (double)(t * rows) * IC_local * OC);
 }
 
 /* Chunk k's reduce-scatter: its partial products into this rank's rows of chunk `to`

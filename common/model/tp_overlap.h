@@ -28,14 +28,22 @@ typedef enum { TP_OVERLAP_RIGHT, TP_OVERLAP_EARLY, TP_OVERLAP_SWAPPED } tp_overl
 
 /* What a collective matmul works on: the SP group and sizes, and two [B, T, C] scratch
  * buffers (the gathered inputs, the partial products) in precision p. */
-typedef struct {
+typedef struct tp_overlap {
     comm *tp;
     precision p;
     int t, rank, B, T, C;
     void *gathered, *partial;
     int chunks;                   /* 1 .. B T / t */
     tp_overlap_control control;
+    /* A compute model (chapter 12's layer timings; 0: off): each chunk's product takes at
+     * least its FLOPs / model_flops seconds, so that the ratio of compute to the
+     * modelled wire is a chosen GPU's, not a shared CPU's. */
+    double model_flops;
 } tp_overlap;
+
+/* Holds the calling rank until its product of `flops`, begun at t0, would be done on
+ * the compute model (nothing when model_flops is 0). */
+void tp_overlap_hold(const tp_overlap *o, double t0, double flops);
 
 /* Why `chunks` chunks cannot split B T / t rows (one line), or NULL. */
 const char *tp_overlap_check(int chunks, int B, int T, int t, char *why, size_t len);

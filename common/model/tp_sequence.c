@@ -28,11 +28,14 @@ struct tp_sequence {
     tp_overlap overlap;   /* chunks > 0: forward's edges as collective matmuls */
 };
 
+tp_overlap *tp_sequence_overlap(tp_sequence *sp) { return &sp->overlap; }
+
 void tp_sequence_set_overlap(tp_sequence *sp, int chunks, int control) {
     sp->overlap = (tp_overlap){.tp = sp->tp, .p = sp->p, .t = sp->t, .rank = sp->rank,
                                .B = sp->B, .T = sp->T, .C = sp->C, .gathered = sp->gathered,
                                .partial = sp->partial, .chunks = chunks,
-                               .control = (tp_overlap_control)control};
+                               .control = (tp_overlap_control)control,
+                               .model_flops = sp->overlap.model_flops};
 }
 
 tp_sequence *tp_sequence_create(const gpt_shape *s, comm *tp, precision p, int B, int T,

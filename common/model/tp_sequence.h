@@ -41,6 +41,8 @@ void tp_sequence_free(tp_sequence *sp);
  * collective matmuls in `chunks` chunks (tp_overlap.h; control: its negative controls);
  * chunks 0: as above. */
 void tp_sequence_set_overlap(tp_sequence *sp, int chunks, int control);
+/* The collective matmuls' settings, for a caller that sets their compute model. */
+struct tp_overlap *tp_sequence_overlap(tp_sequence *sp);
 /* Rows (tokens) a rank holds in the sequence-parallel region: B T / t, or N without SP
  * (sp NULL). First position of this rank's part of each sequence, and its length. */
 int tp_sequence_rows(const tp_sequence *sp, int N);

@@ -259,6 +259,9 @@ static void tp_measure(const tp_rank *r, int timed_steps, tp_extra *x) {
     comm_stats tp_stats = comm_stats_get(r->m->tp);
     comm_stats dp_stats = grad_buckets_stats(r->buckets);
     x->allreduces_per_step = (double)tp_stats.calls[COMM_KIND_ALLREDUCE] / timed_steps;
+    x->gathers_per_step = (double)(tp_stats.calls[COMM_KIND_ALLGATHER] +
+                                   tp_stats.calls[COMM_KIND_REDUCE_SCATTER]) / timed_steps;
+    x->dp_allreduces_per_step = (double)dp_stats.calls[COMM_KIND_ALLREDUCE] / timed_steps;
     x->bytes_tp_per_step = (double)comm_stats_total_sent(&tp_stats) / timed_steps;
     x->tp_allreduce_bytes = (double)tp_stats.bytes_sent[COMM_KIND_ALLREDUCE] / timed_steps;
     x->tp_reduce_scatter_bytes =

@@ -28,6 +28,8 @@ typedef struct {
     int vocab_local, vocab_padding;   /* vocabulary rows per rank, zero rows added */
     size_t params_per_rank;           /* elements this rank holds */
     double allreduces_per_step;       /* measured on the tp group, timed steps */
+    double gathers_per_step;          /* ... all-gathers and reduce-scatters (SP) */
+    double dp_allreduces_per_step;    /* the dp group's, measured */
     double bytes_tp_per_step, bytes_dp_per_step;   /* per rank, measured */
     double replica_drift;             /* largest difference between TP ranks' copies of
                                          the replicated tensors */
