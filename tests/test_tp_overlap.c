@@ -100,6 +100,8 @@ START_TEST(tp4_two_chunks_fp32) { check_overlap(4, PRECISION_FP32, 2); }
 END_TEST
 START_TEST(tp2_four_chunks_bf16) { check_overlap(2, PRECISION_BF16, 4); }
 END_TEST
+START_TEST(tp4_two_chunks_bf16) { check_overlap(4, PRECISION_BF16, 2); }
+END_TEST
 
 /* The controls on a slow modelled link (1 ms a message), so that a product started
  * before its chunk arrived reads what the buffer held before. */
@@ -121,10 +123,10 @@ END_TEST
 
 START_TEST(chunk_counts_are_checked) {
     char why[160];
-    ck_assert_ptr_null(tp_overlap_check(8, 2, 8, 2, why, sizeof why));
-    ck_assert_ptr_nonnull(tp_overlap_check(9, 2, 8, 2, why, sizeof why));
-    printf("9 chunks of 8 rows: %s\n", why);
-    ck_assert_ptr_nonnull(tp_overlap_check(0, 2, 8, 2, why, sizeof why));
+    ck_assert_ptr_null(tp_overlap_check(4, 8, 2, why, sizeof why));
+    ck_assert_ptr_nonnull(tp_overlap_check(5, 8, 2, why, sizeof why));
+    printf("5 chunks of 4 positions: %s\n", why);
+    ck_assert_ptr_nonnull(tp_overlap_check(0, 8, 2, why, sizeof why));
 }
 END_TEST
 
@@ -137,6 +139,7 @@ int main(void) {
     tcase_add_test(tc, tp2_three_uneven_chunks_fp32);
     tcase_add_test(tc, tp4_two_chunks_fp32);
     tcase_add_test(tc, tp2_four_chunks_bf16);
+    tcase_add_test(tc, tp4_two_chunks_bf16);
     tcase_add_test(tc, product_before_its_data_fails);
     tcase_add_test(tc, chunks_swapped_fail);
     suite_add_tcase(s, tc);

@@ -44,7 +44,8 @@ static void validate(run_config *cfg, const chapter_flags *f) {
                  " more ranks (TP inside a node, a second node to cross to)", t, n);
     if (!tp_check_sizes(cfg, n, t, err, sizeof err) || !tp_sequence_check(cfg, t, err, sizeof err))
         cli_fail("%s", err);
-    if (tp_overlap_check(f->chunks, cfg->batch / (n / t), cfg->model.ctx, t, err, sizeof err))
+    if (tp_overlap_check(f->chunks, cfg->model.ctx, t, err, sizeof err) ||
+        tp_overlap_check(f->chunks, cfg->model.ctx, 2, err, sizeof err))   /* and part layer's */
         cli_fail("--tp-overlap %s", err);
     if (f->part == PART_LAYER) {
         static const char *const table_only[] = {"steps", "seed", "lr", "data", NULL};
@@ -101,6 +102,9 @@ int main(int argc, char **argv) {
         {"tp-overlap", OPT_INT, &f.chunks, "chunks of TP's collective matmuls (default 4)", NULL, 1},
         {0},
     };
+    static const char *const unused[] = {"json", "trace", NULL};
+    cfg.unused_flags = unused;
+    cfg.unused_why = "chapter 12 prints the tables of many runs, no JSON or trace of one yet";
     cfg.no_checkpoints = "chapter 12 compares short runs, none of them to keep";
     cfg.fp32_grads_only = "chapter 12 keeps fp32 gradients";
     cli_parse(argc, argv, &cfg, options, argv[0],

@@ -114,7 +114,7 @@ const char *gpt_model_options_check(const gpt_shape *s, int T, const gpt_model_o
         return snprintf(why, why_len, "TP's collective matmuls overlap sequence"
                         " parallelism's collectives: they need it"), why;
     if (o->tp_overlap_chunks)
-        return tp_overlap_check(o->tp_overlap_chunks, 1, T, s->tp_size, why, why_len);
+        return tp_overlap_check(o->tp_overlap_chunks, T, s->tp_size, why, why_len);
     return NULL;
 }
 

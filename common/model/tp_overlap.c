@@ -9,11 +9,11 @@
 #include "ops_mixed.h"
 #include "tp_linear.h"
 
-const char *tp_overlap_check(int chunks, int B, int T, int t, char *why, size_t len) {
-    const long rows = t > 0 ? (long)B * T / t : 0;
-    if (chunks >= 1 && chunks <= rows) return NULL;
-    snprintf(why, len, "%d chunks: a rank's %ld sequence-parallel rows (B %d x T %d / tp %d)"
-             " split into 1 to %ld chunks", chunks, rows, B, T, t, rows);
+const char *tp_overlap_check(int chunks, int T, int t, char *why, size_t len) {
+    const long positions = t > 0 ? (long)T / t : 0;
+    if (chunks >= 1 && chunks <= positions) return NULL;
+    snprintf(why, len, "%d chunks: a rank holds %ld positions of each sequence (--ctx %d /"
+             " tp %d); valid: 1 to %ld chunks", chunks, positions, T, t, positions);
     return why;
 }
 

@@ -45,8 +45,9 @@ typedef struct tp_overlap {
  * the compute model (nothing when model_flops is 0). */
 void tp_overlap_hold(const tp_overlap *o, double t0, double flops);
 
-/* Why `chunks` chunks cannot split B T / t rows (one line), or NULL. */
-const char *tp_overlap_check(int chunks, int B, int T, int t, char *why, size_t len);
+/* Why `chunks` chunks are refused (one line), or NULL: at most T / t, a rank's positions
+ * of one sequence, so that every batch size splits (the code takes up to B T / t). */
+const char *tp_overlap_check(int chunks, int T, int t, char *why, size_t len);
 
 /* out_local[B T, OC_local] = (every rank's inp_rows[B T / t, IC], gathered in sequence
  * order) @ w_local^T + b_local; IC = C. */
