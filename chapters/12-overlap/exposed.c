@@ -98,7 +98,9 @@ static void layer(tp_sequence *sp, comm *tp, const exposed_setup *s, layer_buffe
 }
 
 /* Layers timed with `chunks` (0: plain SP): exposed and whole seconds of the best
- * layer (the model is a floor: a busy machine only adds time), the slowest rank's. */
+ * layer (the model is a floor: a busy machine only adds time); exposed on the rank
+ * blocked least (the last to arrive, which waits for the wire alone, not for a peer
+ * held up by a busy machine: chapter 7's comm_seconds_least), whole on the slowest. */
 static void time_layers(comm *world, tp_sequence *sp, const exposed_setup *s,
                         layer_buffers *b, int chunks, double out[2]) {
     tp_sequence_overlap(sp)->model_flops = 0;   /* warm-up: first touches, unmodelled */
@@ -114,8 +116,9 @@ static void time_layers(comm *world, tp_sequence *sp, const exposed_setup *s,
         if (exposed < mine[0]) mine[0] = exposed;
         if (whole < mine[1]) mine[1] = whole;
     }
+    mine[0] = -mine[0];   /* the largest of minus: the least */
     comm_allreduce(world, mine, 2, COMM_F64, COMM_MAX);
-    out[0] = mine[0];
+    out[0] = -mine[0];
     out[1] = mine[1];
 }
 

@@ -38,6 +38,9 @@ static void take_network(run_config *cfg) {
 
 static void validate(run_config *cfg, const chapter_flags *f) {
     char err[512];
+    if (launch_mpi_world_size() > 0)
+        cli_fail("chapter 12 models two tiers of links on the threads backend: run it without"
+                 " mpirun (./run N on a build without MPI=1)");
     const int t = cfg->comm.ranks_per_node, n = cfg->comm.ranks;
     if (t < 2 || n / t < 2)
         cli_fail("--ranks-per-node %d of %d ranks: chapter 12 needs 2 or more nodes of 2 or"

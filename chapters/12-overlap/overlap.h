@@ -23,7 +23,7 @@ typedef struct {
 } exposed_setup;
 
 typedef struct {
-    double plain_ms, overlap_ms;                 /* measured, best layer, slowest rank */
+    double plain_ms, overlap_ms;                 /* measured, best layer, rank blocked least */
     double plain_formula_ms, overlap_formula_ms; /* alpha-beta */
     double layer_ms[2];                          /* a layer's time: plain, overlapped */
     comm_tier tier;                              /* the slowest link of the group's ring */
