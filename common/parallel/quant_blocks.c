@@ -36,7 +36,7 @@ static int get_code(quant_bits bits, const uint8_t *codes, size_t i) {
 
 void quant_encode(quant_bits bits, size_t block, const float *x, size_t count, void *out) {
     const int Q = quant_levels(bits);
-    float *scales = out;
+    uint8_t *scales = out;   /* bytes: an encoding may start at any byte of a buffer */
     uint8_t *codes = (uint8_t *)out + blocks_of(count, block) * sizeof(float);
     if (bits == QUANT_INT4) memset(codes, 0, code_bytes(bits, count));
     for (size_t b = 0, at = 0; at < count; b++, at += block) {
@@ -44,7 +44,7 @@ void quant_encode(quant_bits bits, size_t block, const float *x, size_t count, v
         float absmax = 0;
         for (size_t i = at; i < end; i++) absmax = fmaxf(absmax, fabsf(x[i]));
         const float scale = absmax / (float)Q;
-        scales[b] = scale;
+        memcpy(scales + b * sizeof scale, &scale, sizeof scale);
         for (size_t i = at; i < end; i++) {
             const long q = scale > 0 ? lrintf(x[i] / scale) : 0;   /* ties to even */
             put_code(bits, codes, i, (int)(q > Q ? Q : q < -Q ? -Q : q));
@@ -53,9 +53,13 @@ void quant_encode(quant_bits bits, size_t block, const float *x, size_t count, v
 }
 
 void quant_decode(quant_bits bits, size_t block, const void *in, size_t count, float *x) {
-    const float *scales = in;
-    const uint8_t *codes = (const uint8_t *)in + blocks_of(count, block) * sizeof(float);
-    for (size_t i = 0; i < count; i++) x[i] = (float)get_code(bits, codes, i) * scales[i / block];
+    const uint8_t *scales = in;
+    const uint8_t *codes = scales + blocks_of(count, block) * sizeof(float);
+    float scale = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (i % block == 0) memcpy(&scale, scales + i / block * sizeof scale, sizeof scale);
+        x[i] = (float)get_code(bits, codes, i) * scale;
+    }
 }
 
 /* Half a step, plus the roundings of x / scale (a relative FLT_EPSILON / 2 of up to Q

@@ -10,7 +10,8 @@
  *
  * Encoded layout of `count` elements: ceil(count / block) fp32 scales, then the codes
  * (int8: one byte each; int4: two a byte, the element of even index in the low
- * nibble, two's complement). The last block may be short. */
+ * nibble, two's complement). The last block may be short. An encoding may start at any
+ * byte (the scales are copied, never loaded in place). */
 #ifndef QUANT_BLOCKS_H
 #define QUANT_BLOCKS_H
 #include <stddef.h>
