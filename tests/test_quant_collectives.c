@@ -3,11 +3,15 @@
  * serial reference (each shard or piece through the codec, summed in rank order) to the
  * bit, every element within the codec's per-block bound of the exact fp32 result (the
  * sum of the n pieces' bounds for the reduce-scatter), and the bytes each rank sends
- * equal (n-1) E; negative control: the reference with the wrong block size differs. */
+ * equal (n-1) E; negative control: the reference with the wrong block size differs.
+ * On 2 nodes of 2: the bytes across the nodes of qwZ and qgZ against fp16's, each equal
+ * to its formula. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "alloc.h"
 #include "check_run.h"
@@ -131,12 +135,83 @@ START_TEST(wrong_block_reference_differs) {
 }
 END_TEST
 
+/* Bytes across the nodes (2 nodes of 2): qwZ's int8 all-gather against fp16's, and
+ * qgZ's int4 all-to-all against fp16's ring reduce-scatter, summed over the ranks, each
+ * next to its formula: the ring of 4 crosses the nodes on 2 of its 4 links, each
+ * carrying (n-1) pieces; the all-to-all sends each rank's 2 pieces for the other node
+ * across. ZeRO++ reports qwZ at 0.5 of fp16's weights' bytes (its int8 with scales). */
+typedef struct {
+    double inter[4];   /* fp16 gather, qwZ gather, fp16 reduce-scatter, qgZ */
+} tier_bytes;
+
+static double inter_sent(comm *c) {
+    comm_stats st = comm_stats_get(c);
+    double mine = (double)st.tier_sent[COMM_TIER_INTER];
+    comm_allreduce(c, &mine, 1, COMM_F64, COMM_SUM);
+    return mine;
+}
+
+static int tiers_main(comm *c, void *arg) {
+    tier_bytes *t = arg;
+    const quant_wire w8 = {QUANT_INT8, 64}, w4 = {QUANT_INT4, 32};
+    float *full = mem_alloc(MEM_OTHER, COUNT * sizeof(float));
+    float *shard = mem_alloc(MEM_OTHER, COUNT * sizeof(float));
+    uint16_t *half = mem_alloc(MEM_OTHER, 4 * COUNT * sizeof(uint16_t));
+    void *scratch = mem_alloc(MEM_OTHER, quant_scratch_bytes(c, COUNT, w8) +
+                                             quant_scratch_bytes(c, COUNT, w4));
+    const size_t per = COUNT / 4;   /* 1000 of the 1003: even shards for the fp16 pair */
+    memset(full, 0, COUNT * sizeof(float));
+    memset(shard, 0, COUNT * sizeof(float));
+    memset(half, 0, 4 * COUNT * sizeof(uint16_t));
+    double v[4];
+    comm_stats_reset(c);
+    comm_allgather(c, half, half + COUNT, 4 * per, COMM_BF16);
+    v[0] = inter_sent(c);
+    comm_stats_reset(c);
+    quant_allgather(c, w8, shard, full, 4 * per, scratch);
+    v[1] = inter_sent(c);
+    comm_stats_reset(c);
+    comm_reduce_scatter(c, half, half + 2 * COUNT, 4 * per, COMM_BF16, COMM_SUM);
+    v[2] = inter_sent(c);
+    comm_stats_reset(c);
+    quant_reduce_scatter(c, w4, full, shard, 4 * per, scratch);
+    v[3] = inter_sent(c);
+    if (comm_rank(c) == 0)
+        for (int k = 0; k < 4; k++) t->inter[k] = v[k];
+    mem_free(scratch);
+    mem_free(half);
+    mem_free(shard);
+    mem_free(full);
+    return 0;
+}
+
+START_TEST(bytes_across_nodes) {
+    tier_bytes t = {0};
+    comm_options o = comm_options_default();
+    o.ranks = 4;
+    o.link = LINK_NVLINK;
+    o.link_inter = LINK_IB;
+    o.ranks_per_node = 2;
+    ck_assert_int_eq(launch_threads(&o, tiers_main, &t), 0);
+    const double per = COUNT / 4, E8 = (double)quant_encoded_bytes(QUANT_INT8, 250, 64);
+    const double E4 = (double)quant_encoded_bytes(QUANT_INT4, 250, 32);
+    const double want[4] = {2 * 3 * per * 2, 2 * 3 * E8, 2 * 3 * per * 2, 4 * 2 * E4};
+    printf("bytes across the nodes, 4 ranks as 2 nodes of 2, 1000 floats: fp16 all-gather"
+           " %.0f (formula %.0f), qwZ %.0f (%.0f) = %.2f of fp16's; fp16 reduce-scatter %.0f"
+           " (%.0f), qgZ's all-to-all %.0f (%.0f) = %.2f of fp16's\n", t.inter[0], want[0],
+           t.inter[1], want[1], t.inter[1] / t.inter[0], t.inter[2], want[2], t.inter[3],
+           want[3], t.inter[3] / t.inter[2]);
+    for (int k = 0; k < 4; k++) ck_assert(t.inter[k] == want[k]);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("quant_collectives");
     TCase *tc = tcase_create("collectives");
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, qwz_and_qgz_match_the_reference, 1, 6);
     tcase_add_test(tc, wrong_block_reference_differs);
+    tcase_add_test(tc, bytes_across_nodes);
     suite_add_tcase(s, tc);
     return check_run(s, 0);
 }
