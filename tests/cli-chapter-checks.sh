@@ -417,6 +417,16 @@ if [ -x "$programs"/chapter3 ] && [ -z "$mpi" ]; then   # chapter 3's --sp: part
     expect_error "$programs"/chapter3 "sequence parallelism splits the sequence over the tensor-parallel ranks: it needs --tp 2 or more, not 1" --sp
     expect_error "$programs"/chapter3 "sequence parallelism with TP 4: --ctx 6 does not split into 4 equal parts" --ranks 4 --sp --ctx 6
 fi
+# chapter 12: two tiers of links, the collective matmul's chunks
+chapter12="$programs"/chapter12
+if [ -x "$chapter12" ] && [ -z "$mpi" ]; then
+    expect_error "$chapter12" "--link ib: chapter 12 runs on two tiers of links" --ranks 8 --link ib
+    expect_error "$chapter12" "./run 5: chapter 12 runs 2 nodes of 2 or more ranks" --ranks 5
+    expect_error "$chapter12" "--tp-overlap 100 chunks: a rank holds 16 positions of each sequence" --ranks 8 --tp-overlap 100
+    expect_error "$chapter12" "--ranks-per-node 8 of 8 ranks: chapter 12 needs 2 or more nodes" --ranks 8 --link-intra nvlink --link-inter ib --ranks-per-node 8
+    expect_error "$chapter12" "--steps does nothing with --part layer" --ranks 8 --part layer --steps 3
+    expect_error "$chapter12" "--json does nothing in chapter12" --ranks 8 --json
+fi
 # chapter 9's context-parallel flags (chapters/09-sequence/context.c): sizes that do not
 # split the ranks, the sequence or the heads, a split Ulysses does not take, and the
 # flags in the parts that run no context parallelism

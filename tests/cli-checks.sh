@@ -41,6 +41,10 @@ for program in "${every_program[@]}"; do
     expect_training_error "$program" "--comm-timeout 1e19: must be at most 604800" --comm-timeout 1e19
     expect_training_error "$program" "--link-scale 1e6: must be at most 10000" --comm-timeout 5 --link ethernet --link-scale 1e6
     expect_error "$program" "--ranks 5000: must be at most 4096" --ranks 5000 --batch 5000
+    # the two-tier network: all three flags or none, never with --link, nodes filled
+    expect_training_error "$program" "--link-inter missing: a two-tier network takes" --link-intra nvlink
+    expect_training_error "$program" "--link ib: one link for every transfer" --link-intra nvlink --link ib --link-inter ib --ranks-per-node 1
+    expect_training_error "$program" "--link-intra none: a tier needs a link" --link-intra none --link-inter ib --ranks-per-node 1
     # sizes whose products overflow
     expect_error "$program" "--dim 1000000000: at most 536870911" --dim 1000000000 --vocab 1000000000
     expect_error "$program" "attention scores a sequence overflow" --ctx 1000000000

@@ -108,7 +108,8 @@ static byte_counts counted_bytes(comm *c, const comm_stats *before) {
  * its real copies instead, so without the twin a threads-only run never reaches it. */
 static byte_counts modelled_bytes(comm *c, const comm_call *call) {
     static const comm_backend modelled = {.name = "modelled", .bytes_modelled = 1};
-    comm twin = {.backend = &modelled, .rank = comm_rank(c), .size = comm_size(c)};
+    comm twin = {.backend = &modelled, .job = c->job, .rs = c->rs, .rank = comm_rank(c),
+                 .size = comm_size(c), .world_ranks = c->world_ranks};   /* its tiers: c's */
     comm_count_modelled(&twin, call);
     comm_stats none = {0};
     return counted_bytes(&twin, &none);

@@ -1,4 +1,5 @@
 #include "cli.h"
+#include "cli_tiers.h"
 #include "fp8_linear.h"
 
 #include "device.h"
@@ -34,7 +35,8 @@ void cli_refuse_in_mode(const char *mode, const char *const *flags, const char *
 const char *const cli_training_flags[] = {
     "steps", "layers", "heads", "dim", "ctx", "batch", "vocab", "seed", "lr", "weight-decay",
     "warmup", "preset", "data", "quiet", "profile", "device", "tf32", "allreduce", "link",
-    "link-scale", "send-mode", "comm-timeout", "trace", "save-every", "grad-dtype", NULL};
+    "link-scale", "send-mode", "comm-timeout", "trace", "save-every", "grad-dtype",
+    "link-intra", "link-inter", "ranks-per-node", NULL};
 
 static int in_list(const char *name, const char *const *list) {
     for (int i = 0; list && list[i]; i++)
@@ -102,6 +104,7 @@ static void check_grad_dtype(const run_config *cfg) {
 
 typedef struct {
     int allreduce, link, device, send_mode, precision, grad_precision, fp8_recipe;
+    int link_intra, link_inter, ranks_per_node;
     double lr, weight_decay, link_scale, timeout;
     const char *seed_text;
 } shared_values;
@@ -296,6 +299,7 @@ static void apply_shared_values(run_config *cfg, const shared_values *sv) {
     cfg->comm.link_scale = sv->link_scale;
     cfg->comm.send_mode = (comm_send_mode)sv->send_mode;
     cfg->comm.timeout_seconds = sv->timeout;
+    cli_take_tiers(cfg, sv->link_intra, sv->link_inter, sv->ranks_per_node);
     take_precision(cfg, sv);
     if (cfg->precision != PRECISION_FP32 && cfg->fp32_only)
         cli_fail("--precision %s: %s", precision_names[sv->precision], cfg->fp32_only);
@@ -333,6 +337,7 @@ static void take_mpi_ranks(run_config *cfg) {
     cfg->comm.ranks = mpi_ranks;
 }
 
+
 /* --max-restarts and the flags ./run gives with it (restart.h): refused in one line, or
  * taken. */
 static void check_restart_flags(run_config *cfg) {
@@ -358,6 +363,14 @@ static void check_fp8_recipe(const run_config *cfg) {
         cli_fail("--fp8-amax-history %d --fp8-margin %d: %s", cfg->fp8_amax_history,
                  cfg->fp8_margin, why);
     fp8_linear_use(&cfg->fp8_recipe);
+}
+
+/* The ranks (mpirun's under Open MPI), and what must fit them: the nodes of a two-tier
+ * network, the FP8 recipe. */
+static void take_ranks(run_config *cfg) {
+    take_mpi_ranks(cfg);
+    cli_check_tiers(cfg);
+    check_fp8_recipe(cfg);
 }
 
 void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
@@ -409,6 +422,9 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
         {"allreduce", OPT_CHOICE, &sv.allreduce, "all-reduce algorithm (threads)", allreduce_names, 0},
         {"link", OPT_CHOICE, &sv.link, "modelled wire between ranks (threads)", link_names(), 0},
         {"link-scale", OPT_FLOAT, &sv.link_scale, "slow every link down by this factor", NULL, 1e-9},
+        {"link-intra", OPT_CHOICE, &sv.link_intra, "two tiers: the wire inside a node (threads)", link_names(), 0},
+        {"link-inter", OPT_CHOICE, &sv.link_inter, "two tiers: the wire between nodes (threads)", link_names(), 0},
+        {"ranks-per-node", OPT_INT, &sv.ranks_per_node, "two tiers: ranks of a node", NULL, 1},
         {"send-mode", OPT_CHOICE, &sv.send_mode, "comm_send: copy and go, or wait for the receiver as NCCL (threads)", send_mode_names, 0},
         {"comm-timeout", OPT_FLOAT, &sv.timeout, "seconds before a stuck collective is reported", NULL, 0.001},
         {"trace", OPT_STRING, &cfg->comm.trace_path, "write a Chrome/Perfetto trace here", NULL, 0},
@@ -438,6 +454,5 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
     cfg->restart.from_run = cli_given("restart-attempt");
     checkpoint_cli_check(cfg);   /* a restart's checks differ (restart_is_retry) */
     check_restart_flags(cfg);
-    take_mpi_ranks(cfg);
-    check_fp8_recipe(cfg);
+    take_ranks(cfg);
 }

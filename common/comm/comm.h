@@ -177,6 +177,11 @@ typedef struct {
      * least: the wire's share by the model, whatever else the machine runs (to the
      * nanosecond a transfer). 0 with no link and on the other backends. */
     double link_seconds;
+    /* ... and per tier (comm_tier below), with the bytes this rank took in (received)
+     * and gave out (sent) across each: every backend, measured copies on threads,
+     * textbook volume between ring neighbours (or to each peer) on the others */
+    double tier_link_seconds[2];
+    uint64_t tier_sent[2], tier_received[2];
 } comm_stats;
 
 /* This rank's totals: for one group, or (comm_stats_all) over every group of the rank. */
@@ -215,6 +220,21 @@ typedef struct {
 } comm_link_figures;
 comm_link_figures comm_link_spec(comm_link link);
 
+/* Two tiers of links (threads backend): with ranks_per_node K > 0, world ranks
+ * [nK, (n+1)K) sit on node n; a transfer between two ranks of one node crosses the
+ * intra-node link (comm_options.link), one between nodes link_inter. K = 0: one tier,
+ * every transfer on `link` and counted as intra-node. Every transfer is timed by the
+ * tier it crosses (alpha + bytes / beta of that tier's comm_link_spec, x link_scale),
+ * and its bytes are counted per tier (comm_stats.tier_*). comm_tiers.c. */
+typedef enum { COMM_TIER_INTRA, COMM_TIER_INTER, COMM_NTIERS } comm_tier;
+typedef struct comm_options comm_options;
+const char *comm_tier_name(comm_tier tier);           /* "intra-node", "inter-node" */
+comm_tier comm_tier_between(const comm_options *o, int world_a, int world_b);
+comm_link comm_tier_link(const comm_options *o, comm_tier tier);
+/* One transfer of `bytes` on a tier: link_scale x (latency + bytes / bandwidth); 0 on
+ * LINK_NONE. The threads backend waits this out; the planners predict with it. */
+double comm_tier_seconds(const comm_options *o, comm_tier tier, size_t bytes);
+
 /* What comm_send waits for on the threads backend (see comm_send). MPI and NCCL keep
  * their own: MPI buffers, NCCL's send is a rendezvous. */
 typedef enum { COMM_SEND_BUFFERED, COMM_SEND_RENDEZVOUS } comm_send_mode;
@@ -225,10 +245,11 @@ typedef enum { COMM_SEND_BUFFERED, COMM_SEND_RENDEZVOUS } comm_send_mode;
 #define COMM_TIMEOUT_MAX_SECONDS (7 * 24 * 3600.0)
 #define LINK_SCALE_MAX 1e4
 
-typedef struct {
+struct comm_options {
     int ranks;                       /* threads backend; MPI takes mpirun's -np */
     comm_allreduce_algo allreduce;   /* threads backend */
-    comm_link link;                  /* threads backend: modelled wire */
+    comm_link link;                  /* threads backend: modelled wire (two tiers: the
+                                        link inside a node) */
     double link_scale;               /* 1 = as the link is; 10 = ten times slower */
     double timeout_seconds;          /* every blocking wait (<= 0: the default) */
     const char *trace_path;          /* NULL: no trace */
@@ -239,7 +260,9 @@ typedef struct {
                                         GPUs enough, else sharing GPUs (threads) */
     int tf32;                        /* CUDA: let cuBLAS use TF32 tensor cores */
     comm_send_mode send_mode;        /* threads backend: buffered (0) or rendezvous */
-} comm_options;
+    comm_link link_inter;            /* two tiers: the link between nodes (above) */
+    int ranks_per_node;              /* two tiers: ranks of a node; 0: one tier */
+};
 
 /* Defaults: 1 rank, ring, no link model, scale 1, 60 s timeout, no trace, buffered
  * sends. */

@@ -9,18 +9,45 @@
 #include <string.h>
 
 /* ---- accounting ---------------------------------------------------------------------- */
-void comm_count(comm *copier, comm *owner, int kind, uint64_t bytes) {
+void comm_count(comm *copier, comm *owner, int kind, comm_tier tier, uint64_t bytes) {
     if (kind < 0 || kind >= COMM_NKINDS) return;
-    if (copier) atomic_fetch_add_explicit(&copier->counters.received[kind], bytes,
-                                          memory_order_relaxed);
-    if (owner) atomic_fetch_add_explicit(&owner->counters.sent[kind], bytes,
-                                         memory_order_relaxed);
+    if (copier) {
+        atomic_fetch_add_explicit(&copier->counters.received[kind], bytes, memory_order_relaxed);
+        atomic_fetch_add_explicit(&copier->counters.tier_received[tier], bytes,
+                                  memory_order_relaxed);
+    }
+    if (owner) {
+        atomic_fetch_add_explicit(&owner->counters.sent[kind], bytes, memory_order_relaxed);
+        atomic_fetch_add_explicit(&owner->counters.tier_sent[tier], bytes, memory_order_relaxed);
+    }
 }
 
 /* A transfer's time on the modelled link, which the rank waits out (threads backend). */
-void comm_count_link(comm *c, double seconds) {
-    atomic_fetch_add_explicit(&c->counters.link_nanoseconds, (uint64_t)llround(seconds * 1e9),
-                              memory_order_relaxed);
+void comm_count_link(comm *c, comm_tier tier, double seconds) {
+    atomic_fetch_add_explicit(&c->counters.link_nanoseconds[tier],
+                              (uint64_t)llround(seconds * 1e9), memory_order_relaxed);
+}
+
+/* The modelled backends' tier bytes: a ring receives from its left neighbour and sends
+ * to its right; a chain likewise; all-to-all goes straight to each peer. */
+static void count_modelled_tiers(comm *c, const comm_call *call, uint64_t sent,
+                                 uint64_t received) {
+    comm_counters *k = &c->counters;
+    if (call->kind == COMM_KIND_ALLTOALL) {
+        const size_t es = comm_dtype_size(call->dt);
+        for (int j = 0; j < c->size; j++) {
+            if (j == c->rank) continue;
+            size_t off;
+            const comm_tier t = comm_tier_to(c, j);
+            atomic_fetch_add(&k->tier_sent[t], comm_alltoall_block(call, 0, j, &off) * es);
+            atomic_fetch_add(&k->tier_received[t], comm_alltoall_block(call, 1, j, &off) * es);
+        }
+        return;
+    }
+    int from = (c->rank - 1 + c->size) % c->size, to = (c->rank + 1) % c->size;
+    if (call->kind == COMM_KIND_SENDRECV) from = to = call->root;
+    atomic_fetch_add(&k->tier_sent[comm_tier_to(c, to)], sent);
+    atomic_fetch_add(&k->tier_received[comm_tier_to(c, from)], received);
 }
 
 /* The textbook volume a rank moves (MPI, NCCL): rings for all-reduce, reduce-scatter
@@ -55,6 +82,7 @@ void comm_count_modelled(comm *c, const comm_call *call) {
     }
     atomic_fetch_add(&c->counters.sent[call->kind], sent);
     atomic_fetch_add(&c->counters.received[call->kind], received);
+    count_modelled_tiers(c, call, sent, received);
 }
 
 static void add_stats(comm_stats *s, const comm *c) {
@@ -67,7 +95,13 @@ static void add_stats(comm_stats *s, const comm *c) {
     }
     s->async_seconds += k->async_seconds;
     s->hidden_seconds += k->hidden_seconds;
-    s->link_seconds += 1e-9 * (double)atomic_load(&k->link_nanoseconds);
+    for (int t = 0; t < COMM_NTIERS; t++) {
+        const double seconds = 1e-9 * (double)atomic_load(&k->link_nanoseconds[t]);
+        s->link_seconds += seconds;
+        s->tier_link_seconds[t] += seconds;
+        s->tier_sent[t] += atomic_load(&k->tier_sent[t]);
+        s->tier_received[t] += atomic_load(&k->tier_received[t]);
+    }
 }
 
 comm_stats comm_stats_get(const comm *c) {
@@ -92,7 +126,11 @@ void comm_stats_reset(comm *c) {
             atomic_store(&k->received[i], 0);
         }
         k->async_seconds = k->hidden_seconds = 0;
-        atomic_store(&k->link_nanoseconds, 0);
+        for (int t = 0; t < COMM_NTIERS; t++) {
+            atomic_store(&k->link_nanoseconds[t], 0);
+            atomic_store(&k->tier_sent[t], 0);
+            atomic_store(&k->tier_received[t], 0);
+        }
     }
 }
 

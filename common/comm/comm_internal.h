@@ -123,7 +123,8 @@ typedef struct {
     double async_seconds, hidden_seconds;
     /* the modelled link's time of what this rank took in, in whole nanoseconds: added by
      * the rank's thread or its comm worker, read by the rank */
-    _Atomic uint64_t link_nanoseconds;
+    _Atomic uint64_t link_nanoseconds[COMM_NTIERS];
+    _Atomic uint64_t tier_sent[COMM_NTIERS], tier_received[COMM_NTIERS];
 } comm_counters;
 
 struct comm {
@@ -195,16 +196,19 @@ comm *comm_create(comm_job *job, comm_rank_state *rs, const comm_backend *backen
                   int rank, int size, const int *world_ranks, const char *name);
 
 /* ---- what backends call ------------------------------------------------------------ */
-/* Bytes that really moved: copier received them, owner (may be NULL) sent them. */
-void comm_count(comm *copier, comm *owner, int kind, uint64_t bytes);
-/* Modelled link: how long `bytes` take on the job's link (0 for LINK_NONE). */
-double comm_link_seconds(const comm_job *job, size_t bytes);
+/* Bytes that really moved: copier received them, owner (may be NULL) sent them, across
+ * `tier`. */
+void comm_count(comm *copier, comm *owner, int kind, comm_tier tier, uint64_t bytes);
+/* The tier between this rank and group rank `peer` of c. */
+comm_tier comm_tier_to(const comm *c, int peer);
+/* Modelled link: how long `bytes` take on a tier of the job's links (0 for LINK_NONE). */
+double comm_link_seconds(const comm_job *job, comm_tier tier, size_t bytes);
 
 /* Records a call in the rank's flight recorder; returns its id for comm_flight_set. */
 uint64_t comm_flight_begin(comm *c, const comm_call *call, int state);
 void comm_flight_set(comm *c, uint64_t id, int state);
-/* Counts a transfer's time on the modelled link into c's link_seconds. */
-void comm_count_link(comm *c, double seconds);
+/* Counts a transfer's time on the modelled link of a tier into c's link_seconds. */
+void comm_count_link(comm *c, comm_tier tier, double seconds);
 /* Counts a call's textbook volume on backends whose bytes are modelled (else nothing). */
 void comm_count_modelled(comm *c, const comm_call *call);
 

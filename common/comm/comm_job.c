@@ -94,12 +94,6 @@ comm_link_figures comm_link_spec(comm_link link) {
     return (link > LINK_NONE && link <= LINK_ETHERNET) ? links[link] : links[LINK_NONE];
 }
 
-double comm_link_seconds(const comm_job *job, size_t bytes) {
-    const comm_link_figures link = comm_link_spec(job->opts.link);
-    if (link.bandwidth <= 0) return 0;
-    return job->opts.link_scale * (link.latency + (double)bytes / link.bandwidth);
-}
-
 void comm_free(comm *c) {
     if (c) comm_destroy(c);
 }

@@ -39,7 +39,7 @@ void threads_send(comm *c, const comm_call *call) {
     size_t bytes = call->count * comm_dtype_size(call->dt);
     if (comm_job_stopping(c->job)) comm_leave_thread();
     /* before the message exists: a link slower than the timeout stops the rank here */
-    const double arrival = comm_now() + threads_link_seconds(c, call, bytes);
+    const double arrival = comm_now() + threads_link_seconds(c, call, call->root, bytes);
     /* Plain malloc: the receiver (or, rendezvous, the last of the two) frees it, and the
      * memory accounting is per rank. */
     message *msg = malloc(sizeof *msg + bytes);
@@ -57,7 +57,7 @@ void threads_send(comm *c, const comm_call *call) {
     *link = msg;
     pthread_cond_broadcast(&box->arrived);
     pthread_mutex_unlock(&box->lock);
-    comm_count(NULL, c, COMM_KIND_SENDRECV, bytes);
+    comm_count(NULL, c, COMM_KIND_SENDRECV, comm_tier_to(c, call->root), bytes);
     if (rendezvous) wait_taken(c, call, box, msg);
 }
 
@@ -93,15 +93,16 @@ void threads_recv(comm *c, const comm_call *call) {
     }
     threads_compute_done(c);   /* queued compute may still read the old contents */
     if (bytes) threads_move_bytes(c, call->recv, msg->data, bytes, 0);
-    comm_count(c, NULL, COMM_KIND_SENDRECV, bytes);
-    comm_count_link(c, comm_link_seconds(c->job, bytes));
+    const comm_tier tier = comm_tier_to(c, call->root);
+    comm_count(c, NULL, COMM_KIND_SENDRECV, tier, bytes);
+    comm_count_link(c, tier, comm_link_seconds(c->job, tier, bytes));
     if (!msg->rendezvous) {
         threads_sleep_until(msg->arrival);
         message_release(msg);
         return;
     }
     /* Rendezvous: the bytes start moving once both ranks are here; both finish then. */
-    double link = comm_link_seconds(c->job, bytes), sent_at = msg->arrival - link;
+    double link = comm_link_seconds(c->job, tier, bytes), sent_at = msg->arrival - link;
     threads_sleep_until((start > sent_at ? start : sent_at) + link);
     pthread_mutex_lock(&box->lock);
     msg->taken = 1;

@@ -94,8 +94,8 @@ void threads_sleep_until(double t) {
 
 /* The modelled time of one transfer; longer than the timeout, it would only look like
  * a hang (every rank asleep on the wire, none waiting long enough to report). */
-double threads_link_seconds(comm *c, const comm_call *call, size_t bytes) {
-    const double seconds = comm_link_seconds(c->job, bytes);
+double threads_link_seconds(comm *c, const comm_call *call, int peer, size_t bytes) {
+    const double seconds = comm_link_seconds(c->job, comm_tier_to(c, peer), bytes);
     if (seconds > c->job->opts.timeout_seconds) comm_fail_slow_link(c, call, bytes, seconds);
     return seconds;
 }
@@ -197,10 +197,11 @@ void threads_pull(comm *c, int peer, void *dst, const void *own, const void *the
     if (own) comm_reduce_buffers(dst, own, theirs, count, (comm_dtype)call->dt,
                                  (comm_op)call->op);
     else if (bytes) memcpy(dst, theirs, bytes);
-    comm_count(c, member_of(c, peer)->owner, call->kind, bytes);
-    if (c->job->opts.link != LINK_NONE) {
-        const double link = threads_link_seconds(c, call, bytes);
-        comm_count_link(c, link);
+    const comm_tier tier = comm_tier_to(c, peer);
+    comm_count(c, member_of(c, peer)->owner, call->kind, tier, bytes);
+    if (comm_tier_link(&c->job->opts, tier) != LINK_NONE) {
+        const double link = threads_link_seconds(c, call, peer, bytes);
+        comm_count_link(c, tier, link);
         threads_sleep_until(t0 + link);
     }
 }

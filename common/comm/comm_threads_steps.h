@@ -99,7 +99,7 @@ void threads_timed_wait(pthread_cond_t *cond, pthread_mutex_t *lock, double seco
 /* Holds the copier until comm_now() reaches t: the transfer on the modelled link. */
 void threads_sleep_until(double t);
 /* The modelled time of one transfer, refused when it is longer than the timeout. */
-double threads_link_seconds(comm *c, const comm_call *call, size_t bytes);
+double threads_link_seconds(comm *c, const comm_call *call, int peer, size_t bytes);
 
 /* ---- what the algorithms use ------------------------------------------------------- */
 void threads_move_bytes(comm *c, void *dst, const void *src, size_t bytes, int may_overlap);

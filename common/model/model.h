@@ -177,6 +177,9 @@ typedef struct {
      * stream hold T/tp positions of each sequence. A whole model (one stage), T a
      * multiple of tp; sp_copy_not_reduce: negative control. */
     int sequence_parallel, sp_copy_not_reduce;
+    /* With sequence parallelism: forward's all-gathers and reduce-scatters as collective
+     * matmuls in this many chunks (tp_overlap.h; 0: off), and its negative control. */
+    int tp_overlap_chunks, tp_overlap_control;
     const gpt_mlp_hook *mlp;      /* replaces some blocks' MLP (NULL: none) */
     const gpt_attention_hook *attention;   /* replaces the attention core (NULL: none) */
     /* The positions of its sequence each of the T rows is (a CP rank's span: one or two

@@ -5,6 +5,7 @@
 
 #include "alloc.h"
 #include "model_internal.h"
+#include "tp_overlap.h"
 #include "ops.h"
 
 size_t model_rows_held(const gpt_model *m) {
@@ -116,6 +117,11 @@ const char *gpt_model_options_check(const gpt_shape *s, int T, const gpt_model_o
     if (o->positions && position_span_rows(o->positions) != T)
         return snprintf(why, why_len, "the rows' positions (a span of %d) must be the"
                         " model's T %d", position_span_rows(o->positions), T), why;
+    if (o->tp_overlap_chunks && !o->sequence_parallel)
+        return snprintf(why, why_len, "TP's collective matmuls overlap sequence"
+                        " parallelism's collectives: they need it"), why;
+    if (o->tp_overlap_chunks)
+        return tp_overlap_check(o->tp_overlap_chunks, T, s->tp_size, why, why_len);
     return NULL;
 }
 
@@ -142,6 +148,8 @@ gpt_model *gpt_model_create(const gpt_shape *s, int B, int T,
         m->sp = tp_sequence_create(s, m->opts.tp, m->p, B, T, m->opts.sp_copy_not_reduce);
     if (s->vocab_parallel && s->has_head && m->p != PRECISION_FP32)
         m->logits32 = mem_alloc(MEM_ACTIVATIONS, N * (size_t)s->vocab_local * sizeof(float));
+    if (m->sp && m->opts.tp_overlap_chunks > 0)
+        tp_sequence_set_overlap(m->sp, m->opts.tp_overlap_chunks, m->opts.tp_overlap_control);
     if (m->opts.recompute_attention) m->att_again = model_alloc_acts(m, N * T * s->heads_local);
     gpt_use_slot(m, 0);
     if (m->opts.checkpoint_activations) {

@@ -14,6 +14,7 @@
 #include "ops.h"
 #include "ops_mixed.h"
 #include "tp_linear.h"
+#include "tp_overlap.h"
 
 struct tp_sequence {
     comm *tp;
@@ -24,7 +25,18 @@ struct tp_sequence {
     void *gathered;   /* [B, T, C]: a column-parallel layer's gathered input */
     void *partial;    /* [B, T, C]: partial sums, or a gathered output gradient */
     float *grad_part; /* [2 C]: a LayerNorm's weight and bias gradients on my rows */
+    tp_overlap overlap;   /* chunks > 0: forward's edges as collective matmuls */
 };
+
+tp_overlap *tp_sequence_overlap(tp_sequence *sp) { return &sp->overlap; }
+
+void tp_sequence_set_overlap(tp_sequence *sp, int chunks, int control) {
+    sp->overlap = (tp_overlap){.tp = sp->tp, .p = sp->p, .t = sp->t, .rank = sp->rank,
+                               .B = sp->B, .T = sp->T, .C = sp->C, .gathered = sp->gathered,
+                               .partial = sp->partial, .chunks = chunks,
+                               .control = (tp_overlap_control)control,
+                               .model_flops = sp->overlap.model_flops};
+}
 
 tp_sequence *tp_sequence_create(const gpt_shape *s, comm *tp, precision p, int B, int T,
                                 int copy_not_reduce) {
@@ -125,6 +137,11 @@ void tp_sequence_column_forward(tp_sequence *sp, precision p, void *out_local,
                                 const void *inp_rows, const void *w_local,
                                 const void *b_local, int N, int IC, int OC_local) {
     const void *inp = inp_rows;
+    if (sp && sp->overlap.chunks > 0 && IC == sp->C) {   /* g as a collective matmul */
+        tp_overlap_column_forward(&sp->overlap, out_local, inp_rows, w_local, b_local, IC,
+                                  OC_local);
+        return;
+    }
     if (sp) {   /* g: every position of the sequence, for my output columns */
         tp_sequence_all_gather(sp, sp->gathered, inp_rows);
         inp = sp->gathered;
@@ -154,6 +171,10 @@ void tp_sequence_row_forward(tp_sequence *sp, comm *tp, precision p, void *out_r
                              int N, int IC_local, int OC) {
     if (!sp) {
         row_parallel_forward(tp, p, out_rows, inp_local, w_local, bias, N, IC_local, OC);
+        return;
+    }
+    if (sp->overlap.chunks > 0 && OC == sp->C && !sp->copy_not_reduce) {
+        tp_overlap_row_forward(&sp->overlap, out_rows, inp_local, w_local, bias, IC_local, OC);
         return;
     }
     /* my partial product of every position, the bias in rank 0's (counted once) */

@@ -37,6 +37,12 @@ typedef struct tp_sequence tp_sequence;
 tp_sequence *tp_sequence_create(const gpt_shape *s, comm *tp, precision p, int B, int T,
                                 int copy_not_reduce);
 void tp_sequence_free(tp_sequence *sp);
+/* Forward's g before a column-parallel linear and g-bar after a row-parallel one as
+ * collective matmuls in `chunks` chunks (tp_overlap.h; control: its negative controls);
+ * chunks 0: as above. */
+void tp_sequence_set_overlap(tp_sequence *sp, int chunks, int control);
+/* The collective matmuls' settings, for a caller that sets their compute model. */
+struct tp_overlap *tp_sequence_overlap(tp_sequence *sp);
 /* Rows (tokens) a rank holds in the sequence-parallel region: B T / t, or N without SP
  * (sp NULL). First position of this rank's part of each sequence, and its length. */
 int tp_sequence_rows(const tp_sequence *sp, int N);

@@ -259,6 +259,9 @@ static void tp_measure(const tp_rank *r, int timed_steps, tp_extra *x) {
     comm_stats tp_stats = comm_stats_get(r->m->tp);
     comm_stats dp_stats = grad_buckets_stats(r->buckets);
     x->allreduces_per_step = (double)tp_stats.calls[COMM_KIND_ALLREDUCE] / timed_steps;
+    x->gathers_per_step = (double)(tp_stats.calls[COMM_KIND_ALLGATHER] +
+                                   tp_stats.calls[COMM_KIND_REDUCE_SCATTER]) / timed_steps;
+    x->dp_allreduces_per_step = (double)dp_stats.calls[COMM_KIND_ALLREDUCE] / timed_steps;
     x->bytes_tp_per_step = (double)comm_stats_total_sent(&tp_stats) / timed_steps;
     x->tp_allreduce_bytes = (double)tp_stats.bytes_sent[COMM_KIND_ALLREDUCE] / timed_steps;
     x->tp_reduce_scatter_bytes =
@@ -290,6 +293,8 @@ static void tp_rank_init(tp_rank *r, const tp_options *opts) {
                                     .drop_f_backward = o->drop_f_backward,
                                     .sequence_parallel = o->sequence_parallel,
                                     .sp_copy_not_reduce = o->sp_copy_not_reduce,
+                                    .tp_overlap_chunks = o->tp_overlap_chunks,
+                                    .tp_overlap_control = o->tp_overlap_control,
                                     .recompute_attention = o->recompute_attention,
                                     .checkpoint_activations = o->checkpoint_activations};
     r->model = gpt_model_create(&r->shape, r->B, r->cfg->model.ctx, &model_opts);

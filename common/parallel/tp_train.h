@@ -28,6 +28,8 @@ typedef struct {
     int vocab_local, vocab_padding;   /* vocabulary rows per rank, zero rows added */
     size_t params_per_rank;           /* elements this rank holds */
     double allreduces_per_step;       /* measured on the tp group, timed steps */
+    double gathers_per_step;          /* ... all-gathers and reduce-scatters (SP) */
+    double dp_allreduces_per_step;    /* the dp group's, measured */
     double bytes_tp_per_step, bytes_dp_per_step;   /* per rank, measured */
     double replica_drift;             /* largest difference between TP ranks' copies of
                                          the replicated tensors */
@@ -41,6 +43,8 @@ typedef struct {
     int drop_f_backward;   /* negative control: f's backward all-reduce left out */
     int sequence_parallel;    /* Megatron SP (tp_sequence.h) */
     int sp_copy_not_reduce;   /* negative control: SP's reduce-scatters left out */
+    int tp_overlap_chunks;    /* with SP: collective matmuls in this many chunks (0: off) */
+    int tp_overlap_control;   /* tp_overlap.h's negative controls */
     int recompute_attention;  /* selective recomputation */
     int checkpoint_activations;   /* full recomputation: block inputs kept alone */
     int grads_over_tp;        /* negative control: dp's gradient all-reduce run over the

@@ -175,7 +175,7 @@ void report_json(const run_config *cfg, const char *chapter, int world,
 }
 
 /* The measurements that are maximised over ranks, packed as doubles. */
-enum { M_SECONDS, M_COMM, M_COMM_LEAST, M_HIDDEN, M_BYTES, M_PEAK0,
+enum { M_SECONDS, M_COMM, M_COMM_LEAST, M_HIDDEN, M_BYTES, M_INTRA, M_INTER, M_PEAK0,
        M_COUNT = M_PEAK0 + MEM_NTAGS + 1 };
 
 void run_result_take_max(comm *group, run_result *r) {
@@ -185,6 +185,8 @@ void run_result_take_max(comm *group, run_result *r) {
     mine[M_COMM_LEAST] = -r->comm_seconds;   /* the largest of minus: the least */
     mine[M_HIDDEN] = r->hidden_seconds;
     mine[M_BYTES] = r->bytes_sent_per_step;
+    mine[M_INTRA] = r->tier_bytes_per_step[COMM_TIER_INTRA];
+    mine[M_INTER] = r->tier_bytes_per_step[COMM_TIER_INTER];
     for (int t = 0; t < MEM_NTAGS; t++) mine[M_PEAK0 + t] = (double)r->memory.peak[t];
     mine[M_PEAK0 + MEM_NTAGS] = (double)r->memory.peak_total;
     comm_allreduce(group, mine, M_COUNT, COMM_F64, COMM_MAX);
@@ -193,6 +195,8 @@ void run_result_take_max(comm *group, run_result *r) {
     r->comm_seconds_least = -mine[M_COMM_LEAST];
     r->hidden_seconds = mine[M_HIDDEN];
     r->bytes_sent_per_step = mine[M_BYTES];
+    r->tier_bytes_per_step[COMM_TIER_INTRA] = mine[M_INTRA];
+    r->tier_bytes_per_step[COMM_TIER_INTER] = mine[M_INTER];
     for (int t = 0; t < MEM_NTAGS; t++) r->memory.peak[t] = (size_t)mine[M_PEAK0 + t];
     r->memory.peak_total = (size_t)mine[M_PEAK0 + MEM_NTAGS];
 }

@@ -22,6 +22,8 @@ typedef struct {
                                        computing); 0 until run_result_take_max */
     double hidden_seconds;          /* per rank, async communication under compute */
     double bytes_sent_per_step;     /* per rank */
+    double tier_bytes_per_step[2];  /* ... of them sent inside a node, between nodes
+                                       (comm_tier; the largest rank's each) */
     double bytes_formula;           /* the textbook value for the same; < 0: none */
     mem_stats memory;               /* largest rank */
     double sgemm_floor_seconds;     /* --profile: per step, cblas_sgemm alone at the

@@ -24,6 +24,7 @@ static comm_stats stats_minus(comm_stats a, const comm_stats *b) {
     }
     a.async_seconds -= b->async_seconds;
     a.hidden_seconds -= b->hidden_seconds;
+    for (int t = 0; t < COMM_NTIERS; t++) a.tier_sent[t] -= b->tier_sent[t];
     return a;
 }
 
@@ -35,6 +36,9 @@ static void fill_comm(run_result *r, comm *world, comm *metrics) {
     r->hidden_seconds = s.hidden_seconds;
     r->bytes_sent_per_step =
         r->timed_steps > 0 ? (double)comm_stats_total_sent(&s) / r->timed_steps : 0;
+    for (int t = 0; t < COMM_NTIERS; t++)
+        r->tier_bytes_per_step[t] =
+            r->timed_steps > 0 ? (double)s.tier_sent[t] / r->timed_steps : 0;
 }
 
 /* The lowest rank of `metrics` whose own share of the loss is not finite (the global

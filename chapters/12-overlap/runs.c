@@ -1,0 +1,186 @@
+/* Whole training runs on two tiers: TP + SP (tp = one node, dp across the nodes) with
+ * and without the collective matmul, FSDP (ZeRO-3) across the nodes and inside one.
+ * Each is compared with the single-device baseline, and next to its predictions:
+ *   bytes per tier, largest rank: TP's collectives stay inside a node, the data-parallel
+ *     all-reduce crosses (tp_sequence_bytes_formula without and with the dp term); a
+ *     ring of FSDP over both nodes carries every rank's bytes on some link of each tier
+ *     (its largest rank sends all on one); FSDP inside a node sends nothing across.
+ *   wire time: alpha-beta of those bytes on their tiers plus alpha per ring step of the
+ *     calls measured (the tier the group's ring crosses), nothing hidden;
+ *   tokens/s: the same run with no link model (the compute, measured) + the wire; the
+ *     overlapped row less the hidden share of forward's SP collectives, (n-1)/n of them
+ *     (exposed.c's formula). (No HSDP row: this mesh trainer does not reduce across
+ *     shard groups yet; FSDP inside one node is what HSDP's shard group would run.) */
+#include "overlap.h"
+
+#include <math.h>
+#include <stdio.h>
+
+#include "compare.h"
+#include "tp_train.h"
+#include "zero_train.h"
+
+static const char *const row_names[ROWS] = {"TP + SP", "TP + SP, overlap", "FSDP 2 nodes",
+                                            "FSDP 1 node"};
+
+typedef struct {
+    strategy_outcome o;
+    tp_extra x;
+} row_run;
+
+/* Row `row` on cfg (its tiers, or none): into rr, compared with b when given. */
+static int run_row(const run_config *cfg, const dataset *data, int row, int chunks,
+                   row_run *rr) {
+    *rr = (row_run){0};
+    rr->o.extra = row <= ROW_TP_OVERLAP ? &rr->x : NULL;
+    if (row <= ROW_TP_OVERLAP) {
+        const tp_options opts = {.sequence_parallel = 1,
+                                 .tp_overlap_chunks = row == ROW_TP_OVERLAP ? chunks : 0};
+        return tp_launch(cfg, data, cfg->comm.ranks_per_node, &opts, &rr->o);
+    }
+    return zero_launch(cfg, data, &(zero_options){.stage = 3}, &rr->o);
+}
+
+static run_config row_config(const run_config *cfg, int row, int with_links) {
+    run_config c = *cfg;
+    c.quiet = 1;
+    c.comm.trace_path = NULL;
+    if (row == ROW_FSDP_NODE) c.comm.ranks = cfg->comm.ranks_per_node;
+    if (!with_links) c.comm.link = c.comm.link_inter = LINK_NONE;
+    return c;
+}
+
+/* Calls per step x ring steps x alpha: a TP group's inside a node, the others on the
+ * tier their ring crosses. */
+static double latency_seconds(const run_config *c, int row, const row_run *rr) {
+    const comm_options *o = &c->comm;
+    const int n = c->comm.ranks, t = o->ranks_per_node, d = n / t;
+    const double *calls = rr->o.comm_calls;
+    const double a_in = comm_tier_seconds(o, COMM_TIER_INTRA, 0);
+    const double a_out = comm_tier_seconds(o, COMM_TIER_INTER, 0);
+    if (row == ROW_FSDP || row == ROW_FSDP_NODE) {
+        const double a = row == ROW_FSDP && d > 1 ? a_out : a_in;
+        return a * (n - 1) * (2 * calls[COMM_KIND_ALLREDUCE] + calls[COMM_KIND_ALLGATHER] +
+                              calls[COMM_KIND_REDUCE_SCATTER]);
+    }
+    const tp_extra *x = &rr->x;
+    return a_in * (t - 1) * (2 * x->allreduces_per_step + x->gathers_per_step) +
+           a_out * 2 * (d - 1) * x->dp_allreduces_per_step;
+}
+
+/* Bytes per tier per step of the largest rank, by the formulas above. */
+static void tier_formula(const run_config *c, int row, const row_run *rr, double out[2]) {
+    const int n = c->comm.ranks, t = c->comm.ranks_per_node, d = n / t;
+    if (row >= ROW_FSDP) {
+        out[COMM_TIER_INTRA] = rr->o.result.bytes_formula;
+        out[COMM_TIER_INTER] = row == ROW_FSDP && d > 1 ? rr->o.result.bytes_formula : 0;
+        return;
+    }
+    const int B = c->batch / d;
+    out[COMM_TIER_INTRA] = tp_sequence_bytes_formula(&c->model, c->precision, B, c->model.ctx,
+                                                     t, 1, 0);
+    out[COMM_TIER_INTER] = tp_sequence_bytes_formula(&c->model, c->precision, B, c->model.ctx,
+                                                     t, d, rr->x.params_per_rank) -
+                           out[COMM_TIER_INTRA];
+}
+
+/* The wire's alpha-beta seconds per step for the row, nothing hidden. */
+static double wire_seconds(const run_config *c, int row, const row_run *rr,
+                           const double bytes[2]) {
+    const comm_options *o = &c->comm;
+    const double beta_in = comm_link_spec(o->link).bandwidth / o->link_scale;
+    const double beta_out = comm_link_spec(o->link_inter).bandwidth / o->link_scale;
+    const double bandwidth = row == ROW_FSDP ? bytes[COMM_TIER_INTER] / beta_out
+                             : bytes[COMM_TIER_INTRA] / beta_in + bytes[COMM_TIER_INTER] / beta_out;
+    return bandwidth + latency_seconds(c, row, rr);
+}
+
+/* Forward's SP collectives of one step that the collective matmul hides: (n-1)/n of
+ * each layer's four, by exposed.c's formula. */
+static double hidden_seconds(const run_config *c, int chunks) {
+    const int t = c->comm.ranks_per_node;
+    const exposed_setup s = {.t = t, .chunks = chunks, .B = c->batch / (c->comm.ranks / t),
+                             .T = c->model.ctx, .C = c->model.dim, .p = c->precision,
+                             .comm = c->comm};
+    return c->model.layers * (exposed_formula_seconds(&s, 1) - exposed_formula_seconds(&s, chunks));
+}
+
+static void fill_row(const run_config *c, int row, int chunks, const row_run *rr,
+                     double reference_ms, const baseline_run *b, tier_row *out) {
+    const run_result *r = &rr->o.result;
+    *out = (tier_row){.name = row_names[row], .ranks = c->comm.ranks,
+                      .tokens_per_s = run_tokens_per_second(r), .reference_ms = reference_ms};
+    out->exposed_ms = r->timed_steps > 0 ? 1e3 * r->comm_seconds / r->timed_steps : 0;
+    for (int t = 0; t < COMM_NTIERS; t++) out->tier_bytes[t] = r->tier_bytes_per_step[t];
+    tier_formula(c, row, rr, out->tier_formula);
+    double wire = wire_seconds(c, row, rr, out->tier_formula);
+    out->wire_ms = 1e3 * wire;
+    if (row == ROW_TP_OVERLAP) wire -= hidden_seconds(c, chunks);
+    out->predicted_tokens_per_s = r->tokens_per_step / (1e-3 * reference_ms + wire);
+    if (!b) return;
+    const int tp = row <= ROW_TP_OVERLAP ? c->comm.ranks_per_node : 1;
+    const run_tolerances tol = row <= ROW_TP_OVERLAP ? tp_run_tolerances(c, tp, b)
+                                                      : tolerances_for(c);
+    run_result cmp = *r;
+    compare_to_baseline(&cmp, b, rr->o.loss, rr->o.first_grads, rr->o.final_params);
+    out->worst = run_worst_fraction_of_tolerance(&cmp, tol.grads, tol.loss, tol.params);
+}
+
+int tier_table_run(const run_config *cfg, const dataset *data, int chunks, comm_link inter,
+                   tier_table *out) {
+    *out = (tier_table){.inter = inter};
+    run_config linked = *cfg;
+    linked.comm.link_inter = inter;
+    baseline_run *b = NULL;
+    if (process_hosts_rank0()) {
+        run_config quiet = row_config(cfg, ROW_TP, 0);
+        quiet.comm.ranks = 1;
+        b = baseline_reference(&quiet, data);
+    }
+    int status = 0;
+    for (int row = 0; row < ROWS && !status; row++) {
+        row_run ref, run;
+        const run_config bare = row_config(&linked, row, 0), wired = row_config(&linked, row, 1);
+        status = run_row(&bare, data, row, chunks, &ref);
+        const double reference_ms = run_ms_per_step(&ref.o.result);
+        strategy_outcome_free(&ref.o);
+        if (!status) status = run_row(&wired, data, row, chunks, &run);
+        if (!status) fill_row(&wired, row, chunks, &run, reference_ms, b, &out->rows[row]);
+        if (!status) strategy_outcome_free(&run.o);
+    }
+    baseline_free(b);
+    return status;
+}
+
+void tier_table_print(const run_config *cfg, const tier_table *t) {
+    char in[32], out[32], fin[32], fout[32];
+    printf("\n%s inside a node, %s between nodes (x %g), %d ranks as nodes of %d:\n",
+           comm_link_spec(cfg->comm.link).title, comm_link_spec(t->inter).title,
+           cfg->comm.link_scale, cfg->comm.ranks, cfg->comm.ranks_per_node);
+    printf("  %-17s %5s %10s %10s %10s %10s %21s %21s %6s\n", "run", "ranks", "tok/s",
+           "predicted", "exposed ms", "wire ms", "intra B/step (formula)",
+           "inter B/step (formula)", "tol");
+    for (int i = 0; i < ROWS; i++) {
+        const tier_row *r = &t->rows[i];
+        printf("  %-17s %5d %10.0f %10.0f %10.2f %10.2f %10s (%8s) %10s (%8s) %6.2f\n",
+               r->name, r->ranks, r->tokens_per_s, r->predicted_tokens_per_s, r->exposed_ms,
+               r->wire_ms, report_bytes(r->tier_bytes[COMM_TIER_INTRA], in),
+               report_bytes(r->tier_formula[COMM_TIER_INTRA], fin),
+               report_bytes(r->tier_bytes[COMM_TIER_INTER], out),
+               report_bytes(r->tier_formula[COMM_TIER_INTER], fout), r->worst);
+    }
+}
+
+static int near(double measured, double formula) {
+    return formula == 0 ? measured == 0 : fabs(measured / formula - 1) <= 1e-3;
+}
+
+int tier_table_passed(const tier_table *t) {
+    int ok = 1;
+    for (int i = 0; i < ROWS; i++) {
+        const tier_row *r = &t->rows[i];
+        ok &= r->worst <= 1;
+        for (int k = 0; k < COMM_NTIERS; k++) ok &= near(r->tier_bytes[k], r->tier_formula[k]);
+    }
+    return ok;
+}

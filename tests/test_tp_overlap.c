@@ -1,0 +1,147 @@
+/* TP's collective matmuls (tp_overlap.h, --tp-overlap): sequence parallelism's
+ * all-gather + column-parallel product and row-parallel product + reduce-scatter in
+ * chunks, against the same run without chunks (fp32 and bf16, tp 2 and 4, even and
+ * uneven chunks) and against the single-device baseline within TP's tolerances; the
+ * negative controls (a chunk's product started before its data arrived, the chunks'
+ * order swapped) fail the comparison. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+
+#include "baseline.h"
+#include "check_run.h"
+#include "compare.h"
+#include "floats.h"
+#include "tolerances.h"
+#include "tp_overlap.h"
+#include "tp_train.h"
+
+/* 12 heads and 24 channels divide by 2 and 4, and so do the 8 positions of a sequence:
+ * a rank holds B T / t = 8 (tp 2) or 4 (tp 4) rows of the sequence-parallel region. */
+static run_config tiny_config(int ranks) {
+    run_config cfg = run_config_default();
+    cfg.model = (gpt_config){.vocab = 256, .ctx = 8, .layers = 2, .heads = 12, .dim = 24};
+    cfg.batch = 2;
+    cfg.steps = TOL_STEPS;
+    cfg.quiet = 1;
+    cfg.comm.ranks = ranks;
+    cfg.comm.timeout_seconds = 30;
+    return cfg;
+}
+
+typedef struct {
+    double loss, grads, params;   /* largest differences */
+} differences;
+
+static differences outcome_differences(const strategy_outcome *a, const strategy_outcome *b,
+                                       int steps) {
+    differences d = {0};
+    for (int s = 0; s < steps; s++) d.loss = fmax(d.loss, fabs(a->loss[s] - b->loss[s]));
+    d.grads = max_abs_diff(a->first_grads, b->first_grads, a->num_params);
+    d.params = max_abs_diff(a->final_params, b->final_params, a->num_params);
+    return d;
+}
+
+/* TP + SP with `chunks` (control) against TP + SP without, and both against the
+ * baseline; returns the overlapped run's worst fraction of TP's tolerances. */
+static double overlap_against_plain(int t, precision p, int chunks, tp_overlap_control control,
+                                    run_config cfg, differences *apart) {
+    cfg.precision = p;
+    run_config base = cfg;
+    base.comm.ranks = 1;
+    dataset *d = dataset_builtin();
+    baseline_run *b = baseline_train(&base, d);
+    const run_tolerances tol = tp_run_tolerances(&cfg, t, b);
+    strategy_outcome plain = {0}, chunked = {0};
+    tp_extra x;
+    plain.extra = chunked.extra = &x;
+    ck_assert_int_eq(tp_launch(&cfg, d, t, &(tp_options){.sequence_parallel = 1}, &plain), 0);
+    const tp_options with = {.sequence_parallel = 1, .tp_overlap_chunks = chunks,
+                             .tp_overlap_control = control};
+    ck_assert_int_eq(tp_launch(&cfg, d, t, &with, &chunked), 0);
+    *apart = outcome_differences(&plain, &chunked, cfg.steps);
+    compare_to_baseline(&chunked.result, b, chunked.loss, chunked.first_grads,
+                        chunked.final_params);
+    const run_result *r = &chunked.result;
+    const double worst = run_worst_fraction_of_tolerance(r, tol.grads, tol.loss, tol.params);
+    printf("tp %d + sp, %s, %d chunks%s: against no overlap max |diff| loss %.2e grads %.2e"
+           " params %.2e; against the baseline loss %.2e grads %.2e params %.2e (%.2f of"
+           " TP's tolerance)\n", t, precision_name(p), chunks,
+           control == TP_OVERLAP_EARLY     ? " (negative control: product before its data)"
+           : control == TP_OVERLAP_SWAPPED ? " (negative control: chunks swapped)"
+                                           : "",
+           apart->loss, apart->grads, apart->params, r->diff_loss, r->diff_grads,
+           r->diff_params, worst);
+    strategy_outcome_free(&plain);
+    strategy_outcome_free(&chunked);
+    baseline_free(b);
+    dataset_free(d);
+    return worst;
+}
+
+/* Equal to the run without overlap: to the bit in bf16 (its products' rows do not
+ * depend on how many share a GEMM), within TP's tolerances in fp32 (sgemm's blocking
+ * may change with the rows of a call). */
+static void check_overlap(int t, precision p, int chunks) {
+    differences apart;
+    const double worst = overlap_against_plain(t, p, chunks, TP_OVERLAP_RIGHT,
+                                               tiny_config(t), &apart);
+    ck_assert_msg(worst <= 1, "tp %d, %d chunks: %.2f of the tolerance", t, chunks, worst);
+    if (p != PRECISION_FP32)
+        ck_assert_msg(apart.loss == 0 && apart.grads == 0 && apart.params == 0,
+                      "bf16 collective matmul differs from the plain layers");
+}
+
+START_TEST(tp2_four_chunks_fp32) { check_overlap(2, PRECISION_FP32, 4); }
+END_TEST
+START_TEST(tp2_three_uneven_chunks_fp32) { check_overlap(2, PRECISION_FP32, 3); }
+END_TEST
+START_TEST(tp4_two_chunks_fp32) { check_overlap(4, PRECISION_FP32, 2); }
+END_TEST
+START_TEST(tp2_four_chunks_bf16) { check_overlap(2, PRECISION_BF16, 4); }
+END_TEST
+START_TEST(tp4_two_chunks_bf16) { check_overlap(4, PRECISION_BF16, 2); }
+END_TEST
+
+/* The controls on a slow modelled link (1 ms a message), so that a product started
+ * before its chunk arrived reads what the buffer held before. */
+static void check_control(tp_overlap_control control) {
+    run_config cfg = tiny_config(2);
+    cfg.steps = 2;
+    cfg.comm.link = LINK_NVLINK;
+    cfg.comm.link_scale = 500;
+    differences apart;
+    const double worst = overlap_against_plain(2, PRECISION_FP32, 4, control, cfg, &apart);
+    printf("negative control: %.0fx TP's tolerance (must be > 1)\n", worst);
+    ck_assert_msg(worst > 1, "the negative control passed: %.2f of the tolerance", worst);
+}
+
+START_TEST(product_before_its_data_fails) { check_control(TP_OVERLAP_EARLY); }
+END_TEST
+START_TEST(chunks_swapped_fail) { check_control(TP_OVERLAP_SWAPPED); }
+END_TEST
+
+START_TEST(chunk_counts_are_checked) {
+    char why[160];
+    ck_assert_ptr_null(tp_overlap_check(4, 8, 2, why, sizeof why));
+    ck_assert_ptr_nonnull(tp_overlap_check(5, 8, 2, why, sizeof why));
+    printf("5 chunks of 4 positions: %s\n", why);
+    ck_assert_ptr_nonnull(tp_overlap_check(0, 8, 2, why, sizeof why));
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("tp_overlap");
+    TCase *tc = tcase_create("collective_matmul");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, chunk_counts_are_checked);
+    tcase_add_test(tc, tp2_four_chunks_fp32);
+    tcase_add_test(tc, tp2_three_uneven_chunks_fp32);
+    tcase_add_test(tc, tp4_two_chunks_fp32);
+    tcase_add_test(tc, tp2_four_chunks_bf16);
+    tcase_add_test(tc, tp4_two_chunks_bf16);
+    tcase_add_test(tc, product_before_its_data_fails);
+    tcase_add_test(tc, chunks_swapped_fail);
+    suite_add_tcase(s, tc);
+    return check_run(s, 0);
+}
