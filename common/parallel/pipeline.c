@@ -335,10 +335,10 @@ void pipeline_bytes_formula(const run_config *cfg, mesh_shape shape, mesh_coord 
                                   cp_attention_bytes_formula(opts->cp.kind, c, (int)(N * c / cfg->model.ctx),
                                                              cfg->model.ctx, s.dim_local);
     }
-    if (opts->sequence_parallel)
+    if (opts->sequence_parallel)   /* on a CP rank's rows of its sequences */
         bytes[PIPELINE_TP] += tp_sequence_bytes_added(&cfg->model, cfg->precision,
-                                                      cfg->batch / shape.dp, cfg->model.ctx,
-                                                      shape.tp);
+                                                      cfg->batch / shape.dp,
+                                                      cfg->model.ctx / c, shape.tp);
 }
 
 /* ---- what was measured ---------------------------------------------------------------- */
