@@ -12,6 +12,7 @@
 #include "check_run.h"
 #include "plan_moe.h"
 #include "plan_time.h"
+#include "planner.h"
 
 /* l 2, h 64, a 4, V 100, s 16 (test_chapter6's hand case): 107392 parameters dense;
  * 4 experts of MLP size 128, top-2, in every layer */
@@ -122,6 +123,54 @@ START_TEST(gpt4_rumoured_shape_gives_the_reported_sums) {
 }
 END_TEST
 
+/* The EP search (chapter 6's moe.c) on the hand case's mesh, 8 GPUs of 4 a node: the
+ * all-to-all of each ep by hand (16 tokens a GPU x 2 MoE layers x 2 2 k h 2 B (ep-1)/ep),
+ * NVLink while tp x ep fits a node; the choice, the lightest recomputation that fits
+ * then the least all-to-all; the control, a choice by all-to-all alone, differs. */
+START_TEST(the_ep_search_by_hand) {
+    worst = 0;
+    plan_request r = {.model = small, .moe = small_moe, .dtype = PRECISION_BF16,
+                      .cluster = {.gpus = 8, .gpus_per_node = 4, .between_nodes = LINK_IB,
+                                  .flops_per_gpu = 1e12},
+                      .micro_batch = 1, .global_batch = 8, .recompute = -1, .gpu_bytes = 1e12,
+                      .mesh = {.tp = 2, .pp = 1, .dp = 4, .zero_stage = 1, .micro_batch = 1,
+                               .global_batch = 8}};
+    plan_ep_option o[PLAN_MAX_EP_OPTIONS];
+    const int n = plan_ep_options(&r, o, PLAN_MAX_EP_OPTIONS);
+    ck_assert_int_eq(n, 3);   /* ep 1, 2, 4: the divisors of 4 experts and dp 4 */
+    const double per_token[] = {0, 512, 768};
+    const comm_link links[] = {LINK_NVLINK, LINK_NVLINK, LINK_IB};
+    for (int i = 0; i < n; i++) {
+        ck_assert_int_eq(o[i].ep, 1 << i);
+        EXACT(o[i].alltoall_bytes, 16 * 2 * per_token[i]);
+        ck_assert_int_eq(o[i].link, links[i]);
+        EXACT(o[i].alltoall_seconds, o[i].alltoall_bytes / comm_link_spec(links[i]).bandwidth);
+    }
+    /* room for all: no recomputation anywhere, ep 1 sends nothing */
+    ck_assert_int_eq(o[plan_best_ep(o, n)].ep, 1);
+    /* room for ep 4 without recomputation and for ep 2 with it in full: ep 4, not the
+     * lighter all-to-all that must recompute */
+    plan_mesh none = r.mesh, full = r.mesh;
+    none.sequence_parallel = full.sequence_parallel = 1;
+    full.recompute = RECOMPUTE_FULL;
+    r.gpu_bytes = fmax(plan_total(plan_moe_memory_per_gpu(&small, &small_moe, &none, 4,
+                                                          PLAN_MIXED_ADAM)),
+                       plan_total(plan_moe_memory_per_gpu(&small, &small_moe, &full, 2,
+                                                          PLAN_MIXED_ADAM)));
+    const int m = plan_ep_options(&r, o, PLAN_MAX_EP_OPTIONS), best = plan_best_ep(o, m);
+    ck_assert_int_eq(o[best].ep, 4);
+    ck_assert_int_eq(o[best].recompute, RECOMPUTE_NONE);
+    int least = -1;   /* the control: the least all-to-all of those that fit */
+    for (int i = 0; i < m; i++)
+        if (o[i].fits && (least < 0 || o[i].alltoall_seconds < o[least].alltoall_seconds))
+            least = i;
+    printf("EP search by hand: largest relative difference %.3g; with room for ep 4 unrecomputed"
+           " and ep 2 recomputed it takes ep %d, the all-to-all alone would take ep %d (%s)\n",
+           worst, o[best].ep, o[least].ep, plan_recompute_names[o[least].recompute]);
+    ck_assert_int_ne(o[least].ep, o[best].ep);
+}
+END_TEST
+
 /* Negative control: the comparison rejects the formulas with a factor left out. */
 START_TEST(formulas_with_a_factor_left_out_are_caught) {
     const double k = 2, h = 64, bytes = 2;
@@ -149,6 +198,7 @@ int main(void) {
     tcase_add_test(formulas, memory_under_expert_parallelism_by_hand);
     tcase_add_test(formulas, gpt4_rumoured_shape_gives_the_reported_sums);
     tcase_add_test(formulas, formulas_with_a_factor_left_out_are_caught);
+    tcase_add_test(formulas, the_ep_search_by_hand);
     suite_add_tcase(suite, formulas);
     return check_run(suite, 0);
 }

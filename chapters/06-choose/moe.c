@@ -50,20 +50,22 @@ static moe_side evaluate_dense(const plan_request *r, double active) {
 }
 
 /* The EP group: ep ranks tp apart, inside a node when tp x ep GPUs fit one. */
-static comm_link ep_link(const plan_request *r) {
-    return (long)r->mesh.tp * r->ep <= r->cluster.gpus_per_node ? LINK_NVLINK
-                                                                : r->cluster.between_nodes;
+static comm_link ep_link_of(const plan_request *r, int ep) {
+    return (long)r->mesh.tp * ep <= r->cluster.gpus_per_node ? LINK_NVLINK
+                                                             : r->cluster.between_nodes;
 }
+static comm_link ep_link(const plan_request *r) { return ep_link_of(r, r->ep); }
 
 /* Tokens one GPU dispatches in an iteration: its replica's B s / dp, split tp ways by
  * sequence parallelism, through each MoE layer of its stage. */
-static double alltoall_bytes_per_gpu(const plan_request *r) {
+static double alltoall_bytes_at(const plan_request *r, int ep) {
     const double tokens = (double)r->global_batch * r->model.seq / r->mesh.dp / r->mesh.tp;
     const int layers = plan_moe_layers_in(plan_layers_per_stage(&r->model, r->mesh.pp), &r->moe);
     return tokens * layers *
            plan_moe_alltoall_bytes_per_token(&r->moe, r->model.hidden,
-                                             plan_precision_for(r).activation, r->ep);
+                                             plan_precision_for(r).activation, ep);
 }
+static double alltoall_bytes_per_gpu(const plan_request *r) { return alltoall_bytes_at(r, r->ep); }
 
 static void print_side(const char *name, const moe_side *s, int ep) {
     char b[5][32];
@@ -114,6 +116,61 @@ static void print_alltoall(const plan_request *r, double training_flops) {
            per_gpu / bandwidth, comm_link_spec(ep_link(r)).title, compute);
 }
 
+/* One ep of the mesh: its memory with the lightest recomputation that fits, and its
+ * all-to-all. */
+static plan_ep_option ep_option(const plan_request *r, int ep) {
+    const moe_side side = evaluate(r, &r->model, &r->moe, ep);
+    const comm_link link = ep_link_of(r, ep);
+    const double bytes = alltoall_bytes_at(r, ep);
+    return (plan_ep_option){.ep = ep, .recompute = side.mesh.recompute,
+                            .total_bytes = plan_total(side.memory),
+                            .fits = side.valid && side.fits, .alltoall_bytes = bytes,
+                            .alltoall_seconds = bytes / comm_link_spec(link).bandwidth,
+                            .link = link};
+}
+
+int plan_ep_options(const plan_request *r, plan_ep_option *out, int max) {
+    int n = 0;
+    for (int ep = 1; ep <= r->moe.experts && ep <= r->mesh.dp && n < max; ep++)
+        if (r->moe.experts % ep == 0 && r->mesh.dp % ep == 0) out[n++] = ep_option(r, ep);
+    return n;
+}
+
+int plan_best_ep(const plan_ep_option *o, int n) {
+    int best = -1;
+    for (int i = 0; i < n; i++) {
+        if (!o[i].fits) continue;
+        if (best < 0 || o[i].recompute < o[best].recompute ||
+            (o[i].recompute == o[best].recompute &&
+             o[i].alltoall_seconds < o[best].alltoall_seconds))
+            best = i;
+    }
+    return best;
+}
+
+static void print_ep_search(const plan_request *r) {
+    plan_ep_option o[PLAN_MAX_EP_OPTIONS];
+    const int n = plan_ep_options(r, o, PLAN_MAX_EP_OPTIONS), best = plan_best_ep(o, n);
+    printf("\n  Every ep of this mesh (a divisor of the %d experts and dp %d):\n", r->moe.experts,
+           r->mesh.dp);
+    printf("  %4s %-9s %10s %5s %12s %10s  %s\n", "ep", "recompute", "total", "fits",
+           "all-to-all", "seconds", "link");
+    for (int i = 0; i < n; i++) {
+        char b[2][32];
+        printf("  %4d %-9s %10s %5s %12s %10.3g  %s\n", o[i].ep,
+               plan_recompute_names[o[i].recompute], report_bytes(o[i].total_bytes, b[0]),
+               o[i].fits ? "yes" : "no", report_bytes(o[i].alltoall_bytes, b[1]),
+               o[i].alltoall_seconds, comm_link_spec(o[i].link).title);
+    }
+    if (best >= 0)
+        printf("  the search's ep: %d (the lightest recomputation that fits, %s, then the least"
+               " all-to-all: %.3g s an iteration)%s\n", o[best].ep,
+               plan_recompute_names[o[best].recompute], o[best].alltoall_seconds,
+               o[best].ep == r->ep ? ", the ep planned above" : "");
+    else
+        printf("  no ep fits this mesh: more GPUs, a deeper pipeline or ZeRO over dp\n");
+}
+
 static void print_gpt4_sources(void) {
     printf("  GPT-4's shape was never published by OpenAI. These are the figures of SemiAnalysis's"
            " report (Patel\n  and Wong, July 2023): about 1.8T parameters in 120 layers, 16"
@@ -142,6 +199,7 @@ static void print_text(const plan_request *r, const moe_side *moe, const moe_sid
     print_side("moe", moe, r->ep);
     print_side("dense", dense, 1);
     print_alltoall(r, moe->training_flops);
+    print_ep_search(r);
 }
 
 static void json_side(const char *name, const moe_side *s) {
@@ -171,6 +229,15 @@ static void print_json(const plan_request *r, const moe_side *moe, const moe_sid
            " %.6g", plan_moe_alltoall_bytes_per_token(e, r->model.hidden,
                                                      plan_precision_for(r).activation, r->ep),
            alltoall_bytes_per_gpu(r));
+    plan_ep_option o[PLAN_MAX_EP_OPTIONS];
+    const int n = plan_ep_options(r, o, PLAN_MAX_EP_OPTIONS), best = plan_best_ep(o, n);
+    printf(",\n \"ep_search\": [");
+    for (int i = 0; i < n; i++)
+        printf("%s{\"ep\": %d, \"recompute\": \"%s\", \"total\": %.0f, \"fits\": %s,"
+               " \"alltoall_seconds\": %.6g}", i ? ", " : "", o[i].ep,
+               plan_recompute_names[o[i].recompute], o[i].total_bytes,
+               o[i].fits ? "true" : "false", o[i].alltoall_seconds);
+    printf("], \"ep_best\": %d", best >= 0 ? o[best].ep : 0);
     failures_print_json(r);
     printf("}\n");
 }

@@ -96,6 +96,23 @@ void plan_print_max_params(const plan_request *r, int json);
 /* A mixture of experts (moe.c): the MoE on the request's mesh against a dense model of
  * its active size, as text or as one JSON object. */
 void moe_print(const plan_request *r, int json);
+/* Expert parallelism searched: every ep of the request's mesh (a divisor of the experts
+ * and dp), with its memory per GPU at the lightest recomputation that fits and its
+ * all-to-all, which leaves the node once tp x ep GPUs do not fit one. */
+typedef struct {
+    int ep;
+    plan_recompute recompute;
+    double total_bytes;
+    int fits;
+    double alltoall_bytes, alltoall_seconds;   /* per GPU per iteration */
+    comm_link link;
+} plan_ep_option;
+#define PLAN_MAX_EP_OPTIONS 64
+int plan_ep_options(const plan_request *r, plan_ep_option *out, int max);
+/* The search's choice, an index into o (-1: none fits): of those that fit with the
+ * lightest recomputation any needs (recomputing costs a forward pass), the least
+ * all-to-all. */
+int plan_best_ep(const plan_ep_option *o, int n);
 
 /* Checkpoints and failures (failures.c): the job's MTBF, the save time, Young's
  * interval and what failures cost, for the request's model (an MoE's total
