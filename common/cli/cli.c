@@ -367,6 +367,13 @@ static void check_fp8_recipe(const run_config *cfg) {
 
 /* The ranks (mpirun's under Open MPI), and what must fit them: the nodes of a two-tier
  * network, the FP8 recipe. */
+static void take_restart(run_config *cfg) {
+    cfg->restart.on = cli_given("max-restarts");
+    cfg->restart.from_run = cli_given("restart-attempt");
+    checkpoint_cli_check(cfg);   /* a restart's checks differ (restart_is_retry) */
+    check_restart_flags(cfg);
+}
+
 static void take_ranks(run_config *cfg) {
     take_mpi_ranks(cfg);
     cli_check_tiers(cfg);
@@ -450,9 +457,6 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
     parse_flags(argc, argv, cfg, tables, description);
     apply_shared_values(cfg, &sv);
     check_model_and_trace(cfg);
-    cfg->restart.on = cli_given("max-restarts");
-    cfg->restart.from_run = cli_given("restart-attempt");
-    checkpoint_cli_check(cfg);   /* a restart's checks differ (restart_is_retry) */
-    check_restart_flags(cfg);
+    take_restart(cfg);
     take_ranks(cfg);
 }
