@@ -12,7 +12,7 @@ for program in "${every_program[@]}"; do
     expect_error "$program" "--steps abc: not an integer" --steps abc
     expect_error "$program" "--dim 0: must be an integer from 1" --dim 0
     expect_error "$program" "--batch -3" --batch -3
-    expect_error "$program" "--heads 3 does not divide --dim 128" --heads 3
+    expect_error "$program" "--heads 3 does not divide --dim " --heads 3
     expect_training_error "$program" "--lr x: not a number" --lr x
     expect_error "$program" "--link warp: unknown value (valid: none, nvlink, ib, ethernet)" --link warp
     expect_error "$program" "--data /nonexistent: cannot open" --data /nonexistent
@@ -20,7 +20,9 @@ for program in "${every_program[@]}"; do
     expect_error "$program" "--preset huge: unknown preset" --preset huge
     # a flag given twice is refused by name, not settled by the last value
     expect_error "$program" "--layers given twice (8, then 2): give it once" --layers 8 --layers=2
-    expect_error "$program" "--json given twice: give it once" --json --json
+    json_twice="--json given twice: give it once"   # chapter 12 has no --json
+    [ "$(basename "$program")" = chapter12 ] && json_twice="--json does nothing in chapter12"
+    expect_error "$program" "$json_twice" --json --json
     # negative and overflowing integers: refused, never wrapped round
     expect_training_error "$program" "--seed -1: must be an integer from 0 to 18446744073709551615" --seed -1
     expect_training_error "$program" "--seed  -1: must be an integer from 0" --seed " -1"
