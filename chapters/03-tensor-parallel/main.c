@@ -295,9 +295,6 @@ int main(int argc, char **argv) {
     if (a.sp && !runs_part(&a, PART_TRAIN))
         cli_fail("--sp does nothing with --part %s (it splits part 3's training along the"
                  " sequence)", part_names[a.part]);
-    if (a.sp && a.cfg.grad_precision != PRECISION_FP32)
-        cli_fail("--grad-dtype %s: sequence parallelism keeps fp32 gradients so far (valid:"
-                 " fp32; 16-bit gradients run with TP alone)", precision_name(a.cfg.grad_precision));
     if (a.sp && !tp_sequence_check(&a.cfg, a.tp, err, sizeof err)) {
         cli_fail("%s", err);
     }

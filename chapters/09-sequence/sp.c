@@ -7,6 +7,7 @@
 
 #include "compare.h"
 #include "sequence.h"
+#include "tolerances.h"
 
 int sp_largest_tp(const run_config *cfg) {
     char err[512];
@@ -65,7 +66,9 @@ int sp_launches(const run_config *cfg, const dataset *data, int tp, plan_recompu
         b->result.strategy = "baseline";
         r->baseline = b->result;
         keep_losses(r, 0, &r->baseline);
-        r->tolerances = tp_run_tolerances(cfg, tp, b);
+        /* 16-bit gradients (--grad-dtype): each of the dp groups' sums rounded too */
+        r->tolerances = tolerances_with_grads16(tp_run_tolerances(cfg, tp, b), cfg, r->dp,
+                                                baseline_largest_grad(b));
     }
     int status = 0;
     for (int which = 0; which < SP_RUNS && !status; which++)
