@@ -77,7 +77,7 @@ START_TEST(tp2_with_sp_matches_the_baseline) { check_sp(2, PRECISION_FP32); }
 END_TEST
 START_TEST(tp4_with_sp_matches_the_baseline) { check_sp(4, PRECISION_FP32); }
 END_TEST
-/* bf16: the vocabulary held whole, the head's input gathered, TP's bf16 tolerances */
+/* bf16: the vocab-parallel head in 16 bits, TP's bf16 tolerances */
 START_TEST(tp2_with_sp_in_bf16_matches_the_baseline) { check_sp(2, PRECISION_BF16); }
 END_TEST
 
