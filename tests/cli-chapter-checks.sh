@@ -393,14 +393,14 @@ if [ -x "$planner" ] && [ -z "$mpi" ]; then
     expect_ok "$planner" --params 70e9 --gpus 64 --moe-experts 8 --moe-top-k 1 --moe-every 2
 fi
 # chapter 9, the sequence split: sequence parallelism needs a TP size of 2 or more that
-# divides ctx, SP keeps fp32 gradients, and each part reads its own flags
+# divides ctx, 16-bit gradients take the run's precision, and each part reads its own flags
 chapter9="$programs"/chapter9
 if [ -x "$chapter9" ]; then
     expect_error "$chapter9" "--part fast: unknown value (valid: all, sp, memory, context)" --part fast
     ranks9=(--ranks 2)
     [ "$mpi" = mpi ] && ranks9=()   # ./run 2
     expect_error "$chapter9" "sequence parallelism with TP 2: --ctx 7 does not split into 2 equal parts" "${ranks9[@]}" --tp 2 --ctx 7
-    expect_error "$chapter9" "--grad-dtype bf16: sequence parallelism keeps fp32 gradients so far (valid: fp32; 16-bit gradients run in chapters 1-5)" --precision bf16 --grad-dtype bf16
+    expect_error "$chapter9" "--grad-dtype fp16: 16-bit gradients take the precision the run computes in (this run: --precision bf16)" --precision bf16 --grad-dtype fp16
 fi
 if [ -x "$chapter9" ] && [ -z "$mpi" ]; then   # under MPI the three above answer for the parser
     expect_error "$chapter9" "--recompute sometimes: unknown value (valid: none, selective, full)" --ranks 2 --recompute sometimes
@@ -441,7 +441,10 @@ if [ -x "$chapter9" ]; then
         expect_error "$chapter9" "--cp-split balanced does nothing with --cp-attention ulysses" $tiny --part context --cp-attention ulysses --cp-split balanced
         expect_error "$chapter9" "--cp does nothing with --part sp (it runs no context parallelism)" $tiny --part sp --cp 2
         expect_error "$chapter9" "--cp-split does nothing with --part memory" $tiny --part memory --cp-split balanced
-        expect_error "$chapter9" "--precision bf16: context parallelism here computes in fp32 only" $tiny --part context --precision bf16
+        # shellcheck disable=SC2086
+        expect_ok "$chapter9" $tiny --ranks 2 --part context --cp-attention ring --cp-split contiguous --precision bf16 --grad-dtype bf16
+        # shellcheck disable=SC2086
+        expect_ok "$chapter9" $tiny --ranks 4 --part sp --tp 2 --precision fp16 --grad-dtype fp16
         expect_error "$chapter9" "--ctx 12 does not split into 8 equal chunks (--cp 4 balanced" --ranks 4 --layers 1 --dim 16 --heads 2 --ctx 12 --batch 8 --steps 3 --quiet --part context
         expect_error "$chapter9" "--ctx 12 does not split into 8 equal chunks (--cp 8)" --ranks 8 --layers 1 --dim 16 --heads 2 --ctx 12 --batch 8 --steps 3 --quiet --part context --cp-attention ring --cp-split contiguous
         expect_error "$chapter9" "--cp 4 does not divide --heads 2 (Ulysses" --ranks 4 $tiny --part context --cp-attention ulysses

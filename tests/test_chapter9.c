@@ -77,8 +77,56 @@ START_TEST(tp2_with_sp_matches_the_baseline) { check_sp(2, PRECISION_FP32); }
 END_TEST
 START_TEST(tp4_with_sp_matches_the_baseline) { check_sp(4, PRECISION_FP32); }
 END_TEST
-/* bf16: the vocabulary held whole, the head's input gathered, TP's bf16 tolerances */
+/* bf16: the vocab-parallel head in 16 bits, TP's bf16 tolerances */
 START_TEST(tp2_with_sp_in_bf16_matches_the_baseline) { check_sp(2, PRECISION_BF16); }
+END_TEST
+
+/* TP 2 + SP x DP 2 on 4 ranks with 16-bit gradients (--grad-dtype = --precision): the
+ * DP buckets all-reduce the 16-bit gradients, TP's 16-bit bounds widened by
+ * tolerances_with_grads16 for 2 parts; the bytes equal the formula less the 2 B a
+ * gradient 16 bits leave off. sp_copy: the negative control's g-bar, a copy. */
+static void check_sp_grads16(precision p, int sp_copy, run_result *out) {
+    run_config cfg = tiny_config(4), base = cfg;
+    cfg.precision = cfg.grad_precision = base.precision = p;
+    base.comm.ranks = 1;
+    dataset *d = dataset_builtin();
+    baseline_run *b = baseline_train(&base, d);
+    const run_tolerances tol = tolerances_with_grads16(tp_run_tolerances(&cfg, 2, b), &cfg, 2,
+                                                       baseline_largest_grad(b));
+    tp_extra x;
+    strategy_outcome o = {.extra = &x};
+    const tp_options opts = {.sequence_parallel = 1, .sp_copy_not_reduce = sp_copy};
+    ck_assert_int_eq(tp_launch(&cfg, d, 2, &opts, &o), 0);
+    compare_to_baseline(&o.result, b, o.loss, o.first_grads, o.final_params);
+    const run_result *r = &o.result;
+    const double worst = run_worst_fraction_of_tolerance(r, tol.grads, tol.loss, tol.params);
+    printf("tp 2 + sp x dp 2, %s with %s gradients%s: max |diff| loss %.2e grads %.2e params"
+           " %.2e (%.2f of the tolerance); bytes %.0f = formula %.0f\n", precision_name(p),
+           precision_name(p), sp_copy ? " (g-bar a copy)" : "", r->diff_loss, r->diff_grads,
+           r->diff_params, worst, r->bytes_sent_per_step, r->bytes_formula);
+    fflush(stdout);
+    *out = *r;
+    out->loss = NULL;
+    if (!sp_copy) {
+        ck_assert_msg(worst <= 1, "%.2f of the tolerance", worst);
+        ck_assert(x.replica_drift == 0.0 && x.dp == 2);
+        ck_assert_msg(r->bytes_sent_per_step == r->bytes_formula, "bytes %.0f, formula %.0f",
+                      r->bytes_sent_per_step, r->bytes_formula);
+    } else {
+        ck_assert_msg(r->diff_grads > 2 * tol.grads, "grads differ by only %g (tolerance %g)",
+                      r->diff_grads, tol.grads);
+    }
+    strategy_outcome_free(&o);
+    baseline_free(b);
+    dataset_free(d);
+}
+
+START_TEST(tp2_with_sp_and_16_bit_grads_matches_the_baseline) {
+    run_result r;
+    check_sp_grads16(PRECISION_BF16, 0, &r);
+    check_sp_grads16(PRECISION_FP16, 0, &r);
+    check_sp_grads16(PRECISION_BF16, 1, &r);   /* negative control */
+}
 END_TEST
 
 START_TEST(sp_without_a_reduce_scatter_fails_the_comparison) {
@@ -173,6 +221,7 @@ int main(void) {
     tcase_add_test(tc, tp2_with_sp_matches_the_baseline);
     tcase_add_test(tc, tp4_with_sp_matches_the_baseline);
     tcase_add_test(tc, tp2_with_sp_in_bf16_matches_the_baseline);
+    tcase_add_test(tc, tp2_with_sp_and_16_bit_grads_matches_the_baseline);
     tcase_add_test(tc, sp_without_a_reduce_scatter_fails_the_comparison);
     tcase_add_test(tc, selective_recomputation_gives_the_same_numbers);
     tcase_add_test(tc, full_recomputation_gives_the_same_numbers);

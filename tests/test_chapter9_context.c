@@ -6,18 +6,28 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "baseline.h"
 #include "check_run.h"
+#include "compare.h"
 #include "context.h"
 #include "tolerances.h"
 
-START_TEST(context_part_matches_the_baseline_and_its_formulas) {
+/* 2 layers, 4 heads of dim 32, batch 4, 3 steps on 4 thread ranks, in precision p (and
+ * its gradients). */
+static run_config part_config(int ctx, precision p) {
     run_config cfg = run_config_default();
-    cfg.model = (gpt_config){.vocab = 256, .ctx = 32, .layers = 2, .heads = 4, .dim = 32};
+    cfg.model = (gpt_config){.vocab = 256, .ctx = ctx, .layers = 2, .heads = 4, .dim = 32};
     cfg.batch = 4;
     cfg.steps = 3;
     cfg.quiet = 1;
     cfg.comm.ranks = 4;
     cfg.comm.timeout_seconds = 60;
+    cfg.precision = cfg.grad_precision = p;
+    return cfg;
+}
+
+START_TEST(context_part_matches_the_baseline_and_its_formulas) {
+    run_config cfg = part_config(32, PRECISION_FP32);
     dataset *d = dataset_builtin();
     context_report r = {0};
     ck_assert_int_eq(context_launches(&cfg, d, &r), 0);
@@ -58,6 +68,55 @@ START_TEST(context_part_matches_the_baseline_and_its_formulas) {
 }
 END_TEST
 
+/* --precision bf16|fp16 with --grad-dtype the same, cp 2 x dp 2 on 4 ranks: the three
+ * runs against one device in that precision (the part's tolerances: TP 2's 16-bit
+ * bounds, widened for 4 ranks' 16-bit gradients), the CP bytes (fp32: the hook widens
+ * q, k, v) equal to their formulas. Negative control: the ring's diagonal block
+ * without its causal mask (test_unmasked_diagonal) fails the same bounds. */
+static void check_part_in(precision p) {
+    run_config cfg = part_config(16, p);
+    dataset *d = dataset_builtin();
+    context_report r = {.flags = {.cp = 2}};
+    ck_assert_int_eq(context_launches(&cfg, d, &r), 0);
+    ck_assert(r.cp == 2 && r.dp == 2 && r.precision == p && r.grad_precision == p);
+    for (int i = 0; i < CONTEXT_RUNS; i++) {
+        const run_result *x = &r.runs[i].result;
+        printf("context %s with %s gradients, run %d: max |diff| loss %.2e (tol %.0e) grads"
+               " %.2e (tol %.0e) params %.2e (tol %.0e); cp bytes/layer %.0f = formula %.0f\n",
+               precision_name(p), precision_name(p), i, x->diff_loss, r.tol.loss,
+               x->diff_grads, r.tol.grads, x->diff_params, r.tol.params,
+               r.runs[i].extra.cp_bytes_per_layer, r.runs[i].extra.cp_bytes_per_layer_formula);
+        ck_assert(r.runs[i].ran);
+    }
+    ck_assert(r.long_ran[1] && r.long_diff_loss[1] <= r.long_tol_loss);
+    ck_assert(context_passed(&r));
+    run_config base = cfg;
+    base.comm.ranks = 1;
+    baseline_run *b = baseline_train(&base, d);
+    strategy_outcome out = {0};
+    const cp_options bad = {.kind = CP_RING, .split = CP_CONTIGUOUS,
+                            .test_unmasked_diagonal = 1};
+    ck_assert_int_eq(cp_launch(&cfg, d, 2, &bad, &out), 0);
+    strategy_outcome_compare(&out, b);
+    const run_result *x = &out.result;
+    const double worst = run_worst_fraction_of_tolerance(x, r.tol.grads, r.tol.loss,
+                                                         r.tol.params);
+    printf("negative control, %s ring with its diagonal block unmasked: loss %.2e grads %.2e"
+           " params %.2e (%.1fx the tolerance)\n", precision_name(p), x->diff_loss,
+           x->diff_grads, x->diff_params, worst);
+    ck_assert(worst > 1.5);
+    strategy_outcome_free(&out);
+    baseline_free(b);
+    context_report_free(&r);
+    dataset_free(d);
+}
+
+START_TEST(context_part_in_16_bits_matches_the_baseline) {
+    check_part_in(PRECISION_BF16);
+    check_part_in(PRECISION_FP16);
+}
+END_TEST
+
 /* Unchecked flags (a run of every part): a run the sizes do not fit is skipped and says
  * why, the others run. Heads 2 on 4 ranks: Ulysses cannot split them. */
 START_TEST(a_run_the_sizes_do_not_fit_is_skipped_with_its_reason) {
@@ -87,6 +146,7 @@ int main(void) {
     tcase_set_timeout(part, 120);
     tcase_add_test(part, context_part_matches_the_baseline_and_its_formulas);
     tcase_add_test(part, a_run_the_sizes_do_not_fit_is_skipped_with_its_reason);
+    tcase_add_test(part, context_part_in_16_bits_matches_the_baseline);
     suite_add_tcase(suite, part);
     return check_run(suite, 0);
 }

@@ -86,6 +86,14 @@ static void print_memory_row(const char *name, const mem_stats *m) {
            report_bytes((double)m->peak[MEM_COMM], c), report_bytes((double)m->peak_total, peak));
 }
 
+/* The TP term of the bytes formula part 3 prints. */
+static const char *tp_formula_text(const run_config *cfg, const tp_extra *x) {
+    if (!x->vocab_parallel) return "e x 4L B T C";
+    return cfg->precision == PRECISION_FP32 ? "4 B x ((4L+2) B T C + 3 B T)"
+                                            : "(2 B x (4L+2) B T C + 4 B x 3 B T) (16-bit"
+                                              " activations, the loss's numbers fp32)";
+}
+
 static int print_part3_summary(const chapter_args *a, comm *world, const strategy_outcome *run) {
     const run_config *cfg = &a->cfg;
     const run_result *r = &run->result, *b = &a->baseline->result;
@@ -106,15 +114,14 @@ static int print_part3_summary(const chapter_args *a, comm *world, const strateg
         printf("\nall-reduces per step on the TP group: %.0f measured; 4L + 4 = %d expected"
                " (2 + 2 per block, 1 embedding, 2 loss, 1 LM head backward)\n",
                tp_extra_of(run)->allreduces_per_step, 4 * L + 4);
-    else   /* the vocabulary whole (16 bits): the blocks' f and g alone */
+    else   /* one TP rank: the vocabulary whole, the blocks' f and g alone */
         printf("\nall-reduces per step on the TP group: %.0f measured; 4L = %d expected"
                " (2 + 2 per block; the vocabulary is not split)\n",
                tp_extra_of(run)->allreduces_per_step, 4 * L);
     printf("bytes sent per rank per step: %s measured, %s by the ring formula"
            " 2(t-1)/t x %s%s%s\n", report_bytes(r->bytes_sent_per_step, x),
            r->bytes_formula >= 0 ? report_bytes(r->bytes_formula, y) : "-",
-           tp_extra_of(run)->vocab_parallel ? "4 B x ((4L+2) B T C + 3 B T)"
-                                            : "2 B x 4L B T C (16-bit activations)",
+           tp_formula_text(cfg, tp_extra_of(run)),
            tp_extra_of(run)->dp > 1 ? (cfg->grad_precision == PRECISION_FP32
                                            ? " + DP's 2(d-1)/d x fp32 gradient bytes"
                                            : " + DP's 2(d-1)/d x 16-bit gradient bytes")
@@ -295,9 +302,6 @@ int main(int argc, char **argv) {
     if (a.sp && !runs_part(&a, PART_TRAIN))
         cli_fail("--sp does nothing with --part %s (it splits part 3's training along the"
                  " sequence)", part_names[a.part]);
-    if (a.sp && a.cfg.grad_precision != PRECISION_FP32)
-        cli_fail("--grad-dtype %s: sequence parallelism keeps fp32 gradients so far (valid:"
-                 " fp32; 16-bit gradients run with TP alone)", precision_name(a.cfg.grad_precision));
     if (a.sp && !tp_sequence_check(&a.cfg, a.tp, err, sizeof err)) {
         cli_fail("%s", err);
     }

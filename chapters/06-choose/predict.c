@@ -105,12 +105,12 @@ int predict_chapters_in(const char *programs_dir, const predict_options *o,
         predict_print_json(all.rows, all.n, o->dtype);
     else
         predict_print_table(all.rows, all.n, gflops[0], gflops[1], cores, o->dtype);
-    /* chapter 9's context part computes in fp32 only */
+    /* chapter 9's rows: predict_sequence's formulas are fp32's */
     if (o->dtype == PRECISION_FP32 &&
         !predict_sequence_in(programs_dir, o, state_mismatches, worst_activation))
         return 2;
     if (o->dtype != PRECISION_FP32 && !o->json)
-        printf("\n(chapter 9's rows run in fp32 only: its context part computes in fp32)\n");
+        printf("\n(chapter 9's rows are predicted in fp32 only: predict_sequence's formulas are fp32's)\n");
     const int ok = *state_mismatches == 0 && *worst_activation <= 0.10;
     if (o->json) printf(",\n \"ok\": %s}\n", ok ? "true" : "false");
     return ok ? 0 : 1;

@@ -9,8 +9,9 @@
  * per parameter), or with --precision bf16|fp16 16-bit compute weights 2, fp32
  * gradients 4 and fp32 master, m, v 12; sharded per slab as chapter 2 does, with the
  * working buffers its stages hold (ZeRO-2/3: a block's and the tied embedding's full
- * gradient; ZeRO-3: the largest gathered slab). They must match to the byte. In 16 bits
- * TP keeps the whole vocabulary on every rank (the vocab-parallel head is fp32's).
+ * gradient; ZeRO-3: the largest gathered slab). They must match to the byte. TP splits
+ * the vocabulary in every precision; in 16 bits its head also widens its slice of the
+ * logits into fp32 (tokens x vocab/t x 4 B of activations).
  * Activations: Korthikanti's per-layer count with fp32 elements and no dropout,
  *     4 [s b (4h + 12h/t + 4) + a s^2 b / t] bytes per layer
  * (16 bits: 2 [s b (4h + 12h/t) + a s^2 b / t] + 4 [4 s b], the statistics fp32)

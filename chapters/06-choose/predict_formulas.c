@@ -12,7 +12,7 @@
  * stay 4 bytes in both). */
 typedef struct {
     plan_precision bytes;
-    int whole_vocab;   /* 16-bit TP keeps the vocabulary whole: its head computes in fp32 */
+    int sixteen;   /* 16 bits: a vocab-parallel head widens its logits into fp32 */
 } numerics;
 
 static numerics numerics_of(precision dtype) {
@@ -21,8 +21,8 @@ static numerics numerics_of(precision dtype) {
 }
 
 /* Elements of the embedding's vocabulary rows on one of tp ranks. */
-static double vocab_rows(const gpt_config *c, int tp, numerics n) {
-    return n.whole_vocab ? c->vocab : ceil((double)c->vocab / tp);
+static double vocab_rows(const gpt_config *c, int tp) {
+    return ceil((double)c->vocab / tp);
 }
 
 /* ---- model states, as this project stores them ----------------------------------- */
@@ -47,23 +47,24 @@ static double shard_elements(const gpt_config *c, int ranks) {
 }
 
 /* Tensor parallel: q, k, v, the MLP's first layer and the vocabulary split t ways (one
- * vocabulary slice rounded up; whole in 16 bits), the rest of every block whole. */
-static double tp_elements(const gpt_config *c, int tp, numerics n) {
+ * vocabulary slice rounded up), the rest of every block whole. */
+static double tp_elements(const gpt_config *c, int tp) {
     const double h = c->dim, t = tp;
     const double block = 12 * h * h / t + (3 * h + 4 * h) / t + 2 * h + 4 * h;
-    const double embed = vocab_rows(c, tp, n) * h + (double)c->ctx * h;
+    const double embed = vocab_rows(c, tp) * h + (double)c->ctx * h;
     return c->layers * block + embed + 2 * h;
 }
 
 double predict_tp_elements(const gpt_config *c, int tp, precision dtype) {
-    return tp_elements(c, tp, numerics_of(dtype));
+    (void)dtype;   /* the vocabulary is split in every precision */
+    return tp_elements(c, tp);
 }
 
 static void predict_states(const gpt_config *c, int ranks, int tp, int stage, numerics n,
                            chapter_figures *f) {
     const slab_sizes s = slabs_of(c);
     const double whole = s.embed + c->layers * s.block + s.final_ln;
-    const double mine = tp > 1 ? tp_elements(c, tp, n) : whole;
+    const double mine = tp > 1 ? tp_elements(c, tp) : whole;
     const double shard = tp > 1 ? mine : shard_elements(c, ranks);
     const plan_precision *b = &n.bytes;
     f->params = b->params * mine;
@@ -80,8 +81,8 @@ static void predict_states(const gpt_config *c, int ranks, int tp, int stage, nu
 /* A pipeline stage's elements: blocks [k L / p, (k+1) L / p) of the TP slice, the
  * embedding on the first, the final LayerNorm and the tied embedding's copy on the
  * last. */
-static double stage_elements(const gpt_config *c, int tp, int pp, int k, numerics n) {
-    const double h = c->dim, t = tp, wte = vocab_rows(c, tp, n) * h;
+static double stage_elements(const gpt_config *c, int tp, int pp, int k) {
+    const double h = c->dim, t = tp, wte = vocab_rows(c, tp) * h;
     const double block = tp > 1 ? 12 * h * h / t + (3 * h + 4 * h) / t + 2 * h + 4 * h
                                 : slabs_of(c).block;
     const int blocks = (int)((long)(k + 1) * c->layers / pp - (long)k * c->layers / pp);
@@ -94,7 +95,7 @@ static double stage_elements(const gpt_config *c, int tp, int pp, int k, numeric
 static void predict_pipeline_states(const gpt_config *c, int tp, int pp, numerics n,
                                     chapter_figures *f) {
     double largest = 0;
-    for (int k = 0; k < pp; k++) largest = fmax(largest, stage_elements(c, tp, pp, k, n));
+    for (int k = 0; k < pp; k++) largest = fmax(largest, stage_elements(c, tp, pp, k));
     f->params = n.bytes.params * largest;
     f->grads = n.bytes.grads * largest;
     f->optimizer = n.bytes.optimizer * largest;
@@ -109,21 +110,23 @@ typedef struct {
     double head, head_fp32;     /* final LayerNorm and logits; its statistics and losses */
     double workspace;           /* one layer's backward buffers, shared */
     double vocab_rows;          /* vocab-parallel loss: max, sum, target logit (fp32) */
+    double logits32;            /* 16 bits, vocab-parallel: the slice's logits widened */
 } activation_sizes;
 
 static activation_sizes activation_sizes_of(const gpt_config *c, double tokens, int tp,
                                             numerics n) {
     const double h = c->dim, a = c->heads, s = c->ctx, t = tp;
     const double scores = a * s * tokens / t;   /* a s^2 b / t */
-    const int split_vocab = tp > 1 && !n.whole_vocab;
+    const int split_vocab = tp > 1;
     /* the 4 h whole: layer input, LayerNorm outputs, residual; the 12 h / t split: q, k,
      * v, attention output, MLP input and GELU output; backward: the residual gradient,
      * its LayerNorm-side copy and the split buffers' and the softmax's gradients */
     return (activation_sizes){
         .layer = tokens * (4 * h + 12 * h / t) + scores, .layer_fp32 = 4 * tokens,
-        .head = tokens * (h + vocab_rows(c, tp, n)), .head_fp32 = 3 * tokens,
+        .head = tokens * (h + vocab_rows(c, tp)), .head_fp32 = 3 * tokens,
         .workspace = tokens * (2 * h + 12 * h / t) + scores,
-        .vocab_rows = split_vocab ? 3 * tokens : 0};
+        .vocab_rows = split_vocab ? 3 * tokens : 0,
+        .logits32 = split_vocab && n.sixteen ? tokens * vocab_rows(c, tp) : 0};
 }
 
 static double predict_activations(const gpt_config *c, int B, int tp, numerics n) {
@@ -131,7 +134,7 @@ static double predict_activations(const gpt_config *c, int B, int tp, numerics n
     const activation_sizes z = activation_sizes_of(c, tokens, tp, n);
     const double last_output = tokens * h, token_ids = 2 * tokens;
     return n.bytes.activation * (L * z.layer + z.head + last_output + z.workspace) +
-           4 * (L * z.layer_fp32 + z.head_fp32 + token_ids + z.vocab_rows);
+           4 * (L * z.layer_fp32 + z.head_fp32 + token_ids + z.vocab_rows + z.logits32);
 }
 
 /* 1F1B on stage k holds min(p - k, m) micro-batches of B/m sequences; each keeps its
@@ -155,7 +158,7 @@ static double predict_pipeline_activations(const gpt_config *c, int batch, int t
         }
         if (k > 0) slot += tokens * h;   /* the gradient for the previous one */
         const int held = pp - k < micro ? pp - k : micro;
-        const double rows = k == pp - 1 ? z.vocab_rows : 0;
+        const double rows = k == pp - 1 ? z.vocab_rows + z.logits32 : 0;
         const double bytes = n.bytes.activation * (held * slot + z.workspace) +
                              4 * (held * slot_fp32 + rows);
         largest = fmax(largest, bytes);

@@ -33,14 +33,22 @@ static int wanted(const context_flags *f, int run) {
 
 static int cp_size(const context_flags *f, int ranks) { return f->cp > 0 ? f->cp : ranks; }
 
-/* The part's runs compute in fp32 on the CPU, whatever --precision and --device the
- * other parts use: the blockwise attention kernels are fp32 CPU code
- * (common/tensor/attention_block.c). */
+/* The part's runs compute on the CPU, whatever --device the other parts use: the
+ * blockwise attention kernels are CPU code (common/tensor/attention_block.c). In 16 bits
+ * the model computes in --precision and the attention hook widens its q, k, v to fp32
+ * (cp_attention_hook.h), so the ring's K/V and Ulysses' all-to-alls carry fp32. */
 static run_config part_config(const run_config *cfg) {
     run_config c = *cfg;
     c.comm.device = DEVICE_CPU;
-    c.precision = c.grad_precision = PRECISION_FP32;
     return c;
+}
+
+/* The bounds of a CP run against one device in cfg's precision (test_cp_mixed's): the
+ * hook's sums in another order, about as TP 2's roundings; with 16-bit gradients each
+ * of the cp x dp ranks' partial gradients rounded, and their sum. */
+static run_tolerances part_tolerances(const run_config *cfg, int ranks, const baseline_run *b) {
+    const double g = baseline_largest_grad(b);
+    return tolerances_with_grads16(tolerances_for_tp(cfg, 2, g), cfg, ranks, g);
 }
 
 void context_check_flags(const run_config *given, int ranks, const context_flags *f,
@@ -50,9 +58,6 @@ void context_check_flags(const run_config *given, int ranks, const context_flags
         cli_fail("--cp-split %s does nothing with --cp-attention ulysses (Ulysses sees the"
                  " whole sequence on its heads: no chunk order to balance)",
                  context_split_choices[f->split]);
-    if (alone && given->precision != PRECISION_FP32)
-        cli_fail("--precision %s: context parallelism here computes in fp32 only",
-                 precision_name(given->precision));
     const char *asked = cli_given_text("device");   /* auto's GPU: the part runs on the CPU */
     if (alone && given->comm.device == DEVICE_CUDA && asked && strcmp(asked, "cuda") == 0)
         cli_fail("--device cuda: context parallelism runs on the CPU here (its blockwise"
@@ -103,6 +108,7 @@ static int long_sequence(const run_config *cfg, const dataset *data, context_rep
     r->long_layers = lc.model.layers;
     baseline_run *b = process_hosts_rank0() ? baseline_train(&lc, data) : NULL;
     if (b) r->long_baseline_activations = (double)b->result.memory.peak[MEM_ACTIVATIONS];
+    if (b) r->long_tol_loss = part_tolerances(&lc, r->world, b).loss;
     int status = 0;
     for (int i = 1; i < CONTEXT_RUNS && status == 0; i++) {   /* balanced ring, Ulysses */
         char err[200];
@@ -127,8 +133,8 @@ static int long_sequence(const run_config *cfg, const dataset *data, context_rep
  * linear (QKV, fc) and a reduce-scatter after each row-parallel one (proj, fc2) in
  * forward, the conjugates in backward: 8 collectives of the whole B x T x C sequence,
  * each sending (t-1)/t of it. */
-static double sp_bytes_per_layer(int t, int B, int T, int C) {
-    return 8.0 * (t - 1) / t * (double)B * T * C * sizeof(float);
+static double sp_bytes_per_layer(int t, int B, int T, int C, precision p) {
+    return 8.0 * (t - 1) / t * (double)B * T * C * precision_bytes(p);
 }
 
 int context_launches(const run_config *given, const dataset *data, context_report *r) {
@@ -139,13 +145,16 @@ int context_launches(const run_config *given, const dataset *data, context_repor
     r->dp = ranks / r->cp;
     r->B = cfg->batch / r->dp, r->T = cfg->model.ctx, r->C = cfg->model.dim;
     r->H = cfg->model.heads, r->L = cfg->model.layers;
-    r->sp_bytes_per_layer = sp_bytes_per_layer(r->cp, r->B, r->T, r->C);
+    r->sp_bytes_per_layer = sp_bytes_per_layer(r->cp, r->B, r->T, r->C, cfg->precision);
+    r->precision = cfg->precision;
+    r->grad_precision = cfg->grad_precision;
     baseline_run *b = process_hosts_rank0() ? baseline_reference(cfg, data) : NULL;
     if (b) {
         r->baseline = b->result;
         r->baseline_loss = malloc((size_t)cfg->steps * sizeof *r->baseline_loss);
         memcpy(r->baseline_loss, b->loss, (size_t)cfg->steps * sizeof *r->baseline_loss);
         r->baseline.loss = r->baseline_loss;
+        r->tol = part_tolerances(cfg, ranks, b);
     }
     int status = 0;
     for (int i = 0; i < CONTEXT_RUNS && status == 0; i++) {
@@ -165,14 +174,14 @@ int context_passed(const context_report *r) {
     for (int i = 0; i < CONTEXT_RUNS; i++) {
         const context_run *c = &r->runs[i];
         if (!c->ran) continue;
-        ok &= c->result.diff_loss <= TOL_LOSS && c->result.diff_grads <= TOL_GRADS &&
-              c->result.diff_params <= TOL_PARAMS;
+        ok &= c->result.diff_loss <= r->tol.loss && c->result.diff_grads <= r->tol.grads &&
+              c->result.diff_params <= r->tol.params;
         ok &= c->extra.cp_bytes_per_layer == c->extra.cp_bytes_per_layer_formula;
         if (c->opts.kind == CP_RING && c->opts.split == CP_BALANCED)
             ok &= c->extra.work_imbalance == 1.0;
     }
     for (int i = 0; i < CONTEXT_RUNS; i++)
-        if (r->long_ran[i]) ok &= r->long_diff_loss[i] <= TOL_LOSS;
+        if (r->long_ran[i]) ok &= r->long_diff_loss[i] <= r->long_tol_loss;
     return ok;
 }
 

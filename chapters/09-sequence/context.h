@@ -26,6 +26,7 @@
 #include "cp_train.h"
 #include "data.h"
 #include "run_config.h"
+#include "tolerances.h"
 
 /* The flags: --cp N (0: every rank; the rest data parallel), --cp-attention
  * both|ring|ulysses, --cp-split both|contiguous|balanced (ring only). */
@@ -43,8 +44,8 @@ extern const char *const context_split_choices[];       /* "both", "contiguous",
     {"cp-split", OPT_CHOICE, &(f).split, "both|contiguous|balanced (ring)",               \
      context_split_choices, 0}
 /* Before any rank starts: cli_fail (one line, exit 2) where the sizes do not fit; with
- * alone (the program runs this part alone) also --precision bf16|fp16 and --device
- * cuda, which this part ignores (its runs compute in fp32 on the CPU). */
+ * alone (the program runs this part alone) also --device cuda, which this part ignores
+ * (its runs compute on the CPU). */
 void context_check_flags(const run_config *cfg, int ranks, const context_flags *f,
                          int alone);
 /* A mode of the chapter that runs no context parallelism refuses the three flags. */
@@ -63,6 +64,8 @@ typedef struct {
 typedef struct {
     context_flags flags;   /* in: what to run (set before context_launches) */
     int world, cp, dp, B, T, C, H, L;
+    precision precision, grad_precision;   /* the runs' and their gradients' */
+    run_tolerances tol;                    /* the runs' bounds against the baseline */
     run_result baseline;
     float *baseline_loss;
     context_run runs[CONTEXT_RUNS];
@@ -71,12 +74,12 @@ typedef struct {
     /* the long sequence: one device's activation bytes, and each rank's with CP */
     int long_ctx, long_layers, long_ran[CONTEXT_RUNS];
     double long_baseline_activations, long_activations[CONTEXT_RUNS];
-    double long_diff_loss[CONTEXT_RUNS];
+    double long_diff_loss[CONTEXT_RUNS], long_tol_loss;
 } context_report;
 
 /* Collective: every process of an mpirun calls it. Its runs and their baseline compute
- * in fp32 on the CPU whatever cfg's precision and device (the CP kernels are fp32 CPU
- * code). A run whose sizes do
+ * in cfg's precision (and gradients) on the CPU whatever cfg's device (the CP kernels
+ * are CPU code). A run whose sizes do
  * not fit (the flags were not checked, e.g. in a run of every part) is skipped and says
  * why. Returns 0, or launch's status. */
 int context_launches(const run_config *cfg, const dataset *data, context_report *r);

@@ -14,9 +14,12 @@ static double final_loss(const run_result *r) {
 }
 
 static void print_runs(const context_report *r) {
+    char grads[32] = "";
+    if (r->grad_precision != PRECISION_FP32)
+        snprintf(grads, sizeof grads, " with %s gradients", precision_name(r->grad_precision));
     printf("\ncontext parallelism: cp %d x dp %d on %d ranks; each rank holds %d of every"
-           " sequence's %d positions (fp32, CPU)\n", r->cp, r->dp, r->world, r->T / r->cp,
-           r->T);
+           " sequence's %d positions (%s%s, CPU)\n", r->cp, r->dp, r->world, r->T / r->cp,
+           r->T, precision_name(r->precision), grads);
     printf("%-18s %10s %9s %9s %9s %9s %9s %7s %12s %12s\n", "run", "final loss", "d loss",
            "d grads", "d params", "ms/step", "tok/s", "comm %", "sent/rank/st", "formula");
     printf("%-18s %10.4f %9s %9s %9s %9.1f %9.0f %6.1f%% %12s %12s\n", "one device",
@@ -35,8 +38,9 @@ static void print_runs(const context_report *r) {
     }
     printf("(sent: every layer's CP traffic and the gradient all-reduce over the cp x dp"
            " ranks)\n");
-    printf("(tolerances: loss %.0e, step-1 gradients %.0e, parameters %.0e)\n", TOL_LOSS,
-           TOL_GRADS, TOL_PARAMS);
+    printf("(tolerances%s: loss %.0e, step-1 gradients %.0e, parameters %.0e)\n",
+           r->precision == PRECISION_FP32 ? "" : " in 16 bits, tolerances_for_tp's with tp 2",
+           r->tol.loss, r->tol.grads, r->tol.params);
 }
 
 /* "[0, 16)" or "[0, 8) + [56, 64)" */
@@ -82,11 +86,13 @@ static void print_bytes(const context_report *r) {
                    ? "Q K V O forward, dO dQ dK dV backward: 8 x (P-1)/P x chunk"
                    : "K|V forward P-1, K|V and dK|dV backward P-1 and P: (6P-4) chunks");
     }
-    printf("%-16s %12s %12s   %s\n", "megatron-sp", "-", report_bytes(r->sp_bytes_per_layer, f),
-           "(t = P) 4 all-gathers + 4 reduce-scatters of B x T x C: 8 (P-1) chunks");
-    printf("Ulysses sends P times less than SP and its bytes fall as 1/P, but P must divide the"
-           " heads;\nthe ring takes any P that divides ctx, sends about 6 B T C floats a rank"
-           " whatever P, in P-1 hops one after the other\n");
+    const int e = (int)precision_bytes(r->precision);
+    printf("%-16s %12s %12s   (t = P) 4 all-gathers + 4 reduce-scatters of B x T x C: 8 (P-1)"
+           " chunks%s\n", "megatron-sp", "-", report_bytes(r->sp_bytes_per_layer, f),
+           e == 4 ? "" : " of 16-bit activations (CP's hook sends fp32 here)");
+    printf("Ulysses sends P times less than SP%s and its bytes fall as 1/P, but P must divide"
+           " the heads;\nthe ring takes any P that divides ctx, sends about 6 B T C floats a"
+           " rank whatever P, in P-1 hops one after the other\n", e == 4 ? "" : " at equal width");
 }
 
 static void print_long(const context_report *r) {

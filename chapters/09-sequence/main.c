@@ -150,8 +150,6 @@ int main(int argc, char **argv) {
     };
     cfg.no_checkpoints = "chapter 9 compares short runs, none of them to keep (save and"
                          " resume in chapters 1-5)";
-    cfg.fp32_grads_only = "sequence parallelism keeps fp32 gradients so far (valid: fp32;"
-                          " 16-bit gradients run in chapters 1-5)";
     cli_parse(argc, argv, &cfg, options, argv[0],
               "Sequence parallelism (Megatron SP) against TP, activation memory per layer"
               " against Korthikanti et al. 2022, and context parallelism.");

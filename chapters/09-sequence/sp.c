@@ -7,6 +7,7 @@
 
 #include "compare.h"
 #include "sequence.h"
+#include "tolerances.h"
 
 int sp_largest_tp(const run_config *cfg) {
     char err[512];
@@ -65,7 +66,9 @@ int sp_launches(const run_config *cfg, const dataset *data, int tp, plan_recompu
         b->result.strategy = "baseline";
         r->baseline = b->result;
         keep_losses(r, 0, &r->baseline);
-        r->tolerances = tp_run_tolerances(cfg, tp, b);
+        /* 16-bit gradients (--grad-dtype): each of the dp groups' sums rounded too */
+        r->tolerances = tolerances_with_grads16(tp_run_tolerances(cfg, tp, b), cfg, r->dp,
+                                                baseline_largest_grad(b));
     }
     int status = 0;
     for (int which = 0; which < SP_RUNS && !status; which++)
@@ -74,8 +77,7 @@ int sp_launches(const run_config *cfg, const dataset *data, int tp, plan_recompu
     const precision p = cfg->precision;
     r->bytes_added = tp_sequence_bytes_added(&cfg->model, p, B, cfg->model.ctx, tp);
     r->bytes_gathered_again = tp_sequence_bytes_gathered_again(&cfg->model, p, B,
-                                                               cfg->model.ctx, tp) +
-                              tp_sequence_bytes_ends(&cfg->model, p, B, cfg->model.ctx, tp);
+                                                               cfg->model.ctx, tp);
     r->bytes_layernorm_grads = tp_sequence_bytes_layernorm_grads(&cfg->model, tp);
     for (int which = 0; which < SP_RUNS; which++)
         r->activations_per_layer[which] = activation_bytes_per_layer(
@@ -116,21 +118,18 @@ double sp_allreduce_identity_error(const sp_report *r) {
 static void print_why(const sp_report *r) {
     const tp_extra *tp = &r->extra[SP_RUN_TP], *sp = &r->extra[SP_RUN_SP];
     const double loss_numbers = sp->tp_allreduce_bytes - r->bytes_layernorm_grads;
-    const int whole_vocabulary = r->precision != PRECISION_FP32;
     char a[32], b[32], c[32], d[32];
     printf("  why: a ring all-reduce is a reduce-scatter then an all-gather, (t-1)/t of the"
            " bytes each:\n  TP's all-reduces of activations %s = SP's reduce-scatters +"
            " all-gathers %s\n  less what SP alone gathers, %s: the layer inputs again in"
-           " backward (2 per block: it keeps them split)%s -> %s\n",
+           " backward (2 per block: it keeps them split) -> %s\n",
            report_bytes(tp->tp_allreduce_bytes - loss_numbers, a),
            report_bytes(sp->tp_reduce_scatter_bytes + sp->tp_allgather_bytes, b),
            report_bytes(r->bytes_gathered_again, c),
-           whole_vocabulary ? ",\n  the head's input and the embedding's gradient (with the"
-                              " vocabulary whole, TP moves nothing there)" : "",
            sp_allreduce_identity_error(r) == 0 ? "equal to the byte" : "DIFFERENT");
     printf("  SP's all-reduces: the LayerNorm weight gradients %s (each rank saw 1/t of the"
-           " tokens)%s\n", report_bytes(r->bytes_layernorm_grads, d),
-           whole_vocabulary ? "" : " and the vocab-parallel loss's numbers, as TP's");
+           " tokens) and the vocab-parallel loss's numbers, as TP's\n",
+           report_bytes(r->bytes_layernorm_grads, d));
 }
 
 void sp_print(const run_config *cfg, const sp_report *r) {

@@ -11,9 +11,9 @@
  *
  * Mixed precision (bf16, fp16): the slice's fp32 masters and their 16-bit compute copy
  * (replica.h), rounded at every step's start; f and g all-reduce 16-bit activations,
- * the DP buckets fp32 gradients. The vocab-parallel loss computes in fp32 alone, so in
- * 16 bits the vocabulary is not split: every TP rank embeds and scores the whole of it,
- * a replicated tensor like wpe (tp_split_vocab). */
+ * the DP buckets fp32 gradients (16-bit ones with --grad-dtype). The vocabulary is split
+ * in every precision: in 16 bits the slice's logits are 16-bit and the vocab-parallel
+ * softmax widens them to fp32 (vocab_parallel.h), as one device's loss does. */
 #include "tp_train.h"
 
 #include "grads16.h"
@@ -84,7 +84,8 @@ int tp_check_sizes(const run_config *cfg, int world, int tp, char *err, size_t e
 }
 
 void tp_split_vocab(gpt_shape *s, int tp, precision p) {
-    if (tp > 1 && p == PRECISION_FP32) gpt_shape_split_vocab(s);
+    (void)p;
+    if (tp > 1) gpt_shape_split_vocab(s);
 }
 
 double tp_bytes_formula(const gpt_config *m, precision p, int B_local, int T, int tp, int dp,
@@ -93,10 +94,10 @@ double tp_bytes_formula(const gpt_config *m, precision p, int B_local, int T, in
     const double ring_dp = 2.0 * (dp - 1) / dp;
     const double act = (double)precision_bytes(p), f32 = sizeof(float);
     /* all-reduces of N x C activations: 2 per block forward, 2 backward; with the
-     * vocabulary split (fp32) also the embedding (forward) and the LM head's f
+     * vocabulary split (tp > 1) also the embedding (forward) and the LM head's f
      * (backward), and of N and 2N fp32 numbers the loss */
     double tp_bytes = 4.0 * m->layers * N * m->dim * act;
-    if (tp > 1 && p == PRECISION_FP32) tp_bytes += 2.0 * N * m->dim * act + 3.0 * N * f32;
+    if (tp > 1) tp_bytes += 2.0 * N * m->dim * act + 3.0 * N * f32;
     /* data parallel: every fp32 gradient of the slice (the loss travels on a group of
      * the training loop's own) */
     const double dp_bytes = (double)params_per_rank * f32;
@@ -109,12 +110,6 @@ double tp_sequence_bytes_gathered_again(const gpt_config *m, precision p, int B_
     return (tp - 1.0) / tp * 2.0 * m->layers * N * m->dim * precision_bytes(p);
 }
 
-double tp_sequence_bytes_ends(const gpt_config *m, precision p, int B_local, int T, int tp) {
-    if (p == PRECISION_FP32) return 0;   /* vocab-parallel: they replace TP's all-reduces */
-    const double N = (double)B_local * T;   /* 2 all-gathers of N x C */
-    return (tp - 1.0) / tp * 2.0 * N * m->dim * precision_bytes(p);
-}
-
 double tp_sequence_bytes_layernorm_grads(const gpt_config *m, int tp) {
     /* 2 C numbers per LayerNorm: 2 per block and the final one, all-reduced */
     return 2.0 * (tp - 1) / tp * (2.0 * m->layers + 1) * 2 * m->dim * sizeof(float);
@@ -122,7 +117,7 @@ double tp_sequence_bytes_layernorm_grads(const gpt_config *m, int tp) {
 
 double tp_sequence_bytes_added(const gpt_config *m, precision p, int B_local, int T, int tp) {
     return tp_sequence_bytes_gathered_again(m, p, B_local, T, tp) +
-           tp_sequence_bytes_layernorm_grads(m, tp) + tp_sequence_bytes_ends(m, p, B_local, T, tp);
+           tp_sequence_bytes_layernorm_grads(m, tp);
 }
 
 double tp_sequence_bytes_formula(const gpt_config *m, precision p, int B_local, int T, int tp,

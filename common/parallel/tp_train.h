@@ -67,17 +67,15 @@ double tp_bytes_formula(const gpt_config *m, precision p, int B_local, int T, in
  * reduce-scatter and an all-gather, (t-1)/t of the bytes each) plus what SP adds: the
  * column-parallel layers' inputs gathered again in backward (2 per block), the
  * LayerNorms' weight gradients summed over tp (2 per block and the final one, 2 C
- * fp32 each), and in 16 bits, where the vocabulary is held whole and TP's embedding
- * and head move nothing, the head's input gathered (g) and the embedding's output
- * gradient gathered (g-bar's backward). Activations in p. */
+ * fp32 each); the vocab-parallel embedding's and head's all-reduces become a
+ * reduce-scatter and an all-gather as the blocks' do. Activations in p. */
 double tp_sequence_bytes_formula(const gpt_config *m, precision p, int B_local, int T, int tp,
                                  int dp, size_t params_per_rank);
 /* What SP adds to TP's bytes alone: the inputs gathered again, the LayerNorm
- * gradients' all-reduces, the ends' gathers (16 bits), and all of them together. */
+ * gradients' all-reduces, and both together. */
 double tp_sequence_bytes_gathered_again(const gpt_config *m, precision p, int B_local, int T,
                                         int tp);
 double tp_sequence_bytes_layernorm_grads(const gpt_config *m, int tp);
-double tp_sequence_bytes_ends(const gpt_config *m, precision p, int B_local, int T, int tp);
 double tp_sequence_bytes_added(const gpt_config *m, precision p, int B_local, int T, int tp);
 /* Full recomputation runs each block's forward again in backward, and its collectives
  * with it: 2 all-reduces of activations per block (with SP: 2 all-gathers and 2
@@ -87,9 +85,8 @@ double tp_recompute_bytes(const gpt_config *m, precision p, int B_local, int T, 
  * writes one line and returns 0. */
 int tp_sequence_check(const run_config *cfg, int tp, char *err, size_t err_len);
 
-/* The vocabulary (embedding = tied LM head) is split over the TP ranks when tp > 1 and
- * the run computes in fp32; a vocab-parallel head computes in fp32 alone, so in 16 bits
- * every TP rank holds the whole vocabulary (replicated, identical gradients). */
+/* The vocabulary (embedding = tied LM head) is split over the TP ranks when tp > 1, in
+ * every precision p (in 16 bits the head's softmax widens its logits to fp32). */
 void tp_split_vocab(gpt_shape *s, int tp, precision p);
 /* Every difference against its tolerance (tolerances.h; 1 = at the limit). */
 double tp_worst_fraction_of_tolerance(const run_result *r);
