@@ -18,6 +18,20 @@ static gpt_shape stage_shape(const run_config *cfg, mesh_shape shape, mesh_coord
     return s;
 }
 
+/* MoE (moe_params.h): the routers and this rank's experts in fp32, their gradients, m
+ * and v; in 16 bits the layer's 16-bit copy of the experts (+ 1 byte, as it allocates). */
+static void moe_state_formula(const run_config *cfg, mesh_shape shape, mesh_coord me,
+                              const moe_config *moe, double state[3]) {
+    if (moe->experts <= 0) return;
+    const moe_shape ms = moe_shape_make(moe, &cfg->model, mesh_ep_size(&shape), me.ep);
+    const double n = (double)(moe_router_numel(&ms) + moe_local_experts_numel(&ms));
+    state[0] += 4 * n;
+    state[1] += 4 * n;
+    state[2] += 8 * n;
+    if (cfg->precision != PRECISION_FP32)
+        state[0] += (double)moe_local_experts_numel(&ms) * precision_bytes(cfg->precision) + 1;
+}
+
 void mesh_traffic_formula(const run_config *cfg, mesh_shape shape, mesh_coord me,
                           const pipeline_options *opts, mesh_rank_traffic *t) {
     const int v = opts->chunks, S = v * shape.pp;
@@ -36,6 +50,20 @@ void mesh_traffic_formula(const run_config *cfg, mesh_shape shape, mesh_coord me
                              bytes);
         for (int i = 0; i < 3; i++) t->state_formula[i] += bytes[i];
     }
+    moe_state_formula(cfg, shape, me, &opts->moe, t->state_formula);
+}
+
+/* The ep group's bytes per timed step: measured, and from the rows the routing sent
+ * (moe_params.remote_rows, since the warm-up) with each block's counts. */
+static void measure_alltoall(const moe_params *p, comm *ep, int timed_steps,
+                             mesh_rank_traffic *t) {
+    const moe_shape *s = &p->shape;
+    const comm_stats st = comm_stats_get(ep);
+    t->alltoall = (double)comm_stats_total_sent(&st) / timed_steps;
+    const double counts = (double)s->moe_layers * (s->ep_size - 1) * s->experts_local *
+                          sizeof(double);
+    t->alltoall_routed = p->remote_rows * s->dim * sizeof(float) / timed_steps +
+                         (s->ep_size > 1 ? counts : 0);
 }
 
 /* This rank's traffic per group kind and the model state it holds after the loop. */
@@ -57,6 +85,7 @@ static void measure_rank(const pipeline_rank *r, int timed_steps, mesh_rank_traf
     t->state[1] = (double)mem->current[MEM_GRADS];
     t->state[2] = (double)mem->current[MEM_OPTIMIZER];
     t->activations = (double)mem->peak[MEM_ACTIVATIONS];
+    if (r->par.moe) measure_alltoall(r->par.moe, m->ep, timed_steps, t);
 }
 
 /* The largest |measured / formula - 1| over ranks and kinds; the row's bytes formula

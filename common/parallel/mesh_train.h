@@ -25,6 +25,10 @@ typedef struct {
     double calls[PIPELINE_ALL_KINDS];
     double state[3], state_formula[3];   /* params, grads, optimizer bytes held */
     double activations;                  /* peak activation bytes */
+    /* MoE: the ep group's all-to-all bytes per timed step, measured and from the
+     * routing this rank saw (rows sent to other ranks x C x 4 B, plus the El counts a
+     * peer each MoE block), which must be equal; 0 without MoE */
+    double alltoall, alltoall_routed;
 } mesh_rank_traffic;
 
 /* The outcome's extra for 3D (strategy_outcome.extra): mesh_launch allocates `ranks`
