@@ -258,7 +258,11 @@ if [ -x "$chapter11" ]; then
     expect_error "$chapter11" "--tp 1 --cp 2 in bf16: the model refuses it" --ranks 4 --tp 1 --cp 2 --dp-shard 2
     expect_error "$chapter11" "--tp 2 --sp --cp 2 in fp32: the model refuses it" --ranks 8 --tp 2 --cp 2 --sp --precision fp32
     expect_error "$chapter11" "--sp with --pp 2: sequence parallelism runs on a whole model" --ranks 4 --tp 2 --pp 2 --sp
-    expect_error "$chapter11" "--ep 2: expert parallelism trains on its own EP x DP trainer so far" --ranks 4 --ep 2 --tp 1
+    expect_error "$chapter11" "--ep 2 with --pp: expert parallelism trains on a TP x EP x DP mesh only" --ranks 8 --ep 2 --pp 2 --tp 1
+    expect_error "$chapter11" "EP 4 does not divide --experts 2" --ranks 4 --ep 4 --experts 2 --tp 1
+    expect_error "$chapter11" "--experts with 2 micro-batches" --ranks 4 --ep 2 --tp 1 --micro 2
+    expect_error "$chapter11" "--top-k does nothing with a dense mesh (no --ep)" --top-k 1
+    expect_error "$chapter11" "--top-k 3: must be 1 or 2" --ranks 4 --ep 2 --top-k 3
     expect_error "$chapter11" "--zero 4: ZeRO has stages 0-3" --zero 4
     expect_error "$chapter11" "--cp-attention does nothing without --cp 2 or more" --cp-attention ulysses
     expect_error "$chapter11" "--experts and --moe-every go with --ep" --experts 8

@@ -92,8 +92,11 @@ static void measure_rank(const pipeline_rank *r, int timed_steps, mesh_rank_traf
  * is the largest rank's, as its bytes are. */
 static void judge_bytes(mesh_extra *x, int world, run_result *row) {
     double worst = 0, largest = 0;
+    x->alltoall_mismatch = 0;
     for (int w = 0; w < world; w++) {
         double total = 0;
+        x->alltoall_mismatch = fmax(x->alltoall_mismatch,
+                                    fabs(x->ranks[w].alltoall - x->ranks[w].alltoall_routed));
         for (int k = 0; k < PIPELINE_ALL_KINDS; k++) {
             const double f = x->ranks[w].formula[k], b = x->ranks[w].bytes[k];
             const double error = f > 0 ? fabs(b / f - 1) : b;
@@ -111,6 +114,7 @@ typedef struct {
     const dataset *data;
     mesh_shape shape;
     const pipeline_options *opts;
+    const char *name;   /* NULL: "3d" or "mesh" */
 } mesh_launch_args;
 
 /* Every rank's traffic next to its formula, gathered to every rank; world rank 0 keeps
@@ -139,9 +143,9 @@ static void mesh_rank_fn(comm *world, void *args, strategy_outcome *out) {
     mesh_create(&m, world, a->shape);
     /* chapter 5's name for TP x PP x DP; with CP, SP or replicas: the mesh */
     const int more = mesh_cp_size(&a->shape) > 1 || a->opts->sequence_parallel ||
-                     mesh_dp_replicate_size(&a->shape) > 1;
+                     mesh_dp_replicate_size(&a->shape) > 1 || mesh_ep_size(&a->shape) > 1;
     const double drift = pp_train_on_mesh(world, &m, a->cfg, a->data, a->opts,
-                                          more ? "mesh" : "3d", mesh_measure, args, out);
+                                          a->name ? a->name : more ? "mesh" : "3d", mesh_measure, args, out);
     mesh_extra *x = strategy_outcome_keeps(out) ? out->extra : NULL;
     if (x) x->tied_drift = drift;
     mesh_free(&m);
@@ -154,8 +158,27 @@ int mesh_launch(const run_config *cfg, const dataset *data, mesh_shape shape,
         *x = (mesh_extra){.shape = shape, .opts = *opts};
         x->ranks = calloc((size_t)mesh_world(&shape), sizeof *x->ranks);
     }
-    mesh_launch_args a = {cfg, data, shape, opts};
+    mesh_launch_args a = {cfg, data, shape, opts, NULL};
     return strategy_launch(cfg, mesh_rank_fn, &a, rank0_out);
+}
+
+int mesh_train_one_device(const run_config *cfg, const dataset *data,
+                          const pipeline_options *opts, strategy_outcome *rank0_out) {
+    run_config one = *cfg;
+    one.comm.ranks = 1;
+    const mesh_shape shape = {.tp = 1, .pp = 1, .dp = 1, .cp = 1, .ep = 1};
+    pipeline_options o = *opts;
+    o.zero_stage = 0;
+    o.sequence_parallel = 0;
+    o.micro = 1;
+    mesh_launch_args a = {&one, data, shape, &o, "baseline"};
+    rank0_out->extra = NULL;
+    return strategy_launch_threads(&one, mesh_rank_fn, &a, rank0_out);
+}
+
+baseline_run mesh_outcome_as_baseline(const strategy_outcome *o) {
+    return (baseline_run){.result = o->result, .loss = o->loss, .first_grads = o->first_grads,
+                          .final_params = o->final_params, .num_params = o->num_params};
 }
 
 void mesh_extra_free(mesh_extra *x) {

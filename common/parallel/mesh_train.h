@@ -38,6 +38,7 @@ typedef struct {
     pipeline_options opts;
     mesh_rank_traffic *ranks; /* [world], in world rank order */
     double worst_bytes_error; /* largest |measured / formula - 1| over ranks and kinds */
+    double alltoall_mismatch; /* MoE: largest |all-to-all bytes - the routing's|, a rank */
     double tied_drift;
 } mesh_extra;
 static inline const mesh_extra *mesh_extra_of(const strategy_outcome *o) { return o->extra; }
@@ -53,6 +54,13 @@ void mesh_traffic_formula(const run_config *cfg, mesh_shape shape, mesh_coord me
  * when set, is a mesh_extra. Returns launch's status. */
 int mesh_launch(const run_config *cfg, const dataset *data, mesh_shape shape,
                 const pipeline_options *opts, strategy_outcome *rank0_out);
+/* The same trainer on one rank of this process (every group of one, nothing
+ * exchanged): the single-device run of the model opts describes, the MoE model's too,
+ * in cfg's precision. rank0_out->extra is not used. */
+int mesh_train_one_device(const run_config *cfg, const dataset *data,
+                          const pipeline_options *opts, strategy_outcome *rank0_out);
+/* A one-device outcome as the baseline the mesh's is compared with (borrowed vectors). */
+baseline_run mesh_outcome_as_baseline(const strategy_outcome *o);
 double mesh_worst_fraction_of_tolerance(const run_result *r);
 /* The bounds a mesh's run is held to against baseline b in any precision: TP's
  * (tp_run_tolerances), with 16-bit gradients (tolerances_with_grads16) the dp x cp
