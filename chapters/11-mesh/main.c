@@ -1,5 +1,5 @@
 /* Chapter 11: one mesh, every dimension. TP (with SP), CP, PP, DP as dp_shard x
- * dp_replicate with ZeRO 0-3 (HSDP), laid out in Megatron-core's order and applied to
+ * dp_replicate with ZeRO 0-3 (HSDP), EP for MoE blocks, laid out in Megatron-core's order and applied to
  * one model by parallelize (parallelize.h), trained against the single-device run in
  * the same precision. What the model does not compute yet is refused with its reason.
  *
@@ -9,6 +9,8 @@
  *                                    line for each dimension left out
  *   ./run 4 --tp 2 --sp --dp-shard 2 --zero 3 --precision fp32
  *   ./run 8 --cp 2 --cp-attention ulysses --tp 2 --dp-shard 2 --zero 1 --precision fp32
+ *   ./run 8 --tp 2 --ep 2 --experts 4 --moe-every 2   MoE: TP x EP x DP against the MoE
+ *                                    model on one device (moe_params.h)
  *   ./run 1 --mesh-only --world 16384 --tp 8 --cp 16 --pp 16 --dp-shard 8 */
 #include <stdio.h>
 #include <stdlib.h>

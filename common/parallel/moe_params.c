@@ -34,7 +34,7 @@ void moe_params_init(moe_params *p, const moe_config *cfg, const gpt_config *mod
     const int ep_alone = !g->ep || comm_size(g->ep) == 1;
     p->layer = moe_layer_create(&p->shape, g->tokens, &(moe_layer_options){
         .world = g->world && comm_size(g->world) > 1 ? g->world : NULL,
-        .ep = ep_alone ? NULL : g->ep});
+        .ep = ep_alone ? NULL : g->ep, .test_combine_misorder = g->test_combine_misorder});
     moe_layer_bind(p->layer, p->routers.params, p->experts.params, p->routers.grads,
                    p->experts.grads);
 }
@@ -56,11 +56,11 @@ static void all_reduce(comm *group, float *v, size_t n) {
     if (group && comm_size(group) > 1 && n > 0) comm_allreduce(group, v, n, COMM_F32, COMM_SUM);
 }
 
-void moe_params_reduce(moe_params *p, comm *experts_group) {
+void moe_params_reduce(moe_params *p) {
     p->remote_rows += moe_layer_remote_rows(p->layer);
     all_reduce(p->dense, p->routers.grads, p->routers.n);
     all_reduce(p->replicate, p->routers.grads, p->routers.n);
-    all_reduce(experts_group ? experts_group : p->expert_dp, p->experts.grads, p->experts.n);
+    all_reduce(p->expert_dp, p->experts.grads, p->experts.n);
 }
 
 void moe_params_adamw(moe_params *p, const adamw_config *a) {

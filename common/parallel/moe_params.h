@@ -42,6 +42,7 @@ typedef struct {
     comm *dense, *replicate, *expert_dp;
     int ep_size, ep_rank;
     int tokens;        /* a micro-batch's tokens on this rank */
+    int test_combine_misorder;   /* negative control (moe_layer_options) */
 } moe_params_groups;
 
 void moe_params_init(moe_params *p, const moe_config *cfg, const gpt_config *model,
@@ -49,9 +50,9 @@ void moe_params_init(moe_params *p, const moe_config *cfg, const gpt_config *mod
 void moe_params_free(moe_params *p);
 /* The start of a step: gradients zeroed, the coming backward's d(loss) (moe.h). */
 void moe_params_step_begin(moe_params *p, float dloss);
-/* After backward: the routers over the dense group, the experts over expert_dp (or,
- * the tests' negative control, over `experts_group` instead when not NULL). */
-void moe_params_reduce(moe_params *p, comm *experts_group);
+/* After backward: the routers over the dense group (and the replicas), the experts over
+ * the expert_dp group they were given. */
+void moe_params_reduce(moe_params *p);
 void moe_params_adamw(moe_params *p, const adamw_config *a);
 /* The two gradient vectors AdamW reads, for the loss scale; returns 2. */
 int moe_params_grad_vectors(moe_params *p, grad_vector *vectors);

@@ -147,7 +147,7 @@ static float pipeline_compute_grads(void *arg, int step, float loss_scale) {
         dp_grads_after_backward(&r->dp[c]);
         point_stage_at_step(r, c);
     }
-    if (r->par.moe) moe_params_reduce(r->par.moe, NULL);
+    if (r->par.moe) moe_params_reduce(r->par.moe);
     trace_end(m->pp);
     /* the loss lives on the last stage, the same on its TP ranks: one of them counts it;
      * a CP rank's is its chunk's mean, of equal chunks */
