@@ -5,7 +5,8 @@
  * loss, step-1 gradients and parameters of the dense model within mesh_run_tolerances
  * (the routers and experts reach them through every step's loss and the final
  * parameters), every rank's bytes per group and model state equal to their formulas,
- * and its all-to-all bytes equal to what its routing sent. In fp32 the one-rank run is
+ * and its all-to-all bytes equal to what its routing sent; with capacity too (the same
+ * pairs dropped). In fp32 the one-rank run is
  * chapter 10's single-device MoE run (ep_train_single) loss for loss. A negative
  * control, the experts' gradients summed over the EP group instead of expert_dp, must
  * fail; combinations not trained yet are refused by parallelize_check with a reason. */
@@ -20,7 +21,8 @@
 #include "parallelize.h"
 #include "strategy_runs.h"
 
-static const moe_config moe = {.experts = 4, .top_k = 2, .every = 2, .aux_coef = 0.01f};
+/* capacity 0 (no dropping), but in capacity_drops_the_same_pairs */
+static moe_config moe = {.experts = 4, .top_k = 2, .every = 2, .aux_coef = 0.01f};
 
 static run_config tiny(int ranks, precision p) {
     run_config cfg = run_config_default();
@@ -105,6 +107,24 @@ START_TEST(ep_on_the_mesh_matches_one_device) {
 }
 END_TEST
 
+/* With capacity (chapter 11's default 1.25, and 1.0) each expert keeps the first pairs of
+ * the global batch in token order: the same pairs drop on the mesh as on one device. */
+START_TEST(capacity_drops_the_same_pairs) {
+    dataset *d = dataset_builtin();
+    const double factors[2] = {1.25, 1.0};
+    for (int i = 0; i < 2; i++) {
+        moe.capacity_factor = factors[i];
+        printf("capacity factor %.2f:\n", factors[i]);
+        one_device one = one_device_run(d, PRECISION_FP32);
+        ck_assert(run_case(d, &one.b, PRECISION_FP32, ep2_dp2, 0, 0, "ep 2 x dp 2:") <= 1.0);
+        ck_assert(run_case(d, &one.b, PRECISION_FP32, tp2_ep2, 0, 0, "tp 2 x ep 2:") <= 1.0);
+        mesh_result_free(one.run);
+    }
+    moe.capacity_factor = 0;
+    dataset_free(d);
+}
+END_TEST
+
 /* The one-rank mesh MoE run in fp32 is chapter 10's single-device MoE run. */
 START_TEST(one_rank_is_chapter_10s_baseline) {
     dataset *d = dataset_builtin();
@@ -172,6 +192,7 @@ int main(void) {
     TCase *t = tcase_create("ep on the mesh");
     tcase_set_timeout(t, 300);
     tcase_add_test(t, ep_on_the_mesh_matches_one_device);
+    tcase_add_test(t, capacity_drops_the_same_pairs);
     tcase_add_test(t, one_rank_is_chapter_10s_baseline);
     tcase_add_test(t, expert_grads_over_the_wrong_group_fail);
     tcase_add_test(t, unsupported_combinations_are_refused);
