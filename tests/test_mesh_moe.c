@@ -2,9 +2,8 @@
  * the MoE model (4 experts, top-2, MoE in every other block) on EP 2, EP 2 x DP 2 (ZeRO 0
  * and 1), EP 2 on 2 shards x 2 replicas (HSDP at ZeRO 3) and TP 2 x EP 2, in fp32 and bf16, against the single-device MoE run in the
  * same precision (the same trainer on one rank: every group of one, nothing exchanged):
- * loss, step-1 gradients and parameters of the dense model within mesh_run_tolerances
- * (the routers and experts reach them through every step's loss and the final
- * parameters), every rank's bytes per group and model state equal to their formulas,
+ * loss, step-1 gradients and parameters (the dense model's, and the routers and every
+ * expert gathered over the EP group) within mesh_run_tolerances, every rank's bytes per group and model state equal to their formulas,
  * and its all-to-all bytes equal to what its routing sent; with capacity too (the same
  * pairs dropped). In fp32 the one-rank run is
  * chapter 10's single-device MoE run (ep_train_single) loss for loss. A negative
@@ -59,23 +58,40 @@ static one_device one_device_run(const dataset *d, precision p) {
 
 /* The mesh against the baseline: returns the fraction of the bounds it reaches, after
  * checking its bytes and state (exact) and its all-to-alls against its routing. */
-static double run_case(const dataset *d, const baseline_run *b, precision p, mesh_shape s,
+/* max |a - b| over n */
+static double largest_difference(const float *a, const float *b, size_t n) {
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)a[i] - b[i]));
+    return worst;
+}
+
+static double run_case(const dataset *d, const one_device *one, precision p, mesh_shape s,
                        int zero, pipeline_fault fault, const char *what) {
+    const baseline_run *b = &one->b;
     const run_config cfg = tiny(mesh_world(&s), p);
     const pipeline_options o = options(zero, fault);
     char why[300];
     ck_assert_msg(!parallelize_check(&cfg, &s, mesh_world(&s), &(parallel_options){
                       .zero = zero, .micro = 1, .moe = moe}, why, sizeof why), "%s", why);
     mesh_result *r = launch_mesh(&cfg, d, s, o, b);
-    const double worst = run_worst_fraction_of(&r->run.result, mesh_run_tolerances(&cfg, s, b));
+    const run_tolerances t = mesh_run_tolerances(&cfg, s, b);
+    /* the routers and every expert: step 1's gradients and the final parameters */
+    const size_t n = one->run->x.moe_num_params;
+    ck_assert(n > 0 && r->x.moe_num_params == n);
+    const double moe_grads = largest_difference(r->x.moe_first_grads, one->run->x.moe_first_grads, n);
+    const double moe_params = largest_difference(r->x.moe_final_params,
+                                                 one->run->x.moe_final_params, n);
+    const double worst = fmax(run_worst_fraction_of(&r->run.result, t),
+                              fmax(moe_grads / t.grads, moe_params / t.params));
     double alltoall = 0, mismatch = 0;
     for (int w = 0; w < mesh_world(&s); w++) {
         alltoall = fmax(alltoall, r->x.ranks[w].alltoall);
         mismatch = fmax(mismatch, fabs(r->x.ranks[w].alltoall - r->x.ranks[w].alltoall_routed));
     }
-    printf("  %-34s %s: grads %.2e params %.2e loss %.2e: %5.0f%% of the bounds;"
-           " all-to-all %.0f B a step, %.0f off the routing's\n", what, precision_name(p),
-           r->run.result.diff_grads, r->run.result.diff_params, r->run.result.diff_loss,
+    printf("  %-34s %s: grads %.2e params %.2e loss %.2e, routers and experts: grads %.2e"
+           " params %.2e: %5.0f%% of the bounds; all-to-all %.0f B a step, %.0f off the"
+           " routing's\n", what, precision_name(p), r->run.result.diff_grads,
+           r->run.result.diff_params, r->run.result.diff_loss, moe_grads, moe_params,
            100 * worst, alltoall, mismatch);
     if (fault == PIPELINE_FAULT_NONE) {
         check_mesh_formulas(r, s, 0.0);
@@ -96,11 +112,11 @@ START_TEST(ep_on_the_mesh_matches_one_device) {
     const precision ps[2] = {PRECISION_FP32, PRECISION_BF16};
     for (int k = 0; k < 2; k++) {
         one_device one = one_device_run(d, ps[k]);
-        ck_assert(run_case(d, &one.b, ps[k], ep2, 0, 0, "ep 2:") <= 1.0);
-        ck_assert(run_case(d, &one.b, ps[k], ep2_dp2, 0, 0, "ep 2 x dp 2:") <= 1.0);
-        ck_assert(run_case(d, &one.b, ps[k], ep2_dp2, 1, 0, "ep 2 x dp 2, zero 1:") <= 1.0);
-        ck_assert(run_case(d, &one.b, ps[k], ep2_hsdp, 3, 0, "ep 2 x dp 2 x 2 (HSDP, zero 3):") <= 1.0);
-        ck_assert(run_case(d, &one.b, ps[k], tp2_ep2, 0, 0, "tp 2 x ep 2:") <= 1.0);
+        ck_assert(run_case(d, &one, ps[k], ep2, 0, 0, "ep 2:") <= 1.0);
+        ck_assert(run_case(d, &one, ps[k], ep2_dp2, 0, 0, "ep 2 x dp 2:") <= 1.0);
+        ck_assert(run_case(d, &one, ps[k], ep2_dp2, 1, 0, "ep 2 x dp 2, zero 1:") <= 1.0);
+        ck_assert(run_case(d, &one, ps[k], ep2_hsdp, 3, 0, "ep 2 x dp 2 x 2 (HSDP, zero 3):") <= 1.0);
+        ck_assert(run_case(d, &one, ps[k], tp2_ep2, 0, 0, "tp 2 x ep 2:") <= 1.0);
         mesh_result_free(one.run);
     }
     dataset_free(d);
@@ -116,8 +132,8 @@ START_TEST(capacity_drops_the_same_pairs) {
         moe.capacity_factor = factors[i];
         printf("capacity factor %.2f:\n", factors[i]);
         one_device one = one_device_run(d, PRECISION_FP32);
-        ck_assert(run_case(d, &one.b, PRECISION_FP32, ep2_dp2, 0, 0, "ep 2 x dp 2:") <= 1.0);
-        ck_assert(run_case(d, &one.b, PRECISION_FP32, tp2_ep2, 0, 0, "tp 2 x ep 2:") <= 1.0);
+        ck_assert(run_case(d, &one, PRECISION_FP32, ep2_dp2, 0, 0, "ep 2 x dp 2:") <= 1.0);
+        ck_assert(run_case(d, &one, PRECISION_FP32, tp2_ep2, 0, 0, "tp 2 x ep 2:") <= 1.0);
         mesh_result_free(one.run);
     }
     moe.capacity_factor = 0;
@@ -151,7 +167,7 @@ END_TEST
 START_TEST(expert_grads_over_the_wrong_group_fail) {
     dataset *d = dataset_builtin();
     one_device one = one_device_run(d, PRECISION_FP32);
-    const double worst = run_case(d, &one.b, PRECISION_FP32, ep2_dp2, 0,
+    const double worst = run_case(d, &one, PRECISION_FP32, ep2_dp2, 0,
                                   PIPELINE_FAULT_EXPERT_GRADS_OVER_EP,
                                   "control, experts over ep:");
     ck_assert_msg(worst > 1.0, "%.2f of the bounds", worst);

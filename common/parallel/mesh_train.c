@@ -135,6 +135,12 @@ static void mesh_measure(comm *world, pipeline_rank *r, void *ctx, strategy_outc
         judge_bytes(x, W, &out->result);
     }
     mem_free(gathered);
+    if (r->par.moe) {   /* after the bytes were read: this gather is no step's */
+        const int keeps = x && x->moe_final_params;
+        moe_params_whole(r->par.moe, r->mesh->ep, 0, keeps ? x->moe_final_params : NULL);
+        if (keeps)
+            memcpy(x->moe_first_grads, r->moe_first_grads, x->moe_num_params * sizeof(float));
+    }
 }
 
 static void mesh_rank_fn(comm *world, void *args, strategy_outcome *out) {
@@ -157,6 +163,12 @@ int mesh_launch(const run_config *cfg, const dataset *data, mesh_shape shape,
     if (x) {
         *x = (mesh_extra){.shape = shape, .opts = *opts};
         x->ranks = calloc((size_t)mesh_world(&shape), sizeof *x->ranks);
+        if (opts->moe.experts > 0) {
+            const moe_shape ms = moe_shape_make(&opts->moe, &cfg->model, 1, 0);
+            x->moe_num_params = moe_router_numel(&ms) + moe_local_experts_numel(&ms);
+            x->moe_first_grads = calloc(x->moe_num_params, sizeof(float));
+            x->moe_final_params = calloc(x->moe_num_params, sizeof(float));
+        }
     }
     mesh_launch_args a = {cfg, data, shape, opts, NULL};
     return strategy_launch(cfg, mesh_rank_fn, &a, rank0_out);
@@ -183,6 +195,8 @@ baseline_run mesh_outcome_as_baseline(const strategy_outcome *o) {
 
 void mesh_extra_free(mesh_extra *x) {
     free(x->ranks);
+    free(x->moe_first_grads);
+    free(x->moe_final_params);
     memset(x, 0, sizeof *x);
 }
 

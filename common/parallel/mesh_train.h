@@ -39,6 +39,10 @@ typedef struct {
     mesh_rank_traffic *ranks; /* [world], in world rank order */
     double worst_bytes_error; /* largest |measured / formula - 1| over ranks and kinds */
     double alltoall_mismatch; /* MoE: largest |all-to-all bytes - the routing's|, a rank */
+    /* MoE: the routers and every expert (moe_params_whole), step 1's gradients and the
+     * final parameters, on world rank 0; NULL for a dense model */
+    float *moe_first_grads, *moe_final_params;
+    size_t moe_num_params;
     double tied_drift;
 } mesh_extra;
 static inline const mesh_extra *mesh_extra_of(const strategy_outcome *o) { return o->extra; }

@@ -77,3 +77,26 @@ int moe_params_grad_vectors(moe_params *p, grad_vector *vectors) {
     vectors[1] = grad_vector_fp32(p->experts.grads, p->experts.n);
     return 2;
 }
+
+size_t moe_params_whole_numel(const moe_params *p) {
+    return p->routers.n + p->experts.n * (size_t)p->shape.ep_size;
+}
+
+void moe_params_whole(const moe_params *p, comm *ep, int grads, float *out) {
+    const moe_shape *s = &p->shape;
+    const size_t local = p->experts.n, X = moe_expert_numel(s), El = s->experts_local;
+    const int EP = s->ep_size;
+    float *all = mem_alloc(MEM_OTHER, (local * EP + 1) * sizeof(float));
+    const float *mine = grads ? p->experts.grads : p->experts.params;
+    if (EP > 1) comm_allgather(ep, mine, all, local * EP, COMM_F32);
+    else memcpy(all, mine, local * sizeof(float));
+    if (out) {   /* EP rank q's experts are global experts [q El, (q + 1) El) */
+        memcpy(out, grads ? p->routers.grads : p->routers.params, p->routers.n * sizeof(float));
+        float *experts = out + p->routers.n;
+        for (int q = 0; q < EP; q++)
+            for (int i = 0; i < s->moe_layers; i++)
+                memcpy(experts + ((size_t)i * s->cfg.experts + q * El) * X,
+                       all + q * local + (size_t)i * El * X, El * X * sizeof(float));
+    }
+    mem_free(all);
+}

@@ -54,6 +54,12 @@ void moe_params_step_begin(moe_params *p, float dloss);
  * the expert_dp group they were given. */
 void moe_params_reduce(moe_params *p);
 void moe_params_adamw(moe_params *p, const adamw_config *a);
+/* Elements of the whole MoE part: the routers, then every expert of every MoE block
+ * (block by block, expert by expert), as chapter 10's outcome lays them out. */
+size_t moe_params_whole_numel(const moe_params *p);
+/* Collective over ep (NULL: EP 1): the whole part's parameters (grads 0) or gradients
+ * into out, which only the ep group's rank 0 gives (NULL elsewhere). */
+void moe_params_whole(const moe_params *p, comm *ep, int grads, float *out);
 /* The two gradient vectors AdamW reads, for the loss scale; returns 2. */
 int moe_params_grad_vectors(moe_params *p, grad_vector *vectors);
 

@@ -84,6 +84,9 @@ void pipeline_rank_init(pipeline_rank *r, comm *world, const mesh *m, const run_
     r->finish = mem_alloc(MEM_OTHER, (size_t)cfg->steps * sizeof(double));
     gpt_shape unsplit = gpt_shape_make(&cfg->model, 1, 0);
     if (comm_rank(world) == 0) r->first_grads = mem_alloc(MEM_OTHER, gpt_num_params(&unsplit) * sizeof(float));
+    if (comm_rank(world) == 0 && r->par.moe)
+        r->moe_first_grads = mem_alloc(MEM_OTHER, moe_params_whole_numel(r->par.moe) *
+                                                      sizeof(float));
 }
 
 void pipeline_rank_free(pipeline_rank *r) {
@@ -100,6 +103,7 @@ void pipeline_rank_free(pipeline_rank *r) {
     mem_free(r->busy);
     mem_free(r->finish);
     mem_free(r->first_grads);
+    mem_free(r->moe_first_grads);
     memset(r, 0, sizeof *r);
 }
 
@@ -217,6 +221,9 @@ static int pipeline_optimizer_grads(void *arg, grad_vector *vectors) {
 static void pipeline_keep_first_grads(void *arg) {
     pipeline_rank *r = arg;
     gather_whole_over_dp(r, PP_GRADS, r->first_grads);
+    /* the experts: every EP group gathers its own; world rank 0 keeps its group's */
+    if (r->par.moe)
+        moe_params_whole(r->par.moe, r->mesh->ep, 1, r->moe_first_grads);
 }
 
 static void pipeline_update(void *arg, int step) {

@@ -67,6 +67,8 @@ typedef struct {
     dp_grads *dp;             /* [v]: each stage's state, reduction and AdamW over dp */
     comm *metrics;            /* the bubble's own numbers, apart from the pp traffic */
     float *first_grads;       /* step 1's gradients, whole model, on world rank 0 */
+    float *moe_first_grads;   /* MoE: step 1's routers and experts (moe_params_whole), on
+                                 world rank 0; else NULL */
     double *busy, *finish;    /* [steps]: this rank's compute and finish, per step */
 } pipeline_rank;
 
