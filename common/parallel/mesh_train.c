@@ -157,19 +157,23 @@ static void mesh_rank_fn(comm *world, void *args, strategy_outcome *out) {
     mesh_free(&m);
 }
 
+/* The extra's arrays, before the ranks start (x NULL: none). */
+static void extra_prepare(mesh_extra *x, const run_config *cfg, mesh_shape shape,
+                          const pipeline_options *opts) {
+    if (!x) return;
+    *x = (mesh_extra){.shape = shape, .opts = *opts};
+    x->ranks = calloc((size_t)mesh_world(&shape), sizeof *x->ranks);
+    if (opts->moe.experts > 0) {
+        const moe_shape ms = moe_shape_make(&opts->moe, &cfg->model, 1, 0);
+        x->moe_num_params = moe_router_numel(&ms) + moe_local_experts_numel(&ms);
+        x->moe_first_grads = calloc(x->moe_num_params, sizeof(float));
+        x->moe_final_params = calloc(x->moe_num_params, sizeof(float));
+    }
+}
+
 int mesh_launch(const run_config *cfg, const dataset *data, mesh_shape shape,
                 const pipeline_options *opts, strategy_outcome *rank0_out) {
-    mesh_extra *x = rank0_out->extra;
-    if (x) {
-        *x = (mesh_extra){.shape = shape, .opts = *opts};
-        x->ranks = calloc((size_t)mesh_world(&shape), sizeof *x->ranks);
-        if (opts->moe.experts > 0) {
-            const moe_shape ms = moe_shape_make(&opts->moe, &cfg->model, 1, 0);
-            x->moe_num_params = moe_router_numel(&ms) + moe_local_experts_numel(&ms);
-            x->moe_first_grads = calloc(x->moe_num_params, sizeof(float));
-            x->moe_final_params = calloc(x->moe_num_params, sizeof(float));
-        }
-    }
+    extra_prepare(rank0_out->extra, cfg, shape, opts);
     mesh_launch_args a = {cfg, data, shape, opts, NULL};
     return strategy_launch(cfg, mesh_rank_fn, &a, rank0_out);
 }
@@ -184,7 +188,7 @@ int mesh_train_one_device(const run_config *cfg, const dataset *data,
     o.sequence_parallel = 0;
     o.micro = 1;
     mesh_launch_args a = {&one, data, shape, &o, "baseline"};
-    rank0_out->extra = NULL;
+    extra_prepare(rank0_out->extra, &one, shape, &o);
     return strategy_launch_threads(&one, mesh_rank_fn, &a, rank0_out);
 }
 

@@ -60,7 +60,7 @@ int mesh_launch(const run_config *cfg, const dataset *data, mesh_shape shape,
                 const pipeline_options *opts, strategy_outcome *rank0_out);
 /* The same trainer on one rank of this process (every group of one, nothing
  * exchanged): the single-device run of the model opts describes, the MoE model's too,
- * in cfg's precision. rank0_out->extra is not used. */
+ * in cfg's precision. rank0_out->extra, when set, is a mesh_extra (its MoE vectors). */
 int mesh_train_one_device(const run_config *cfg, const dataset *data,
                           const pipeline_options *opts, strategy_outcome *rank0_out);
 /* A one-device outcome as the baseline the mesh's is compared with (borrowed vectors). */
