@@ -260,7 +260,11 @@ if [ -x "$chapter11" ]; then
     # CP in 16 bits and with SP train now (test_mesh_matrix holds them against the baseline)
     expect_ok "$chapter11" --ranks 4 --tp 1 --cp 2 --dp-shard 2 --steps 2 --quiet
     expect_error "$chapter11" "--sp with --pp 2: sequence parallelism runs on a whole model" --ranks 4 --tp 2 --pp 2 --sp
-    expect_error "$chapter11" "--ep 2: expert parallelism trains on its own EP x DP trainer so far" --ranks 4 --ep 2 --tp 1
+    expect_error "$chapter11" "--ep 2 with --pp: expert parallelism trains on a TP x EP x DP mesh only" --ranks 8 --ep 2 --pp 2 --tp 1
+    expect_error "$chapter11" "EP 4 does not divide --experts 2" --ranks 4 --ep 4 --experts 2 --tp 1
+    expect_error "$chapter11" "--experts with 2 micro-batches" --ranks 4 --ep 2 --tp 1 --micro 2
+    expect_error "$chapter11" "--top-k does nothing with a dense mesh (no --ep)" --top-k 1
+    expect_error "$chapter11" "--top-k 3: must be 1 or 2" --ranks 4 --ep 2 --top-k 3
     expect_error "$chapter11" "--zero 4: ZeRO has stages 0-3" --zero 4
     expect_error "$chapter11" "--cp-attention does nothing without --cp 2 or more" --cp-attention ulysses
     expect_error "$chapter11" "--experts and --moe-every go with --ep" --experts 8

@@ -124,6 +124,13 @@ for run in $(seq $runs); do
     run_program "$plain" chapter11 8 "${small[@]}" --tp 1 --cp 2 --pp 2 --dp-replicate 2 --precision fp32
     judge "chapter11 on 8 ranks --cp 2 --pp 2 --dp-replicate 2, small model, run $run of $runs" $? 0 || break
 done
+# and MoE on the mesh: tp 2 x ep 2 (bf16, ZeRO-3) against the MoE model on one device
+run_program "$sanitized" chapter11 4 "${small[@]}" --tp 2 --ep 2
+judge "chapter11 on 4 ranks --tp 2 --ep 2, small model (AddressSanitizer)" $? 0
+for run in $(seq $runs); do
+    run_program "$plain" chapter11 4 "${small[@]}" --tp 2 --ep 2
+    judge "chapter11 on 4 ranks --tp 2 --ep 2, small model, run $run of $runs" $? 0 || break
+done
 
 echo "mpi-chapter-checks: $passed passed, $failed failed"
 [ $failed -eq 0 ]

@@ -227,9 +227,9 @@ START_TEST(meshes_that_do_not_fit_are_refused_with_their_reason) {
         {{.shape = {.tp = 1, .pp = 1, .dp = 6, .dp_shard = 4}, .world = 6}, "--dp-shard 4 does not divide --dp 6 (dp = dp_replicate x dp_shard: try a divisor of 6)"},
         {{.shape = {.tp = 1, .pp = 1, .dp = 6, .ep = 4}, .world = 6}, "--ep 4 does not divide the 6 ranks of dp x cp"},
         {{.shape = {.tp = 1, .pp = 1, .dp = 6, .ep = 3}, .world = 6, .experts = 4}, "EP 3 does not divide --experts 4"},
-        {{.shape = {.tp = 2, .pp = 1, .dp = 2, .ep = 2}, .world = 4, .trains = 1}, "--ep 2 with --tp 2: the MoE layer computes without tensor parallelism"},
-        {{.shape = {.tp = 1, .pp = 1, .dp = 2, .cp = 2, .ep = 2}, .world = 4, .trains = 1}, "--ep 2 with --cp: expert parallelism trains on an EP x DP mesh only"},
-        {{.shape = {.tp = 1, .pp = 2, .dp = 2, .ep = 2}, .world = 4, .trains = 1}, "--ep 2 with --pp: expert parallelism trains on an EP x DP mesh only"},
+        {{.shape = {.tp = 2, .pp = 1, .dp = 2, .ep = 2}, .world = 4, .experts = 4, .trains = 1}, NULL},
+        {{.shape = {.tp = 1, .pp = 1, .dp = 2, .cp = 2, .ep = 2}, .world = 4, .trains = 1}, "--ep 2 with --cp: expert parallelism trains on a TP x EP x DP mesh only"},
+        {{.shape = {.tp = 1, .pp = 2, .dp = 2, .ep = 2}, .world = 4, .trains = 1}, "--ep 2 with --pp: expert parallelism trains on a TP x EP x DP mesh only"},
         {{.shape = {.tp = 1, .pp = 2, .dp = 1, .cp = 2}, .world = 4, .trains = 1}, NULL},   /* one micro-batch: parallelize_check */
         {{.shape = {.tp = 1, .pp = 1, .dp = 4, .dp_shard = 2}, .world = 4, .trains = 1}, NULL},   /* HSDP trains (test_parallelize) */
     };

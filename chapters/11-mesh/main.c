@@ -1,5 +1,5 @@
 /* Chapter 11: one mesh, every dimension. TP (with SP), CP, PP, DP as dp_shard x
- * dp_replicate with ZeRO 0-3 (HSDP), laid out in Megatron-core's order and applied to
+ * dp_replicate with ZeRO 0-3 (HSDP), EP for MoE blocks, laid out in Megatron-core's order and applied to
  * one model by parallelize (parallelize.h), trained against the single-device run in
  * the same precision. What the model does not compute yet is refused with its reason.
  *
@@ -9,7 +9,10 @@
  *                                    line for each dimension left out
  *   ./run 4 --tp 2 --sp --dp-shard 2 --zero 3 --precision fp32
  *   ./run 8 --cp 2 --cp-attention ulysses --tp 2 --dp-shard 2 --zero 1 --precision fp32
+ *   ./run 8 --tp 2 --ep 2 --experts 4 --moe-every 2   MoE: TP x EP x DP against the MoE
+ *                                    model on one device (moe_params.h)
  *   ./run 1 --mesh-only --world 16384 --tp 8 --cp 16 --pp 16 --dp-shard 8 */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,17 +24,24 @@
 #include "parallelize.h"
 #include "report.h"
 
+/* The MoE model's blocks where the mesh has expert ranks, else a dense model. */
+static moe_config moe_of(const mesh_args *a) {
+    if (mesh_ep_size(&a->shape) < 2) return (moe_config){0};
+    return (moe_config){.experts = a->experts, .top_k = a->top_k, .every = a->moe_every,
+                        .capacity_factor = a->capacity_factor, .aux_coef = (float)a->aux_loss};
+}
+
 static parallel_options parallel_of(const mesh_args *a) {
     return (parallel_options){.zero = a->zero, .sequence_parallel = a->sp,
                               .cp = {.kind = a->cp_attention, .split = CP_CONTIGUOUS},
-                              .micro = a->micro};
+                              .micro = a->micro, .moe = moe_of(a)};
 }
 
 static pipeline_options pipeline_of(const mesh_args *a) {
     return (pipeline_options){.schedule = a->schedule, .micro = a->micro,
                               .chunks = pp_schedule_chunks(a->schedule, 2),
                               .zero_stage = a->zero, .sequence_parallel = a->sp,
-                              .cp = parallel_of(a).cp};
+                              .cp = parallel_of(a).cp, .moe = moe_of(a)};
 }
 
 /* Sizes not given, for `world` ranks: cp 1, ep 1; tp, pp and dp as chapter 5 completes
@@ -120,6 +130,7 @@ static void print_left_out(const mesh_args *a, int world) {
     const char *names[] = {"+ SP", "CP 2", "EP 2 (MoE)"};
     printf("\nThe course's whole mesh (TP 2 + SP x CP 2 x PP 2 x DP 2, EP 2 with MoE every"
            " other block) would add; not yet:\n");
+    ep.moe_every = 2;
     for (int i = 0; i < 3; i++) {
         if (i == 1 && mesh_cp_size(&a->shape) > 1) continue;   /* trained here */
         const parallel_options po = parallel_of(tries[i]);
@@ -139,6 +150,22 @@ static void print_verdict(const run_config *cfg, const run_tolerances *t, double
            x->tied_drift);
 }
 
+/* MoE: the routers' and experts' step-1 gradients and final parameters against one
+ * device's, as a fraction of the bounds (0 for a dense model). */
+static double moe_worst(const mesh_extra *x, const mesh_extra *one, const run_tolerances *t,
+                        int print) {
+    if (!x->moe_num_params || x->moe_num_params != one->moe_num_params) return 0;
+    double grads = 0, params = 0;
+    for (size_t i = 0; i < x->moe_num_params; i++) {
+        grads = fmax(grads, fabs((double)x->moe_first_grads[i] - one->moe_first_grads[i]));
+        params = fmax(params, fabs((double)x->moe_final_params[i] - one->moe_final_params[i]));
+    }
+    if (print)
+        printf("\nThe routers and every expert (gathered over ep) against one device: step-1"
+               " gradients %.2e, parameters %.2e\n", grads, params);
+    return fmax(grads / t->grads, params / t->params);
+}
+
 static int train(mesh_args *a, int world, int default_mesh) {
     const run_config *cfg = &a->cfg;
     dataset *data = dataset_from_config(cfg);
@@ -146,16 +173,30 @@ static int train(mesh_args *a, int world, int default_mesh) {
     baseline_run *baseline = NULL;
     const mesh_shape *s = &a->shape;
     if (root) {
-        char title[240];
+        char title[320], moe[120] = "";
+        if (mesh_ep_size(s) > 1)
+            snprintf(moe, sizeof moe, ", ep %d (MoE: %d experts, top-%d, every %s block)",
+                     s->ep, a->experts, a->top_k, a->moe_every == 1 ? "" : "other");
         snprintf(title, sizeof title, "Chapter 11: one mesh, tp %d%s x cp %d x pp %d x dp %d"
-                 " (%d shards x %d replicas, ZeRO-%d) against single-device training", s->tp,
-                 a->sp ? " + SP" : "", mesh_cp_size(s), s->pp, s->dp, mesh_dp_shard_size(s),
-                 mesh_dp_replicate_size(s), a->zero);
+                 " (%d shards x %d replicas, ZeRO-%d)%s against single-device training%s",
+                 s->tp, a->sp ? " + SP" : "", mesh_cp_size(s), s->pp, s->dp,
+                 mesh_dp_shard_size(s), mesh_dp_replicate_size(s), a->zero, moe,
+                 moe[0] ? " (the MoE model's)" : "");
         report_header(cfg, title, world, 1);
         if (!cfg->json) mesh_print_layout(s);
-        baseline = baseline_reference(cfg, data);
     }
     const pipeline_options opts = pipeline_of(a);
+    mesh_extra x_one = {0};
+    strategy_outcome moe_one = {.extra = &x_one};
+    baseline_run moe_baseline;
+    if (root && opts.moe.experts > 0) {   /* the MoE model on one device */
+        if (mesh_train_one_device(cfg, data, &opts, &moe_one) != 0) return 1;
+        moe_baseline = mesh_outcome_as_baseline(&moe_one);
+        moe_baseline.result.strategy = "baseline";
+        baseline = &moe_baseline;
+    } else if (root) {
+        baseline = baseline_reference(cfg, data);
+    }
     mesh_extra x;
     strategy_outcome o = {.extra = &x};
     int status = mesh_launch(cfg, data, *s, &opts, &o);
@@ -165,7 +206,8 @@ static int train(mesh_args *a, int world, int default_mesh) {
         char *extra = mesh_json(&x, world, a);
         rows[1].json_extra = extra;
         const run_tolerances t = mesh_run_tolerances(cfg, *s, baseline);
-        const double worst = run_worst_fraction_of(&o.result, t);
+        const double worst = fmax(run_worst_fraction_of(&o.result, t),
+                                  moe_worst(&x, &x_one, &t, 0));
         if (cfg->json) {
             report_json(cfg, "11-mesh", world, launch_backend_name(&cfg->comm, world), rows, 2,
                         NULL);
@@ -173,15 +215,18 @@ static int train(mesh_args *a, int world, int default_mesh) {
             report_table(cfg, rows, 2);
             mesh_print_bytes(&x, world);
             mesh_print_memory(&x, world, cfg);
+            moe_worst(&x, &x_one, &t, 1);
             if (default_mesh) print_left_out(a, world);
             print_verdict(cfg, &t, worst, &x);
         }
-        if (worst > 1 || x.worst_bytes_error != 0) status = 1;
+        if (worst > 1 || x.worst_bytes_error != 0 || x.alltoall_mismatch != 0) status = 1;
         free(extra);
     }
     strategy_outcome_free(&o);
     mesh_extra_free(&x);
-    baseline_free(baseline);
+    if (baseline != &moe_baseline) baseline_free(baseline);
+    if (moe_one.loss) strategy_outcome_free(&moe_one);
+    mesh_extra_free(&x_one);
     dataset_free(data);
     return status;
 }
@@ -205,6 +250,10 @@ static void refuse_flags(const mesh_args *a) {
         cli_fail("--cp-attention does nothing without --cp 2 or more");
     if (!a->mesh_only && (cli_given("experts") || cli_given("moe-every")) && a->shape.ep < 2)
         cli_fail("--experts and --moe-every go with --ep (the MoE model's expert ranks)");
+    static const char *const moe_flags[] = {"top-k", "capacity-factor", "aux-loss", NULL};
+    if (a->shape.ep < 2 || a->mesh_only)
+        cli_refuse_in_mode(a->mesh_only ? "--mesh-only" : "a dense mesh (no --ep)", moe_flags,
+                           "they shape the MoE blocks that --ep 2 or more trains");
 }
 
 static int mesh_only(mesh_args *a) {
@@ -233,7 +282,7 @@ static void apply_defaults(mesh_args *a) {
 
 int main(int argc, char **argv) {
     mesh_args a = {.cfg = run_config_default(), .schedule = PP_1F1B, .experts = 4,
-                   .moe_every = 2};
+                   .moe_every = 2, .top_k = 2, .capacity_factor = 1.25, .aux_loss = 0.01};
     const char *schedules[PP_NSCHEDULES + 2];
     pp_schedule_choices(schedules, NULL);
     a.cfg.no_checkpoints = "chapter 11 trains a short run to compare with one device, not"
@@ -254,6 +303,10 @@ int main(int argc, char **argv) {
         {"ep", OPT_INT, &a.shape.ep, "expert-parallel size (MoE)", NULL, 1},
         {"experts", OPT_INT, &a.experts, "experts per MoE block", NULL, 1},
         {"moe-every", OPT_INT, &a.moe_every, "MoE in every (1) or every other (2) block", NULL, 1},
+        {"top-k", OPT_INT, &a.top_k, "experts a token goes to: 1 or 2", NULL, 1},
+        {"capacity-factor", OPT_FLOAT, &a.capacity_factor,
+         "an expert takes ceil(factor x tokens x k / E) pairs (0: no dropping)", NULL, 0},
+        {"aux-loss", OPT_FLOAT, &a.aux_loss, "the load-balancing loss's coefficient", NULL, 0},
         {"mesh-only", OPT_FLAG, &a.mesh_only, "lay out and check a mesh of --world ranks", NULL, 0},
         {"world", OPT_INT, &a.world, "ranks for --mesh-only", NULL, 1},
         {0},

@@ -9,7 +9,8 @@ typedef struct {
     run_config cfg;
     mesh_shape shape;          /* tp, pp, cp, dp (= replicate x shard), dp_shard, ep */
     int dp_replicate, dp_shard;
-    int sp, cp_attention, schedule, micro, zero, experts, moe_every;
+    int sp, cp_attention, schedule, micro, zero, experts, moe_every, top_k;
+    double capacity_factor, aux_loss;   /* MoE (with --ep 2 or more), as chapter 10's */
     int mesh_only, world;
 } mesh_args;
 

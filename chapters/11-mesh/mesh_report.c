@@ -1,5 +1,6 @@
 /* Chapter 11's tables: the mesh in rank order, bytes per group and memory per rank,
  * each next to its formula (mesh_chapter.h). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +95,12 @@ void mesh_print_bytes(const mesh_extra *x, int world) {
         printf("  %-13s %s\n", pipeline_group_kind_name(k), what_moves[k]);
     printf("  largest |measured / formula - 1| over all ranks and groups: %.1e\n",
            x->worst_bytes_error);
+    if (x->shape.ep < 2) return;
+    double most = 0;
+    for (int w = 0; w < world; w++) most = fmax(most, x->ranks[w].alltoall);
+    printf("  ep            MoE's all-to-alls (dispatch and combine, forward and backward):"
+           " %s a rank at most, the rows its routing sent to other ranks to %.0f B\n",
+           report_bytes(most, a), x->alltoall_mismatch);
 }
 
 void mesh_print_memory(const mesh_extra *x, int world, const run_config *cfg) {

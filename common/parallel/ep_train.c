@@ -5,27 +5,10 @@
 
 #include "alloc.h"
 #include "ep_collect.h"
+#include "moe_params.h"
 #include "ops.h"
 #include "replica.h"
 #include "train_loop.h"
-
-/* A vector this rank updates with AdamW: parameters, gradients, moments. */
-typedef struct {
-    float *params, *grads, *adam_m, *adam_v;
-    size_t n;
-} adam_vector;
-
-static adam_vector adam_vector_make(size_t n) {
-    const size_t bytes = n * sizeof(float);
-    return (adam_vector){.params = mem_alloc(MEM_PARAMS, bytes),
-                         .grads = mem_alloc(MEM_GRADS, bytes),
-                         .adam_m = mem_alloc(MEM_OPTIMIZER, bytes),
-                         .adam_v = mem_alloc(MEM_OPTIMIZER, bytes), .n = n};
-}
-
-static void adam_vector_free(adam_vector *v) {
-    mem_free(v->params), mem_free(v->grads), mem_free(v->adam_m), mem_free(v->adam_v);
-}
 
 typedef struct {
     const run_config *cfg;
@@ -35,10 +18,8 @@ typedef struct {
     int world_rank, world_size, batch_local;
     moe_shape shape;         /* this rank's experts */
     replica dense;           /* the model's slabs (their MLPs unused in MoE blocks) */
-    adam_vector routers, experts;
-    int adam_step;
+    moe_params moe;          /* the routers, this rank's experts, the layer */
     gpt_model *model;
-    moe_layer *layer;
     ep_keep keep;            /* step 1's gradients, the routing per step, the rows sent */
     ep_outcome *out;         /* world rank 0's; NULL elsewhere */
 } ep_rank;
@@ -63,29 +44,21 @@ static void reduce_dense(ep_rank *r) {
     all_reduce(r->mesh.dp_cp, r->dense.grads + start, r->dense.num_params - start);
 }
 
-/* The gradients of the global batch: dense ones summed over every rank, the experts'
- * over the ranks that hold the same experts. */
-static void reduce_grads(ep_rank *r) {
-    reduce_dense(r);
-    all_reduce(r->mesh.dp_cp, r->routers.grads, r->routers.n);
-    comm *experts_group = r->opts->test_expert_grads_over_ep ? r->mesh.ep : r->mesh.expert_dp;
-    all_reduce(experts_group, r->experts.grads, r->experts.n);
-}
-
 static float ep_grads(void *arg, int step, float loss_scale) {
     ep_rank *r = arg;
     const int B = r->cfg->batch, T = r->cfg->model.ctx;
     load_batch(r->model, r->data, r->cfg, step, r->world_rank * r->batch_local, r->batch_local);
     replica_grads_zero(&r->dense);
-    vec_zero(r->routers.grads, r->routers.n);
-    vec_zero(r->experts.grads, r->experts.n);
-    const float loss = gpt_forward(r->model, r->dense.params);
     const float dloss = loss_scale / (float)(B * T);
-    moe_layer_set_dloss(r->layer, dloss);
+    moe_params_step_begin(&r->moe, dloss);
+    const float loss = gpt_forward(r->model, r->dense.params);
     replica_backward(&r->dense, r->model, r->dense.params, dloss, NULL, NULL);
-    reduce_grads(r);
-    const double aux = moe_layer_aux_loss(r->layer);
-    ep_keep_step(&r->keep, r->layer, step, r->out);
+    /* the global batch's gradients: dense ones and the routers' over every rank, the
+     * experts' over the ranks that hold the same experts */
+    reduce_dense(r);
+    moe_params_reduce(&r->moe);
+    const double aux = moe_layer_aux_loss(r->moe.layer);
+    ep_keep_step(&r->keep, r->moe.layer, step, r->out);
     /* this rank's share of the global mean: its tokens' part, and aux / world */
     return loss * (float)r->batch_local / (float)B + (float)(aux / r->world_size);
 }
@@ -95,17 +68,12 @@ static void ep_update(void *arg, int step) {
     ep_rank *r = arg;
     const adamw_config *a = &r->cfg->adamw;
     replica_adamw(&r->dense, a);
-    r->adam_step++;
-    adam_vector *mine[2] = {&r->routers, &r->experts};
-    for (int i = 0; i < 2; i++)
-        if (mine[i]->n > 0)
-            adamw_update(mine[i]->params, mine[i]->grads, mine[i]->adam_m, mine[i]->adam_v,
-                         mine[i]->n, a, r->adam_step);
+    moe_params_adamw(&r->moe, a);
 }
 
 static void ep_keep_first(void *arg) {
     ep_rank *r = arg;
-    ep_keep_vectors(&r->keep, r->dense.grads, r->routers.grads, r->experts.grads, 1);
+    ep_keep_vectors(&r->keep, r->dense.grads, r->moe.routers.grads, r->moe.experts.grads, 1);
 }
 
 static void ep_after_warmup(void *arg) { ep_keep_reset_traffic(&((ep_rank *)arg)->keep); }
@@ -113,9 +81,7 @@ static void ep_after_warmup(void *arg) { ep_keep_reset_traffic(&((ep_rank *)arg)
 static int ep_optimizer_grads(void *arg, grad_vector *vectors) {
     ep_rank *r = arg;
     vectors[0] = grad_vector_fp32(r->dense.grads, r->dense.num_params);
-    vectors[1] = grad_vector_fp32(r->routers.grads, r->routers.n);
-    vectors[2] = grad_vector_fp32(r->experts.grads, r->experts.n);
-    return 3;
+    return 1 + moe_params_grad_vectors(&r->moe, vectors + 1);
 }
 
 static void ep_rank_init(ep_rank *r, comm *world) {
@@ -125,30 +91,25 @@ static void ep_rank_init(ep_rank *r, comm *world) {
     r->batch_local = cfg->batch / r->world_size;
     if (world) mesh_create(&r->mesh, world, r->opts->mesh);
     else mesh_single(&r->mesh);
-    r->shape = moe_shape_make(&r->opts->moe, &cfg->model, mesh_ep_size(&r->mesh.shape),
-                              r->mesh.me.ep);
     const gpt_shape whole = gpt_shape_make(&cfg->model, 1, 0);
     replica_init(&r->dense, &whole, cfg->seed, 1);
-    r->routers = adam_vector_make(moe_router_numel(&r->shape));
-    r->experts = adam_vector_make(moe_local_experts_numel(&r->shape));
-    moe_init_routers(&r->shape, cfg->seed, r->routers.params);
-    moe_init_local_experts(&r->shape, cfg->seed, r->experts.params);
-    const int N = r->batch_local * cfg->model.ctx;
-    r->layer = moe_layer_create(&r->shape, N, &(moe_layer_options){
-        .world = world, .ep = r->mesh.ep, .test_combine_misorder = r->opts->test_combine_misorder});
-    moe_layer_bind(r->layer, r->routers.params, r->experts.params, r->routers.grads,
-                   r->experts.grads);
+    const moe_params_groups g = {
+        .world = world, .ep = r->mesh.ep, .dense = r->mesh.dp_cp,
+        .expert_dp = r->opts->test_expert_grads_over_ep ? r->mesh.ep : r->mesh.expert_dp,
+        .ep_size = mesh_ep_size(&r->mesh.shape), .ep_rank = r->mesh.me.ep,
+        .tokens = r->batch_local * cfg->model.ctx,
+        .test_combine_misorder = r->opts->test_combine_misorder};
+    moe_params_init(&r->moe, &r->opts->moe, &cfg->model, &g, cfg->seed);
+    r->shape = r->moe.shape;
     r->model = gpt_model_create(&whole, r->batch_local, cfg->model.ctx,
-                                &(gpt_model_options){.mlp = moe_layer_hook(r->layer)});
+                                &(gpt_model_options){.mlp = moe_layer_hook(r->moe.layer)});
     ep_keep_init(&r->keep, &r->shape, r->dense.num_params);
 }
 
 static void ep_rank_free(ep_rank *r) {
     ep_keep_free(&r->keep);
     gpt_model_free(r->model);
-    moe_layer_free(r->layer);
-    adam_vector_free(&r->routers);
-    adam_vector_free(&r->experts);
+    moe_params_free(&r->moe);
     replica_free(&r->dense);
     if (r->mesh.world) mesh_free(&r->mesh);
 }
@@ -166,7 +127,7 @@ static void ep_rank_run(comm *world, const run_config *cfg, const dataset *data,
                                .optimizer_grads = ep_optimizer_grads};
     train_outcome run;
     train_loop(world, cfg, (double)cfg->batch * cfg->model.ctx, &strategy, &run);
-    ep_keep_vectors(&r.keep, r.dense.params, r.routers.params, r.experts.params, 0);
+    ep_keep_vectors(&r.keep, r.dense.params, r.moe.routers.params, r.moe.experts.params, 0);
     ep_collect(&r.keep, &r.mesh, &run, out);
     train_outcome_free(&run);
     ep_rank_free(&r);

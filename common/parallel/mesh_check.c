@@ -93,12 +93,10 @@ static const char *check_splits(const mesh_config *c, const mesh_shape *m, char 
 /* What no trainer of the course runs yet, and why. */
 static const char *check_trainable(const mesh_shape *m, char *why, size_t why_len) {
     const int c = mesh_cp_size(m), e = mesh_ep_size(m);
-    if (e > 1 && m->tp > 1)
-        REFUSE("--ep %d with --tp %d: the MoE layer computes without tensor parallelism so"
-               " far (each expert whole on its rank)", e, m->tp);
+    /* with TP the experts are replicated over the tp group (moe.h) */
     if (e > 1 && (c > 1 || m->pp > 1))
-        REFUSE("--ep %d with %s: expert parallelism trains on an EP x DP mesh only so far",
-               e, c > 1 ? "--cp" : "--pp");
+        REFUSE("--ep %d with %s: expert parallelism trains on a TP x EP x DP mesh only so"
+               " far (one stage, whole sequences)", e, c > 1 ? "--cp" : "--pp");
     return NULL;
 }
 

@@ -18,6 +18,20 @@ static gpt_shape stage_shape(const run_config *cfg, mesh_shape shape, mesh_coord
     return s;
 }
 
+/* MoE (moe_params.h): the routers and this rank's experts in fp32, their gradients, m
+ * and v; in 16 bits the layer's 16-bit copy of the experts (+ 1 byte, as it allocates). */
+static void moe_state_formula(const run_config *cfg, mesh_shape shape, mesh_coord me,
+                              const moe_config *moe, double state[3]) {
+    if (moe->experts <= 0) return;
+    const moe_shape ms = moe_shape_make(moe, &cfg->model, mesh_ep_size(&shape), me.ep);
+    const double n = (double)(moe_router_numel(&ms) + moe_local_experts_numel(&ms));
+    state[0] += 4 * n;
+    state[1] += 4 * n;
+    state[2] += 8 * n;
+    if (cfg->precision != PRECISION_FP32)
+        state[0] += (double)moe_local_experts_numel(&ms) * precision_bytes(cfg->precision) + 1;
+}
+
 void mesh_traffic_formula(const run_config *cfg, mesh_shape shape, mesh_coord me,
                           const pipeline_options *opts, mesh_rank_traffic *t) {
     const int v = opts->chunks, S = v * shape.pp;
@@ -36,6 +50,20 @@ void mesh_traffic_formula(const run_config *cfg, mesh_shape shape, mesh_coord me
                              bytes);
         for (int i = 0; i < 3; i++) t->state_formula[i] += bytes[i];
     }
+    moe_state_formula(cfg, shape, me, &opts->moe, t->state_formula);
+}
+
+/* The ep group's bytes per timed step: measured, and from the rows the routing sent
+ * (moe_params.remote_rows, since the warm-up) with each block's counts. */
+static void measure_alltoall(const moe_params *p, comm *ep, int timed_steps,
+                             mesh_rank_traffic *t) {
+    const moe_shape *s = &p->shape;
+    const comm_stats st = comm_stats_get(ep);
+    t->alltoall = (double)comm_stats_total_sent(&st) / timed_steps;
+    const double counts = (double)s->moe_layers * (s->ep_size - 1) * s->experts_local *
+                          sizeof(double);
+    t->alltoall_routed = p->remote_rows * s->dim * sizeof(float) / timed_steps +
+                         (s->ep_size > 1 ? counts : 0);
 }
 
 /* This rank's traffic per group kind and the model state it holds after the loop. */
@@ -57,14 +85,18 @@ static void measure_rank(const pipeline_rank *r, int timed_steps, mesh_rank_traf
     t->state[1] = (double)mem->current[MEM_GRADS];
     t->state[2] = (double)mem->current[MEM_OPTIMIZER];
     t->activations = (double)mem->peak[MEM_ACTIVATIONS];
+    if (r->par.moe) measure_alltoall(r->par.moe, m->ep, timed_steps, t);
 }
 
 /* The largest |measured / formula - 1| over ranks and kinds; the row's bytes formula
  * is the largest rank's, as its bytes are. */
 static void judge_bytes(mesh_extra *x, int world, run_result *row) {
     double worst = 0, largest = 0;
+    x->alltoall_mismatch = 0;
     for (int w = 0; w < world; w++) {
         double total = 0;
+        x->alltoall_mismatch = fmax(x->alltoall_mismatch,
+                                    fabs(x->ranks[w].alltoall - x->ranks[w].alltoall_routed));
         for (int k = 0; k < PIPELINE_ALL_KINDS; k++) {
             const double f = x->ranks[w].formula[k], b = x->ranks[w].bytes[k];
             const double error = f > 0 ? fabs(b / f - 1) : b;
@@ -82,6 +114,7 @@ typedef struct {
     const dataset *data;
     mesh_shape shape;
     const pipeline_options *opts;
+    const char *name;   /* NULL: "3d" or "mesh" */
 } mesh_launch_args;
 
 /* Every rank's traffic next to its formula, gathered to every rank; world rank 0 keeps
@@ -102,6 +135,12 @@ static void mesh_measure(comm *world, pipeline_rank *r, void *ctx, strategy_outc
         judge_bytes(x, W, &out->result);
     }
     mem_free(gathered);
+    if (r->par.moe) {   /* after the bytes were read: this gather is no step's */
+        const int keeps = x && x->moe_final_params;
+        moe_params_whole(r->par.moe, r->mesh->ep, 0, keeps ? x->moe_final_params : NULL);
+        if (keeps)
+            memcpy(x->moe_first_grads, r->moe_first_grads, x->moe_num_params * sizeof(float));
+    }
 }
 
 static void mesh_rank_fn(comm *world, void *args, strategy_outcome *out) {
@@ -110,27 +149,58 @@ static void mesh_rank_fn(comm *world, void *args, strategy_outcome *out) {
     mesh_create(&m, world, a->shape);
     /* chapter 5's name for TP x PP x DP; with CP, SP or replicas: the mesh */
     const int more = mesh_cp_size(&a->shape) > 1 || a->opts->sequence_parallel ||
-                     mesh_dp_replicate_size(&a->shape) > 1;
+                     mesh_dp_replicate_size(&a->shape) > 1 || mesh_ep_size(&a->shape) > 1;
     const double drift = pp_train_on_mesh(world, &m, a->cfg, a->data, a->opts,
-                                          more ? "mesh" : "3d", mesh_measure, args, out);
+                                          a->name ? a->name : more ? "mesh" : "3d", mesh_measure, args, out);
     mesh_extra *x = strategy_outcome_keeps(out) ? out->extra : NULL;
     if (x) x->tied_drift = drift;
     mesh_free(&m);
 }
 
+/* The extra's arrays, before the ranks start (x NULL: none). */
+static void extra_prepare(mesh_extra *x, const run_config *cfg, mesh_shape shape,
+                          const pipeline_options *opts) {
+    if (!x) return;
+    *x = (mesh_extra){.shape = shape, .opts = *opts};
+    x->ranks = calloc((size_t)mesh_world(&shape), sizeof *x->ranks);
+    if (opts->moe.experts > 0) {
+        const moe_shape ms = moe_shape_make(&opts->moe, &cfg->model, 1, 0);
+        x->moe_num_params = moe_router_numel(&ms) + moe_local_experts_numel(&ms);
+        x->moe_first_grads = calloc(x->moe_num_params, sizeof(float));
+        x->moe_final_params = calloc(x->moe_num_params, sizeof(float));
+    }
+}
+
 int mesh_launch(const run_config *cfg, const dataset *data, mesh_shape shape,
                 const pipeline_options *opts, strategy_outcome *rank0_out) {
-    mesh_extra *x = rank0_out->extra;
-    if (x) {
-        *x = (mesh_extra){.shape = shape, .opts = *opts};
-        x->ranks = calloc((size_t)mesh_world(&shape), sizeof *x->ranks);
-    }
-    mesh_launch_args a = {cfg, data, shape, opts};
+    extra_prepare(rank0_out->extra, cfg, shape, opts);
+    mesh_launch_args a = {cfg, data, shape, opts, NULL};
     return strategy_launch(cfg, mesh_rank_fn, &a, rank0_out);
+}
+
+int mesh_train_one_device(const run_config *cfg, const dataset *data,
+                          const pipeline_options *opts, strategy_outcome *rank0_out) {
+    run_config one = *cfg;
+    one.comm.ranks = 1;
+    const mesh_shape shape = {.tp = 1, .pp = 1, .dp = 1, .cp = 1, .ep = 1};
+    pipeline_options o = *opts;
+    o.zero_stage = 0;
+    o.sequence_parallel = 0;
+    o.micro = 1;
+    mesh_launch_args a = {&one, data, shape, &o, "baseline"};
+    extra_prepare(rank0_out->extra, &one, shape, &o);
+    return strategy_launch_threads(&one, mesh_rank_fn, &a, rank0_out);
+}
+
+baseline_run mesh_outcome_as_baseline(const strategy_outcome *o) {
+    return (baseline_run){.result = o->result, .loss = o->loss, .first_grads = o->first_grads,
+                          .final_params = o->final_params, .num_params = o->num_params};
 }
 
 void mesh_extra_free(mesh_extra *x) {
     free(x->ranks);
+    free(x->moe_first_grads);
+    free(x->moe_final_params);
     memset(x, 0, sizeof *x);
 }
 

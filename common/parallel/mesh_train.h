@@ -25,6 +25,10 @@ typedef struct {
     double calls[PIPELINE_ALL_KINDS];
     double state[3], state_formula[3];   /* params, grads, optimizer bytes held */
     double activations;                  /* peak activation bytes */
+    /* MoE: the ep group's all-to-all bytes per timed step, measured and from the
+     * routing this rank saw (rows sent to other ranks x C x 4 B, plus the El counts a
+     * peer each MoE block), which must be equal; 0 without MoE */
+    double alltoall, alltoall_routed;
 } mesh_rank_traffic;
 
 /* The outcome's extra for 3D (strategy_outcome.extra): mesh_launch allocates `ranks`
@@ -34,6 +38,11 @@ typedef struct {
     pipeline_options opts;
     mesh_rank_traffic *ranks; /* [world], in world rank order */
     double worst_bytes_error; /* largest |measured / formula - 1| over ranks and kinds */
+    double alltoall_mismatch; /* MoE: largest |all-to-all bytes - the routing's|, a rank */
+    /* MoE: the routers and every expert (moe_params_whole), step 1's gradients and the
+     * final parameters, on world rank 0; NULL for a dense model */
+    float *moe_first_grads, *moe_final_params;
+    size_t moe_num_params;
     double tied_drift;
 } mesh_extra;
 static inline const mesh_extra *mesh_extra_of(const strategy_outcome *o) { return o->extra; }
@@ -49,6 +58,13 @@ void mesh_traffic_formula(const run_config *cfg, mesh_shape shape, mesh_coord me
  * when set, is a mesh_extra. Returns launch's status. */
 int mesh_launch(const run_config *cfg, const dataset *data, mesh_shape shape,
                 const pipeline_options *opts, strategy_outcome *rank0_out);
+/* The same trainer on one rank of this process (every group of one, nothing
+ * exchanged): the single-device run of the model opts describes, the MoE model's too,
+ * in cfg's precision. rank0_out->extra, when set, is a mesh_extra (its MoE vectors). */
+int mesh_train_one_device(const run_config *cfg, const dataset *data,
+                          const pipeline_options *opts, strategy_outcome *rank0_out);
+/* A one-device outcome as the baseline the mesh's is compared with (borrowed vectors). */
+baseline_run mesh_outcome_as_baseline(const strategy_outcome *o);
 double mesh_worst_fraction_of_tolerance(const run_result *r);
 /* The bounds a mesh's run is held to against baseline b in any precision: TP's
  * (tp_run_tolerances), with 16-bit gradients (tolerances_with_grads16) the dp x cp

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "tp_train.h"
 
 #define REFUSE(...) return snprintf(why, why_len, __VA_ARGS__), why
@@ -29,7 +30,34 @@ static const char *check_cp(const run_config *cfg, const mesh_shape *s,
     return NULL;
 }
 
+/* MoE on the mesh: its experts over ep, on one stage of one micro-batch. */
+static const char *check_moe(const run_config *cfg, const mesh_shape *s,
+                             const parallel_options *o, char *why, size_t why_len) {
+    const int e = mesh_ep_size(s);
+    if (o->moe.experts <= 0) {
+        if (e > 1) REFUSE("--ep %d needs MoE blocks (--experts E) to split", e);
+        return NULL;
+    }
+    char err[200];
+    if (!moe_config_check(&o->moe, cfg->model.layers, e, err, sizeof err)) REFUSE("%s", err);
+    if (mesh_cp_size(s) > 1)
+        REFUSE("--experts with --cp %d: MoE on the mesh routes whole sequences so far"
+               " (its capacity counts tokens in the global batch's order)", mesh_cp_size(s));
+    if (s->pp > 1)
+        REFUSE("--experts with --pp %d: the MoE layer spans every block of one stage so far",
+               s->pp);
+    if (o->micro > 1)
+        REFUSE("--experts with %d micro-batches: the MoE layer keeps one micro-batch's"
+               " routing a block", o->micro);
+    if (o->sequence_parallel)
+        REFUSE("--experts with --sp: the MoE layer takes the whole rows of a TP group");
+    if (cfg->comm.device == DEVICE_CUDA)
+        REFUSE("--device cuda: the MoE layer runs on the CPU here: give --device cpu");
+    return NULL;
+}
+
 static const gpt_attention_hook some_attention;   /* stands for the CP group's */
+static const gpt_mlp_hook some_mlp;               /* and for the MoE layer */
 
 /* What the model refuses of the options rank 0 would make, in its own words. */
 static const char *check_model(const run_config *cfg, const mesh_shape *s,
@@ -40,6 +68,7 @@ static const char *check_model(const run_config *cfg, const mesh_shape *s,
     const position_span span = cp_span_of(cfg->model.ctx, c, 0, o->cp.split);
     const gpt_model_options m = {.precision = cfg->precision,
                                  .sequence_parallel = o->sequence_parallel,
+                                 .mlp = o->moe.experts > 0 ? &some_mlp : NULL,
                                  .attention = c > 1 ? &some_attention : NULL,
                                  .positions = c > 1 ? &span : NULL,
                                  .max_slots = o->micro > 0 ? o->micro : 1};
@@ -72,11 +101,10 @@ const char *parallelize_check(const run_config *cfg, const mesh_shape *shape, in
                " attention has no CUDA kernels yet): give --device cpu");
     if (s->tp < 1 || cfg->model.heads % s->tp)
         REFUSE("--tp %d does not divide --heads %d", s->tp, cfg->model.heads);
-    const mesh_config mc = {.shape = *shape, .world = world, .trains = 1};
+    const mesh_config mc = {.shape = *shape, .world = world, .trains = 1,
+                            .experts = o->moe.experts > 0 ? o->moe.experts : 0};
     if (mesh_check(&mc, why, why_len)) return why;
-    if (mesh_ep_size(s) > 1)
-        REFUSE("--ep %d: expert parallelism trains on its own EP x DP trainer so far"
-               " (chapter 10), not on the mesh", mesh_ep_size(s));
+    if (check_moe(cfg, s, o, why, why_len)) return why;
     if (o->sequence_parallel && !tp_sequence_check(cfg, s->tp, why, why_len)) return why;
     if (o->sequence_parallel && s->pp > 1)
         REFUSE("--sp with --pp %d: sequence parallelism runs on a whole model (one stage)"
@@ -93,6 +121,22 @@ void parallel_grads_groups(const mesh_shape *shape, int rank, int zero, int *gro
     *group = mesh_group_members(shape, kind, 0, NULL);
     *group_rank = mesh_group_rank(shape, kind, rank);
     *replicas = kind == MESH_DP_SHARD_CP ? mesh_dp_replicate_size(shape) : 1;
+}
+
+/* The MoE layer on the mesh's ep group, its routers summed where the dense gradients
+ * are, its experts over expert_dp; the model's MLP hook. */
+static void parallelize_moe(parallel_rank *p, const mesh *m, const run_config *cfg,
+                            const parallel_options *o, int tokens) {
+    p->experts_group = o->expert_grads_over_ep ? m->ep : m->expert_dp;
+    /* world: the dp group, the dp x cp ranks without CP (refused with MoE), apart from
+     * the dense gradients' group so that its bytes are counted apart */
+    const moe_params_groups g = {.world = m->dp, .ep = m->ep, .dense = p->grads,
+                                 .replicate = p->replicate, .expert_dp = p->experts_group,
+                                 .ep_size = mesh_ep_size(&m->shape), .ep_rank = m->me.ep,
+                                 .tokens = tokens};
+    p->moe = mem_alloc(MEM_OTHER, sizeof *p->moe);
+    moe_params_init(p->moe, &o->moe, &cfg->model, &g, cfg->seed);
+    p->model.mlp = moe_layer_hook(p->moe->layer);
 }
 
 void parallelize(parallel_rank *p, const mesh *m, const run_config *cfg,
@@ -117,9 +161,12 @@ void parallelize(parallel_rank *p, const mesh *m, const run_config *cfg,
     p->grads = p->zero > 0 ? m->dp_shard_cp : m->dp_cp;
     p->replicate = p->zero > 0 ? m->dp_replicate : NULL;
     if (o->grads_over_dp_only) p->grads = p->zero > 0 ? m->dp_shard : m->dp;
+    if (o->moe.experts > 0) parallelize_moe(p, m, cfg, o, B * p->rows);
 }
 
 void parallel_rank_free(parallel_rank *p) {
+    if (p->moe) moe_params_free(p->moe);
+    mem_free(p->moe);
     cp_attention_hook_free(p->hook);
     cp_attention_free(p->attention);
     memset(p, 0, sizeof *p);

@@ -12,9 +12,11 @@
  *        in; with replicas (dp_replicate > 1, HSDP) each reduced piece is then
  *        all-reduced across them. ZeRO 0 all-reduces over dp x cp at once.
  *   pp   the stages (pipeline.h), which the caller cuts.
- *
- * Expert parallelism (MoE) trains apart so far (ep_train.h): parallelize_check
- * refuses a mesh with ep > 1. */
+ *   ep   MoE (moe.experts > 0): the model's MLP hook is an MoE layer whose experts are
+ *        split over the ep group (E / ep a rank, tokens exchanged by all-to-alls), its
+ *        routers dense and its experts summed over expert_dp (moe_params.h). One stage,
+ *        one micro-batch, no CP and no SP so far: parallelize_check says why. The
+ *        dense slabs keep the MoE blocks' MLP weights here (unused: gradient zero). */
 #ifndef PARALLELIZE_H
 #define PARALLELIZE_H
 #include <stddef.h>
@@ -23,6 +25,7 @@
 #include "cp_attention_hook.h"
 #include "mesh.h"
 #include "model.h"
+#include "moe_params.h"
 #include "run_config.h"
 
 /* What the run asks beyond the mesh's sizes. */
@@ -33,6 +36,9 @@ typedef struct {
     int micro;                /* micro-batches per step (pipeline); 0: 1 */
     int grads_over_dp_only;   /* negative control: dense gradients summed over dp alone,
                                  not dp x cp */
+    moe_config moe;           /* experts 0: a dense model */
+    int expert_grads_over_ep; /* negative control: expert gradients summed over the ep
+                                 group, not expert_dp */
 } parallel_options;
 
 typedef struct {
@@ -44,6 +50,8 @@ typedef struct {
     comm *grads;              /* dp_grads' group: dp x cp (ZeRO 0) or dp_shard x cp */
     comm *replicate;          /* HSDP's replicas (ZeRO 1-3), else NULL */
     int zero;                 /* what dp_grads runs: 0 where dp x cp is one rank */
+    moe_params *moe;          /* MoE: the routers, this rank's experts, the layer; else NULL */
+    comm *experts_group;      /* where the experts' gradients are summed (expert_dp) */
 } parallel_rank;
 
 /* Why cfg's model cannot be trained on this mesh this way (the mesh's sizes and
@@ -52,8 +60,8 @@ typedef struct {
 const char *parallelize_check(const run_config *cfg, const mesh_shape *shape, int world,
                               const parallel_options *o, char *why, size_t why_len);
 
-/* This rank's setup on m (collective over nothing; the CP attention keeps m->cp).
- * B: sequences a micro-batch holds on this rank. p must stay where it is while the
+/* This rank's setup on m (collective over nothing; the CP attention keeps m->cp, the
+ * MoE layer m->ep and m->dp_cp). B: sequences a micro-batch holds on this rank. p must stay where it is while the
  * model lives (model.positions points into it). */
 void parallelize(parallel_rank *p, const mesh *m, const run_config *cfg,
                  const parallel_options *o, int B);

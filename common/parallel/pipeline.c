@@ -84,6 +84,9 @@ void pipeline_rank_init(pipeline_rank *r, comm *world, const mesh *m, const run_
     r->finish = mem_alloc(MEM_OTHER, (size_t)cfg->steps * sizeof(double));
     gpt_shape unsplit = gpt_shape_make(&cfg->model, 1, 0);
     if (comm_rank(world) == 0) r->first_grads = mem_alloc(MEM_OTHER, gpt_num_params(&unsplit) * sizeof(float));
+    if (comm_rank(world) == 0 && r->par.moe)
+        r->moe_first_grads = mem_alloc(MEM_OTHER, moe_params_whole_numel(r->par.moe) *
+                                                      sizeof(float));
 }
 
 void pipeline_rank_free(pipeline_rank *r) {
@@ -100,6 +103,7 @@ void pipeline_rank_free(pipeline_rank *r) {
     mem_free(r->busy);
     mem_free(r->finish);
     mem_free(r->first_grads);
+    mem_free(r->moe_first_grads);
     memset(r, 0, sizeof *r);
 }
 
@@ -133,6 +137,7 @@ static float pipeline_compute_grads(void *arg, int step, float loss_scale) {
         dp_grads_step_begin(&r->dp[c]);   /* ZeRO-3: the stage's parameters gathered */
         point_stage_at_step(r, c);
     }
+    if (r->par.moe) moe_params_step_begin(r->par.moe, r->exec.dloss);
     comm_barrier(m->pp);   /* the pipeline starts together: its timeline has one origin */
     const double start = comm_now();
     trace_begin(m->pp, "pipeline schedule");
@@ -146,11 +151,14 @@ static float pipeline_compute_grads(void *arg, int step, float loss_scale) {
         dp_grads_after_backward(&r->dp[c]);
         point_stage_at_step(r, c);
     }
+    if (r->par.moe) moe_params_reduce(r->par.moe);
     trace_end(m->pp);
     /* the loss lives on the last stage, the same on its TP ranks: one of them counts it;
      * a CP rank's is its chunk's mean, of equal chunks */
     const int last = pp_virtual_stage(r->schedule, m->me.pp, r->opts.chunks - 1);
     const int counts = last == r->opts.chunks * m->shape.pp - 1 && m->me.tp == 0;
+    /* MoE's auxiliary loss is the global batch's, the same on every rank */
+    if (r->par.moe) loss += (float)moe_layer_aux_loss(r->par.moe->layer);
     return counts ? loss / (float)(m->shape.dp * mesh_cp_size(&m->shape)) : 0.0f;
 }
 
@@ -206,12 +214,16 @@ static int pipeline_optimizer_grads(void *arg, grad_vector *vectors) {
     int count = 0;
     for (int c = 0; c < r->opts.chunks && count < TRAIN_MAX_GRAD_VECTORS; c++)
         count += dp_grads_optimizer_grads(&r->dp[c], vectors + count);
+    if (r->par.moe) count += moe_params_grad_vectors(r->par.moe, vectors + count);
     return count;
 }
 
 static void pipeline_keep_first_grads(void *arg) {
     pipeline_rank *r = arg;
     gather_whole_over_dp(r, PP_GRADS, r->first_grads);
+    /* the experts: every EP group gathers its own; world rank 0 keeps its group's */
+    if (r->par.moe)
+        moe_params_whole(r->par.moe, r->mesh->ep, 1, r->moe_first_grads);
 }
 
 static void pipeline_update(void *arg, int step) {
@@ -222,6 +234,7 @@ static void pipeline_update(void *arg, int step) {
         dp_grads_optimizer_step(&r->dp[c], &r->cfg->adamw);
         point_stage_at_step(r, c);
     }
+    if (r->par.moe) moe_params_adamw(r->par.moe, &r->cfg->adamw);
     trace_end(r->mesh->pp);
 }
 
@@ -237,12 +250,19 @@ static void pipeline_checkpoint_state(void *arg, ckpt_state *out) {
     }
 }
 
+/* MoE's rows sent, counted from the first timed step as the groups' bytes are. */
+static void pipeline_after_warmup(void *arg) {
+    pipeline_rank *r = arg;
+    if (r->par.moe) r->par.moe->remote_rows = 0;
+}
+
 train_strategy pipeline_strategy(pipeline_rank *r) {
     return (train_strategy){.name = pipeline_strategy_name(r->opts.schedule), .ctx = r,
                             .compute_grads = pipeline_compute_grads,
                             .optimizer_grads = pipeline_optimizer_grads,
                             .keep_first_grads = pipeline_keep_first_grads,
                             .update = pipeline_update,
+                            .after_warmup = pipeline_after_warmup,
                             .checkpoint_state = pipeline_checkpoint_state};
 }
 
@@ -263,8 +283,9 @@ static double ring(int n) { return n > 1 ? 2.0 * (n - 1) / n : 0.0; }
 parallel_options pipeline_parallel_options(const pipeline_options *opts) {
     return (parallel_options){
         .zero = opts->zero_stage, .sequence_parallel = opts->sequence_parallel,
-        .cp = opts->cp, .micro = opts->micro,
-        .grads_over_dp_only = opts->fault == PIPELINE_FAULT_GRADS_OVER_DP_ONLY};
+        .cp = opts->cp, .micro = opts->micro, .moe = opts->moe,
+        .grads_over_dp_only = opts->fault == PIPELINE_FAULT_GRADS_OVER_DP_ONLY,
+        .expert_grads_over_ep = opts->fault == PIPELINE_FAULT_EXPERT_GRADS_OVER_EP};
 }
 
 /* HSDP: this rank's pieces of a stage slice all-reduced across r replicas, one call a
@@ -299,6 +320,33 @@ static void dp_terms(const run_config *cfg, mesh_shape shape, mesh_coord me, int
     bytes[PIPELINE_DP_REPLICATE] += replicate_bytes(s, group, group_rank, replicas, grad);
 }
 
+/* An fp32 all-reduce of n floats on g ranks, as the ring's 2 (g-1)/g of its bytes. */
+static double allreduce_bytes(size_t n, int g) {
+    const unsigned long long bytes = (unsigned long long)(n * sizeof(float));
+    return g > 1 ? (double)(2ull * (unsigned)(g - 1) * bytes / (unsigned)g) : 0;
+}
+
+/* MoE: the routers' gradient all-reduced where the dense ones are reduced. */
+static void router_terms(const run_config *cfg, mesh_shape shape, mesh_coord me, int zero,
+                         const moe_config *moe, double bytes[PIPELINE_ALL_KINDS]) {
+    if (moe->experts <= 0) return;
+    const moe_shape ms = moe_shape_make(moe, &cfg->model, 1, 0);
+    int group, group_rank, replicas;
+    parallel_grads_groups(&shape, mesh_rank_of(&shape, me), zero, &group, &group_rank,
+                          &replicas);
+    bytes[PIPELINE_DP] += allreduce_bytes(moe_router_numel(&ms), group);
+    bytes[PIPELINE_DP_REPLICATE] += allreduce_bytes(moe_router_numel(&ms), replicas);
+}
+
+/* The stage's MoE blocks (0 for a dense model). */
+static int moe_blocks_of(const gpt_shape *s, const moe_config *moe) {
+    if (moe->experts <= 0) return 0;
+    const moe_shape ms = moe_shape_make(moe, &s->cfg, 1, 0);
+    int n = 0;
+    for (int l = s->layer_begin; l < s->layer_end; l++) n += moe_is_moe_layer(&ms, l);
+    return n;
+}
+
 void pipeline_bytes_formula(const run_config *cfg, mesh_shape shape, mesh_coord me,
                             const pipeline_options *opts, double bytes[PIPELINE_ALL_KINDS]) {
     const int v = opts->chunks, S = v * shape.pp, m = opts->micro, c = mesh_cp_size(&shape);
@@ -320,7 +368,9 @@ void pipeline_bytes_formula(const run_config *cfg, mesh_shape shape, mesh_coord 
         if (k < S - 1) pp_place_of(vshape, shape.pp, k + 1, &after, &chunk);
         gpt_shape s = tp_whole_shape(cfg, &slice);
         gpt_shape_split_stages(&s, S, k);
-        double tp_bytes = 4.0 * gpt_stage_layers(&s) * N * C * act;
+        /* an MoE block's MLP is computed whole on every TP rank: its f and g are not */
+        double tp_bytes = (4.0 * gpt_stage_layers(&s) - 2.0 * moe_blocks_of(&s, &opts->moe)) *
+                          N * C * act;
         if (s.vocab_parallel && s.has_embed) tp_bytes += N * C * act;
         if (s.vocab_parallel && s.has_head) tp_bytes += N * C * act + 3 * N * f32;
         bytes[PIPELINE_TP] += m * ring(shape.tp) * tp_bytes;
@@ -335,6 +385,7 @@ void pipeline_bytes_formula(const run_config *cfg, mesh_shape shape, mesh_coord 
                                   cp_attention_bytes_formula(opts->cp.kind, c, (int)(N * c / cfg->model.ctx),
                                                              cfg->model.ctx, s.dim_local);
     }
+    router_terms(cfg, shape, me, zero, &opts->moe, bytes);
     if (opts->sequence_parallel)   /* on a CP rank's rows of its sequences */
         bytes[PIPELINE_TP] += tp_sequence_bytes_added(&cfg->model, cfg->precision,
                                                       cfg->batch / shape.dp,

@@ -41,6 +41,7 @@ typedef enum {
     PIPELINE_FAULT_DROP_WEIGHT_PASS,  /* split backward: rank 0 skips its first W a step */
     PIPELINE_FAULT_GRADS_OVER_DP_ONLY,     /* CP: gradients summed over dp, not dp x cp */
     PIPELINE_FAULT_SKIP_REPLICATE_REDUCE,  /* HSDP: replicas keep their own sums */
+    PIPELINE_FAULT_EXPERT_GRADS_OVER_EP,   /* MoE: experts summed over ep, not expert_dp */
 } pipeline_fault;
 
 typedef struct {
@@ -51,6 +52,7 @@ typedef struct {
     int zero_stage;           /* ZeRO across the dp group (dp_grads.h): 0 DDP .. 3 FSDP */
     int sequence_parallel;    /* --sp on the tp group (one stage) */
     cp_options cp;            /* the cp group's attention (a mesh with cp > 1) */
+    moe_config moe;           /* MoE blocks over the ep group (experts 0: dense) */
     pipeline_fault fault;
 } pipeline_options;
 
@@ -65,6 +67,8 @@ typedef struct {
     dp_grads *dp;             /* [v]: each stage's state, reduction and AdamW over dp */
     comm *metrics;            /* the bubble's own numbers, apart from the pp traffic */
     float *first_grads;       /* step 1's gradients, whole model, on world rank 0 */
+    float *moe_first_grads;   /* MoE: step 1's routers and experts (moe_params_whole), on
+                                 world rank 0; else NULL */
     double *busy, *finish;    /* [steps]: this rank's compute and finish, per step */
 } pipeline_rank;
 
@@ -107,7 +111,10 @@ void pipeline_measure(pipeline_rank *r, pipeline_measures *pm);
  * and, on a mesh with them (parallelize.h): tp and pp on a CP rank's T/cp rows,
  *   dp         over dp x cp (ZeRO: dp_shard x cp), the ring of that many ranks
  *   cp         the attention's K/V blocks or all-to-alls (cp_attention_bytes_formula)
- *   dp_replicate  HSDP: each reduced piece all-reduced across the replicas */
+ *   dp_replicate  HSDP: each reduced piece all-reduced across the replicas
+ * and with MoE the routers' fp32 gradient all-reduced on dp (the shard group with ZeRO)
+ * and dp_replicate; the experts' on expert_dp and the all-to-alls on ep are counted
+ * apart (mesh_train.h), the latter from the routing. */
 typedef enum {
     PIPELINE_TP, PIPELINE_PP, PIPELINE_DP, PIPELINE_EMBEDDING, PIPELINE_GROUP_KINDS,
     PIPELINE_CP = PIPELINE_GROUP_KINDS, PIPELINE_DP_REPLICATE, PIPELINE_ALL_KINDS

@@ -125,3 +125,10 @@ int strategy_launch(const run_config *cfg, strategy_rank_fn rank_fn, void *args,
     launched_strategy a = {rank_fn, args, rank0_out};
     return launch(&cfg->comm, launched_strategy_main, &a);
 }
+
+int strategy_launch_threads(const run_config *cfg, strategy_rank_fn rank_fn, void *args,
+                            strategy_outcome *rank0_out) {
+    strategy_outcome_alloc(rank0_out, cfg);
+    launched_strategy a = {rank_fn, args, rank0_out};
+    return launch_threads(&cfg->comm, launched_strategy_main, &a);
+}

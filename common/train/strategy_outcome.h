@@ -74,6 +74,10 @@ typedef void (*strategy_rank_fn)(comm *world, void *args, strategy_outcome *out)
  * its buffers unwritten. */
 int strategy_launch(const run_config *cfg, strategy_rank_fn rank_fn, void *args,
                     strategy_outcome *rank0_out);
+/* The same on this process's threads alone, whatever launched it (under mpirun: a
+ * one-device run on world rank 0's process, cfg->comm.ranks 1). */
+int strategy_launch_threads(const run_config *cfg, strategy_rank_fn rank_fn, void *args,
+                            strategy_outcome *rank0_out);
 /* Inside a rank_main that runs several strategies one after the other: the outcome
  * this rank writes to (the caller's on world rank 0, else `local`, cleared). */
 strategy_outcome *strategy_outcome_for_rank(comm *world, strategy_outcome *callers,

@@ -1,0 +1,66 @@
+/* A mesh rank's mixture-of-experts state (moe.h), beside its dense model's dp_grads:
+ * the MoE layer on the mesh's EP group, the routers of every MoE block and this rank's
+ * experts, each an fp32 vector with its gradient and AdamW's moments (in 16 bits too:
+ * the layer rounds its own 16-bit copy of the experts from these masters).
+ *
+ *   routers  dense parameters: summed over the dense gradients' group, dp x cp (with
+ *            ZeRO: the shard group, then across the replicas, which is the same sum)
+ *   experts  summed over expert_dp, the ranks that hold the same experts (mesh.h);
+ *            with TP the experts are replicated over the tp group and their gradients
+ *            are equal there: never summed over it (moe.h)
+ *
+ * A plain all-reduce each, then AdamW on the whole vectors: ZeRO does not shard them. */
+#ifndef MOE_PARAMS_H
+#define MOE_PARAMS_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm.h"
+#include "grad_vector.h"
+#include "moe.h"
+#include "ops.h"
+
+typedef struct {
+    float *params, *grads, *adam_m, *adam_v;
+    size_t n;
+} moe_vector;
+
+typedef struct {
+    moe_shape shape;          /* this rank's experts: E / ep of them */
+    moe_layer *layer;
+    moe_vector routers, experts;
+    comm *dense, *replicate;  /* the routers' groups: dp x cp or its shards and replicas */
+    comm *expert_dp;          /* the experts' */
+    int adam_step;
+    double remote_rows;       /* rows sent to other EP ranks since the warm-up */
+} moe_params;
+
+typedef struct {
+    comm *world;       /* the ranks of distinct tokens, in global-batch order (dp x cp of
+                          one TP index and stage), or NULL */
+    comm *ep;          /* NULL or one rank: EP 1 */
+    comm *dense, *replicate, *expert_dp;
+    int ep_size, ep_rank;
+    int tokens;        /* a micro-batch's tokens on this rank */
+    int test_combine_misorder;   /* negative control (moe_layer_options) */
+} moe_params_groups;
+
+void moe_params_init(moe_params *p, const moe_config *cfg, const gpt_config *model,
+                     const moe_params_groups *g, uint64_t seed);
+void moe_params_free(moe_params *p);
+/* The start of a step: gradients zeroed, the coming backward's d(loss) (moe.h). */
+void moe_params_step_begin(moe_params *p, float dloss);
+/* After backward: the routers over the dense group (and the replicas), the experts over
+ * the expert_dp group they were given. */
+void moe_params_reduce(moe_params *p);
+void moe_params_adamw(moe_params *p, const adamw_config *a);
+/* Elements of the whole MoE part: the routers, then every expert of every MoE block
+ * (block by block, expert by expert), as chapter 10's outcome lays them out. */
+size_t moe_params_whole_numel(const moe_params *p);
+/* Collective over ep (NULL: EP 1): the whole part's parameters (grads 0) or gradients
+ * into out, which only the ep group's rank 0 gives (NULL elsewhere). */
+void moe_params_whole(const moe_params *p, comm *ep, int grads, float *out);
+/* The two gradient vectors AdamW reads, for the loss scale; returns 2. */
+int moe_params_grad_vectors(moe_params *p, grad_vector *vectors);
+
+#endif

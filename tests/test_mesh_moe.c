@@ -1,0 +1,217 @@
+/* Expert parallelism as a configuration of the mesh trainer (parallelize.h, moe_params.h):
+ * the MoE model (4 experts, top-2, MoE in every other block) on EP 2, EP 2 x DP 2 (ZeRO 0
+ * and 1), EP 2 on 2 shards x 2 replicas (HSDP at ZeRO 3) and TP 2 x EP 2, in fp32 and bf16, against the single-device MoE run in the
+ * same precision (the same trainer on one rank: every group of one, nothing exchanged):
+ * loss, step-1 gradients and parameters (the dense model's, and the routers and every
+ * expert gathered over the EP group) within mesh_run_tolerances, every rank's bytes per group and model state equal to their formulas,
+ * and its all-to-all bytes equal to what its routing sent; with capacity too (the same
+ * pairs dropped). In fp32 the one-rank run is
+ * chapter 10's single-device MoE run (ep_train_single) loss for loss. A negative
+ * control, the experts' gradients summed over the EP group instead of expert_dp, must
+ * fail; combinations not trained yet are refused by parallelize_check with a reason. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "check_run.h"
+#include "compare.h"
+#include "ep_train.h"
+#include "parallelize.h"
+#include "strategy_runs.h"
+
+/* capacity 0 (no dropping), but in capacity_drops_the_same_pairs */
+static moe_config moe = {.experts = 4, .top_k = 2, .every = 2, .aux_coef = 0.01f};
+
+static run_config tiny(int ranks, precision p) {
+    run_config cfg = run_config_default();
+    cfg.model = (gpt_config){.vocab = 256, .ctx = 8, .layers = 2, .heads = 4, .dim = 32};
+    cfg.batch = 8;
+    cfg.steps = TOL_STEPS;
+    cfg.quiet = 1;
+    cfg.precision = p;
+    cfg.comm.ranks = ranks;
+    cfg.comm.timeout_seconds = 60;
+    return cfg;
+}
+
+static pipeline_options options(int zero, pipeline_fault fault) {
+    return (pipeline_options){.schedule = PP_1F1B, .micro = 1, .chunks = 1, .zero_stage = zero,
+                              .moe = moe, .fault = fault};
+}
+
+/* The one-rank MoE run, as the baseline the meshes are compared with. */
+typedef struct {
+    mesh_result *run;
+    baseline_run b;
+} one_device;
+
+static one_device one_device_run(const dataset *d, precision p) {
+    const run_config cfg = tiny(1, p);
+    const mesh_shape one = {.tp = 1, .pp = 1, .dp = 1, .cp = 1, .ep = 1};
+    one_device o = {.run = launch_mesh(&cfg, d, one, options(0, PIPELINE_FAULT_NONE), NULL)};
+    const strategy_outcome *r = &o.run->run;
+    o.b = (baseline_run){.result = r->result, .loss = r->loss, .first_grads = r->first_grads,
+                         .final_params = r->final_params, .num_params = r->num_params};
+    return o;
+}
+
+/* The mesh against the baseline: returns the fraction of the bounds it reaches, after
+ * checking its bytes and state (exact) and its all-to-alls against its routing. */
+/* max |a - b| over n */
+static double largest_difference(const float *a, const float *b, size_t n) {
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)a[i] - b[i]));
+    return worst;
+}
+
+static double run_case(const dataset *d, const one_device *one, precision p, mesh_shape s,
+                       int zero, pipeline_fault fault, const char *what) {
+    const baseline_run *b = &one->b;
+    const run_config cfg = tiny(mesh_world(&s), p);
+    const pipeline_options o = options(zero, fault);
+    char why[300];
+    ck_assert_msg(!parallelize_check(&cfg, &s, mesh_world(&s), &(parallel_options){
+                      .zero = zero, .micro = 1, .moe = moe}, why, sizeof why), "%s", why);
+    mesh_result *r = launch_mesh(&cfg, d, s, o, b);
+    const run_tolerances t = mesh_run_tolerances(&cfg, s, b);
+    /* the routers and every expert: step 1's gradients and the final parameters */
+    const size_t n = one->run->x.moe_num_params;
+    ck_assert(n > 0 && r->x.moe_num_params == n);
+    const double moe_grads = largest_difference(r->x.moe_first_grads, one->run->x.moe_first_grads, n);
+    const double moe_params = largest_difference(r->x.moe_final_params,
+                                                 one->run->x.moe_final_params, n);
+    const double worst = fmax(run_worst_fraction_of(&r->run.result, t),
+                              fmax(moe_grads / t.grads, moe_params / t.params));
+    double alltoall = 0, mismatch = 0;
+    for (int w = 0; w < mesh_world(&s); w++) {
+        alltoall = fmax(alltoall, r->x.ranks[w].alltoall);
+        mismatch = fmax(mismatch, fabs(r->x.ranks[w].alltoall - r->x.ranks[w].alltoall_routed));
+    }
+    printf("  %-34s %s: grads %.2e params %.2e loss %.2e, routers and experts: grads %.2e"
+           " params %.2e: %5.0f%% of the bounds; all-to-all %.0f B a step, %.0f off the"
+           " routing's\n", what, precision_name(p), r->run.result.diff_grads,
+           r->run.result.diff_params, r->run.result.diff_loss, moe_grads, moe_params,
+           100 * worst, alltoall, mismatch);
+    if (fault == PIPELINE_FAULT_NONE) {
+        check_mesh_formulas(r, s, 0.0);
+        ck_assert_double_eq(mismatch, 0);
+        ck_assert(mesh_ep_size(&s) == 1 || alltoall > 0);
+    }
+    mesh_result_free(r);
+    return worst;
+}
+
+static const mesh_shape ep2 = {.tp = 1, .pp = 1, .dp = 2, .cp = 1, .ep = 2};
+static const mesh_shape ep2_dp2 = {.tp = 1, .pp = 1, .dp = 4, .cp = 1, .ep = 2};
+static const mesh_shape ep2_hsdp = {.tp = 1, .pp = 1, .dp = 4, .cp = 1, .ep = 2, .dp_shard = 2};
+static const mesh_shape tp2_ep2 = {.tp = 2, .pp = 1, .dp = 2, .cp = 1, .ep = 2};
+
+START_TEST(ep_on_the_mesh_matches_one_device) {
+    dataset *d = dataset_builtin();
+    const precision ps[2] = {PRECISION_FP32, PRECISION_BF16};
+    for (int k = 0; k < 2; k++) {
+        one_device one = one_device_run(d, ps[k]);
+        ck_assert(run_case(d, &one, ps[k], ep2, 0, 0, "ep 2:") <= 1.0);
+        ck_assert(run_case(d, &one, ps[k], ep2_dp2, 0, 0, "ep 2 x dp 2:") <= 1.0);
+        ck_assert(run_case(d, &one, ps[k], ep2_dp2, 1, 0, "ep 2 x dp 2, zero 1:") <= 1.0);
+        ck_assert(run_case(d, &one, ps[k], ep2_hsdp, 3, 0, "ep 2 x dp 2 x 2 (HSDP, zero 3):") <= 1.0);
+        ck_assert(run_case(d, &one, ps[k], tp2_ep2, 0, 0, "tp 2 x ep 2:") <= 1.0);
+        mesh_result_free(one.run);
+    }
+    dataset_free(d);
+}
+END_TEST
+
+/* With capacity (chapter 11's default 1.25, and 1.0) each expert keeps the first pairs of
+ * the global batch in token order: the same pairs drop on the mesh as on one device. */
+START_TEST(capacity_drops_the_same_pairs) {
+    dataset *d = dataset_builtin();
+    const double factors[2] = {1.25, 1.0};
+    for (int i = 0; i < 2; i++) {
+        moe.capacity_factor = factors[i];
+        printf("capacity factor %.2f:\n", factors[i]);
+        one_device one = one_device_run(d, PRECISION_FP32);
+        ck_assert(run_case(d, &one, PRECISION_FP32, ep2_dp2, 0, 0, "ep 2 x dp 2:") <= 1.0);
+        ck_assert(run_case(d, &one, PRECISION_FP32, tp2_ep2, 0, 0, "tp 2 x ep 2:") <= 1.0);
+        mesh_result_free(one.run);
+    }
+    moe.capacity_factor = 0;
+    dataset_free(d);
+}
+END_TEST
+
+/* The one-rank mesh MoE run in fp32 is chapter 10's single-device MoE run. */
+START_TEST(one_rank_is_chapter_10s_baseline) {
+    dataset *d = dataset_builtin();
+    one_device one = one_device_run(d, PRECISION_FP32);
+    const run_config cfg = tiny(1, PRECISION_FP32);
+    ep_options eo = {.moe = moe};
+    ep_outcome ep;
+    ep_outcome_alloc(&ep, &cfg, &moe);
+    ep_train_single(&cfg, d, &eo, &ep);
+    double worst = 0;
+    for (int s = 0; s < cfg.steps; s++)
+        worst = fmax(worst, fabs((double)ep.loss[s] - one.b.loss[s]));
+    printf("one-rank mesh MoE against chapter 10's single-device run: losses within %.2e\n",
+           worst);
+    ck_assert_double_le(worst, TOL_LOSS);
+    ep_outcome_free(&ep);
+    mesh_result_free(one.run);
+    dataset_free(d);
+}
+END_TEST
+
+/* Negative control: each EP rank's experts summed with the other EP rank's (different
+ * experts) instead of with their own copies on the other dp group. */
+START_TEST(expert_grads_over_the_wrong_group_fail) {
+    dataset *d = dataset_builtin();
+    one_device one = one_device_run(d, PRECISION_FP32);
+    const double worst = run_case(d, &one, PRECISION_FP32, ep2_dp2, 0,
+                                  PIPELINE_FAULT_EXPERT_GRADS_OVER_EP,
+                                  "control, experts over ep:");
+    ck_assert_msg(worst > 1.0, "%.2f of the bounds", worst);
+    mesh_result_free(one.run);
+    dataset_free(d);
+}
+END_TEST
+
+/* What the mesh does not train with MoE yet, refused with its reason (first words). */
+START_TEST(unsupported_combinations_are_refused) {
+    static const struct { mesh_shape s; int micro, sp, experts; const char *words; } cases[] = {
+        {{.tp = 1, .pp = 1, .dp = 2, .cp = 1, .ep = 2}, 1, 0, 0, "--ep 2 needs MoE blocks"},
+        {{.tp = 1, .pp = 1, .dp = 1, .cp = 2, .ep = 2}, 1, 0, 4, "--ep 2 with --cp"},
+        {{.tp = 1, .pp = 1, .dp = 2, .cp = 2, .ep = 1}, 1, 0, 4, "--experts with --cp 2"},
+        {{.tp = 1, .pp = 2, .dp = 2, .cp = 1, .ep = 2}, 1, 0, 4, "--ep 2 with --pp"},
+        {{.tp = 1, .pp = 2, .dp = 2, .cp = 1, .ep = 1}, 1, 0, 4, "--experts with --pp 2"},
+        {{.tp = 1, .pp = 1, .dp = 2, .cp = 1, .ep = 2}, 2, 0, 4, "--experts with 2 micro"},
+        {{.tp = 2, .pp = 1, .dp = 2, .cp = 1, .ep = 2}, 1, 1, 4, "--experts with --sp"},
+        {{.tp = 1, .pp = 1, .dp = 4, .cp = 1, .ep = 4}, 1, 0, 2, "EP 4 does not divide --experts 2"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const run_config cfg = tiny(mesh_world(&cases[i].s), PRECISION_FP32);
+        parallel_options o = {.micro = cases[i].micro, .sequence_parallel = cases[i].sp,
+                              .moe = moe};
+        o.moe.experts = cases[i].experts;
+        char why[300];
+        const char *said = parallelize_check(&cfg, &cases[i].s, mesh_world(&cases[i].s), &o,
+                                             why, sizeof why);
+        ck_assert_msg(said != NULL, "case %zu trained", i);
+        printf("refused: %s\n", said);
+        ck_assert_msg(strstr(said, cases[i].words) != NULL, "case %zu: %s", i, said);
+    }
+}
+END_TEST
+
+int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    Suite *s = suite_create("mesh moe");
+    TCase *t = tcase_create("ep on the mesh");
+    tcase_set_timeout(t, 300);
+    tcase_add_test(t, ep_on_the_mesh_matches_one_device);
+    tcase_add_test(t, capacity_drops_the_same_pairs);
+    tcase_add_test(t, one_rank_is_chapter_10s_baseline);
+    tcase_add_test(t, expert_grads_over_the_wrong_group_fail);
+    tcase_add_test(t, unsupported_combinations_are_refused);
+    suite_add_tcase(s, t);
+    return check_run(s, 0);
+}
