@@ -43,7 +43,7 @@ static void print_part3_intro(const chapter_args *a, int world) {
     const int t = a->tp, d = world / t;
     const gpt_shape s = gpt_shape_make(m, t, 0), whole = gpt_shape_make(m, 1, 0);
     gpt_shape v = s;
-    tp_split_vocab(&v, t, a->cfg.precision);
+    tp_split_vocab(&v, t);
     printf("Part 3. Training the whole model with TP = %d", t);
     if (d > 1) printf(" x DP = %d (ranks r, r+1, ... of one TP group are neighbours)", d);
     printf("\n  each rank holds %d of %d heads and %d of %d MLP units in every block,\n",

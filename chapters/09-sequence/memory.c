@@ -53,7 +53,7 @@ double memory_peak_activations(comm *tp, const run_config *cfg, activation_setup
     gpt_config m = cfg->model;
     m.layers = layers;
     gpt_shape s = gpt_shape_make(&m, c.tp, c.tp > 1 ? comm_rank(tp) : 0);
-    tp_split_vocab(&s, c.tp, cfg->precision);
+    tp_split_vocab(&s, c.tp);
     void *params = initial_params(&s, cfg);
     float *grads = mem_alloc_on(MEM_DEVICE, MEM_GRADS, gpt_num_params(&s) * sizeof(float));
     mem_stats *stats = mem_stats_current();

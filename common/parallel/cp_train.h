@@ -6,7 +6,7 @@
  * chunk's share, are summed over the CP and DP groups together (dp_grads.h over the
  * cp x dp ranks, as Megatron-LM's data-parallel-with-CP group). Every rank holds the
  * whole model, fp32, or with TP its Megatron slice (the TP group splits heads and MLP
- * units inside every chunk, and in fp32 the vocabulary, tp_split_vocab).
+ * units inside every chunk, and the vocabulary, tp_split_vocab).
  *
  *   loss = (sum over every rank's tokens of their losses) / (batch x ctx): chunks of
  *          equal length, so each token weighs 1/(batch x ctx) wherever it sits. */

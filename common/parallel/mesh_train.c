@@ -13,7 +13,7 @@
 static gpt_shape stage_shape(const run_config *cfg, mesh_shape shape, mesh_coord me, int k,
                              int S) {
     gpt_shape s = gpt_shape_make(&cfg->model, shape.tp, me.tp);
-    tp_split_vocab(&s, shape.tp, cfg->precision);
+    tp_split_vocab(&s, shape.tp);
     gpt_shape_split_stages(&s, S, k);
     return s;
 }

@@ -64,7 +64,7 @@ static const char *check_model(const run_config *cfg, const mesh_shape *s,
                                const parallel_options *o, char *why, size_t why_len) {
     const int c = mesh_cp_size(s);
     gpt_shape shape = gpt_shape_make(&cfg->model, s->tp, 0);
-    tp_split_vocab(&shape, s->tp, cfg->precision);
+    tp_split_vocab(&shape, s->tp);
     const position_span span = cp_span_of(cfg->model.ctx, c, 0, o->cp.split);
     const gpt_model_options m = {.precision = cfg->precision,
                                  .sequence_parallel = o->sequence_parallel,

@@ -18,7 +18,7 @@ const char *pipeline_strategy_name(pp_schedule_kind kind) {
 /* This rank's slice of the whole model (TP), before the pipeline cuts it. */
 static gpt_shape tp_whole_shape(const run_config *cfg, const mesh *m) {
     gpt_shape s = gpt_shape_make(&cfg->model, m->shape.tp, m->me.tp);
-    tp_split_vocab(&s, m->shape.tp, cfg->precision);
+    tp_split_vocab(&s, m->shape.tp);
     return s;
 }
 

@@ -83,8 +83,7 @@ int tp_check_sizes(const run_config *cfg, int world, int tp, char *err, size_t e
     return 1;
 }
 
-void tp_split_vocab(gpt_shape *s, int tp, precision p) {
-    (void)p;
+void tp_split_vocab(gpt_shape *s, int tp) {
     if (tp > 1) gpt_shape_split_vocab(s);
 }
 
@@ -277,7 +276,7 @@ static void tp_rank_init(tp_rank *r, const tp_options *opts) {
     const mesh *m = r->m;
     const int t = m->shape.tp, d = m->shape.dp;
     r->shape = gpt_shape_make(&r->cfg->model, t, m->me.tp);
-    tp_split_vocab(&r->shape, t, r->cfg->precision);
+    tp_split_vocab(&r->shape, t);
     mem_stats_reset_peaks(r->stats);
     replica_init(&r->rep, &r->shape, r->cfg->seed, 1);
     replica_set_precision(&r->rep, r->cfg->precision);

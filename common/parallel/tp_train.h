@@ -86,8 +86,8 @@ double tp_recompute_bytes(const gpt_config *m, precision p, int B_local, int T, 
 int tp_sequence_check(const run_config *cfg, int tp, char *err, size_t err_len);
 
 /* The vocabulary (embedding = tied LM head) is split over the TP ranks when tp > 1, in
- * every precision p (in 16 bits the head's softmax widens its logits to fp32). */
-void tp_split_vocab(gpt_shape *s, int tp, precision p);
+ * every precision (in 16 bits the head's softmax widens its logits to fp32). */
+void tp_split_vocab(gpt_shape *s, int tp);
 /* Every difference against its tolerance (tolerances.h; 1 = at the limit). */
 double tp_worst_fraction_of_tolerance(const run_result *r);
 
