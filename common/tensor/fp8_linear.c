@@ -1,7 +1,6 @@
 /* FP8 linears of a bf16 run: quantize, the emulated FP8 product, bias (fp8_linear.h). */
 #include "fp8_linear.h"
 
-#include "comm.h"
 #include "fp8_matmul.h"
 #include "number_formats.h"
 #include "precision.h"
@@ -17,7 +16,8 @@ static double fp8_outlier_factor = 1.0;
 static int delayed_length = FP8_DEFAULT_HISTORY, delayed_margin = 0;
 static int generation;   /* each fp8_linear_use starts the histories afresh */
 static _Thread_local int current_site;
-static _Thread_local comm *amax_group;
+static _Thread_local fp8_amax_reduce_fn amax_reduce;   /* NULL: one device */
+static _Thread_local void *amax_ctx;
 
 void fp8_linear_use(const fp8_recipe *recipe) {
     fp8_on = recipe != NULL;
@@ -114,8 +114,9 @@ static fp8_scratch *scratch_fit(size_t floats, size_t codes) {
     return s;
 }
 
-void fp8_linear_group(comm *group) {
-    amax_group = group;
+void fp8_linear_group(fp8_amax_reduce_fn reduce, void *ctx) {
+    amax_reduce = reduce;
+    amax_ctx = ctx;
     pthread_once(&scratch_once, scratch_make_key);
     fp8_scratch *s = pthread_getspecific(scratch_key);
     if (s) histories_free(s);   /* a run starts: no amax from another */
@@ -159,8 +160,8 @@ static fp8_delayed *history_of(fp8_scratch *s, fp8_role role) {
 static float tensor_amax(fp8_role role, const fp8_matrix *q, const float *x) {
     float amax;
     fp8_block_amax(x, q->rows, q->cols, q->rows, q->cols, &amax);
-    if (role == FP8_ACTIVATION && amax_group && !fp8_local_amax)
-        comm_allreduce(amax_group, &amax, 1, COMM_F32, COMM_MAX);
+    if (role == FP8_ACTIVATION && amax_reduce && !fp8_local_amax)
+        amax = amax_reduce(amax_ctx, amax);
     return amax;
 }
 

@@ -41,10 +41,12 @@ const char *fp8_linear_delayed(int history, int margin);
 /* The linear the calling thread's next products belong to (delayed: whose history). */
 void fp8_linear_site(int site);
 /* A run starts on the calling thread: its delayed histories start empty, and its
- * per-tensor activation amaxes are all-reduced over group (its data-parallel group;
- * NULL: one device). Collective: every rank of it runs the same linears in order. */
-struct comm;
-void fp8_linear_group(struct comm *group);
+ * per-tensor activation amaxes become reduce(ctx, amax): the largest over the ranks
+ * that hold a share of the tensor (the training loop's all-reduce with MAX over its
+ * data-parallel group; the tensor layer knows no communicator). NULL: one device.
+ * Collective: every rank of the group runs the same linears in order. */
+typedef float (*fp8_amax_reduce_fn)(void *ctx, float amax);
+void fp8_linear_group(fp8_amax_reduce_fn reduce, void *ctx);
 /* Negative control (tests): each rank's own amax, not all-reduced. */
 void fp8_linear_test_local_amax(int on);
 /* Whether FP8 linears are on; *recipe is theirs when they are (recipe may be NULL). */

@@ -43,6 +43,12 @@ static void fill_comm(run_result *r, comm *world, comm *metrics) {
 
 /* The lowest rank of `metrics` whose own share of the loss is not finite (the global
  * loss is not finite, so every rank takes part in finding it). */
+/* FP8's per-tensor amax of an activation, the largest over the ranks (fp8_linear.h) */
+static float amax_over(void *metrics, float amax) {
+    comm_allreduce(metrics, &amax, 1, COMM_F32, COMM_MAX);
+    return amax;
+}
+
 static int first_rank_not_finite(comm *metrics, float own_loss) {
     const int size = comm_size(metrics);
     float mark = isfinite(own_loss) ? 0.0f : (float)(size - comm_rank(metrics));
@@ -260,7 +266,7 @@ void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
                 const train_strategy *st, train_outcome *out) {
     const int reports = !world || comm_world_rank(world) == 0;
     comm *metrics = world ? comm_split(world, 0, comm_rank(world), "metrics") : NULL;
-    fp8_linear_group(metrics);   /* FP8's amaxes: world is a dp group where FP8 trains */
+    fp8_linear_group(metrics ? amax_over : NULL, metrics);   /* world: a dp group where FP8 trains */
     ckpt_state state;
     ckpt_run_state run_state = {.precision = cfg->precision};
     char from_path[4096];
@@ -333,7 +339,7 @@ void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
                               cfg->json ? stderr : stdout);
     mem_free(profile);
     if (metrics) run_result_take_max(metrics, r);
-    fp8_linear_group(NULL);
+    fp8_linear_group(NULL, NULL);
     comm_free(metrics);
 }
 
