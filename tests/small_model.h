@@ -14,4 +14,10 @@ run_config small_model_config(int layers, int ranks);
  * 5 steps, quiet, a 30 s communication timeout. */
 run_config uneven_model_config(int ranks);
 
+/* The sequence-parallel suites' model (chapter 9, TP's collective matmul): 12 heads and
+ * 24 channels divide by 2 and 4, and so do the 8 positions of a sequence (a rank holds
+ * B T / t rows of the sequence-parallel region): vocab 256, 2 layers, a batch of 2,
+ * TOL_STEPS steps, quiet, a 30 s communication timeout. */
+run_config sequence_model_config(int ranks);
+
 #endif

@@ -14,29 +14,19 @@
 #include "activation_memory.h"
 #include "baseline.h"
 #include "check_run.h"
+#include "small_model.h"
 #include "compare.h"
 #include "floats.h"
 #include "sequence.h"
 #include "tolerances.h"
 #include "tp_train.h"
 
-/* 12 heads and 24 channels divide by 2 and 4; so do the 8 positions of a sequence. */
-static run_config tiny_config(int ranks) {
-    run_config cfg = run_config_default();
-    cfg.model = (gpt_config){.vocab = 256, .ctx = 8, .layers = 2, .heads = 12, .dim = 24};
-    cfg.batch = 2;
-    cfg.steps = TOL_STEPS;
-    cfg.quiet = 1;
-    cfg.comm.ranks = ranks;
-    cfg.comm.timeout_seconds = 30;
-    return cfg;
-}
 
 /* TP size `ranks` with opts in precision p, against the baseline, into o and x; tol:
  * TP's tolerances in p. */
 static void train_against_baseline(int ranks, precision p, const tp_options *opts, int steps,
                                    strategy_outcome *o, tp_extra *x, run_tolerances *tol) {
-    run_config cfg = tiny_config(ranks), base = cfg;
+    run_config cfg = sequence_model_config(ranks), base = cfg;
     cfg.steps = base.steps = steps;
     cfg.precision = base.precision = p;
     base.comm.ranks = 1;
@@ -58,7 +48,7 @@ static void check_sp(int t, precision p) {
                            &tol);
     const run_result *r = &o.result;
     const double worst = run_worst_fraction_of_tolerance(r, tol.grads, tol.loss, tol.params);
-    const run_config cfg = tiny_config(t);
+    const run_config cfg = sequence_model_config(t);
     const double added = tp_sequence_bytes_added(&cfg.model, p, cfg.batch, cfg.model.ctx, t);
     const double tp_only = tp_bytes_formula(&cfg.model, p, cfg.batch, cfg.model.ctx, t, 1, 0);
     printf("tp %d + sp, %s: max |diff| loss %.2e grads %.2e params %.2e (%.2f of the"
@@ -86,7 +76,7 @@ END_TEST
  * tolerances_with_grads16 for 2 parts; the bytes equal the formula less the 2 B a
  * gradient 16 bits leave off. sp_copy: the negative control's g-bar, a copy. */
 static void check_sp_grads16(precision p, int sp_copy, run_result *out) {
-    run_config cfg = tiny_config(4), base = cfg;
+    run_config cfg = sequence_model_config(4), base = cfg;
     cfg.precision = cfg.grad_precision = base.precision = p;
     base.comm.ranks = 1;
     dataset *d = dataset_builtin();
@@ -149,7 +139,7 @@ END_TEST
  * recomputed probabilities are the same numbers, so gradients, loss and parameters are
  * identical bit for bit. */
 static void check_recompute_is_exact(tp_options with) {
-    run_config cfg = tiny_config(2);
+    run_config cfg = sequence_model_config(2);
     cfg.steps = 2;
     dataset *d = dataset_builtin();
     strategy_outcome kept = {0}, again = {0};
@@ -184,7 +174,7 @@ END_TEST
 
 /* The six configurations' bytes per layer, measured, against the re-derived ones. */
 static void check_memory(precision p) {
-    run_config cfg = tiny_config(4);
+    run_config cfg = sequence_model_config(4);
     cfg.precision = p;
     memory_report r;
     ck_assert_int_eq(memory_launches(&cfg, 4, &r), 0);

@@ -10,24 +10,13 @@
 
 #include "baseline.h"
 #include "check_run.h"
+#include "small_model.h"
 #include "compare.h"
 #include "floats.h"
 #include "tolerances.h"
 #include "tp_overlap.h"
 #include "tp_train.h"
 
-/* 12 heads and 24 channels divide by 2 and 4, and so do the 8 positions of a sequence:
- * a rank holds B T / t = 8 (tp 2) or 4 (tp 4) rows of the sequence-parallel region. */
-static run_config tiny_config(int ranks) {
-    run_config cfg = run_config_default();
-    cfg.model = (gpt_config){.vocab = 256, .ctx = 8, .layers = 2, .heads = 12, .dim = 24};
-    cfg.batch = 2;
-    cfg.steps = TOL_STEPS;
-    cfg.quiet = 1;
-    cfg.comm.ranks = ranks;
-    cfg.comm.timeout_seconds = 30;
-    return cfg;
-}
 
 typedef struct {
     double loss, grads, params;   /* largest differences */
@@ -85,7 +74,7 @@ static double overlap_against_plain(int t, precision p, int chunks, tp_overlap_c
 static void check_overlap(int t, precision p, int chunks) {
     differences apart;
     const double worst = overlap_against_plain(t, p, chunks, TP_OVERLAP_RIGHT,
-                                               tiny_config(t), &apart);
+                                               sequence_model_config(t), &apart);
     ck_assert_msg(worst <= 1, "tp %d, %d chunks: %.2f of the tolerance", t, chunks, worst);
     if (p != PRECISION_FP32)
         ck_assert_msg(apart.loss == 0 && apart.grads == 0 && apart.params == 0,
@@ -106,7 +95,7 @@ END_TEST
 /* The controls on a slow modelled link (1 ms a message), so that a product started
  * before its chunk arrived reads what the buffer held before. */
 static void check_control(tp_overlap_control control) {
-    run_config cfg = tiny_config(2);
+    run_config cfg = sequence_model_config(2);
     cfg.steps = 2;
     cfg.comm.link = LINK_NVLINK;
     cfg.comm.link_scale = 500;
