@@ -311,9 +311,9 @@ void cpu_linear_backward(float *dinp, float *dweight, float *dbias, const float 
  * of the masked half but make more, smaller sgemm calls; at T = 64 blocks of 32
  * measured ~15% faster than one block of 64. Blocks of 16 at T <= 64 measured 3-14%
  * faster for a layer (about 1% of bench256's step), but they change the order of every
- * run's sums at ctx 64, and test_mixed_curves' 200-step bf16 curve then sits at 0.098
- * of its 0.1 nat band with its negative control inside it: kept at 32 until that test
- * no longer hangs on one rounding path. */
+ * run's sums at ctx 64, and the default model's 200-step bf16 loss curve then sat at
+ * 0.098 of its 0.1 nat band with its negative control inside it (measured when that
+ * 4-layer curve was the one tested): kept at 32. */
 #define ATT_BLOCK 32
 
 /* Cm = alpha op(A) op(B), row-major. Zeroing Cm here and asking for beta = 1 gives the
