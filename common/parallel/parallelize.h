@@ -14,9 +14,11 @@
  *   pp   the stages (pipeline.h), which the caller cuts.
  *   ep   MoE (moe.experts > 0): the model's MLP hook is an MoE layer whose experts are
  *        split over the ep group (E / ep a rank, tokens exchanged by all-to-alls), its
- *        routers dense and its experts summed over expert_dp (moe_params.h). One stage,
- *        one micro-batch, no CP and no SP so far: parallelize_check says why. The
- *        dense slabs keep the MoE blocks' MLP weights here (unused: gradient zero). */
+ *        routers dense and its experts summed over expert_dp (moe_params.h); the
+ *        routing counts the global batch over dp x cp. In every pipeline stage (each
+ *        runs its own MoE blocks), with CP (no dropping: capacity factor 0), one
+ *        micro-batch a step and no SP so far: parallelize_check says why. The dense
+ *        slabs keep the MoE blocks' MLP weights here (unused: gradient zero). */
 #ifndef PARALLELIZE_H
 #define PARALLELIZE_H
 #include <stddef.h>
@@ -39,6 +41,8 @@ typedef struct {
     moe_config moe;           /* experts 0: a dense model */
     int expert_grads_over_ep; /* negative control: expert gradients summed over the ep
                                  group, not expert_dp */
+    int combine_misorder;     /* negative control: the MoE combine's rows in expert order
+                                 (moe_layer_options) */
 } parallel_options;
 
 typedef struct {
@@ -52,6 +56,8 @@ typedef struct {
     int zero;                 /* what dp_grads runs: 0 where dp x cp is one rank */
     moe_params *moe;          /* MoE: the routers, this rank's experts, the layer; else NULL */
     comm *experts_group;      /* where the experts' gradients are summed (expert_dp) */
+    comm *moe_world;          /* MoE with CP: the routing's dp x cp ranks, apart from the
+                                 gradients' (else NULL: the dp group serves) */
 } parallel_rank;
 
 /* Why cfg's model cannot be trained on this mesh this way (the mesh's sizes and
