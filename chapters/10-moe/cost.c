@@ -22,7 +22,8 @@ void cost_local(const run_config *cfg, const moe_config *moe, int ep_size, cost_
     r->active[1] = moe_active_params(&s, m);
     r->total[2] = r->active[2] = r->active[1] - (double)moe_router_numel(&s);
     for (int i = 0; i < 3; i++) r->flops_per_token[i] = flops_per_token(r->active[i], m);
-    /* what the run's vectors hold (the dense model's, the routers, every expert) less the slabs' unused MLPs */
+    /* what the run's vectors hold: the dense model less its MoE blocks' MLPs, the
+     * routers, every expert */
     r->counted_total = (double)gpt_num_params(&dense) + (double)moe_router_numel(&s) +
                        (double)moe_local_experts_numel(&s) - (double)moe_dense_mlp_numel(&s);
     const double experts = (double)moe_local_experts_numel(&s);

@@ -65,8 +65,9 @@ static void refuse_unread_flags(const chapter_flags *f, const run_config *cfg) {
 }
 
 /* Memory: the experts are most of an MoE model's parameters, so they count too. The
- * one-device runs hold the dense model (its unused MLPs too), the routers and every
- * expert; a rank of an EP run holds 1/EP of the experts, at least 1/ranks of them. */
+ * one-device runs hold the dense model (counted with its MoE blocks' MLPs, which it does
+ * not hold: a bound), the routers and every expert; a rank of an EP run holds 1/EP of
+ * the experts, at least 1/ranks of them. */
 static void check_fits(const run_config *cfg, const moe_config *moe) {
     const gpt_shape dense = gpt_shape_make(&cfg->model, 1, 0);
     const moe_shape s = moe_shape_make(moe, &cfg->model, 1, 0);

@@ -49,8 +49,8 @@
  * every MoE block (dense: replicated like the rest of the model) and this rank's
  * experts of every MoE block. The model's shape made with gpt_shape_drop_moe_mlps
  * (cfg.every) holds no MLP weights in its MoE blocks, moe_dense_mlp_numel fewer than the
- * dense model's; a dense shape keeps them unused (gradient zero, but memory and weight
- * decay: the mesh trainer's, parallelize.h, which still sums them over dp x cp). */
+ * dense model's (the mesh trainer's: parallel_model_shape, parallelize.h); a dense shape
+ * would keep them unused (gradient zero, but memory, bytes and weight decay). */
 #ifndef MOE_H
 #define MOE_H
 #include <stddef.h>

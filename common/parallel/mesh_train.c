@@ -11,9 +11,8 @@
 
 /* This rank's stage k of S = v x p, and its TP slice. */
 static gpt_shape stage_shape(const run_config *cfg, mesh_shape shape, mesh_coord me, int k,
-                             int S) {
-    gpt_shape s = gpt_shape_make(&cfg->model, shape.tp, me.tp);
-    tp_split_vocab(&s, shape.tp);
+                             int S, const moe_config *moe) {
+    gpt_shape s = parallel_model_shape(cfg, shape.tp, me.tp, moe);
     gpt_shape_split_stages(&s, S, k);
     return s;
 }
@@ -44,7 +43,7 @@ void mesh_traffic_formula(const run_config *cfg, mesh_shape shape, mesh_coord me
     for (int i = 0; i < 3; i++) t->state_formula[i] = 0;
     for (int c = 0; c < v; c++) {
         const int k = pp_stage_of(pp_schedule_vshape(opts->schedule), shape.pp, me.pp, c);
-        const gpt_shape s = stage_shape(cfg, shape, me, k, S);
+        const gpt_shape s = stage_shape(cfg, shape, me, k, S, &opts->moe);
         double bytes[3];
         dp_grads_state_bytes(&s, zero, cfg->precision, cfg->grad_precision, group, group_rank,
                              bytes);
@@ -194,11 +193,18 @@ static pipeline_options extra_prepare(mesh_extra *x, const run_config *cfg, mesh
     return o;
 }
 
+/* The whole model's vector: the dense model's, less the MoE blocks' MLPs. */
+static size_t whole_params(const run_config *cfg, const moe_config *moe) {
+    const gpt_shape s = parallel_model_shape(cfg, 1, 0, moe);
+    return gpt_num_params(&s);
+}
+
 int mesh_launch(const run_config *cfg, const dataset *data, mesh_shape shape,
                 const pipeline_options *opts, strategy_outcome *rank0_out) {
     const pipeline_options o = extra_prepare(rank0_out->extra, cfg, shape, opts);
     mesh_launch_args a = {cfg, data, shape, &o, NULL};
-    return strategy_launch(cfg, mesh_rank_fn, &a, rank0_out);
+    return strategy_launch_sized(cfg, whole_params(cfg, &o.moe), 0, mesh_rank_fn, &a,
+                                 rank0_out);
 }
 
 int mesh_train_one_device(const run_config *cfg, const dataset *data,
@@ -212,7 +218,8 @@ int mesh_train_one_device(const run_config *cfg, const dataset *data,
     o.micro = 1;
     o = extra_prepare(rank0_out->extra, &one, shape, &o);
     mesh_launch_args a = {&one, data, shape, &o, "baseline"};
-    return strategy_launch_threads(&one, mesh_rank_fn, &a, rank0_out);
+    return strategy_launch_sized(&one, whole_params(&one, &o.moe), 1, mesh_rank_fn, &a,
+                                 rank0_out);
 }
 
 baseline_run mesh_outcome_as_baseline(const strategy_outcome *o) {

@@ -61,15 +61,30 @@ static const char *check_moe(const run_config *cfg, const mesh_shape *s,
 }
 
 static const gpt_attention_hook some_attention;   /* stands for the CP group's */
-static const gpt_mlp_hook some_mlp;               /* and for the MoE layer */
+
+/* The MoE layer's hook stands for itself: it replaces the MoE blocks' MLPs (ctx: the
+ * moe_shape). */
+static int replaces_moe_blocks(void *ctx, int layer) {
+    return moe_is_moe_layer((const moe_shape *)ctx, layer);
+}
+
+gpt_shape parallel_model_shape(const run_config *cfg, int tp, int tp_rank,
+                               const moe_config *moe) {
+    gpt_shape s = gpt_shape_make(&cfg->model, tp, tp_rank);
+    tp_split_vocab(&s, tp);
+    if (moe->experts > 0) gpt_shape_drop_moe_mlps(&s, moe->every);
+    return s;
+}
 
 /* What the model refuses of the options rank 0 would make, in its own words. */
 static const char *check_model(const run_config *cfg, const mesh_shape *s,
                                const parallel_options *o, char *why, size_t why_len) {
     const int c = mesh_cp_size(s);
-    gpt_shape shape = gpt_shape_make(&cfg->model, s->tp, 0);
-    tp_split_vocab(&shape, s->tp);
+    const gpt_shape shape = parallel_model_shape(cfg, s->tp, 0, &o->moe);
     const position_span span = cp_span_of(cfg->model.ctx, c, 0, o->cp.split);
+    moe_shape moe_blocks = {0};
+    if (o->moe.experts > 0) moe_blocks = moe_shape_make(&o->moe, &cfg->model, 1, 0);
+    const gpt_mlp_hook some_mlp = {.ctx = &moe_blocks, .replaces = replaces_moe_blocks};
     const gpt_model_options m = {.precision = cfg->precision,
                                  .sequence_parallel = o->sequence_parallel,
                                  .mlp = o->moe.experts > 0 ? &some_mlp : NULL,

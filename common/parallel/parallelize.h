@@ -18,7 +18,7 @@
  *        routing counts the global batch over dp x cp. In every pipeline stage (each
  *        runs its own MoE blocks), with CP (no dropping: capacity factor 0), one
  *        micro-batch a step and no SP so far: parallelize_check says why. The dense
- *        slabs keep the MoE blocks' MLP weights here (unused: gradient zero). */
+ *        model's MoE blocks hold no MLP weights (parallel_model_shape). */
 #ifndef PARALLELIZE_H
 #define PARALLELIZE_H
 #include <stddef.h>
@@ -72,6 +72,12 @@ const char *parallelize_check(const run_config *cfg, const mesh_shape *shape, in
 void parallelize(parallel_rank *p, const mesh *m, const run_config *cfg,
                  const parallel_options *o, int B);
 void parallel_rank_free(parallel_rank *p);
+
+/* The model's shape on TP rank tp_rank of tp (the vocabulary split with TP), all its
+ * layers; with MoE (moe->experts > 0) its MoE blocks hold no MLP weights, which the
+ * layer's experts replace (gpt_shape_drop_moe_mlps). */
+gpt_shape parallel_model_shape(const run_config *cfg, int tp, int tp_rank,
+                               const moe_config *moe);
 
 /* The dp_grads group's size and this rank's place in it, and the replicas', for a rank
  * of the mesh (the formulas: no communicators). */

@@ -16,10 +16,8 @@ const char *pipeline_strategy_name(pp_schedule_kind kind) {
 }
 
 /* This rank's slice of the whole model (TP), before the pipeline cuts it. */
-static gpt_shape tp_whole_shape(const run_config *cfg, const mesh *m) {
-    gpt_shape s = gpt_shape_make(&cfg->model, m->shape.tp, m->me.tp);
-    tp_split_vocab(&s, m->shape.tp);
-    return s;
+static gpt_shape tp_whole_shape(const run_config *cfg, const mesh *m, const moe_config *moe) {
+    return parallel_model_shape(cfg, m->shape.tp, m->me.tp, moe);
 }
 
 /* The stage's model reads the step's whole compute weights and writes its whole fp32
@@ -43,7 +41,7 @@ void pipeline_rank_init(pipeline_rank *r, comm *world, const mesh *m, const run_
     r->schedule = pp_schedule_make(opts->schedule, p, opts->micro, v, PP_COMM_ORDERED);
     if (!r->schedule) comm_abort(world, "no %s schedule for pp %d, micro %d, virtual %d",
                                  pp_schedule_name(opts->schedule), p, opts->micro, v);
-    const gpt_shape whole = tp_whole_shape(cfg, m);
+    const gpt_shape whole = tp_whole_shape(cfg, m, &opts->moe);
     const parallel_options par = pipeline_parallel_options(opts);
     parallelize(&r->par, m, cfg, &par, micro_batch);
     gpt_model_options model_opts = r->par.model;
@@ -82,7 +80,7 @@ void pipeline_rank_init(pipeline_rank *r, comm *world, const mesh *m, const run_
                             m->me.pp, "pp-metrics");
     r->busy = mem_alloc(MEM_OTHER, (size_t)cfg->steps * sizeof(double));
     r->finish = mem_alloc(MEM_OTHER, (size_t)cfg->steps * sizeof(double));
-    gpt_shape unsplit = gpt_shape_make(&cfg->model, 1, 0);
+    const gpt_shape unsplit = parallel_model_shape(cfg, 1, 0, &opts->moe);
     if (comm_rank(world) == 0) r->first_grads = mem_alloc(MEM_OTHER, gpt_num_params(&unsplit) * sizeof(float));
     if (comm_rank(world) == 0 && r->par.moe) r->par.moe->log = opts->moe_log;
     if (comm_rank(world) == 0 && r->par.moe)
@@ -176,7 +174,7 @@ static float pipeline_compute_grads(void *arg, int step, float loss_scale) {
 static double gather_whole(pipeline_rank *r, pp_vector which, float *whole) {
     const mesh *m = r->mesh;
     if (m->me.dp != 0 || m->me.cp != 0) return 0;
-    const gpt_shape mine = tp_whole_shape(r->cfg, m);
+    const gpt_shape mine = tp_whole_shape(r->cfg, m, &r->opts.moe);
     float *slice = malloc(gpt_num_params(&mine) * sizeof(float));
     double drift = pp_gather_whole(m->pp, r->chunks, r->opts.chunks, which, slice);
     /* every stage now holds its TP slice of the whole model: stage 0's TP group, whose
@@ -412,7 +410,7 @@ void pipeline_bytes_formula(const run_config *cfg, mesh_shape shape, mesh_coord 
         int before = -1, after = -1, chunk;   /* the ranks of stages k - 1 and k + 1 */
         if (k > 0) pp_place_of(vshape, shape.pp, k - 1, &before, &chunk);
         if (k < S - 1) pp_place_of(vshape, shape.pp, k + 1, &after, &chunk);
-        gpt_shape s = tp_whole_shape(cfg, &slice);
+        gpt_shape s = tp_whole_shape(cfg, &slice, &opts->moe);
         gpt_shape_split_stages(&s, S, k);
         /* an MoE block's MLP is computed whole on every TP rank: its f and g are not */
         double tp_bytes = (4.0 * gpt_stage_layers(&s) - 2.0 * moe_blocks_of(&s, &opts->moe)) *
