@@ -1,13 +1,16 @@
 /* Expert parallelism as a configuration of the mesh trainer (parallelize.h, moe_params.h):
  * the MoE model (4 experts, top-2, MoE in every other block) on EP 2, EP 2 x DP 2 (ZeRO 0
- * and 1), EP 2 on 2 shards x 2 replicas (HSDP at ZeRO 3) and TP 2 x EP 2, in fp32 and bf16, against the single-device MoE run in the
- * same precision (the same trainer on one rank: every group of one, nothing exchanged):
- * loss, step-1 gradients and parameters (the dense model's, and the routers and every
- * expert gathered over the EP group) within mesh_run_tolerances, every rank's bytes per group and model state equal to their formulas,
- * and its all-to-all bytes equal to what its routing sent; with capacity too (the same
- * pairs dropped). The one-rank run is chapter 10's single-device MoE run. A negative
- * control, the experts' gradients summed over the EP group instead of expert_dp, must
- * fail; combinations not trained yet are refused by parallelize_check with a reason. */
+ * and 1), EP 2 on 2 shards x 2 replicas (HSDP at ZeRO 3) and TP 2 x EP 2 in fp32 and
+ * bf16; EP 2 in CP 2 x DP 2 and in PP 2 x DP 2 (MoE in every block) in fp32 (ZeRO 0 and
+ * 1), bf16 and bf16 with bf16 gradients; each against the single-device MoE run in the
+ * same precision (the same trainer on one rank: every group of one, nothing exchanged,
+ * chapter 10's baseline): loss, step-1 gradients and parameters (the dense model's, and
+ * the routers and every expert gathered over the EP group and the stages) within
+ * mesh_run_tolerances, every rank's bytes per group and model state equal to their
+ * formulas, and its all-to-all bytes equal to what its routing sent; with capacity too
+ * (the same pairs dropped). Negative controls, the experts' gradients summed over the EP
+ * group instead of expert_dp (on EP x DP, EP x CP and EP x PP), must fail; combinations
+ * not trained yet are refused by parallelize_check with a reason. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
