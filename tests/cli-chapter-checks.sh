@@ -260,7 +260,11 @@ if [ -x "$chapter11" ]; then
     # CP in 16 bits and with SP train now (test_mesh_matrix holds them against the baseline)
     expect_ok "$chapter11" --ranks 4 --tp 1 --cp 2 --dp-shard 2 --steps 2 --quiet
     expect_error "$chapter11" "--sp with --pp 2: sequence parallelism runs on a whole model" --ranks 4 --tp 2 --pp 2 --sp
-    expect_error "$chapter11" "--ep 2 with --pp: expert parallelism trains on a TP x EP x DP mesh only" --ranks 8 --ep 2 --pp 2 --tp 1
+    # EP with PP trains one micro-batch a step (test_mesh_moe holds it against one device);
+    # EP with CP trains without dropping
+    expect_ok "$chapter11" --ranks 4 --tp 1 --pp 2 --ep 2 --micro 1 --schedule 1f1b --steps 2 --quiet
+    expect_error "$chapter11" "--experts with 2 micro-batches" --ranks 8 --ep 2 --pp 2 --tp 1
+    expect_error "$chapter11" "--experts with --cp 2 and capacity factor 1.25" --ranks 4 --tp 1 --cp 2 --ep 2
     expect_error "$chapter11" "EP 4 does not divide --experts 2" --ranks 4 --ep 4 --experts 2 --tp 1
     expect_error "$chapter11" "--experts with 2 micro-batches" --ranks 4 --ep 2 --tp 1 --micro 2
     expect_error "$chapter11" "--top-k does nothing with a dense mesh (no --ep)" --top-k 1

@@ -132,6 +132,12 @@ for run in $(seq $mesh_runs); do
     run_program "$plain" chapter11 4 "${small[@]}" --tp 2 --ep 2
     judge "chapter11 on 4 ranks --tp 2 --ep 2, small model, run $run of $mesh_runs" $? 0 || break
 done
+# EP x PP (every stage's MoE blocks, one micro-batch) and EP x CP (no dropping), once
+# each in the plain build (test_mesh_moe holds both against one device on threads)
+run_program "$plain" chapter11 4 "${small[@]}" --tp 1 --pp 2 --ep 2 --micro 1 --schedule 1f1b
+judge "chapter11 on 4 ranks --pp 2 --ep 2 --micro 1, small model" $? 0
+run_program "$plain" chapter11 4 "${small[@]}" --tp 1 --cp 2 --ep 2 --capacity-factor 0
+judge "chapter11 on 4 ranks --cp 2 --ep 2 --capacity-factor 0, small model" $? 0
 
 echo "mpi-chapter-checks: $passed passed, $failed failed"
 [ $failed -eq 0 ]

@@ -214,10 +214,10 @@ START_TEST(meshes_that_do_not_fit_are_refused_with_their_reason) {
         const char *reason;   /* NULL: fits */
     } cases[] = {
         {{.shape = {.tp = 2, .pp = 2, .dp = 2, .cp = 1}, .world = 8}, NULL},
-        {{.shape = {.tp = 2, .pp = 2, .dp = 2}, .world = 8, .trains = 1}, NULL},
-        {{.shape = {.tp = 1, .pp = 1, .cp = 4}, .world = 8, .trains = 1}, NULL},
-        {{.shape = {.tp = 1, .pp = 1, .dp = 8, .ep = 4}, .world = 8, .experts = 8, .trains = 1}, NULL},
-        {{.shape = {.tp = 2, .pp = 2, .dp = 4, .cp = 2, .ep = 4, .dp_shard = 2}, .world = 32}, NULL},   /* laid out, not trained */
+        {{.shape = {.tp = 2, .pp = 2, .dp = 2}, .world = 8}, NULL},
+        {{.shape = {.tp = 1, .pp = 1, .cp = 4}, .world = 8}, NULL},
+        {{.shape = {.tp = 1, .pp = 1, .dp = 8, .ep = 4}, .world = 8, .experts = 8}, NULL},
+        {{.shape = {.tp = 2, .pp = 2, .dp = 4, .cp = 2, .ep = 4, .dp_shard = 2}, .world = 32}, NULL},
         {{.shape = {.tp = 2, .pp = 2, .dp = 2, .cp = 1}, .world = 6}, "--tp 2 --pp 2 --dp 2 needs 8 ranks, not 6; with that many ranks try "},
         {{.shape = {.tp = 0, .pp = 2, .dp = 2, .cp = 1}, .world = 4}, "--tp 0 --pp 2 --dp 2: every size must be at least 1; try "},
         {{.shape = {.tp = 2, .pp = 1, .dp = 2, .cp = 2}, .world = 16}, "--tp 2 --cp 2 --dp 2 --pp 1 needs 8 ranks, not 16"},
@@ -227,11 +227,11 @@ START_TEST(meshes_that_do_not_fit_are_refused_with_their_reason) {
         {{.shape = {.tp = 1, .pp = 1, .dp = 6, .dp_shard = 4}, .world = 6}, "--dp-shard 4 does not divide --dp 6 (dp = dp_replicate x dp_shard: try a divisor of 6)"},
         {{.shape = {.tp = 1, .pp = 1, .dp = 6, .ep = 4}, .world = 6}, "--ep 4 does not divide the 6 ranks of dp x cp"},
         {{.shape = {.tp = 1, .pp = 1, .dp = 6, .ep = 3}, .world = 6, .experts = 4}, "EP 3 does not divide --experts 4"},
-        {{.shape = {.tp = 2, .pp = 1, .dp = 2, .ep = 2}, .world = 4, .experts = 4, .trains = 1}, NULL},
-        {{.shape = {.tp = 1, .pp = 1, .dp = 2, .cp = 2, .ep = 2}, .world = 4, .trains = 1}, "--ep 2 with --cp: expert parallelism trains on a TP x EP x DP mesh only"},
-        {{.shape = {.tp = 1, .pp = 2, .dp = 2, .ep = 2}, .world = 4, .trains = 1}, "--ep 2 with --pp: expert parallelism trains on a TP x EP x DP mesh only"},
-        {{.shape = {.tp = 1, .pp = 2, .dp = 1, .cp = 2}, .world = 4, .trains = 1}, NULL},   /* one micro-batch: parallelize_check */
-        {{.shape = {.tp = 1, .pp = 1, .dp = 4, .dp_shard = 2}, .world = 4, .trains = 1}, NULL},   /* HSDP trains (test_parallelize) */
+        {{.shape = {.tp = 2, .pp = 1, .dp = 2, .ep = 2}, .world = 4, .experts = 4}, NULL},
+        {{.shape = {.tp = 1, .pp = 1, .dp = 2, .cp = 2, .ep = 2}, .world = 4}, NULL},   /* EP x CP: ep carved from dp x cp */
+        {{.shape = {.tp = 1, .pp = 2, .dp = 2, .ep = 2}, .world = 4}, NULL},   /* EP x PP: every stage's ep */
+        {{.shape = {.tp = 1, .pp = 2, .dp = 1, .cp = 2}, .world = 4}, NULL},   /* one micro-batch: parallelize_check */
+        {{.shape = {.tp = 1, .pp = 1, .dp = 4, .dp_shard = 2}, .world = 4}, NULL},   /* HSDP trains (test_parallelize) */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *got = mesh_check(&cases[i].c, err, sizeof err);

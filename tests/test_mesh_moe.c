@@ -1,14 +1,16 @@
 /* Expert parallelism as a configuration of the mesh trainer (parallelize.h, moe_params.h):
  * the MoE model (4 experts, top-2, MoE in every other block) on EP 2, EP 2 x DP 2 (ZeRO 0
- * and 1), EP 2 on 2 shards x 2 replicas (HSDP at ZeRO 3) and TP 2 x EP 2, in fp32 and bf16, against the single-device MoE run in the
- * same precision (the same trainer on one rank: every group of one, nothing exchanged):
- * loss, step-1 gradients and parameters (the dense model's, and the routers and every
- * expert gathered over the EP group) within mesh_run_tolerances, every rank's bytes per group and model state equal to their formulas,
- * and its all-to-all bytes equal to what its routing sent; with capacity too (the same
- * pairs dropped). In fp32 the one-rank run is
- * chapter 10's single-device MoE run (ep_train_single) loss for loss. A negative
- * control, the experts' gradients summed over the EP group instead of expert_dp, must
- * fail; combinations not trained yet are refused by parallelize_check with a reason. */
+ * and 1), EP 2 on 2 shards x 2 replicas (HSDP at ZeRO 3) and TP 2 x EP 2 in fp32 and
+ * bf16; EP 2 in CP 2 x DP 2 and in PP 2 x DP 2 (MoE in every block) in fp32 (ZeRO 0 and
+ * 1), bf16 and bf16 with bf16 gradients; each against the single-device MoE run in the
+ * same precision (the same trainer on one rank: every group of one, nothing exchanged,
+ * chapter 10's baseline): loss, step-1 gradients and parameters (the dense model's, and
+ * the routers and every expert gathered over the EP group and the stages) within
+ * mesh_run_tolerances, every rank's bytes per group and model state equal to their
+ * formulas, and its all-to-all bytes equal to what its routing sent; with capacity too
+ * (the same pairs dropped). Negative controls, the experts' gradients summed over the EP
+ * group instead of expert_dp (on EP x DP, EP x CP and EP x PP), must fail; combinations
+ * not trained yet are refused by parallelize_check with a reason. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -16,15 +18,17 @@
 
 #include "check_run.h"
 #include "compare.h"
-#include "ep_train.h"
 #include "parallelize.h"
 #include "strategy_runs.h"
 
 /* capacity 0 (no dropping), but in capacity_drops_the_same_pairs */
 static moe_config moe = {.experts = 4, .top_k = 2, .every = 2, .aux_coef = 0.01f};
 
+static precision grad_dtype = PRECISION_FP32;   /* --grad-dtype: fp32, or bf16 with bf16 */
+
 static run_config tiny(int ranks, precision p) {
     run_config cfg = run_config_default();
+    cfg.grad_precision = p == PRECISION_FP32 ? PRECISION_FP32 : grad_dtype;
     cfg.model = (gpt_config){.vocab = 256, .ctx = 8, .layers = 2, .heads = 4, .dim = 32};
     cfg.batch = 8;
     cfg.steps = TOL_STEPS;
@@ -67,6 +71,10 @@ static double largest_difference(const float *a, const float *b, size_t n) {
 
 static double run_case(const dataset *d, const one_device *one, precision p, mesh_shape s,
                        int zero, pipeline_fault fault, const char *what) {
+    char label[80];
+    snprintf(label, sizeof label, "%s%s", what,
+             p != PRECISION_FP32 && grad_dtype != PRECISION_FP32 ? " (16-bit grads)" : "");
+    what = label;
     const baseline_run *b = &one->b;
     const run_config cfg = tiny(mesh_world(&s), p);
     const pipeline_options o = options(zero, fault);
@@ -141,27 +149,6 @@ START_TEST(capacity_drops_the_same_pairs) {
 }
 END_TEST
 
-/* The one-rank mesh MoE run in fp32 is chapter 10's single-device MoE run. */
-START_TEST(one_rank_is_chapter_10s_baseline) {
-    dataset *d = dataset_builtin();
-    one_device one = one_device_run(d, PRECISION_FP32);
-    const run_config cfg = tiny(1, PRECISION_FP32);
-    ep_options eo = {.moe = moe};
-    ep_outcome ep;
-    ep_outcome_alloc(&ep, &cfg, &moe);
-    ep_train_single(&cfg, d, &eo, &ep);
-    double worst = 0;
-    for (int s = 0; s < cfg.steps; s++)
-        worst = fmax(worst, fabs((double)ep.loss[s] - one.b.loss[s]));
-    printf("one-rank mesh MoE against chapter 10's single-device run: losses within %.2e\n",
-           worst);
-    ck_assert_double_le(worst, TOL_LOSS);
-    ep_outcome_free(&ep);
-    mesh_result_free(one.run);
-    dataset_free(d);
-}
-END_TEST
-
 /* Negative control: each EP rank's experts summed with the other EP rank's (different
  * experts) instead of with their own copies on the other dp group. */
 START_TEST(expert_grads_over_the_wrong_group_fail) {
@@ -176,22 +163,63 @@ START_TEST(expert_grads_over_the_wrong_group_fail) {
 }
 END_TEST
 
-/* What the mesh does not train with MoE yet, refused with its reason (first words). */
+/* EP x CP (expert ranks carved from dp x cp, Megatron-core's layout: here each EP group
+ * is a CP pair, expert_dp across the dp groups) and EP x PP (every stage's MoE blocks on
+ * its own EP group, one micro-batch in flight), in fp32, bf16 and bf16 with bf16
+ * gradients; the PP model has MoE in every block, so that each stage holds some. */
+static const mesh_shape cp2_dp2_ep2 = {.tp = 1, .pp = 1, .dp = 2, .cp = 2, .ep = 2};
+static const mesh_shape pp2_dp2_ep2 = {.tp = 1, .pp = 2, .dp = 2, .cp = 1, .ep = 2};
+
+static void ep_with(mesh_shape s, int every, const char *what) {
+    dataset *d = dataset_builtin();
+    moe.every = every;
+    const precision ps[3] = {PRECISION_FP32, PRECISION_BF16, PRECISION_BF16};
+    for (int k = 0; k < 3; k++) {
+        grad_dtype = k == 2 ? PRECISION_BF16 : PRECISION_FP32;
+        one_device one = one_device_run(d, ps[k]);
+        ck_assert(run_case(d, &one, ps[k], s, 0, 0, what) <= 1.0);
+        if (k == 0) {   /* ZeRO-1 over the dense gradients' shards too */
+            ck_assert(run_case(d, &one, ps[k], s, 1, 0, "  zero 1:") <= 1.0);
+            const double worst = run_case(d, &one, ps[k], s, 0,
+                                          PIPELINE_FAULT_EXPERT_GRADS_OVER_EP,
+                                          "  control, experts over ep:");
+            ck_assert_msg(worst > 1.0, "the control passed: %.2f of the bounds", worst);
+        }
+        mesh_result_free(one.run);
+    }
+    grad_dtype = PRECISION_FP32;
+    moe.every = 2;
+    dataset_free(d);
+}
+
+START_TEST(ep_with_cp_matches_one_device) { ep_with(cp2_dp2_ep2, 2, "cp 2 x dp 2, ep 2:"); }
+END_TEST
+START_TEST(ep_with_pp_matches_one_device) { ep_with(pp2_dp2_ep2, 1, "pp 2 x dp 2, ep 2:"); }
+END_TEST
+
+/* What the mesh does not train with MoE yet, refused with its reason (first words):
+ * dropping with CP, micro-batches (with stages or not), SP. */
 START_TEST(unsupported_combinations_are_refused) {
-    static const struct { mesh_shape s; int micro, sp, experts; const char *words; } cases[] = {
-        {{.tp = 1, .pp = 1, .dp = 2, .cp = 1, .ep = 2}, 1, 0, 0, "--ep 2 needs MoE blocks"},
-        {{.tp = 1, .pp = 1, .dp = 1, .cp = 2, .ep = 2}, 1, 0, 4, "--ep 2 with --cp"},
-        {{.tp = 1, .pp = 1, .dp = 2, .cp = 2, .ep = 1}, 1, 0, 4, "--experts with --cp 2"},
-        {{.tp = 1, .pp = 2, .dp = 2, .cp = 1, .ep = 2}, 1, 0, 4, "--ep 2 with --pp"},
-        {{.tp = 1, .pp = 2, .dp = 2, .cp = 1, .ep = 1}, 1, 0, 4, "--experts with --pp 2"},
-        {{.tp = 1, .pp = 1, .dp = 2, .cp = 1, .ep = 2}, 2, 0, 4, "--experts with 2 micro"},
-        {{.tp = 2, .pp = 1, .dp = 2, .cp = 1, .ep = 2}, 1, 1, 4, "--experts with --sp"},
-        {{.tp = 1, .pp = 1, .dp = 4, .cp = 1, .ep = 4}, 1, 0, 2, "EP 4 does not divide --experts 2"}};
+    static const struct {
+        mesh_shape s;
+        int micro, sp, experts;
+        double capacity;
+        const char *words;
+    } cases[] = {
+        {{.tp = 1, .pp = 1, .dp = 2, .cp = 1, .ep = 2}, 1, 0, 0, 0, "--ep 2 needs MoE blocks"},
+        {{.tp = 1, .pp = 1, .dp = 1, .cp = 2, .ep = 2}, 1, 0, 4, 1.25,
+         "--experts with --cp 2 and capacity factor 1.25"},
+        {{.tp = 1, .pp = 2, .dp = 2, .cp = 1, .ep = 2}, 2, 0, 4, 0, "--experts with 2 micro"},
+        {{.tp = 1, .pp = 1, .dp = 2, .cp = 1, .ep = 2}, 2, 0, 4, 0, "--experts with 2 micro"},
+        {{.tp = 2, .pp = 1, .dp = 2, .cp = 1, .ep = 2}, 1, 1, 4, 0, "--experts with --sp"},
+        {{.tp = 1, .pp = 1, .dp = 4, .cp = 1, .ep = 4}, 1, 0, 2, 0,
+         "EP 4 does not divide --experts 2"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const run_config cfg = tiny(mesh_world(&cases[i].s), PRECISION_FP32);
         parallel_options o = {.micro = cases[i].micro, .sequence_parallel = cases[i].sp,
                               .moe = moe};
         o.moe.experts = cases[i].experts;
+        o.moe.capacity_factor = cases[i].capacity;
         char why[300];
         const char *said = parallelize_check(&cfg, &cases[i].s, mesh_world(&cases[i].s), &o,
                                              why, sizeof why);
@@ -209,9 +237,10 @@ int main(void) {
     tcase_set_timeout(t, 300);
     tcase_add_test(t, ep_on_the_mesh_matches_one_device);
     tcase_add_test(t, capacity_drops_the_same_pairs);
-    tcase_add_test(t, one_rank_is_chapter_10s_baseline);
     tcase_add_test(t, expert_grads_over_the_wrong_group_fail);
     tcase_add_test(t, unsupported_combinations_are_refused);
+    tcase_add_test(t, ep_with_cp_matches_one_device);
+    tcase_add_test(t, ep_with_pp_matches_one_device);
     suite_add_tcase(s, t);
     return check_run(s, 0);
 }

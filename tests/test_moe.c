@@ -1,5 +1,5 @@
 /* The mixture-of-experts layer (common/model/moe.h) and expert parallelism
- * (common/parallel/ep_train.h).
+ * as a configuration of the mesh trainer (common/parallel/mesh_train.h).
  *
  * The layer alone: its float backward against central finite differences of a double
  * reference (moe_reference.h) of J = sum(G * out) + aux, for the router, every expert
@@ -23,10 +23,11 @@
 
 #include "check_run.h"
 #include "compare.h"
-#include "ep_train.h"
+#include "mesh_train.h"
 #include "moe.h"
 #include "moe_reference.h"
 #include "rng.h"
+#include "strategy_runs.h"
 
 /* ---- the layer against finite differences ------------------------------------------ */
 
@@ -218,41 +219,59 @@ static run_config ep_config(int ranks) {
 
 typedef struct { int ep, dp, top_k; double capacity; int misorder, wrong_group, every; } ep_case;
 
-/* Trains the case on ep x dp ranks and on one device; returns the worst difference as a
+static double largest_difference(const float *a, const float *b, size_t n) {
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)a[i] - b[i]));
+    return worst;
+}
+
+/* Trains the case on an ep x dp mesh and on one rank of the same trainer; returns the
+ * worst difference (the dense model's vectors, the routers' and every expert's) as a
  * fraction of its tolerance (1: at the limit), after printing the row. */
 static double ep_against_one_device(ep_case c) {
-    run_config cfg = ep_config(c.ep * c.dp), single = cfg;
-    single.comm.ranks = 1;
-    const ep_options opts = {.moe = {.experts = 4, .top_k = c.top_k, .every = c.every ? c.every : 1,
-                                     .capacity_factor = c.capacity, .aux_coef = 0.01f},
-                             .mesh = {.tp = 1, .pp = 1, .dp = c.ep * c.dp, .ep = c.ep}, .test_combine_misorder = c.misorder,
-                             .test_expert_grads_over_ep = c.wrong_group};
+    run_config cfg = ep_config(c.ep * c.dp);
+    const moe_config moe = {.experts = 4, .top_k = c.top_k, .every = c.every ? c.every : 1,
+                            .capacity_factor = c.capacity, .aux_coef = 0.01f};
+    const pipeline_fault fault = c.misorder ? PIPELINE_FAULT_COMBINE_MISORDER
+                                 : c.wrong_group ? PIPELINE_FAULT_EXPERT_GRADS_OVER_EP
+                                                 : PIPELINE_FAULT_NONE;
+    const pipeline_options opts = {.schedule = PP_1F1B, .micro = 1, .chunks = 1, .moe = moe,
+                                   .fault = fault};
+    const mesh_shape shape = {.tp = 1, .pp = 1, .dp = c.ep * c.dp, .cp = 1, .ep = c.ep};
     dataset *d = dataset_builtin();
-    ep_outcome one, many;
-    ep_outcome_alloc(&one, &single, &opts.moe);
-    ep_outcome_alloc(&many, &cfg, &opts.moe);
-    ep_train_single(&single, d, &opts, &one);
-    ck_assert_int_eq(ep_launch(&cfg, d, &opts, &many), 0);
-    const baseline_run b = ep_outcome_as_baseline(&one);
-    compare_to_baseline(&many.result, &b, many.loss, many.first_grads, many.final_params);
-    double dropped = 0;
-    for (int i = 0; i < cfg.steps * one.shape.moe_layers; i++) dropped += one.dropped[i];
-    const run_result *r = &many.result;
+    mesh_extra x_one;
+    strategy_outcome one = {.extra = &x_one};
+    const pipeline_options plain = {.schedule = PP_1F1B, .micro = 1, .chunks = 1, .moe = moe};
+    ck_assert_int_eq(mesh_train_one_device(&cfg, d, &plain, &one), 0);
+    const baseline_run b = mesh_outcome_as_baseline(&one);
+    mesh_result *many = launch_mesh(&cfg, d, shape, opts, &b);
+    run_result *r = &many->run.result;
+    const size_t n = x_one.moe_num_params;
+    r->diff_grads = fmax(r->diff_grads, largest_difference(many->x.moe_first_grads,
+                                                           x_one.moe_first_grads, n));
+    r->diff_params = fmax(r->diff_params, largest_difference(many->x.moe_final_params,
+                                                             x_one.moe_final_params, n));
+    double dropped = 0, alltoall = 0, routed = 0;
+    const int blocks = moe_shape_make(&moe, &cfg.model, 1, 0).moe_layers;
+    for (int i = 0; i < cfg.steps * blocks; i++) dropped += x_one.moe_log.dropped[i];
+    for (int w = 0; w < c.ep * c.dp; w++) {
+        alltoall = fmax(alltoall, many->x.ranks[w].alltoall);
+        routed = fmax(routed, many->x.ranks[w].alltoall_routed);
+    }
     printf("ep %d x dp %d, top-%d, MoE every %d, capacity %g (%g pairs dropped in %d steps):"
            " max |diff| loss %.1e grads %.1e params %.1e (tol %.0e %.0e %.0e); all-to-all"
            " %.0f B/step measured, %.0f routed, worst mismatch %.0f\n", c.ep, c.dp, c.top_k,
-           opts.moe.every, c.capacity, dropped, cfg.steps, r->diff_loss, r->diff_grads,
-           r->diff_params, EP_TOL_LOSS,
-           EP_TOL_GRADS, EP_TOL_PARAMS, many.alltoall_bytes, many.alltoall_routed_bytes,
-           many.alltoall_worst_mismatch);
+           moe.every, c.capacity, dropped, cfg.steps, r->diff_loss, r->diff_grads,
+           r->diff_params, MESH_TOL_LOSS, MESH_TOL_GRADS, MESH_TOL_PARAMS, alltoall, routed,
+           many->x.alltoall_mismatch);
     if (!c.wrong_group)   /* that control's all-reduce runs on the EP group too */
-        ck_assert_double_eq(many.alltoall_worst_mismatch, 0);
-    if (c.ep > 1) ck_assert_double_gt(many.alltoall_bytes, 0);
+        ck_assert_double_eq(many->x.alltoall_mismatch, 0);
+    if (c.ep > 1) ck_assert_double_gt(alltoall, 0);
     if (c.capacity > 0) ck_assert_double_gt(dropped, 0);
-    const double worst = run_worst_fraction_of_tolerance(r, EP_TOL_GRADS, EP_TOL_LOSS,
-                                                         EP_TOL_PARAMS);
-    ep_outcome_free(&one);
-    ep_outcome_free(&many);
+    const double worst = mesh_worst_fraction_of_tolerance(r);
+    mesh_result_free(many);
+    strategy_outcome_free(&one);
+    mesh_extra_free(&x_one);
     dataset_free(d);
     return worst;
 }
@@ -317,7 +336,7 @@ START_TEST(the_mesh_is_in_megatron_order) {
         ck_assert_int_eq(mesh_rank_of(&m, c), rank);
     }
     char err[256];
-    mesh_config c = {.shape = m, .world = 6, .experts = 4, .trains = 1};
+    mesh_config c = {.shape = m, .world = 6, .experts = 4};
     ck_assert(mesh_check(&c, err, sizeof err) == NULL);
     c.world = 8;
     ck_assert(mesh_check(&c, err, sizeof err) != NULL);

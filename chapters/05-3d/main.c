@@ -57,7 +57,7 @@ static void check_or_exit(chapter_args *a, int world) {
     if (a->schedule == PP_INTERLEAVED && a->chunks < 2) a->chunks = 2;
     a->chunks = pp_schedule_chunks(a->schedule, a->chunks);
     a->micro = pp_schedule_micro(a->schedule, a->micro);
-    const mesh_config mc = {.shape = a->shape, .world = world, .trains = !a->mesh_only,
+    const mesh_config mc = {.shape = a->shape, .world = world,
                             .fits = a->mesh_only ? NULL : model_fits, .ctx = a};
     if (mesh_check(&mc, err, sizeof err)) cli_fail("%s", err);
     if (a->mesh_only) return;

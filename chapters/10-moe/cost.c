@@ -13,16 +13,17 @@ static double flops_per_token(double active, const gpt_config *m) {
     return 6 * (active - (double)m->ctx * m->dim) + 12.0 * m->layers * m->ctx * m->dim;
 }
 
-void cost_local(const run_config *cfg, const ep_options *opts, int ep_size, cost_report *r) {
+void cost_local(const run_config *cfg, const moe_config *moe, int ep_size, cost_report *r) {
     const gpt_config *m = &cfg->model;
-    const moe_shape s = moe_shape_make(&opts->moe, m, 1, 0);
+    const moe_shape s = moe_shape_make(moe, m, 1, 0);
     const gpt_shape dense = gpt_shape_make(m, 1, 0);
     r->total[0] = r->active[0] = (double)gpt_num_params(&dense);
     r->total[1] = moe_total_params(&s, m);
     r->active[1] = moe_active_params(&s, m);
     r->total[2] = r->active[2] = r->active[1] - (double)moe_router_numel(&s);
     for (int i = 0; i < 3; i++) r->flops_per_token[i] = flops_per_token(r->active[i], m);
-    /* what the run's vectors hold (ep_outcome's layout) less the slabs' unused MLPs */
+    /* what the run's vectors hold: the dense model less its MoE blocks' MLPs, the
+     * routers, every expert */
     r->counted_total = (double)gpt_num_params(&dense) + (double)moe_router_numel(&s) +
                        (double)moe_local_experts_numel(&s) - (double)moe_dense_mlp_numel(&s);
     const double experts = (double)moe_local_experts_numel(&s);

@@ -23,8 +23,8 @@ static mesh_shape ep_mesh_of(int ranks, int ep) {
 }
 
 /* The meshes after one device: the widest EP, then an EP x DP mesh when it differs. */
-static void choose_meshes(const run_config *cfg, const ep_options *opts, ep_report *r) {
-    const int ranks = cfg->comm.ranks, E = opts->moe.experts;
+static void choose_meshes(const run_config *cfg, const moe_config *moe, ep_report *r) {
+    const int ranks = cfg->comm.ranks, E = moe->experts;
     r->mesh[0] = ep_mesh_of(1, 1);
     r->count = 1;
     if (ranks == 1) return;
@@ -33,59 +33,100 @@ static void choose_meshes(const run_config *cfg, const ep_options *opts, ep_repo
     if (mixed > 1 && mixed != wide) r->mesh[r->count++] = ep_mesh_of(ranks, mixed);
 }
 
-/* The run's numbers, kept after its outcome is freed: the losses copied (--json's). */
-static void keep_traffic(ep_report *r, int i, const ep_outcome *o) {
+/* One run, the mesh trainer's outcome and its extra. */
+typedef struct {
+    strategy_outcome out;
+    mesh_extra x;
+} ep_run;
+
+static double largest_difference(const float *a, const float *b, size_t n) {
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)a[i] - b[i]));
+    return worst;
+}
+
+/* Against one device: the dense model's vectors, then the routers' and the experts'
+ * (gathered over the EP group), one largest difference each over both. */
+static void compare_run(ep_run *run, const ep_run *one) {
+    const baseline_run base = mesh_outcome_as_baseline(&one->out);
+    strategy_outcome_compare(&run->out, &base);
+    const size_t n = one->x.moe_num_params;
+    run_result *x = &run->out.result;
+    x->diff_grads = fmax(x->diff_grads, largest_difference(run->x.moe_first_grads,
+                                                           one->x.moe_first_grads, n));
+    x->diff_params = fmax(x->diff_params, largest_difference(run->x.moe_final_params,
+                                                             one->x.moe_final_params, n));
+}
+
+/* The run's numbers, kept after its outcome is freed: the losses copied (--json's); the
+ * all-to-all's bytes, its routing's and their mismatch, the largest rank's; the uniform
+ * routing's 4 exchanges x N k C 4 B x (EP - 1) / EP a MoE block, N a rank's tokens. */
+static void keep_traffic(ep_report *r, int i, const ep_run *run, const moe_config *moe,
+                         const run_config *cfg) {
+    const strategy_outcome *o = &run->out;
     r->result[i] = o->result;
     const size_t bytes = (size_t)o->result.steps * sizeof(float);
     r->loss[i] = malloc(bytes ? bytes : 1);
     if (!r->loss[i]) abort();
     memcpy(r->loss[i], o->loss, bytes);
     r->result[i].loss = r->loss[i];
-    r->alltoall[i] = o->alltoall_bytes;
-    r->routed[i] = o->alltoall_routed_bytes;
-    r->uniform[i] = o->alltoall_uniform_bytes;
-    r->mismatch[i] = o->alltoall_worst_mismatch;
-    r->remote_fraction[i] = o->remote_fraction;
+    /* the mesh's formula leaves the all-to-alls out (they are held against the routing,
+     * a2a B and routed): no formula for sent B, which holds them */
+    r->result[i].bytes_formula = -1;
+    const int world = mesh_world(&r->mesh[i]), EP = mesh_ep_size(&r->mesh[i]);
+    r->alltoall[i] = r->routed[i] = r->remote_fraction[i] = 0;
+    for (int w = 0; w < world; w++) {
+        const mesh_rank_traffic *t = &run->x.ranks[w];
+        r->alltoall[i] = fmax(r->alltoall[i], t->alltoall);
+        r->routed[i] = fmax(r->routed[i], t->alltoall_routed);
+        r->remote_fraction[i] = fmax(r->remote_fraction[i], t->remote_fraction);
+    }
+    r->mismatch[i] = run->x.alltoall_mismatch;
+    const moe_shape s = moe_shape_make(moe, &cfg->model, 1, 0);
+    const double tokens = (double)cfg->batch * cfg->model.ctx / world;
+    r->uniform[i] = 4.0 * s.moe_layers * tokens * moe->top_k * s.dim * sizeof(float) *
+                    (EP - 1) / EP;
 }
 
-int ep_launches(const run_config *cfg, const dataset *data, const ep_options *opts,
+static void ep_run_free(ep_run *run) {
+    if (run->out.loss) strategy_outcome_free(&run->out);
+    mesh_extra_free(&run->x);
+}
+
+int ep_launches(const run_config *cfg, const dataset *data, const moe_config *moe,
                 ep_report *r) {
     memset(r, 0, sizeof *r);
-    choose_meshes(cfg, opts, r);
-    ep_outcome runs[EP_RUNS] = {0};   /* a run never started frees nothing */
+    choose_meshes(cfg, moe, r);
+    ep_run runs[EP_RUNS];
+    memset(runs, 0, sizeof runs);   /* a run never started frees nothing */
     int status = 0;
     for (int i = 1; i < r->count && !status; i++) {   /* the collective runs first */
         run_config c = *cfg;
         if (i > 1) c.comm.trace_path = NULL;           /* --trace: the first EP run's */
-        ep_options o = *opts;
-        o.mesh = r->mesh[i];
-        ep_outcome_alloc(&runs[i], &c, &opts->moe);
-        status = ep_launch(&c, data, &o, &runs[i]);
+        const pipeline_options o = moe_chapter_pipeline(moe, "ep");
+        runs[i].out.extra = &runs[i].x;
+        status = mesh_launch(&c, data, r->mesh[i], &o, &runs[i].out);
     }
+    if (!status && process_hosts_rank0())
+        status = moe_chapter_one_device(cfg, data, moe, cfg->steps, &runs[0].out, &runs[0].x);
     if (!status && process_hosts_rank0()) {
-        run_config single = *cfg;
-        single.comm.ranks = 1;
-        single.comm.trace_path = NULL;
-        ep_outcome_alloc(&runs[0], &single, &opts->moe);
-        ep_train_single(&single, data, opts, &runs[0]);
-        const baseline_run base = ep_outcome_as_baseline(&runs[0]);
-        keep_traffic(r, 0, &runs[0]);
+        keep_traffic(r, 0, &runs[0], moe, cfg);
         r->result[0].diff_loss = r->result[0].diff_grads = r->result[0].diff_params = 0;
-        const int blocks = runs[0].shape.moe_layers, E = opts->moe.experts;
+        const moe_routing_log *log = &runs[0].x.moe_log;
+        const int blocks = moe_shape_make(moe, &cfg->model, 1, 0).moe_layers;
         for (int s = 0; s < cfg->steps * blocks; s++) {
-            r->dropped += runs[0].dropped[s];
-            for (int e = 0; e < E; e++) r->pairs += runs[0].load[(size_t)s * E + e];
+            r->dropped += log->dropped[s];
+            for (int e = 0; e < moe->experts; e++)
+                r->pairs += log->load[(size_t)s * moe->experts + e];
         }
         for (int i = 1; i < r->count; i++) {
-            compare_to_baseline(&runs[i].result, &base, runs[i].loss, runs[i].first_grads,
-                                runs[i].final_params);
-            keep_traffic(r, i, &runs[i]);
+            compare_run(&runs[i], &runs[0]);
+            keep_traffic(r, i, &runs[i], moe, cfg);
             r->worst_fraction = fmax(r->worst_fraction, run_worst_fraction_of_tolerance(
-                &runs[i].result, EP_TOL_GRADS, EP_TOL_LOSS, EP_TOL_PARAMS));
+                &runs[i].out.result, MESH_TOL_GRADS, MESH_TOL_LOSS, MESH_TOL_PARAMS));
         }
-        ep_outcome_free(&runs[0]);
     }
-    for (int i = 1; i < r->count; i++) ep_outcome_free(&runs[i]);
+    for (int i = 0; i < r->count; i++) ep_run_free(&runs[i]);
     return status;
 }
 
@@ -128,7 +169,7 @@ void ep_print(const ep_report *r, const moe_config *moe) {
         return;
     }
     printf("  tolerances: loss %.0e, grads %.0e, params %.0e; the worst difference is %.2g of"
-           " its tolerance: %s\n", EP_TOL_LOSS, EP_TOL_GRADS, EP_TOL_PARAMS, r->worst_fraction,
+           " its tolerance: %s\n", MESH_TOL_LOSS, MESH_TOL_GRADS, MESH_TOL_PARAMS, r->worst_fraction,
            r->worst_fraction <= 1 ? "every EP run is the one-device run" : "MISMATCH");
     double worst = 0;
     for (int i = 0; i < r->count; i++) worst = fmax(worst, r->mismatch[i]);

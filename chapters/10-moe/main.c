@@ -65,8 +65,9 @@ static void refuse_unread_flags(const chapter_flags *f, const run_config *cfg) {
 }
 
 /* Memory: the experts are most of an MoE model's parameters, so they count too. The
- * one-device runs hold the dense model (its unused MLPs too), the routers and every
- * expert; a rank of an EP run holds 1/EP of the experts, at least 1/ranks of them. */
+ * one-device runs hold the dense model (counted with its MoE blocks' MLPs, which it does
+ * not hold: a bound), the routers and every expert; a rank of an EP run holds 1/EP of
+ * the experts, at least 1/ranks of them. */
 static void check_fits(const run_config *cfg, const moe_config *moe) {
     const gpt_shape dense = gpt_shape_make(&cfg->model, 1, 0);
     const moe_shape s = moe_shape_make(moe, &cfg->model, 1, 0);
@@ -93,14 +94,13 @@ static void validate(run_config *cfg, const chapter_flags *f) {
  * and there is no table to print. */
 static int run_parts(const run_config *cfg, const dataset *data, const chapter_flags *f,
                      chapter_results *r) {
-    const ep_options opts = {.moe = f->moe};
     int status = 0;
-    if (runs(f, PART_EP)) status = ep_launches(cfg, data, &opts, &r->ep);
+    if (runs(f, PART_EP)) status = ep_launches(cfg, data, &f->moe, &r->ep);
     if (status || !process_hosts_rank0()) return status;
-    if (runs(f, PART_ROUTING)) routing_local(cfg, data, &opts, f->curve_steps, &r->routing);
+    if (runs(f, PART_ROUTING)) routing_local(cfg, data, &f->moe, f->curve_steps, &r->routing);
     if (runs(f, PART_ROUTING) && f->svg && routing_write_svg(f->svg, &r->routing)) status = 1;
     const int ep = r->ep.count > 1 ? r->ep.mesh[1].ep : cfg->comm.ranks;
-    if (runs(f, PART_COST)) cost_local(cfg, &opts, f->moe.experts % ep ? 1 : ep, &r->cost);
+    if (runs(f, PART_COST)) cost_local(cfg, &f->moe, f->moe.experts % ep ? 1 : ep, &r->cost);
     return status;
 }
 

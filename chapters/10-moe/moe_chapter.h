@@ -1,7 +1,8 @@
 /* Chapter 10's parts: expert parallelism against one device and what its all-to-alls
  * carry (ep), where the tokens go (routing), and what an MoE model costs against a
- * dense one (cost). Every part trains through the library (common/parallel/ep_train.h,
- * common/model/moe.h); the chapter owns no training code.
+ * dense one (cost). Every part trains through the library's mesh trainer
+ * (common/parallel/mesh_train.h: MoE on an EP x DP mesh, or on one rank), whose model
+ * takes the MoE layer of common/model/moe.h; the chapter owns no training code.
  *
  * Under mpirun every process calls ep_launches (the collective runs); routing_local
  * and cost_local train on world rank 0's process alone, and only that process prints. */
@@ -10,7 +11,8 @@
 #include <stdio.h>
 
 #include "data.h"
-#include "ep_train.h"
+#include "mesh_train.h"
+#include "moe.h"
 #include "run_config.h"
 
 /* ---- part ep: one device, EP over every rank, EP x DP ---------------------------------- */
@@ -27,7 +29,7 @@ typedef struct {
     double worst_fraction;         /* largest difference / its tolerance, every EP run */
 } ep_report;
 
-int ep_launches(const run_config *cfg, const dataset *data, const ep_options *opts,
+int ep_launches(const run_config *cfg, const dataset *data, const moe_config *moe,
                 ep_report *r);
 void ep_report_free(ep_report *r);
 /* Every EP run within the tolerances of one device, and its bytes its routing's. */
@@ -47,7 +49,7 @@ typedef struct {
     double imbalance_at_factor[ROUTING_FACTORS];
 } routing_report;
 
-void routing_local(const run_config *cfg, const dataset *data, const ep_options *opts,
+void routing_local(const run_config *cfg, const dataset *data, const moe_config *moe,
                    int curve_steps, routing_report *r);
 void routing_print(const routing_report *r);
 void routing_json(FILE *o, const routing_report *r);
@@ -66,12 +68,20 @@ typedef struct {
     int ep;
 } cost_report;
 
-void cost_local(const run_config *cfg, const ep_options *opts, int ep_size, cost_report *r);
+void cost_local(const run_config *cfg, const moe_config *moe, int ep_size, cost_report *r);
 void cost_print(const cost_report *r, const moe_config *moe);
 void cost_json(FILE *o, const cost_report *r);
 
 /* The chapter's model: 2 layers of the default width, 10 steps; see config.c. */
 void moe_chapter_defaults(run_config *cfg);
+/* The mesh trainer's options for the chapter's MoE runs: one stage, one micro-batch,
+ * ZeRO 0; `name` the step lines'. */
+pipeline_options moe_chapter_pipeline(const moe_config *moe, const char *name);
+/* The MoE model trained on one rank of this process, `steps` steps: its
+ * routing in x->moe_log. Non-zero when the run failed; x is the caller's to free
+ * (mesh_extra_free), as the outcome o (strategy_outcome_free). */
+int moe_chapter_one_device(const run_config *cfg, const dataset *data, const moe_config *moe,
+                           int steps, strategy_outcome *o, mesh_extra *x);
 /* The largest EP size of the mesh run: divides the ranks and the experts, below the
  * ranks when it can (so that DP > 1), 1 at the least. */
 int moe_chapter_mesh_ep(int ranks, int experts);

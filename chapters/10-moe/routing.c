@@ -19,73 +19,77 @@ double routing_imbalance(const double *load, int experts) {
 }
 
 /* The step's worst MoE block. */
-static double step_imbalance(const ep_outcome *o, int step) {
-    const int E = o->shape.cfg.experts, blocks = o->shape.moe_layers;
+static double step_imbalance(const moe_routing_log *log, int blocks, int E, int step) {
     double worst = 0;
     for (int i = 0; i < blocks; i++)
-        worst = fmax(worst, routing_imbalance(o->load + ((size_t)step * blocks + i) * E, E));
+        worst = fmax(worst, routing_imbalance(log->load + ((size_t)step * blocks + i) * E, E));
     return worst;
 }
 
-/* One device, `steps` steps, with moe's routing; the outcome is the caller's to free. */
-static void train_one_device(const run_config *cfg, const dataset *data, const ep_options *opts,
-                             const moe_config *moe, int steps, ep_outcome *o) {
+/* One device, `steps` steps, with moe's routing, quietly: the routing in x->moe_log
+ * (the caller frees o and x). */
+static void train_one_device(const run_config *cfg, const dataset *data, const moe_config *moe,
+                             int steps, strategy_outcome *o, mesh_extra *x) {
     run_config c = *cfg;
-    c.steps = steps;
-    c.comm.ranks = 1;
-    c.comm.trace_path = NULL;
     c.quiet = 1;
-    ep_options one = *opts;
-    one.moe = *moe;
-    ep_outcome_alloc(o, &c, moe);
-    ep_train_single(&c, data, &one, o);
+    if (moe_chapter_one_device(&c, data, moe, steps, o, x) != 0) abort();
+}
+
+static void run_free(strategy_outcome *o, mesh_extra *x) {
+    strategy_outcome_free(o);
+    mesh_extra_free(x);
 }
 
 /* Imbalance over training without and with the auxiliary loss, no dropping. */
-static void curves(const run_config *cfg, const dataset *data, const ep_options *opts,
+static void curves(const run_config *cfg, const dataset *data, const moe_config *given,
                    routing_report *r) {
     const int E = r->experts, last = r->curve_steps - 1;
+    const int blocks = moe_shape_make(given, &cfg->model, 1, 0).moe_layers;
     for (int c = 0; c < 2; c++) {
-        moe_config moe = opts->moe;
+        moe_config moe = *given;
         moe.capacity_factor = 0;
         moe.aux_coef = c ? (float)r->aux_coef : 0;
-        ep_outcome o;
-        train_one_device(cfg, data, opts, &moe, r->curve_steps, &o);
+        strategy_outcome o;
+        mesh_extra x;
+        train_one_device(cfg, data, &moe, r->curve_steps, &o, &x);
         r->imbalance[c] = calloc(r->curve_steps, sizeof(double));
         r->histogram[c] = calloc(E, sizeof(double));
-        for (int s = 0; s < r->curve_steps; s++) r->imbalance[c][s] = step_imbalance(&o, s);
-        memcpy(r->histogram[c], o.load + (size_t)last * o.shape.moe_layers * E,
+        for (int s = 0; s < r->curve_steps; s++)
+            r->imbalance[c][s] = step_imbalance(&x.moe_log, blocks, E, s);
+        memcpy(r->histogram[c], x.moe_log.load + (size_t)last * blocks * E,
                E * sizeof(double));
-        ep_outcome_free(&o);
+        run_free(&o, &x);
     }
 }
 
-void routing_local(const run_config *cfg, const dataset *data, const ep_options *opts,
+void routing_local(const run_config *cfg, const dataset *data, const moe_config *given,
                    int curve_steps, routing_report *r) {
     memset(r, 0, sizeof *r);
-    r->experts = opts->moe.experts;
+    r->experts = given->experts;
     r->curve_steps = curve_steps;
-    r->aux_coef = opts->moe.aux_coef > 0 ? opts->moe.aux_coef : 0.01;
-    curves(cfg, data, opts, r);
+    r->aux_coef = given->aux_coef > 0 ? given->aux_coef : 0.01;
+    curves(cfg, data, given, r);
+    const int blocks = moe_shape_make(given, &cfg->model, 1, 0).moe_layers;
     const double factors[ROUTING_FACTORS] = {1.0, 1.25, 2.0};
     for (int f = 0; f < ROUTING_FACTORS; f++) {
-        moe_config moe = opts->moe;
+        moe_config moe = *given;
         moe.capacity_factor = r->factors[f] = factors[f];
-        ep_outcome o;
-        train_one_device(cfg, data, opts, &moe, cfg->steps, &o);
-        const int blocks = o.shape.moe_layers;
+        strategy_outcome o;
+        mesh_extra x;
+        train_one_device(cfg, data, &moe, cfg->steps, &o, &x);
+        const moe_routing_log *log = &x.moe_log;
         double dropped = 0, pairs = 0, imbalance = 0;
         for (int s = 0; s < cfg->steps; s++) {
-            for (int i = 0; i < blocks; i++) dropped += o.dropped[(size_t)s * blocks + i];
+            for (int i = 0; i < blocks; i++) dropped += log->dropped[(size_t)s * blocks + i];
             for (int e = 0; e < (int)((size_t)blocks * r->experts); e++)
-                pairs += o.load[(size_t)s * blocks * r->experts + e];
-            imbalance = fmax(imbalance, step_imbalance(&o, s));
+                pairs += log->load[(size_t)s * blocks * r->experts + e];
+            imbalance = fmax(imbalance, step_imbalance(log, blocks, r->experts, s));
         }
         r->dropped_share[f] = pairs > 0 ? dropped / pairs : 0;
         r->imbalance_at_factor[f] = imbalance;
         r->capacity[f] = ceil(factors[f] * cfg->batch * cfg->model.ctx * moe.top_k /
                               moe.experts);
-        ep_outcome_free(&o);
+        run_free(&o, &x);
     }
 }
 

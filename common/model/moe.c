@@ -47,6 +47,7 @@ moe_layer *moe_layer_create(const moe_shape *s, int N, const moe_layer_options *
     m->s = *s;
     m->opts = *opts;
     m->N = N;
+    m->last_block = -1;
     const size_t k = s->cfg.top_k, C = s->dim, H = s->hidden, E = s->cfg.experts;
     const int world = opts->world ? comm_size(opts->world) : 1;
     /* the rows this rank's experts can receive: every EP rank's pairs, and with a
@@ -140,10 +141,15 @@ static void hook_forward(void *ctx, int layer, precision p, void *out, const voi
     moe_block_state *b = &m->blocks[i];
     m->p = p;
     if (p != PRECISION_FP32) moe_mixed_ensure(m);
-    if (i == 0) {   /* a new micro-batch's first MoE block */
+    /* a new micro-batch's first MoE block (of this pipeline stage: the blocks run in
+     * order, so a block at or before the last one starts a new pass) */
+    if (m->last_block < 0 || i <= m->last_block) {
         m->remote_rows = m->exchanged_rows = 0;
+        for (int j = 0; j < m->s.moe_layers; j++) m->blocks[j].ran = 0;
         if (p != PRECISION_FP32) moe_mixed_round_experts(m);
     }
+    m->last_block = i;
+    b->ran = 1;
     const float *x = input32(m, ln2);
     moe_route(m, b, i, x);
     b->ln2 = ln2;
@@ -199,7 +205,8 @@ static void hook_backward(void *ctx, int layer, precision p, void *d_ln2_out,
 
 double moe_layer_aux_loss(const moe_layer *m) {
     double sum = 0;
-    for (int i = 0; i < m->s.moe_layers; i++) sum += m->blocks[i].aux;
+    for (int i = 0; i < m->s.moe_layers; i++)
+        if (m->blocks[i].ran) sum += m->blocks[i].aux;
     return sum;
 }
 

@@ -49,8 +49,8 @@
  * every MoE block (dense: replicated like the rest of the model) and this rank's
  * experts of every MoE block. The model's shape made with gpt_shape_drop_moe_mlps
  * (cfg.every) holds no MLP weights in its MoE blocks, moe_dense_mlp_numel fewer than the
- * dense model's; a dense shape keeps them unused (gradient zero, but memory and weight
- * decay: ep_train.c's, which leaves them out of its all-reduce). */
+ * dense model's (the mesh trainer's: parallel_model_shape, parallelize.h); a dense shape
+ * would keep them unused (gradient zero, but memory, bytes and weight decay). */
 #ifndef MOE_H
 #define MOE_H
 #include <stddef.h>
@@ -133,7 +133,8 @@ void moe_layer_set_dloss(moe_layer *m, float dloss);
 const gpt_mlp_hook *moe_layer_hook(moe_layer *m);
 
 /* What the last forward measured, per MoE block i (global batch, collective numbers). */
-double moe_layer_aux_loss(const moe_layer *m);   /* sum over MoE blocks, a x E sum f P */
+/* sum over the MoE blocks of the last pass (a pipeline stage's own), a x E sum f P */
+double moe_layer_aux_loss(const moe_layer *m);
 /* (token, choice) pairs routed to each expert, before dropping [E] */
 const double *moe_layer_expert_load(const moe_layer *m, int moe_layer);
 double moe_layer_dropped(const moe_layer *m, int moe_layer);   /* pairs dropped */

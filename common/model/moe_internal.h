@@ -29,6 +29,8 @@ typedef struct {
     double *first;         /* [E] tokens whose first choice it is */
     double *prob_sum;      /* [E] router probability summed over tokens */
     double dropped, aux;
+    int ran;               /* forwarded in this micro-batch's pass (a pipeline stage runs
+                              its own MoE blocks alone) */
 } moe_block_state;
 
 struct moe_layer {
@@ -42,6 +44,7 @@ struct moe_layer {
     float dloss;
     double capacity, remote_rows, exchanged_rows;   /* rows: this step's, every block */
     moe_block_state *blocks;   /* [moe_layers] */
+    int last_block;        /* the last block forwarded, -1 before any */
     /* scratch shared by the blocks */
     float *send, *recv, *rows, *d_rows, *d_h;
     float *dgate, *dprobs, *d_ln2_router;

@@ -72,15 +72,14 @@ typedef struct {
     mesh_shape shape;   /* dp 0: what the world leaves, ranks / (t x cp x p), cp >= 1 */
     int world;          /* the ranks there are */
     int experts;        /* MoE: experts per block, which ep must divide (0: dense) */
-    int trains;         /* the mesh is to be trained, not only laid out: combinations
-                           no trainer of the course runs yet are refused */
     mesh_fits_fn fits;  /* which meshes of `world` ranks to suggest (NULL: any) */
     const void *ctx;
 } mesh_config;
 
 /* Why the mesh cannot be laid out on the world (a size below 1, sizes whose product is
- * not the world, dp_shard not dividing dp, ep not dividing dp x cp or the experts) or
- * trained (a combination not supported yet): one line in why, returned, naming the
+ * not the world, dp_shard not dividing dp, ep not dividing dp x cp or the experts; every
+ * mesh that is laid out trains, what the model and the run cannot do is
+ * parallelize_check's): one line in why, returned, naming the
  * sizes and what would fit, e.g. "--tp 2 --pp 2 --dp 2 needs 8 ranks, not 6; with that
  * many ranks try --tp 2 --pp 3 --dp 1 or --tp 1 --pp 2 --dp 3". NULL when it can. */
 const char *mesh_check(const mesh_config *c, char *why, size_t why_len);

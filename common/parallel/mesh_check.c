@@ -90,22 +90,11 @@ static const char *check_splits(const mesh_config *c, const mesh_shape *m, char 
     return NULL;
 }
 
-/* What no trainer of the course runs yet, and why. */
-static const char *check_trainable(const mesh_shape *m, char *why, size_t why_len) {
-    const int c = mesh_cp_size(m), e = mesh_ep_size(m);
-    /* with TP the experts are replicated over the tp group (moe.h) */
-    if (e > 1 && (c > 1 || m->pp > 1))
-        REFUSE("--ep %d with %s: expert parallelism trains on a TP x EP x DP mesh only so"
-               " far (one stage, whole sequences)", e, c > 1 ? "--cp" : "--pp");
-    return NULL;
-}
-
 const char *mesh_check(const mesh_config *c, char *why, size_t why_len) {
     mesh_shape m = c->shape;
     const char *refused = derive_dp(c, &m, why, why_len);
     if (!refused) refused = check_world(c, &m, why, why_len);
     if (!refused) refused = check_splits(c, &m, why, why_len);
-    if (!refused && c->trains) refused = check_trainable(&m, why, why_len);
     return refused;
 }
 #undef REFUSE

@@ -11,9 +11,8 @@
 
 /* This rank's stage k of S = v x p, and its TP slice. */
 static gpt_shape stage_shape(const run_config *cfg, mesh_shape shape, mesh_coord me, int k,
-                             int S) {
-    gpt_shape s = gpt_shape_make(&cfg->model, shape.tp, me.tp);
-    tp_split_vocab(&s, shape.tp);
+                             int S, const moe_config *moe) {
+    gpt_shape s = parallel_model_shape(cfg, shape.tp, me.tp, moe);
     gpt_shape_split_stages(&s, S, k);
     return s;
 }
@@ -44,7 +43,7 @@ void mesh_traffic_formula(const run_config *cfg, mesh_shape shape, mesh_coord me
     for (int i = 0; i < 3; i++) t->state_formula[i] = 0;
     for (int c = 0; c < v; c++) {
         const int k = pp_stage_of(pp_schedule_vshape(opts->schedule), shape.pp, me.pp, c);
-        const gpt_shape s = stage_shape(cfg, shape, me, k, S);
+        const gpt_shape s = stage_shape(cfg, shape, me, k, S, &opts->moe);
         double bytes[3];
         dp_grads_state_bytes(&s, zero, cfg->precision, cfg->grad_precision, group, group_rank,
                              bytes);
@@ -53,17 +52,29 @@ void mesh_traffic_formula(const run_config *cfg, mesh_shape shape, mesh_coord me
     moe_state_formula(cfg, shape, me, &opts->moe, t->state_formula);
 }
 
+/* The MoE blocks this rank's stages run. */
+static int blocks_held(const pipeline_rank *r) {
+    int n = 0;
+    for (int c = 0; c < r->opts.chunks; c++)
+        for (int l = r->chunks[c].shape.layer_begin; l < r->chunks[c].shape.layer_end; l++)
+            n += moe_layer_index(&r->par.moe->shape, l) >= 0;
+    return n;
+}
+
 /* The ep group's bytes per timed step: measured, and from the rows the routing sent
- * (moe_params.remote_rows, since the warm-up) with each block's counts. */
-static void measure_alltoall(const moe_params *p, comm *ep, int timed_steps,
+ * (moe_params.remote_rows, since the warm-up) with the counts of each block its stages
+ * run. */
+static void measure_alltoall(const pipeline_rank *r, comm *ep, int timed_steps,
                              mesh_rank_traffic *t) {
+    const moe_params *p = r->par.moe;
     const moe_shape *s = &p->shape;
     const comm_stats st = comm_stats_get(ep);
     t->alltoall = (double)comm_stats_total_sent(&st) / timed_steps;
-    const double counts = (double)s->moe_layers * (s->ep_size - 1) * s->experts_local *
+    const double counts = (double)blocks_held(r) * (s->ep_size - 1) * s->experts_local *
                           sizeof(double);
     t->alltoall_routed = p->remote_rows * s->dim * sizeof(float) / timed_steps +
                          (s->ep_size > 1 ? counts : 0);
+    t->remote_fraction = p->exchanged_rows > 0 ? p->remote_rows / p->exchanged_rows : 0;
 }
 
 /* This rank's traffic per group kind and the model state it holds after the loop. */
@@ -85,7 +96,7 @@ static void measure_rank(const pipeline_rank *r, int timed_steps, mesh_rank_traf
     t->state[1] = (double)mem->current[MEM_GRADS];
     t->state[2] = (double)mem->current[MEM_OPTIMIZER];
     t->activations = (double)mem->peak[MEM_ACTIVATIONS];
-    if (r->par.moe) measure_alltoall(r->par.moe, m->ep, timed_steps, t);
+    if (r->par.moe) measure_alltoall(r, m->ep, timed_steps, t);
 }
 
 /* The largest |measured / formula - 1| over ranks and kinds; the row's bytes formula
@@ -137,7 +148,7 @@ static void mesh_measure(comm *world, pipeline_rank *r, void *ctx, strategy_outc
     mem_free(gathered);
     if (r->par.moe) {   /* after the bytes were read: this gather is no step's */
         const int keeps = x && x->moe_final_params;
-        moe_params_whole(r->par.moe, r->mesh->ep, 0, keeps ? x->moe_final_params : NULL);
+        pipeline_moe_whole(r, 0, keeps ? x->moe_final_params : NULL);
         if (keeps)
             memcpy(x->moe_first_grads, r->moe_first_grads, x->moe_num_params * sizeof(float));
     }
@@ -150,17 +161,21 @@ static void mesh_rank_fn(comm *world, void *args, strategy_outcome *out) {
     /* chapter 5's name for TP x PP x DP; with CP, SP or replicas: the mesh */
     const int more = mesh_cp_size(&a->shape) > 1 || a->opts->sequence_parallel ||
                      mesh_dp_replicate_size(&a->shape) > 1 || mesh_ep_size(&a->shape) > 1;
-    const double drift = pp_train_on_mesh(world, &m, a->cfg, a->data, a->opts,
-                                          a->name ? a->name : more ? "mesh" : "3d", mesh_measure, args, out);
+    const char *name = a->opts->name ? a->opts->name : a->name ? a->name
+                                                     : more ? "mesh" : "3d";
+    const double drift = pp_train_on_mesh(world, &m, a->cfg, a->data, a->opts, name,
+                                          mesh_measure, args, out);
     mesh_extra *x = strategy_outcome_keeps(out) ? out->extra : NULL;
     if (x) x->tied_drift = drift;
     mesh_free(&m);
 }
 
-/* The extra's arrays, before the ranks start (x NULL: none). */
-static void extra_prepare(mesh_extra *x, const run_config *cfg, mesh_shape shape,
-                          const pipeline_options *opts) {
-    if (!x) return;
+/* The extra's arrays, before the ranks start (x NULL: none); the options the ranks
+ * run, with the routing log where the extra has one. */
+static pipeline_options extra_prepare(mesh_extra *x, const run_config *cfg, mesh_shape shape,
+                                      const pipeline_options *opts) {
+    pipeline_options o = *opts;
+    if (!x) return o;
     *x = (mesh_extra){.shape = shape, .opts = *opts};
     x->ranks = calloc((size_t)mesh_world(&shape), sizeof *x->ranks);
     if (opts->moe.experts > 0) {
@@ -168,14 +183,28 @@ static void extra_prepare(mesh_extra *x, const run_config *cfg, mesh_shape shape
         x->moe_num_params = moe_router_numel(&ms) + moe_local_experts_numel(&ms);
         x->moe_first_grads = calloc(x->moe_num_params, sizeof(float));
         x->moe_final_params = calloc(x->moe_num_params, sizeof(float));
+        const size_t steps = cfg->steps, blocks = ms.moe_layers;
+        x->moe_log = (moe_routing_log){
+            .steps = cfg->steps, .aux = calloc(steps, sizeof(double)),
+            .load = calloc(steps * blocks * ms.cfg.experts, sizeof(double)),
+            .dropped = calloc(steps * blocks, sizeof(double))};
+        o.moe_log = &x->moe_log;
     }
+    return o;
+}
+
+/* The whole model's vector: the dense model's, less the MoE blocks' MLPs. */
+static size_t whole_params(const run_config *cfg, const moe_config *moe) {
+    const gpt_shape s = parallel_model_shape(cfg, 1, 0, moe);
+    return gpt_num_params(&s);
 }
 
 int mesh_launch(const run_config *cfg, const dataset *data, mesh_shape shape,
                 const pipeline_options *opts, strategy_outcome *rank0_out) {
-    extra_prepare(rank0_out->extra, cfg, shape, opts);
-    mesh_launch_args a = {cfg, data, shape, opts, NULL};
-    return strategy_launch(cfg, mesh_rank_fn, &a, rank0_out);
+    const pipeline_options o = extra_prepare(rank0_out->extra, cfg, shape, opts);
+    mesh_launch_args a = {cfg, data, shape, &o, NULL};
+    return strategy_launch_sized(cfg, whole_params(cfg, &o.moe), 0, mesh_rank_fn, &a,
+                                 rank0_out);
 }
 
 int mesh_train_one_device(const run_config *cfg, const dataset *data,
@@ -187,9 +216,10 @@ int mesh_train_one_device(const run_config *cfg, const dataset *data,
     o.zero_stage = 0;
     o.sequence_parallel = 0;
     o.micro = 1;
+    o = extra_prepare(rank0_out->extra, &one, shape, &o);
     mesh_launch_args a = {&one, data, shape, &o, "baseline"};
-    extra_prepare(rank0_out->extra, &one, shape, &o);
-    return strategy_launch_threads(&one, mesh_rank_fn, &a, rank0_out);
+    return strategy_launch_sized(&one, whole_params(&one, &o.moe), 1, mesh_rank_fn, &a,
+                                 rank0_out);
 }
 
 baseline_run mesh_outcome_as_baseline(const strategy_outcome *o) {
@@ -201,6 +231,7 @@ void mesh_extra_free(mesh_extra *x) {
     free(x->ranks);
     free(x->moe_first_grads);
     free(x->moe_final_params);
+    free(x->moe_log.aux), free(x->moe_log.load), free(x->moe_log.dropped);
     memset(x, 0, sizeof *x);
 }
 

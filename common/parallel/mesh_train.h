@@ -29,6 +29,8 @@ typedef struct {
      * routing this rank saw (rows sent to other ranks x C x 4 B, plus the El counts a
      * peer each MoE block), which must be equal; 0 without MoE */
     double alltoall, alltoall_routed;
+    double remote_fraction;   /* MoE: of the rows this rank dispatched, the share that
+                                 left it (timed steps) */
 } mesh_rank_traffic;
 
 /* The outcome's extra for 3D (strategy_outcome.extra): mesh_launch allocates `ranks`
@@ -43,6 +45,7 @@ typedef struct {
      * final parameters, on world rank 0; NULL for a dense model */
     float *moe_first_grads, *moe_final_params;
     size_t moe_num_params;
+    moe_routing_log moe_log;  /* MoE: every step's routing (moe_params.h), world rank 0 */
     double tied_drift;
 } mesh_extra;
 static inline const mesh_extra *mesh_extra_of(const strategy_outcome *o) { return o->extra; }

@@ -58,9 +58,23 @@ static void all_reduce(comm *group, float *v, size_t n) {
 
 void moe_params_reduce(moe_params *p) {
     p->remote_rows += moe_layer_remote_rows(p->layer);
+    p->exchanged_rows += moe_layer_exchanged_rows(p->layer);
     all_reduce(p->dense, p->routers.grads, p->routers.n);
     all_reduce(p->replicate, p->routers.grads, p->routers.n);
     all_reduce(p->expert_dp, p->experts.grads, p->experts.n);
+}
+
+void moe_params_record(moe_params *p, int step) {
+    moe_routing_log *log = p->log;
+    if (!log || step < 1 || step > log->steps) return;
+    const int E = p->shape.cfg.experts, blocks = p->shape.moe_layers;
+    const size_t at = (size_t)(step - 1) * blocks;
+    log->aux[step - 1] = moe_layer_aux_loss(p->layer);
+    for (int i = 0; i < blocks; i++) {
+        memcpy(log->load + (at + i) * E, moe_layer_expert_load(p->layer, i),
+               E * sizeof(double));
+        log->dropped[at + i] = moe_layer_dropped(p->layer, i);
+    }
 }
 
 void moe_params_adamw(moe_params *p, const adamw_config *a) {

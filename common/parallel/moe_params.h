@@ -25,6 +25,15 @@ typedef struct {
     size_t n;
 } moe_vector;
 
+/* Where a run's routing goes, step by step (a caller's host buffers, written by world
+ * rank 0 alone): the auxiliary loss, the pairs routed to each expert and those dropped. */
+typedef struct {
+    int steps;
+    double *aux;              /* [steps] */
+    double *load;             /* [steps][moe_layers][E] */
+    double *dropped;          /* [steps][moe_layers] */
+} moe_routing_log;
+
 typedef struct {
     moe_shape shape;          /* this rank's experts: E / ep of them */
     moe_layer *layer;
@@ -33,6 +42,8 @@ typedef struct {
     comm *expert_dp;          /* the experts' */
     int adam_step;
     double remote_rows;       /* rows sent to other EP ranks since the warm-up */
+    double exchanged_rows;    /* rows dispatched, to any EP rank, since the warm-up */
+    moe_routing_log *log;     /* NULL, or where moe_params_record writes */
 } moe_params;
 
 typedef struct {
@@ -53,6 +64,8 @@ void moe_params_step_begin(moe_params *p, float dloss);
 /* After backward: the routers over the dense group (and the replicas), the experts over
  * the expert_dp group they were given. */
 void moe_params_reduce(moe_params *p);
+/* After moe_params_reduce: step's routing into the log (when there is one). */
+void moe_params_record(moe_params *p, int step);
 void moe_params_adamw(moe_params *p, const adamw_config *a);
 /* Elements of the whole MoE part: the routers, then every expert of every MoE block
  * (block by block, expert by expert), as chapter 10's outcome lays them out. */

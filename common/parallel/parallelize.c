@@ -30,42 +30,61 @@ static const char *check_cp(const run_config *cfg, const mesh_shape *s,
     return NULL;
 }
 
-/* MoE on the mesh: its experts over ep, on one stage of one micro-batch. */
+/* MoE on the mesh: its experts over ep (carved from dp x cp), in every stage, one
+ * micro-batch a step. */
 static const char *check_moe(const run_config *cfg, const mesh_shape *s,
                              const parallel_options *o, char *why, size_t why_len) {
-    const int e = mesh_ep_size(s);
+    const int e = mesh_ep_size(s), c = mesh_cp_size(s);
     if (o->moe.experts <= 0) {
         if (e > 1) REFUSE("--ep %d needs MoE blocks (--experts E) to split", e);
         return NULL;
     }
     char err[200];
     if (!moe_config_check(&o->moe, cfg->model.layers, e, err, sizeof err)) REFUSE("%s", err);
-    if (mesh_cp_size(s) > 1)
-        REFUSE("--experts with --cp %d: MoE on the mesh routes whole sequences so far"
-               " (its capacity counts tokens in the global batch's order)", mesh_cp_size(s));
-    if (s->pp > 1)
-        REFUSE("--experts with --pp %d: the MoE layer spans every block of one stage so far",
-               s->pp);
+    if (c > 1 && o->moe.capacity_factor > 0)
+        REFUSE("--experts with --cp %d and capacity factor %g: an expert keeps the first"
+               " pairs of the global batch in token order, which CP's chunks interleave"
+               " across ranks; give --capacity-factor 0 (no dropping) with --cp", c,
+               o->moe.capacity_factor);
     if (o->micro > 1)
-        REFUSE("--experts with %d micro-batches: the MoE layer keeps one micro-batch's"
-               " routing a block", o->micro);
+        REFUSE("--experts with %d micro-batches: the auxiliary loss and the capacity count"
+               " the whole global batch, which a micro-batch's routing does not see (one"
+               " micro-batch a step: --micro 1)", o->micro);
     if (o->sequence_parallel)
-        REFUSE("--experts with --sp: the MoE layer takes the whole rows of a TP group");
+        REFUSE("--experts with --sp: the MoE layer routes the TP group's whole rows (its"
+               " experts are replicated over TP), and SP leaves each TP rank T/tp of them;"
+               " the rows would have to be all-gathered before the router and split after"
+               " the combine, which the layer does not do yet");
     if (cfg->comm.device == DEVICE_CUDA)
         REFUSE("--device cuda: the MoE layer runs on the CPU here: give --device cpu");
     return NULL;
 }
 
 static const gpt_attention_hook some_attention;   /* stands for the CP group's */
-static const gpt_mlp_hook some_mlp;               /* and for the MoE layer */
+
+/* The MoE layer's hook stands for itself: it replaces the MoE blocks' MLPs (ctx: the
+ * moe_shape). */
+static int replaces_moe_blocks(void *ctx, int layer) {
+    return moe_is_moe_layer((const moe_shape *)ctx, layer);
+}
+
+gpt_shape parallel_model_shape(const run_config *cfg, int tp, int tp_rank,
+                               const moe_config *moe) {
+    gpt_shape s = gpt_shape_make(&cfg->model, tp, tp_rank);
+    tp_split_vocab(&s, tp);
+    if (moe->experts > 0) gpt_shape_drop_moe_mlps(&s, moe->every);
+    return s;
+}
 
 /* What the model refuses of the options rank 0 would make, in its own words. */
 static const char *check_model(const run_config *cfg, const mesh_shape *s,
                                const parallel_options *o, char *why, size_t why_len) {
     const int c = mesh_cp_size(s);
-    gpt_shape shape = gpt_shape_make(&cfg->model, s->tp, 0);
-    tp_split_vocab(&shape, s->tp);
+    const gpt_shape shape = parallel_model_shape(cfg, s->tp, 0, &o->moe);
     const position_span span = cp_span_of(cfg->model.ctx, c, 0, o->cp.split);
+    moe_shape moe_blocks = {0};
+    if (o->moe.experts > 0) moe_blocks = moe_shape_make(&o->moe, &cfg->model, 1, 0);
+    const gpt_mlp_hook some_mlp = {.ctx = &moe_blocks, .replaces = replaces_moe_blocks};
     const gpt_model_options m = {.precision = cfg->precision,
                                  .sequence_parallel = o->sequence_parallel,
                                  .mlp = o->moe.experts > 0 ? &some_mlp : NULL,
@@ -101,7 +120,7 @@ const char *parallelize_check(const run_config *cfg, const mesh_shape *shape, in
                " attention has no CUDA kernels yet): give --device cpu");
     if (s->tp < 1 || cfg->model.heads % s->tp)
         REFUSE("--tp %d does not divide --heads %d", s->tp, cfg->model.heads);
-    const mesh_config mc = {.shape = *shape, .world = world, .trains = 1,
+    const mesh_config mc = {.shape = *shape, .world = world,
                             .experts = o->moe.experts > 0 ? o->moe.experts : 0};
     if (mesh_check(&mc, why, why_len)) return why;
     if (check_moe(cfg, s, o, why, why_len)) return why;
@@ -128,12 +147,19 @@ void parallel_grads_groups(const mesh_shape *shape, int rank, int zero, int *gro
 static void parallelize_moe(parallel_rank *p, const mesh *m, const run_config *cfg,
                             const parallel_options *o, int tokens) {
     p->experts_group = o->expert_grads_over_ep ? m->ep : m->expert_dp;
-    /* world: the dp group, the dp x cp ranks without CP (refused with MoE), apart from
-     * the dense gradients' group so that its bytes are counted apart */
-    const moe_params_groups g = {.world = m->dp, .ep = m->ep, .dense = p->grads,
+    /* world: the ranks of distinct tokens, dp x cp (the dp group where cp is 1), apart
+     * from the dense gradients' group so that its bytes are counted apart */
+    comm *tokens_group = m->dp;
+    if (mesh_cp_size(&m->shape) > 1) {
+        const int rank = comm_rank(m->world);
+        p->moe_world = comm_split(m->world, mesh_group_index(&m->shape, MESH_DP_CP, rank),
+                                  mesh_group_rank(&m->shape, MESH_DP_CP, rank), "moe-world");
+        tokens_group = p->moe_world;
+    }
+    const moe_params_groups g = {.world = tokens_group, .ep = m->ep, .dense = p->grads,
                                  .replicate = p->replicate, .expert_dp = p->experts_group,
                                  .ep_size = mesh_ep_size(&m->shape), .ep_rank = m->me.ep,
-                                 .tokens = tokens};
+                                 .tokens = tokens, .test_combine_misorder = o->combine_misorder};
     p->moe = mem_alloc(MEM_OTHER, sizeof *p->moe);
     moe_params_init(p->moe, &o->moe, &cfg->model, &g, cfg->seed);
     p->model.mlp = moe_layer_hook(p->moe->layer);
@@ -167,6 +193,7 @@ void parallelize(parallel_rank *p, const mesh *m, const run_config *cfg,
 void parallel_rank_free(parallel_rank *p) {
     if (p->moe) moe_params_free(p->moe);
     mem_free(p->moe);
+    comm_free(p->moe_world);
     cp_attention_hook_free(p->hook);
     cp_attention_free(p->attention);
     memset(p, 0, sizeof *p);

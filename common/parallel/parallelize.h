@@ -14,9 +14,11 @@
  *   pp   the stages (pipeline.h), which the caller cuts.
  *   ep   MoE (moe.experts > 0): the model's MLP hook is an MoE layer whose experts are
  *        split over the ep group (E / ep a rank, tokens exchanged by all-to-alls), its
- *        routers dense and its experts summed over expert_dp (moe_params.h). One stage,
- *        one micro-batch, no CP and no SP so far: parallelize_check says why. The
- *        dense slabs keep the MoE blocks' MLP weights here (unused: gradient zero). */
+ *        routers dense and its experts summed over expert_dp (moe_params.h); the
+ *        routing counts the global batch over dp x cp. In every pipeline stage (each
+ *        runs its own MoE blocks), with CP (no dropping: capacity factor 0), one
+ *        micro-batch a step and no SP so far: parallelize_check says why. The dense
+ *        model's MoE blocks hold no MLP weights (parallel_model_shape). */
 #ifndef PARALLELIZE_H
 #define PARALLELIZE_H
 #include <stddef.h>
@@ -39,6 +41,8 @@ typedef struct {
     moe_config moe;           /* experts 0: a dense model */
     int expert_grads_over_ep; /* negative control: expert gradients summed over the ep
                                  group, not expert_dp */
+    int combine_misorder;     /* negative control: the MoE combine's rows in expert order
+                                 (moe_layer_options) */
 } parallel_options;
 
 typedef struct {
@@ -52,6 +56,8 @@ typedef struct {
     int zero;                 /* what dp_grads runs: 0 where dp x cp is one rank */
     moe_params *moe;          /* MoE: the routers, this rank's experts, the layer; else NULL */
     comm *experts_group;      /* where the experts' gradients are summed (expert_dp) */
+    comm *moe_world;          /* MoE with CP: the routing's dp x cp ranks, apart from the
+                                 gradients' (else NULL: the dp group serves) */
 } parallel_rank;
 
 /* Why cfg's model cannot be trained on this mesh this way (the mesh's sizes and
@@ -66,6 +72,12 @@ const char *parallelize_check(const run_config *cfg, const mesh_shape *shape, in
 void parallelize(parallel_rank *p, const mesh *m, const run_config *cfg,
                  const parallel_options *o, int B);
 void parallel_rank_free(parallel_rank *p);
+
+/* The model's shape on TP rank tp_rank of tp (the vocabulary split with TP), all its
+ * layers; with MoE (moe->experts > 0) its MoE blocks hold no MLP weights, which the
+ * layer's experts replace (gpt_shape_drop_moe_mlps). */
+gpt_shape parallel_model_shape(const run_config *cfg, int tp, int tp_rank,
+                               const moe_config *moe);
 
 /* The dp_grads group's size and this rank's place in it, and the replicas', for a rank
  * of the mesh (the formulas: no communicators). */

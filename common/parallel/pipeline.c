@@ -16,10 +16,8 @@ const char *pipeline_strategy_name(pp_schedule_kind kind) {
 }
 
 /* This rank's slice of the whole model (TP), before the pipeline cuts it. */
-static gpt_shape tp_whole_shape(const run_config *cfg, const mesh *m) {
-    gpt_shape s = gpt_shape_make(&cfg->model, m->shape.tp, m->me.tp);
-    tp_split_vocab(&s, m->shape.tp);
-    return s;
+static gpt_shape tp_whole_shape(const run_config *cfg, const mesh *m, const moe_config *moe) {
+    return parallel_model_shape(cfg, m->shape.tp, m->me.tp, moe);
 }
 
 /* The stage's model reads the step's whole compute weights and writes its whole fp32
@@ -43,7 +41,7 @@ void pipeline_rank_init(pipeline_rank *r, comm *world, const mesh *m, const run_
     r->schedule = pp_schedule_make(opts->schedule, p, opts->micro, v, PP_COMM_ORDERED);
     if (!r->schedule) comm_abort(world, "no %s schedule for pp %d, micro %d, virtual %d",
                                  pp_schedule_name(opts->schedule), p, opts->micro, v);
-    const gpt_shape whole = tp_whole_shape(cfg, m);
+    const gpt_shape whole = tp_whole_shape(cfg, m, &opts->moe);
     const parallel_options par = pipeline_parallel_options(opts);
     parallelize(&r->par, m, cfg, &par, micro_batch);
     gpt_model_options model_opts = r->par.model;
@@ -82,8 +80,9 @@ void pipeline_rank_init(pipeline_rank *r, comm *world, const mesh *m, const run_
                             m->me.pp, "pp-metrics");
     r->busy = mem_alloc(MEM_OTHER, (size_t)cfg->steps * sizeof(double));
     r->finish = mem_alloc(MEM_OTHER, (size_t)cfg->steps * sizeof(double));
-    gpt_shape unsplit = gpt_shape_make(&cfg->model, 1, 0);
+    const gpt_shape unsplit = parallel_model_shape(cfg, 1, 0, &opts->moe);
     if (comm_rank(world) == 0) r->first_grads = mem_alloc(MEM_OTHER, gpt_num_params(&unsplit) * sizeof(float));
+    if (comm_rank(world) == 0 && r->par.moe) r->par.moe->log = opts->moe_log;
     if (comm_rank(world) == 0 && r->par.moe)
         r->moe_first_grads = mem_alloc(MEM_OTHER, moe_params_whole_numel(r->par.moe) *
                                                       sizeof(float));
@@ -152,13 +151,19 @@ static float pipeline_compute_grads(void *arg, int step, float loss_scale) {
         point_stage_at_step(r, c);
     }
     if (r->par.moe) moe_params_reduce(r->par.moe);
+    if (r->par.moe) moe_params_record(r->par.moe, step);
     trace_end(m->pp);
     /* the loss lives on the last stage, the same on its TP ranks: one of them counts it;
      * a CP rank's is its chunk's mean, of equal chunks */
     const int last = pp_virtual_stage(r->schedule, m->me.pp, r->opts.chunks - 1);
     const int counts = last == r->opts.chunks * m->shape.pp - 1 && m->me.tp == 0;
-    /* MoE's auxiliary loss is the global batch's, the same on every rank */
-    if (r->par.moe) loss += (float)moe_layer_aux_loss(r->par.moe->layer);
+    /* MoE's auxiliary loss is the global batch's, the same on every rank of a stage:
+     * each stage's own blocks', summed over the pipeline apart from its traffic */
+    if (r->par.moe) {
+        double aux = moe_layer_aux_loss(r->par.moe->layer);
+        if (m->shape.pp > 1) comm_allreduce(r->metrics, &aux, 1, COMM_F64, COMM_SUM);
+        loss += (float)aux;
+    }
     return counts ? loss / (float)(m->shape.dp * mesh_cp_size(&m->shape)) : 0.0f;
 }
 
@@ -169,7 +174,7 @@ static float pipeline_compute_grads(void *arg, int step, float loss_scale) {
 static double gather_whole(pipeline_rank *r, pp_vector which, float *whole) {
     const mesh *m = r->mesh;
     if (m->me.dp != 0 || m->me.cp != 0) return 0;
-    const gpt_shape mine = tp_whole_shape(r->cfg, m);
+    const gpt_shape mine = tp_whole_shape(r->cfg, m, &r->opts.moe);
     float *slice = malloc(gpt_num_params(&mine) * sizeof(float));
     double drift = pp_gather_whole(m->pp, r->chunks, r->opts.chunks, which, slice);
     /* every stage now holds its TP slice of the whole model: stage 0's TP group, whose
@@ -208,6 +213,45 @@ static double gather_whole_over_dp(pipeline_rank *r, pp_vector which, float *who
     return drift;
 }
 
+/* Whether one of this rank's chunks holds the layer. */
+static int holds_layer(const pipeline_rank *r, int layer) {
+    for (int c = 0; c < r->opts.chunks; c++)
+        if (layer >= r->chunks[c].shape.layer_begin && layer < r->chunks[c].shape.layer_end)
+            return 1;
+    return 0;
+}
+
+/* The MoE blocks of the other stages zeroed in a whole MoE vector (the routers, then
+ * every expert of every block): their copies here were never used, only decayed. */
+static void zero_other_stages_blocks(const pipeline_rank *r, float *whole) {
+    const moe_shape *s = &r->par.moe->shape;
+    const size_t router = (size_t)s->cfg.experts * s->dim;
+    const size_t experts = (size_t)s->cfg.experts * moe_expert_numel(s);
+    float *expert_part = whole + r->par.moe->routers.n;
+    for (int layer = 0; layer < r->cfg->model.layers; layer++) {
+        const int i = moe_layer_index(s, layer);
+        if (i < 0 || holds_layer(r, layer)) continue;
+        vec_zero(whole + (size_t)i * router, router);
+        vec_zero(expert_part + (size_t)i * experts, experts);
+    }
+}
+
+void pipeline_moe_whole(pipeline_rank *r, int grads, float *out) {
+    moe_params *p = r->par.moe;
+    if (r->mesh->shape.pp == 1) {
+        moe_params_whole(p, r->mesh->ep, grads, out);
+        return;
+    }
+    const size_t n = moe_params_whole_numel(p);
+    float *all = mem_alloc(MEM_OTHER, n * sizeof(float));
+    moe_params_whole(p, r->mesh->ep, grads, all);
+    zero_other_stages_blocks(r, all);
+    /* one stage holds each block: the sum is its copy, exactly */
+    comm_allreduce(r->metrics, all, n, COMM_F32, COMM_SUM);
+    if (out) memcpy(out, all, n * sizeof(float));
+    mem_free(all);
+}
+
 /* The fp32 gradient AdamW reads, one vector per chunk, for fp16's loss scale. */
 static int pipeline_optimizer_grads(void *arg, grad_vector *vectors) {
     pipeline_rank *r = arg;
@@ -222,8 +266,7 @@ static void pipeline_keep_first_grads(void *arg) {
     pipeline_rank *r = arg;
     gather_whole_over_dp(r, PP_GRADS, r->first_grads);
     /* the experts: every EP group gathers its own; world rank 0 keeps its group's */
-    if (r->par.moe)
-        moe_params_whole(r->par.moe, r->mesh->ep, 1, r->moe_first_grads);
+    if (r->par.moe) pipeline_moe_whole(r, 1, r->moe_first_grads);
 }
 
 static void pipeline_update(void *arg, int step) {
@@ -253,7 +296,7 @@ static void pipeline_checkpoint_state(void *arg, ckpt_state *out) {
 /* MoE's rows sent, counted from the first timed step as the groups' bytes are. */
 static void pipeline_after_warmup(void *arg) {
     pipeline_rank *r = arg;
-    if (r->par.moe) r->par.moe->remote_rows = 0;
+    if (r->par.moe) r->par.moe->remote_rows = r->par.moe->exchanged_rows = 0;
 }
 
 train_strategy pipeline_strategy(pipeline_rank *r) {
@@ -285,7 +328,8 @@ parallel_options pipeline_parallel_options(const pipeline_options *opts) {
         .zero = opts->zero_stage, .sequence_parallel = opts->sequence_parallel,
         .cp = opts->cp, .micro = opts->micro, .moe = opts->moe,
         .grads_over_dp_only = opts->fault == PIPELINE_FAULT_GRADS_OVER_DP_ONLY,
-        .expert_grads_over_ep = opts->fault == PIPELINE_FAULT_EXPERT_GRADS_OVER_EP};
+        .expert_grads_over_ep = opts->fault == PIPELINE_FAULT_EXPERT_GRADS_OVER_EP,
+        .combine_misorder = opts->fault == PIPELINE_FAULT_COMBINE_MISORDER};
 }
 
 /* HSDP: this rank's pieces of a stage slice all-reduced across r replicas, one call a
@@ -366,7 +410,7 @@ void pipeline_bytes_formula(const run_config *cfg, mesh_shape shape, mesh_coord 
         int before = -1, after = -1, chunk;   /* the ranks of stages k - 1 and k + 1 */
         if (k > 0) pp_place_of(vshape, shape.pp, k - 1, &before, &chunk);
         if (k < S - 1) pp_place_of(vshape, shape.pp, k + 1, &after, &chunk);
-        gpt_shape s = tp_whole_shape(cfg, &slice);
+        gpt_shape s = tp_whole_shape(cfg, &slice, &opts->moe);
         gpt_shape_split_stages(&s, S, k);
         /* an MoE block's MLP is computed whole on every TP rank: its f and g are not */
         double tp_bytes = (4.0 * gpt_stage_layers(&s) - 2.0 * moe_blocks_of(&s, &opts->moe)) *

@@ -42,6 +42,7 @@ typedef enum {
     PIPELINE_FAULT_GRADS_OVER_DP_ONLY,     /* CP: gradients summed over dp, not dp x cp */
     PIPELINE_FAULT_SKIP_REPLICATE_REDUCE,  /* HSDP: replicas keep their own sums */
     PIPELINE_FAULT_EXPERT_GRADS_OVER_EP,   /* MoE: experts summed over ep, not expert_dp */
+    PIPELINE_FAULT_COMBINE_MISORDER,       /* MoE: the combine's rows in expert order */
 } pipeline_fault;
 
 typedef struct {
@@ -53,6 +54,9 @@ typedef struct {
     int sequence_parallel;    /* --sp on the tp group (one stage) */
     cp_options cp;            /* the cp group's attention (a mesh with cp > 1) */
     moe_config moe;           /* MoE blocks over the ep group (experts 0: dense) */
+    moe_routing_log *moe_log; /* MoE: where world rank 0 writes each step's routing, or
+                                 NULL */
+    const char *name;         /* the step lines' name; NULL: the trainer's own */
     pipeline_fault fault;
 } pipeline_options;
 
@@ -124,6 +128,12 @@ void pipeline_bytes_formula(const run_config *cfg, mesh_shape shape, mesh_coord 
                             const pipeline_options *opts, double bytes[PIPELINE_ALL_KINDS]);
 /* parallelize's options for a pipeline's run. */
 parallel_options pipeline_parallel_options(const pipeline_options *opts);
+
+/* MoE: the routers and every expert (moe_params_whole's layout), parameters or (grads)
+ * gradients, into out on whoever gives it; with stages each block is the copy of the
+ * stage that runs it. Collective over the ep group and the pipeline's ranks (on its
+ * metrics group, apart from the step's traffic). */
+void pipeline_moe_whole(pipeline_rank *r, int grads, float *out);
 
 /* Collective over world: the whole model's parameters on world rank 0's host
  * (`whole`: gpt_num_params of the unsplit model; NULL elsewhere). Returns the largest

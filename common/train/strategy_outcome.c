@@ -14,17 +14,26 @@ static void *host_alloc(size_t bytes) {
     return p;
 }
 
-void strategy_outcome_alloc(strategy_outcome *o, const run_config *cfg) {
-    void *extra = o->extra;
+static size_t whole_params(const run_config *cfg) {
     const gpt_shape whole = gpt_shape_make(&cfg->model, 1, 0);
+    return gpt_num_params(&whole);
+}
+
+/* Host buffers of n parameters (a model of cfg's shape, or fewer). */
+static void outcome_alloc(strategy_outcome *o, const run_config *cfg, size_t n) {
+    void *extra = o->extra;
     memset(o, 0, sizeof *o);
     o->extra = extra;
-    o->num_params = gpt_num_params(&whole);
+    o->num_params = n;
     o->loss = host_alloc((size_t)cfg->steps * sizeof(float));
     o->step_seconds = host_alloc((size_t)cfg->steps * sizeof(double));
     o->first_grads = host_alloc(o->num_params * sizeof(float));
     o->final_params = host_alloc(o->num_params * sizeof(float));
     o->result.loss = o->loss;
+}
+
+void strategy_outcome_alloc(strategy_outcome *o, const run_config *cfg) {
+    outcome_alloc(o, cfg, whole_params(cfg));
 }
 
 void strategy_outcome_free(strategy_outcome *o) {
@@ -119,16 +128,20 @@ static int launched_strategy_main(comm *world, void *argument) {
     return 0;
 }
 
+int strategy_launch_sized(const run_config *cfg, size_t num_params, int threads_only,
+                          strategy_rank_fn rank_fn, void *args, strategy_outcome *rank0_out) {
+    outcome_alloc(rank0_out, cfg, num_params);
+    launched_strategy a = {rank_fn, args, rank0_out};
+    return threads_only ? launch_threads(&cfg->comm, launched_strategy_main, &a)
+                        : launch(&cfg->comm, launched_strategy_main, &a);
+}
+
 int strategy_launch(const run_config *cfg, strategy_rank_fn rank_fn, void *args,
                     strategy_outcome *rank0_out) {
-    strategy_outcome_alloc(rank0_out, cfg);
-    launched_strategy a = {rank_fn, args, rank0_out};
-    return launch(&cfg->comm, launched_strategy_main, &a);
+    return strategy_launch_sized(cfg, whole_params(cfg), 0, rank_fn, args, rank0_out);
 }
 
 int strategy_launch_threads(const run_config *cfg, strategy_rank_fn rank_fn, void *args,
                             strategy_outcome *rank0_out) {
-    strategy_outcome_alloc(rank0_out, cfg);
-    launched_strategy a = {rank_fn, args, rank0_out};
-    return launch_threads(&cfg->comm, launched_strategy_main, &a);
+    return strategy_launch_sized(cfg, whole_params(cfg), 1, rank_fn, args, rank0_out);
 }

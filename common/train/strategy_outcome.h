@@ -78,6 +78,10 @@ int strategy_launch(const run_config *cfg, strategy_rank_fn rank_fn, void *args,
  * one-device run on world rank 0's process, cfg->comm.ranks 1). */
 int strategy_launch_threads(const run_config *cfg, strategy_rank_fn rank_fn, void *args,
                             strategy_outcome *rank0_out);
+/* Either of them (threads_only) for a model whose whole vector holds num_params, not
+ * cfg's dense model's (the MoE model's, its MoE blocks without their MLPs). */
+int strategy_launch_sized(const run_config *cfg, size_t num_params, int threads_only,
+                          strategy_rank_fn rank_fn, void *args, strategy_outcome *rank0_out);
 /* Inside a rank_main that runs several strategies one after the other: the outcome
  * this rank writes to (the caller's on world rank 0, else `local`, cleared). */
 strategy_outcome *strategy_outcome_for_rank(comm *world, strategy_outcome *callers,
