@@ -259,7 +259,9 @@ if [ -x "$chapter11" ]; then
     expect_error "$chapter11" "--dp-shard 3 does not divide the 2 data-parallel ranks" --ranks 4 --dp-shard 3
     # CP in 16 bits and with SP train now (test_mesh_matrix holds them against the baseline)
     expect_ok "$chapter11" --ranks 4 --tp 1 --cp 2 --dp-shard 2 --steps 2 --quiet
-    expect_error "$chapter11" "--sp with --pp 2: sequence parallelism runs on a whole model" --ranks 4 --tp 2 --pp 2 --sp
+    # SP with stages trains now (test_mesh_matrix holds tp+sp x pp under every schedule)
+    expect_ok "$chapter11" --ranks 4 --tp 2 --pp 2 --sp --steps 2 --quiet
+    expect_error "$chapter11" "sequence parallelism splits the sequence over the tensor-parallel ranks: it needs --tp 2" --ranks 4 --tp 1 --pp 2 --sp
     expect_error "$chapter11" "--ep 2 with --pp: expert parallelism trains on a TP x EP x DP mesh only" --ranks 8 --ep 2 --pp 2 --tp 1
     expect_error "$chapter11" "EP 4 does not divide --experts 2" --ranks 4 --ep 4 --experts 2 --tp 1
     expect_error "$chapter11" "--experts with 2 micro-batches" --ranks 4 --ep 2 --tp 1 --micro 2

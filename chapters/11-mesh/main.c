@@ -132,7 +132,7 @@ static void print_left_out(const mesh_args *a, int world) {
            " other block) would add; not yet:\n");
     ep.moe_every = 2;
     for (int i = 0; i < 3; i++) {
-        if (i == 1 && mesh_cp_size(&a->shape) > 1) continue;   /* trained here */
+        if ((i == 0 && a->sp) || (i == 1 && mesh_cp_size(&a->shape) > 1)) continue;   /* trained here */
         const parallel_options po = parallel_of(tries[i]);
         const char *no = parallelize_check(&tries[i]->cfg, &tries[i]->shape, world, &po, why,
                                            sizeof why);
@@ -234,8 +234,9 @@ static int train(mesh_args *a, int world, int default_mesh) {
 /* (with the shared cli_training_flags) */
 static const char *const training_flags[] = {"schedule", "micro", "zero", "sp", "cp-attention",
                                              "precision", NULL};
+/* (--sp alone keeps the default mesh: it trains with SP on it) */
 static const char *const mesh_sizes[] = {"tp", "cp", "pp", "dp-shard", "dp-replicate", "ep",
-                                         "sp", "zero", NULL};
+                                         "zero", NULL};
 
 /* Refusals before any rank starts: flags that do nothing here, and MoE. */
 static void refuse_flags(const mesh_args *a) {
