@@ -2,7 +2,8 @@
  * all-reduces against them (the modelled wire makes every prediction a lower bound),
  * and the efficiency ladder's losses: fp32 rungs equal the baseline's (tolerance 1e-5,
  * the same sums in another order), compressed rungs stay within a stated bound of
- * the fp32 rung they build on.
+ * the fp32 rung they build on; in bf16 and fp16 (16-bit gradients) every rung within
+ * tolerances.h's loss bound of the baseline in the same precision.
  *
  * Negative controls: the hand values tell the three algorithms apart (a formula
  * swapped for another fails); without the wire an all-reduce waits out no modelled
@@ -18,6 +19,8 @@
 
 #include "cli.h"
 #include "communication.h"
+#include "compare.h"
+#include "ddp.h"
 #include "baseline.h"
 #include "replica.h"
 #include "check_run.h"
@@ -254,6 +257,56 @@ START_TEST(test_ladder_losses) {
 }
 END_TEST
 
+/* The ladder in 16 bits: every rung trains in the run's precision against the baseline
+ * in that precision, within tolerances.h's bound on the loss (MIXED_TOL_LOSS); with
+ * 16-bit gradients the ladder stops at accum 4 (they travel in 2 bytes already), and
+ * its gradient bytes are theirs. Control: DDP with its all-reduce off in the same
+ * precision leaves that bound. */
+START_TEST(test_ladder_in_16_bits) {
+    static const precision runs[][2] = {{PRECISION_BF16, PRECISION_BF16},
+                                        {PRECISION_FP16, PRECISION_FP16}};
+    for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
+        run_config cfg = run_config_default();
+        cfg.model = (gpt_config){.vocab = 256, .ctx = 8, .layers = 2, .heads = 2, .dim = 16};
+        cfg.batch = 8;
+        cfg.steps = TOL_STEPS;   /* the loss bound's run length */
+        cfg.quiet = 1;
+        cfg.comm.ranks = 4;
+        cfg.comm.timeout_seconds = 60;
+        cfg.precision = runs[k][0];
+        cfg.grad_precision = runs[k][1];
+        const double bound = tolerances_for(&cfg).loss;
+        dataset *data = dataset_from_config(&cfg);
+        ladder_report r;
+        ck_assert_int_eq(ladder_run(&cfg, data, 10, 0, 0, 1, &r), 0);
+        ck_assert_int_eq(r.count, 4);   /* basic .. +accum 4: no compressed rung */
+        const gpt_shape shape = gpt_shape_make(&cfg.model, 1, 0);
+        ck_assert(r.gradient_bytes == gpt_num_params(&shape) * 2);
+        for (int i = 0; i < r.count; i++) {
+            const ladder_rung *g = &r.rungs[i];
+            printf("%s rung %-9s batch %2d: loss %.6f, max |d loss| vs %s (%s) %.2e (bound %.0e)\n",
+                   precision_name(cfg.precision), g->name, g->batch, g->loss, g->reference,
+                   precision_name(cfg.precision), g->diff_loss, bound);
+            ck_assert(g->wire == COMM_F32 && strcmp(g->reference, "baseline") == 0);
+            ck_assert(g->diff_loss >= 0 && g->diff_loss <= bound);
+        }
+        /* the control: the bound catches DDP that never sums its gradients */
+        baseline_run *b = baseline_train(&cfg, data);
+        ddp_options opts = ddp_options_default();
+        opts.allreduce = 0;
+        strategy_outcome job = {0};
+        ck_assert_int_eq(ddp_launch(&cfg, data, &opts, &job), 0);
+        compare_to_baseline(&job.result, b, job.loss, NULL, NULL);
+        printf("negative control, %s DDP without its all-reduce: |d loss| %.2e > %.0e\n",
+               precision_name(cfg.precision), job.result.diff_loss, bound);
+        ck_assert(job.result.diff_loss > bound);
+        strategy_outcome_free(&job);
+        baseline_free(b);
+        dataset_free(data);
+    }
+}
+END_TEST
+
 /* ---- DDP, FSDP and TP on the links --------------------------------------------------- */
 /* What on_links_print prints on stdout, as a string (malloc'd). */
 static char *on_links_printed(const link_strategy_row *rows, double scale) {
@@ -322,6 +375,7 @@ int main(void) {
     tcase_add_test(runs, test_measured_at_least_predicted);
     tcase_add_test(runs, test_the_wire_holds_the_prediction);
     tcase_add_test(runs, test_ladder_losses);
+    tcase_add_test(runs, test_ladder_in_16_bits);
     tcase_add_test(runs, test_on_links_efficiency_at_most_one);
     suite_add_tcase(s, runs);
     return check_run(s, 0);

@@ -3,11 +3,13 @@
  * same precision (fp32, bf16, bf16 with bf16 gradients, fp16 with fp16 gradients): loss, step-1 gradients and
  * parameters within mesh_run_tolerances, every rank's bytes on every group equal to
  * the formula to the byte and its model state to the as-stored formula. The dimensions:
- * tp 2 (+ SP on one stage: without pp), cp 2 (ring, balanced), pp 2 (1F1B, 2 micro-batches),
+ * tp 2 + SP (with pp: each stage's LayerNorms on T/tp rows, its boundaries T/tp rows of
+ * each sequence, every schedule), cp 2 (ring, balanced), pp 2 (1F1B, 2 micro-batches),
  * dp_shard 2 and dp_replicate 2 (each at ZeRO 1, 2, 3: with replicas, HSDP), ep 2. A pair the model or
  * the trainer refuses is refused by parallelize_check, and the test holds the refusal
  * (its first words). A negative control per dimension must fail the comparison: f's
- * backward all-reduce left out (tp), gradients summed over dp without cp (cp), zeros
+ * backward all-reduce left out (tp without SP), g-bar's reduce-scatter keeping its own
+ * partial (tp+sp on stages), gradients summed over dp without cp (cp), zeros
  * for the last stage's d(input) (pp), no dp reduction (dp_shard), no all-reduce across
  * replicas (dp_replicate). */
 #include <check.h>
@@ -45,7 +47,7 @@ static void mesh_of(unsigned dims, mesh_shape *s, pipeline_options *o) {
     *s = (mesh_shape){.tp = 1, .pp = 1, .dp = 1, .cp = 1, .ep = 1};
     *o = (pipeline_options){.schedule = PP_1F1B, .micro = 1, .chunks = 1,
                             .cp = {.kind = CP_RING, .split = CP_BALANCED}};
-    if (dims >> TP & 1) s->tp = 2, o->sequence_parallel = !(dims >> PP & 1);
+    if (dims >> TP & 1) s->tp = 2, o->sequence_parallel = 1;
     if (dims >> CP & 1) s->cp = 2;
     if (dims >> PP & 1) s->pp = 2, o->micro = dims >> CP & 1 ? 1 : 2;   /* CP: one at a time */
     if (dims >> SHARD & 1) s->dp *= 2, o->zero_stage = 3;
@@ -85,8 +87,7 @@ static void pair(const dataset *d, const baseline_run *const b[PRECISIONS], unsi
     char what[96], why[256];
     const parallel_options po = pipeline_parallel_options(&o);
     const char *no = parallelize_check(&cfg, &s, mesh_world(&s), &po, why, sizeof why);
-    snprintf(what, sizeof what, "%s x %s %s%s",
-             o.sequence_parallel || !(dims & 1u) ? dim_names[__builtin_ctz(dims)] : "tp",
+    snprintf(what, sizeof what, "%s x %s %s%s", dim_names[__builtin_ctz(dims)],
              dim_names[31 - __builtin_clz(dims)], precision_name(cfg.precision),
              k >= 2 ? " grads" : "");
     const char *expected = refusal_of(dims, k);
@@ -121,10 +122,43 @@ START_TEST(every_pair_on_4_ranks) {
 }
 END_TEST
 
+/* tp+sp x pp under every schedule of chapter 4 (1F1B is the pair's above): the split
+ * backwards (zb-h1, zb-v, dualpipev) gather the LayerNorms' rows again in their weight
+ * half; fp32 and bf16, the bytes to the formula. */
+START_TEST(sequence_parallel_stages_under_every_schedule) {
+    static const pp_schedule_kind kinds[] = {PP_GPIPE, PP_INTERLEAVED, PP_ZB_H1, PP_ZB_V,
+                                             PP_DUALPIPE_V};
+    dataset *d = dataset_builtin();
+    for (int k = 0; k < 2; k++) {
+        run_config one = tiny(1, k);
+        one.model.layers = 4;   /* a block for each of a V's 4 stages */
+        baseline_run *b = baseline_train(&one, d);
+        for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+            mesh_shape s;
+            pipeline_options o;
+            mesh_of(1u << TP | 1u << PP, &s, &o);
+            o.schedule = kinds[i];
+            o.chunks = pp_schedule_chunks(kinds[i], 2);
+            o.micro = kinds[i] == PP_DUALPIPE_V ? 2 * s.pp : o.micro;   /* DualPipeV: 2p at least */
+            run_config cfg = tiny(mesh_world(&s), k);
+            cfg.model.layers = one.model.layers;
+            char what[96];
+            snprintf(what, sizeof what, "tp+sp x pp %s %s:", pp_schedule_name(kinds[i]),
+                     precision_name(cfg.precision));
+            ck_assert_msg(run_mesh(&cfg, d, b, s, o, what, 1) <= 1.0, "%s", what);
+        }
+        baseline_free(b);
+    }
+    dataset_free(d);
+}
+END_TEST
+
 /* One control a dimension: the pair trained with that dimension's communication broken. */
 START_TEST(a_broken_dimension_fails) {
     static const struct { unsigned dims; pipeline_fault fault; const char *what; } controls[] = {
-        {1u << TP | 1u << PP, PIPELINE_FAULT_DROP_F_BACKWARD, "tp: f's backward left out"},
+        {1u << TP | 1u << PP, PIPELINE_FAULT_DROP_F_BACKWARD, "tp (no SP): f's backward left out"},
+        {1u << TP | 1u << PP, PIPELINE_FAULT_SP_OWN_PARTIAL,
+         "tp+sp x pp: reduce-scatter without the sum"},
         {1u << CP | 1u << SHARD, PIPELINE_FAULT_GRADS_OVER_DP_ONLY, "cp: gradients over dp alone"},
         {1u << PP | 1u << SHARD, PIPELINE_FAULT_DROP_INPUT_GRAD, "pp: d(input) zeros"},
         {1u << SHARD | 1u << REPLICATE, PIPELINE_FAULT_SKIP_DP_REDUCE, "dp_shard: no reduction"},
@@ -138,6 +172,8 @@ START_TEST(a_broken_dimension_fails) {
         pipeline_options o;
         mesh_of(controls[i].dims, &s, &o);
         o.fault = controls[i].fault;
+        /* f's backward is SP's reduce-scatter with SP: dropped only without it */
+        if (o.fault == PIPELINE_FAULT_DROP_F_BACKWARD) o.sequence_parallel = 0;
         const run_config cfg = tiny(mesh_world(&s), 0);
         const double f = run_mesh(&cfg, d, b, s, o, controls[i].what, 0);
         ck_assert_msg(f > 1.0, "%s: %.2f of the bounds", controls[i].what, f);
@@ -200,6 +236,7 @@ static Suite *matrix_suite(void) {
     TCase *t = tcase_create("pairs");
     tcase_set_timeout(t, 300);
     tcase_add_test(t, every_pair_on_4_ranks);
+    tcase_add_test(t, sequence_parallel_stages_under_every_schedule);
     tcase_add_test(t, a_broken_dimension_fails);
     tcase_add_test(t, the_chapter_mesh_on_16_ranks);
     suite_add_tcase(s, t);

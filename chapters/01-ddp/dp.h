@@ -8,7 +8,12 @@
  *     step:      AdamW on the master only
  *
  * All parameter and gradient traffic goes through the master, so its link carries
- * 2 (N-1) x the gradient bytes per step, while a DDP rank's carries 2 (N-1)/N x. */
+ * 2 (N-1) x the gradient bytes per step, while a DDP rank's carries 2 (N-1)/N x.
+ *
+ * In bf16/fp16 (autocast's replicas) the master keeps fp32 weights and AdamW, and sends
+ * its 16-bit compute copy; with --grad-dtype bf16|fp16 the replicas hold and send
+ * 16-bit gradients, summed onto the master's in 16 bits; fp16's loss scale multiplies
+ * every replica's d(loss). FP8 is DDP's alone (its amax is a group's reduction). */
 #ifndef DP_H
 #define DP_H
 
@@ -21,6 +26,7 @@
 typedef struct {
     int threads;       /* replicas, one thread each */
     int release_gil;   /* --gil release: heavy kernels run without the lock */
+    int skip_gather;   /* negative control: the replicas' gradients never reach the master */
 } dp_options;
 
 /* The outcome's extra for DataParallel (strategy_outcome.extra). */

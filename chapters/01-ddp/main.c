@@ -53,15 +53,17 @@ static void print_bytes_table(const run_config *cfg, const dp_extra *dp,
                               const strategy_outcome *ddp, size_t num_params) {
     char a[32], b[32], c[32], d[32], e[32];
     const int N = cfg->comm.ranks;
-    const double grad_bytes = (double)num_params * sizeof(float);
-    printf("\nbytes per step (gradients: %s of fp32; N = %d)\n", report_bytes(grad_bytes, a), N);
+    const double grad_bytes = (double)num_params * precision_bytes(cfg->grad_precision);
+    printf("\nbytes per step (gradients: %s of %s; N = %d)\n", report_bytes(grad_bytes, a),
+           precision_name(cfg->grad_precision), N);
     if (dp) {
         double total = dp->params_out_bytes + dp->batch_out_bytes + dp->grads_in_bytes;
+        const double weight_bytes = (double)num_params * precision_bytes(cfg->precision);
         printf("  dp   through the master: params out %s + batch out %s + grads in %s = %s"
-               "   (2(N-1) x gradient bytes = %s)\n",
+               "   ((N-1) x (compute weights + gradient bytes) = %s)\n",
                report_bytes(dp->params_out_bytes, a), report_bytes(dp->batch_out_bytes, b),
                report_bytes(dp->grads_in_bytes, c), report_bytes(total, d),
-               report_bytes(2.0 * (N - 1) * grad_bytes, e));
+               report_bytes((N - 1) * (weight_bytes + grad_bytes), e));
     }
     if (ddp) {
         const run_result *r = &ddp->result;
@@ -219,12 +221,12 @@ static int compare_and_report(const run_config *cfg, const chapter_flags *f,
     return ok;
 }
 
-/* 16 bits: DataParallel trains in fp32 alone so far, and 16-bit gradients travel as
- * they are (no compression on top). */
+/* FP8: DataParallel's threads share no amax reduction (fp8_linear.h's is a group's), so
+ * FP8 trains on DDP alone; 16-bit gradients travel as they are (no compression on top). */
 static void check_precision_flags(const run_config *cfg, const chapter_flags *f) {
-    if (cfg->precision != PRECISION_FP32 && f->strategy != RUN_DDP)
-        cli_fail("--precision %s: DataParallel trains in fp32 only so far; add --strategy ddp",
-                 cfg->fp8 ? "fp8" : precision_name(cfg->precision));
+    if (cfg->fp8 && f->strategy != RUN_DDP)
+        cli_fail("--precision fp8: DataParallel trains in fp32, bf16 and fp16 (its threads"
+                 " share no FP8 amax reduction); add --strategy ddp");
     if (cfg->grad_precision != PRECISION_FP32 && compress_types[f->compress] != COMM_F32)
         cli_fail("--compress %s: DDP's wire type for fp32 gradients; --grad-dtype %s reduces"
                  " 16-bit gradients as they are (valid: --compress none)",

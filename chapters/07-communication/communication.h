@@ -91,7 +91,8 @@ typedef struct {
     double compute_ms;        /* the compute time the slow-down was chosen on: the
                                  basic rung's with no wire */
     double baseline_tokens_per_s;   /* one rank alone, the whole base batch */
-    size_t gradient_bytes;
+    size_t gradient_bytes;    /* in the run's gradient type */
+    precision grad_precision; /* 16 bits: no compressed rung (they travel as they are) */
 } ladder_report;
 
 /* Ethernet slowed down by link_scale; link_scale <= 0: chosen so the basic rung's

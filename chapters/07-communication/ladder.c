@@ -4,7 +4,11 @@
  *   +overlap    buckets all-reduced as backward finishes them
  *   +accum K    K micro-batches per all-reduce (the global batch grows K times, so each
  *               micro-batch keeps its size and the wire carries 1/K of the bytes per token)
- *   +bf16/+fp8  the gradients travel in 2 or 1 bytes (on top of accum 4)
+ *   +bf16/+fp8  the gradients travel in 2 or 1 bytes (on top of accum 4); with
+ *               --grad-dtype bf16|fp16 they already do, and the ladder stops at accum 4
+ *
+ * In bf16 or fp16 every rung trains in that precision, and its reference is the
+ * baseline in the same precision.
  *
  * Efficiency = the share of a rung's own step its ranks spent computing: step time
  * less the time blocked in communication, over step time, both from the same run, and
@@ -91,8 +95,11 @@ static int run_ddp_once(const run_config *base, const dataset *data, const rung_
             out->diff_loss = job.result.diff_loss;
         }
         out->buckets = x.num_buckets < 64 ? x.num_buckets : 64;
+        /* an uncompressed wire carries the gradients in their own type */
+        const size_t element = spec->wire == COMM_F32 ? precision_bytes(cfg.grad_precision)
+                                                      : comm_dtype_size(spec->wire);
         for (int i = 0; i < out->buckets; i++)
-            out->bucket_bytes[i] = (double)x.bucket_numel[i] * comm_dtype_size(spec->wire);
+            out->bucket_bytes[i] = (double)x.bucket_numel[i] * element;
     }
     strategy_outcome_free(&job);
     ddp_extra_free(&x);
@@ -195,12 +202,17 @@ static void free_figures(ddp_figures *f, int n) {
 int ladder_run(const run_config *cfg, const dataset *data, double link_scale,
                double target_start, int max_rungs, int repeats, ladder_report *out) {
     const int ranks = cfg->comm.ranks, steps = cfg->steps;
-    const int rungs = max_rungs > 0 && max_rungs < LADDER_RUNGS ? max_rungs : LADDER_RUNGS;
+    int rungs = max_rungs > 0 && max_rungs < LADDER_RUNGS ? max_rungs : LADDER_RUNGS;
+    /* 16-bit gradients travel as they are: no compressed rung on top */
+    while (cfg->grad_precision != PRECISION_FP32 && rungs > 0 &&
+           rung_specs[rungs - 1].wire != COMM_F32)
+        rungs--;
     memset(out, 0, sizeof *out);
+    out->grad_precision = cfg->grad_precision;
     run_config quiet = *cfg;
     quiet.quiet = 1;
     baseline_run *baseline = baseline_train(&quiet, data);
-    out->gradient_bytes = baseline->num_params * sizeof(float);
+    out->gradient_bytes = baseline->num_params * precision_bytes(cfg->grad_precision);
     out->baseline_tokens_per_s = run_tokens_per_second(&baseline->result);
     baseline_free(baseline);
 
@@ -246,9 +258,10 @@ int ladder_run(const run_config *cfg, const dataset *data, double link_scale,
 
 void ladder_print(const ladder_report *r, int ranks) {
     char size[32];
-    printf("\nThe efficiency ladder: DDP on %d ranks, gradients %s fp32, Ethernet slowed %.3g"
+    printf("\nThe efficiency ladder: DDP on %d ranks, gradients %s %s, Ethernet slowed %.3g"
            "x (= 25 Gb/s next to compute %.3gx faster than this CPU's)\n", ranks,
-           report_bytes((double)r->gradient_bytes, size), r->link_scale, r->link_scale);
+           report_bytes((double)r->gradient_bytes, size), precision_name(r->grad_precision),
+           r->link_scale, r->link_scale);
     if (r->scale_capped)
         printf("  the slow-down is capped at %.3gx (comm's most); the basic rung is predicted"
                " above the %.0f%% asked for\n", r->link_scale, 100 * r->target_start);

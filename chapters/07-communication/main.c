@@ -129,7 +129,7 @@ static int run_parts(const run_config *cfg, const dataset *data, const chapter_f
                      chapter_results *r) {
     const int N = cfg->comm.ranks;
     const gpt_shape shape = gpt_shape_make(&cfg->model, 1, 0);
-    const size_t gradient_bytes = gpt_num_params(&shape) * sizeof(float);
+    const size_t gradient_bytes = gpt_num_params(&shape) * precision_bytes(cfg->grad_precision);
     int status = 0;
     if (runs(f, PART_LINKS) && !(status = links_measure(cfg, gradient_bytes, r->links)) &&
         !cfg->json)
@@ -180,8 +180,6 @@ int main(int argc, char **argv) {
     /* a checkpoint belongs to one run, and this chapter trains many short ones */
     cfg.no_checkpoints = "chapter 7 trains many short runs to compare links, none of them to"
                          " keep (save and resume in chapters 1-5)";
-    cfg.fp32_only = "chapter 7 trains in fp32 only so far (mixed precision runs in the"
-                    " baseline and chapters 1-5)";
     cli_parse(argc, argv, &cfg, options, argv[0],
               "Communication: links, all-reduce algorithms, DDP's efficiency ladder, and"
               " DDP / FSDP / TP on slow and fast wires, each next to the alpha-beta model.");

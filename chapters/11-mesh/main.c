@@ -7,6 +7,7 @@
  *                                    in bf16, else tp 2 x pp 2 x dp 4 (2 shards x 2
  *                                    replicas); ZeRO-3, bf16 with bf16 gradients, and one
  *                                    line for each dimension left out
+ *   ./run 16 --sp                    the default mesh with TP + SP on every stage
  *   ./run 4 --tp 2 --sp --dp-shard 2 --zero 3 --precision fp32
  *   ./run 8 --cp 2 --cp-attention ulysses --tp 2 --dp-shard 2 --zero 1 --precision fp32
  *   ./run 8 --tp 2 --ep 2 --experts 4 --moe-every 2   MoE: TP x EP x DP against the MoE
@@ -53,8 +54,8 @@ static void complete(mesh_args *a, int world) {
     s->cp = s->cp > 0 ? s->cp : 1;
     if (world % s->cp) cli_fail("--cp %d does not divide the %d ranks", s->cp, world);
     if (a->dp_shard && a->dp_replicate) s->dp = a->dp_shard * a->dp_replicate;
-    /* dp sizes, CP, SP or EP asked for (CP, SP and EP train without stages so far): one
-     * stage unless --pp says otherwise */
+    /* dp sizes, CP, SP or EP asked for (the mesh's own dimensions rather than chapter
+     * 5's; EP trains without stages so far): one stage unless --pp says otherwise */
     if ((a->dp_shard || a->dp_replicate || s->cp > 1 || a->sp || s->ep > 1) && !s->pp) s->pp = 1;
     if (!mesh_complete(s, world / s->cp, a->cfg.model.heads, a->cfg.model.layers, err,
                        sizeof err))
@@ -132,7 +133,7 @@ static void print_left_out(const mesh_args *a, int world) {
            " other block) would add; not yet:\n");
     ep.moe_every = 2;
     for (int i = 0; i < 3; i++) {
-        if (i == 1 && mesh_cp_size(&a->shape) > 1) continue;   /* trained here */
+        if ((i == 0 && a->sp) || (i == 1 && mesh_cp_size(&a->shape) > 1)) continue;   /* trained here */
         const parallel_options po = parallel_of(tries[i]);
         const char *no = parallelize_check(&tries[i]->cfg, &tries[i]->shape, world, &po, why,
                                            sizeof why);
@@ -234,8 +235,9 @@ static int train(mesh_args *a, int world, int default_mesh) {
 /* (with the shared cli_training_flags) */
 static const char *const training_flags[] = {"schedule", "micro", "zero", "sp", "cp-attention",
                                              "precision", NULL};
+/* (--sp alone keeps the default mesh: it trains with SP on it) */
 static const char *const mesh_sizes[] = {"tp", "cp", "pp", "dp-shard", "dp-replicate", "ep",
-                                         "sp", "zero", NULL};
+                                         "zero", NULL};
 
 /* Refusals before any rank starts: flags that do nothing here, and MoE. */
 static void refuse_flags(const mesh_args *a) {

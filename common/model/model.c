@@ -252,6 +252,15 @@ void gpt_head_backward(gpt_model *m, const void *final_ln, const void *embed,
 
 static void *kept(void *keep, void *scratch) { return keep ? keep : scratch; }
 
+/* A split backward keeps a row-parallel linear's output gradient, every position's
+ * [N, C], for its weight gradient: d(out) itself, or with SP the gather the input half
+ * just made of the rows (tp_sequence_row_backward leaves it in the scratch). */
+static void keep_row_dout(gpt_model *m, void *keep, const void *dout_rows) {
+    if (!keep) return;
+    const void *whole = m->sp ? tp_sequence_scratch(m->sp) : dout_rows;
+    mixed_vec_copy(m->p, keep, whole, (size_t)m->B * m->T * m->shape.cfg.dim);
+}
+
 static void block_backward(gpt_model *m, int layer, const void *block, float *block_grad,
                            block_douts *keep) {
     const gpt_shape *s = &m->shape;
@@ -273,12 +282,12 @@ static void block_backward(gpt_model *m, int layer, const void *block, float *bl
      * through unchanged, so dx itself becomes d(x_mid) once ln2's gradient is added
      * onto it (after the last read of d(out)), and then d(x_in) the same way: the
      * same sums as with a copy of dx, without the copies. */
-    if (keep) mixed_vec_copy(P, keep->d_fc2_out, dx, (size_t)N * C);
     if (mlp_replaced(m, layer)) {
         m->opts.mlp->backward(m->opts.mlp->ctx, layer, P, m->d_ln, dx);
     } else {
         tp_sequence_row_backward(sp, P, m->d_fch_gelu, w.fc2_w, w.fc2_b, dx, a->fch_gelu,
                                  p.fc2_w, N, Hl, C);
+        keep_row_dout(m, keep ? keep->d_fc2_out : NULL, dx);
         mixed_gelu_backward(P, d_fch, a->dgelu, m->d_fch_gelu, (size_t)N * Hl);
         tp_sequence_column_backward(sp, f_group(m), P, m->d_ln, w.fc_w, w.fc_b, d_fch, a->ln2,
                                     p.fc_w, N, C, Hl);
@@ -287,9 +296,9 @@ static void block_backward(gpt_model *m, int layer, const void *block, float *bl
                                    a->ln2_mean, a->ln2_rstd, Ns, C);   /* dx: d(x_mid) now */
 
     /* attention branch: x_mid = x_in + proj(attention(qkv(ln1(x_in)))) */
-    if (keep) mixed_vec_copy(P, keep->d_proj_out, dx, (size_t)N * C);
     tp_sequence_row_backward(sp, P, m->d_atty, w.proj_w, w.proj_b, dx, a->atty, p.proj_w, N,
                              Cl, C);
+    keep_row_dout(m, keep ? keep->d_proj_out : NULL, dx);
     if (m->opts.recompute_attention)   /* selective: the probabilities again, from Q, K */
         mixed_attention_forward(P, a->atty, m->att_again, a->qkv, B, T, Cl, s->heads_local);
     if (m->opts.attention) hooked_attention_backward(m, layer, a, d_qkv);
@@ -316,11 +325,13 @@ static void block_weight_grads(gpt_model *m, int layer, const void *block, float
     block_acts *a = acts_of(m, layer);
     row_parallel_backward(P, NULL, g.fc2_w, g.fc2_b, d->d_fc2_out, a->fch_gelu, p.fc2_w, N, Hl,
                           C);
-    column_parallel_backward(NULL, P, NULL, g.fc_w, g.fc_b, d->d_fch, a->ln2, p.fc_w, N, C, Hl);
+    /* with SP the inputs were kept split: gathered again here, not in the input half */
+    tp_sequence_column_backward(m->sp, NULL, P, NULL, g.fc_w, g.fc_b, d->d_fch, a->ln2, p.fc_w,
+                                N, C, Hl);
     row_parallel_backward(P, NULL, g.proj_w, g.proj_b, d->d_proj_out, a->atty, p.proj_w, N, Cl,
                           C);
-    column_parallel_backward(NULL, P, NULL, g.qkv_w, g.qkv_b, d->d_qkv, a->ln1, p.qkv_w, N, C,
-                             3 * Cl);
+    tp_sequence_column_backward(m->sp, NULL, P, NULL, g.qkv_w, g.qkv_b, d->d_qkv, a->ln1,
+                                p.qkv_w, N, C, 3 * Cl);
 }
 
 static void embed_backward_from(gpt_model *m, float *embed_grad, const void *d_x) {
@@ -346,18 +357,19 @@ static void slab_ready(gpt_slab_ready_fn fn, void *ctx, int slab) {
 }
 
 static size_t boundary_numel(const gpt_model *m) {
-    return (size_t)m->B * m->T * m->shape.cfg.dim;
+    return model_rows_held(m) * m->shape.cfg.dim;   /* with SP: my T/tp positions' */
 }
+
+size_t gpt_stage_boundary_numel(const gpt_model *m) { return boundary_numel(m); }
 
 /* The split backward's kept output gradients for the current slot. */
 static block_douts *slot_douts(gpt_model *m) {
     micro_slot *k = m->slot;
     const gpt_shape *s = &m->shape;
     const size_t N = (size_t)m->B * m->T, C = s->cfg.dim;
-    if (m->opts.checkpoint_activations || m->sp) {
+    if (m->opts.checkpoint_activations) {
         fprintf(stderr, "error: a split backward needs every block's activations until its"
-                " weight gradients: it does not combine with activation checkpointing or"
-                " sequence parallelism (which keeps 1/tp of them)\n");
+                " weight gradients: it does not combine with activation checkpointing\n");
         abort();
     }
     if (m->opts.mlp) {
@@ -372,7 +384,7 @@ static block_douts *slot_douts(gpt_model *m) {
                                         .d_fch = model_alloc_acts(m, N * s->hidden_local),
                                         .d_proj_out = model_alloc_acts(m, N * C),
                                         .d_qkv = model_alloc_acts(m, N * 3 * s->dim_local)};
-        if (!k->d_in) k->d_in = model_alloc_acts(m, N * C);   /* the embedding's W needs it */
+        if (!k->d_in) k->d_in = model_alloc_acts(m, boundary_numel(m));   /* the embedding's W */
     }
     return k->douts;
 }

@@ -174,8 +174,9 @@ typedef struct {
      * probabilities are not kept but formed again from Q and K in backward. */
     int recompute_attention;
     /* Megatron sequence parallelism on tp (tp_sequence.h): LayerNorms and the residual
-     * stream hold T/tp positions of each sequence. A whole model (one stage), T a
-     * multiple of tp; sp_copy_not_reduce: negative control. */
+     * stream hold T/tp positions of each sequence, and so do a stage's boundaries (a
+     * pipeline sends 1/tp of the activations). T a multiple of tp; sp_copy_not_reduce:
+     * negative control. */
     int sequence_parallel, sp_copy_not_reduce;
     /* With sequence parallelism: forward's all-gathers and reduce-scatters as collective
      * matmuls in this many chunks (tp_overlap.h; 0: off), and its negative control. */
@@ -208,7 +209,8 @@ void gpt_set_batch(gpt_model *m, const int *tokens, const int *targets);
 /* Host memory for 2 x B*T ints, the model's own, to stage a batch in (load_batch). */
 int *gpt_host_batch(gpt_model *m);
 
-/* The stage's boundary, [B*T, dim] on the device, in the model's precision, for the
+/* The stage's boundary, [B*T, dim] on the device ([B*T/tp, dim], this rank's positions
+ * of each sequence, with sequence parallelism), in the model's precision, for the
  * current slot:
  *   input        write the previous stage's output here before gpt_forward
  *   output       the activations to send to the next stage, after gpt_forward
@@ -219,6 +221,8 @@ void *gpt_stage_input(gpt_model *m);
 const void *gpt_stage_output(gpt_model *m);
 void *gpt_stage_output_grad(gpt_model *m);
 const void *gpt_stage_input_grad(gpt_model *m);
+/* Elements of one boundary tensor: B*T*dim, or B*T/tp*dim with sequence parallelism. */
+size_t gpt_stage_boundary_numel(const gpt_model *m);
 
 /* The pieces of one step, for strategies that act between layers (FSDP).
  * Forward: embed, blocks, head. Backward: head, blocks in reverse, embed. `layer` is

@@ -57,8 +57,8 @@ static void slot_alloc(gpt_model *m, micro_slot *k) {
         k->acts = mem_alloc(MEM_OTHER, (size_t)blocks * sizeof *k->acts);
         for (int i = 0; i < blocks; i++) block_acts_alloc(m, &k->acts[i]);
     }
-    if (!s->has_head) k->d_out = model_alloc_acts(m, N * C);
-    if (!s->has_embed) k->d_in = model_alloc_acts(m, N * C);
+    if (!s->has_head) k->d_out = model_alloc_acts(m, model_rows_held(m) * C);
+    if (!s->has_embed) k->d_in = model_alloc_acts(m, model_rows_held(m) * C);
     if (s->has_head) {
         k->lnf = model_alloc_acts(m, N * C);
         k->lnf_mean = alloc_stats(N);

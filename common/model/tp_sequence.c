@@ -40,9 +40,8 @@ void tp_sequence_set_overlap(tp_sequence *sp, int chunks, int control) {
 
 tp_sequence *tp_sequence_create(const gpt_shape *s, comm *tp, precision p, int B, int T,
                                 int copy_not_reduce) {
-    if (!tp || s->tp_size < 2 || T % s->tp_size || !s->has_embed || !s->has_head) {
-        fprintf(stderr, "error: sequence parallelism needs tp > 1 dividing T %d and a whole"
-                " model\n", T);
+    if (!tp || s->tp_size < 2 || T % s->tp_size) {
+        fprintf(stderr, "error: sequence parallelism needs tp > 1 dividing T %d\n", T);
         abort();
     }
     const int C = s->cfg.dim;
@@ -158,8 +157,9 @@ void tp_sequence_column_backward(tp_sequence *sp, comm *f, precision p, void *di
                                  IC, OC_local);
         return;
     }
-    /* the input was kept split: gathered again for dW = dout^T inp (section 4.2.2) */
-    tp_sequence_all_gather(sp, sp->gathered, inp_rows);
+    /* the input was kept split: gathered again for dW = dout^T inp (section 4.2.2); a
+     * split backward's input half (dw NULL) needs no input, its weight half gathers */
+    if (dw) tp_sequence_all_gather(sp, sp->gathered, inp_rows);
     void *dinp = dinp_rows ? sp->partial : NULL;   /* my part of every position's sum */
     column_parallel_backward(NULL, p, dinp, dw, db, dout_local, sp->gathered, w_local, N, IC,
                              OC_local);

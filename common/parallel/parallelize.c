@@ -125,9 +125,6 @@ const char *parallelize_check(const run_config *cfg, const mesh_shape *shape, in
     if (mesh_check(&mc, why, why_len)) return why;
     if (check_moe(cfg, s, o, why, why_len)) return why;
     if (o->sequence_parallel && !tp_sequence_check(cfg, s->tp, why, why_len)) return why;
-    if (o->sequence_parallel && s->pp > 1)
-        REFUSE("--sp with --pp %d: sequence parallelism runs on a whole model (one stage)"
-               " so far", s->pp);
     if (check_cp(cfg, s, o, why, why_len)) return why;
     if (check_batch(cfg, s, world, o->micro > 0 ? o->micro : 1, why, why_len)) return why;
     return check_model(cfg, s, o, why, why_len);

@@ -46,6 +46,7 @@ void pipeline_rank_init(pipeline_rank *r, comm *world, const mesh *m, const run_
     parallelize(&r->par, m, cfg, &par, micro_batch);
     gpt_model_options model_opts = r->par.model;
     model_opts.drop_f_backward = opts->fault == PIPELINE_FAULT_DROP_F_BACKWARD;
+    model_opts.sp_copy_not_reduce = opts->fault == PIPELINE_FAULT_SP_OWN_PARTIAL;
     r->chunks = mem_alloc(MEM_OTHER, (size_t)v * sizeof *r->chunks);
     for (int c = 0; c < v; c++) {
         const int stage = pp_virtual_stage(r->schedule, m->me.pp, c);
@@ -418,9 +419,17 @@ void pipeline_bytes_formula(const run_config *cfg, mesh_shape shape, mesh_coord 
         if (s.vocab_parallel && s.has_embed) tp_bytes += N * C * act;
         if (s.vocab_parallel && s.has_head) tp_bytes += N * C * act + 3 * N * f32;
         bytes[PIPELINE_TP] += m * ring(shape.tp) * tp_bytes;
-        /* a V's turn (stages p-1 and p on one rank) is no message */
-        bytes[PIPELINE_PP] += m * N * C * act * ((after >= 0 && after != me.pp) +
-                                                 (before >= 0 && before != me.pp));
+        /* with SP a stage's LayerNorms are on T/tp positions: gathered again, and their
+         * gradients all-reduced, in each micro-batch's backward */
+        if (opts->sequence_parallel)
+            bytes[PIPELINE_TP] += m * tp_sequence_stage_bytes_added(
+                                          &cfg->model, cfg->precision, N, gpt_stage_layers(&s),
+                                          s.has_head, shape.tp);
+        /* a V's turn (stages p-1 and p on one rank) is no message; with SP the
+         * boundary is this rank's T/tp positions of each sequence (Megatron's) */
+        const double boundary = N / (opts->sequence_parallel ? shape.tp : 1) * C * act;
+        bytes[PIPELINE_PP] += m * boundary * ((after >= 0 && after != me.pp) +
+                                              (before >= 0 && before != me.pp));
         dp_terms(cfg, shape, me, zero, &s, bytes);
         if (shape.pp > 1 && !vshape && (s.has_embed || s.has_head))
             bytes[PIPELINE_EMBEDDING] += ring(2) * (double)gpt_tied_weight_numel(&s) * f32;
@@ -430,10 +439,6 @@ void pipeline_bytes_formula(const run_config *cfg, mesh_shape shape, mesh_coord 
                                                              cfg->model.ctx, s.dim_local);
     }
     router_terms(cfg, shape, me, zero, &opts->moe, bytes);
-    if (opts->sequence_parallel)   /* on a CP rank's rows of its sequences */
-        bytes[PIPELINE_TP] += tp_sequence_bytes_added(&cfg->model, cfg->precision,
-                                                      cfg->batch / shape.dp,
-                                                      cfg->model.ctx / c, shape.tp);
 }
 
 /* ---- what was measured ---------------------------------------------------------------- */

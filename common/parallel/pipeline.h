@@ -43,6 +43,7 @@ typedef enum {
     PIPELINE_FAULT_SKIP_REPLICATE_REDUCE,  /* HSDP: replicas keep their own sums */
     PIPELINE_FAULT_EXPERT_GRADS_OVER_EP,   /* MoE: experts summed over ep, not expert_dp */
     PIPELINE_FAULT_COMBINE_MISORDER,       /* MoE: the combine's rows in expert order */
+    PIPELINE_FAULT_SP_OWN_PARTIAL,    /* SP: g-bar's reduce-scatter keeps its own partial */
 } pipeline_fault;
 
 typedef struct {
@@ -51,7 +52,7 @@ typedef struct {
     int chunks;               /* v: model chunks per rank (interleaved), else 1 */
     double stage_seconds;     /* the compute model (pp_execute.h); 0: off */
     int zero_stage;           /* ZeRO across the dp group (dp_grads.h): 0 DDP .. 3 FSDP */
-    int sequence_parallel;    /* --sp on the tp group (one stage) */
+    int sequence_parallel;    /* --sp on the tp group (its stages send T/tp rows) */
     cp_options cp;            /* the cp group's attention (a mesh with cp > 1) */
     moe_config moe;           /* MoE blocks over the ep group (experts 0: dense) */
     moe_routing_log *moe_log; /* MoE: where world rank 0 writes each step's routing, or

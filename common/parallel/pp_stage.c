@@ -26,7 +26,6 @@ void pp_stage_init(pp_stage *st, comm *pp, const gpt_shape *whole, int stage, in
         st->whole_batch = mem_alloc(MEM_OTHER, 2 * (size_t)micro_batch * st->T_whole * sizeof(int));
     }
     gpt_shape_split_stages(&st->shape, stages, stage);
-    st->boundary_numel = (size_t)micro_batch * T * whole->cfg.dim;
     st->precision = opts.precision;
     if (owns_state) {
         replica_init(&st->rep, &st->shape, seed, 1);
@@ -37,6 +36,7 @@ void pp_stage_init(pp_stage *st, comm *pp, const gpt_shape *whole, int stage, in
     }
     opts.max_slots = max_in_flight;
     st->model = gpt_model_create(&st->shape, micro_batch, T, &opts);
+    st->boundary_numel = gpt_stage_boundary_numel(st->model);   /* SP: T/tp rows of each */
 }
 
 void pp_stage_free(pp_stage *st) {

@@ -32,7 +32,8 @@ typedef struct {
     gpt_model *model;      /* activations: one slot per micro-batch in flight */
     comm *pp;              /* pipeline group: virtual stage k is rank k % size */
     int micro_batch, T;    /* sequences per micro-batch, tokens per sequence */
-    size_t boundary_numel; /* one micro-batch's activations: micro_batch x T x dim */
+    size_t boundary_numel; /* one micro-batch's activations: micro_batch x T x dim
+                              (x 1/tp with sequence parallelism) */
     precision precision;   /* of the model: its boundary tensors travel in it */
     int drop_input_grad;   /* negative control: sends zeros instead of d(input) */
     int vshape;            /* the chunks are placed in a V (pp_schedule.h) */

@@ -103,20 +103,33 @@ double tp_bytes_formula(const gpt_config *m, precision p, int B_local, int T, in
     return ring_tp * tp_bytes + ring_dp * dp_bytes;
 }
 
+/* 2 all-gathers of the tokens' N x C inputs per block, again in backward */
+static double gathered_again(const gpt_config *m, precision p, double tokens, int layers,
+                             int tp) {
+    return (tp - 1.0) / tp * 2.0 * layers * tokens * m->dim * precision_bytes(p);
+}
+
+/* 2 C numbers per LayerNorm: 2 per block and the final one, all-reduced */
+static double layernorm_grads(const gpt_config *m, int layers, int final_ln, int tp) {
+    return 2.0 * (tp - 1) / tp * (2.0 * layers + final_ln) * 2 * m->dim * sizeof(float);
+}
+
 double tp_sequence_bytes_gathered_again(const gpt_config *m, precision p, int B_local, int T,
                                         int tp) {
-    const double N = (double)B_local * T;   /* 2 all-gathers of N x C per block */
-    return (tp - 1.0) / tp * 2.0 * m->layers * N * m->dim * precision_bytes(p);
+    return gathered_again(m, p, (double)B_local * T, m->layers, tp);
 }
 
 double tp_sequence_bytes_layernorm_grads(const gpt_config *m, int tp) {
-    /* 2 C numbers per LayerNorm: 2 per block and the final one, all-reduced */
-    return 2.0 * (tp - 1) / tp * (2.0 * m->layers + 1) * 2 * m->dim * sizeof(float);
+    return layernorm_grads(m, m->layers, 1, tp);
 }
 
 double tp_sequence_bytes_added(const gpt_config *m, precision p, int B_local, int T, int tp) {
-    return tp_sequence_bytes_gathered_again(m, p, B_local, T, tp) +
-           tp_sequence_bytes_layernorm_grads(m, tp);
+    return tp_sequence_stage_bytes_added(m, p, (double)B_local * T, m->layers, 1, tp);
+}
+
+double tp_sequence_stage_bytes_added(const gpt_config *m, precision p, double tokens,
+                                     int layers, int final_ln, int tp) {
+    return gathered_again(m, p, tokens, layers, tp) + layernorm_grads(m, layers, final_ln, tp);
 }
 
 double tp_sequence_bytes_formula(const gpt_config *m, precision p, int B_local, int T, int tp,

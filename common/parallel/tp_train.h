@@ -77,6 +77,10 @@ double tp_sequence_bytes_gathered_again(const gpt_config *m, precision p, int B_
                                         int tp);
 double tp_sequence_bytes_layernorm_grads(const gpt_config *m, int tp);
 double tp_sequence_bytes_added(const gpt_config *m, precision p, int B_local, int T, int tp);
+/* The same for one pipeline stage of `layers` blocks (final_ln: it holds the final
+ * LayerNorm) and one backward of `tokens` rows: what each micro-batch adds. */
+double tp_sequence_stage_bytes_added(const gpt_config *m, precision p, double tokens,
+                                     int layers, int final_ln, int tp);
 /* Full recomputation runs each block's forward again in backward, and its collectives
  * with it: 2 all-reduces of activations per block (with SP: 2 all-gathers and 2
  * reduce-scatters, the same bytes). */
