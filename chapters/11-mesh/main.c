@@ -119,8 +119,9 @@ static void check_or_exit(mesh_args *a, int world) {
                  " sequences)", why, a->shape.dp, a->cfg.batch / a->shape.dp, a->cfg.batch);
 }
 
-/* The issue's whole mesh, one dimension at a time on this one: what the model and the
- * trainers refuse so far, one line each (the default run's note). */
+/* The course's whole mesh, one dimension at a time on this one: the flags that add it,
+ * or why the model and the trainers refuse it so far, one line each (the default run's
+ * note). */
 static void print_left_out(const mesh_args *a, int world) {
     char why[512];
     mesh_args sp = *a, cp = *a, ep = *a;
@@ -129,15 +130,17 @@ static void print_left_out(const mesh_args *a, int world) {
     ep.shape.ep = 2;
     const mesh_args *tries[] = {&sp, &cp, &ep};
     const char *names[] = {"+ SP", "CP 2", "EP 2 (MoE)"};
+    const char *flags[] = {"add --sp", "add --cp 2", "add --ep 2 --moe-every 2"};
     printf("\nThe course's whole mesh (TP 2 + SP x CP 2 x PP 2 x DP 2, EP 2 with MoE every"
-           " other block) would add; not yet:\n");
+           " other block), one dimension at a time on this one:\n");
     ep.moe_every = 2;
     for (int i = 0; i < 3; i++) {
         if ((i == 0 && a->sp) || (i == 1 && mesh_cp_size(&a->shape) > 1)) continue;   /* trained here */
         const parallel_options po = parallel_of(tries[i]);
         const char *no = parallelize_check(&tries[i]->cfg, &tries[i]->shape, world, &po, why,
                                            sizeof why);
-        printf("  %-11s %s\n", names[i], no ? no : "trains (give its flags)");
+        printf("  %-11s %s%s\n", names[i], no ? "not yet: " : "trains: ",
+               no ? no : flags[i]);
     }
 }
 
