@@ -53,7 +53,8 @@ int exposed_at_least(const exposed_result *r, double band);
 void exposed_print(const exposed_setup *s, const exposed_result *r);
 
 /* ---- training runs on two tiers (runs.c) ----------------------------------------- */
-enum { ROW_TP, ROW_TP_OVERLAP, ROW_FSDP, ROW_FSDP_NODE, ROWS };
+enum { ROW_TP, ROW_TP_OVERLAP, ROW_FSDP, ROW_FSDP_NODE, ROW_HSDP, ROW_QWZ, ROW_HPZ, ROW_QGZ,
+       ROW_ZEROPP, ROWS };
 
 typedef struct {
     const char *name;
@@ -64,6 +65,8 @@ typedef struct {
     double reference_ms;                         /* the same run with no link model */
     double tier_bytes[COMM_NTIERS], tier_formula[COMM_NTIERS];   /* per step, largest rank */
     double worst;                                /* of its tolerance against the baseline */
+    int lossy;                                   /* qwZ, qgZ: worst is of the loss band */
+    double state_params;                         /* parameter bytes at rest, largest rank */
 } tier_row;
 
 typedef struct {

@@ -39,6 +39,30 @@
  * 10x that, and still 100x below the negative controls. */
 #define MIXED_TOL_LOSS 1e-3
 
+/* ---- ZeRO++ (zeropp.h): quantised collectives, lossy by design ----------------------
+ * Block quantisation with Q levels (int8: Q = 127, int4: Q = 7) rounds each element to
+ * the nearest multiple of its block's scale s = A / Q (A: the largest |x| of its block
+ * of b elements), so |x' - x| <= s / 2 = A / (2 Q) (quant_block_bound; b enters through
+ * A: the larger the block, the larger the value that sets its scale). Hence:
+ *   qwZ  every weight of step 1 within A_w / 254 of the master, A_w its block's largest
+ *        (b = ZEROPP_WEIGHT_BLOCK of one rank's shard): step 1's gradient is the
+ *        baseline's gradient at those weights, which the tests build by quantising each
+ *        shard serially; against it TOL_GRADS holds (fp32 reduction order alone);
+ *   qgZ  an element's gradient goes through N + d encodings (its N ranks' pieces inside
+ *        the nodes, then the d nodes' partial sums across), each adding at most its
+ *        block's A / 14: |g' - g| <= sum over ranks r of A_r / 14 + sum over nodes j of
+ *        A_j / 14 (b = ZEROPP_GRAD_BLOCK), plus TOL_GRADS; the tests compute the A's
+ *        from every rank's own step-1 gradient and hold each element to its sum.
+ * The loss then follows another path; the band below is what the tests and chapter 12
+ * hold a run's loss to, step by step, relative to fp32's (ZeRO-3's): measured
+ * ZEROPP_LOSS_MEASURED at most (qwZ, qgZ and all three, 2-8 ranks, up to 20 steps);
+ * the band is about 3x that, and the wrong-scale control leaves it. */
+#define ZEROPP_LOSS_MEASURED 1e-3
+#define ZEROPP_LOSS_BAND 3e-3
+/* The largest |loss - fp32's| / (ZEROPP_LOSS_BAND x fp32's) over the steps: 1 = at the
+ * band. */
+double zeropp_loss_band_fraction(const float *loss, const float *fp32_loss, int steps);
+
 typedef struct {
     double grads, loss, params;
 } run_tolerances;
