@@ -55,10 +55,11 @@
  *        from every rank's own step-1 gradient and hold each element to its sum.
  * The loss then follows another path; the band below is what the tests and chapter 12
  * hold a run's loss to, step by step, relative to fp32's (ZeRO-3's): measured
- * ZEROPP_LOSS_MEASURED at most (qwZ, qgZ and all three, 2-8 ranks, up to 20 steps);
- * the band is about 3x that, and the wrong-scale control leaves it. */
-#define ZEROPP_LOSS_MEASURED 1e-3
-#define ZEROPP_LOSS_BAND 3e-3
+ * ZEROPP_LOSS_MEASURED at most (qwZ, qgZ and all three: 4 ranks as 2 nodes of 2 over 20
+ * steps, test_zeropp; 8 as 2 of 4 over 3, chapter 12); the band is about 3x that, and
+ * the wrong-scale control (test_zeropp) leaves it 10x over. */
+#define ZEROPP_LOSS_MEASURED 3e-3
+#define ZEROPP_LOSS_BAND 1e-2
 /* The largest |loss - fp32's| / (ZEROPP_LOSS_BAND x fp32's) over the steps: 1 = at the
  * band. */
 double zeropp_loss_band_fraction(const float *loss, const float *fp32_loss, int steps);
