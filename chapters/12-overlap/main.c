@@ -91,7 +91,7 @@ static int table_part(const run_config *cfg, const dataset *data, const chapter_
         if (status) return status;
         if (!process_hosts_rank0()) continue;
         tier_table_print(cfg, &t);
-        *passed &= tier_table_passed(&t);
+        *passed &= tier_table_passed(cfg, &t);
     }
     return 0;
 }
