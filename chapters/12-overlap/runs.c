@@ -78,8 +78,9 @@ static double latency_seconds(const run_config *c, const row_run *rr) {
 static double zero_predict(const run_config *c, int row, double out[2]) {
     const gpt_shape shape = gpt_shape_make(&c->model, 1, 0);
     const int n = c->comm.ranks, K = row == ROW_FSDP_NODE ? n : c->comm.ranks_per_node;
-    return zeropp_step_predict(&shape, row_zero[row].zeropp, row_zero[row].hsdp, n, K,
-                               &c->comm, out);
+    const zeropp_links links = zeropp_links_of(&c->comm);
+    return zeropp_step_predict(&shape, row_zero[row].zeropp, row_zero[row].hsdp, n, K, &links,
+                               out);
 }
 
 /* Bytes per tier per step of the largest rank, by the formulas above. */

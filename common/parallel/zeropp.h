@@ -53,11 +53,17 @@ void zeropp_reduce_slab(zeropp *z, dp_grads *g, int slab, float *slab_grad);
  * (hsdp: FSDP inside each node, each piece of the gradient then all-reduced across),
  * on N ranks as nodes of K (K = N: one node). */
 void zeropp_tier_bytes(const gpt_shape *s, int pieces, int hsdp, int N, int K, double out[2]);
+/* Each tier's alpha (seconds a transfer) and beta (bytes a second). */
+typedef struct {
+    double alpha[2], beta[2];
+} zeropp_links;
+/* The tiers of o as comm_tier_seconds times them (link_scale included). */
+zeropp_links zeropp_links_of(const comm_options *o);
 /* The same and, on `links`, the step's alpha-beta seconds on the slowest rank, nothing
  * hidden: each call's transfers in sequence on the slowest link it waits on (a ring
  * over both nodes: the inter-node link), alpha per transfer plus bytes / beta. */
 double zeropp_step_predict(const gpt_shape *s, int pieces, int hsdp, int N, int K,
-                           const comm_options *links, double bytes[2]);
+                           const zeropp_links *links, double bytes[2]);
 /* hpZ's secondary shards on the rank holding the most: 4 x its node-pieces of the blocks. */
 double zeropp_hpz_extra_bytes(const gpt_shape *s, int K);
 

@@ -10,6 +10,7 @@
  * reduces every slab once. */
 #include "zeropp.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 enum { RING_SLICE = 1 << 18 };   /* comm_internal.h's COMM_SLICE_ELEMENTS */
@@ -33,7 +34,7 @@ typedef struct {
     const gpt_shape *s;
     int pieces, hsdp, N, K, d;
     int w, node, local;   /* the rank counted */
-    const comm_options *links;   /* for the time, or NULL */
+    const zeropp_links *links;   /* for the time, or NULL */
     double sent[2], seconds;
 } step_count;
 
@@ -42,8 +43,7 @@ typedef struct {
 static void add_call(step_count *c, comm_tier tier, double bytes, int steps, comm_tier slowest) {
     c->sent[tier] += bytes;
     if (!c->links || steps == 0) return;
-    const double alpha = comm_tier_seconds(c->links, slowest, 0);
-    c->seconds += steps * alpha + comm_tier_seconds(c->links, slowest, (size_t)bytes) - alpha;
+    c->seconds += steps * c->links->alpha[slowest] + bytes / c->links->beta[slowest];
 }
 
 static void add(step_count *c, comm_tier tier, double bytes) {   /* inside a node, K - 1 steps */
@@ -98,8 +98,19 @@ static void count_step(step_count *c) {
     for (int slab = 0; slab < gpt_num_slabs(s); slab++) reduce(c, slab);
 }
 
+zeropp_links zeropp_links_of(const comm_options *o) {
+    zeropp_links l;
+    const double scale = o->link_scale > 0 ? o->link_scale : 1.0;
+    for (int t = 0; t < 2; t++) {   /* comm_tier_seconds' figures: none, no time */
+        const comm_link_figures f = comm_link_spec(comm_tier_link(o, (comm_tier)t));
+        l.alpha[t] = f.bandwidth > 0 ? scale * f.latency : 0;
+        l.beta[t] = f.bandwidth > 0 ? f.bandwidth / scale : INFINITY;
+    }
+    return l;
+}
+
 double zeropp_step_predict(const gpt_shape *s, int pieces, int hsdp, int N, int K,
-                           const comm_options *links, double bytes[2]) {
+                           const zeropp_links *links, double bytes[2]) {
     double seconds = 0;
     bytes[0] = bytes[1] = 0;
     for (int w = 0; w < N; w++) {
