@@ -7,7 +7,8 @@
  *     bound + TOL_GRADS;
  *   bytes per tier per step equal to zeropp_tier_bytes to the byte, FSDP and HSDP too;
  *   hpZ's parameter bytes at rest exceed FSDP's by zeropp_hpz_extra_bytes exactly;
- *   the loss of all three pieces over 20 steps within ZEROPP_LOSS_BAND of fp32 ZeRO-3's.
+ *   the loss of all three pieces over 20 steps within ZEROPP_LOSS_BAND of fp32 ZeRO-3's
+ *     (and the longer runs' band, on the mean, by hand).
  * Negative controls: a doubled block scale on the wire (qwZ, qgZ) leaves the gradient
  * bound; hpZ gathering across the nodes leaves the bytes formula. */
 #include <check.h>
@@ -238,6 +239,25 @@ START_TEST(loss_curve_within_the_band) {
 }
 END_TEST
 
+/* The band past ZEROPP_BAND_STEPS steps is the mean's: steps 3% apart either way pass,
+ * a curve 3% above all along does not (the control). */
+START_TEST(long_runs_are_held_by_their_mean) {
+    enum { STEPS = ZEROPP_BAND_STEPS + 10 };
+    float fp32[STEPS], noisy[STEPS], shifted[STEPS];
+    for (int i = 0; i < STEPS; i++) {
+        fp32[i] = 5.0f - 0.1f * (float)i;
+        noisy[i] = fp32[i] * (i % 2 ? 1.03f : 0.97f);
+        shifted[i] = fp32[i] * 1.03f;
+    }
+    const double f = zeropp_loss_band_fraction(noisy, fp32, STEPS);
+    const double g = zeropp_loss_band_fraction(shifted, fp32, STEPS);
+    printf("%d steps: +-3%% step by step at %.2f of the mean's band; 3%% above all along at"
+           " %.2f\n", STEPS, f, g);
+    ck_assert(f <= 1);
+    ck_assert(g > 1);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("zeropp");
     TCase *tc = tcase_create("zeropp");
@@ -245,6 +265,7 @@ int main(void) {
     tcase_add_test(tc, step1_gradients_bytes_and_memory);
     tcase_add_test(tc, negative_controls_fail);
     tcase_add_test(tc, loss_curve_within_the_band);
+    tcase_add_test(tc, long_runs_are_held_by_their_mean);
     suite_add_tcase(s, tc);
     return check_run(s, 0);
 }

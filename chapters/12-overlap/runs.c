@@ -191,7 +191,8 @@ void tier_table_print(const run_config *cfg, const tier_table *t) {
     }
     printf("  (tol: of the run's tolerance against the baseline; ZeRO++ qwZ, qgZ and all three"
            " quantise on purpose:\n   of the loss band, %.0e of the baseline's loss at every"
-           " step)\n", ZEROPP_LOSS_BAND);
+           " step up to %d steps, %.0e of its mean beyond)\n", ZEROPP_LOSS_BAND,
+           ZEROPP_BAND_STEPS, ZEROPP_MEAN_BAND);
     print_against_paper(cfg, t);
 }
 
