@@ -1,6 +1,7 @@
 #include "fsdp.h"
 
 #include "alloc.h"
+#include "fsdp_fp8.h"
 #include "ops_mixed.h"
 
 /* One slab gathered from every rank's piece into a temporary whole copy. */
@@ -8,6 +9,7 @@ typedef struct {
     void *whole;            /* tagged params; exists only while the slab is in use (the
                                compute weights: 16-bit in mixed precision) */
     comm_request *pending;  /* a prefetch still in flight */
+    fsdp_fp8_block fp8;     /* forward's block in FP8 (fsdp_fp8.h), else empty */
 } gathered_slab;
 
 /* backward: the gather for backward's use (ZeRO++'s hpZ gathers inside the node). */
@@ -17,7 +19,10 @@ static void gather_start(zero_rank *z, gathered_slab *g, int slab, int async, in
     const void *piece = dp_grads_compute_piece(&z->dp, slab);
     g->whole = mem_alloc_on(MEM_DEVICE, MEM_PARAMS, n * precision_bytes(p));
     g->pending = NULL;
-    if (z->zpp) zeropp_gather(z->zpp, &z->dp, slab, backward, g->whole);   /* blocking */
+    g->fp8 = (fsdp_fp8_block){0};
+    const int block = slab != gpt_embed_slab(&z->shape) && slab != gpt_final_slab(&z->shape);
+    if (!backward && block && fsdp_fp8_gathers(&z->dp)) fsdp_fp8_gather(&z->dp, slab, g->whole, &g->fp8);
+    else if (z->zpp) zeropp_gather(z->zpp, &z->dp, slab, backward, g->whole);   /* blocking */
     else if (async) g->pending = comm_allgather_start(z->dp.group, piece, g->whole, n, comm_dtype_of(p));
     else comm_allgather(z->dp.group, piece, g->whole, n, comm_dtype_of(p));
 }
@@ -29,6 +34,7 @@ static void *gather_ready(gathered_slab *g) {
 }
 
 static void gather_free(gathered_slab *g) {
+    fsdp_fp8_release(&g->fp8);
     mem_free(g->whole);
     g->whole = NULL;
 }

@@ -16,10 +16,10 @@
 enum { RING_SLICE = 1 << 18 };   /* comm_internal.h's COMM_SLICE_ELEMENTS */
 
 static double piece(size_t c, int n, int p) { return (double)comm_shard(c, n, ((p % n) + n) % n, NULL); }
-static double ring_allgather(size_t c, int n, int p) { return n > 1 ? (double)c - piece(c, n, p + 1) : 0; }
+double ring_allgather(size_t c, int n, int p) { return n > 1 ? (double)c - piece(c, n, p + 1) : 0; }
 static double ring_reduce_scatter(size_t c, int n, int p) { return n > 1 ? (double)c - piece(c, n, p) : 0; }
 
-static double ring_allreduce(size_t c, int n, int p) {
+double ring_allreduce(size_t c, int n, int p) {
     if (n < 2) return 0;
     const size_t slab = (size_t)n * RING_SLICE;
     double sent = 0;
