@@ -15,6 +15,8 @@
 #include "fits.h"
 #include "tables.h"
 #include "tolerances.h"
+#include "fp8_linear.h"
+#include "fsdp_fp8.h"
 #include "zero_train.h"
 
 static const char *const stage_choices[] = {"all", "0", "1", "2", "3", NULL};
@@ -81,6 +83,25 @@ static void print_zeropp(const run_config *cfg, const strategy_outcome *runs, in
         if (pieces & ZEROPP_HPZ)
             printf("hpZ's secondary shards: %.0f B a rank (formula: 4 x its node-pieces of the"
                    " blocks), in the params column\n", zeropp_hpz_extra_bytes(&s, K));
+    }
+}
+
+/* Stage 3 under --precision fp8 with a current-scaling recipe gathers FP8 weights
+ * (fsdp_fp8.h): its bytes next to their formula. */
+static void print_fp8_gather(const run_config *cfg, const strategy_outcome *runs, int n) {
+    fp8_recipe recipe;
+    if (!cfg->fp8 || !fp8_linear_active(&recipe) || !fp8_linear_takes_given_weights()) return;
+    const gpt_shape s = gpt_shape_make(&cfg->model, 1, 0);
+    for (int i = 0; i < n; i++) {
+        if (zero_extra_of(&runs[i])->opts.stage != 3) continue;
+        double f[2];
+        fsdp_fp8_gather_bytes(&s, recipe, runs[i].world_size, f);
+        printf("\nzero3 in fp8 (%s) gathers the blocks' linears in forward as E4M3 codes with the"
+               " whole weights'\nscales (backward's gathers stay bf16): all-gather %.0f B a step"
+               " (formula %.0f), its all-reduces\n(the blocks' weight amaxes, LayerNorms and biases)"
+               " %.0f B (formula %.0f)\n",
+               fp8_recipe_name(recipe), runs[i].comm_bytes[COMM_KIND_ALLGATHER], f[0],
+               runs[i].comm_bytes[COMM_KIND_ALLREDUCE], f[1]);
     }
 }
 
@@ -154,6 +175,7 @@ static int rank_main(comm *world, void *argument) {
             print_comm_table(&a->cfg, backend, comm_bytes_are_modelled(world), runs,
                              a->num_stages);
             print_zeropp(&a->cfg, runs, a->num_stages);
+            print_fp8_gather(&a->cfg, runs, a->num_stages);
             print_verdict(&a->cfg, tol, runs, a->num_stages);
         }
         for (int i = 0; i < a->num_stages; i++)
