@@ -44,6 +44,22 @@ chapter2="$programs"/chapter2
 if [ -x "$chapter2" ]; then
     expect_error "$chapter2" "--estimate 1e308: must be at most 1e+15" --estimate 1e308 --world 1000000000
     expect_error "$chapter2" "--gpu-mem 1e300: must be at most 1e+06" --estimate 7e9 --world 8 --gpu-mem 1e300
+    # ZeRO++: options of ZeRO-3 alone, fp32, no prefetch, hpZ on two or more nodes
+    tiers=(--link-intra nvlink --link-inter ib --ranks-per-node 2)
+    expect_error "$chapter2" "--zeropp qwZ: ZeRO++ is an option of ZeRO-3 (valid with --stage 3)" --zeropp qwz
+    expect_error "$chapter2" "--zeropp qgZ: ZeRO++ is an option of ZeRO-3" --stage 2 --zeropp qgz
+    expect_error "$chapter2" "--zeropp qwz,foo: no piece 'foo' (valid: qwz, hpz, qgz" --stage 3 --zeropp qwz,foo
+    expect_error "$chapter2" "--zeropp hpz,hpz: twice 'hpz'" --stage 3 --zeropp hpz,hpz
+    expect_error "$chapter2" "--zeropp hpZ: hpZ's secondary shard lives inside a node" --stage 3 --zeropp hpz
+    if [ -z "$mpi" ]; then   # one node of 4; the tiers are modelled on threads only
+        expect_error "$chapter2" "--zeropp hpZ: hpZ's secondary shard lives inside a node" --ranks 4 --stage 3 --zeropp hpz --link-intra nvlink --link-inter ib --ranks-per-node 4
+        expect_error "$chapter2" "--zeropp qgZ: ZeRO++ is an option of ZeRO-3" --ranks 4 --stage 2 --zeropp qgz "${tiers[@]}"
+    else
+        expect_error "$chapter2" "--zeropp hpz with --ranks-per-node: the two tiers of links are modelled on the threads backend" --stage 3 --zeropp hpz --link-intra nvlink --link-inter ib --ranks-per-node 1
+    fi
+    expect_error "$chapter2" "--zeropp qwZ: the int8 and int4 block codecs take fp32" --stage 3 --zeropp qwz --precision bf16
+    expect_error "$chapter2" "--prefetch with --zeropp qgZ: the quantised gathers block" --stage 3 --zeropp qgz --prefetch
+    expect_error "$chapter2" "--zeropp qwz with --estimate: the estimate trains nothing" --estimate 7e9 --world 8 --zeropp qwz
 fi
 chapter3="$programs"/chapter3
 [ -x "$chapter3" ] && [ -z "$mpi" ] && expect_error "$chapter3" "TP sizes that work on 4 ranks: 1, 2\$" --ranks 4 --heads 6 --dim 96 --tp 4
@@ -440,6 +456,8 @@ if [ -x "$chapter12" ] && [ -z "$mpi" ]; then
     expect_error "$chapter12" "--ranks-per-node 8 of 8 ranks: chapter 12 needs 2 or more nodes" --ranks 8 --link-intra nvlink --link-inter ib --ranks-per-node 8
     expect_error "$chapter12" "--steps does nothing with --part layer" --ranks 8 --part layer --steps 3
     expect_error "$chapter12" "--json does nothing in chapter12" --ranks 8 --json
+    expect_error "$chapter12" "--svg p.svg with --part layer: the plot is the table's" --ranks 8 --part layer --svg p.svg
+    expect_error "$chapter12" "--svg $scratch/no/p.svg: cannot write there" --ranks 8 --svg "$scratch/no/p.svg"
 fi
 # chapter 9's context-parallel flags (chapters/09-sequence/context.c): sizes that do not
 # split the ranks, the sequence or the heads, a split Ulysses does not take, and the

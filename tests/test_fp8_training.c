@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "fsdp_fp8.h"
 #include "baseline.h"
 #include "check_run.h"
 #include "compare.h"
@@ -279,6 +280,46 @@ START_TEST(ddp_and_zero3_equal_the_fp8_baseline) {
 }
 END_TEST
 
+/* ZeRO-3 gathers blockwise FP8 weights (fsdp_fp8.h): equal to the FP8 baseline within
+ * its tolerances, the all-gather and all-reduce bytes per step equal to their formula;
+ * control: scales from the amaxes summed, not their max, miss the baseline. */
+START_TEST(zero3_gathers_fp8_weights) {
+    dataset *d = dataset_builtin();
+    const fp8_recipe blockwise = FP8_BLOCKWISE;
+    fp8_linear_use(&blockwise);
+    run_config cfg = fp8_config(1);
+    baseline_run *b = baseline_train(&cfg, d);
+    const gpt_shape s = gpt_shape_make(&cfg.model, 1, 0);
+    for (int ranks = 2; ranks <= 3; ranks++) {
+        cfg.comm.ranks = ranks;
+        strategy_outcome o = launch_zero(&cfg, d, (zero_options){.stage = 3});
+        compare_to_baseline(&o.result, b, o.loss, o.first_grads, o.final_params);
+        double f[2];
+        fsdp_fp8_gather_bytes(&s, FP8_BLOCKWISE, ranks, f);
+        const double ag = o.comm_bytes[COMM_KIND_ALLGATHER], ar = o.comm_bytes[COMM_KIND_ALLREDUCE];
+        const double worst = run_worst_fraction_of(&o.result, tolerances_for(&cfg));
+        printf("fp8 blockwise zero3, %d ranks, FP8 weights gathered: %.2f of the tolerance;"
+               " all-gather %.0f B/step (formula %.0f), all-reduce %.0f (formula %.0f)\n",
+               ranks, worst, ag, f[0], ar, f[1]);
+        ck_assert_double_le(worst, 1);
+        ck_assert(ag == f[0] && ar == f[1]);
+        zero_outcome_free(&o);
+    }
+    cfg.comm.ranks = 2;
+    fsdp_fp8_test_local_amax(1);
+    strategy_outcome o = launch_zero(&cfg, d, (zero_options){.stage = 3});
+    fsdp_fp8_test_local_amax(0);
+    compare_to_baseline(&o.result, b, o.loss, o.first_grads, o.final_params);
+    const double control = run_worst_fraction_of(&o.result, tolerances_for(&cfg));
+    printf("control (amaxes summed, not their max): %.3g of the tolerance\n", control);
+    ck_assert(control > 1);
+    zero_outcome_free(&o);
+    fp8_linear_use(NULL);
+    baseline_free(b);
+    dataset_free(d);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("fp8 training");
     TCase *t = tcase_create("fp8");
@@ -287,6 +328,7 @@ int main(void) {
     tcase_add_test(t, delayed_scaling_takes_the_amax_history);
     tcase_add_test(t, the_fp8_baseline_stays_within_one_percent_of_bf16);
     tcase_add_test(t, ddp_and_zero3_equal_the_fp8_baseline);
+    tcase_add_test(t, zero3_gathers_fp8_weights);
     suite_add_tcase(s, t);
     return check_run(s, 0);
 }

@@ -5,7 +5,7 @@
  * sum of the n pieces' bounds for the reduce-scatter), and the bytes each rank sends
  * equal (n-1) E; negative control: the reference with the wrong block size differs.
  * On 2 nodes of 2: the bytes across the nodes of qwZ and qgZ against fp16's, each equal
- * to its formula. */
+ * to its formula. qgZ in two hops likewise (qgz_in_two_hops_matches_the_reference). */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -113,7 +113,7 @@ static qc_case run_case(int ranks, quant_wire w, size_t reference_block) {
 }
 
 START_TEST(qwz_and_qgz_match_the_reference) {
-    const quant_wire wires[2] = {{QUANT_INT8, 64}, {QUANT_INT4, 32}};
+    const quant_wire wires[2] = {{QUANT_INT8, 64, 0}, {QUANT_INT4, 32, 0}};
     for (int k = 0; k < 2; k++) {
         const qc_case q = run_case(_i, wires[k], wires[k].block);
         printf("%d ranks, int%d blocks of %zu: all-gather and reduce-scatter %s the serial"
@@ -128,7 +128,7 @@ START_TEST(qwz_and_qgz_match_the_reference) {
 END_TEST
 
 START_TEST(wrong_block_reference_differs) {
-    const qc_case q = run_case(3, (quant_wire){QUANT_INT8, 64}, 32);
+    const qc_case q = run_case(3, (quant_wire){QUANT_INT8, 64, 0}, 32);
     printf("negative control: the reference in blocks of 32 against a wire of 64: %s\n",
            q.equal ? "equal (the check is blind)" : "differs");
     ck_assert(!q.equal);
@@ -153,7 +153,7 @@ static double inter_sent(comm *c) {
 
 static int tiers_main(comm *c, void *arg) {
     tier_bytes *t = arg;
-    const quant_wire w8 = {QUANT_INT8, 64}, w4 = {QUANT_INT4, 32};
+    const quant_wire w8 = {QUANT_INT8, 64, 0}, w4 = {QUANT_INT4, 32, 0};
     float *full = mem_alloc(MEM_OTHER, COUNT * sizeof(float));
     float *shard = mem_alloc(MEM_OTHER, COUNT * sizeof(float));
     uint16_t *half = mem_alloc(MEM_OTHER, 4 * COUNT * sizeof(uint16_t));
@@ -205,6 +205,106 @@ START_TEST(bytes_across_nodes) {
 }
 END_TEST
 
+/* qgZ in two hops (quant_reduce_scatter_hier) on d nodes of K: equal to the serial
+ * reference to the bit (each rank's piece of my shard through the codec, summed in local
+ * order inside each node; each node's sum through the codec, summed in node order),
+ * every element within the sum of the N + d encodings' bounds of the exact sum, bytes
+ * (K-1) d E inside a node and (d-1) E across; negative control: a doubled scale
+ * differs. */
+typedef struct {
+    int K, wrong_scale, equal;
+    double worst_bound, sent_error;
+} hier_case;
+
+static void check_hier(const hier_case *h, int d, const float *shard, size_t off,
+                       size_t len, hier_case *out) {
+    const quant_wire w = {QUANT_INT4, 32, 0};
+    float piece[COUNT], partial[COUNT], sum[COUNT] = {0};
+    double bound[COUNT] = {0}, exact[COUNT] = {0};
+    for (int j = 0; j < d; j++) {
+        memset(partial, 0, sizeof partial);
+        for (int l = 0; l < h->K; l++) {
+            const int r = j * h->K + l;
+            for (size_t i = 0; i < len; i++) piece[i] = value(r, off + i);
+            for (size_t i = 0; i < len; i++) {
+                partial[i] += through_codec(w, w.block, piece, len, i);
+                exact[i] += piece[i];
+                bound[i] += quant_block_bound(w.bits, block_absmax(piece, len, w.block, i));
+            }
+        }
+        for (size_t i = 0; i < len; i++) {
+            sum[i] += through_codec(w, w.block, partial, len, i);
+            bound[i] += quant_block_bound(w.bits, block_absmax(partial, len, w.block, i));
+        }
+    }
+    for (size_t i = 0; i < len; i++) {
+        out->equal &= shard[i] == sum[i];
+        out->worst_bound = fmax(out->worst_bound, fabs(shard[i] - exact[i]) / (bound[i] + 1e-30));
+    }
+}
+
+static int hier_main(comm *c, void *arg) {
+    hier_case *h = arg;
+    const int n = comm_size(c), me = comm_rank(c), d = n / h->K;
+    const quant_wire w = {QUANT_INT4, 32, h->wrong_scale};
+    comm *node = comm_split(c, me / h->K, me, "node");
+    comm *cross = comm_split(c, me % h->K, me, "cross");
+    float *full = mem_alloc(MEM_OTHER, COUNT * sizeof(float));
+    float *shard = mem_alloc(MEM_OTHER, COUNT * sizeof(float));
+    void *scratch = mem_alloc(MEM_OTHER, quant_hier_scratch_bytes(node, cross, COUNT, w));
+    for (size_t i = 0; i < COUNT; i++) full[i] = value(me, i);
+    comm_stats_reset(c);
+    quant_reduce_scatter_hier(node, cross, w, full, shard, COUNT, scratch);
+    const comm_stats st = comm_stats_all(c);
+    size_t off, len = comm_shard(COUNT, n, me, &off);
+    hier_case mine = {.equal = 1};
+    for (int r = 0; r < n; r++) {   /* one rank at a time: through_codec's buffers are shared */
+        if (r == me) check_hier(h, d, shard, off, len, &mine);
+        comm_barrier(c);
+    }
+    const double E = (double)quant_encoded_bytes(QUANT_INT4, (COUNT + n - 1) / n, 32);
+    mine.sent_error = fabs((double)st.tier_sent[COMM_TIER_INTRA] - (h->K - 1) * d * E) +
+                      fabs((double)st.tier_sent[COMM_TIER_INTER] - (d - 1) * E);
+    double v[3] = {mine.equal ? 0 : 1, mine.worst_bound, mine.sent_error};
+    comm_allreduce(c, v, 3, COMM_F64, COMM_MAX);
+    if (me == 0) *h = (hier_case){h->K, h->wrong_scale, v[0] == 0, v[1], v[2]};
+    mem_free(scratch);
+    mem_free(shard);
+    mem_free(full);
+    comm_free(cross);
+    comm_free(node);
+    return 0;
+}
+
+static hier_case run_hier(int ranks, int K, int wrong_scale) {
+    hier_case h = {.K = K, .wrong_scale = wrong_scale};
+    comm_options o = comm_options_default();
+    o.ranks = ranks;
+    o.ranks_per_node = K;
+    o.timeout_seconds = 30;
+    ck_assert_int_eq(launch_threads(&o, hier_main, &h), 0);
+    return h;
+}
+
+START_TEST(qgz_in_two_hops_matches_the_reference) {
+    const int shapes[4][2] = {{4, 2}, {6, 2}, {6, 3}, {2, 1}};   /* ranks, K */
+    for (int k = 0; k < 4; k++) {
+        const hier_case h = run_hier(shapes[k][0], shapes[k][1], 0);
+        printf("qgZ in two hops, %d nodes of %d: %s the serial reference; worst error %.3f of"
+               " the bound; bytes per tier off the formula by %.0f\n",
+               shapes[k][0] / shapes[k][1], shapes[k][1], h.equal ? "equal" : "DIFFER FROM",
+               h.worst_bound, h.sent_error);
+        ck_assert(h.equal);
+        ck_assert(h.worst_bound <= 1);
+        ck_assert(h.sent_error == 0);
+    }
+    const hier_case bad = run_hier(4, 2, 1);
+    printf("negative control: a doubled scale on the wire: %s\n",
+           bad.equal ? "equal (the check is blind)" : "differs");
+    ck_assert(!bad.equal);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("quant_collectives");
     TCase *tc = tcase_create("collectives");
@@ -212,6 +312,7 @@ int main(void) {
     tcase_add_loop_test(tc, qwz_and_qgz_match_the_reference, 1, 6);
     tcase_add_test(tc, wrong_block_reference_differs);
     tcase_add_test(tc, bytes_across_nodes);
+    tcase_add_test(tc, qgz_in_two_hops_matches_the_reference);
     suite_add_tcase(s, tc);
     return check_run(s, 0);
 }

@@ -181,6 +181,22 @@ void print_comm_table(const run_config *cfg, const char *backend, int bytes_mode
     }
 }
 
+/* ZeRO++'s keys of a stage-3 run with --zeropp (docs/json.md). */
+static void json_zeropp(FILE *f, const run_config *cfg, const gpt_shape *shape,
+                        const strategy_outcome *o) {
+    const int pieces = zero_extra_of(o)->opts.zeropp;
+    if (!pieces) return;
+    const int N = o->world_size, K = cfg->comm.ranks_per_node > 0 ? cfg->comm.ranks_per_node : N;
+    char name[32];
+    double formula[2];
+    zeropp_tier_bytes(shape, pieces, 0, N, K, formula);
+    const double *m = o->result.tier_bytes_per_step;
+    fprintf(f, ",\n   \"zeropp\": {\"pieces\": \"%s\", \"tier_bytes_per_step\": {\"intra\": %.0f,"
+               " \"inter\": %.0f}, \"formula_tier_bytes\": {\"intra\": %.0f, \"inter\": %.0f},"
+               " \"hpz_extra_bytes\": %.0f}", zeropp_name(pieces, name, sizeof name), m[0], m[1],
+            formula[0], formula[1], pieces & ZEROPP_HPZ ? zeropp_hpz_extra_bytes(shape, K) : 0);
+}
+
 char *tables_json(const run_config *cfg, const strategy_outcome *runs, int n) {
     gpt_shape shape = gpt_shape_make(&cfg->model, 1, 0);
     const size_t P = gpt_num_params(&shape);
@@ -216,8 +232,10 @@ char *tables_json(const run_config *cfg, const strategy_outcome *runs, int n) {
                     plan.elements[k] / (double)P);
             first = 0;
         }
-        fprintf(f, "},\n   \"async_s_per_step\": %.9g, \"hidden_s_per_step\": %.9g}",
+        fprintf(f, "},\n   \"async_s_per_step\": %.9g, \"hidden_s_per_step\": %.9g",
                 o->async_seconds, o->hidden_seconds);
+        json_zeropp(f, cfg, &shape, o);
+        fprintf(f, "}");
     }
     fprintf(f, "]");
     fclose(f);

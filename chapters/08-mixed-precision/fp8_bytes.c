@@ -1,10 +1,14 @@
 /* Part 6e: bytes per parameter and ZeRO-3's all-gather bytes per step in fp32, bf16 and
- * FP8 (scales counted), from the model's shapes. FP8 covers the linears' weights (qkv,
+ * FP8 (scales counted), from the model's shapes; the FP8 rows are what ZeRO-3's FP8
+ * path sends (fsdp_fp8_gather_bytes: forward's blocks as codes, with the all-reduces of
+ * their amaxes and bf16 LayerNorms and biases; backward's in bf16), which chapter 2
+ * (--precision fp8 --stage 3) and tests/test_fp8_training.c measure equal to the byte. FP8 covers the linears' weights (qkv,
  * proj, fc, fc2 of every block); the embedding (the tied LM head), LayerNorms and
  * biases stay bf16, as in DeepSeek-V3 and Transformer Engine. */
 #include "mixed.h"
 
 #include "fp8_scaling.h"
+#include "fsdp_fp8.h"
 
 static const int bytes_recipes[FP8_BYTES_ROWS] = {-1, -1, FP8_TENSORWISE, FP8_ROWWISE,
                                                   FP8_BLOCKWISE};
@@ -66,6 +70,8 @@ void fp8_bytes(const run_config *cfg, fp8_report *r) {
         const double per_block = block_scales(&s, (fp8_recipe)bytes_recipes[i]);
         r->scales[i] = L * per_block;
         r->weight_bytes[i] = r->linear + 4 * r->scales[i] + 2 * r->other;
-        r->gather_bytes[i] = fp8_gather_bytes(&s, N, 1, per_block);
+        double sent[2];   /* what ZeRO-3 sends (fsdp_fp8.h), measured equal in chapter 2 */
+        fsdp_fp8_gather_bytes(&s, (fp8_recipe)bytes_recipes[i], N, sent);
+        r->gather_bytes[i] = sent[0] + sent[1];
     }
 }

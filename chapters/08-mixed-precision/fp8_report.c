@@ -140,9 +140,11 @@ static void print_bytes(const fp8_report *r) {
     }
     printf("(weights: the compute copy forward and backward read, FP8 codes + 4-byte scales for the"
            " linears;\n grads fp32 as Megatron keeps them; optimizer: fp32 masters (mixed"
-           " precision) and AdamW's m, v;\n all-gather: ZeRO-3 gathers every block twice a step,"
-           " the FP8 ones as codes plus scales)\n");
-    printf("FP8 halves the weights' copy and the all-gather again (about 1 byte of 2 for the"
+           " precision) and AdamW's m, v;\n all-gather: ZeRO-3 gathers every block twice a step;"
+           " in FP8 forward's as E4M3 codes with the whole weights'\n scales (their amaxes and the"
+           " blocks' bf16 LayerNorms and biases all-reduced, counted), backward's in bf16,\n as"
+           " its products are; chapter 2 --precision fp8 --stage 3 measures these bytes)\n");
+    printf("FP8 halves the weights' copy and forward's all-gather (about 1 byte of 2 for the"
            " linears), not\nthe model state: the fp32 masters, gradients and AdamW stay. Scales"
            " cost little: one a tensor, a\nrow, or a 128 x 128 block.\n");
 }

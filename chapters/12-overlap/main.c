@@ -3,9 +3,11 @@
  * Ethernet between (--link-intra, --link-inter, --ranks-per-node choose others).
  *   layer   TP's collective matmul (--tp-overlap K chunks): exposed communication per
  *           layer without and with chunks, against alpha-beta, TP across two nodes
- *   table   TP + SP with and without overlap, FSDP across two nodes and inside one:
- *           tokens/s, exposed communication and bytes per tier next to their
- *           predictions, each run against the single-device baseline */
+ *   table   TP + SP with and without overlap, FSDP across two nodes and inside one,
+ *           HSDP, ZeRO++'s pieces and all three: tokens/s, exposed communication and
+ *           bytes per tier next to their predictions, each run against the
+ *           single-device baseline; --svg FILE: time per step against the inter-node
+ *           bandwidth for FSDP, HSDP and ZeRO++ with the predicted crossings */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -19,6 +21,7 @@ enum { PART_ALL, PART_LAYER, PART_TABLE };
 
 typedef struct {
     int part, chunks;
+    const char *svg;
 } chapter_flags;
 
 static int runs(const chapter_flags *f, int part) { return f->part == PART_ALL || f->part == part; }
@@ -50,6 +53,10 @@ static void validate(run_config *cfg, const chapter_flags *f) {
     if (tp_overlap_check(f->chunks, cfg->model.ctx, t, err, sizeof err) ||
         tp_overlap_check(f->chunks, cfg->model.ctx, 2, err, sizeof err))   /* and part layer's */
         cli_fail("--tp-overlap %s", err);
+    if (f->svg && f->part == PART_LAYER)
+        cli_fail("--svg %s with --part layer: the plot is the table's (--part all or table)",
+                 f->svg);
+    if (f->svg) check_writable("svg", f->svg);   /* now, not after the runs */
     if (f->part == PART_LAYER) {
         static const char *const table_only[] = {"steps", "seed", "lr", "data", NULL};
         cli_refuse_in_mode("--part layer", table_only, "it trains nothing");
@@ -85,14 +92,23 @@ static int layer_part(const run_config *cfg, const chapter_flags *f, const comm_
 
 static int table_part(const run_config *cfg, const dataset *data, const chapter_flags *f,
                       const comm_link *inter, int links, int *passed) {
+    tier_table t[2];
     for (int i = 0; i < links; i++) {
-        tier_table t;
-        const int status = tier_table_run(cfg, data, f->chunks, inter[i], &t);
+        const int status = tier_table_run(cfg, data, f->chunks, inter[i], &t[i]);
         if (status) return status;
         if (!process_hosts_rank0()) continue;
-        tier_table_print(cfg, &t);
-        *passed &= tier_table_passed(&t);
+        tier_table_print(cfg, &t[i]);
+        run_config on = *cfg;
+        on.comm.link_inter = inter[i];
+        plot_print_crossings(&on, &t[i]);
+        *passed &= tier_table_passed(cfg, &t[i]);
     }
+    if (!f->svg || !process_hosts_rank0()) return 0;
+    if (plot_write_svg(f->svg, cfg, t, links)) {
+        fprintf(stderr, "chapter12: error: --svg %s: cannot write there\n", f->svg);
+        return 1;
+    }
+    printf("\nplot written to %s\n", f->svg);
     return 0;
 }
 
@@ -106,6 +122,8 @@ int main(int argc, char **argv) {
     const cli_option options[] = {
         {"part", OPT_CHOICE, &f.part, "which part to run", part_names, 0},
         {"tp-overlap", OPT_INT, &f.chunks, "chunks of TP's collective matmuls (default 4)", NULL, 1},
+        {"svg", OPT_STRING, &f.svg, "write time per step against inter-node bandwidth (FSDP,"
+         " HSDP, ZeRO++) as SVG", NULL, 0},
         {0},
     };
     static const char *const unused[] = {"json", "trace", NULL};

@@ -3,8 +3,10 @@
  *   exposed.c  TP's collective matmul layer by layer: exposed communication per layer
  *              with and without chunks, against alpha-beta (one chunk of n exposed)
  *   runs.c     whole training runs (TP + SP with and without overlap, FSDP across two
- *              nodes and inside one) on nvlink + ib and nvlink + ethernet: tokens/s,
- *              exposed communication, bytes per tier, each next to its prediction */
+ *              nodes and inside one, HSDP, ZeRO++) on nvlink + ib and nvlink +
+ *              ethernet: tokens/s, exposed communication, bytes per tier, each next to
+ *              its prediction
+ *   plot.c     time per step against the inter-node bandwidth (--svg), the crossings */
 #ifndef OVERLAP_H
 #define OVERLAP_H
 
@@ -53,7 +55,8 @@ int exposed_at_least(const exposed_result *r, double band);
 void exposed_print(const exposed_setup *s, const exposed_result *r);
 
 /* ---- training runs on two tiers (runs.c) ----------------------------------------- */
-enum { ROW_TP, ROW_TP_OVERLAP, ROW_FSDP, ROW_FSDP_NODE, ROWS };
+enum { ROW_TP, ROW_TP_OVERLAP, ROW_FSDP, ROW_FSDP_NODE, ROW_HSDP, ROW_QWZ, ROW_HPZ, ROW_QGZ,
+       ROW_ZEROPP, ROWS };
 
 typedef struct {
     const char *name;
@@ -64,6 +67,8 @@ typedef struct {
     double reference_ms;                         /* the same run with no link model */
     double tier_bytes[COMM_NTIERS], tier_formula[COMM_NTIERS];   /* per step, largest rank */
     double worst;                                /* of its tolerance against the baseline */
+    int lossy;                                   /* qwZ, qgZ: worst is of the loss band */
+    double state_params;                         /* parameter bytes at rest, largest rank */
 } tier_row;
 
 typedef struct {
@@ -76,7 +81,20 @@ typedef struct {
 int tier_table_run(const run_config *cfg, const dataset *data, int chunks, comm_link inter,
                    tier_table *out);
 void tier_table_print(const run_config *cfg, const tier_table *t);
-/* Every run within its tolerance and on its formula's bytes per tier (rel. 1e-3). */
-int tier_table_passed(const tier_table *t);
+/* Every run within its tolerance (the lossy ZeRO++ rows: the loss band) and on its
+ * formula's bytes per tier (TP's within 1e-3, ZeRO-3's to the byte), hpZ's memory on its
+ * formula. */
+int tier_table_passed(const run_config *cfg, const tier_table *t);
+
+/* ---- time per step against the inter-node bandwidth (plot.c) --------------------- */
+/* FSDP across both nodes (0), HSDP (1), ZeRO++ all three (2): predicted ms per step at
+ * inter-node bandwidth beta (bytes/s), compute_ms plus zeropp_step_predict's wire. */
+double plot_step_ms(const run_config *cfg, double compute_ms, int curve, double beta);
+/* Where curves a and b cross between 1e6 and 1e11 B/s: 1 and *beta, or 0 (none). */
+int plot_crossing(const run_config *cfg, double compute_ms, int a, int b, double *beta);
+/* The crossings in one line, and the three times at both ends. */
+void plot_print_crossings(const run_config *cfg, const tier_table *table);
+/* The SVG: the three lines, the measured steps of `count` tables as dots, the crossings. */
+int plot_write_svg(const char *path, const run_config *cfg, const tier_table *tables, int count);
 
 #endif

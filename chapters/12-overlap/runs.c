@@ -1,16 +1,18 @@
 /* Whole training runs on two tiers: TP + SP (tp = one node, dp across the nodes) with
- * and without the collective matmul, FSDP (ZeRO-3) across the nodes and inside one.
- * Each is compared with the single-device baseline, and next to its predictions:
+ * and without the collective matmul; FSDP (ZeRO-3) across the nodes and inside one;
+ * HSDP (ZeRO-3 inside each node, each gradient piece all-reduced across); ZeRO++'s qwZ,
+ * hpZ and qgZ, each alone and all three (zeropp.h). Each is compared with the
+ * single-device baseline (the lossy ones, qwZ and qgZ, by their loss against the band of
+ * tolerances.h), and next to its predictions:
  *   bytes per tier, largest rank: TP's collectives stay inside a node, the data-parallel
- *     all-reduce crosses (tp_sequence_bytes_formula without and with the dp term); a
- *     ring of FSDP over both nodes carries every rank's bytes on some link of each tier
- *     (its largest rank sends all on one); FSDP inside a node sends nothing across.
- *   wire time: alpha-beta of those bytes on their tiers plus alpha per ring step of the
- *     calls measured (the tier the group's ring crosses), nothing hidden;
+ *     all-reduce crosses (tp_sequence_bytes_formula without and with the dp term); the
+ *     ZeRO-3 rows by zeropp_tier_bytes, each call's pieces as the threads backend moves
+ *     them, to the byte;
+ *   wire time: alpha-beta of those bytes on their tiers plus alpha per transfer (TP: per
+ *     ring step of the calls measured; ZeRO-3: zeropp_step_predict), nothing hidden;
  *   tokens/s: the same run with no link model (the compute, measured) + the wire; the
  *     overlapped row less the hidden share of forward's SP collectives, (n-1)/n of them
- *     (exposed.c's formula). (No HSDP row: this mesh trainer does not reduce across
- *     shard groups yet; FSDP inside one node is what HSDP's shard group would run.) */
+ *     (exposed.c's formula). */
 #include "overlap.h"
 
 #include <math.h>
@@ -20,8 +22,18 @@
 #include "tp_train.h"
 #include "zero_train.h"
 
-static const char *const row_names[ROWS] = {"TP + SP", "TP + SP, overlap", "FSDP 2 nodes",
-                                            "FSDP 1 node"};
+static const char *const row_names[ROWS] = {
+    "TP + SP", "TP + SP, overlap", "FSDP 2 nodes", "FSDP 1 node", "HSDP", "ZeRO++ qwZ",
+    "ZeRO++ hpZ", "ZeRO++ qgZ", "ZeRO++ all"};
+/* The ZeRO-3 rows' options (from ROW_FSDP on). */
+static const zero_options row_zero[ROWS] = {
+    [ROW_FSDP] = {.stage = 3}, [ROW_FSDP_NODE] = {.stage = 3},
+    [ROW_HSDP] = {.stage = 3, .hsdp = 1}, [ROW_QWZ] = {.stage = 3, .zeropp = ZEROPP_QWZ},
+    [ROW_HPZ] = {.stage = 3, .zeropp = ZEROPP_HPZ}, [ROW_QGZ] = {.stage = 3, .zeropp = ZEROPP_QGZ},
+    [ROW_ZEROPP] = {.stage = 3, .zeropp = ZEROPP_ALL}};
+
+static double hpz_extra_measured(const tier_table *t);
+static void print_against_paper(const run_config *cfg, const tier_table *t);
 
 typedef struct {
     strategy_outcome o;
@@ -38,7 +50,7 @@ static int run_row(const run_config *cfg, const dataset *data, int row, int chun
                                  .tp_overlap_chunks = row == ROW_TP_OVERLAP ? chunks : 0};
         return tp_launch(cfg, data, cfg->comm.ranks_per_node, &opts, &rr->o);
     }
-    return zero_launch(cfg, data, &(zero_options){.stage = 3}, &rr->o);
+    return zero_launch(cfg, data, &row_zero[row], &rr->o);
 }
 
 static run_config row_config(const run_config *cfg, int row, int with_links) {
@@ -50,30 +62,32 @@ static run_config row_config(const run_config *cfg, int row, int with_links) {
     return c;
 }
 
-/* Calls per step x ring steps x alpha: a TP group's inside a node, the others on the
- * tier their ring crosses. */
-static double latency_seconds(const run_config *c, int row, const row_run *rr) {
+/* TP's calls per step x ring steps x alpha: a TP group's inside a node, the data-parallel
+ * all-reduce's across. */
+static double latency_seconds(const run_config *c, const row_run *rr) {
     const comm_options *o = &c->comm;
     const int n = c->comm.ranks, t = o->ranks_per_node, d = n / t;
-    const double *calls = rr->o.comm_calls;
     const double a_in = comm_tier_seconds(o, COMM_TIER_INTRA, 0);
     const double a_out = comm_tier_seconds(o, COMM_TIER_INTER, 0);
-    if (row == ROW_FSDP || row == ROW_FSDP_NODE) {
-        const double a = row == ROW_FSDP && d > 1 ? a_out : a_in;
-        return a * (n - 1) * (2 * calls[COMM_KIND_ALLREDUCE] + calls[COMM_KIND_ALLGATHER] +
-                              calls[COMM_KIND_REDUCE_SCATTER]);
-    }
     const tp_extra *x = &rr->x;
     return a_in * (t - 1) * (2 * x->allreduces_per_step + x->gathers_per_step) +
            a_out * 2 * (d - 1) * x->dp_allreduces_per_step;
+}
+
+/* A ZeRO-3 row's bytes per tier (largest rank) and alpha-beta seconds per step. */
+static double zero_predict(const run_config *c, int row, double out[2]) {
+    const gpt_shape shape = gpt_shape_make(&c->model, 1, 0);
+    const int n = c->comm.ranks, K = row == ROW_FSDP_NODE ? n : c->comm.ranks_per_node;
+    const zeropp_links links = zeropp_links_of(&c->comm);
+    return zeropp_step_predict(&shape, row_zero[row].zeropp, row_zero[row].hsdp, n, K, &links,
+                               out);
 }
 
 /* Bytes per tier per step of the largest rank, by the formulas above. */
 static void tier_formula(const run_config *c, int row, const row_run *rr, double out[2]) {
     const int n = c->comm.ranks, t = c->comm.ranks_per_node, d = n / t;
     if (row >= ROW_FSDP) {
-        out[COMM_TIER_INTRA] = rr->o.result.bytes_formula;
-        out[COMM_TIER_INTER] = row == ROW_FSDP && d > 1 ? rr->o.result.bytes_formula : 0;
+        zero_predict(c, row, out);
         return;
     }
     const int B = c->batch / d;
@@ -90,9 +104,9 @@ static double wire_seconds(const run_config *c, int row, const row_run *rr,
     const comm_options *o = &c->comm;
     const double beta_in = comm_link_spec(o->link).bandwidth / o->link_scale;
     const double beta_out = comm_link_spec(o->link_inter).bandwidth / o->link_scale;
-    const double bandwidth = row == ROW_FSDP ? bytes[COMM_TIER_INTER] / beta_out
-                             : bytes[COMM_TIER_INTRA] / beta_in + bytes[COMM_TIER_INTER] / beta_out;
-    return bandwidth + latency_seconds(c, row, rr);
+    if (row >= ROW_FSDP) return zero_predict(c, row, (double[2]){0});
+    return bytes[COMM_TIER_INTRA] / beta_in + bytes[COMM_TIER_INTER] / beta_out +
+           latency_seconds(c, rr);
 }
 
 /* Forward's SP collectives of one step that the collective matmul hides: (n-1)/n of
@@ -117,7 +131,13 @@ static void fill_row(const run_config *c, int row, int chunks, const row_run *rr
     out->wire_ms = 1e3 * wire;
     if (row == ROW_TP_OVERLAP) wire -= hidden_seconds(c, chunks);
     out->predicted_tokens_per_s = r->tokens_per_step / (1e-3 * reference_ms + wire);
+    out->state_params = rr->o.state[0];
     if (!b) return;
+    if (row_zero[row].zeropp & (ZEROPP_QWZ | ZEROPP_QGZ)) {   /* lossy: the loss band */
+        out->lossy = 1;
+        out->worst = zeropp_loss_band_fraction(rr->o.loss, b->loss, c->steps);
+        return;
+    }
     const int tp = row <= ROW_TP_OVERLAP ? c->comm.ranks_per_node : 1;
     const run_tolerances tol = row <= ROW_TP_OVERLAP ? tp_run_tolerances(c, tp, b)
                                                       : tolerances_for(c);
@@ -169,18 +189,52 @@ void tier_table_print(const run_config *cfg, const tier_table *t) {
                report_bytes(r->tier_bytes[COMM_TIER_INTER], out),
                report_bytes(r->tier_formula[COMM_TIER_INTER], fout), r->worst);
     }
+    printf("  (tol: of the run's tolerance against the baseline; ZeRO++ qwZ, qgZ and all three"
+           " quantise on purpose:\n   of the loss band, %.0e of the baseline's loss at every"
+           " step up to %d steps, %.0e of its mean beyond)\n", ZEROPP_LOSS_BAND,
+           ZEROPP_BAND_STEPS, ZEROPP_MEAN_BAND);
+    print_against_paper(cfg, t);
 }
 
-static int near(double measured, double formula) {
+/* ZeRO++ against the paper's cross-node bytes per step (Wang et al. 2023, fp16, M the
+ * model's bytes in fp16): FSDP 3M, qwZ 2M (both gathers in int8), hpZ 2M (backward's
+ * gather inside the node), qgZ 2.25M (the gradient in int4), all three 0.75M. Measured:
+ * the largest rank's, in the same M = 2P; this run gathers fp32, so its FSDP is 6M x
+ * (N-1)/N, and the ratios to FSDP are the comparable figures. And hpZ's memory. */
+static void print_against_paper(const run_config *cfg, const tier_table *t) {
+    static const int rows[5] = {ROW_FSDP, ROW_QWZ, ROW_HPZ, ROW_QGZ, ROW_ZEROPP};
+    static const double paper[5] = {3, 2, 2, 2.25, 0.75};
+    const gpt_shape s = gpt_shape_make(&cfg->model, 1, 0);
+    const double M = 2.0 * (double)gpt_num_params(&s);
+    const double fsdp = t->rows[ROW_FSDP].tier_bytes[COMM_TIER_INTER];
+    printf("  cross-node bytes per step against ZeRO++'s paper (M = the model in fp16, %.0f B):\n",
+           M);
+    for (int i = 0; i < 5; i++) {
+        const double inter = t->rows[rows[i]].tier_bytes[COMM_TIER_INTER];
+        printf("    %-12s measured %5.2fM (%.2f of FSDP's)   paper %4.2fM (%.2f of 3M)\n",
+               row_names[rows[i]], inter / M, inter / fsdp, paper[i], paper[i] / 3);
+    }
+    printf("  hpZ's secondary shards: %.0f B a rank measured (parameters at rest beyond FSDP's),"
+           " formula %.0f B\n", hpz_extra_measured(t), zeropp_hpz_extra_bytes(&s, cfg->comm.ranks_per_node));
+}
+
+/* TP's rows within 1e-3 of their formula; the ZeRO-3 rows to the byte. */
+static double hpz_extra_measured(const tier_table *t) {
+    return t->rows[ROW_HPZ].state_params - t->rows[ROW_FSDP].state_params;
+}
+
+static int near(int row, double measured, double formula) {
+    if (row >= ROW_FSDP) return measured == formula;
     return formula == 0 ? measured == 0 : fabs(measured / formula - 1) <= 1e-3;
 }
 
-int tier_table_passed(const tier_table *t) {
-    int ok = 1;
+int tier_table_passed(const run_config *cfg, const tier_table *t) {
+    const gpt_shape s = gpt_shape_make(&cfg->model, 1, 0);
+    int ok = hpz_extra_measured(t) == zeropp_hpz_extra_bytes(&s, cfg->comm.ranks_per_node);
     for (int i = 0; i < ROWS; i++) {
         const tier_row *r = &t->rows[i];
         ok &= r->worst <= 1;
-        for (int k = 0; k < COMM_NTIERS; k++) ok &= near(r->tier_bytes[k], r->tier_formula[k]);
+        for (int k = 0; k < COMM_NTIERS; k++) ok &= near(i, r->tier_bytes[k], r->tier_formula[k]);
     }
     return ok;
 }

@@ -19,7 +19,8 @@
 
 typedef struct {
     quant_bits bits;
-    size_t block;   /* elements per scale */
+    size_t block;      /* elements per scale */
+    int wrong_scale;   /* negative control: every encoding's first scale sent doubled */
 } quant_wire;
 
 /* E: the encoded bytes of one shard of count elements on c. */
@@ -33,5 +34,21 @@ void quant_allgather(comm *c, quant_wire w, const float *shard, float *full, siz
  * codec. */
 void quant_reduce_scatter(comm *c, quant_wire w, const float *full, float *shard,
                           size_t count, void *scratch);
+
+/* qgZ in two hops, as ZeRO++ runs it: a group of N = K d ranks as d nodes of K (rank
+ * j K + l: node j, local index l); `node` holds this rank's node (K ranks, by local
+ * index), `cross` the d ranks of its local index (by node). Hop 1, inside the node: each
+ * rank encodes every one of the N shards of its full vector and sends local rank l' the
+ * d shards its column owns (j' K + l' for every node j'), an all-to-all of d E bytes a
+ * block; each decodes the K pieces of its column's shards and sums them in fp32, local
+ * rank order. Hop 2, across: those d partial sums encoded again and crossed in an
+ * all-to-all of E a block; each rank decodes the d pieces of its own shard and sums them,
+ * node order. The shards are comm_shard's over N, so the result lands where the flat
+ * quant_reduce_scatter puts it. Bytes sent per rank: (K-1) d E inside the node, (d-1) E
+ * across (the flat one sends (N-K) E across: K times as much). */
+size_t quant_hier_scratch_bytes(const comm *node, const comm *cross, size_t count,
+                                quant_wire w);
+void quant_reduce_scatter_hier(comm *node, comm *cross, quant_wire w, const float *full,
+                               float *shard, size_t count, void *scratch);
 
 #endif

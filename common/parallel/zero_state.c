@@ -12,8 +12,12 @@ zero_rank *zero_rank_create(comm *group, const gpt_shape *s, int local_batch, in
     /* stage 0 is DDP: its all-reduce is DDP's, in one bucket, after backward */
     const dp_grads_options dp = {.zero = opts->stage, .precision = opts->precision,
                                  .grad_precision = opts->grad_precision,
+                                 .replicate = opts->replicate,
                                  .fault = (dp_fault)opts->fault};
     dp_grads_init(&z->dp, group, s, seed, &dp);
+    z->zpp = opts->stage == 3 && opts->zeropp
+                 ? zeropp_create(&z->dp, opts->zeropp, opts->ranks_per_node, opts->zeropp_fault)
+                 : NULL;
     gpt_model_options model_opts = {.precision = opts->precision,
                                     .checkpoint_activations = opts->checkpoint_activations};
     z->model = gpt_model_create(s, local_batch, T, &model_opts);
@@ -23,6 +27,7 @@ zero_rank *zero_rank_create(comm *group, const gpt_shape *s, int local_batch, in
 void zero_rank_free(zero_rank *z) {
     if (!z) return;
     gpt_model_free(z->model);
+    zeropp_free(z->zpp);
     dp_grads_free(&z->dp);
     mem_free(z);
 }

@@ -18,6 +18,7 @@
 #include "checkpoint.h"
 #include "dp_grads.h"
 #include "model.h"
+#include "zeropp.h"
 
 /* Negative controls for the tests: each leaves out one step of the algorithm, and the
  * comparison with the baseline must then fail. */
@@ -33,6 +34,12 @@ typedef struct {
     precision grad_precision;     /* gradients held and reduced: fp32 or `precision` */
     int prefetch;                 /* stage 3: all-gather the next block during this one */
     int checkpoint_activations;   /* keep block inputs only, recompute in backward */
+    int zeropp;                   /* stage 3: ZeRO++'s pieces (zeropp.h: ZEROPP_QWZ ...) */
+    int hsdp;                     /* stage 3 on two tiers: shard inside a node, replicate
+                                     across (zero_train splits the world by node) */
+    int ranks_per_node;           /* zeropp and hsdp: the nodes (0: one of all ranks) */
+    zeropp_fault zeropp_fault;
+    comm *replicate;              /* HSDP: the replicas of this rank's shard group */
     zero_fault fault;
 } zero_options;
 
@@ -43,6 +50,7 @@ typedef struct {
     gpt_shape shape;
     zero_options opts;
     gpt_model *model;
+    zeropp *zpp;     /* stage 3 with ZeRO++'s pieces, else NULL */
 } zero_rank;
 
 /* Allocates what the stage stores (tagged params, grads, optimizer) and initialises

@@ -59,8 +59,15 @@ static void zero_step_checkpoint_state(void *arg, ckpt_state *out) {
     zero_checkpoint_state(((zero_step *)arg)->z, out);
 }
 
-/* The textbook bytes a rank sends per step: the stage's collectives in a ring. */
+/* The textbook bytes a rank sends per step: the stage's collectives in a ring; ZeRO++
+ * and HSDP: both tiers' bytes of zeropp_tier_bytes (to the byte). */
 static double zero_bytes_formula(const gpt_shape *shape, const zero_options *opts, int N) {
+    if (opts->stage == 3 && (opts->zeropp || opts->hsdp)) {
+        double tiers[2];
+        const int K = opts->ranks_per_node > 0 ? opts->ranks_per_node : N;
+        zeropp_tier_bytes(shape, opts->zeropp, opts->hsdp, N, K, tiers);
+        return tiers[0] + tiers[1];
+    }
     comm_plan plan = zero_comm_plan_grads(shape, opts->stage, opts->precision,
                                           opts->grad_precision);
     double bytes = 0;
@@ -74,6 +81,7 @@ void zero_train(comm *world, const run_config *cfg, const dataset *data,
     zero_options stage_opts = *options;
     stage_opts.precision = cfg->precision;   /* the run's */
     stage_opts.grad_precision = cfg->grad_precision;
+    stage_opts.ranks_per_node = cfg->comm.ranks_per_node;
     const zero_options *opts = &stage_opts;
     const int T = cfg->model.ctx;
     out->world_size = N;
@@ -89,7 +97,16 @@ void zero_train(comm *world, const run_config *cfg, const dataset *data,
     const mem_stats at_start = *mem;
     mem_stats_reset_peaks(mem);
 
-    zero_step step = {.z = zero_rank_create(world, &shape, count, T, cfg->seed, opts),
+    /* HSDP: ZeRO-3 over this rank's node, its pieces all-reduced across the nodes */
+    comm *node = NULL, *across = NULL;
+    if (opts->hsdp) {
+        const int K = opts->ranks_per_node > 0 ? opts->ranks_per_node : N;
+        node = comm_split(world, rank / K, rank, "hsdp-shard");
+        across = comm_split(world, rank % K, rank, "hsdp-replicate");
+        stage_opts.replicate = across;
+    }
+    zero_step step = {.z = zero_rank_create(node ? node : world, &shape, count, T, cfg->seed,
+                                            opts),
                       .cfg = cfg, .data = data, .first = (int)first, .count = count,
                       .first_grads = out->first_grads};
     train_strategy strategy = {.name = zero_strategy_name(opts->stage), .ctx = &step,
@@ -107,6 +124,8 @@ void zero_train(comm *world, const run_config *cfg, const dataset *data,
     /* checking: the whole parameters, then free everything of this stage */
     zero_gather_params(step.z, out->final_params);
     zero_rank_free(step.z);
+    comm_free(node);
+    comm_free(across);
     /* the largest rank of everything the tables show */
     strategy_outcome_measure_comm(out, world, &stats);
     strategy_outcome_measure_state(out, world, &at_start, &at_end);

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int fp8_on;
 static fp8_recipe fp8_current = FP8_BLOCKWISE;
@@ -46,6 +47,41 @@ int fp8_linear_active(fp8_recipe *recipe) {
 }
 
 void fp8_linear_test_unscaled(int on) { fp8_unscaled = on; }
+
+/* ---- weights quantised before the product (ZeRO-3's FP8 all-gather) ---------------- */
+enum { GIVEN_MAX = 8 };   /* two gathered blocks' four weights (a prefetch) */
+static _Thread_local struct {
+    const uint16_t *weight;
+    const uint8_t *codes;
+    const float *scales;
+} given[GIVEN_MAX];
+
+int fp8_linear_takes_given_weights(void) {
+    return fp8_on && fp8_current != FP8_DELAYED && !fp8_unscaled && fp8_outlier_factor == 1.0;
+}
+
+int fp8_linear_give_weight(const uint16_t *weight, const uint8_t *codes, const float *scales) {
+    for (int i = 0; i < GIVEN_MAX; i++)
+        if (!given[i].weight) {
+            given[i].weight = weight;
+            given[i].codes = codes;
+            given[i].scales = scales;
+            return 1;
+        }
+    return 0;
+}
+
+void fp8_linear_forget_weight(const uint16_t *weight) {
+    for (int i = 0; i < GIVEN_MAX; i++)
+        if (given[i].weight == weight) given[i].weight = NULL;
+}
+
+static int given_of(const uint16_t *weight) {
+    if (!fp8_linear_takes_given_weights()) return -1;
+    for (int i = 0; i < GIVEN_MAX; i++)
+        if (given[i].weight == weight) return i;
+    return -1;
+}
 
 void fp8_linear_outliers(double factor) { fp8_outlier_factor = factor; }
 
@@ -200,11 +236,17 @@ void fp8_linear_forward(uint16_t *out, const uint16_t *inp, const uint16_t *weig
     float *ws = w.scales + sw;
     x.codes = scratch->c;
     w.codes = scratch->c + nx;
+    const int g = given_of(weight);   /* codes and scales gathered already */
     precision_bf16_to_f32(x32, inp, nx);
-    precision_bf16_to_f32(w32, weight, nw);
+    if (g < 0) precision_bf16_to_f32(w32, weight, nw);
     if (fp8_outlier_factor != 1.0) fp8_outliers_apply(x32, w32, N, OC, IC, fp8_outlier_factor);
     quantize(scratch, FP8_ACTIVATION, &x, x32);
-    quantize(scratch, FP8_WEIGHT, &w, w32);
+    if (g >= 0) {
+        memcpy(w.codes, given[g].codes, nw);
+        memcpy(w.scales, given[g].scales, sw * sizeof *w.scales);
+    } else {
+        quantize(scratch, FP8_WEIGHT, &w, w32);
+    }
     const char *why = fp8_matmul(o32, &x, &w, ws);
     if (why) {   /* the recipes' blocks always nest: a caller's bug */
         fprintf(stderr, "fp8_linear_forward: %s\n", why);

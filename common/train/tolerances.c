@@ -54,3 +54,16 @@ run_tolerances tolerances_for_grads16(const run_config *cfg, int parts, double l
     allow_fp16_row_flips(cfg, largest_grad, &t);
     return tolerances_with_grads16(t, cfg, parts, largest_grad);
 }
+
+double zeropp_loss_band_fraction(const float *loss, const float *fp32_loss, int steps) {
+    double worst = 0, sum = 0, fp32_sum = 0;
+    for (int i = 0; i < steps; i++) {
+        const double f = fabs((double)loss[i] - fp32_loss[i]) /
+                         (ZEROPP_LOSS_BAND * fabs((double)fp32_loss[i]));
+        if (!(f <= worst)) worst = f;   /* a NaN loss: worst becomes NaN, and fails */
+        sum += loss[i];
+        fp32_sum += fp32_loss[i];
+    }
+    if (steps <= ZEROPP_BAND_STEPS) return worst;
+    return fabs(sum - fp32_sum) / (ZEROPP_MEAN_BAND * fabs(fp32_sum));
+}

@@ -39,6 +39,38 @@
  * 10x that, and still 100x below the negative controls. */
 #define MIXED_TOL_LOSS 1e-3
 
+/* ---- ZeRO++ (zeropp.h): quantised collectives, lossy by design ----------------------
+ * Block quantisation with Q levels (int8: Q = 127, int4: Q = 7) rounds each element to
+ * the nearest multiple of its block's scale s = A / Q (A: the largest |x| of its block
+ * of b elements), so |x' - x| <= s / 2 = A / (2 Q) (quant_block_bound; b enters through
+ * A: the larger the block, the larger the value that sets its scale). Hence:
+ *   qwZ  every weight of step 1 within A_w / 254 of the master, A_w its block's largest
+ *        (b = ZEROPP_WEIGHT_BLOCK of one rank's shard): step 1's gradient is the
+ *        baseline's gradient at those weights, which the tests build by quantising each
+ *        shard serially; against it TOL_GRADS holds (fp32 reduction order alone);
+ *   qgZ  an element's gradient goes through N + d encodings (its N ranks' pieces inside
+ *        the nodes, then the d nodes' partial sums across), each adding at most its
+ *        block's A / 14: |g' - g| <= sum over ranks r of A_r / 14 + sum over nodes j of
+ *        A_j / 14 (b = ZEROPP_GRAD_BLOCK), plus TOL_GRADS; the tests compute the A's
+ *        from every rank's own step-1 gradient and hold each element to its sum.
+ * The loss then follows another path, held against fp32's (ZeRO-3's, or the baseline's)
+ * by a band, empirical like MIXED_TOL_LOSS: in runs of up to ZEROPP_BAND_STEPS steps,
+ * every step within ZEROPP_LOSS_BAND of fp32's loss (measured ZEROPP_LOSS_MEASURED at
+ * most: qwZ, qgZ and all three, 4 ranks as 2 nodes of 2 over 20 steps in test_zeropp, 8
+ * as 2 of 4 over 3 in chapter 12; the wrong-scale control leaves it 10x over); in longer
+ * runs single steps drift apart (a 2-layer dim-64 model over 300 steps in chapter 2: one
+ * step 4.3% off, while the curves track), so the mean loss over the run within
+ * ZEROPP_MEAN_BAND of fp32's mean (measured there 0.61%, ZeRO++ the lower). Each band is
+ * about 3x what was measured. */
+#define ZEROPP_LOSS_MEASURED 3e-3
+#define ZEROPP_LOSS_BAND 1e-2
+#define ZEROPP_BAND_STEPS 20
+#define ZEROPP_MEAN_BAND 2e-2
+/* Of the band (1 = at it): up to ZEROPP_BAND_STEPS steps, the largest |loss - fp32's| /
+ * (ZEROPP_LOSS_BAND x fp32's); longer, |mean - fp32's mean| / (ZEROPP_MEAN_BAND x fp32's
+ * mean). A NaN loss gives NaN, which no band holds. */
+double zeropp_loss_band_fraction(const float *loss, const float *fp32_loss, int steps);
+
 typedef struct {
     double grads, loss, params;
 } run_tolerances;
