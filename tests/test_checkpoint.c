@@ -12,7 +12,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "alloc.h"
@@ -29,8 +28,7 @@
 #include "restart.h"
 #include "zero_state.h"
 
-
-
+enum { FUZZ_MUTATIONS = 8000 };   /* random header mutations parsed; none may crash */
 
 START_TEST(every_layout_loads_into_every_other_exactly) {
     run_config cfg = layout_tiny_config();
@@ -386,11 +384,11 @@ START_TEST(header_parser_survives_truncation_and_random_bytes) {
            " 1 in 61 of the data), %zu accepted\n", cuts, len, (unsigned long long)header_end,
            accepted);
     ck_assert_uint_eq(accepted, 0);
-    /* random mutations of the header and random files, for a bounded time */
+    /* random mutations of the header and random files: a fixed number, not a time
+     * bound, so that a busy machine tries as many (0.5 s here, 3 s under ASan) */
     uint64_t state = 12345;
     size_t tries = 0, parsed = 0;
-    const time_t stop = time(NULL) + 2;
-    while (time(NULL) < stop) {
+    while (tries < FUZZ_MUTATIONS) {
         size_t n = (size_t)(header_end < len ? header_end : len);
         char *buf = malloc(n);
         memcpy(buf, valid, n);
@@ -409,8 +407,7 @@ START_TEST(header_parser_survives_truncation_and_random_bytes) {
         free(buf);
         tries++;
     }
-    printf("fuzz: %zu mutated headers in 2 s, %zu parsed, no crash\n", tries, parsed);
-    ck_assert_uint_gt(tries, 100);
+    printf("fuzz: %zu mutated headers, %zu parsed, no crash\n", tries, parsed);
     free(valid);
 }
 END_TEST
