@@ -124,6 +124,7 @@ static int run_parts(const run_config *cfg, const dataset *data, const chapter_f
     if (runs(f, PART_FP8)) {
         fp8_local(cfg, data, &r->fp8);
         fp8_curves(cfg, data, f->fp8_steps, &r->fp8);
+        fp8_gradient_errors(cfg, data, &r->fp8);
         fp8_bytes(cfg, &r->fp8);
     }
     return status;
