@@ -85,12 +85,13 @@ static hand_diff against_by_hand(int row, fp8_format grad_format, const uint16_t
     return d;
 }
 
-/* One linear's backward in bf16 with FP8 on under recipe r and format f. */
-static void backward(fp8_recipe r, fp8_training_format f, uint16_t *dinp, float *dweight,
-                     const uint16_t *dy, const uint16_t *x, const uint16_t *w) {
+/* One linear's backward in bf16 with FP8 on under recipe r and format f, as `site`
+ * (FP8_NO_SITE: the LM head's, bf16 whatever the format). */
+static void backward(fp8_recipe r, fp8_training_format f, int site, uint16_t *dinp,
+                     float *dweight, const uint16_t *dy, const uint16_t *x, const uint16_t *w) {
     fp8_linear_format(f);
     fp8_linear_use(&r);
-    fp8_linear_site(0);
+    fp8_linear_site(site);
     memset(dweight, 0, OC * IC * sizeof *dweight);
     mixed_linear_backward(PRECISION_BF16, dinp, dweight, NULL, dy, x, w, N, IC, OC);
     fp8_linear_use(NULL);
@@ -108,12 +109,15 @@ START_TEST(hybrid_backward_is_the_e5m2_product_by_hand) {
     const fp8_recipe recipes[] = {FP8_TENSORWISE, FP8_ROWWISE};
     for (int i = 0; i < 2; i++) {
         const int row = recipes[i] == FP8_ROWWISE;
-        backward(recipes[i], FP8_FORMAT_HYBRID, dinp, dw, dy, x, w);
+        backward(recipes[i], FP8_FORMAT_HYBRID, 0, dinp, dw, dy, x, w);
         const hand_diff d = against_by_hand(row, FP8_E5M2, dinp, dw, dy, x, w);
         const hand_diff c = against_by_hand(row, FP8_E4M3, dinp, dw, dy, x, w);
-        backward(recipes[i], FP8_FORMAT_E4M3, dinp8, dw8, dy, x, w);
+        backward(recipes[i], FP8_FORMAT_E4M3, 0, dinp8, dw8, dy, x, w);
         int differ = 0;
         for (int k = 0; k < OC * IC; k++) differ += dw[k] != dw8[k];
+        backward(recipes[i], FP8_FORMAT_HYBRID, FP8_NO_SITE, dinp, dw, dy, x, w);
+        ck_assert_msg(memcmp(dw, dw8, sizeof dw) == 0 && memcmp(dinp, dinp8, sizeof dinp) == 0,
+                      "the head's backward (FP8_NO_SITE) is not bf16's under hybrid");
         printf("hybrid %-10s backward vs by hand (E5M2 dY): dinp %.2f bf16 ulp (limit 1),"
                " dweight %.3f of its bound; control, E4M3 dY by hand: %.3g ulp, %.3g;"
                " e4m3's (bf16) dweight differs in %d of %d\n", fp8_recipe_name(recipes[i]),
