@@ -10,6 +10,8 @@
  *   forward. dweight is the fp32 sum of N products: |diff| <= N 2^-24 sum |terms|.
  *   The same reference with E4M3 for dY must miss by far (E5M2 keeps 2 mantissa
  *   bits): the control that the gradient's format is the one asserted.
+ * - delayed: dY's scale from a history of its own, not the activation's (the same
+ *   by-hand bound, with dY far below the activations).
  * - DDP against the hybrid baseline: tolerances.h's mixed-precision ones, as
  *   test_fp8_training's; the per-tensor recipes all-reduce dY's amax as the forward's
  *   activations, and without that all-reduce tensorwise DDP must exceed them. */
@@ -131,6 +133,35 @@ START_TEST(hybrid_backward_is_the_e5m2_product_by_hand) {
 }
 END_TEST
 
+/* delayed: dY has a history of its own per linear. After a forward has recorded the
+ * activation's amax (~4), a first backward with dY ~ 2^-40 scales dY from its own amax,
+ * as by hand; scaled from the activation's history (57344 / 4) it would fall below
+ * E5M2's subnormals (2^-16) and dinp would be 0, far outside the bound. */
+START_TEST(delayed_gradients_keep_their_own_history) {
+    static uint16_t dy[N * OC], x[N * IC], w[OC * IC], out[N * OC], dinp[N * IC];
+    static float dw[OC * IC];
+    unsigned seed = 5;
+    fill(dy, N * OC, 0x1p-40, &seed);
+    fill(x, N * IC, 1.0, &seed);
+    fill(w, OC * IC, 0.02, &seed);
+    const fp8_recipe delayed = FP8_DELAYED;
+    fp8_linear_format(FP8_FORMAT_HYBRID);
+    fp8_linear_use(&delayed);
+    fp8_linear_site(0);
+    fp8_linear_forward(out, x, w, NULL, N, IC, OC);
+    memset(dw, 0, sizeof dw);
+    mixed_linear_backward(PRECISION_BF16, dinp, dw, NULL, dy, x, w, N, IC, OC);
+    fp8_linear_use(NULL);
+    fp8_linear_format(FP8_FORMAT_E4M3);
+    fp8_linear_release_thread();
+    const hand_diff d = against_by_hand(0, FP8_E5M2, dinp, dw, dy, x, w);
+    printf("hybrid delayed, dY ~ 2^-40 after a forward: dinp %.2f bf16 ulp, dweight %.3f of"
+           " its bound\n", d.dinp_ulps, d.dweight_bounds);
+    ck_assert_double_le(d.dinp_ulps, 1);
+    ck_assert_double_le(d.dweight_bounds, 1);
+}
+END_TEST
+
 /* cfg's DDP run against b: the worst fraction of tolerance. */
 static double ddp_against(const run_config *cfg, const dataset *d, const baseline_run *b,
                           const char *what) {
@@ -189,6 +220,7 @@ int main(void) {
     TCase *t = tcase_create("hybrid");
     tcase_set_timeout(t, 300);
     tcase_add_test(t, hybrid_backward_is_the_e5m2_product_by_hand);
+    tcase_add_test(t, delayed_gradients_keep_their_own_history);
     tcase_add_test(t, hybrid_ddp_equals_the_hybrid_baseline);
     suite_add_tcase(s, t);
     return check_run(s, 0);
