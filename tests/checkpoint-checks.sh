@@ -271,10 +271,16 @@ verdict "resumed line (bf16 into fp32)" $(printf '%s' "$line" | grep -q 'at step
     >/dev/null 2>&1
 line=$("$build"/baseline ${model/--quiet/} --steps 3 --resume "$work/fp8" --precision fp8 \
     --fp8-recipe tensorwise 2>&1 >/dev/null | grep 'checkpoint:' | tr '\n' ' ')
-verdict "resumed line (fp8 tensorwise into the same)" $(printf '%s' "$line" | grep -q 'saved in fp8 (tensorwise) $'; echo $?) "$line"
+verdict "resumed line (fp8 tensorwise into the same)" $(printf '%s' "$line" | grep -q 'saved in fp8 (tensorwise, e4m3) $'; echo $?) "$line"
 line=$("$build"/baseline ${model/--quiet/} --steps 3 --resume "$work/fp8" --precision bf16 \
     2>&1 >/dev/null | grep 'checkpoint: warning')
-verdict "resumed line (fp8 tensorwise into bf16 warns)" $(printf '%s' "$line" | grep -q 'saved in fp8 tensorwise, resumed in bf16: the weights carry over, the FP8 scales start afresh$'; echo $?) "$line"
+verdict "resumed line (fp8 tensorwise into bf16 warns)" $(printf '%s' "$line" | grep -q 'saved in fp8 tensorwise e4m3, resumed in bf16: the weights carry over, the FP8 scales start afresh$'; echo $?) "$line"
+# the format is recorded next to the recipe: hybrid resumed in e4m3 warns
+"$build"/baseline $model --steps 2 --precision fp8 --fp8-recipe tensorwise --fp8-format hybrid \
+    --save "$work/fp8-hybrid" >/dev/null 2>&1
+line=$("$build"/baseline ${model/--quiet/} --steps 3 --resume "$work/fp8-hybrid" --precision fp8 \
+    --fp8-recipe tensorwise 2>&1 >/dev/null | grep 'checkpoint: warning')
+verdict "resumed line (fp8 hybrid into e4m3 warns)" $(printf '%s' "$line" | grep -q 'saved in fp8 tensorwise hybrid, resumed in fp8 tensorwise e4m3: the weights carry over, the FP8 scales start afresh$'; echo $?) "$line"
 # --resume DIR --save DIR: chapter 1's dp and ddp each resume from their own checkpoint
 # (DIR/latest-dp, DIR/latest-ddp), the baseline from the one DIR/latest named at the
 # start, although each save moves DIR/latest on

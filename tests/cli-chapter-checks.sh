@@ -18,6 +18,8 @@ fi
 # flags with delayed alone; one line in the programs without it
 if [ -x "$chapter1" ] && [ -z "$mpi" ]; then
     expect_error "$chapter1" "--fp8-recipe rowwise: only --precision fp8 takes a recipe (this run computes in bf16)" $tiny --strategy ddp --precision bf16 --fp8-recipe rowwise
+    expect_error "$chapter1" "--fp8-format hybrid: only --precision fp8 takes an FP8 format (this run computes in bf16)" $tiny --strategy ddp --precision bf16 --fp8-format hybrid
+    expect_error "$chapter1" "--fp8-format e5m2: unknown value (valid: e4m3, hybrid)" $tiny --strategy ddp --precision fp8 --fp8-format e5m2
     expect_error "$chapter1" "--fp8-margin 2: only --fp8-recipe delayed keeps an amax history (this run: blockwise)" $tiny --strategy ddp --precision fp8 --fp8-margin 2
     expect_error "$chapter1" "--fp8-amax-history 8: only --fp8-recipe delayed keeps an amax history (this run: bf16)" $tiny --strategy ddp --precision bf16 --fp8-amax-history 8
     expect_error "$chapter1" "--fp8-amax-history 2000 --fp8-margin 0: the amax history holds 1 to 1024 steps" $tiny --strategy ddp --ranks 1 --precision fp8 --fp8-recipe delayed --fp8-amax-history 2000

@@ -220,8 +220,8 @@ for program in "$programs"/chapter8 "$programs"/chapter9 "$programs"/chapter10; 
     [ -x "$program" ] && [ -z "$mpi" ] || continue
     refused="--save \|--save-every \|--resume \|--max-restarts \|--elastic "
     case "$(basename "$program")" in
-        chapter8) refused="$refused\|--precision \|--grad-dtype \|--no-loss-scale \|--fp8-recipe " ;;
-        chapter10) refused="$refused\|--precision \|--grad-dtype \|--loss-scale \|--loss-scale-window \|--no-loss-scale \|--fp8-recipe " ;;
+        chapter8) refused="$refused\|--precision \|--grad-dtype \|--no-loss-scale \|--fp8-recipe \|--fp8-format " ;;
+        chapter10) refused="$refused\|--precision \|--grad-dtype \|--loss-scale \|--loss-scale-window \|--no-loss-scale \|--fp8-recipe \|--fp8-format " ;;
     esac
     listed=$("$program" --help 2>&1 | grep -o -e "$refused" | tr '\n' ' ')
     if [ -z "$listed" ]; then

@@ -187,6 +187,26 @@ START_TEST(fp8_curves_stay_within_one_percent_of_bf16) {
 }
 END_TEST
 
+/* Part fp8 (c), the formats: one step's gradients against fp32's on a small model, every
+ * recipe; hybrid (E5M2 output gradients in the backward) further from fp32 than e4m3
+ * (the backward in bf16), and e4m3 further than bf16. */
+START_TEST(fp8_hybrid_gradients_are_further_from_fp32) {
+    run_config cfg = narrow_config(48, 16);
+    cfg.batch = 4;
+    dataset *d = dataset_builtin();
+    fp8_report r = {0};
+    fp8_gradient_errors(&cfg, d, &r);
+    for (int recipe = 0; recipe < FP8_RECIPES; recipe++) {
+        printf("fp8 step-1 gradients %-10s: e4m3 %.4f, hybrid %.4f, bf16 %.4f\n",
+               fp8_recipe_name((fp8_recipe)recipe), r.grad_error[recipe][0],
+               r.grad_error[recipe][1], r.grad_error_bf16);
+        ck_assert(r.grad_error[recipe][1] > r.grad_error[recipe][0]);
+        ck_assert(r.grad_error[recipe][0] > r.grad_error_bf16);
+    }
+    dataset_free(d);
+}
+END_TEST
+
 /* Part fp8 (e): the bytes by hand for 2 layers of dim 64 (12 x 64^2 weights a block in the
  * linears; scales: 4 tensors, 9 x 64 rows, or 2 + 1 + 2 + 2 blocks of 128 x 128 a block),
  * and ZeRO-3's gathers at 2 bytes a weight equal the library's bf16 plan. */
@@ -226,6 +246,10 @@ int main(void) {
     tcase_add_test(t, fp8_errors_per_recipe);
     tcase_add_test(t, fp8_bytes_by_hand);
     suite_add_tcase(s, t);
+    TCase *formats = tcase_create("fp8 formats");
+    tcase_set_timeout(formats, 600);
+    tcase_add_test(formats, fp8_hybrid_gradients_are_further_from_fp32);
+    suite_add_tcase(s, formats);
     TCase *curves = tcase_create("fp8 curves");
     tcase_set_timeout(curves, 600);
     tcase_add_test(curves, fp8_curves_stay_within_one_percent_of_bf16);

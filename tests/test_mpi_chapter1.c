@@ -97,15 +97,20 @@ END_TEST
  * tensorwise all-reduces its activation amax over the processes, so DDP equals the FP8
  * baseline within tolerances.h's mixed-precision tolerances (tolerances_for) with both;
  * tensorwise with each process's own amax (not all-reduced) must exceed them on 2 or
- * more ranks (the control). Every process sets the recipe, as cli_parse does in each. */
+ * more ranks (the control). tensorwise in the hybrid format (E5M2 output gradients in the
+ * backward, their amax all-reduced too) equals its own baseline the same way. Every
+ * process sets the recipe and format, as cli_parse does in each. */
 START_TEST(fp8_ddp_on_mpi_ranks_matches_the_fp8_baseline) {
     const int N = check_world_size();
     dataset *data = dataset_builtin();
     check_verdict v = {0};
-    for (int r = 0; r < (N > 1 ? 3 : 2); r++) {   /* blockwise, tensorwise, the control */
+    /* blockwise, tensorwise, tensorwise hybrid, the control */
+    for (int r = 0; r < (N > 1 ? 4 : 3); r++) {
         const fp8_recipe recipe = r ? FP8_TENSORWISE : FP8_BLOCKWISE;
+        const int control = r == 3;
+        fp8_linear_format(r == 2 ? FP8_FORMAT_HYBRID : FP8_FORMAT_E4M3);
         fp8_linear_use(&recipe);
-        fp8_linear_test_local_amax(r == 2);
+        fp8_linear_test_local_amax(control);
         run_config cfg = tiny_config(12, 3);
         cfg.precision = PRECISION_BF16;
         baseline_run *base = process_hosts_rank0() ? baseline_train(&cfg, data) : NULL;
@@ -115,15 +120,16 @@ START_TEST(fp8_ddp_on_mpi_ranks_matches_the_fp8_baseline) {
             strategy_outcome_compare(&job->run, base);
             char label[64];
             snprintf(label, sizeof label, "fp8 %s%s ddp, %d MPI rank%s:", fp8_recipe_name(recipe),
-                     r == 2 ? " (own amax)" : "", N, N > 1 ? "s" : "");
+                     control ? " (own amax)" : r == 2 ? " hybrid" : "", N, N > 1 ? "s" : "");
             print_diffs(label, &job->run.result);
             const double worst = run_worst_fraction_of(&job->run.result, tolerances_for(&cfg));
-            check_expect(&v, r == 2 ? worst > 1 : worst <= 1);
+            check_expect(&v, control ? worst > 1 : worst <= 1);
             baseline_free(base);
         }
         ddp_result_free(job);
     }
     fp8_linear_test_local_amax(0);
+    fp8_linear_format(FP8_FORMAT_E4M3);
     fp8_linear_use(NULL);
     dataset_free(data);
     check_agree(&v);

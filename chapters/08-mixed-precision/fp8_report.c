@@ -155,6 +155,7 @@ void fp8_print(const fp8_report *r) {
     print_grids();
     print_errors(r);
     fp8_curves_print(r);
+    fp8_gradient_errors_print(r);
     print_spike(r);
     print_bytes(r);
 }
@@ -170,6 +171,8 @@ void fp8_json(FILE *o, const fp8_report *r) {
                     r->error[row][c]);
     fprintf(o, "]},\n ");
     fp8_curves_json(o, r);
+    fprintf(o, ",\n ");
+    fp8_gradient_errors_json(o, r);
     fprintf(o, ",\n \"spike\": {\"factor\": %d, \"at_batch\": %d, \"history\": %d,"
                " \"margin\": %d, \"steps\": [", FP8_SPIKE_FACTOR, FP8_SPIKE_AT + 1,
             FP8_HISTORY, FP8_SPIKE_MARGIN);

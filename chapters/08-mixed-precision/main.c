@@ -30,7 +30,7 @@ static const char *const part_names[] = {"all", "bytes", "speed", "accuracy", "w
 enum { PART_ALL, PART_BYTES, PART_SPEED, PART_ACCURACY, PART_WIRE, PART_FP8 };
 
 /* flags that would change one run of the many this chapter compares */
-static const char *const unused_flags[] = {"no-loss-scale", "profile", "fp8-recipe",
+static const char *const unused_flags[] = {"no-loss-scale", "profile", "fp8-recipe", "fp8-format",
                                            "fp8-amax-history", "fp8-margin", NULL};
 #define RUNS_EVERY_PRECISION "chapter 8 runs fp32, bf16 and fp16 itself (leave it out)"
 
@@ -124,6 +124,7 @@ static int run_parts(const run_config *cfg, const dataset *data, const chapter_f
     if (runs(f, PART_FP8)) {
         fp8_local(cfg, data, &r->fp8);
         fp8_curves(cfg, data, f->fp8_steps, &r->fp8);
+        fp8_gradient_errors(cfg, data, &r->fp8);
         fp8_bytes(cfg, &r->fp8);
     }
     return status;

@@ -170,6 +170,9 @@ typedef struct {
     int curve_steps;
     float *curve[FP8_CURVE_ROWS];
     double curve_mean[FP8_CURVE_ROWS], curve_gap[FP8_CURVE_ROWS];
+    /* c, the formats: step 1's gradients against fp32's, relative, per recipe in e4m3
+     * and hybrid (fp8_linear.h's fp8_training_format), and bf16's */
+    double grad_error[FP8_RECIPES][2], grad_error_bf16;
     /* e: the whole model's weights and ZeRO-3 on `ranks` */
     int ranks;
     double P, linear, other;            /* parameters: all, the linears' weights, the rest */
@@ -199,6 +202,10 @@ void fp8_curves(const run_config *cfg, const dataset *data, int steps, fp8_repor
 void fp8_curves_free(fp8_report *r);
 void fp8_curves_print(const fp8_report *r);
 void fp8_curves_json(FILE *o, const fp8_report *r);
+/* c, the formats: one step per recipe and format against fp32's gradients (fp8_grads.c) */
+void fp8_gradient_errors(const run_config *cfg, const dataset *data, fp8_report *r);
+void fp8_gradient_errors_print(const fp8_report *r);
+void fp8_gradient_errors_json(FILE *o, const fp8_report *r);
 /* d: delayed scaling when the amax jumps, against current scaling. */
 void fp8_spike(const fp8_source *src, const float *w, fp8_report *r);
 /* ref [M, N] = x w^T in fp32 (sgemm); the relative error ||y - ref|| / ||ref|| of the

@@ -63,6 +63,7 @@ typedef struct {
     int clean_steps, skipped_steps;
     int precision_listed;      /* on load: the metadata named the precision */
     int fp8, fp8_recipe;       /* --precision fp8 (precision bf16) and its fp8_recipe */
+    int fp8_format;            /* and its format (fp8_linear.h; e4m3 where none is listed) */
 } ckpt_run_state;
 
 typedef struct {

@@ -14,6 +14,7 @@
 #include "alloc.h"
 #include "checkpoint.h"
 #include "crc32.h"
+#include "fp8_linear.h"
 #include "ops.h"
 #include "safetensors.h"
 
@@ -264,6 +265,14 @@ static int read_run_state(const index_file *x, ckpt_run_state *out, char *err, s
     }
     out->fp8 = recipe != NULL;
     out->fp8_recipe = recipe ? (int)r : 0;
+    const char *format = json_string(json_get(x->meta, "fp8_format"));
+    fp8_training_format ff = FP8_FORMAT_E4M3;   /* saved before the formats: e4m3 */
+    if (format && fp8_training_format_parse(format, &ff) != 0) {
+        snprintf(err, err_len, "%s/index.json: fp8_format '%s' (e4m3 or hybrid are known)",
+                 x->dir, format);
+        return 0;
+    }
+    out->fp8_format = (int)ff;
     const json_value *scale = json_get(x->meta, "loss_scale");
     if (!scale) return 1;
     double s;
@@ -552,8 +561,9 @@ void checkpoint_print_resumed(FILE *out, const char *dir, int step, const ckpt_r
     if (!checkpoint_resolve(dir, path, sizeof path, err, sizeof err))
         snprintf(path, sizeof path, "%s", dir);
     if (saved->fp8)
-        snprintf(listed, sizeof listed, ", saved in fp8 (%s)",
-                 fp8_recipe_name((fp8_recipe)saved->fp8_recipe));
+        snprintf(listed, sizeof listed, ", saved in fp8 (%s, %s)",
+                 fp8_recipe_name((fp8_recipe)saved->fp8_recipe),
+                 fp8_training_format_name((fp8_training_format)saved->fp8_format));
     else if (saved->precision_listed)
         snprintf(listed, sizeof listed, ", saved in %s", precision_name(saved->precision));
     char scale[96] = "";

@@ -28,6 +28,7 @@
 #include "alloc.h"
 #include "checkpoint.h"
 #include "crc32.h"
+#include "fp8_linear.h"
 #include "ops.h"
 #include "safetensors.h"
 
@@ -286,7 +287,9 @@ static void write_run_state(FILE *f, const ckpt_run_state *run) {
     if (!run) run = &fp32;
     fprintf(f, ", \"precision\": \"%s\"", precision_name(run->precision));
     if (run->fp8)   /* a bf16 run with FP8 linears */
-        fprintf(f, ", \"fp8_recipe\": \"%s\"", fp8_recipe_name((fp8_recipe)run->fp8_recipe));
+        fprintf(f, ", \"fp8_recipe\": \"%s\", \"fp8_format\": \"%s\"",
+                fp8_recipe_name((fp8_recipe)run->fp8_recipe),
+                fp8_training_format_name((fp8_training_format)run->fp8_format));
     if (run->has_loss_scale)
         fprintf(f, ", \"loss_scale\": %.9g, \"loss_scale_clean_steps\": %d, \"skipped_steps\": %d",
                 (double)run->loss_scale, run->clean_steps, run->skipped_steps);

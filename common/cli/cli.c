@@ -61,6 +61,8 @@ static const char *const precision_names[] = {"fp32", "bf16", "fp16", "fp8", NUL
 static const char *const grad_precision_names[] = {"fp32", "bf16", "fp16", NULL};
 #define PRECISION_FP8_CHOICE PRECISION_COUNT   /* --precision fp8: bf16 + FP8 linears */
 /* --fp8-recipe's values, in fp8_scaling.h's order */
+/* --fp8-format's values, in fp8_linear.h's order */
+static const char *const fp8_format_names[] = {"e4m3", "hybrid", NULL};
 static const char *const fp8_recipe_names[] = {"delayed", "tensorwise", "rowwise",
                                                "blockwise", NULL};
 
@@ -103,7 +105,7 @@ static void check_grad_dtype(const run_config *cfg) {
 }
 
 typedef struct {
-    int allreduce, link, device, send_mode, precision, grad_precision, fp8_recipe;
+    int allreduce, link, device, send_mode, precision, grad_precision, fp8_recipe, fp8_format;
     int link_intra, link_inter, ranks_per_node;
     double lr, weight_decay, link_scale, timeout;
     const char *seed_text;
@@ -122,6 +124,11 @@ static void take_precision(run_config *cfg, const shared_values *sv) {
                  " %s)", recipe, precision_names[sv->precision]);
     cfg->precision = cfg->fp8 ? PRECISION_BF16 : (precision)sv->precision;
     cfg->fp8_recipe = (fp8_recipe)sv->fp8_recipe;
+    const char *format = cli_given_text("fp8-format");
+    if (format && !cfg->fp8)
+        cli_fail("--fp8-format %s: only --precision fp8 takes an FP8 format (this run computes"
+                 " in %s)", format, precision_names[sv->precision]);
+    cfg->fp8_format = sv->fp8_format;
     static const char *const delayed_flags[] = {"fp8-amax-history", "fp8-margin", NULL};
     for (int i = 0; delayed_flags[i]; i++)
         if (cli_given(delayed_flags[i]) && (!cfg->fp8 || cfg->fp8_recipe != FP8_DELAYED))
@@ -140,7 +147,7 @@ static const char *const checkpoint_flags[] = {"save", "save-every", "resume",
                                                "max-restarts", "elastic", NULL};
 static const char *const precision_flags[] = {"precision", "grad-dtype", "loss-scale",
                                               "loss-scale-window", "no-loss-scale",
-                                              "fp8-recipe", "fp8-amax-history",
+                                              "fp8-recipe", "fp8-format", "fp8-amax-history",
                                               "fp8-margin", NULL};
 
 /* A shared flag this program refuses whatever its value: --help does not list it. */
@@ -362,6 +369,7 @@ static void check_fp8_recipe(const run_config *cfg) {
     if ((why = fp8_linear_delayed(cfg->fp8_amax_history, cfg->fp8_margin)))
         cli_fail("--fp8-amax-history %d --fp8-margin %d: %s", cfg->fp8_amax_history,
                  cfg->fp8_margin, why);
+    fp8_linear_format((fp8_training_format)cfg->fp8_format);
     fp8_linear_use(&cfg->fp8_recipe);
 }
 
@@ -388,7 +396,7 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
     shared_values sv = {.allreduce = cfg->comm.allreduce, .link = cfg->comm.link,
                         .send_mode = cfg->comm.send_mode, .precision = cfg->precision,
                         .grad_precision = cfg->grad_precision, .lr = cfg->adamw.lr,
-                        .fp8_recipe = cfg->fp8_recipe, .weight_decay = cfg->adamw.weight_decay,
+                        .fp8_recipe = cfg->fp8_recipe, .fp8_format = cfg->fp8_format, .weight_decay = cfg->adamw.weight_decay,
                         .link_scale = cfg->comm.link_scale, .timeout = cfg->comm.timeout_seconds};
     const char *preset = NULL;   /* applied ahead of the other flags (parse_flags) */
     const cli_option shared[] = {
@@ -415,6 +423,7 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
         {"precision", OPT_CHOICE, &sv.precision, "compute in fp32, or in bf16 / fp16 with fp32"
          " master weights (mixed precision)", precision_names, 0},
         {"fp8-recipe", OPT_CHOICE, &sv.fp8_recipe, "fp8: how the linears' inputs are scaled to E4M3 (default blockwise)", fp8_recipe_names, 0},
+        {"fp8-format", OPT_CHOICE, &sv.fp8_format, "fp8: e4m3 (forward products in FP8, backward bf16) or hybrid (backward too: gradients E5M2, W and X E4M3)", fp8_format_names, 0},
         {"fp8-amax-history", OPT_INT, &cfg->fp8_amax_history, "fp8 delayed: forwards of amax history per tensor (default 16)", NULL, 1},
         {"fp8-margin", OPT_INT, &cfg->fp8_margin, "fp8 delayed: scales 2^M smaller, headroom above the history (default 0)", NULL, 0},
         {"grad-dtype", OPT_CHOICE, &sv.grad_precision, "the gradients held and reduced: fp32,"

@@ -29,6 +29,7 @@ typedef struct {
      * forward products FP8 under fp8_recipe (--fp8-recipe, default blockwise) */
     int fp8;
     fp8_recipe fp8_recipe;
+    int fp8_format;   /* fp8_linear.h's fp8_training_format: e4m3 (0) or hybrid (--fp8-format) */
     int fp8_amax_history, fp8_margin;   /* delayed: --fp8-amax-history (16), --fp8-margin (0) */
     int fp8_training;   /* set before cli_parse by a program that trains in FP8 (else
                            --precision fp8 is refused) */

@@ -235,6 +235,7 @@ static void head_backward(gpt_model *m, const void *final_ln, const void *embed,
      * all-reduce (with SP, g's backward: the sum's reduce-scatter, my positions); a
      * whole head's d(lnf) is complete as it is */
     void *d_lnf = m->sp ? tp_sequence_scratch(m->sp) : m->d_ln;
+    fp8_linear_site(FP8_NO_SITE);   /* the head stays bf16 in FP8 runs, backward too */
     column_parallel_backward(s->vocab_parallel && !m->sp ? f_group(m) : NULL, m->p, d_lnf,
                              dwte, NULL, k->logits, k->lnf, embed, N, C, s->vocab_local);
     if (m->sp) tp_sequence_split(m->sp, m->d_ln, d_lnf, s->vocab_parallel);
@@ -284,11 +285,13 @@ static void block_backward(gpt_model *m, int layer, const void *block, float *bl
      * same sums as with a copy of dx, without the copies. */
     if (mlp_replaced(m, layer)) {
         m->opts.mlp->backward(m->opts.mlp->ctx, layer, P, m->d_ln, dx);
-    } else {
+    } else {   /* FP8 hybrid: each linear's site, for dY's delayed history */
+        fp8_linear_site(4 * layer + 3);
         tp_sequence_row_backward(sp, P, m->d_fch_gelu, w.fc2_w, w.fc2_b, dx, a->fch_gelu,
                                  p.fc2_w, N, Hl, C);
         keep_row_dout(m, keep ? keep->d_fc2_out : NULL, dx);
         mixed_gelu_backward(P, d_fch, a->dgelu, m->d_fch_gelu, (size_t)N * Hl);
+        fp8_linear_site(4 * layer + 2);
         tp_sequence_column_backward(sp, f_group(m), P, m->d_ln, w.fc_w, w.fc_b, d_fch, a->ln2,
                                     p.fc_w, N, C, Hl);
     }
@@ -296,6 +299,7 @@ static void block_backward(gpt_model *m, int layer, const void *block, float *bl
                                    a->ln2_mean, a->ln2_rstd, Ns, C);   /* dx: d(x_mid) now */
 
     /* attention branch: x_mid = x_in + proj(attention(qkv(ln1(x_in)))) */
+    fp8_linear_site(4 * layer + 1);
     tp_sequence_row_backward(sp, P, m->d_atty, w.proj_w, w.proj_b, dx, a->atty, p.proj_w, N,
                              Cl, C);
     keep_row_dout(m, keep ? keep->d_proj_out : NULL, dx);
@@ -304,6 +308,7 @@ static void block_backward(gpt_model *m, int layer, const void *block, float *bl
     if (m->opts.attention) hooked_attention_backward(m, layer, a, d_qkv);
     else mixed_attention_backward(P, d_qkv, m->d_att, m->d_atty, a->qkv, probabilities(m, a),
                                   B, T, Cl, s->heads_local);
+    fp8_linear_site(4 * layer);
     tp_sequence_column_backward(sp, f_group(m), P, m->d_ln, w.qkv_w, w.qkv_b, d_qkv, a->ln1,
                                 p.qkv_w, N, C, 3 * Cl);
     tp_sequence_layernorm_backward(sp, P, dx, g.ln1_w, m->d_ln, x_in, p.ln1_w, a->ln1_mean,
@@ -436,6 +441,7 @@ void gpt_backward_weights(gpt_model *m, const void *params, float *grads,
         abort();
     }
     if (s->has_head) {   /* the tied LM head: d wte += d logits^T @ lnf */
+        fp8_linear_site(FP8_NO_SITE);
         column_parallel_backward(NULL, m->p, NULL, gpt_tied_weight(s, grads), NULL, k->logits,
                                  k->lnf, head_weight(m, params), N, C, s->vocab_local);
         if (gpt_head_slab(s) >= 0) slab_ready(on_slab_ready, ctx, gpt_head_slab(s));

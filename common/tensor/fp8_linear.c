@@ -10,11 +10,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cblas.h>
+
 static int fp8_on;
 static fp8_recipe fp8_current = FP8_BLOCKWISE;
-static int fp8_unscaled, fp8_local_amax;
+static fp8_training_format fp8_format_now = FP8_FORMAT_E4M3;
+static int fp8_unscaled, fp8_local_amax, fp8_local_grad_amax;
 static double fp8_outlier_factor = 1.0;
 static int delayed_length = FP8_DEFAULT_HISTORY, delayed_margin = 0;
+#define FP8_ROLES 3   /* activation, weight, output gradient: a history each per site */
 static int generation;   /* each fp8_linear_use starts the histories afresh */
 static _Thread_local int current_site;
 static _Thread_local fp8_amax_reduce_fn amax_reduce;   /* NULL: one device */
@@ -38,8 +42,33 @@ const char *fp8_linear_delayed(int history, int margin) {
 
 void fp8_linear_site(int site) { current_site = site; }
 
+static const char *const training_format_names[FP8_TRAINING_FORMATS] = {"e4m3", "hybrid"};
+
+const char *fp8_training_format_name(fp8_training_format f) {
+    return (unsigned)f < FP8_TRAINING_FORMATS ? training_format_names[f] : "?";
+}
+
+int fp8_training_format_parse(const char *name, fp8_training_format *out) {
+    for (int f = 0; f < FP8_TRAINING_FORMATS; f++)
+        if (name && strcmp(name, training_format_names[f]) == 0) {
+            *out = (fp8_training_format)f;
+            return 0;
+        }
+    return -1;
+}
+
+void fp8_linear_format(fp8_training_format f) { fp8_format_now = f; }
+
+fp8_training_format fp8_linear_format_now(void) { return fp8_format_now; }
+
+int fp8_linear_backward_active(void) {
+    return fp8_on && fp8_format_now == FP8_FORMAT_HYBRID && current_site != FP8_NO_SITE;
+}
+
 
 void fp8_linear_test_local_amax(int on) { fp8_local_amax = on; }
+
+void fp8_linear_test_local_grad_amax(int on) { fp8_local_grad_amax = on; }
 
 int fp8_linear_active(fp8_recipe *recipe) {
     if (fp8_on && recipe) *recipe = fp8_current;
@@ -105,13 +134,13 @@ typedef struct {
     size_t floats, codes;
     float *f;
     uint8_t *c;
-    /* delayed: an amax history per site and role, [sites][2], of this generation */
+    /* delayed: an amax history per site and role, [sites][FP8_ROLES], of this generation */
     int sites, generation;
     fp8_delayed *history;
 } fp8_scratch;
 
 static void histories_free(fp8_scratch *s) {
-    for (int i = 0; i < 2 * s->sites; i++) fp8_delayed_free(&s->history[i]);
+    for (int i = 0; i < FP8_ROLES * s->sites; i++) fp8_delayed_free(&s->history[i]);
     free(s->history);
     s->history = NULL;
     s->sites = 0;
@@ -181,34 +210,39 @@ static fp8_delayed *history_of(fp8_scratch *s, fp8_role role) {
     }
     const int site = current_site > 0 ? current_site : 0;
     if (site >= s->sites) {
-        fp8_delayed *h = realloc(s->history, 2 * (size_t)(site + 1) * sizeof *h);
+        fp8_delayed *h = realloc(s->history, FP8_ROLES * (size_t)(site + 1) * sizeof *h);
         if (!h) abort();
-        for (int i = 2 * s->sites; i < 2 * (site + 1); i++)
+        for (int i = FP8_ROLES * s->sites; i < FP8_ROLES * (site + 1); i++)
             if (fp8_delayed_init(&h[i], delayed_length, delayed_margin)) abort();
         s->history = h;
         s->sites = site + 1;
     }
-    return &s->history[2 * site + (role == FP8_WEIGHT)];
+    return &s->history[FP8_ROLES * site + (int)role];
 }
 
-/* A per-tensor operand's amax: an activation's over the whole batch, the max of the
- * ranks' shares over the group (a weight is the same on every rank: its own). */
+/* A per-tensor operand's amax: an activation's or an output gradient's over the whole
+ * batch, the max of the ranks' shares over the group (a weight is the same on every
+ * rank: its own). */
 static float tensor_amax(fp8_role role, const fp8_matrix *q, const float *x) {
     float amax;
     fp8_block_amax(x, q->rows, q->cols, q->rows, q->cols, &amax);
-    if (role == FP8_ACTIVATION && amax_reduce && !fp8_local_amax)
+    if (role != FP8_WEIGHT && amax_reduce && !fp8_local_amax &&
+        !(role == FP8_GRADIENT && fp8_local_grad_amax))
         amax = amax_reduce(amax_ctx, amax);
     return amax;
 }
 
-static void quantize(fp8_scratch *s, fp8_role role, fp8_matrix *q, const float *x) {
+/* q's codes and scales for x under the run's recipe; delayed: from the site's history of
+ * `role`, this amax recorded when `record` (backward's second look at a forward operand
+ * reads the history the forward left, without recording again). */
+static void quantize(fp8_scratch *s, fp8_role role, fp8_matrix *q, const float *x, int record) {
     const int per_tensor = fp8_current == FP8_DELAYED || fp8_current == FP8_TENSORWISE;
     if (per_tensor && !fp8_unscaled) {   /* one block: q->scales[0] */
         const float amax = tensor_amax(role, q, x);
         fp8_delayed *d = fp8_current == FP8_DELAYED ? history_of(s, role) : NULL;
         q->scales[0] = d ? fp8_delayed_scale(d, q->format, amax) : fp8_scale_for(q->format, amax, 0);
         fp8_quantize_with_scales(q, x);
-        if (d) fp8_delayed_record(d, amax);
+        if (d && record) fp8_delayed_record(d, amax);
         return;
     }
     if (!fp8_unscaled) {
@@ -240,12 +274,12 @@ void fp8_linear_forward(uint16_t *out, const uint16_t *inp, const uint16_t *weig
     precision_bf16_to_f32(x32, inp, nx);
     if (g < 0) precision_bf16_to_f32(w32, weight, nw);
     if (fp8_outlier_factor != 1.0) fp8_outliers_apply(x32, w32, N, OC, IC, fp8_outlier_factor);
-    quantize(scratch, FP8_ACTIVATION, &x, x32);
+    quantize(scratch, FP8_ACTIVATION, &x, x32, 1);
     if (g >= 0) {
         memcpy(w.codes, given[g].codes, nw);
         memcpy(w.scales, given[g].scales, sw * sizeof *w.scales);
     } else {
-        quantize(scratch, FP8_WEIGHT, &w, w32);
+        quantize(scratch, FP8_WEIGHT, &w, w32, 1);
     }
     const char *why = fp8_matmul(o32, &x, &w, ws);
     if (why) {   /* the recipes' blocks always nest: a caller's bug */
@@ -258,4 +292,55 @@ void fp8_linear_forward(uint16_t *out, const uint16_t *inp, const uint16_t *weig
             for (int j = 0; j < OC; j++) o[j] += number_from_bf16(bias[j]);
     }
     precision_f32_to_bf16(out, o32, no);
+}
+
+/* x [rows, cols] replaced by its FP8 values, decode(encode(x * scale)) / scale, in
+ * format f under the run's recipe for role. codes: rows * cols bytes; scales: enough. */
+static void round_through(fp8_scratch *s, fp8_role role, fp8_format f, float *x, int rows,
+                          int cols, uint8_t *codes, float *scales, int record) {
+    fp8_matrix q = shaped(role, rows, cols);
+    q.format = f;
+    q.codes = codes;
+    q.scales = scales;
+    quantize(s, role, &q, x, record);
+    fp8_dequantize(&q, x);
+}
+
+/* Backward of a hybrid run (fp8_linear.h). Each operand is rounded in its own layout,
+ * [N, OC], [OC, IC], [N, IC], so a rank's blocks are the single device's (blocks run
+ * along channels, never across the batch a rank shares); the products then multiply
+ * those FP8 values (decode / scale) in fp32. A scale that varies along a product's
+ * inner dimension (W's rows in dinp's, the tokens' in dweight's) cannot be taken out
+ * of its sum, so each value carries its own: the same numbers an FP8 unit multiplies,
+ * the fp32 sums in another order. */
+void fp8_linear_backward(uint16_t *dinp, float *dweight, const uint16_t *dout,
+                         const uint16_t *inp, const uint16_t *weight, int N, int IC, int OC) {
+    if (N <= 0 || OC <= 0 || IC <= 0 || (!dinp && !dweight)) return;
+    const size_t ng = (size_t)N * OC, nw = (size_t)OC * IC, nx = (size_t)N * IC;
+    size_t codes = ng > nw ? ng : nw;
+    codes = codes > nx ? codes : nx;
+    /* floats: g32 [N*OC] | w32 [OC*IC] | x32 [N*IC] (dinp's fp32 too) | scales */
+    fp8_scratch *s = scratch_fit(ng + nw + nx + codes, codes);
+    float *g32 = s->f, *w32 = g32 + ng, *x32 = w32 + nw, *scales = x32 + nx;
+    precision_bf16_to_f32(g32, dout, ng);
+    /* dY in E5M2: range before precision (its own scales and delayed history) */
+    round_through(s, FP8_GRADIENT, FP8_E5M2, g32, N, OC, s->c, scales, 1);
+    if (dinp) {   /* dinp [N, IC] = dY [N, OC] W [OC, IC], rounded to bf16 once */
+        precision_bf16_to_f32(w32, weight, nw);
+        round_through(s, FP8_WEIGHT, FP8_E4M3, w32, OC, IC, s->c, scales, 0);
+        /* a row at a time: OpenBLAS sums a row of C by where it falls in the call's
+           blocking (matmul16.c), and a last fp32 bit here, rounded to bf16 and then to
+           the next linear's E5M2, would be a whole E5M2 step: one row a call gets a
+           rank's rows the whole batch's bits */
+        for (int i = 0; i < N; i++)
+            cblas_sgemv(CblasRowMajor, CblasTrans, OC, IC, 1.0f, w32, IC, g32 + (size_t)i * OC,
+                        1, 0.0f, x32 + (size_t)i * IC, 1);
+        precision_f32_to_bf16(dinp, x32, nx);
+    }
+    if (dweight) {   /* dweight [OC, IC] += dY^T [OC, N] X [N, IC], in fp32 */
+        precision_bf16_to_f32(x32, inp, nx);
+        round_through(s, FP8_ACTIVATION, FP8_E4M3, x32, N, IC, s->c, scales, 0);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, g32, OC, x32,
+                    IC, 1.0f, dweight, IC);
+    }
 }

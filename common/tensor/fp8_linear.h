@@ -6,8 +6,12 @@
  * to E4M3 under a scaling recipe (fp8_scaling.h), the partial sums in fp32, the bias
  * added in fp32 and the output rounded to bf16 once. Attention, softmax, LayerNorm,
  * the LM head (tied to the embedding; DeepSeek-V3 keeps it in bf16 too) and the loss
- * stay bf16. The backward products stay bf16 (matmul16), as a first step: E5M2
- * gradients ("hybrid") would change which numbers the strategies compare, not how.
+ * stay bf16. The format (--fp8-format) decides the backward: e4m3 keeps the backward
+ * products bf16 (matmul16); hybrid (Transformer Engine's) takes them on FP8 operands,
+ * the output gradient dY in E5M2 (range before precision: gradients span more binades
+ * than activations) and W and X in E4M3, each scaled by the recipe (dY blocked as an
+ * activation, with its own amax, all-reduced as an activation's, and under delayed its
+ * own history per site; W and X under delayed read the histories the forward left).
  *
  * Recipes and data parallelism: rowwise and blockwise scale the activations per token
  * (a row, or a 1 x 128 tile of it) and the weights from the whole weight, which every
@@ -33,12 +37,25 @@
 
 #include "fp8_scaling.h"
 
+/* The formats of a run: e4m3 everywhere FP8 is used (the forward), or hybrid. */
+typedef enum { FP8_FORMAT_E4M3, FP8_FORMAT_HYBRID, FP8_TRAINING_FORMATS } fp8_training_format;
+const char *fp8_training_format_name(fp8_training_format f);   /* "e4m3", "hybrid" */
+int fp8_training_format_parse(const char *name, fp8_training_format *out);   /* -1: unknown */
+/* The format from now on (set before any rank starts, as the recipe), and which it is. */
+void fp8_linear_format(fp8_training_format f);
+fp8_training_format fp8_linear_format_now(void);
+/* Whether the calling thread's next linear backward runs in FP8 (FP8 on, hybrid, and
+ * a site set: not FP8_NO_SITE). */
+int fp8_linear_backward_active(void);
+
 /* FP8 linears with this recipe from now on (NULL: off, bf16 linears). */
 void fp8_linear_use(const fp8_recipe *recipe);
 /* delayed's amax history length (forwards) and margin (the scale 2^margin smaller) from
  * now on; NULL, or why they cannot be used. */
 const char *fp8_linear_delayed(int history, int margin);
-/* The linear the calling thread's next products belong to (delayed: whose history). */
+/* The linear the calling thread's next products belong to (delayed: whose history);
+ * FP8_NO_SITE: they are not an FP8 linear's (the LM head's backward stays bf16). */
+#define FP8_NO_SITE (-1)
 void fp8_linear_site(int site);
 /* A run starts on the calling thread: its delayed histories start empty, and its
  * per-tensor activation amaxes become reduce(ctx, amax): the largest over the ranks
@@ -49,6 +66,8 @@ typedef float (*fp8_amax_reduce_fn)(void *ctx, float amax);
 void fp8_linear_group(fp8_amax_reduce_fn reduce, void *ctx);
 /* Negative control (tests): each rank's own amax, not all-reduced. */
 void fp8_linear_test_local_amax(int on);
+/* Negative control (tests): the output gradients' amax alone each rank's own. */
+void fp8_linear_test_local_grad_amax(int on);
 /* Whether FP8 linears are on; *recipe is theirs when they are (recipe may be NULL). */
 int fp8_linear_active(fp8_recipe *recipe);
 /* Returns NULL, or why the training path cannot take recipe on `ranks` data-parallel
@@ -80,6 +99,13 @@ void fp8_linear_outliers(double factor);
  * out (bias may be NULL): the product and the bias in fp32, rounded to bf16 once. */
 void fp8_linear_forward(uint16_t *out, const uint16_t *inp, const uint16_t *weight,
                         const uint16_t *bias, int N, int IC, int OC);
+/* hybrid's backward, bf16 bit patterns in, for out = X W^T + b:
+ *   dinp [N, IC]     = e5m2(dout) [N, OC] e4m3(weight) [OC, IC], rounded to bf16 once
+ *   dweight [OC, IC] += e5m2(dout)^T e4m3(inp) [N, IC], in fp32
+ * either may be NULL (dbias is the caller's: bf16's sums of dout). Collective under the
+ * per-tensor recipes (dY's amax), as the forward. */
+void fp8_linear_backward(uint16_t *dinp, float *dweight, const uint16_t *dout,
+                         const uint16_t *inp, const uint16_t *weight, int N, int IC, int OC);
 /* Frees the calling thread's scratch (at a rank thread's end). */
 void fp8_linear_release_thread(void);
 

@@ -28,7 +28,7 @@ void fp8_recipe_blocks(fp8_recipe r, fp8_role role, int rows, int cols, int *blo
     *block_cols = cols;
     if (r == FP8_ROWWISE) *block_rows = 1;
     if (r == FP8_BLOCKWISE) {
-        *block_rows = role == FP8_ACTIVATION ? 1 : FP8_BLOCK;
+        *block_rows = role == FP8_WEIGHT ? FP8_BLOCK : 1;
         *block_cols = FP8_BLOCK;
     }
 }

@@ -28,7 +28,9 @@
 typedef enum {
     FP8_DELAYED, FP8_TENSORWISE, FP8_ROWWISE, FP8_BLOCKWISE, FP8_RECIPES
 } fp8_recipe;
-typedef enum { FP8_ACTIVATION, FP8_WEIGHT } fp8_role;
+/* FP8_GRADIENT: an output gradient dY [N, OC] in backward (hybrid: E5M2), blocked as an
+ * activation (a token's row or 1 x 128 tiles of it) */
+typedef enum { FP8_ACTIVATION, FP8_WEIGHT, FP8_GRADIENT } fp8_role;
 #define FP8_BLOCK 128   /* DeepSeek-V3's tile and block side */
 
 const char *fp8_recipe_name(fp8_recipe r);   /* "delayed", "tensorwise", ... */

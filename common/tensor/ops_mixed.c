@@ -370,7 +370,10 @@ void mixed_linear_backward(precision p, void *dinp, float *dweight, float *dbias
                               bytes_of(p, 2.0 * N * OC + 2.0 * N * IC + (double)OC * IC) +
                                   F32(2.0 * OC * IC));
     MIXED_ON_GPU(w, OP_LINEAR_BACKWARD, linear_backward, p, dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
-    if (N > 0) {
+    if (N > 0 && p == PRECISION_BF16 && fp8_linear_backward_active()) {
+        fp8_linear_backward(dinp, dweight, dout, inp, weight, N, IC, OC);   /* hybrid */
+        if (dbias) linear_dbias(p, dbias, dout, N, OC);
+    } else if (N > 0) {
         if (dinp)   /* dinp[N,IC] = dout[N,OC] @ weight[OC,IC], rounded once */
             product16_out16(p, 0, 0, N, IC, OC, dout, OC, weight, IC, NULL, dinp, IC);
         if (dweight)   /* dweight[OC,IC] += dout^T @ inp, straight into the fp32 gradient */

@@ -1,4 +1,6 @@
 #include "report.h"
+
+#include "fp8_linear.h"
 #include "restart.h"
 #include "op_profile.h"
 
@@ -67,10 +69,12 @@ void report_header_counting(const run_config *cfg, const char *title, int world,
     else if (cfg->precision != PRECISION_FP32)
         printf("precision: %s compute (activations, compute weights) and gradients, fp32"
                " master weights and AdamW\n", precision_name(cfg->precision));
+    const int hybrid = cfg->fp8_format == FP8_FORMAT_HYBRID;
     if (cfg->fp8)
         printf("fp8: the linears' forward products on E4M3 inputs scaled %s (emulated, fp32"
-               " sums; backward products bf16; LM head bf16); no FP8 unit here: accuracy,"
-               " not speed\n", fp8_recipe_name(cfg->fp8_recipe));
+               " sums; backward products %s; LM head bf16); no FP8 unit here: accuracy,"
+               " not speed\n", fp8_recipe_name(cfg->fp8_recipe),
+               hybrid ? "on E5M2 gradients and E4M3 W, X (hybrid)" : "bf16");
     printf("\n");
 }
 
@@ -124,7 +128,9 @@ void report_json(const run_config *cfg, const char *chapter, int world,
            (unsigned long long)cfg->seed);
     printf(" \"precision\": \"%s\", \"grad_dtype\": \"%s\",",
            cfg->fp8 ? "fp8" : precision_name(cfg->precision), precision_name(cfg->grad_precision));
-    if (cfg->fp8) printf(" \"fp8_recipe\": \"%s\",", fp8_recipe_name(cfg->fp8_recipe));
+    if (cfg->fp8)
+        printf(" \"fp8_recipe\": \"%s\", \"fp8_format\": \"%s\",", fp8_recipe_name(cfg->fp8_recipe),
+               fp8_training_format_name((fp8_training_format)cfg->fp8_format));
     printf("\n");
     printf(" \"runs\": [");
     for (int i = 0; i < n; i++) {

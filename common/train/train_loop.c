@@ -181,7 +181,7 @@ static void record_run_state(const run_config *cfg, const loss_scale *s, ckpt_ru
     *run = (ckpt_run_state){.precision = cfg->precision, .has_loss_scale = s->cfg.enabled,
                             .loss_scale = s->scale, .clean_steps = s->clean_steps,
                             .skipped_steps = s->skipped_steps, .fp8 = fp8,
-                            .fp8_recipe = (int)recipe};
+                            .fp8_recipe = (int)recipe, .fp8_format = (int)fp8_linear_format_now()};
 }
 
 /* --resume across FP8 recipes: the fp32 weights carry over whatever computed them, but
@@ -191,14 +191,17 @@ static void warn_fp8_resume(const run_config *cfg, const char *from, int reports
     ckpt_run_state now;
     const loss_scale none = {0};
     record_run_state(cfg, &none, &now);
-    const int differs = now.fp8 != saved->fp8 || (now.fp8 && now.fp8_recipe != saved->fp8_recipe);
+    const int differs = now.fp8 != saved->fp8 || (now.fp8 && (now.fp8_recipe != saved->fp8_recipe ||
+                                                              now.fp8_format != saved->fp8_format));
     const int delayed = now.fp8 && now.fp8_recipe == FP8_DELAYED;
     if (!from || !reports || (!differs && !delayed)) return;
     char was[48], is[48];
-    snprintf(was, sizeof was, "%s", saved->fp8 ? fp8_recipe_name((fp8_recipe)saved->fp8_recipe)
-                                               : precision_name(saved->precision));
-    snprintf(is, sizeof is, "%s", now.fp8 ? fp8_recipe_name((fp8_recipe)now.fp8_recipe)
-                                          : precision_name(cfg->precision));
+    snprintf(was, sizeof was, "%s%s%s", saved->fp8 ? fp8_recipe_name((fp8_recipe)saved->fp8_recipe)
+             : precision_name(saved->precision), saved->fp8 ? " " : "",
+             saved->fp8 ? fp8_training_format_name((fp8_training_format)saved->fp8_format) : "");
+    snprintf(is, sizeof is, "%s%s%s", now.fp8 ? fp8_recipe_name((fp8_recipe)now.fp8_recipe)
+             : precision_name(cfg->precision), now.fp8 ? " " : "",
+             now.fp8 ? fp8_training_format_name((fp8_training_format)now.fp8_format) : "");
     fprintf(stderr, "checkpoint: warning: saved %s%s, resumed %s%s: the weights carry over,"
             " the FP8 scales start afresh%s\n", saved->fp8 ? "in fp8 " : "in ", was,
             now.fp8 ? "in fp8 " : "in ", is, delayed ? " (delayed's amax history is not saved)" : "");
