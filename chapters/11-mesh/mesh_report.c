@@ -72,7 +72,9 @@ static const char *const what_moves[PIPELINE_ALL_KINDS] = {
     "gradients over dp x cp (ZeRO: reduce-scatter + all-gather over dp_shard x cp)",
     "the tied embedding's gradient, first and last stage",
     "ring: K/V blocks round the cp ranks; Ulysses: all-to-alls",
-    "HSDP: each reduced gradient piece all-reduced across the replicas"};
+    "HSDP: each reduced gradient piece all-reduced across the replicas",
+    "MoE: the experts' gradients over the ranks holding the same experts (ZeRO: sharded"
+    " there)"};
 
 void mesh_print_bytes(const mesh_extra *x, int world) {
     char a[32], b[32];

@@ -18,15 +18,19 @@ static gpt_shape stage_shape(const run_config *cfg, mesh_shape shape, mesh_coord
 }
 
 /* MoE (moe_params.h): the routers and this rank's experts in fp32, their gradients, m
- * and v; in 16 bits the layer's 16-bit copy of the experts (+ 1 byte, as it allocates). */
+ * and v, each sharded by ZeRO's rule over its group (the routers over the dense
+ * gradients' group, the experts over expert_dp); in 16 bits the layer's 16-bit copy of
+ * the experts (+ 1 byte, as it allocates). */
 static void moe_state_formula(const run_config *cfg, mesh_shape shape, mesh_coord me,
-                              const moe_config *moe, double state[3]) {
+                              int zero, const moe_config *moe, double state[3]) {
     if (moe->experts <= 0) return;
     const moe_shape ms = moe_shape_make(moe, &cfg->model, mesh_ep_size(&shape), me.ep);
-    const double n = (double)(moe_router_numel(&ms) + moe_local_experts_numel(&ms));
-    state[0] += 4 * n;
-    state[1] += 4 * n;
-    state[2] += 8 * n;
+    const int rank = mesh_rank_of(&shape, me);
+    int group, group_rank, replicas;
+    parallel_grads_groups(&shape, rank, zero, &group, &group_rank, &replicas);
+    moe_vector_state_bytes(moe_router_numel(&ms), zero, group, group_rank, state);
+    moe_vector_state_bytes(moe_local_experts_numel(&ms), zero, mesh_expert_dp_size(&shape),
+                           mesh_group_rank(&shape, MESH_EXPERT_DP, rank), state);
     if (cfg->precision != PRECISION_FP32)
         state[0] += (double)moe_local_experts_numel(&ms) * precision_bytes(cfg->precision) + 1;
 }
@@ -49,7 +53,7 @@ void mesh_traffic_formula(const run_config *cfg, mesh_shape shape, mesh_coord me
                              bytes);
         for (int i = 0; i < 3; i++) t->state_formula[i] += bytes[i];
     }
-    moe_state_formula(cfg, shape, me, &opts->moe, t->state_formula);
+    moe_state_formula(cfg, shape, me, zero, &opts->moe, t->state_formula);
 }
 
 /* The MoE blocks this rank's stages run. */
@@ -81,7 +85,7 @@ static void measure_alltoall(const pipeline_rank *r, comm *ep, int timed_steps,
 static void measure_rank(const pipeline_rank *r, int timed_steps, mesh_rank_traffic *t) {
     const mesh *m = r->mesh;
     comm *groups[PIPELINE_ALL_KINDS] = {m->tp, m->pp, r->par.grads, m->embedding, m->cp,
-                                        r->par.replicate};
+                                        r->par.replicate, r->par.moe ? m->expert_dp : NULL};
     for (int k = 0; k < PIPELINE_ALL_KINDS; k++) {
         if (!groups[k]) continue;
         comm_stats s = comm_stats_get(groups[k]);

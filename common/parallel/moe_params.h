@@ -9,7 +9,23 @@
  *            with TP the experts are replicated over the tp group and their gradients
  *            are equal there: never summed over it (moe.h)
  *
- * A plain all-reduce each, then AdamW on the whole vectors: ZeRO does not shard them. */
+ * ZeRO (zero_rule.h) shards each vector over its own group, as Megatron's distributed
+ * optimizer shards experts over the expert-data-parallel group: the routers with the
+ * dense parameters' rule (over dp_shard x cp, each reduced piece then all-reduced
+ * across HSDP's replicas), the experts over the whole expert_dp group (no replicas: it
+ * is already the ranks that hold the same experts). A rank owns one comm_shard piece
+ * of each vector:
+ *
+ *   zero  params  grads  Adam    after backward           after AdamW
+ *   0     whole   whole  whole   all-reduce               -
+ *   1     whole   whole  piece   reduce-scatter           all-gather params
+ *   2     whole   piece  piece   reduce-scatter           all-gather params
+ *   3     piece   piece  piece   reduce-scatter           - (gathered at step begin)
+ *
+ * At zero 2-3 the whole gradient lives from step begin to the reduction, at zero 3 the
+ * whole parameters too (gathered then, freed after the reduction); the layer is bound
+ * to them for the step. A vector on a group of one rank is never sharded. In 16 bits the
+ * layer keeps its own whole 16-bit copy of the experts, rounded from these masters. */
 #ifndef MOE_PARAMS_H
 #define MOE_PARAMS_H
 #include <stddef.h>
@@ -21,8 +37,13 @@
 #include "ops.h"
 
 typedef struct {
-    float *params, *grads, *adam_m, *adam_v;
-    size_t n;
+    float *params, *grads, *adam_m, *adam_v;   /* at rest: whole or the piece, as zero says */
+    size_t n;                 /* elements of the whole vector */
+    comm *group, *replicate;  /* its gradient's sum: over group, then across replicate */
+    int zero;                 /* 0 .. 3 (0 on a group of one rank) */
+    size_t piece_at, piece_len;          /* this rank's comm_shard piece of the n */
+    float *step_params, *step_grads;     /* zero 3 / zero 2-3: a step's whole vectors */
+    int skip_gather;          /* negative control: zero 1-2's all-gather left out */
 } moe_vector;
 
 /* Where a run's routing goes, step by step (a caller's host buffers, written by world
@@ -53,7 +74,9 @@ typedef struct {
     comm *dense, *replicate, *expert_dp;
     int ep_size, ep_rank;
     int tokens;        /* a micro-batch's tokens on this rank */
+    int zero;          /* ZeRO's stage for both vectors, each on its own group */
     int test_combine_misorder;   /* negative control (moe_layer_options) */
+    int test_skip_param_gather;  /* negative control: zero 1-2's updated pieces kept apart */
 } moe_params_groups;
 
 void moe_params_init(moe_params *p, const moe_config *cfg, const gpt_config *model,
@@ -73,7 +96,14 @@ size_t moe_params_whole_numel(const moe_params *p);
 /* Collective over ep (NULL: EP 1): the whole part's parameters (grads 0) or gradients
  * into out, which only the ep group's rank 0 gives (NULL elsewhere). */
 void moe_params_whole(const moe_params *p, comm *ep, int grads, float *out);
-/* The two gradient vectors AdamW reads, for the loss scale; returns 2. */
+/* The two gradient vectors AdamW reads (whole or the piece), for the loss scale;
+ * returns 2. */
 int moe_params_grad_vectors(moe_params *p, grad_vector *vectors);
+
+/* The ZeRO stage a vector runs at on a group of `group` ranks: none on one rank. */
+static inline int moe_vector_zero(int zero, int group) { return group > 1 ? zero : 0; }
+/* Bytes a vector of n fp32 elements holds at rest on rank `rank` of `group`, by tag
+ * (params, grads, optimizer: m and v), as moe_params_init allocates them. */
+void moe_vector_state_bytes(size_t n, int zero, int group, int rank, double bytes[3]);
 
 #endif

@@ -156,7 +156,9 @@ static void parallelize_moe(parallel_rank *p, const mesh *m, const run_config *c
     const moe_params_groups g = {.world = tokens_group, .ep = m->ep, .dense = p->grads,
                                  .replicate = p->replicate, .expert_dp = p->experts_group,
                                  .ep_size = mesh_ep_size(&m->shape), .ep_rank = m->me.ep,
-                                 .tokens = tokens, .test_combine_misorder = o->combine_misorder};
+                                 .tokens = tokens, .zero = p->zero,
+                                 .test_combine_misorder = o->combine_misorder,
+                                 .test_skip_param_gather = o->moe_skip_param_gather};
     p->moe = mem_alloc(MEM_OTHER, sizeof *p->moe);
     moe_params_init(p->moe, &o->moe, &cfg->model, &g, cfg->seed);
     p->model.mlp = moe_layer_hook(p->moe->layer);

@@ -14,7 +14,8 @@
  *   pp   the stages (pipeline.h), which the caller cuts.
  *   ep   MoE (moe.experts > 0): the model's MLP hook is an MoE layer whose experts are
  *        split over the ep group (E / ep a rank, tokens exchanged by all-to-alls), its
- *        routers dense and its experts summed over expert_dp (moe_params.h); the
+ *        routers dense and its experts summed over expert_dp (moe_params.h), ZeRO 1-3
+ *        sharding the routers as the dense parameters and the experts over expert_dp; the
  *        routing counts the global batch over dp x cp. In every pipeline stage (each
  *        runs its own MoE blocks), with CP (no dropping: capacity factor 0), one
  *        micro-batch a step and no SP so far: parallelize_check says why. The dense
@@ -43,6 +44,8 @@ typedef struct {
                                  group, not expert_dp */
     int combine_misorder;     /* negative control: the MoE combine's rows in expert order
                                  (moe_layer_options) */
+    int moe_skip_param_gather;   /* negative control: ZeRO-1/2's updated router and expert
+                                    pieces not all-gathered */
 } parallel_options;
 
 typedef struct {

@@ -318,7 +318,7 @@ double pipeline_gather_params(pipeline_rank *r, float *whole) {
 
 const char *pipeline_group_kind_name(pipeline_group_kind kind) {
     static const char *const names[PIPELINE_ALL_KINDS] = {"tp", "pp", "dp", "embedding", "cp",
-                                                          "dp_replicate"};
+                                                          "dp_replicate", "expert_dp"};
     return kind >= 0 && kind < PIPELINE_ALL_KINDS ? names[kind] : "?";
 }
 
@@ -330,7 +330,8 @@ parallel_options pipeline_parallel_options(const pipeline_options *opts) {
         .cp = opts->cp, .micro = opts->micro, .moe = opts->moe,
         .grads_over_dp_only = opts->fault == PIPELINE_FAULT_GRADS_OVER_DP_ONLY,
         .expert_grads_over_ep = opts->fault == PIPELINE_FAULT_EXPERT_GRADS_OVER_EP,
-        .combine_misorder = opts->fault == PIPELINE_FAULT_COMBINE_MISORDER};
+        .combine_misorder = opts->fault == PIPELINE_FAULT_COMBINE_MISORDER,
+        .moe_skip_param_gather = opts->fault == PIPELINE_FAULT_MOE_SKIP_PARAM_GATHER};
 }
 
 /* HSDP: this rank's pieces of a stage slice all-reduced across r replicas, one call a
@@ -371,16 +372,43 @@ static double allreduce_bytes(size_t n, int g) {
     return g > 1 ? (double)(2ull * (unsigned)(g - 1) * bytes / (unsigned)g) : 0;
 }
 
-/* MoE: the routers' gradient all-reduced where the dense ones are reduced. */
-static void router_terms(const run_config *cfg, mesh_shape shape, mesh_coord me, int zero,
-                         const moe_config *moe, double bytes[PIPELINE_ALL_KINDS]) {
+/* One ring pass (a reduce-scatter or an all-gather) of n floats on g ranks. */
+static double ring_pass_bytes(size_t n, int g) {
+    const unsigned long long bytes = (unsigned long long)(n * sizeof(float));
+    return g > 1 ? (double)((unsigned)(g - 1) * bytes / (unsigned)g) : 0;
+}
+
+/* An MoE vector of n floats (moe_params.h) on rank `rank` of `group` with `replicas`:
+ * ZeRO 0 all-reduces it on both; from ZeRO 1 on a reduce-scatter and an all-gather on
+ * the group (zero 1-2: of the updated pieces; zero 3: at the step's start) and this
+ * rank's piece all-reduced across the replicas. */
+static void moe_vector_terms(size_t n, int zero, int group, int rank, int replicas,
+                             double *on_group, double *on_replicas) {
+    if (moe_vector_zero(zero, group) == 0) {
+        *on_group += allreduce_bytes(n, group);
+        *on_replicas += allreduce_bytes(n, replicas);
+        return;
+    }
+    size_t at;
+    *on_group += 2 * ring_pass_bytes(n, group);
+    *on_replicas += allreduce_bytes(comm_shard(n, group, rank, &at), replicas);
+}
+
+/* MoE: the routers' gradient reduced where the dense ones are, the experts' on
+ * expert_dp. */
+static void moe_terms(const run_config *cfg, mesh_shape shape, mesh_coord me, int zero,
+                      const moe_config *moe, double bytes[PIPELINE_ALL_KINDS]) {
     if (moe->experts <= 0) return;
-    const moe_shape ms = moe_shape_make(moe, &cfg->model, 1, 0);
+    const moe_shape ms = moe_shape_make(moe, &cfg->model, mesh_ep_size(&shape), me.ep);
+    const int rank = mesh_rank_of(&shape, me);
     int group, group_rank, replicas;
-    parallel_grads_groups(&shape, mesh_rank_of(&shape, me), zero, &group, &group_rank,
-                          &replicas);
-    bytes[PIPELINE_DP] += allreduce_bytes(moe_router_numel(&ms), group);
-    bytes[PIPELINE_DP_REPLICATE] += allreduce_bytes(moe_router_numel(&ms), replicas);
+    parallel_grads_groups(&shape, rank, zero, &group, &group_rank, &replicas);
+    moe_vector_terms(moe_router_numel(&ms), zero, group, group_rank, replicas,
+                     &bytes[PIPELINE_DP], &bytes[PIPELINE_DP_REPLICATE]);
+    double none = 0;
+    moe_vector_terms(moe_local_experts_numel(&ms), zero, mesh_expert_dp_size(&shape),
+                     mesh_group_rank(&shape, MESH_EXPERT_DP, rank), 1,
+                     &bytes[PIPELINE_EXPERT_DP], &none);
 }
 
 /* The stage's MoE blocks (0 for a dense model). */
@@ -438,7 +466,7 @@ void pipeline_bytes_formula(const run_config *cfg, mesh_shape shape, mesh_coord 
                                   cp_attention_bytes_formula(opts->cp.kind, c, (int)(N * c / cfg->model.ctx),
                                                              cfg->model.ctx, s.dim_local);
     }
-    router_terms(cfg, shape, me, zero, &opts->moe, bytes);
+    moe_terms(cfg, shape, me, zero, &opts->moe, bytes);
 }
 
 /* ---- what was measured ---------------------------------------------------------------- */

@@ -44,6 +44,8 @@ typedef enum {
     PIPELINE_FAULT_EXPERT_GRADS_OVER_EP,   /* MoE: experts summed over ep, not expert_dp */
     PIPELINE_FAULT_COMBINE_MISORDER,       /* MoE: the combine's rows in expert order */
     PIPELINE_FAULT_SP_OWN_PARTIAL,    /* SP: g-bar's reduce-scatter keeps its own partial */
+    PIPELINE_FAULT_MOE_SKIP_PARAM_GATHER,  /* MoE, ZeRO-1/2: routers' and experts' updated
+                                              pieces not all-gathered */
 } pipeline_fault;
 
 typedef struct {
@@ -117,12 +119,15 @@ void pipeline_measure(pipeline_rank *r, pipeline_measures *pm);
  *   dp         over dp x cp (ZeRO: dp_shard x cp), the ring of that many ranks
  *   cp         the attention's K/V blocks or all-to-alls (cp_attention_bytes_formula)
  *   dp_replicate  HSDP: each reduced piece all-reduced across the replicas
- * and with MoE the routers' fp32 gradient all-reduced on dp (the shard group with ZeRO)
- * and dp_replicate; the experts' on expert_dp and the all-to-alls on ep are counted
- * apart (mesh_train.h), the latter from the routing. */
+ * and with MoE the routers' fp32 gradient all-reduced on dp and dp_replicate at ZeRO 0,
+ * from ZeRO 1 on reduce-scattered on dp's shard group and all-gathered (ZeRO-3: at the
+ * step's start), its piece all-reduced across the replicas; the experts' the same way
+ * on expert_dp; the all-to-alls on ep are counted apart (mesh_train.h), from the
+ * routing. */
 typedef enum {
     PIPELINE_TP, PIPELINE_PP, PIPELINE_DP, PIPELINE_EMBEDDING, PIPELINE_GROUP_KINDS,
-    PIPELINE_CP = PIPELINE_GROUP_KINDS, PIPELINE_DP_REPLICATE, PIPELINE_ALL_KINDS
+    PIPELINE_CP = PIPELINE_GROUP_KINDS, PIPELINE_DP_REPLICATE, PIPELINE_EXPERT_DP,
+    PIPELINE_ALL_KINDS
 } pipeline_group_kind;
 const char *pipeline_group_kind_name(pipeline_group_kind kind);
 void pipeline_bytes_formula(const run_config *cfg, mesh_shape shape, mesh_coord me,
