@@ -8,9 +8,11 @@
  * the routers and every expert gathered over the EP group and the stages) within
  * mesh_run_tolerances, every rank's bytes per group and model state equal to their
  * formulas, and its all-to-all bytes equal to what its routing sent; with capacity too
- * (the same pairs dropped). Negative controls, the experts' gradients summed over the EP
- * group instead of expert_dp (on EP x DP, EP x CP and EP x PP), must fail; combinations
- * not trained yet are refused by parallelize_check with a reason. */
+ * (the same pairs dropped). ZeRO 1-3 shard the routers and experts too (EP 2 x DP 2 at
+ * zero 2 and 3 in fp32, bf16, bf16 with bf16 gradients; HSDP at zero 2). Negative
+ * controls, the experts' gradients summed over the EP group instead of expert_dp (on
+ * EP x DP, EP x CP and EP x PP) and ZeRO-1's updated MoE pieces left ungathered, must
+ * fail; combinations not trained yet are refused by parallelize_check with a reason. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -105,6 +107,8 @@ static double run_case(const dataset *d, const one_device *one, precision p, mes
         check_mesh_formulas(r, s, 0.0);
         ck_assert_double_eq(mismatch, 0);
         ck_assert(mesh_ep_size(&s) == 1 || alltoall > 0);
+        for (int w = 0; w < mesh_world(&s); w++)   /* the experts' sums are measured */
+            ck_assert(mesh_expert_dp_size(&s) == 1 || r->x.ranks[w].bytes[PIPELINE_EXPERT_DP] > 0);
     }
     mesh_result_free(r);
     return worst;
@@ -158,6 +162,61 @@ START_TEST(expert_grads_over_the_wrong_group_fail) {
                                   PIPELINE_FAULT_EXPERT_GRADS_OVER_EP,
                                   "control, experts over ep:");
     ck_assert_msg(worst > 1.0, "%.2f of the bounds", worst);
+    mesh_result_free(one.run);
+    dataset_free(d);
+}
+END_TEST
+
+/* ZeRO 1-3 on the MoE part (moe_params.h): the routers sharded over the dense
+ * gradients' group, the experts over expert_dp (EP 2 x DP 2: two ranks each), their
+ * gradients reduce-scattered, stage 3 gathering them at the step's start; fp32, bf16 and
+ * bf16 with bf16 gradients, HSDP too, each rank's state and bytes (expert_dp's
+ * included) equal to their formulas (run_case). The rule for one vector by hand: 10
+ * floats on 4 ranks, rank 3's comm_shard piece is 2 of them. */
+START_TEST(zero_shards_routers_and_experts) {
+    const double whole[3] = {40, 40, 80};
+    const double at[4][3] = {{40, 40, 80}, {40, 40, 16}, {40, 8, 16}, {8, 8, 16}};
+    for (int zero = 0; zero <= 3; zero++) {
+        double b[3] = {0, 0, 0}, alone[3] = {0, 0, 0};
+        moe_vector_state_bytes(10, zero, 4, 3, b);
+        moe_vector_state_bytes(10, zero, 1, 0, alone);   /* one rank: nothing to shard */
+        for (int i = 0; i < 3; i++) {
+            ck_assert_double_eq(b[i], at[zero][i]);
+            ck_assert_double_eq(alone[i], whole[i]);
+        }
+    }
+    dataset *d = dataset_builtin();
+    const precision ps[3] = {PRECISION_FP32, PRECISION_BF16, PRECISION_BF16};
+    for (int k = 0; k < 3; k++) {
+        grad_dtype = k == 2 ? PRECISION_BF16 : PRECISION_FP32;
+        one_device one = one_device_run(d, ps[k]);
+        ck_assert(run_case(d, &one, ps[k], ep2_dp2, 2, 0, "ep 2 x dp 2, zero 2:") <= 1.0);
+        ck_assert(run_case(d, &one, ps[k], ep2_dp2, 3, 0, "ep 2 x dp 2, zero 3:") <= 1.0);
+        if (k == 0)
+            ck_assert(run_case(d, &one, ps[k], ep2_hsdp, 2, 0, "ep 2 x dp 2 x 2 (HSDP, zero 2):")
+                      <= 1.0);
+        mesh_result_free(one.run);
+    }
+    grad_dtype = PRECISION_FP32;
+    dataset_free(d);
+}
+END_TEST
+
+/* Negative controls: at ZeRO 1 each rank's updated router and expert pieces stay apart
+ * (no all-gather after AdamW): the others' pieces go stale; at ZeRO 2 the experts
+ * sharded and reduce-scattered over the ep group (other experts) instead of expert_dp.
+ * Both must fail. */
+START_TEST(moe_pieces_not_gathered_fail) {
+    dataset *d = dataset_builtin();
+    one_device one = one_device_run(d, PRECISION_FP32);
+    const double worst = run_case(d, &one, PRECISION_FP32, ep2_dp2, 1,
+                                  PIPELINE_FAULT_MOE_SKIP_PARAM_GATHER,
+                                  "control, pieces not gathered:");
+    ck_assert_msg(worst > 1.0, "%.2f of the bounds", worst);
+    const double wrong = run_case(d, &one, PRECISION_FP32, ep2_dp2, 2,
+                                  PIPELINE_FAULT_EXPERT_GRADS_OVER_EP,
+                                  "control, experts sharded over ep:");
+    ck_assert_msg(wrong > 1.0, "%.2f of the bounds", wrong);
     mesh_result_free(one.run);
     dataset_free(d);
 }
@@ -238,6 +297,8 @@ int main(void) {
     tcase_add_test(t, ep_on_the_mesh_matches_one_device);
     tcase_add_test(t, capacity_drops_the_same_pairs);
     tcase_add_test(t, expert_grads_over_the_wrong_group_fail);
+    tcase_add_test(t, zero_shards_routers_and_experts);
+    tcase_add_test(t, moe_pieces_not_gathered_fail);
     tcase_add_test(t, unsupported_combinations_are_refused);
     tcase_add_test(t, ep_with_cp_matches_one_device);
     tcase_add_test(t, ep_with_pp_matches_one_device);
