@@ -105,12 +105,37 @@ void mesh_print_bytes(const mesh_extra *x, int world) {
            report_bytes(most, a), x->alltoall_mismatch);
 }
 
+/* MoE: rank 0's routers and experts as ZeRO shards them (moe_params.h), next to
+ * what it would hold whole; part of the table's formula. */
+static void print_moe_state(const mesh_extra *x, const run_config *cfg) {
+    const mesh_shape *s = &x->shape;
+    if (x->opts.moe.experts <= 0) return;
+    const int zero = s->dp * mesh_cp_size(s) > 1 ? x->opts.zero_stage : 0;
+    const moe_shape ms = moe_shape_make(&x->opts.moe, &cfg->model, mesh_ep_size(s), 0);
+    int group, group_rank, replicas;
+    parallel_grads_groups(s, 0, zero, &group, &group_rank, &replicas);
+    const size_t routers = moe_router_numel(&ms), experts = moe_local_experts_numel(&ms);
+    const int expert_dp = mesh_expert_dp_size(s);
+    double held[3] = {0}, whole[3] = {0};
+    moe_vector_state_bytes(routers, zero, group, group_rank, held);
+    moe_vector_state_bytes(experts, zero, expert_dp, 0, held);
+    moe_vector_state_bytes(routers + experts, 0, 1, 0, whole);
+    char h[3][32], w[3][32];
+    for (int i = 0; i < 3; i++) report_bytes(held[i], h[i]), report_bytes(whole[i], w[i]);
+    printf("  of which MoE on rank 0 (fp32 masters, ZeRO-%d: the routers' %zu floats on %d"
+           " rank%s, its experts' %zu on expert_dp's %d): params %s, grads %s,"
+           " optimizer %s (unsharded: %s, %s, %s)\n", zero, routers, group,
+           group == 1 ? "" : "s", experts, expert_dp, h[0], h[1], h[2], w[0], w[1], w[2]);
+}
+
 void mesh_print_memory(const mesh_extra *x, int world, const run_config *cfg) {
     char s[6][32], act[32];
     printf("\nModel state per rank by tag, measured | formula (dp_grads_state_bytes: ZeRO-%d"
-           " over dp_shard x cp, %s compute weights, %s gradients, fp32 optimizer)\n",
+           " over dp_shard x cp, %s compute weights, %s gradients, fp32 optimizer%s)\n",
            x->opts.zero_stage, precision_name(cfg->precision),
-           precision_name(cfg->grad_precision));
+           precision_name(cfg->grad_precision),
+           x->opts.moe.experts > 0 ? "; MoE: moe_vector_state_bytes, the experts over expert_dp"
+                                   : "");
     printf("  %5s %10s %10s %10s | %10s %10s %10s %12s\n", "rank", "params", "grads",
            "optimizer", "params", "grads", "optimizer", "activations");
     for (int w = 0; w < world; w++) {
@@ -126,6 +151,7 @@ void mesh_print_memory(const mesh_extra *x, int world, const run_config *cfg) {
         printf("  %5d %10s %10s %10s | %10s %10s %10s %12s\n", w, s[0], s[1], s[2], s[3],
                s[4], s[5], report_bytes(t->activations, act));
     }
+    print_moe_state(x, cfg);
 }
 
 char *mesh_json(const mesh_extra *x, int world, const mesh_args *a) {
