@@ -153,15 +153,24 @@ START_TEST(capacity_drops_the_same_pairs) {
 }
 END_TEST
 
-/* Negative control: each EP rank's experts summed with the other EP rank's (different
- * experts) instead of with their own copies on the other dp group. */
+static void control_fails(dataset *d, const one_device *one, int zero, pipeline_fault fault,
+                          const char *what) {
+    const double worst = run_case(d, one, PRECISION_FP32, ep2_dp2, zero, fault, what);
+    ck_assert_msg(worst > 1.0, "%s passed: %.2f of the bounds", what, worst);
+}
+
+/* Negative controls: each EP rank's experts summed with the other EP rank's (different
+ * experts) instead of with their own copies on the other dp group, at ZeRO 0 and
+ * sharded and reduce-scattered so at ZeRO 2; at ZeRO 1 each rank's updated router and
+ * expert pieces left apart (no all-gather after AdamW: the others' pieces go stale). */
 START_TEST(expert_grads_over_the_wrong_group_fail) {
     dataset *d = dataset_builtin();
     one_device one = one_device_run(d, PRECISION_FP32);
-    const double worst = run_case(d, &one, PRECISION_FP32, ep2_dp2, 0,
-                                  PIPELINE_FAULT_EXPERT_GRADS_OVER_EP,
-                                  "control, experts over ep:");
-    ck_assert_msg(worst > 1.0, "%.2f of the bounds", worst);
+    control_fails(d, &one, 0, PIPELINE_FAULT_EXPERT_GRADS_OVER_EP, "control, experts over ep:");
+    control_fails(d, &one, 2, PIPELINE_FAULT_EXPERT_GRADS_OVER_EP,
+                  "control, experts sharded over ep:");
+    control_fails(d, &one, 1, PIPELINE_FAULT_MOE_SKIP_PARAM_GATHER,
+                  "control, pieces not gathered:");
     mesh_result_free(one.run);
     dataset_free(d);
 }
@@ -198,26 +207,6 @@ START_TEST(zero_shards_routers_and_experts) {
         mesh_result_free(one.run);
     }
     grad_dtype = PRECISION_FP32;
-    dataset_free(d);
-}
-END_TEST
-
-/* Negative controls: at ZeRO 1 each rank's updated router and expert pieces stay apart
- * (no all-gather after AdamW): the others' pieces go stale; at ZeRO 2 the experts
- * sharded and reduce-scattered over the ep group (other experts) instead of expert_dp.
- * Both must fail. */
-START_TEST(moe_pieces_not_gathered_fail) {
-    dataset *d = dataset_builtin();
-    one_device one = one_device_run(d, PRECISION_FP32);
-    const double worst = run_case(d, &one, PRECISION_FP32, ep2_dp2, 1,
-                                  PIPELINE_FAULT_MOE_SKIP_PARAM_GATHER,
-                                  "control, pieces not gathered:");
-    ck_assert_msg(worst > 1.0, "%.2f of the bounds", worst);
-    const double wrong = run_case(d, &one, PRECISION_FP32, ep2_dp2, 2,
-                                  PIPELINE_FAULT_EXPERT_GRADS_OVER_EP,
-                                  "control, experts sharded over ep:");
-    ck_assert_msg(wrong > 1.0, "%.2f of the bounds", wrong);
-    mesh_result_free(one.run);
     dataset_free(d);
 }
 END_TEST
@@ -298,7 +287,6 @@ int main(void) {
     tcase_add_test(t, capacity_drops_the_same_pairs);
     tcase_add_test(t, expert_grads_over_the_wrong_group_fail);
     tcase_add_test(t, zero_shards_routers_and_experts);
-    tcase_add_test(t, moe_pieces_not_gathered_fail);
     tcase_add_test(t, unsupported_combinations_are_refused);
     tcase_add_test(t, ep_with_cp_matches_one_device);
     tcase_add_test(t, ep_with_pp_matches_one_device);
