@@ -39,7 +39,7 @@ START_TEST(exposed_per_layer_matches_alpha_beta) {
     exposed_result r;
     const char *timing = getenv("TIMING_CHECKS");
     const int hold_band = timing && strcmp(timing, "1") == 0;
-    int hidden = 0;   /* some attempt exposed less with chunks than without */
+    int hidden[2] = {0, 0};   /* some attempt exposed less with chunks than without */
     for (int attempt = 1; attempt <= 3; attempt++) {
         ck_assert_int_eq(exposed_measure(&s, &r), 0);
         const exposed_times *f = &r.forward, *b = &r.backward;
@@ -50,11 +50,12 @@ START_TEST(exposed_per_layer_matches_alpha_beta) {
                b->plain_formula_ms, b->overlap_ms, b->overlap_formula_ms,
                exposed_within(&r, 0.2) ? "yes" : hold_band ? "no" : "no (not held here)");
         ck_assert(exposed_at_least(&r, 0.2));
-        hidden |= exposed_hidden(&r);
+        hidden[0] |= f->overlap_ms < f->plain_ms;   /* each pass on its own */
+        hidden[1] |= b->overlap_ms < b->plain_ms;
         if (exposed_within(&r, 0.2)) break;
     }
     exposed_print(&s, &r);
-    ck_assert(hidden);
+    ck_assert(hidden[0] && hidden[1]);
     if (hold_band) ck_assert(exposed_within(&r, 0.2));
 }
 END_TEST

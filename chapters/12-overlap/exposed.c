@@ -250,11 +250,6 @@ int exposed_at_least(const exposed_result *r, double band) {
     return times_at_least(&r->forward, band) && times_at_least(&r->backward, band);
 }
 
-int exposed_hidden(const exposed_result *r) {
-    return r->forward.overlap_ms < r->forward.plain_ms &&
-           r->backward.overlap_ms < r->backward.plain_ms;
-}
-
 static void print_times(const char *pass, const char *name, double ms, double formula_ms,
                         double layer_ms) {
     char label[64];

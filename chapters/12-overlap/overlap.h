@@ -60,8 +60,6 @@ int exposed_within(const exposed_result *r, double band);
 /* No run faster than `band` below its formula: the modelled wire's own time, which no
  * load shortens (what make test holds). */
 int exposed_at_least(const exposed_result *r, double band);
-/* Less exposed with chunks than without, both passes. */
-int exposed_hidden(const exposed_result *r);
 void exposed_print(const exposed_setup *s, const exposed_result *r);
 
 /* ---- training runs on two tiers (runs.c) ----------------------------------------- */
