@@ -134,8 +134,10 @@ static void layer_backward(tp_sequence *sp, comm *tp, const exposed_setup *s,
     hold_plain(sp, tp, t0, before, 3 * f);
 }
 
-/* Layers timed with `chunks` (0: plain SP), forward and backward: exposed and whole
- * seconds of the best layer (the model is a floor: a busy machine only adds time);
+/* Layers timed with `chunks` (0: plain SP), forward and backward (one layer: its
+ * products take twice the forward's time, and tests wait for every modelled second):
+ * exposed and whole seconds of the best layer (the model is a floor: a busy machine only
+ * adds time);
  * exposed on the rank blocked least (the last to arrive, which waits for the wire alone,
  * not for a peer held up by a busy machine: chapter 7's comm_seconds_least), whole on
  * the slowest. */
@@ -148,7 +150,7 @@ static void time_layers(comm *world, tp_sequence *sp, const exposed_setup *s,
     tp_sequence_overlap(sp)->model_flops = s->model_flops;
     double mine[TIMES] = {1e30, 1e30, 1e30, 1e30};
     for (int l = 0; l < s->layers; l++)
-        for (int pass = 0; pass < 2; pass++) {
+        for (int pass = 0; pass < 2 && !(pass == 1 && l > 0); pass++) {
             comm_barrier(world);
             const double before = comm_so_far(world), t0 = comm_now();
             if (pass == 0) layer(sp, world, s, b);
