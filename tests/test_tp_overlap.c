@@ -82,7 +82,7 @@ static double overlap_against_plain(int t, precision p, int chunks, tp_overlap_c
  * a GEMM. Backward's dX products per chunk are GEMMs of a run of 2 or 4 rows where the
  * plain layer's is one of every row, and oneDNN's kernel for that orientation (dY @ W,
  * W not transposed) may sum such a short call's rows differently in the last fp32 bit
- * (measured: step 1's gradients equal here, the parameters after 3 steps one fp32 unit
+ * (measured: step 1's gradients equal here, the parameters after 5 steps one fp32 unit
  * apart, gone when backward runs whole). */
 static void check_overlap(int t, precision p, int chunks) {
     differences apart;
