@@ -28,24 +28,32 @@ typedef struct {
     double plain_ms, overlap_ms;                 /* measured, best layer, rank blocked least */
     double plain_formula_ms, overlap_formula_ms; /* alpha-beta */
     double layer_ms[2];                          /* a layer's time: plain, overlapped */
+} exposed_times;
+
+typedef struct {
+    exposed_times forward, backward;
     comm_tier tier;                              /* the slowest link of the group's ring */
 } exposed_result;
 
 /* A layer's four edges of the SP region (qkv and fc column-parallel after an
- * all-gather, proj and fc2 row-parallel before a reduce-scatter) timed without and
- * with chunks. Returns launch's status. */
+ * all-gather, proj and fc2 row-parallel before a reduce-scatter), forward and backward,
+ * timed without and with chunks. Returns launch's status. */
 int exposed_measure(const exposed_setup *s, exposed_result *out);
 /* Alpha-beta of one layer's four collectives of B T / t x C elements per rank, each in
  * `chunks` pieces of which one is exposed (chunks 1: all of it): 4 (t-1) x the tier's
  * alpha + piece / beta, on the slowest tier of the group's ring. */
 double exposed_formula_seconds(const exposed_setup *s, int chunks);
+/* Backward's: without chunks its six collectives of that size (fc's and qkv's input
+ * gathered again and dX reduce-scattered, fc2's and proj's dY gathered); with them one
+ * chunk of each row layer's dY gather, the column layers' hidden under dX and dW. */
+double exposed_backward_formula_seconds(const exposed_setup *s, int chunks);
 /* The compute model's rate at which the smallest of a layer's products takes `ratio`
  * times its chunk's collective, chunk by chunk (ratio >= 1: the formula's condition). */
 double exposed_rate_for(const exposed_setup *s, double ratio);
 /* Sets s->comm.link_scale so that a ring step of a collective without chunks takes
  * step_seconds: threads on a shared machine time a step to about a millisecond. */
 void exposed_slow_links(exposed_setup *s, double step_seconds);
-/* Within `band` (0.2: 20%) of the formula, both runs: a wall-clock figure, which a
+/* Within `band` (0.2: 20%) of the formula, both runs and both passes: a wall-clock figure, which a
  * busy machine pushes up (a late wake-up, a peer without a core), so the chapter and
  * make test report it and only make bench (TIMING_CHECKS=1) holds it. */
 int exposed_within(const exposed_result *r, double band);

@@ -109,14 +109,17 @@ static double wire_seconds(const run_config *c, int row, const row_run *rr,
            latency_seconds(c, rr);
 }
 
-/* Forward's SP collectives of one step that the collective matmul hides: (n-1)/n of
- * each layer's four, by exposed.c's formula. */
+/* SP collectives of one step that the collective matmul hides, by exposed.c's
+ * formulas: (n-1)/n of each layer's four in forward, of its six in backward all but two
+ * chunks. */
 static double hidden_seconds(const run_config *c, int chunks) {
     const int t = c->comm.ranks_per_node;
     const exposed_setup s = {.t = t, .chunks = chunks, .B = c->batch / (c->comm.ranks / t),
                              .T = c->model.ctx, .C = c->model.dim, .p = c->precision,
                              .comm = c->comm};
-    return c->model.layers * (exposed_formula_seconds(&s, 1) - exposed_formula_seconds(&s, chunks));
+    return c->model.layers * (exposed_formula_seconds(&s, 1) - exposed_formula_seconds(&s, chunks) +
+                              exposed_backward_formula_seconds(&s, 1) -
+                              exposed_backward_formula_seconds(&s, chunks));
 }
 
 static void fill_row(const run_config *c, int row, int chunks, const row_run *rr,

@@ -25,7 +25,7 @@ struct tp_sequence {
     void *gathered;   /* [B, T, C]: a column-parallel layer's gathered input */
     void *partial;    /* [B, T, C]: partial sums, or a gathered output gradient */
     float *grad_part; /* [2 C]: a LayerNorm's weight and bias gradients on my rows */
-    tp_overlap overlap;   /* chunks > 0: forward's edges as collective matmuls */
+    tp_overlap overlap;   /* chunks > 0: the edges as collective matmuls */
 };
 
 tp_overlap *tp_sequence_overlap(tp_sequence *sp) { return &sp->overlap; }
@@ -33,7 +33,8 @@ tp_overlap *tp_sequence_overlap(tp_sequence *sp) { return &sp->overlap; }
 void tp_sequence_set_overlap(tp_sequence *sp, int chunks, int control) {
     sp->overlap = (tp_overlap){.tp = sp->tp, .p = sp->p, .t = sp->t, .rank = sp->rank,
                                .B = sp->B, .T = sp->T, .C = sp->C, .gathered = sp->gathered,
-                               .partial = sp->partial, .chunks = chunks,
+                               .partial = sp->partial, .sequence = sp->stacked,
+                               .chunks = chunks,
                                .control = (tp_overlap_control)control,
                                .model_flops = sp->overlap.model_flops};
 }
@@ -157,6 +158,11 @@ void tp_sequence_column_backward(tp_sequence *sp, comm *f, precision p, void *di
                                  IC, OC_local);
         return;
     }
+    if (sp->overlap.chunks > 0 && IC == sp->C && !sp->copy_not_reduce) {
+        tp_overlap_column_backward(&sp->overlap, dinp_rows, dw, db, dout_local, inp_rows,
+                                   w_local, IC, OC_local);
+        return;
+    }
     /* the input was kept split: gathered again for dW = dout^T inp (section 4.2.2); a
      * split backward's input half (dw NULL) needs no input, its weight half gathers */
     if (dw) tp_sequence_all_gather(sp, sp->gathered, inp_rows);
@@ -187,6 +193,11 @@ void tp_sequence_row_backward(tp_sequence *sp, precision p, void *dinp_local, fl
                               float *db, const void *dout_rows, const void *inp_local,
                               const void *w_local, int N, int IC_local, int OC) {
     const void *dout = dout_rows;
+    if (sp && sp->overlap.chunks > 0 && OC == sp->C) {   /* g-bar backward, in chunks */
+        tp_overlap_row_backward(&sp->overlap, dinp_local, dw, db, dout_rows, inp_local,
+                                w_local, IC_local, OC);
+        return;
+    }
     if (sp) {   /* g-bar backward: every position's output gradient */
         tp_sequence_all_gather(sp, sp->partial, dout_rows);
         dout = sp->partial;

@@ -37,9 +37,9 @@ typedef struct tp_sequence tp_sequence;
 tp_sequence *tp_sequence_create(const gpt_shape *s, comm *tp, precision p, int B, int T,
                                 int copy_not_reduce);
 void tp_sequence_free(tp_sequence *sp);
-/* Forward's g before a column-parallel linear and g-bar after a row-parallel one as
- * collective matmuls in `chunks` chunks (tp_overlap.h; control: its negative controls);
- * chunks 0: as above. */
+/* g before a column-parallel linear and g-bar after a row-parallel one, forward and
+ * backward, as collective matmuls in `chunks` chunks (tp_overlap.h; control: its
+ * negative controls); chunks 0: as above. */
 void tp_sequence_set_overlap(tp_sequence *sp, int chunks, int control);
 /* The collective matmuls' settings, for a caller that sets their compute model. */
 struct tp_overlap *tp_sequence_overlap(tp_sequence *sp);
