@@ -161,7 +161,10 @@ END_TEST
  * DeepSeek-V3 reports 0.25% at scale), and the designed failure, outlier channels 1e7x
  * the rest with per-tensor scaling, outside it. Measured: recipes -0.05 .. +0.10%,
  * per-tensor with outliers +10.4% (1 x 128 tiles with them +6.1%: at this width the
- * tile is the whole row, so it fails too and nothing is asserted of it). */
+ * tile is the whole row, so it fails too and nothing is asserted of it). bf16 from three
+ * other initial weights on the same batches measures the run-to-run spread (here up to
+ * 0.98%; 8.1% on the chapter's default model, whose README shows the recipes' gaps inside
+ * it): the designed failure lies beyond it too. */
 START_TEST(fp8_curves_stay_within_one_percent_of_bf16) {
     run_config cfg = narrow_config(48, 16);
     cfg.batch = 4;
@@ -178,9 +181,14 @@ START_TEST(fp8_curves_stay_within_one_percent_of_bf16) {
         ck_assert(isfinite(r.curve_mean[i]));
         if (row->fp8 && row->outliers == 1)
             ck_assert_msg(fabs(r.curve_gap[i]) <= FP8_CURVE_LIMIT, "%s", row->label);
-        if (row->fp8 && row->outliers != 1 && row->recipe == FP8_TENSORWISE)
+        if (row->fp8 && row->outliers != 1 && row->recipe == FP8_TENSORWISE) {
             ck_assert_msg(r.curve_gap[i] > FP8_CURVE_LIMIT, "%s did not fail", row->label);
+            ck_assert_msg(r.curve_gap[i] > r.curve_spread, "%s within the spread", row->label);
+        }
     }
+    printf("fp8 curves: bf16 from other initial weights, the spread %.3f%%\n",
+           100 * r.curve_spread);
+    ck_assert(r.curve_spread > 0 && r.curve_spread < 1);   /* measured: the runs differ */
     ck_assert(r.curve_mean[FP8_CURVE_BF16] < r.curve[FP8_CURVE_BF16][0] - 1);   /* it learned */
     fp8_curves_free(&r);
     dataset_free(d);

@@ -173,6 +173,20 @@ static double ddp_against(const run_config *cfg, const dataset *d, const baselin
     return run_worst_fraction_of(&r, tolerances_for(cfg));
 }
 
+/* cfg's ZeRO-3 run (FP8 weights gathered: fsdp_fp8.h) against b: the worst fraction of
+ * tolerance. Under delayed the backward's E4M3 W takes its scale from the history the
+ * gather recorded for that linear. */
+static double zero3_against(const run_config *cfg, const dataset *d, const baseline_run *b,
+                            const char *what) {
+    strategy_outcome o = launch_zero(cfg, d, (zero_options){.stage = 3});
+    compare_to_baseline(&o.result, b, o.loss, o.first_grads, o.final_params);
+    const run_result r = o.result;
+    zero_outcome_free(&o);
+    printf("fp8 hybrid %-10s zero3, %d ranks: max |diff| loss %.2e grads %.2e params %.2e\n",
+           what, cfg->comm.ranks, r.diff_loss, r.diff_grads, r.diff_params);
+    return run_worst_fraction_of(&r, tolerances_for(cfg));
+}
+
 /* 32 rows a rank: OpenBLAS's blockings then differ between a rank's rows and the
  * whole batch's (what backward's dinp must not depend on; fp8_linear.c) */
 static run_config hybrid_config(void) {
@@ -197,6 +211,8 @@ START_TEST(hybrid_ddp_equals_the_hybrid_baseline) {
                       "%s: hybrid's backward did not run", fp8_recipe_name(recipes[i]));
         cfg.comm.ranks = 2;
         ck_assert_double_le(ddp_against(&cfg, d, b, fp8_recipe_name(recipes[i])), 1);
+        if (recipes[i] == FP8_DELAYED)
+            ck_assert_double_le(zero3_against(&cfg, d, b, fp8_recipe_name(recipes[i])), 1);
         if (recipes[i] == FP8_TENSORWISE) {   /* control: dY's amax each rank's own */
             fp8_linear_test_local_grad_amax(1);
             const double control = ddp_against(&cfg, d, b, "control");

@@ -187,6 +187,25 @@ START_TEST(delayed_scaling_takes_the_amax_history) {
 }
 END_TEST
 
+/* ZeRO-3's FP8 gather under delayed (fsdp_fp8.c) asks a weight's scale of its linear's
+ * history, which records the whole weight's amax: a site's first scale is its own amax's,
+ * later ones the history's largest; another site keeps a history of its own. */
+START_TEST(a_gathered_delayed_weight_is_scaled_by_its_history) {
+    const fp8_recipe delayed = FP8_DELAYED;
+    fp8_linear_use(&delayed);
+    const float max = fp8_info(FP8_E4M3)->max;
+    const float first = fp8_linear_delayed_weight_scale(1, 2.0f);
+    const float later = fp8_linear_delayed_weight_scale(1, 0.5f);
+    const float other = fp8_linear_delayed_weight_scale(2, 0.5f);
+    const float third = fp8_linear_delayed_weight_scale(1, 0.25f);
+    fp8_linear_release_thread();
+    fp8_linear_use(NULL);
+    printf("delayed weight scales, site 1: %g, %g, %g; site 2: %g\n", first, later, third, other);
+    ck_assert(first == max / 2.0f && later == max / 2.0f && third == max / 2.0f);
+    ck_assert(other == max / 0.5f);
+}
+END_TEST
+
 static run_config fp8_config(int ranks) {
     run_config cfg = uneven_model_config(ranks);
     cfg.batch = 4;   /* 1, 2 and 4 ranks divide it */
@@ -280,14 +299,17 @@ START_TEST(ddp_and_zero3_equal_the_fp8_baseline) {
 }
 END_TEST
 
-/* ZeRO-3 gathers blockwise FP8 weights (fsdp_fp8.h): equal to the FP8 baseline within
- * its tolerances, the all-gather and all-reduce bytes per step equal to their formula;
- * control: scales from the amaxes summed, not their max, miss the baseline. */
-START_TEST(zero3_gathers_fp8_weights) {
-    dataset *d = dataset_builtin();
-    const fp8_recipe blockwise = FP8_BLOCKWISE;
-    fp8_linear_use(&blockwise);
+/* ZeRO-3 on 2 and 3 ranks gathering `recipe`'s FP8 weights against the FP8 baseline
+ * within its tolerances, the all-gather and all-reduce bytes per step equal to their
+ * formula. Returns the baseline (the caller frees it). */
+static baseline_run *zero3_gathers_as_the_baseline(fp8_recipe recipe, const dataset *d) {
+    fp8_linear_use(&recipe);
     run_config cfg = fp8_config(1);
+    if (recipe == FP8_DELAYED) {   /* full-rate steps from the first: the weights' amaxes
+                                      move, and the history's max is not the current one */
+        cfg.adamw.lr = 1e-2f;
+        cfg.adamw.warmup_steps = 0;
+    }
     baseline_run *b = baseline_train(&cfg, d);
     const gpt_shape s = gpt_shape_make(&cfg.model, 1, 0);
     for (int ranks = 2; ranks <= 3; ranks++) {
@@ -295,16 +317,27 @@ START_TEST(zero3_gathers_fp8_weights) {
         strategy_outcome o = launch_zero(&cfg, d, (zero_options){.stage = 3});
         compare_to_baseline(&o.result, b, o.loss, o.first_grads, o.final_params);
         double f[2];
-        fsdp_fp8_gather_bytes(&s, FP8_BLOCKWISE, ranks, f);
+        fsdp_fp8_gather_bytes(&s, recipe, ranks, f);
         const double ag = o.comm_bytes[COMM_KIND_ALLGATHER], ar = o.comm_bytes[COMM_KIND_ALLREDUCE];
         const double worst = run_worst_fraction_of(&o.result, tolerances_for(&cfg));
-        printf("fp8 blockwise zero3, %d ranks, FP8 weights gathered: %.2f of the tolerance;"
+        printf("fp8 %s zero3, %d ranks, FP8 weights gathered: %.2f of the tolerance;"
                " all-gather %.0f B/step (formula %.0f), all-reduce %.0f (formula %.0f)\n",
-               ranks, worst, ag, f[0], ar, f[1]);
+               fp8_recipe_name(recipe), ranks, worst, ag, f[0], ar, f[1]);
         ck_assert_double_le(worst, 1);
         ck_assert(ag == f[0] && ar == f[1]);
         zero_outcome_free(&o);
     }
+    return b;
+}
+
+/* ZeRO-3 gathers FP8 weights (fsdp_fp8.h), blockwise and delayed (each weight's scale
+ * from its linear's amax history, the amax all-reduced first), equal to the FP8
+ * baseline; control: scales from the amaxes summed, not their max, miss the baseline. */
+START_TEST(zero3_gathers_fp8_weights) {
+    dataset *d = dataset_builtin();
+    baseline_free(zero3_gathers_as_the_baseline(FP8_DELAYED, d));
+    baseline_run *b = zero3_gathers_as_the_baseline(FP8_BLOCKWISE, d);
+    run_config cfg = fp8_config(1);
     cfg.comm.ranks = 2;
     fsdp_fp8_test_local_amax(1);
     strategy_outcome o = launch_zero(&cfg, d, (zero_options){.stage = 3});
@@ -328,6 +361,7 @@ int main(void) {
     tcase_add_test(t, delayed_scaling_takes_the_amax_history);
     tcase_add_test(t, the_fp8_baseline_stays_within_one_percent_of_bf16);
     tcase_add_test(t, ddp_and_zero3_equal_the_fp8_baseline);
+    tcase_add_test(t, a_gathered_delayed_weight_is_scaled_by_its_history);
     tcase_add_test(t, zero3_gathers_fp8_weights);
     suite_add_tcase(s, t);
     return check_run(s, 0);

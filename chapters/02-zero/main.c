@@ -86,7 +86,7 @@ static void print_zeropp(const run_config *cfg, const strategy_outcome *runs, in
     }
 }
 
-/* Stage 3 under --precision fp8 with a current-scaling recipe gathers FP8 weights
+/* Stage 3 under --precision fp8 (any recipe) gathers FP8 weights
  * (fsdp_fp8.h): its bytes next to their formula. */
 static void print_fp8_gather(const run_config *cfg, const strategy_outcome *runs, int n) {
     fp8_recipe recipe;

@@ -137,7 +137,8 @@ void wire_json(FILE *o, const wire_report *r);
 #define FP8_SPIKE_MARGIN 4    /* 2^4 = 16 of headroom: a jump of 10 fits */
 #define FP8_SPIKE_RUNS 3      /* current; delayed, margin 0; delayed, margin 4 */
 #define FP8_CURVE_STEPS 300   /* c: the loss curves' steps (--fp8-steps) */
-#define FP8_CURVE_ROWS 8      /* fp32, bf16, 4 recipes, 2 with outlier channels */
+#define FP8_CURVE_ROWS 11     /* fp32, bf16, 4 recipes, 2 with outlier channels, 3 reseeds */
+#define FP8_CURVE_RESEEDS 3   /* bf16 from other initial weights: the run-to-run spread */
 #define FP8_CURVE_BF16 1      /* the row the gaps are measured against */
 #define FP8_CURVE_OUTLIERS 1e7
 #define FP8_CURVE_LIMIT 0.01  /* a recipe trains as bf16 does: mean loss within 1% */
@@ -147,6 +148,7 @@ typedef struct {
     precision p;
     int fp8, recipe;   /* recipe: fp8_recipe, when fp8 */
     double outliers;   /* fp8_linear_outliers' factor (1: none) */
+    int reseed;        /* > 0: the initial weights from seed + reseed, the same batches */
 } fp8_curve_row;
 extern const fp8_curve_row fp8_curve_rows[FP8_CURVE_ROWS];
 typedef struct {
@@ -170,6 +172,8 @@ typedef struct {
     int curve_steps;
     float *curve[FP8_CURVE_ROWS];
     double curve_mean[FP8_CURVE_ROWS], curve_gap[FP8_CURVE_ROWS];
+    double curve_spread;   /* the reseeded bf16 rows' largest |gap|: what the initial
+                              weights alone move the mean by */
     /* c, the formats: step 1's gradients against fp32's, relative, per recipe in e4m3
      * and hybrid (fp8_linear.h's fp8_training_format), and bf16's */
     double grad_error[FP8_RECIPES][2], grad_error_bf16;

@@ -15,6 +15,8 @@ typedef struct {
     int batch;            /* global batch, in sequences of ctx tokens */
     int steps;
     uint64_t seed;
+    uint64_t init_seed;   /* the baseline's initial weights from this seed instead (0: seed's);
+                             the batches stay seed's: chapter 8's run-to-run spread */
     adamw_config adamw;
     const char *data_path;   /* NULL: built-in corpus */
     int json;             /* --json: one JSON object on stdout, no table */

@@ -63,9 +63,20 @@ int fsdp_fp8_gathers(const dp_grads *g) {
     return g->zero == 3 && g->precision == PRECISION_BF16 && fp8_linear_takes_given_weights();
 }
 
-/* Each scale from the amax over every rank's elements of its block. */
-static void whole_weight_scales(dp_grads *g, const block_weights *w, const uint16_t *piece,
-                                size_t poff, size_t plen, float *scales) {
+/* Delayed: a weight is one block; its scale is its linear's history's (the same on every
+ * rank, the amax all-reduced first), and the whole weight's amax goes into it. */
+static void delayed_weight_scales(const dp_grads *g, int slab, float *scales) {
+    const gpt_shape *s = &g->shape;
+    int layer = s->layer_begin;
+    while (layer < s->layer_end && gpt_block_slab(s, layer) != slab) layer++;
+    for (int k = 0; k < 4; k++)   /* model.c's sites: 4 a layer, in the block's order */
+        scales[k] = fp8_linear_delayed_weight_scale(4 * layer + k, scales[k]);
+}
+
+/* Each scale from the amax over every rank's elements of its block (delayed: through
+ * the history). */
+static void whole_weight_scales(dp_grads *g, int slab, fp8_recipe recipe, const block_weights *w,
+                                const uint16_t *piece, size_t poff, size_t plen, float *scales) {
     memset(scales, 0, w->scales * sizeof *scales);
     for (size_t j = 0; j < plen; j++) {
         size_t b;
@@ -75,7 +86,9 @@ static void whole_weight_scales(dp_grads *g, const block_weights *w, const uint1
     }
     if (local_amax) comm_allreduce(g->group, scales, w->scales, COMM_F32, COMM_SUM);
     else comm_allreduce(g->group, scales, w->scales, COMM_F32, COMM_MAX);
-    for (size_t b = 0; b < w->scales; b++) scales[b] = fp8_scale_for(FP8_E4M3, scales[b], 0);
+    if (recipe == FP8_DELAYED) delayed_weight_scales(g, slab, scales);
+    else
+        for (size_t b = 0; b < w->scales; b++) scales[b] = fp8_scale_for(FP8_E4M3, scales[b], 0);
 }
 
 void fsdp_fp8_gather(dp_grads *g, int slab, uint16_t *whole, fsdp_fp8_block *b) {
@@ -92,7 +105,7 @@ void fsdp_fp8_gather(dp_grads *g, int slab, uint16_t *whole, fsdp_fp8_block *b) 
     b->scales = mem_alloc_on(MEM_DEVICE, MEM_PARAMS, w.scales * sizeof(float));
     uint8_t *mine = mem_alloc_on(MEM_DEVICE, MEM_COMM, plen + 1);
     uint16_t *other = mem_alloc_on(MEM_DEVICE, MEM_COMM, (others + 1) * sizeof *other);
-    whole_weight_scales(g, &w, piece, poff, plen, b->scales);
+    whole_weight_scales(g, slab, recipe, &w, piece, poff, plen, b->scales);
     memset(other, 0, others * sizeof *other);
     for (size_t j = 0; j < plen; j++) {   /* my codes; my others into their vector */
         size_t s;

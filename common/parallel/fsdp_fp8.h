@@ -1,8 +1,9 @@
-/* ZeRO-3's forward all-gather of a block in FP8 (--precision fp8 with a current-scaling
- * recipe: tensorwise, rowwise, blockwise; fp8_linear_takes_given_weights): the four
- * linears' weights travel as 1-byte E4M3 codes, scaled as one device scales the whole
- * weight (each block's amax over the ranks' shards, all-reduced with MAX, then the
- * recipe's scale), so the gathered codes and scales are exactly what the FP8 baseline
+/* ZeRO-3's forward all-gather of a block in FP8 (--precision fp8, every recipe;
+ * fp8_linear_takes_given_weights): the four linears' weights travel as 1-byte E4M3
+ * codes, scaled as one device scales the whole weight (each block's amax over the
+ * ranks' shards, all-reduced with MAX, then the recipe's scale; delayed: the scale from
+ * the linear's amax history, the same on every rank, which then records the amax), so
+ * the gathered codes and scales are exactly what the FP8 baseline
  * computes from the same bf16 weights, and fp8_linear takes them as given. The block's
  * other elements (LayerNorms, biases) travel in bf16, as an all-reduce of a vector in
  * which each rank fills its own. Backward gathers the bf16 weights (fsdp.c): its
@@ -24,8 +25,7 @@ typedef struct {
     const uint16_t *given[4]; /* the weights handed to fp8_linear */
 } fsdp_fp8_block;
 
-/* Whether g's ZeRO-3 gathers take this path (bf16 compute weights, FP8 linears with a
- * current-scaling recipe). */
+/* Whether g's ZeRO-3 gathers take this path (bf16 compute weights, FP8 linears). */
 int fsdp_fp8_gathers(const dp_grads *g);
 /* Collective over g->group: block slab `slab` into whole[numel] (bf16; the linears'
  * weights there left 0: fp8_linear reads the codes) and b. */

@@ -86,7 +86,7 @@ static _Thread_local struct {
 } given[GIVEN_MAX];
 
 int fp8_linear_takes_given_weights(void) {
-    return fp8_on && fp8_current != FP8_DELAYED && !fp8_unscaled && fp8_outlier_factor == 1.0;
+    return fp8_on && !fp8_unscaled && fp8_outlier_factor == 1.0;
 }
 
 int fp8_linear_give_weight(const uint16_t *weight, const uint8_t *codes, const float *scales) {
@@ -202,13 +202,13 @@ static fp8_matrix shaped(fp8_role role, int rows, int cols) {
 
 /* The history of the current site's operand in `role`: made when the site is first seen
  * in this generation (the first step's only allocation), kept after. */
-static fp8_delayed *history_of(fp8_scratch *s, fp8_role role) {
+static fp8_delayed *history_at(fp8_scratch *s, int site, fp8_role role) {
     const int gen = __atomic_load_n(&generation, __ATOMIC_SEQ_CST);
     if (s->generation != gen) {
         histories_free(s);
         s->generation = gen;
     }
-    const int site = current_site > 0 ? current_site : 0;
+    site = site > 0 ? site : 0;
     if (site >= s->sites) {
         fp8_delayed *h = realloc(s->history, FP8_ROLES * (size_t)(site + 1) * sizeof *h);
         if (!h) abort();
@@ -218,6 +218,17 @@ static fp8_delayed *history_of(fp8_scratch *s, fp8_role role) {
         s->sites = site + 1;
     }
     return &s->history[FP8_ROLES * site + (int)role];
+}
+
+static fp8_delayed *history_of(fp8_scratch *s, fp8_role role) {
+    return history_at(s, current_site, role);
+}
+
+float fp8_linear_delayed_weight_scale(int site, float amax) {
+    fp8_delayed *d = history_at(scratch_fit(1, 1), site, FP8_WEIGHT);
+    const float scale = fp8_delayed_scale(d, FP8_E4M3, amax);
+    fp8_delayed_record(d, amax);
+    return scale;
 }
 
 /* A per-tensor operand's amax: an activation's or an output gradient's over the whole

@@ -73,12 +73,16 @@ int fp8_linear_active(fp8_recipe *recipe);
 /* Returns NULL, or why the training path cannot take recipe on `ranks` data-parallel
  * ranks (a sentence naming what is valid). */
 const char *fp8_linear_recipe_check(fp8_recipe recipe, int ranks);
-/* Weights quantised before the product (ZeRO-3's FP8 all-gather, fsdp_fp8.h): with a
- * current-scaling recipe (not delayed, whose scales are a history's; no test hook on),
- * the calling thread's products whose bf16 `weight` pointer was given take these E4M3
- * codes [OC * IC] and the recipe's weight scales instead of quantising the weight
- * themselves; the caller guarantees they are what quantising it would give. */
+/* Weights quantised before the product (ZeRO-3's FP8 all-gather, fsdp_fp8.h): with any
+ * recipe (no test hook on), the calling thread's products whose bf16 `weight` pointer
+ * was given take these E4M3 codes [OC * IC] and the recipe's weight scales instead of
+ * quantising the weight themselves; the caller guarantees they are what quantising it
+ * would give (delayed: its scale from fp8_linear_delayed_weight_scale). */
 int fp8_linear_takes_given_weights(void);
+/* Delayed: the scale of `site`'s weight from the calling thread's history of it, and
+ * the whole weight's amax recorded there, as that linear's forward does for a weight
+ * it quantises itself (a given one it does not record). */
+float fp8_linear_delayed_weight_scale(int site, float amax);
 /* Returns 0 when 8 weights are given already (then nothing is). */
 int fp8_linear_give_weight(const uint16_t *weight, const uint8_t *codes, const float *scales);
 void fp8_linear_forget_weight(const uint16_t *weight);

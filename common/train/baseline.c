@@ -63,7 +63,7 @@ baseline_run *baseline_train(const run_config *cfg, const dataset *data) {
     baseline_run *out = calloc(1, sizeof *out);
     gpt_shape shape = gpt_shape_make(&cfg->model, 1, 0);
     baseline_step b = {.cfg = cfg, .data = data, .out = out};
-    replica_init(&b.rep, &shape, cfg->seed, 1);
+    replica_init(&b.rep, &shape, cfg->init_seed ? cfg->init_seed : cfg->seed, 1);
     replica_set_precision(&b.rep, cfg->precision);
     replica_set_grad_precision(&b.rep, cfg->grad_precision);
     b.rep.masters_in_16_bits = cfg->test_16bit_masters;
