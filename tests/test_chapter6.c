@@ -399,9 +399,10 @@ static void programs_dir(char *dir, size_t size) {
     dir[len] = 0;
     for (int up = 0; up < 2; up++) *strrchr(dir, '/') = 0;
     int all_built = 1;
-    for (int n = 1; n <= 6; n++) {   /* the chapters --predict-chapters runs */
+    static const int chapters[] = {1, 2, 3, 4, 5, 9, 11};   /* those --predict-chapters runs */
+    for (int i = 0; i < (int)(sizeof chapters / sizeof chapters[0]); i++) {
         char program[1100];
-        snprintf(program, sizeof program, "%s/chapter%d", dir, n < 6 ? n : 9);
+        snprintf(program, sizeof program, "%s/chapter%d", dir, chapters[i]);
         all_built = all_built && access(program, X_OK) == 0;
     }
     if (all_built) return;
@@ -423,23 +424,65 @@ static void a_ring_one_chunk_short_misses(const double sent[PREDICT_SEQUENCE_ROW
     ck_assert(short_one != sent[1]);
 }
 
+/* The planner's mesh (chapter 11's run): its formulas against the measured figures, and
+ * each of them held wrong once: the dp bytes counted over dp x pp ranks (the wrong group),
+ * the model states at ZeRO-1 (the optimizer sharded where the run keeps it whole), and
+ * the activations of one micro-batch in flight where 1F1B's first stage holds pp. */
+static void the_planners_mesh_and_its_controls(const predict_mesh_run *run) {
+    const plan_request r = predict_mesh_request(PREDICT_MESH_RANKS, PRECISION_FP32);
+    const predict_mesh_figures right = predict_mesh_planned(&r, &run->mesh);
+    double error;
+    ck_assert_int_eq(predict_mesh_compare(&right, &run->measured, &error), 0);
+    printf("planner's mesh tp %d x pp %d x dp %d ZeRO-%d: dp bytes %.0f = %.0f measured, pp %.0f"
+           " = %.0f, optimizer %.0f = %.0f, activations %+.1f%% (tolerance %.0f%%)\n",
+           run->mesh.tp, run->mesh.pp, run->mesh.dp, run->mesh.zero_stage, right.bytes[2],
+           run->measured.bytes[2], right.bytes[1], run->measured.bytes[1], right.state.optimizer,
+           run->measured.state.optimizer, 100 * (right.state.activations /
+                                                  run->measured.state.activations - 1),
+           100 * PREDICT_MESH_ACTIVATION_TOLERANCE);
+    ck_assert(error <= PREDICT_MESH_ACTIVATION_TOLERANCE);
+    ck_assert(run->mesh.pp > 1 && run->mesh.dp > 1);   /* the controls need both groups */
+    plan_mesh wrong_group = run->mesh;
+    wrong_group.dp *= wrong_group.pp;
+    predict_mesh_figures wrong = right;
+    wrong.bytes[2] = plan_bytes_sent(&r.model, &wrong_group, plan_precision_for(&r)).dp;
+    printf("negative control: dp bytes over dp x pp ranks %.0f, measured %.0f\n",
+           wrong.bytes[2], run->measured.bytes[2]);
+    ck_assert_int_eq(predict_mesh_compare(&wrong, &run->measured, &error), 1);
+    plan_mesh zero1 = run->mesh;
+    zero1.zero_stage = 1;
+    wrong = predict_mesh_planned(&r, &zero1);
+    printf("negative control: optimizer at ZeRO-1 %.0f, measured %.0f\n", wrong.state.optimizer,
+           run->measured.state.optimizer);
+    ck_assert_int_ne(predict_mesh_compare(&wrong, &run->measured, &error), 0);
+    plan_mesh one_in_flight = run->mesh;
+    one_in_flight.global_batch = one_in_flight.dp * one_in_flight.micro_batch;
+    wrong = predict_mesh_planned(&r, &one_in_flight);
+    predict_mesh_compare(&wrong, &run->measured, &error);
+    printf("negative control: one micro-batch in flight, activations %.1f%% off\n", 100 * error);
+    ck_assert(error > PREDICT_MESH_ACTIVATION_TOLERANCE);
+}
+
 START_TEST(predictions_match_the_chapters_runs) {
     char dir[1024];
     programs_dir(dir, sizeof dir);
     double sent[PREDICT_SEQUENCE_ROWS] = {0};
-    const predict_options o = {.steps = 2, .link_scale = 1, .sequence_sent = sent};
+    predict_mesh_run mesh_run;
+    const predict_options o = {.steps = 2, .link_scale = 1, .sequence_sent = sent,
+                               .mesh_run = &mesh_run};
     double worst;
     int mismatches;
     const int status = predict_chapters_in(dir, &o, &worst, &mismatches);
     printf("predict-chapters: %d model-state and chapter 9's sent-byte figures differ (tolerance"
            " 0 bytes), activations at most %.3f%% off (tolerance 10%%)\n", mismatches,
            100 * worst);
-    ck_assert_msg(status != 2, "chapters 1-5 and 9 must be built first (make chapter1 ..."
-                  " chapter5 chapter9)");
+    ck_assert_msg(status != 2, "chapters 1-5, 9 and 11 must be built first (make chapter1 ..."
+                  " chapter5 chapter9 chapter11)");
     ck_assert_int_eq(mismatches, 0);
     ck_assert(worst <= 0.10);
     ck_assert_int_eq(status, 0);
     a_ring_one_chunk_short_misses(sent);
+    the_planners_mesh_and_its_controls(&mesh_run);
 }
 END_TEST
 

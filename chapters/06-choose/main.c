@@ -4,7 +4,8 @@
  *   make chapter6 && ./run 1 --params 70e9 --gpus 64 --gpu-mem 80
  *   ./run 1 --layers 96 --hidden 12288 --heads 96 --vocab 51200 --seq 2048 --gpus 1024
  *   ./run 1 --course               the course text's claims, re-derived
- *   ./run 1 --predict-chapters     predicted against measured, chapters 1-5 and 9 on bench256
+ *   ./run 1 --predict-chapters     predicted against measured, chapters 1-5 and 9 on bench256,
+ *                                  and the planner's mesh trained in chapter 11
  *   ./run 1 --model gpt4-moe       a mixture of experts against a dense GPT of its active size
  *   ./run 1 --model gpt3           the course's GPT-3 on 1024 GPUs, and how often to save it */
 #include <stdint.h>
@@ -391,7 +392,8 @@ static void planner_options(cli_option *options, run_config *cfg, planner_flags 
          "largest model per ZeRO stage on the cluster (model parallel: --tp x --pp)", NULL, 0},
         {"course", OPT_FLAG, &f->course, "check the course text's claims by arithmetic", NULL, 0},
         {"predict-chapters", OPT_FLAG, &f->predict,
-         "predict chapters 1-5 and 9 on bench256 (2 and 4 ranks) and run them to compare", NULL, 0},
+         "predict chapters 1-5 and 9 on bench256 (2 and 4 ranks) and the planner's mesh in"
+         " chapter 11 (8 ranks), and run them to compare", NULL, 0},
         {"model", OPT_CHOICE, &f->model, "a published model with its cluster and mesh: gpt3"
          " (175B on 1024 GPUs, the course's), gpt4-moe (the rumoured 1.8T mixture of experts)",
          model_choices, 0},

@@ -111,7 +111,10 @@ int predict_chapters_in(const char *programs_dir, const predict_options *o,
         return 2;
     if (o->dtype != PRECISION_FP32 && !o->json)
         printf("\n(chapter 9's rows are predicted in fp32 only: predict_sequence's formulas are fp32's)\n");
-    const int ok = *state_mismatches == 0 && *worst_activation <= 0.10;
+    double mesh_activations;
+    if (!predict_mesh_in(programs_dir, o, state_mismatches, &mesh_activations)) return 2;
+    const int ok = *state_mismatches == 0 && *worst_activation <= 0.10 &&
+                   mesh_activations <= PREDICT_MESH_ACTIVATION_TOLERANCE;
     if (o->json) printf(",\n \"ok\": %s}\n", ok ? "true" : "false");
     return ok ? 0 : 1;
 }

@@ -36,10 +36,23 @@
 
 #include "comm.h"
 #include "model.h"
+#include "planner.h"
 #include "precision.h"
 
 /* Seconds a chapter's run may take before it is stopped (a few on an idle machine). */
 #define PREDICT_TIMEOUT_SECONDS 300
+
+enum { PREDICT_MESH_RANKS = 8, PREDICT_MESH_GROUPS = 6 };
+#define PREDICT_MESH_ACTIVATION_TOLERANCE 0.15
+typedef struct {
+    double bytes[PREDICT_MESH_GROUPS];   /* tp, pp, dp, embedding, cp, dp_replicate */
+    plan_bytes state;                    /* params, grads, optimizer, activations */
+} predict_mesh_figures;
+/* The planner's mesh and what chapter 11 measured on it. */
+typedef struct {
+    plan_mesh mesh;
+    predict_mesh_figures measured;
+} predict_mesh_run;
 
 typedef struct {
     int steps;
@@ -53,6 +66,8 @@ typedef struct {
                                 bytes sent per rank per step, in predict_sequence_in's
                                 order (tp+sp, ring, ulysses on 2 ranks, then on 4), so
                                 that a test can hold other formulas against them */
+    predict_mesh_run *mesh_run;   /* NULL, or receives the planner's mesh and chapter 11's
+                                     figures (predict_mesh_in), for a test's controls */
 } predict_options;
 enum { PREDICT_SEQUENCE_ROWS = 6 };
 
@@ -108,6 +123,32 @@ int predict_sequence_in(const char *programs_dir, const predict_options *o, int 
 /* The bytes it predicts for one run on `ranks` ranks: cp_kind -1 TP + SP, else the
  * cp_attention_kind's. */
 double predict_sequence_bytes(int cp_kind, int ranks);
+
+/* The planner's mesh (predict_mesh.c): plan_best_mesh for bench256 (global batch 8,
+ * micro-batches of 1) on PREDICT_MESH_RANKS 80 GB GPUs of one node, trained by chapter
+ * 11 with that tp, cp, pp, dp shards and replicas, ZeRO stage, micro-batch count
+ * (1F1B) and precision. Bytes sent per step on each group (the rank that sends the
+ * most) and params, grads and optimizer bytes (the rank that holds the most) must equal
+ * the planner's plan_bytes_sent and plan_model_states to the byte; its activations,
+ * Korthikanti's count, are within PREDICT_MESH_ACTIVATION_TOLERANCE. The tied
+ * embedding's all-reduce between the first and last stage is measured, not planned. */
+plan_request predict_mesh_request(int ranks, precision dtype);
+/* chapter 11's flags for the mesh (" --tp 1 --cp 1 ..."), or NULL with flags written:
+ * else the reason chapter 11 cannot train it. */
+const char *predict_mesh_flags(const plan_mesh *mesh, char *flags, size_t size);
+/* What the planner's formulas give for the mesh (bytes[embedding] 0: not planned). */
+predict_mesh_figures predict_mesh_planned(const plan_request *r, const plan_mesh *mesh);
+/* chapter 11's run with a mesh in its --json: bytes_per_group_kind and
+ * state_largest_per_tag; 0 when it does not parse or lacks one. */
+int mesh_json_figures(const char *json, predict_mesh_figures *out);
+/* The figures that differ (bytes but the embedding's, params, grads, optimizer) and
+ * *activation_error = |predicted / measured - 1| of the activations. */
+int predict_mesh_compare(const predict_mesh_figures *predicted,
+                         const predict_mesh_figures *measured, double *activation_error);
+/* Searches, trains, compares and prints (table, or with o->json the key "mesh"); adds
+ * the differing figures to *mismatches. 0 when chapter 11 fails or cannot train it. */
+int predict_mesh_in(const char *programs_dir, const predict_options *o, int *mismatches,
+                    double *activation_error);
 
 /* This machine's single-thread sgemm rate, GFLOP/s, at bench256's MLP shape. */
 double measure_sgemm_gflops(int tokens, int dim);

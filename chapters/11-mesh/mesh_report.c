@@ -154,6 +154,18 @@ void mesh_print_memory(const mesh_extra *x, int world, const run_config *cfg) {
     print_moe_state(x, cfg);
 }
 
+/* , "state_largest_per_tag": {...}: each tag's largest over the ranks (what a planner's
+ * "the GPU that holds the most" is held against) */
+static void mesh_json_largest_state(const mesh_extra *x, int world, char *s, size_t room) {
+    double most[4] = {0};
+    for (int w = 0; w < world; w++) {
+        for (int i = 0; i < 3; i++) most[i] = fmax(most[i], x->ranks[w].state[i]);
+        most[3] = fmax(most[3], x->ranks[w].activations);
+    }
+    snprintf(s, room, ", \"state_largest_per_tag\": {\"params\": %.0f, \"grads\": %.0f, "
+             "\"optimizer\": %.0f, \"activations\": %.0f}", most[0], most[1], most[2], most[3]);
+}
+
 char *mesh_json(const mesh_extra *x, int world, const mesh_args *a) {
     double largest[PIPELINE_ALL_KINDS] = {0}, formula[PIPELINE_ALL_KINDS] = {0};
     int state_equal = 1;
@@ -179,7 +191,8 @@ char *mesh_json(const mesh_extra *x, int world, const mesh_args *a) {
     for (int k = 0; k < PIPELINE_ALL_KINDS; k++)
         n += snprintf(s + n, room - n, "%s\"%s\": %.0f", k ? ", " : "",
                       pipeline_group_kind_name(k), formula[k]);
-    snprintf(s + n, room - n, "}, \"worst_bytes_error\": %g, \"state_equals_formula\": %s",
-             x->worst_bytes_error, state_equal ? "true" : "false");
+    n += snprintf(s + n, room - n, "}, \"worst_bytes_error\": %g, \"state_equals_formula\": %s",
+                  x->worst_bytes_error, state_equal ? "true" : "false");
+    mesh_json_largest_state(x, world, s + n, room - n);
     return s;
 }

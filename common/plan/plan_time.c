@@ -56,21 +56,31 @@ static plan_link group_link(const plan_cluster *c, int ranks, int stride) {
     return plan_link_of(in_node ? LINK_NVLINK : c->between_nodes);
 }
 
+/* b x s/cp x h activations: TP's all-reduce buffer (PP sends it / t) */
+static double activation_message(const plan_model *m, const plan_mesh *mesh,
+                                 plan_precision precision) {
+    return precision.activation * m->seq / plan_cp_size(mesh) * mesh->micro_batch * m->hidden;
+}
+
+/* TP's all-reduces per iteration on one stage: 4 a layer and micro-batch, 6 with full
+ * recomputation (the forward's two again) */
+static double tp_calls(const plan_model *m, const plan_mesh *mesh, int micro_batches) {
+    const int per_layer = mesh->recompute == RECOMPUTE_FULL ? 6 : 4;
+    return (double)plan_layers_per_stage(m, mesh->pp) * micro_batches * per_layer;
+}
+
 static double tp_seconds(const plan_model *m, const plan_mesh *mesh, const plan_cluster *c,
                          int micro_batches, plan_precision precision) {
     if (mesh->tp == 1) return 0;
-    const double bytes = precision.activation * m->seq / plan_cp_size(mesh) *
-                         mesh->micro_batch * m->hidden;
-    const int per_layer = mesh->recompute == RECOMPUTE_FULL ? 6 : 4;
-    const double calls = (double)plan_layers_per_stage(m, mesh->pp) * micro_batches * per_layer;
-    return calls * plan_allreduce_seconds(group_link(c, mesh->tp, 1), mesh->tp, bytes);
+    return tp_calls(m, mesh, micro_batches) *
+           plan_allreduce_seconds(group_link(c, mesh->tp, 1), mesh->tp,
+                                  activation_message(m, mesh, precision));
 }
 
 static double pp_seconds(const plan_model *m, const plan_mesh *mesh, const plan_cluster *c,
                          int micro_batches, plan_precision precision) {
     if (mesh->pp == 1) return 0;
-    const double bytes = precision.activation * m->seq / plan_cp_size(mesh) *
-                         mesh->micro_batch * m->hidden / mesh->tp;
+    const double bytes = activation_message(m, mesh, precision) / mesh->tp;
     /* the next stage is tp x cp x dp ranks away */
     plan_link link = group_link(c, 2, mesh->tp * plan_cp_size(mesh) * mesh->dp);
     return 2.0 * micro_batches * plan_link_seconds(link, bytes);
@@ -126,6 +136,32 @@ plan_step plan_step_time(const plan_model *m, const plan_mesh *mesh,
     t.cp_comm = cp_seconds(m, mesh, cluster, micro_batches, precision);
     t.total = t.compute + t.bubble + t.tp_comm + t.pp_comm + t.dp_comm + t.cp_comm;
     return t;
+}
+
+plan_group_bytes plan_bytes_sent(const plan_model *m, const plan_mesh *mesh,
+                                 plan_precision precision) {
+    plan_group_bytes b = {0};
+    const int micro_batches = plan_micro_batches(mesh);
+    const double activations = activation_message(m, mesh, precision);
+    const int cp = plan_cp_size(mesh), shards = plan_dp_shard_size(mesh) * cp;
+    const int replicas = plan_dp_replicas(mesh);
+    const double params = plan_params_per_gpu(m, mesh->tp, mesh->pp);
+    const double weights = plan_gathered_bytes(precision) * params;
+    const double grads = precision.grads * params;
+    if (mesh->tp > 1)
+        b.tp = tp_calls(m, mesh, micro_batches) * 2 * (mesh->tp - 1.0) / mesh->tp * activations;
+    if (mesh->pp > 1)
+        b.pp = (mesh->pp > 2 ? 2 : 1) * micro_batches * activations / mesh->tp;
+    if (mesh->zero_stage < 3) {
+        const int n = shards * replicas;
+        b.dp = 2 * (n - 1.0) / n * grads;
+    } else {
+        b.dp = micro_batches * (shards - 1.0) / shards * (2 * weights + grads);
+        b.dp_replicate = 2 * (replicas - 1.0) / replicas * grads / shards;
+    }
+    b.cp = (double)plan_layers_per_stage(m, mesh->pp) * micro_batches *
+           plan_cp_bytes_per_layer(m, mesh, precision.activation);
+    return b;
 }
 
 double plan_training_seconds_at(const plan_model *m, int global_batch,

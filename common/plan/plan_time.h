@@ -93,6 +93,17 @@ typedef struct {
  * in precision.grads. */
 plan_step plan_step_time(const plan_model *m, const plan_mesh *mesh,
                          const plan_cluster *cluster, plan_precision precision);
+/* The bytes behind plan_step's messages, sent per iteration by the GPU of each group
+ * that sends the most (a ring collective of n ranks sends (n-1)/n of its buffer per
+ * pass): tp 4 (6) all-reduces a layer and micro-batch; pp a micro-batch's activation
+ * forward and its gradient back (a middle stage sends both, a two-stage pipeline's
+ * ranks one each); dp and dp_replicate as dp_comm counts them; cp plan_cp.h's chunks.
+ * What --predict-chapters holds against chapter 11's measured bytes per group. */
+typedef struct {
+    double tp, pp, dp, dp_replicate, cp;
+} plan_group_bytes;
+plan_group_bytes plan_bytes_sent(const plan_model *m, const plan_mesh *mesh,
+                                 plan_precision precision);
 /* Narayanan's end-to-end estimate: iterations of `tokens` x F / (gpus x flops). */
 double plan_training_seconds_at(const plan_model *m, int global_batch,
                                 plan_recompute recompute, double tokens, int gpus,

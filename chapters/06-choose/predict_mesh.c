@@ -1,0 +1,159 @@
+/* --predict-chapters' mesh: the planner's search run for bench256 on 8 ranks of one
+ * node, its fastest fitting mesh trained by chapter 11 (the same tp, cp, pp, dp shards
+ * and replicas, ZeRO stage, micro-batches and precision), and the planner's bytes per
+ * group (plan_bytes_sent) and memory per GPU (plan_memory_per_gpu) held against what
+ * chapter 11 measured on the rank that sends or holds the most (predict.h). */
+#include "predict.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json.h"
+#include "plan_cp.h"
+#include "report.h"
+
+/* chapter 11's group kinds, in its --json's order */
+static const char *const group_names[PREDICT_MESH_GROUPS] = {"tp", "pp", "dp", "embedding",
+                                                              "cp", "dp_replicate"};
+enum { EMBEDDING = 3 };   /* the tied embedding's all-reduce: the planner leaves it out */
+
+plan_request predict_mesh_request(int ranks, precision dtype) {
+    plan_request r = {
+        .model = {.layers = 4, .hidden = 256, .heads = 4, .vocab = 256, .seq = 64},
+        .cluster = {.gpus = ranks, .gpus_per_node = 8, .between_nodes = LINK_IB,
+                    .flops_per_gpu = 0.4 * 989e12},
+        .gpu_bytes = 80e9, .micro_batch = 1, .global_batch = 8,
+        .recompute = -1, .dtype = dtype};
+    if (dtype == PRECISION_FP32) r.cluster.flops_per_gpu *= PLAN_FP32_PEAK_FRACTION;
+    return r;
+}
+
+const char *predict_mesh_flags(const plan_mesh *m, char *flags, size_t size) {
+    if (m->recompute != RECOMPUTE_NONE)
+        return "chapter 11 does not recompute activations";
+    const int cp = plan_cp_size(m);
+    snprintf(flags, size, " --tp %d%s --cp %d%s --pp %d --dp-shard %d --dp-replicate %d"
+             " --zero %d --micro %d --schedule 1f1b", m->tp, m->sequence_parallel ? " --sp" : "",
+             cp, cp > 1 && m->cp_attention == CP_ULYSSES ? " --cp-attention ulysses" : "",
+             m->pp, plan_dp_shard_size(m), plan_dp_replicas(m), m->zero_stage,
+             plan_micro_batches(m));
+    return NULL;
+}
+
+predict_mesh_figures predict_mesh_planned(const plan_request *r, const plan_mesh *m) {
+    const plan_group_bytes b = plan_bytes_sent(&r->model, m, plan_precision_for(r));
+    return (predict_mesh_figures){
+        .bytes = {b.tp, b.pp, b.dp, 0, b.cp, b.dp_replicate},
+        .state = plan_memory_per_gpu(&r->model, m, plan_precision_for(r))};
+}
+
+/* {"runs": [..., {"bytes_per_group_kind": {...}, "state_largest_per_tag": {...}}]}:
+ * the run with a mesh (chapter 11 calls it mesh, or 3d) */
+int mesh_json_figures(const char *json, predict_mesh_figures *out) {
+    char err[256];
+    json_doc *doc = json_parse(json, strlen(json), err, sizeof err);
+    if (!doc) {
+        fprintf(stderr, "predict: chapter 11's --json does not parse: %s\n", err);
+        return 0;
+    }
+    const json_value *runs = json_get(json_root(doc), "runs");
+    const json_value *run = json_find(runs, "strategy", "mesh");
+    if (!run) run = json_find(runs, "strategy", "3d");
+    const json_value *bytes = json_get(run, "bytes_per_group_kind");
+    const json_value *state = json_get(run, "state_largest_per_tag");
+    int ok = run != NULL;
+    for (int k = 0; k < PREDICT_MESH_GROUPS; k++)
+        ok = ok && json_double(json_get(bytes, group_names[k]), &out->bytes[k]);
+    ok = ok && json_double(json_get(state, "params"), &out->state.params) &&
+         json_double(json_get(state, "grads"), &out->state.grads) &&
+         json_double(json_get(state, "optimizer"), &out->state.optimizer) &&
+         json_double(json_get(state, "activations"), &out->state.activations);
+    json_free(doc);
+    return ok;
+}
+
+int predict_mesh_compare(const predict_mesh_figures *p, const predict_mesh_figures *m,
+                         double *activation_error) {
+    int mismatches = 0;
+    for (int k = 0; k < PREDICT_MESH_GROUPS; k++)
+        mismatches += k != EMBEDDING && p->bytes[k] != m->bytes[k];
+    mismatches += (p->state.params != m->state.params) + (p->state.grads != m->state.grads) +
+                  (p->state.optimizer != m->state.optimizer);
+    *activation_error = fabs(p->state.activations / m->state.activations - 1);
+    return mismatches;
+}
+
+static void print_bytes_row(const char *name, double predicted, double measured, int counted) {
+    char a[32], b[32];
+    if (!counted)
+        printf("  %-14s %12s %12s  not in the planner (the tied embedding's gradient, first and"
+               " last stage)\n", name, "-", report_bytes(measured, b));
+    else
+        printf("  %-14s %12s %12s  %s\n", name, report_bytes(predicted, a),
+               report_bytes(measured, b), predicted == measured ? "equal" : "DIFFERENT");
+}
+
+static void print_mesh(const plan_row *row, const predict_mesh_figures *p,
+                       const predict_mesh_figures *m, const predict_options *o) {
+    const plan_mesh *x = &row->mesh;
+    if (o->json) {
+        printf(",\n \"mesh\": {\"tp\": %d, \"cp\": %d, \"pp\": %d, \"dp_shard\": %d, "
+               "\"dp_replicate\": %d, \"zero\": %d, \"micro\": %d, \"bytes\": {", x->tp,
+               plan_cp_size(x), x->pp, plan_dp_shard_size(x), plan_dp_replicas(x),
+               x->zero_stage, plan_micro_batches(x));
+        for (int k = 0; k < PREDICT_MESH_GROUPS; k++)
+            printf("%s\"%s\": [%.0f, %.0f]", k ? ", " : "", group_names[k], p->bytes[k],
+                   m->bytes[k]);
+        printf("}, \"state\": {\"params\": [%.0f, %.0f], \"grads\": [%.0f, %.0f], "
+               "\"optimizer\": [%.0f, %.0f], \"activations\": [%.0f, %.0f]}}", p->state.params,
+               m->state.params, p->state.grads, m->state.grads, p->state.optimizer,
+               m->state.optimizer, p->state.activations, m->state.activations);
+        return;
+    }
+    printf("\nthe planner's mesh trained (chapter 11, bench256 on %d ranks, %s): tp %d x cp %d"
+           " x pp %d x dp %d (%d shards x %d replicas), ZeRO-%d, %d micro-batches of %d,"
+           " recomputation none\n  %-14s %12s %12s\n", PREDICT_MESH_RANKS,
+           precision_name(o->dtype), x->tp, plan_cp_size(x), x->pp, x->dp,
+           plan_dp_shard_size(x), plan_dp_replicas(x), x->zero_stage, plan_micro_batches(x),
+           x->micro_batch, "bytes a step", "planner", "measured");
+    for (int k = 0; k < PREDICT_MESH_GROUPS; k++)
+        print_bytes_row(group_names[k], p->bytes[k], m->bytes[k], k != EMBEDDING);
+    printf("  %-14s (the GPU that holds the most)\n", "memory");
+    print_bytes_row("params", p->state.params, m->state.params, 1);
+    print_bytes_row("grads", p->state.grads, m->state.grads, 1);
+    print_bytes_row("optimizer", p->state.optimizer, m->state.optimizer, 1);
+    char a[32], b[32];
+    printf("  %-14s %12s %12s  %+.1f%% (Korthikanti's count: within %.0f%%)\n", "activations",
+           report_bytes(p->state.activations, a), report_bytes(m->state.activations, b),
+           100 * (p->state.activations / m->state.activations - 1),
+           100 * PREDICT_MESH_ACTIVATION_TOLERANCE);
+}
+
+int predict_mesh_in(const char *programs_dir, const predict_options *o, int *mismatches,
+                    double *activation_error) {
+    const plan_request r = predict_mesh_request(PREDICT_MESH_RANKS, o->dtype);
+    plan_row row;
+    char flags[256];
+    if (!plan_best_mesh(&r, &row)) {
+        fprintf(stderr, "predict: the planner found no mesh for bench256 on %d GPUs\n",
+                PREDICT_MESH_RANKS);
+        return 0;
+    }
+    const char *why = predict_mesh_flags(&row.mesh, flags, sizeof flags);
+    if (why) {
+        fprintf(stderr, "predict: the planner's mesh cannot be trained: %s\n", why);
+        return 0;
+    }
+    char *json = run_chapter_json_with(programs_dir, 11, PREDICT_MESH_RANKS, o, flags);
+    predict_mesh_figures measured;
+    const int ok = json && mesh_json_figures(json, &measured);
+    free(json);
+    if (!ok) return 0;
+    const predict_mesh_figures predicted = predict_mesh_planned(&r, &row.mesh);
+    if (o->mesh_run) *o->mesh_run = (predict_mesh_run){row.mesh, measured};
+    *mismatches += predict_mesh_compare(&predicted, &measured, activation_error);
+    print_mesh(&row, &predicted, &measured, o);
+    return 1;
+}
