@@ -146,10 +146,11 @@ void fsdp_fp8_gather_bytes(const gpt_shape *s, fp8_recipe recipe, int N, double 
     out[0] = out[1] = 0;
     for (int p = 0; p < N; p++) {
         /* forward: codes (a byte), backward: bf16; embedding twice, final LayerNorm once */
-        const double gather = L * (ring_allgather(S, N, p) + 2 * ring_allgather(S, N, p)) +
-                              2 * 2 * ring_allgather(E, N, p) + 2 * ring_allgather(F, N, p);
-        const double reduce = L * (4 * ring_allreduce(w.scales, N, p) +
-                                   2 * ring_allreduce(others, N, p));
+        const double gather = L * 3 * ring_allgather_elements(S, N, p) +
+                              2 * 2 * ring_allgather_elements(E, N, p) +
+                              2 * ring_allgather_elements(F, N, p);
+        const double reduce = L * (4 * ring_allreduce_elements(w.scales, N, p) +
+                                   2 * ring_allreduce_elements(others, N, p));
         out[0] = fmax(out[0], gather);
         out[1] = fmax(out[1], reduce);
     }

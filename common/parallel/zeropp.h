@@ -65,8 +65,8 @@ zeropp_links zeropp_links_of(const comm_options *o);
 double zeropp_step_predict(const gpt_shape *s, int pieces, int hsdp, int N, int K,
                            const zeropp_links *links, double bytes[2]);
 /* Elements rank p of a threads ring of n sends in an all-gather / all-reduce of c. */
-double ring_allgather(size_t c, int n, int p);
-double ring_allreduce(size_t c, int n, int p);
+double ring_allgather_elements(size_t c, int n, int p);
+double ring_allreduce_elements(size_t c, int n, int p);
 /* hpZ's secondary shards on the rank holding the most: 4 x its node-pieces of the blocks. */
 double zeropp_hpz_extra_bytes(const gpt_shape *s, int K);
 

@@ -15,11 +15,17 @@
 
 enum { RING_SLICE = 1 << 18 };   /* comm_internal.h's COMM_SLICE_ELEMENTS */
 
-static double piece(size_t c, int n, int p) { return (double)comm_shard(c, n, ((p % n) + n) % n, NULL); }
-double ring_allgather(size_t c, int n, int p) { return n > 1 ? (double)c - piece(c, n, p + 1) : 0; }
-static double ring_reduce_scatter(size_t c, int n, int p) { return n > 1 ? (double)c - piece(c, n, p) : 0; }
+static double piece(size_t c, int n, int p) {
+    return (double)comm_shard(c, n, ((p % n) + n) % n, NULL);
+}
+double ring_allgather_elements(size_t c, int n, int p) {
+    return n > 1 ? (double)c - piece(c, n, p + 1) : 0;
+}
+static double ring_reduce_scatter_elements(size_t c, int n, int p) {
+    return n > 1 ? (double)c - piece(c, n, p) : 0;
+}
 
-double ring_allreduce(size_t c, int n, int p) {
+double ring_allreduce_elements(size_t c, int n, int p) {
     if (n < 2) return 0;
     const size_t slab = (size_t)n * RING_SLICE;
     double sent = 0;
@@ -63,19 +69,19 @@ static int is_block(const gpt_shape *s, int slab) {
 static void gather(step_count *c, int slab, int backward) {
     const size_t S = gpt_slab_numel(c->s, slab);
     if (c->hsdp || (backward && (c->pieces & ZEROPP_HPZ) && is_block(c->s, slab)))
-        add(c, COMM_TIER_INTRA, 4 * ring_allgather(S, c->K, c->local));
+        add(c, COMM_TIER_INTRA, 4 * ring_allgather_elements(S, c->K, c->local));
     else if (c->pieces & ZEROPP_QWZ)
         add_world(c, (double)(c->N - 1) * (double)quant_encoded_bytes(
                          QUANT_INT8, (S + c->N - 1) / c->N, ZEROPP_WEIGHT_BLOCK));
     else
-        add_world(c, 4 * ring_allgather(S, c->N, c->w));
+        add_world(c, 4 * ring_allgather_elements(S, c->N, c->w));
 }
 
 static void reduce(step_count *c, int slab) {
     const size_t S = gpt_slab_numel(c->s, slab);
     if (c->hsdp) {
-        add(c, COMM_TIER_INTRA, 4 * ring_reduce_scatter(S, c->K, c->local));
-        add_call(c, COMM_TIER_INTER, 4 * ring_allreduce(comm_shard(S, c->K, c->local, NULL),
+        add(c, COMM_TIER_INTRA, 4 * ring_reduce_scatter_elements(S, c->K, c->local));
+        add_call(c, COMM_TIER_INTER, 4 * ring_allreduce_elements(comm_shard(S, c->K, c->local, NULL),
                                                         c->d, c->node),
                  2 * (c->d - 1), COMM_TIER_INTER);
     } else if (c->pieces & ZEROPP_QGZ) {
@@ -84,7 +90,7 @@ static void reduce(step_count *c, int slab) {
         add(c, COMM_TIER_INTRA, (double)(c->K - 1) * c->d * E);
         add_call(c, COMM_TIER_INTER, (double)(c->d - 1) * E, c->d - 1, COMM_TIER_INTER);
     } else {
-        add_world(c, 4 * ring_reduce_scatter(S, c->N, c->w));
+        add_world(c, 4 * ring_reduce_scatter_elements(S, c->N, c->w));
     }
 }
 
