@@ -8,7 +8,7 @@
 #include "compare.h"
 #include "grad_buckets.h"
 #include "ops.h"
-#include "train_loop.h"
+#include "pp_train.h"
 
 ddp_options ddp_options_default(void) {
     return (ddp_options){.bucket_bytes = 25u << 20, .first_bucket_bytes = 1u << 20,
@@ -31,72 +31,6 @@ int ddp_check_batch(int batch, int ranks, int grad_accum, char *err, size_t err_
     return 0;
 }
 
-/* One rank's DDP state for the training loop. */
-typedef struct {
-    const run_config *cfg;
-    const dataset *data;
-    const ddp_options *opts;
-    comm *world;
-    gpt_model *model;
-    replica rep;
-    grad_buckets *buckets;
-    float *first_grads;   /* world rank 0: the caller's; NULL elsewhere */
-} ddp_rank;
-
-/* One rank's forward and backward over the micro-steps of one step; returns its share
- * of the global mean loss. The buckets' all-reduces start during the last backward. */
-static float ddp_compute_grads(void *arg, int step, float loss_scale) {
-    ddp_rank *d = arg;
-    const run_config *cfg = d->cfg;
-    comm *world = d->world;
-    const int K = d->opts->grad_accum, N = comm_size(world);
-    const int per_rank = cfg->batch / N, micro = per_rank / K;
-    const int first = comm_rank(world) * per_rank;
-    /* every token's loss weighs 1/(global batch tokens): the SUM over ranks is the mean */
-    const float dloss = loss_scale / ((float)cfg->batch * (float)cfg->model.ctx);
-    float loss = 0.0f;
-    replica_grads_zero(&d->rep);
-    const void *weights = replica_compute_params(&d->rep);
-    for (int k = 0; k < K; k++) {
-        trace_begin(world, "forward");
-        load_batch(d->model, d->data, cfg, step, first + k * micro, micro);
-        loss += gpt_forward(d->model, weights) / (float)K;
-        trace_end(world);
-        const int sync = d->opts->allreduce && k == K - 1;
-        trace_begin(world, sync ? "backward (all-reduce in buckets)" : "backward (no sync)");
-        replica_backward(&d->rep, d->model, weights, dloss,
-                         sync ? grad_buckets_slab_ready : NULL, d->buckets);
-        trace_end(world);
-    }
-    trace_begin(world, "wait for gradients");
-    grad_buckets_wait(d->buckets);
-    trace_end(world);
-    /* every rank's sequences are equally many: the global mean is the mean of means */
-    return loss / (float)N;
-}
-
-static int ddp_optimizer_grads(void *arg, grad_vector *vectors) {
-    return replica_optimizer_grads(&((ddp_rank *)arg)->rep, vectors);
-}
-
-static void ddp_keep_first_grads(void *arg) {
-    ddp_rank *d = arg;
-    if (d->first_grads) replica_download_grads(&d->rep, d->first_grads);
-}
-
-static void ddp_update(void *arg, int step) {
-    (void)step;
-    ddp_rank *d = arg;
-    trace_begin(d->world, "optimizer");
-    replica_adamw(&d->rep, &d->cfg->adamw);
-    trace_end(d->world);
-}
-
-static void ddp_checkpoint_state(void *arg, ckpt_state *out) {
-    ddp_rank *d = arg;
-    replica_checkpoint_state(&d->rep, comm_rank(d->world) == 0, out);   /* one replica */
-}
-
 /* Rank 0 keeps the bucket plan for the tables (room for one bucket per slab). */
 static void record_buckets(ddp_extra *x, const grad_buckets *buckets) {
     x->num_buckets = grad_buckets_count(buckets);
@@ -105,79 +39,64 @@ static void record_buckets(ddp_extra *x, const grad_buckets *buckets) {
 }
 
 /* After the run, outside the measurements: are all replicas still the same model? */
-static double replica_divergence(comm *metrics, const replica *rep) {
-    float *reference = mem_alloc(MEM_OTHER, rep->num_params * sizeof(float));
-    float *mine = mem_alloc(MEM_OTHER, rep->num_params * sizeof(float));
-    ops_download(mine, rep->params, rep->num_params * sizeof(float));
-    memcpy(reference, mine, rep->num_params * sizeof(float));
-    comm_broadcast(metrics, reference, rep->num_params, COMM_F32, 0);
-    float diff = (float)max_abs_diff(mine, reference, rep->num_params);
+static double replica_divergence(comm *metrics, const dp_grads *g) {
+    const size_t n = g->layout.num_params;
+    float *reference = mem_alloc(MEM_OTHER, n * sizeof(float));
+    float *mine = mem_alloc(MEM_OTHER, n * sizeof(float));
+    ops_download(mine, g->params, n * sizeof(float));   /* zero 0: the whole fp32 masters */
+    memcpy(reference, mine, n * sizeof(float));
+    comm_broadcast(metrics, reference, n, COMM_F32, 0);
+    float diff = (float)max_abs_diff(mine, reference, n);
     comm_allreduce(metrics, &diff, 1, COMM_F32, COMM_MAX);
     mem_free(reference);
     mem_free(mine);
     return diff;
 }
 
-/* The run's DDP numbers, after the loop: the buckets' traffic (the largest rank's time
- * in flight), and whether the replicas stayed identical. Collective over metrics. */
-static void ddp_measure(const ddp_rank *d, comm *metrics, int timed_steps, ddp_extra *x) {
-    comm_stats gradient_stats = grad_buckets_stats(d->buckets);
-    float async = (float)gradient_stats.async_seconds;
+/* The run's DDP numbers, after the loop: the buckets' plan and traffic (the largest
+ * rank's time in flight), and whether the replicas stayed identical. Collective. */
+static void ddp_measure(comm *world, pipeline_rank *r, void *ctx, strategy_outcome *out) {
+    const ddp_options *opts = ctx;
+    const dp_grads *g = &r->dp[0];
+    const int N = comm_size(world);
+    const comm_dtype held = comm_dtype_of(r->cfg->grad_precision);
+    comm *metrics = comm_split(world, 0, comm_rank(world), "metrics");
+    ddp_extra *wanted = strategy_outcome_keeps(out) ? out->extra : NULL;
+    ddp_extra x = {.opts = *opts, .backend = comm_backend_name(world)};
+    if (wanted) x.bucket_numel = wanted->bucket_numel;
+    if (wanted) record_buckets(&x, g->buckets);
+    comm_stats bucket_stats = grad_buckets_stats(g->buckets);
+    float async = (float)bucket_stats.async_seconds;
     comm_allreduce(metrics, &async, 1, COMM_F32, COMM_MAX);
-    x->async_seconds = async;
+    x.async_seconds = async;
     /* the buckets' alone, without fp8 / fp16 scale agreements */
-    x->allreduce_calls = comm_stats_get(d->world).calls[COMM_KIND_ALLREDUCE] /
-                         (uint64_t)timed_steps;
-    x->replica_max_diff = replica_divergence(metrics, &d->rep);
+    x.allreduce_calls = comm_stats_get(r->par.grads).calls[COMM_KIND_ALLREDUCE] /
+                        (uint64_t)(out->result.timed_steps > 0 ? out->result.timed_steps : 1);
+    x.replica_max_diff = replica_divergence(metrics, g);
+    out->result.bytes_formula = opts->allreduce
+        ? 2.0 * (N - 1) / N * (double)g->layout.num_params *
+              (double)comm_dtype_size(held == COMM_F32 ? opts->wire : held)
+        : 0.0;
+    if (wanted) *wanted = x;
+    comm_free(metrics);
 }
 
 void ddp_train(comm *world, const run_config *cfg, const dataset *data,
                const ddp_options *opts, strategy_outcome *out) {
-    const int N = comm_size(world), rank = comm_rank(world);
-    const int micro = cfg->batch / N / opts->grad_accum;
-    /* the end-of-run checks go over their own group, so the statistics of the gradient
-     * group hold the gradient traffic alone */
-    comm *metrics = comm_split(world, 0, rank, "metrics");
-    ddp_extra x = {.opts = *opts, .backend = comm_backend_name(world)};
-    ddp_extra *wanted = strategy_outcome_keeps(out) ? out->extra : NULL;
-    if (wanted) x.bucket_numel = wanted->bucket_numel;
-    if (rank == 0 && opts->header_title) report_header(cfg, opts->header_title, N, 1);
-
-    gpt_shape shape = gpt_shape_make(&cfg->model, 1, 0);
-    ddp_rank d = {.cfg = cfg, .data = data, .opts = opts, .world = world,
-                  .first_grads = out->first_grads};
-    replica_init(&d.rep, &shape, cfg->seed, 1);
-    replica_set_precision(&d.rep, cfg->precision);
-    replica_set_grad_precision(&d.rep, cfg->grad_precision);
-    d.model = gpt_model_create(&shape, micro, cfg->model.ctx,
-                               &(gpt_model_options){.precision = cfg->precision});
-    /* 16-bit gradients are all-reduced as they are held (--compress is refused then) */
-    const comm_dtype held = comm_dtype_of(cfg->grad_precision);
-    d.buckets = grad_buckets_create_held(world, &shape,
-                                         d.rep.grads16 ? d.rep.grads16 : (void *)d.rep.grads,
-                                         held, opts->first_bucket_bytes, opts->bucket_bytes,
-                                         held == COMM_F32 ? opts->wire : held);
-    if (wanted) record_buckets(&x, d.buckets);
-
-    train_strategy strategy = {.name = "ddp", .ctx = &d, .compute_grads = ddp_compute_grads,
-                               .keep_first_grads = ddp_keep_first_grads,
-                               .update = ddp_update,
-                               .optimizer_grads = ddp_optimizer_grads,
-                               .checkpoint_state = ddp_checkpoint_state};
-    strategy_outcome_train(world, cfg, &strategy, out);
-    out->result.bytes_formula = opts->allreduce
-        ? 2.0 * (N - 1) / N * (double)d.rep.num_params *
-              (double)comm_dtype_size(held == COMM_F32 ? opts->wire : held)
-        : 0.0;
-    ddp_measure(&d, metrics, out->result.timed_steps, &x);
-    if (out->final_params)
-        ops_download(out->final_params, d.rep.params, d.rep.num_params * sizeof(float));
-    if (wanted) *wanted = x;
-
-    grad_buckets_free(d.buckets);
-    gpt_model_free(d.model);
-    replica_free(&d.rep);
-    comm_free(metrics);
+    const int N = comm_size(world);
+    if (comm_rank(world) == 0 && opts->header_title)
+        report_header(cfg, opts->header_title, N, 1);
+    mesh m;   /* every rank a data-parallel replica of the whole model */
+    mesh_create(&m, world, (mesh_shape){.tp = 1, .pp = 1, .dp = N});
+    /* one stage; the grad_accum micro-batches of a step accumulate, the last one's
+     * backward starts the buckets */
+    const pipeline_options popts = {
+        .schedule = PP_1F1B, .micro = opts->grad_accum, .chunks = 1, .ddp_buckets = 1,
+        .first_bucket_bytes = opts->first_bucket_bytes, .bucket_bytes = opts->bucket_bytes,
+        .wire = opts->wire, .bookkeeping_aside = 1,
+        .fault = opts->allreduce ? PIPELINE_FAULT_NONE : PIPELINE_FAULT_SKIP_DP_REDUCE};
+    pp_train_on_mesh(world, &m, cfg, data, &popts, "ddp", ddp_measure, (void *)opts, out);
+    mesh_free(&m);
 }
 
 typedef struct {

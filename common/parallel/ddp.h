@@ -1,6 +1,9 @@
 /* DistributedDataParallel: one whole replica per rank, each on its slice of the global
  * batch; gradients averaged by all-reduce in buckets that start during backward; every
- * rank then runs the same AdamW step, so the replicas stay identical.
+ * rank then runs the same AdamW step, so the replicas stay identical. A configuration
+ * of the mesh trainer (pp_train.h, parallelize.h): a mesh of dp ranks, one stage, its
+ * grad_accum micro-batches, dp_grads.h at ZeRO 0 with the buckets overlapped
+ * (pipeline_options.ddp_buckets); here its options, checks and measurements.
  *
  *   for each step:
  *       for each micro-step k of K:            (--grad-accum K; PyTorch's no_sync)

@@ -53,7 +53,10 @@ void dp_grads_init(dp_grads *g, comm *group, const gpt_shape *part, uint64_t see
     g->zero = opts->zero;
     g->fault = opts->fault;
     g->shape = *part;
+    mem_stats *own = mem_stats_current();
+    if (opts->bookkeeping) mem_stats_bind(opts->bookkeeping);
     shard_layout_init(&g->layout, part, comm_size(group), comm_rank(group));
+    mem_stats_bind(own);
     const size_t P = g->layout.num_params, shard = g->layout.shard_len;
     g->precision = opts->precision;
     const int mixed = g->precision != PRECISION_FP32;
@@ -73,6 +76,7 @@ void dp_grads_init(dp_grads *g, comm *group, const gpt_shape *part, uint64_t see
                                                             precision_bytes(g->grad_precision));
     g->grads16_unscale = 1.0f;
     g->step_grads_fp32 = opts->step_grads_fp32;
+    g->overlap = opts->overlap && g->zero == 0;
     g->adam_m = device_floats(MEM_OPTIMIZER, g->optimizer_whole ? P : shard);
     g->adam_v = device_floats(MEM_OPTIMIZER, g->optimizer_whole ? P : shard);
     g->compute = mixed ? mem_alloc_on(MEM_DEVICE, MEM_PARAMS, (g->compute_whole ? P : shard) *
@@ -83,7 +87,7 @@ void dp_grads_init(dp_grads *g, comm *group, const gpt_shape *part, uint64_t see
         g->buckets = grad_buckets_create_held(
             group, part, g->grads16 ? g->grads16 : (void *)g->grads,
             comm_dtype_of(g->grad_precision), or_one_bucket(opts->first_bucket_bytes),
-            or_one_bucket(opts->bucket_bytes), COMM_F32);
+            or_one_bucket(opts->bucket_bytes), g->grads16 ? COMM_F32 : opts->wire);
 }
 
 void dp_grads_free(dp_grads *g) {
@@ -197,6 +201,12 @@ static void reduce_scatter_whole(dp_grads *g) {
                             l->slab_numel[slab], comm_dtype_of(gp), COMM_SUM);
 }
 
+void dp_grads_slab_ready(void *ctx, int slab) {
+    dp_grads *g = ctx;
+    if (g->buckets && g->fault != DP_FAULT_SKIP_GRAD_REDUCE)
+        grad_buckets_slab_ready(g->buckets, slab);
+}
+
 void dp_grads_after_backward(dp_grads *g) {
     const shard_layout *l = &g->layout;
     if (g->grads16 && g->grads_whole && g->step_grads) round_step_grads(g);
@@ -214,7 +224,7 @@ void dp_grads_after_backward(dp_grads *g) {
     if (g->zero == 0) {
         /* plain DDP: every rank gets the whole summed gradient */
         if (g->buckets) {   /* else quiet alone: already the sum */
-            for (int slab = l->num_slabs - 1; slab >= 0; slab--)
+            for (int slab = l->num_slabs - 1; slab >= 0 && !g->overlap; slab--)
                 grad_buckets_slab_ready(g->buckets, slab);
             grad_buckets_wait(g->buckets);
         }

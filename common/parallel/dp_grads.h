@@ -38,6 +38,7 @@
 #ifndef DP_GRADS_H
 #define DP_GRADS_H
 
+#include "alloc.h"
 #include "checkpoint.h"
 #include "comm.h"
 #include "grad_buckets.h"
@@ -61,6 +62,11 @@ typedef struct {
     precision grad_precision;    /* of the gradients held: fp32 or `precision` */
     size_t first_bucket_bytes;   /* zero 0: DDP's bucket caps (0: one bucket) */
     size_t bucket_bytes;
+    comm_dtype wire;             /* zero 0, fp32 gradients: the buckets' wire type (DDP's
+                                    --compress); COMM_F32: none */
+    int overlap;                 /* zero 0: the caller hands each slab of the step's last
+                                    backward to dp_grads_slab_ready, whose buckets
+                                    all-reduce while backward goes on (DDP's overlap) */
     int quiet_alone;             /* a group of one rank calls no collective (else zero 0
                                     all-reduces on it as on any group) */
     int step_grads_fp32;         /* 16-bit gradients, whole: a step accumulates in an fp32
@@ -68,6 +74,8 @@ typedef struct {
                                     rounded once by after_backward */
     comm *replicate;             /* HSDP: the replicas of this rank's shard group (NULL or
                                     one rank: none); each reduced piece all-reduced there */
+    mem_stats *bookkeeping;      /* where the slab layout's arrays are charged (NULL: the
+                                    rank's own account) */
     dp_fault fault;
 } dp_grads_options;
 
@@ -89,6 +97,7 @@ typedef struct {
     void *grads16;       /* 16-bit gradients (whole at zero 0-1, else a shard), or NULL */
     float grads16_unscale;   /* what AdamW multiplies them by (fp16's 1/S), else 1 */
     int step_grads_fp32;     /* as asked (dp_grads_options) */
+    int overlap;             /* as asked: the buckets were started during backward */
     int params_whole, grads_whole, optimizer_whole, compute_whole;
     /* zero 3 / zero 2-3: the whole vectors of a step in progress, else NULL */
     void *step_compute;
@@ -119,6 +128,9 @@ void dp_grads_step_begin(dp_grads *g);
  * only under step_grads_fp32, else NULL). */
 void *dp_grads_whole_params(const dp_grads *g);
 float *dp_grads_whole_grads(const dp_grads *g);
+/* gpt_backward's on_slab_ready for overlap (ctx: the dp_grads): the slab's final
+ * gradient into its bucket, whose all-reduce starts when its last slab arrives. */
+void dp_grads_slab_ready(void *ctx, int slab);
 /* Reduces the whole gradient over the group (and, HSDP, this rank's pieces over the
  * replicas): on return the summed gradient of this rank's part is in g->grads (zero 1: in its pieces; 16 bits: g->grads16, the fp32
  * step vector rounded once first); zero 2-3 free the step's whole vectors. */

@@ -90,7 +90,10 @@ static const char *check_model(const run_config *cfg, const mesh_shape *s,
                                  .mlp = o->moe.experts > 0 ? &some_mlp : NULL,
                                  .attention = c > 1 ? &some_attention : NULL,
                                  .positions = c > 1 ? &span : NULL,
-                                 .max_slots = o->micro > 0 ? o->micro : 1};
+                                 .max_slots = o->micro > 0 ? o->micro : 1,
+                                 .recompute_attention = o->layers.recompute_attention,
+                                 .checkpoint_activations = o->layers.checkpoint_activations,
+                                 .tp_overlap_chunks = o->layers.tp_overlap_chunks};
     char model_why[200];
     if (!gpt_model_options_check(&shape, c > 1 ? position_span_rows(&span) : cfg->model.ctx,
                                  &m, model_why, sizeof model_why))
@@ -180,12 +183,17 @@ void parallelize(parallel_rank *p, const mesh *m, const run_config *cfg,
         .precision = cfg->precision, .tp = m->shape.tp > 1 ? m->tp : NULL,
         .sequence_parallel = o->sequence_parallel,
         .attention = p->hook ? cp_attention_hook_of(p->hook) : NULL,
-        .positions = c > 1 ? &p->span : NULL};
+        .positions = c > 1 ? &p->span : NULL,
+        .recompute_attention = o->layers.recompute_attention,
+        .checkpoint_activations = o->layers.checkpoint_activations,
+        .tp_overlap_chunks = o->layers.tp_overlap_chunks,
+        .tp_overlap_control = o->layers.tp_overlap_control};
     const int all = comm_size(m->dp_cp);
     p->zero = all > 1 ? o->zero : 0;
     p->grads = p->zero > 0 ? m->dp_shard_cp : m->dp_cp;
     p->replicate = p->zero > 0 ? m->dp_replicate : NULL;
     if (o->grads_over_dp_only) p->grads = p->zero > 0 ? m->dp_shard : m->dp;
+    if (o->grads_over_tp) p->grads = m->tp;
     if (o->moe.experts > 0) parallelize_moe(p, m, cfg, o, B * p->rows);
 }
 

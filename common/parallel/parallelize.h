@@ -31,14 +31,26 @@
 #include "moe_params.h"
 #include "run_config.h"
 
+/* How the layers run beyond their split (model.h): recomputation and TP's collective
+ * matmuls. */
+typedef struct {
+    int recompute_attention;      /* selective recomputation */
+    int checkpoint_activations;   /* full recomputation: block inputs kept alone */
+    int tp_overlap_chunks;        /* with SP: collective matmuls in this many chunks */
+    int tp_overlap_control;       /* tp_overlap.h's negative controls */
+} parallel_layer_options;
+
 /* What the run asks beyond the mesh's sizes. */
 typedef struct {
     int zero;                 /* 0 (DDP) .. 3 (FSDP): over dp_shard x cp */
     int sequence_parallel;    /* --sp: Megatron SP on the tp group */
     cp_options cp;            /* how the cp ranks' attention crosses the chunks */
     int micro;                /* micro-batches per step (pipeline); 0: 1 */
+    parallel_layer_options layers;
     int grads_over_dp_only;   /* negative control: dense gradients summed over dp alone,
                                  not dp x cp */
+    int grads_over_tp;        /* negative control: dense gradients summed over the tp
+                                 group (the wrong one) */
     moe_config moe;           /* experts 0: a dense model */
     int expert_grads_over_ep; /* negative control: expert gradients summed over the ep
                                  group, not expert_dp */

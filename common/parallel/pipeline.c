@@ -28,6 +28,32 @@ static void point_stage_at_step(pipeline_rank *r, int c) {
     r->chunks[c].rep.compute = dp_grads_whole_params(g);
     r->chunks[c].rep.params = g->params_whole ? g->params : NULL;
     r->chunks[c].rep.grads = dp_grads_whole_grads(g);
+    if (g->grads_whole && !g->step_grads_fp32) {   /* 16 bits, slab by slab (DDP's) */
+        r->chunks[c].rep.grads16 = g->grads16;
+        r->chunks[c].rep.grad_precision = g->grad_precision;
+    }
+}
+
+/* Bookkeeping_aside: the allocations from here to aside_end on the aside account. */
+static mem_stats *aside_begin(pipeline_rank *r) {
+    mem_stats *own = mem_stats_current();
+    if (r->opts.bookkeeping_aside) mem_stats_bind(&r->aside);
+    return own;
+}
+static void aside_end(mem_stats *own) { mem_stats_bind(own); }
+
+/* The per-step records and world rank 0's comparison copies. */
+static void alloc_records(pipeline_rank *r, comm *world, const pipeline_options *opts) {
+    mem_stats *own = aside_begin(r);
+    r->busy = mem_alloc(MEM_OTHER, (size_t)r->cfg->steps * sizeof(double));
+    r->finish = mem_alloc(MEM_OTHER, (size_t)r->cfg->steps * sizeof(double));
+    const gpt_shape unsplit = parallel_model_shape(r->cfg, 1, 0, &opts->moe);
+    if (comm_rank(world) == 0) r->first_grads = mem_alloc(MEM_OTHER, gpt_num_params(&unsplit) * sizeof(float));
+    if (comm_rank(world) == 0 && r->par.moe) r->par.moe->log = opts->moe_log;
+    if (comm_rank(world) == 0 && r->par.moe)
+        r->moe_first_grads = mem_alloc(MEM_OTHER, moe_params_whole_numel(r->par.moe) *
+                                                      sizeof(float));
+    aside_end(own);
 }
 
 void pipeline_rank_init(pipeline_rank *r, comm *world, const mesh *m, const run_config *cfg,
@@ -38,7 +64,9 @@ void pipeline_rank_init(pipeline_rank *r, comm *world, const mesh *m, const run_
     r->cfg = cfg;
     r->mesh = m;
     r->opts = *opts;
+    mem_stats *own = aside_begin(r);
     r->schedule = pp_schedule_make(opts->schedule, p, opts->micro, v, PP_COMM_ORDERED);
+    aside_end(own);
     if (!r->schedule) comm_abort(world, "no %s schedule for pp %d, micro %d, virtual %d",
                                  pp_schedule_name(opts->schedule), p, opts->micro, v);
     const gpt_shape whole = tp_whole_shape(cfg, m, &opts->moe);
@@ -47,18 +75,24 @@ void pipeline_rank_init(pipeline_rank *r, comm *world, const mesh *m, const run_
     gpt_model_options model_opts = r->par.model;
     model_opts.drop_f_backward = opts->fault == PIPELINE_FAULT_DROP_F_BACKWARD;
     model_opts.sp_copy_not_reduce = opts->fault == PIPELINE_FAULT_SP_OWN_PARTIAL;
+    own = aside_begin(r);
     r->chunks = mem_alloc(MEM_OTHER, (size_t)v * sizeof *r->chunks);
+    r->dp = mem_alloc(MEM_OTHER, (size_t)v * sizeof *r->dp);
+    aside_end(own);
     for (int c = 0; c < v; c++) {
         const int stage = pp_virtual_stage(r->schedule, m->me.pp, c);
         pp_stage_init(&r->chunks[c], m->pp, &whole, stage, v * p, micro_batch,
-                      cfg->model.ctx, opts->micro, cfg->seed, &model_opts, 0);
+                      cfg->model.ctx, opts->ddp_buckets ? 1 : opts->micro, cfg->seed,
+                      &model_opts, 0);
         r->chunks[c].vshape = pp_schedule_vshape(opts->schedule);
         r->chunks[c].drop_input_grad = opts->fault == PIPELINE_FAULT_DROP_INPUT_GRAD &&
                                        stage == v * p - 1;
     }
     const float dloss = 1.0f / ((float)cfg->batch * (float)cfg->model.ctx);
+    own = aside_begin(r);
     pp_executor_init(&r->exec, r->schedule, m->me.pp, r->chunks, cfg, data,
                      m->me.dp * per_pipeline, dloss, opts->stage_seconds);
+    aside_end(own);
     r->exec.drop_weight_pass = opts->fault == PIPELINE_FAULT_DROP_WEIGHT_PASS && m->me.pp == 0;
     /* each dp group shards its own stage's TP slice; without DP nothing is sharded */
     const dp_fault fault = opts->fault == PIPELINE_FAULT_SKIP_DP_REDUCE ? DP_FAULT_SKIP_GRAD_REDUCE
@@ -69,24 +103,25 @@ void pipeline_rank_init(pipeline_rank *r, comm *world, const mesh *m, const run_
                                : DP_FAULT_NONE;
     const dp_grads_options dp_opts = {
         .zero = r->par.zero, .precision = cfg->precision,
-        .grad_precision = cfg->grad_precision, .step_grads_fp32 = 1,
-        .first_bucket_bytes = 1u << 20, .bucket_bytes = 25u << 20, .quiet_alone = 1,
-        .replicate = r->par.replicate, .fault = fault};
-    r->dp = mem_alloc(MEM_OTHER, (size_t)v * sizeof *r->dp);
+        .grad_precision = cfg->grad_precision, .step_grads_fp32 = !opts->ddp_buckets,
+        .first_bucket_bytes = opts->first_bucket_bytes ? opts->first_bucket_bytes : 1u << 20,
+        .bucket_bytes = opts->bucket_bytes ? opts->bucket_bytes : 25u << 20,
+        .wire = opts->wire, .overlap = opts->ddp_buckets, .quiet_alone = !opts->ddp_buckets,
+        .replicate = r->par.replicate,
+        .bookkeeping = opts->bookkeeping_aside ? &r->aside : NULL, .fault = fault};
     for (int c = 0; c < v; c++) {
         dp_grads_init(&r->dp[c], r->par.grads, &r->chunks[c].shape, cfg->seed, &dp_opts);
         point_stage_at_step(r, c);
     }
+    if (opts->ddp_buckets && (p > 1 || v > 1))
+        comm_abort(world, "DDP's buckets run on one stage, not pp %d x %d chunks", p, v);
+    if (opts->ddp_buckets) {   /* one stage: its last backward starts the buckets */
+        r->exec.last_backward_slab_ready = dp_grads_slab_ready;
+        r->exec.slab_ctx = &r->dp[0];
+    }
     r->metrics = comm_split(world, mesh_group_index(&m->shape, MESH_PP, comm_rank(world)),
                             m->me.pp, "pp-metrics");
-    r->busy = mem_alloc(MEM_OTHER, (size_t)cfg->steps * sizeof(double));
-    r->finish = mem_alloc(MEM_OTHER, (size_t)cfg->steps * sizeof(double));
-    const gpt_shape unsplit = parallel_model_shape(cfg, 1, 0, &opts->moe);
-    if (comm_rank(world) == 0) r->first_grads = mem_alloc(MEM_OTHER, gpt_num_params(&unsplit) * sizeof(float));
-    if (comm_rank(world) == 0 && r->par.moe) r->par.moe->log = opts->moe_log;
-    if (comm_rank(world) == 0 && r->par.moe)
-        r->moe_first_grads = mem_alloc(MEM_OTHER, moe_params_whole_numel(r->par.moe) *
-                                                      sizeof(float));
+    alloc_records(r, world, opts);
 }
 
 void pipeline_rank_free(pipeline_rank *r) {
@@ -327,7 +362,8 @@ static double ring(int n) { return n > 1 ? 2.0 * (n - 1) / n : 0.0; }
 parallel_options pipeline_parallel_options(const pipeline_options *opts) {
     return (parallel_options){
         .zero = opts->zero_stage, .sequence_parallel = opts->sequence_parallel,
-        .cp = opts->cp, .micro = opts->micro, .moe = opts->moe,
+        .cp = opts->cp, .micro = opts->micro, .moe = opts->moe, .layers = opts->layers,
+        .grads_over_tp = opts->fault == PIPELINE_FAULT_GRADS_OVER_TP,
         .grads_over_dp_only = opts->fault == PIPELINE_FAULT_GRADS_OVER_DP_ONLY,
         .expert_grads_over_ep = opts->fault == PIPELINE_FAULT_EXPERT_GRADS_OVER_EP,
         .combine_misorder = opts->fault == PIPELINE_FAULT_COMBINE_MISORDER,

@@ -21,6 +21,7 @@
 #ifndef PIPELINE_H
 #define PIPELINE_H
 
+#include "alloc.h"
 #include "dp_grads.h"
 #include "mesh.h"
 #include "parallelize.h"
@@ -46,6 +47,7 @@ typedef enum {
     PIPELINE_FAULT_SP_OWN_PARTIAL,    /* SP: g-bar's reduce-scatter keeps its own partial */
     PIPELINE_FAULT_MOE_SKIP_PARAM_GATHER,  /* MoE, ZeRO-1/2: routers' and experts' updated
                                               pieces not all-gathered */
+    PIPELINE_FAULT_GRADS_OVER_TP,     /* dp's gradient reduction run over the tp group */
 } pipeline_fault;
 
 typedef struct {
@@ -56,10 +58,22 @@ typedef struct {
     int zero_stage;           /* ZeRO across the dp group (dp_grads.h): 0 DDP .. 3 FSDP */
     int sequence_parallel;    /* --sp on the tp group (its stages send T/tp rows) */
     cp_options cp;            /* the cp group's attention (a mesh with cp > 1) */
+    parallel_layer_options layers;   /* recomputation, TP's collective matmuls */
     moe_config moe;           /* MoE blocks over the ep group (experts 0: dense) */
     moe_routing_log *moe_log; /* MoE: where world rank 0 writes each step's routing, or
                                  NULL */
     const char *name;         /* the step lines' name; NULL: the trainer's own */
+    /* DDP's way on one stage (ddp.h): zero 0's buckets all-reduce during the step's last
+     * backward (the micro-batches before it are PyTorch's no_sync), 16-bit gradients
+     * rounded into their vector slab by slab (no fp32 step vector), one activation
+     * slot (one stage holds one micro-batch at a time), buckets on a group of one too;
+     * the caps (0: 1 MiB and 25 MiB) and the wire type (--compress) of the buckets */
+    int ddp_buckets;
+    size_t first_bucket_bytes, bucket_bytes;
+    comm_dtype wire;
+    int bookkeeping_aside;    /* the trainer's own arrays and world rank 0's comparison
+                                 copies charged to an account apart, so that the rank's
+                                 peak is the model's alone (chapter 3's table) */
     pipeline_fault fault;
 } pipeline_options;
 
@@ -77,6 +91,7 @@ typedef struct {
     float *moe_first_grads;   /* MoE: step 1's routers and experts (moe_params_whole), on
                                  world rank 0; else NULL */
     double *busy, *finish;    /* [steps]: this rank's compute and finish, per step */
+    mem_stats aside;          /* bookkeeping_aside's account */
 } pipeline_rank;
 
 /* Collective over world (the mesh's). */

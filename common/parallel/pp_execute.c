@@ -169,11 +169,14 @@ static float run_compute(pp_executor *e, const pp_op *op, int step) {
         hand_on_output(e, op, slot);
         break;
     }
-    case PP_BACKWARD:
-        pp_backward(st, slot, e->dloss, NULL, NULL);
+    case PP_BACKWARD: {
+        const int last = op->micro == e->schedule->micro - 1;
+        pp_backward(st, slot, e->dloss, last ? e->last_backward_slab_ready : NULL,
+                    e->slab_ctx);
         hand_back_input_grad(e, op);
         slot_release(e, op->chunk, op->micro);
         break;
+    }
     case PP_BACKWARD_INPUT:   /* d(input) is ready: its send may come before W */
         gpt_use_slot(st->model, slot);
         gpt_backward_input(st->model, st->rep.compute, st->rep.grads, e->dloss);

@@ -29,6 +29,10 @@ typedef struct {
     float dloss;              /* d(objective)/d(one token's loss) */
     double stage_seconds;     /* the compute model; 0: off */
     int drop_weight_pass;     /* negative control: the step's first W not computed */
+    /* one stage: called with each slab of the step's last backward as it is done (DDP's
+     * buckets start there), or NULL */
+    gpt_slab_ready_fn last_backward_slab_ready;
+    void *slab_ctx;
     int weight_passes;        /* W passes run this step */
     /* slots */
     int *slot_of;             /* [v x m]: the slot micro-batch i holds on chunk c, or -1 */

@@ -6,6 +6,7 @@
 #include "alloc.h"
 #include "cp_split.h"
 #include "floats.h"
+#include "grads16.h"
 #include "ops.h"
 #include "ops_mixed.h"
 #include "pp_schedule.h"
@@ -112,7 +113,11 @@ float pp_forward(pp_stage *st, int slot, const dataset *data, const run_config *
 void pp_backward(pp_stage *st, int slot, float dloss, gpt_slab_ready_fn on_slab_ready,
                  void *ctx) {
     gpt_use_slot(st->model, slot);
-    gpt_backward(st->model, st->rep.compute, st->rep.grads, dloss, on_slab_ready, ctx);
+    if (!st->rep.grads && st->rep.grads16)   /* 16 bits, slab by slab (one whole stage) */
+        gpt_backward_grads16(st->model, st->rep.compute, st->rep.grad_precision,
+                             st->rep.grads16, dloss, on_slab_ready, ctx);
+    else
+        gpt_backward(st->model, st->rep.compute, st->rep.grads, dloss, on_slab_ready, ctx);
 }
 
 void pp_stage_reduce_tied_grads(pp_stage *st, comm *embedding) {

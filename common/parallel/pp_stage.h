@@ -77,7 +77,8 @@ void pp_send_input_grad(pp_stage *st, const void *dx);
  * Returns the micro-batch's mean loss on the last stage, 0 elsewhere. */
 float pp_forward(pp_stage *st, int slot, const dataset *data, const run_config *cfg,
                  int step, int first);
-/* Backward of the micro-batch in `slot`; gradients accumulate in st->rep.grads. */
+/* Backward of the micro-batch in `slot`; gradients accumulate in st->rep.grads (or,
+ * where that is NULL, rep.grads16: each slab rounded into them as it is done). */
 void pp_backward(pp_stage *st, int slot, float dloss, gpt_slab_ready_fn on_slab_ready,
                  void *ctx);
 

@@ -1,37 +1,30 @@
 /* The whole model trained with tensor parallelism (times data parallelism when there
- * are more ranks than the TP size).
+ * are more ranks than the TP size), as a configuration of the mesh trainer
+ * (parallelize.h, pp_train.h: one stage, one micro-batch, ZeRO 0 over dp):
  *
  *   every TP rank: the same batch, its slice of every block (heads, MLP units) and of
  *                  the vocabulary (embedding rows = LM head rows); the blocks all-reduce
  *                  inside (g forward, f backward), the loss is assembled from per-token
  *                  maxima and sums (common/vocab_parallel.c)
  *   every DP group of TP ranks: its share of the batch; gradients summed over groups
+ *                  (dp_grads.h, DDP's buckets)
  *   optimizer: plain AdamW on the slice; replicated tensors get identical gradients
  *              on every TP rank, so their copies stay identical
  *
- * Mixed precision (bf16, fp16): the slice's fp32 masters and their 16-bit compute copy
- * (replica.h), rounded at every step's start; f and g all-reduce 16-bit activations,
- * the DP buckets fp32 gradients (16-bit ones with --grad-dtype). The vocabulary is split
- * in every precision: in 16 bits the slice's logits are 16-bit and the vocab-parallel
- * softmax widens them to fp32 (vocab_parallel.h), as one device's loss does. */
+ * Mixed precision (bf16, fp16): the slice's fp32 masters and their 16-bit compute copy,
+ * rounded at every step's start; f and g all-reduce 16-bit activations, dp the fp32
+ * gradients (16-bit ones with --grad-dtype). The vocabulary is split in every
+ * precision: in 16 bits the slice's logits are 16-bit and the vocab-parallel softmax
+ * widens them to fp32 (vocab_parallel.h), as one device's loss does. Here: the sizes,
+ * chapter 3's formulas and what it measures. */
 #include "tp_train.h"
 
-#include "grads16.h"
-#include "ops_mixed.h"
-
-#include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "alloc.h"
 #include "compare.h"
-#include "grad_buckets.h"
-#include "ops.h"
-#include "replica.h"
+#include "pp_train.h"
 #include "tolerances.h"
-#include "tp_slices.h"
-#include "train_loop.h"
 
 /* ---- sizes ------------------------------------------------------------------------- */
 
@@ -158,203 +151,78 @@ int tp_sequence_check(const run_config *cfg, int tp, char *err, size_t err_len) 
     return 1;
 }
 
-/* ---- training ----------------------------------------------------------------------- */
-
-/* One rank's TP (x DP) state for the training loop. */
-typedef struct {
-    comm *world;
-    const mesh *m;
-    const run_config *cfg;
-    const dataset *data;
-    gpt_shape shape;
-    replica rep;
-    float *step_grads;       /* 16-bit gradients: the step's fp32 sums, during backward */
-    gpt_model *model;
-    grad_buckets *buckets;   /* DP across the TP groups; NULL without DP */
-    int B;                   /* sequences per TP group */
-    strategy_outcome *out;   /* buffers on world rank 0 only */
-    mem_stats *stats, side;  /* the comparison's copies are charged to `side` */
-    double drift;
-} tp_rank;
-
-/* One data-parallel replica of each TP slice is saved. */
-static void tp_checkpoint_state(void *arg, ckpt_state *out) {
-    tp_rank *r = arg;
-    replica_checkpoint_state(&r->rep, r->m->me.dp == 0, out);
-}
-
-/* 16-bit gradients: a slab finished in the step's fp32 vector is rounded once into the
- * 16-bit gradients and handed to dp's buckets, which all-reduce it in 16 bits while
- * backward goes on. */
-static void slab_done16(void *arg, int slab) {
-    tp_rank *r = arg;
-    const precision gp = r->rep.grad_precision;
-    const size_t at = gpt_slab_offset(&r->shape, slab);
-    mixed_round(gp, precision_at(gp, r->rep.grads16, at), r->step_grads + at,
-                gpt_slab_numel(&r->shape, slab));
-    if (r->buckets) grad_buckets_slab_ready(r->buckets, slab);
-}
-
-/* Backward into an fp32 vector that lives for the step (TP's backward takes no slab
- * buffers), each slab rounded into grads16 as it is done. */
-static void backward_grads16(tp_rank *r, const void *weights, float dloss) {
-    r->step_grads = mem_alloc_on(MEM_DEVICE, MEM_GRADS, r->rep.num_params * sizeof(float));
-    vec_zero(r->step_grads, r->rep.num_params);
-    gpt_backward(r->model, weights, r->step_grads, dloss, slab_done16, r);
-    mem_free(r->step_grads);
-    r->step_grads = NULL;
-}
-
-static float tp_compute_grads(void *arg, int step, float loss_scale) {
-    tp_rank *r = arg;
-    const double tokens = (double)r->cfg->batch * r->cfg->model.ctx;
-    load_batch(r->model, r->data, r->cfg, step, r->m->me.dp * r->B, r->B);
-    if (!r->rep.grads16) vec_zero(r->rep.grads, r->rep.num_params);
-    const void *weights = replica_compute_params(&r->rep);   /* 16 bits: fresh copy */
-    trace_begin(r->world, "forward");
-    float loss = gpt_forward(r->model, weights);
-    trace_end(r->world);
-    /* data parallel over the groups: each slab's gradient is summed over the groups
-     * while backward goes on (DDP's buckets on the dp group) */
-    trace_begin(r->world, "backward");
-    if (r->rep.grads16)
-        backward_grads16(r, weights, (float)(loss_scale / tokens));
-    else
-        gpt_backward(r->model, weights, r->rep.grads, (float)(loss_scale / tokens),
-                     r->buckets ? grad_buckets_slab_ready : NULL, r->buckets);
-    trace_end(r->world);
-    if (r->buckets) {
-        trace_begin(r->world, "wait for dp gradients");
-        grad_buckets_wait(r->buckets);
-        trace_end(r->world);
-    }
-    /* the TP ranks of a group share one loss: its first rank counts it */
-    return r->m->me.tp == 0 ? loss / (float)r->m->shape.dp : 0.0f;
-}
-
-/* The unsplit gradients of step 1, for the comparison; not timed. */
-static void tp_keep_first_grads(void *arg) {
-    tp_rank *r = arg;
-    if (r->m->me.dp != 0) return;
-    mem_stats_bind(&r->side);
-    float *grads = r->rep.grads;   /* 16 bits: as AdamW reads them, widened and unscaled */
-    if (r->rep.grads16) {
-        grads = mem_alloc_on(MEM_DEVICE, MEM_OTHER, r->rep.num_params * sizeof(float));
-        grads16_widen_unscaled(r->rep.grad_precision, grads, r->rep.grads16,
-                               r->rep.grads16_unscale, r->rep.num_params);
-    }
-    double d = tp_gather_whole(r->m->tp, &r->shape, grads, r->out->first_grads);
-    if (grads != r->rep.grads) mem_free(grads);
-    mem_stats_bind(r->stats);
-    if (d > r->drift) r->drift = d;
-}
-
-static int tp_optimizer_grads(void *arg, grad_vector *vectors) {
-    return replica_optimizer_grads(&((tp_rank *)arg)->rep, vectors);
-}
-
-static void tp_update(void *arg, int step) {
-    (void)step;
-    tp_rank *r = arg;
-    trace_begin(r->world, "optimizer");
-    replica_adamw(&r->rep, &r->cfg->adamw);
-    trace_end(r->world);
-}
-
-/* The run's TP numbers (tp_extra), from the groups' statistics after the loop. */
-static void tp_measure(const tp_rank *r, int timed_steps, tp_extra *x) {
-    comm_stats tp_stats = comm_stats_get(r->m->tp);
-    comm_stats dp_stats = grad_buckets_stats(r->buckets);
-    x->allreduces_per_step = (double)tp_stats.calls[COMM_KIND_ALLREDUCE] / timed_steps;
-    x->gathers_per_step = (double)(tp_stats.calls[COMM_KIND_ALLGATHER] +
-                                   tp_stats.calls[COMM_KIND_REDUCE_SCATTER]) / timed_steps;
-    x->dp_allreduces_per_step = (double)dp_stats.calls[COMM_KIND_ALLREDUCE] / timed_steps;
-    x->bytes_tp_per_step = (double)comm_stats_total_sent(&tp_stats) / timed_steps;
-    x->tp_allreduce_bytes = (double)tp_stats.bytes_sent[COMM_KIND_ALLREDUCE] / timed_steps;
-    x->tp_reduce_scatter_bytes =
-        (double)tp_stats.bytes_sent[COMM_KIND_REDUCE_SCATTER] / timed_steps;
-    x->tp_allgather_bytes = (double)tp_stats.bytes_sent[COMM_KIND_ALLGATHER] / timed_steps;
-    x->bytes_dp_per_step = (double)comm_stats_total_sent(&dp_stats) / timed_steps;
-}
+/* ---- training: a configuration of the mesh trainer --------------------------------- */
 
 /* tp_bytes_formula counts dp's all-reduce at 4 B a gradient; 16-bit gradients
  * (--grad-dtype) move 2: what they leave off, 2 (d-1)/d x 2 B per parameter. */
-static double grads16_bytes_saved(const run_config *cfg, int d, const replica *rep) {
+static double grads16_bytes_saved(const run_config *cfg, int d, size_t params) {
     const double saved = sizeof(float) - (double)precision_bytes(cfg->grad_precision);
-    return 2.0 * (d - 1) / d * (double)rep->num_params * saved;
+    return 2.0 * (d - 1) / d * (double)params * saved;
 }
 
-/* One rank's model, replica and gradient buckets on the mesh. */
-static void tp_rank_init(tp_rank *r, const tp_options *opts) {
-    const mesh *m = r->m;
+/* The textbook bytes of the run (chapter 3's formula): TP's, SP's, recomputation's and
+ * DP's; -1 where the all-reduce is not the ring. */
+static double run_bytes_formula(const run_config *cfg, const tp_options *o, int t, int d,
+                                size_t params) {
+    const int B = cfg->batch / d, T = cfg->model.ctx;
+    if (cfg->comm.allreduce != ALLREDUCE_RING) return -1;
+    const double formula = o->sequence_parallel
+        ? tp_sequence_bytes_formula(&cfg->model, cfg->precision, B, T, t, d, params)
+        : tp_bytes_formula(&cfg->model, cfg->precision, B, T, t, d, params);
+    const double again = o->checkpoint_activations
+                             ? tp_recompute_bytes(&cfg->model, cfg->precision, B, T, t) : 0;
+    return formula + again - grads16_bytes_saved(cfg, d, params);
+}
+
+/* The run's TP numbers (tp_extra) from the groups' statistics after the loop, on every
+ * rank; world rank 0's outcome keeps them (its replica drift comes with the final
+ * parameters). */
+static void tp_measure(comm *world, pipeline_rank *r, void *ctx, strategy_outcome *out) {
+    (void)world;
+    const tp_options *o = ctx;
+    const mesh *m = r->mesh;
     const int t = m->shape.tp, d = m->shape.dp;
-    r->shape = gpt_shape_make(&r->cfg->model, t, m->me.tp);
-    tp_split_vocab(&r->shape, t);
-    mem_stats_reset_peaks(r->stats);
-    replica_init(&r->rep, &r->shape, r->cfg->seed, 1);
-    replica_set_precision(&r->rep, r->cfg->precision);
-    replica_set_grad_precision(&r->rep, r->cfg->grad_precision);
-    const tp_options none = {0}, *o = opts ? opts : &none;
-    gpt_model_options model_opts = {.tp = t > 1 ? m->tp : NULL,
-                                    .precision = r->cfg->precision,
-                                    .drop_f_backward = o->drop_f_backward,
-                                    .sequence_parallel = o->sequence_parallel,
-                                    .sp_copy_not_reduce = o->sp_copy_not_reduce,
-                                    .tp_overlap_chunks = o->tp_overlap_chunks,
-                                    .tp_overlap_control = o->tp_overlap_control,
-                                    .recompute_attention = o->recompute_attention,
-                                    .checkpoint_activations = o->checkpoint_activations};
-    r->model = gpt_model_create(&r->shape, r->B, r->cfg->model.ctx, &model_opts);
-    if (d > 1)
-        r->buckets = grad_buckets_create_held(
-            o->grads_over_tp ? m->tp : m->dp, &r->shape, r->rep.grads16 ? r->rep.grads16 : (void *)r->rep.grads,
-            comm_dtype_of(r->rep.grad_precision), 1u << 20, 25u << 20, COMM_F32);
+    const gpt_shape *s = &r->chunks[0].shape;   /* one stage: the whole TP slice */
+    const double timed = out->result.timed_steps > 0 ? out->result.timed_steps : 1;
+    comm_stats tp_stats = comm_stats_get(m->tp), dp_stats = comm_stats_get(r->par.grads);
+    out->result.bytes_formula = run_bytes_formula(r->cfg, o, t, d, gpt_num_params(s));
+    if (!out->extra || !strategy_outcome_keeps(out)) return;
+    *(tp_extra *)out->extra = (tp_extra){
+        .tp = t, .dp = d, .vocab_parallel = s->vocab_parallel, .vocab_local = s->vocab_local,
+        .vocab_padding = s->vocab_local * t - r->cfg->model.vocab,
+        .params_per_rank = gpt_num_params(s), .sequence_parallel = o->sequence_parallel,
+        .allreduces_per_step = tp_stats.calls[COMM_KIND_ALLREDUCE] / timed,
+        .gathers_per_step = (tp_stats.calls[COMM_KIND_ALLGATHER] +
+                             tp_stats.calls[COMM_KIND_REDUCE_SCATTER]) / timed,
+        .dp_allreduces_per_step = d > 1 ? dp_stats.calls[COMM_KIND_ALLREDUCE] / timed : 0,
+        .bytes_tp_per_step = comm_stats_total_sent(&tp_stats) / timed,
+        .tp_allreduce_bytes = tp_stats.bytes_sent[COMM_KIND_ALLREDUCE] / timed,
+        .tp_reduce_scatter_bytes = tp_stats.bytes_sent[COMM_KIND_REDUCE_SCATTER] / timed,
+        .tp_allgather_bytes = tp_stats.bytes_sent[COMM_KIND_ALLGATHER] / timed,
+        .bytes_dp_per_step = d > 1 ? comm_stats_total_sent(&dp_stats) / timed : 0};
 }
 
 void tp_train(comm *world, const mesh *m, const run_config *cfg, const tp_options *opts,
               const dataset *data, strategy_outcome *out) {
-    const int t = m->shape.tp, d = m->shape.dp;
-    const int T = cfg->model.ctx;
-    out->world_size = comm_size(world);
-    tp_rank r = {.world = world, .m = m, .cfg = cfg, .data = data, .B = cfg->batch / d,
-                 .out = out, .stats = mem_stats_current()};
-    tp_rank_init(&r, opts);
-
-    const int sp = opts && opts->sequence_parallel;
+    const tp_options none = {0}, *o = opts ? opts : &none;
+    const int sp = o->sequence_parallel, d = m->shape.dp;
+    const pipeline_fault fault = o->drop_f_backward ? PIPELINE_FAULT_DROP_F_BACKWARD
+                                 : o->sp_copy_not_reduce ? PIPELINE_FAULT_SP_OWN_PARTIAL
+                                 : o->grads_over_tp ? PIPELINE_FAULT_GRADS_OVER_TP
+                                                    : PIPELINE_FAULT_NONE;
+    /* one stage, one micro-batch, the gradients all-reduced over dp (ZeRO 0) */
+    const pipeline_options popts = {
+        .schedule = PP_1F1B, .micro = 1, .chunks = 1, .sequence_parallel = sp,
+        .layers = {.recompute_attention = o->recompute_attention,
+                   .checkpoint_activations = o->checkpoint_activations,
+                   .tp_overlap_chunks = o->tp_overlap_chunks,
+                   .tp_overlap_control = o->tp_overlap_control},
+        .bookkeeping_aside = 1, .fault = fault};
     const char *name = d > 1 ? (sp ? "tp+sp+dp" : "tp+dp") : (sp ? "tp+sp" : "tp");
-    train_strategy strategy = {.name = name, .ctx = &r, .compute_grads = tp_compute_grads,
-                               .optimizer_grads = tp_optimizer_grads,
-                               .keep_first_grads = tp_keep_first_grads, .update = tp_update,
-                               .checkpoint_state = tp_checkpoint_state};
-    strategy_outcome_train(world, cfg, &strategy, out);
-    tp_extra x = {.tp = t, .dp = d, .vocab_parallel = r.shape.vocab_parallel,
-                  .vocab_local = r.shape.vocab_local,
-                  .vocab_padding = r.shape.vocab_local * t - cfg->model.vocab,
-                  .params_per_rank = r.rep.num_params, .sequence_parallel = sp};
-    tp_measure(&r, out->result.timed_steps, &x);
-    const double formula = sp ? tp_sequence_bytes_formula(&cfg->model, cfg->precision, r.B, T,
-                                                          t, d, r.rep.num_params)
-                              : tp_bytes_formula(&cfg->model, cfg->precision, r.B, T, t, d,
-                                                 r.rep.num_params);
-    const double again = opts && opts->checkpoint_activations
-                             ? tp_recompute_bytes(&cfg->model, cfg->precision, r.B, T, t) : 0;
-    out->result.bytes_formula = cfg->comm.allreduce == ALLREDUCE_RING
-                                    ? formula + again - grads16_bytes_saved(cfg, d, &r.rep)
-                                    : -1;
-
-    /* the unsplit parameters for the comparison, charged to the side account */
-    if (m->me.dp == 0) {
-        mem_stats_bind(&r.side);
-        double d2 = tp_gather_whole(m->tp, &r.shape, r.rep.params, out->final_params);
-        mem_stats_bind(r.stats);
-        if (d2 > r.drift) r.drift = d2;
-    }
-    x.replica_drift = r.drift;
-    if (out->extra && strategy_outcome_keeps(out)) *(tp_extra *)out->extra = x;
-
-    grad_buckets_free(r.buckets);
-    gpt_model_free(r.model);
-    replica_free(&r.rep);
+    const double drift = pp_train_on_mesh(world, m, cfg, data, &popts, name, tp_measure,
+                                          (void *)o, out);
+    if (out->extra && strategy_outcome_keeps(out))
+        ((tp_extra *)out->extra)->replica_drift = drift;
 }
 
 typedef struct {
