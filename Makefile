@@ -33,9 +33,12 @@ PKGS     := openblas check
 # -fno-math-errno: no maths function here reports through errno, and without it sqrtf()
 # cannot become the vector instruction (the same correctly rounded result)
 # common/ by concern, bottom to top: base, tensor ops and devices, the communicator, the
-# model, a run's configuration, checkpoints, training and reports, the strategies, the
-# command line. Each folder includes only from the folders below it.
-common_dirs := base tensor comm model config checkpoint train cli parallel plan
+# model, a run's configuration, checkpoints, training and reports, the strategies (a
+# folder a dimension, then where they compose), the planner, the command line. Each
+# folder includes only from the folders below it.
+parallel_dirs := mesh dp cp ep pp compose
+common_dirs := base tensor comm model config checkpoint train \
+               $(parallel_dirs:%=parallel/%) plan cli
 common_includes := $(common_dirs:%=-Icommon/%)
 CFLAGS   := -std=c11 -D_GNU_SOURCE -fno-math-errno -Wall -Wextra -Werror -pthread \
             $(common_includes) \
@@ -96,8 +99,8 @@ endif
 # object there if it is missing. obj_of turns sources into the objects this build links.
 plain_build := build/cpu$(if $(DEBUG),-debug)$(if $(SAN),-$(SAN))$(if $(O),-$(O))
 ifneq ($(plain_build),$(BUILD))
-  variant_src := $(shell tools/variant-sources $(wildcard common/*/*.c chapters/*/*.c tests/*.c \
-                                                           bench/*.c gpu/*.c))
+  variant_src := $(shell tools/variant-sources $(wildcard common/*/*.c common/*/*/*.c \
+                                     chapters/*/*.c tests/*.c bench/*.c gpu/*.c))
 endif
 obj_of = $(foreach s,$(1),$(if $(filter $(variant_src) gpu/% %.cu,$(s)),$(BUILD),$(plain_build))/obj/$(basename $(s)).o)
 common_obj := $(call obj_of,$(common_src) $(cuda_src))

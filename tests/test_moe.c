@@ -1,5 +1,5 @@
 /* The mixture-of-experts layer (common/model/moe.h) and expert parallelism
- * as a configuration of the mesh trainer (common/parallel/mesh_train.h).
+ * as a configuration of the mesh trainer (common/parallel/compose/mesh_train.h).
  *
  * The layer alone: its float backward against central finite differences of a double
  * reference (moe_reference.h) of J = sum(G * out) + aux, for the router, every expert

@@ -1,4 +1,4 @@
-/* The library's tensor parallelism (common/parallel/tp_train.h) on thread ranks, through
+/* The library's tensor parallelism (common/parallel/compose/tp_train.h) on thread ranks, through
  * its own launch helper and outcome, without any chapter: TP 2, TP 3 (a padded
  * vocabulary) and TP 2 x DP 2 against the single-device baseline, the bytes each rank
  * sends against the ring formula, and the negative control (f's backward all-reduce left

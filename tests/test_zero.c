@@ -1,4 +1,4 @@
-/* The library's ZeRO (common/parallel/zero_train.h) on thread ranks, through its own
+/* The library's ZeRO (common/parallel/dp/zero_train.h) on thread ranks, through its own
  * launch helper and outcome, without any chapter: every stage against the single-device
  * baseline, the model-state bytes against the stored formula, and a negative control per
  * stage (a reduction or gather left out) that the comparison must catch. Also the

@@ -11,7 +11,7 @@
  * (g) and one backward (f), where two unpaired split layers would cost two each.
  *
  * The block is the model's own (gpt_block_forward in common/model.c, written with the
- * split layers of common/parallel/tp_linear.c), the very code part 3 trains with: here
+ * split layers of common/model/tp_linear.c), the very code part 3 trains with: here
  * it runs alone, as a one-block pipeline stage, against the same block unsplit. */
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* Chapter 10's parts: expert parallelism against one device and what its all-to-alls
  * carry (ep), where the tokens go (routing), and what an MoE model costs against a
  * dense one (cost). Every part trains through the library's mesh trainer
- * (common/parallel/mesh_train.h: MoE on an EP x DP mesh, or on one rank), whose model
+ * (common/parallel/compose/mesh_train.h: MoE on an EP x DP mesh, or on one rank), whose model
  * takes the MoE layer of common/model/moe.h; the chapter owns no training code.
  *
  * Under mpirun every process calls ep_launches (the collective runs); routing_local

@@ -1,6 +1,6 @@
 /* Context parallelism (CP) in the planner: the memory and the traffic of a mesh whose
  * cp ranks each hold s / cp positions of every sequence (chapter 9 runs it:
- * common/parallel/cp_attention.h).
+ * common/parallel/cp/cp_attention.h).
  *
  * Memory. Everything but attention works token by token, so a rank keeps Korthikanti's
  * per-layer activations of its chunk: the s b h terms divided by cp. What attention

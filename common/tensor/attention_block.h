@@ -1,5 +1,5 @@
 /* Causal attention one block at a time, with an online softmax: the kernels of ring
- * attention (context parallelism, common/parallel/cp_ring_attention.c).
+ * attention (context parallelism, common/parallel/cp/cp_ring_attention.c).
  *
  * A rank holds the queries of some positions of a sequence and sees the keys and values
  * of other positions one block after another. It never holds a whole row of scores, so
