@@ -141,7 +141,7 @@ void gpt_block_forward(gpt_model *m, int layer, const void *block) {
     mixed_layernorm_forward(P, a->ln2, a->ln2_mean, a->ln2_rstd, a->x_mid, p.ln2_w, p.ln2_b,
                             Ns, C);
     if (mlp_replaced(m, layer)) {   /* an MoE layer (moe.h): whole on every TP rank */
-        m->opts.mlp->forward(m->opts.mlp->ctx, layer, P, x_out, a->ln2);
+        m->opts.mlp->forward(m->opts.mlp->ctx, slot_index(m), layer, P, x_out, a->ln2);
     } else {
         fp8_linear_site(4 * layer + 2);
         tp_sequence_column_forward(sp, P, a->dgelu, a->ln2, p.fc_w, p.fc_b, N, C, Hl);
@@ -284,7 +284,7 @@ static void block_backward(gpt_model *m, int layer, const void *block, float *bl
      * onto it (after the last read of d(out)), and then d(x_in) the same way: the
      * same sums as with a copy of dx, without the copies. */
     if (mlp_replaced(m, layer)) {
-        m->opts.mlp->backward(m->opts.mlp->ctx, layer, P, m->d_ln, dx);
+        m->opts.mlp->backward(m->opts.mlp->ctx, slot_index(m), layer, P, m->d_ln, dx);
     } else {   /* FP8 hybrid: each linear's site, for dY's delayed history */
         fp8_linear_site(4 * layer + 3);
         tp_sequence_row_backward(sp, P, m->d_fch_gelu, w.fc2_w, w.fc2_b, dx, a->fch_gelu,

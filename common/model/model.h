@@ -132,15 +132,17 @@ typedef struct gpt_model gpt_model;
 /* An MLP that replaces the blocks' own where it says so (a mixture of experts, moe.h):
  * forward writes out [N, C] from ln2 [N, C]; backward overwrites d_ln2 [N, C] from
  * d_out [N, C], accumulating its own parameters' gradients where it keeps them.
- * Activations are of precision p (void *, as ops_mixed.h takes them). With TP (no SP)
- * ln2 is replicated over the group and every rank computes the whole MLP on it: out and
- * d_ln2 are complete on every rank, so no all-reduce follows. Not with SP, a split
- * backward or several micro-batches in flight. */
+ * Activations are of precision p (void *, as ops_mixed.h takes them). What its backward
+ * needs it keeps per micro-batch slot (gpt_use_slot) and layer, as the attention hook
+ * below. With TP (no SP) ln2 is replicated over the group and every rank computes the
+ * whole MLP on it: out and d_ln2 are complete on every rank, so no all-reduce follows.
+ * Not with SP or a split backward. */
 typedef struct {
     void *ctx;
     int (*replaces)(void *ctx, int layer);
-    void (*forward)(void *ctx, int layer, precision p, void *out, const void *ln2);
-    void (*backward)(void *ctx, int layer, precision p, void *d_ln2, const void *d_out);
+    void (*forward)(void *ctx, int slot, int layer, precision p, void *out, const void *ln2);
+    void (*backward)(void *ctx, int slot, int layer, precision p, void *d_ln2,
+                     const void *d_out);
 } gpt_mlp_hook;
 
 /* An attention core that replaces every block's own (context parallelism, whose ranks

@@ -98,11 +98,6 @@ const char *gpt_model_options_check(const gpt_shape *s, int T, const gpt_model_o
                             " no MLP hook replaces it", l), why;
     /* with SP a rank holds 1/tp of the tokens at the MLP: each would route its own, in
      * an order the global batch's capacity queue does not know */
-    /* the MoE layer keeps one micro-batch's routing and activations per block */
-    if (o->mlp && o->max_slots > 1)
-        return snprintf(why, why_len, "a replaced MLP (mixture of experts) keeps one"
-                        " micro-batch's routing a block: one micro-batch in flight, not %d",
-                        o->max_slots), why;
     if (o->mlp && o->sequence_parallel)
         return snprintf(why, why_len, "a replaced MLP (mixture of experts) runs without"
                         " sequence parallelism (each TP rank would route only its own"

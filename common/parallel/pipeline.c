@@ -57,8 +57,13 @@ void pipeline_rank_init(pipeline_rank *r, comm *world, const mesh *m, const run_
                                        stage == v * p - 1;
     }
     const float dloss = 1.0f / ((float)cfg->batch * (float)cfg->model.ctx);
+    /* a pipeline's micro-batches: its share of the batch cut in m; with MoE as
+     * Megatron's sampler, micro-batch j of every pipeline together the sequences [j B/m,
+     * (j+1) B/m), which one device's micro-batch j routes the same way (moe.h) */
+    const int moe = opts->moe.experts > 0;
     pp_executor_init(&r->exec, r->schedule, m->me.pp, r->chunks, cfg, data,
-                     m->me.dp * per_pipeline, dloss, opts->stage_seconds);
+                     m->me.dp * (moe ? micro_batch : per_pipeline),
+                     moe ? micro_batch * d : micro_batch, dloss, opts->stage_seconds);
     r->exec.drop_weight_pass = opts->fault == PIPELINE_FAULT_DROP_WEIGHT_PASS && m->me.pp == 0;
     /* each dp group shards its own stage's TP slice; without DP nothing is sharded */
     const dp_fault fault = opts->fault == PIPELINE_FAULT_SKIP_DP_REDUCE ? DP_FAULT_SKIP_GRAD_REDUCE
