@@ -32,6 +32,7 @@ static moe_config moe = {.experts = 4, .top_k = 2, .every = 2, .aux_coef = 0.01f
 static precision grad_dtype = PRECISION_FP32;   /* --grad-dtype: fp32, or bf16 with bf16 */
 static int micro = 1;                            /* micro-batches a step, the mesh's and */
 static pp_schedule_kind schedule = PP_1F1B;      /* ... the one device's alike */
+static int sp = 0;                               /* --sp on the mesh (none on one device) */
 
 static run_config tiny(int ranks, precision p) {
     run_config cfg = run_config_default();
@@ -48,7 +49,8 @@ static run_config tiny(int ranks, precision p) {
 
 static pipeline_options options(int zero, pipeline_fault fault) {
     return (pipeline_options){.schedule = schedule, .micro = micro, .chunks = 1,
-                              .zero_stage = zero, .moe = moe, .fault = fault};
+                              .zero_stage = zero, .moe = moe, .fault = fault,
+                              .sequence_parallel = sp};
 }
 
 /* The one-rank MoE run, as the baseline the meshes are compared with. */
@@ -60,7 +62,9 @@ typedef struct {
 static one_device one_device_run(const dataset *d, precision p) {
     const run_config cfg = tiny(1, p);
     const mesh_shape one = {.tp = 1, .pp = 1, .dp = 1, .cp = 1, .ep = 1};
-    one_device o = {.run = launch_mesh(&cfg, d, one, options(0, PIPELINE_FAULT_NONE), NULL)};
+    pipeline_options o1 = options(0, PIPELINE_FAULT_NONE);
+    o1.sequence_parallel = 0;
+    one_device o = {.run = launch_mesh(&cfg, d, one, o1, NULL)};
     const strategy_outcome *r = &o.run->run;
     o.b = (baseline_run){.result = r->result, .loss = r->loss, .first_grads = r->first_grads,
                          .final_params = r->final_params, .num_params = r->num_params};
@@ -87,7 +91,8 @@ static double run_case(const dataset *d, const one_device *one, precision p, mes
     const pipeline_options o = options(zero, fault);
     char why[300];
     ck_assert_msg(!parallelize_check(&cfg, &s, mesh_world(&s), &(parallel_options){
-                      .zero = zero, .micro = micro, .moe = moe}, why, sizeof why), "%s", why);
+                      .zero = zero, .micro = micro, .moe = moe, .sequence_parallel = sp},
+                      why, sizeof why), "%s", why);
     mesh_result *r = launch_mesh(&cfg, d, s, o, b);
     const run_tolerances t = mesh_run_tolerances(&cfg, s, b);
     /* the routers and every expert: step 1's gradients and the final parameters */
@@ -316,8 +321,36 @@ START_TEST(one_device_accumulation_equals_the_whole_batch) {
 }
 END_TEST
 
+/* TP + SP with MoE blocks: the TP group's rows all-gathered before the layer and each
+ * rank's positions taken after it (model.h), so every TP rank routes the whole rows as
+ * without SP; TP 2 x EP 2 (dp 2) in fp32 and bf16, TP 2 x PP 2 x EP 2 with 4
+ * micro-batches under 1F1B in fp32; the tp group's bytes equal their formula
+ * (pipeline_bytes_formula: an MoE block's two all-gathers). Negative control: the
+ * layer's whole output summed over TP (reduce-scattered) instead of sliced. */
+static const mesh_shape tp2_pp2_ep2 = {.tp = 2, .pp = 2, .dp = 2, .cp = 1, .ep = 2};
+
+START_TEST(ep_with_sp_matches_one_device) {
+    dataset *d = dataset_builtin();
+    sp = 1;
+    micro_batches_case(d, PRECISION_FP32, tp2_ep2, "tp 2 + sp x ep 2:");
+    micro_batches_case(d, PRECISION_BF16, tp2_ep2, "tp 2 + sp x ep 2:");
+    moe.every = 1;
+    micro = 4;
+    micro_batches_case(d, PRECISION_FP32, tp2_pp2_ep2, "tp 2 + sp x pp 2 x ep 2, 1f1b x 4:");
+    micro = 1;
+    moe.every = 2;
+    one_device one = one_device_run(d, PRECISION_FP32);
+    const double worst = run_case(d, &one, PRECISION_FP32, tp2_ep2, 0,
+                                  PIPELINE_FAULT_SP_MOE_SUMMED, "control, output summed over tp:");
+    ck_assert_msg(worst > 1.0, "the control passed: %.2f of the bounds", worst);
+    mesh_result_free(one.run);
+    sp = 0;
+    dataset_free(d);
+}
+END_TEST
+
 /* What the mesh does not train with MoE yet, refused with its reason (first words):
- * dropping with CP, SP. */
+ * dropping with CP. */
 START_TEST(unsupported_combinations_are_refused) {
     static const struct {
         mesh_shape s;
@@ -328,7 +361,6 @@ START_TEST(unsupported_combinations_are_refused) {
         {{.tp = 1, .pp = 1, .dp = 2, .cp = 1, .ep = 2}, 1, 0, 0, 0, "--ep 2 needs MoE blocks"},
         {{.tp = 1, .pp = 1, .dp = 1, .cp = 2, .ep = 2}, 1, 0, 4, 1.25,
          "--experts with --cp 2 and capacity factor 1.25"},
-        {{.tp = 2, .pp = 1, .dp = 2, .cp = 1, .ep = 2}, 1, 1, 4, 0, "--experts with --sp"},
         {{.tp = 1, .pp = 1, .dp = 4, .cp = 1, .ep = 4}, 1, 0, 2, 0,
          "EP 4 does not divide --experts 2"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -361,6 +393,7 @@ int main(void) {
     tcase_add_test(t, ep_with_pp_matches_one_device);
     tcase_add_test(t, ep_with_pp_and_micro_batches_matches_one_device);
     tcase_add_test(t, one_device_accumulation_equals_the_whole_batch);
+    tcase_add_test(t, ep_with_sp_matches_one_device);
     suite_add_tcase(s, t);
     return check_run(s, 0);
 }

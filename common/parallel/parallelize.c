@@ -46,11 +46,6 @@ static const char *check_moe(const run_config *cfg, const mesh_shape *s,
                " pairs of the global batch in token order, which CP's chunks interleave"
                " across ranks; give --capacity-factor 0 (no dropping) with --cp", c,
                o->moe.capacity_factor);
-    if (o->sequence_parallel)
-        REFUSE("--experts with --sp: the MoE layer routes the TP group's whole rows (its"
-               " experts are replicated over TP), and SP leaves each TP rank T/tp of them;"
-               " the rows would have to be all-gathered before the router and split after"
-               " the combine, which the layer does not do yet");
     if (cfg->comm.device == DEVICE_CUDA)
         REFUSE("--device cuda: the MoE layer runs on the CPU here: give --device cpu");
     return NULL;

@@ -19,8 +19,10 @@
  *        routing counts the global micro-batch over dp x cp (routing, capacity and the
  *        auxiliary loss a micro-batch's, as Megatron-core: moe.h). In every pipeline
  *        stage (each runs its own MoE blocks, several micro-batches in flight), with CP
- *        (no dropping: capacity factor 0), no SP so far: parallelize_check says why. The
- *        dense model's MoE blocks hold no MLP weights (parallel_model_shape). */
+ *        (no dropping: capacity factor 0: parallelize_check says why) and with SP (the
+ *        TP group's rows all-gathered before the layer, each rank's taken after it: the
+ *        model's hook, model.h). The dense model's MoE blocks hold no MLP weights
+ *        (parallel_model_shape). */
 #ifndef PARALLELIZE_H
 #define PARALLELIZE_H
 #include <stddef.h>

@@ -47,6 +47,7 @@ void pipeline_rank_init(pipeline_rank *r, comm *world, const mesh *m, const run_
     gpt_model_options model_opts = r->par.model;
     model_opts.drop_f_backward = opts->fault == PIPELINE_FAULT_DROP_F_BACKWARD;
     model_opts.sp_copy_not_reduce = opts->fault == PIPELINE_FAULT_SP_OWN_PARTIAL;
+    model_opts.sp_mlp_summed = opts->fault == PIPELINE_FAULT_SP_MOE_SUMMED;
     r->chunks = mem_alloc(MEM_OTHER, (size_t)v * sizeof *r->chunks);
     for (int c = 0; c < v; c++) {
         const int stage = pp_virtual_stage(r->schedule, m->me.pp, c);
@@ -425,6 +426,15 @@ static int moe_blocks_of(const gpt_shape *s, const moe_config *moe) {
     return n;
 }
 
+/* SP's MoE block (model.h): its rows all-gathered before the layer and the output's
+ * gradient before its backward, (t-1)/t of the N x C rows each, where the formula above
+ * counts the block's attention alone (2 all-reduces) and a dense block's two inputs
+ * gathered again (tp_sequence_stage_bytes_added; an MoE block has no fc input): one
+ * all-gather more a block. */
+static double sp_moe_bytes(int tp, int moe_blocks, double rows_bytes) {
+    return (tp - 1.0) / tp * moe_blocks * rows_bytes;
+}
+
 void pipeline_bytes_formula(const run_config *cfg, mesh_shape shape, mesh_coord me,
                             const pipeline_options *opts, double bytes[PIPELINE_ALL_KINDS]) {
     const int v = opts->chunks, S = v * shape.pp, m = opts->micro, c = mesh_cp_size(&shape);
@@ -455,9 +465,11 @@ void pipeline_bytes_formula(const run_config *cfg, mesh_shape shape, mesh_coord 
         /* with SP a stage's LayerNorms are on T/tp positions: gathered again, and their
          * gradients all-reduced, in each micro-batch's backward */
         if (opts->sequence_parallel)
-            bytes[PIPELINE_TP] += m * tp_sequence_stage_bytes_added(
-                                          &cfg->model, cfg->precision, N, gpt_stage_layers(&s),
-                                          s.has_head, shape.tp);
+            bytes[PIPELINE_TP] += m * (tp_sequence_stage_bytes_added(
+                                           &cfg->model, cfg->precision, N, gpt_stage_layers(&s),
+                                           s.has_head, shape.tp) +
+                                       sp_moe_bytes(shape.tp, moe_blocks_of(&s, &opts->moe),
+                                                    N * C * act));
         /* a V's turn (stages p-1 and p on one rank) is no message; with SP the
          * boundary is this rank's T/tp positions of each sequence (Megatron's) */
         const double boundary = N / (opts->sequence_parallel ? shape.tp : 1) * C * act;

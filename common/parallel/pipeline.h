@@ -46,6 +46,7 @@ typedef enum {
     PIPELINE_FAULT_SP_OWN_PARTIAL,    /* SP: g-bar's reduce-scatter keeps its own partial */
     PIPELINE_FAULT_MOE_SKIP_PARAM_GATHER,  /* MoE, ZeRO-1/2: routers' and experts' updated
                                               pieces not all-gathered */
+    PIPELINE_FAULT_SP_MOE_SUMMED,     /* SP: the MoE output summed over tp, not sliced */
 } pipeline_fault;
 
 typedef struct {
