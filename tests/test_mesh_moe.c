@@ -259,8 +259,8 @@ END_TEST
  * dp ranks' micro-batches of one index) routed, capped and balanced by itself, the aux
  * loss their mean (moe.h); the reference one device accumulating the same 4
  * micro-batches. EP 2 x PP 2 x DP 2 (MoE in every block) under 1F1B and GPipe (2 and 4
- * micro-batches in flight on stage 0: the layer's slots) in fp32 and bf16; EP 2 (dp 2)
- * with capacity 1.0 (the same pairs dropped in each micro-batch). Negative control: the
+ * micro-batches in flight on stage 0: the layer's slots) in fp32 and bf16; EP 2 x CP 2
+ * in fp32; EP 2 (dp 2) with capacity 1.0 (the same pairs dropped in each micro-batch). Negative control: the
  * mesh's 4 micro-batches against the whole batch at once on one device (one routing
  * and aux loss for the 8 sequences) must fail. The exact equivalence held on one
  * device: with no aux loss and no capacity, 4 micro-batches accumulated equal the
@@ -284,7 +284,8 @@ START_TEST(ep_with_pp_and_micro_batches_matches_one_device) {
             snprintf(what, sizeof what, "pp 2 x dp 2, ep 2, %s x 4:", pp_schedule_name(kinds[j]));
             micro_batches_case(d, ps[k], pp2_dp2_ep2, what);
         }
-    schedule = PP_1F1B;
+    schedule = PP_1F1B;   /* EP x CP: CP's bytes once a micro-batch too */
+    micro_batches_case(d, PRECISION_FP32, cp2_dp2_ep2, "cp 2 x dp 2, ep 2, 1f1b x 4:");
     moe.capacity_factor = 1.0;
     micro_batches_case(d, PRECISION_FP32, ep2, "ep 2, 1f1b x 4, capacity 1:");
     moe.capacity_factor = 0;
