@@ -288,6 +288,7 @@ if [ -x "$chapter11" ]; then
     expect_ok "$chapter11" --ranks 4 --tp 2 --sp --ep 2 --steps 2 --quiet
     expect_error "$chapter11" "--experts with --cp 2 and capacity factor 1.25" --ranks 4 --tp 1 --cp 2 --ep 2
     expect_error "$chapter11" "EP 4 does not divide --experts 2" --ranks 4 --ep 4 --experts 2 --tp 1
+    expect_error "$chapter11" "--experts with a schedule that splits the backward" --ranks 4 --tp 1 --pp 2 --ep 2 --schedule zb-h1
     expect_error "$chapter11" "--top-k does nothing with a dense mesh (no --ep)" --top-k 1
     expect_error "$chapter11" "--top-k 3: must be 1 or 2" --ranks 4 --ep 2 --top-k 3
     expect_error "$chapter11" "--zero 4: ZeRO has stages 0-3" --zero 4

@@ -33,11 +33,12 @@ static precision grad_dtype = PRECISION_FP32;   /* --grad-dtype: fp32, or bf16 w
 static int micro = 1;                            /* micro-batches a step, the mesh's and */
 static pp_schedule_kind schedule = PP_1F1B;      /* ... the one device's alike */
 static int sp = 0;                               /* --sp on the mesh (none on one device) */
+static int layers = 2;                           /* 4 for the interleaved schedule */
 
 static run_config tiny(int ranks, precision p) {
     run_config cfg = run_config_default();
     cfg.grad_precision = p == PRECISION_FP32 ? PRECISION_FP32 : grad_dtype;
-    cfg.model = (gpt_config){.vocab = 256, .ctx = 8, .layers = 2, .heads = 4, .dim = 32};
+    cfg.model = (gpt_config){.vocab = 256, .ctx = 8, .layers = layers, .heads = 4, .dim = 32};
     cfg.batch = 8;
     cfg.steps = TOL_STEPS;
     cfg.quiet = 1;
@@ -48,7 +49,8 @@ static run_config tiny(int ranks, precision p) {
 }
 
 static pipeline_options options(int zero, pipeline_fault fault) {
-    return (pipeline_options){.schedule = schedule, .micro = micro, .chunks = 1,
+    return (pipeline_options){.schedule = schedule, .micro = micro,
+                              .chunks = pp_schedule_chunks(schedule, 2),
                               .zero_stage = zero, .moe = moe, .fault = fault,
                               .sequence_parallel = sp};
 }
@@ -64,6 +66,8 @@ static one_device one_device_run(const dataset *d, precision p) {
     const mesh_shape one = {.tp = 1, .pp = 1, .dp = 1, .cp = 1, .ep = 1};
     pipeline_options o1 = options(0, PIPELINE_FAULT_NONE);
     o1.sequence_parallel = 0;
+    o1.schedule = PP_1F1B;   /* one stage: the micro-batches in order */
+    o1.chunks = 1;
     one_device o = {.run = launch_mesh(&cfg, d, one, o1, NULL)};
     const strategy_outcome *r = &o.run->run;
     o.b = (baseline_run){.result = r->result, .loss = r->loss, .first_grads = r->first_grads,
@@ -259,7 +263,8 @@ END_TEST
  * dp ranks' micro-batches of one index) routed, capped and balanced by itself, the aux
  * loss their mean (moe.h); the reference one device accumulating the same 4
  * micro-batches. EP 2 x PP 2 x DP 2 (MoE in every block) under 1F1B and GPipe (2 and 4
- * micro-batches in flight on stage 0: the layer's slots) in fp32 and bf16; EP 2 x CP 2
+ * micro-batches in flight on stage 0: the layer's slots) in fp32 and bf16, interleaved
+ * (4 blocks, 2 chunks a rank) in fp32; EP 2 x CP 2
  * in fp32; EP 2 (dp 2) with capacity 1.0 (the same pairs dropped in each micro-batch). Negative control: the
  * mesh's 4 micro-batches against the whole batch at once on one device (one routing
  * and aux loss for the 8 sequences) must fail. The exact equivalence held on one
@@ -284,6 +289,10 @@ START_TEST(ep_with_pp_and_micro_batches_matches_one_device) {
             snprintf(what, sizeof what, "pp 2 x dp 2, ep 2, %s x 4:", pp_schedule_name(kinds[j]));
             micro_batches_case(d, ps[k], pp2_dp2_ep2, what);
         }
+    schedule = PP_INTERLEAVED;   /* 2 chunks a rank: 4 blocks */
+    layers = 4;
+    micro_batches_case(d, PRECISION_FP32, pp2_dp2_ep2, "pp 2 x dp 2, ep 2, interleaved x 4:");
+    layers = 2;
     schedule = PP_1F1B;   /* EP x CP: CP's bytes once a micro-batch too */
     micro_batches_case(d, PRECISION_FP32, cp2_dp2_ep2, "cp 2 x dp 2, ep 2, 1f1b x 4:");
     moe.capacity_factor = 1.0;
@@ -351,7 +360,7 @@ START_TEST(ep_with_sp_matches_one_device) {
 END_TEST
 
 /* What the mesh does not train with MoE yet, refused with its reason (first words):
- * dropping with CP. */
+ * dropping with CP, a split backward (zero-bubble, DualPipe). */
 START_TEST(unsupported_combinations_are_refused) {
     static const struct {
         mesh_shape s;
@@ -364,6 +373,12 @@ START_TEST(unsupported_combinations_are_refused) {
          "--experts with --cp 2 and capacity factor 1.25"},
         {{.tp = 1, .pp = 1, .dp = 4, .cp = 1, .ep = 4}, 1, 0, 2, 0,
          "EP 4 does not divide --experts 2"}};
+    const run_config four = tiny(4, PRECISION_FP32);   /* a split backward */
+    char split_why[300];
+    const char *split = parallelize_check(&four, &ep2_dp2, 4, &(parallel_options){
+        .micro = 2, .moe = moe, .split_backward = 1}, split_why, sizeof split_why);
+    ck_assert(split && strstr(split, "--experts with a schedule that splits the backward"));
+    printf("refused: %s\n", split);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const run_config cfg = tiny(mesh_world(&cases[i].s), PRECISION_FP32);
         parallel_options o = {.micro = cases[i].micro, .sequence_parallel = cases[i].sp,

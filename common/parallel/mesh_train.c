@@ -219,8 +219,11 @@ int mesh_train_one_device(const run_config *cfg, const dataset *data,
     pipeline_options o = *opts;
     o.zero_stage = 0;
     o.sequence_parallel = 0;
-    /* MoE routes each micro-batch apart (moe.h): one device accumulates the same ones */
+    /* MoE routes each micro-batch apart (moe.h): one device accumulates the same ones,
+     * in order, on its one stage */
     if (o.moe.experts <= 0) o.micro = 1;
+    o.schedule = PP_1F1B;
+    o.chunks = 1;
     o = extra_prepare(rank0_out->extra, &one, shape, &o);
     mesh_launch_args a = {&one, data, shape, &o, "baseline"};
     return strategy_launch_sized(&one, whole_params(&one, &o.moe), 1, mesh_rank_fn, &a,

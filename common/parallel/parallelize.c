@@ -46,6 +46,10 @@ static const char *check_moe(const run_config *cfg, const mesh_shape *s,
                " pairs of the global batch in token order, which CP's chunks interleave"
                " across ranks; give --capacity-factor 0 (no dropping) with --cp", c,
                o->moe.capacity_factor);
+    if (o->split_backward)
+        REFUSE("--experts with a schedule that splits the backward (zb-h1, zb-v, dualpipev):"
+               " the MoE layer's backward gives d input and its weights' gradients in one"
+               " pass; give --schedule 1f1b, gpipe or interleaved");
     if (cfg->comm.device == DEVICE_CUDA)
         REFUSE("--device cuda: the MoE layer runs on the CPU here: give --device cpu");
     return NULL;

@@ -40,6 +40,7 @@ typedef struct {
     int sequence_parallel;    /* --sp: Megatron SP on the tp group */
     cp_options cp;            /* how the cp ranks' attention crosses the chunks */
     int micro;                /* micro-batches per step (pipeline); 0: 1 */
+    int split_backward;       /* the schedule runs B and W apart (zero-bubble, DualPipe) */
     int grads_over_dp_only;   /* negative control: dense gradients summed over dp alone,
                                  not dp x cp */
     moe_config moe;           /* experts 0: a dense model */

@@ -334,6 +334,7 @@ parallel_options pipeline_parallel_options(const pipeline_options *opts) {
     return (parallel_options){
         .zero = opts->zero_stage, .sequence_parallel = opts->sequence_parallel,
         .cp = opts->cp, .micro = opts->micro, .moe = opts->moe,
+        .split_backward = pp_schedule_about(opts->schedule)->split_backward,
         .grads_over_dp_only = opts->fault == PIPELINE_FAULT_GRADS_OVER_DP_ONLY,
         .expert_grads_over_ep = opts->fault == PIPELINE_FAULT_EXPERT_GRADS_OVER_EP,
         .combine_misorder = opts->fault == PIPELINE_FAULT_COMBINE_MISORDER,
