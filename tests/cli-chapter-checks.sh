@@ -280,13 +280,15 @@ if [ -x "$chapter11" ]; then
     # SP with stages trains now (test_mesh_matrix holds tp+sp x pp under every schedule)
     expect_ok "$chapter11" --ranks 4 --tp 2 --pp 2 --sp --steps 2 --quiet
     expect_error "$chapter11" "sequence parallelism splits the sequence over the tensor-parallel ranks: it needs --tp 2" --ranks 4 --tp 1 --pp 2 --sp
-    # EP with PP trains one micro-batch a step (test_mesh_moe holds it against one device);
-    # EP with CP trains without dropping
+    # EP with PP trains with micro-batches, each routed by itself, and with TP + SP
+    # (test_mesh_moe holds them against one device); EP with CP trains without dropping
     expect_ok "$chapter11" --ranks 4 --tp 1 --pp 2 --ep 2 --micro 1 --schedule 1f1b --steps 2 --quiet
-    expect_error "$chapter11" "--experts with 2 micro-batches" --ranks 8 --ep 2 --pp 2 --tp 1
+    expect_ok "$chapter11" --ranks 8 --ep 2 --pp 2 --tp 1 --steps 2 --quiet
+    expect_ok "$chapter11" --ranks 4 --ep 2 --tp 1 --micro 2 --steps 2 --quiet
+    expect_ok "$chapter11" --ranks 4 --tp 2 --sp --ep 2 --steps 2 --quiet
     expect_error "$chapter11" "--experts with --cp 2 and capacity factor 1.25" --ranks 4 --tp 1 --cp 2 --ep 2
     expect_error "$chapter11" "EP 4 does not divide --experts 2" --ranks 4 --ep 4 --experts 2 --tp 1
-    expect_error "$chapter11" "--experts with 2 micro-batches" --ranks 4 --ep 2 --tp 1 --micro 2
+    expect_error "$chapter11" "--experts with a schedule that splits the backward" --ranks 4 --tp 1 --pp 2 --ep 2 --schedule zb-h1
     expect_error "$chapter11" "--top-k does nothing with a dense mesh (no --ep)" --top-k 1
     expect_error "$chapter11" "--top-k 3: must be 1 or 2" --ranks 4 --ep 2 --top-k 3
     expect_error "$chapter11" "--zero 4: ZeRO has stages 0-3" --zero 4

@@ -142,6 +142,9 @@ run_program "$plain" chapter11 4 "${small[@]}" --tp 1 --pp 2 --ep 2 --micro 1 --
 judge "chapter11 on 4 ranks --pp 2 --ep 2 --micro 1, small model" $? 0
 run_program "$plain" chapter11 4 "${small[@]}" --tp 1 --cp 2 --ep 2 --capacity-factor 0
 judge "chapter11 on 4 ranks --cp 2 --ep 2 --capacity-factor 0, small model" $? 0
+# MoE with micro-batches and TP + SP: tp 2 + sp x pp 2 x ep 2, 4 micro-batches, fp32
+run_program "$plain" chapter11 8 "${small[@]}" --tp 2 --sp --pp 2 --ep 2 --micro 4 --precision fp32
+judge "chapter11 on 8 ranks --tp 2 --sp --pp 2 --ep 2 --micro 4, small model" $? 0
 
 echo "mpi-chapter-checks: $passed passed, $failed failed"
 [ $failed -eq 0 ]

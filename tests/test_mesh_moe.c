@@ -12,7 +12,10 @@
  * zero 2 and 3 in fp32, bf16, bf16 with bf16 gradients; HSDP at zero 2). Negative
  * controls, the experts' gradients summed over the EP group instead of expert_dp (on
  * EP x DP, EP x CP and EP x PP) and ZeRO-1's updated MoE pieces left ungathered, must
- * fail; combinations not trained yet are refused by parallelize_check with a reason. */
+ * fail; combinations not trained yet are refused by parallelize_check with a reason.
+ * Micro-batches (4, under 1F1B and GPipe, EP x PP x DP in fp32 and bf16, with capacity
+ * too) against one device accumulating the same micro-batches; control: against the
+ * whole batch at once. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -27,11 +30,15 @@
 static moe_config moe = {.experts = 4, .top_k = 2, .every = 2, .aux_coef = 0.01f};
 
 static precision grad_dtype = PRECISION_FP32;   /* --grad-dtype: fp32, or bf16 with bf16 */
+static int micro = 1;                            /* micro-batches a step, the mesh's and */
+static pp_schedule_kind schedule = PP_1F1B;      /* ... the one device's alike */
+static int sp = 0;                               /* --sp on the mesh (none on one device) */
+static int layers = 2;                           /* 4 for the interleaved schedule */
 
 static run_config tiny(int ranks, precision p) {
     run_config cfg = run_config_default();
     cfg.grad_precision = p == PRECISION_FP32 ? PRECISION_FP32 : grad_dtype;
-    cfg.model = (gpt_config){.vocab = 256, .ctx = 8, .layers = 2, .heads = 4, .dim = 32};
+    cfg.model = (gpt_config){.vocab = 256, .ctx = 8, .layers = layers, .heads = 4, .dim = 32};
     cfg.batch = 8;
     cfg.steps = TOL_STEPS;
     cfg.quiet = 1;
@@ -42,8 +49,10 @@ static run_config tiny(int ranks, precision p) {
 }
 
 static pipeline_options options(int zero, pipeline_fault fault) {
-    return (pipeline_options){.schedule = PP_1F1B, .micro = 1, .chunks = 1, .zero_stage = zero,
-                              .moe = moe, .fault = fault};
+    return (pipeline_options){.schedule = schedule, .micro = micro,
+                              .chunks = pp_schedule_chunks(schedule, 2),
+                              .zero_stage = zero, .moe = moe, .fault = fault,
+                              .sequence_parallel = sp};
 }
 
 /* The one-rank MoE run, as the baseline the meshes are compared with. */
@@ -55,7 +64,11 @@ typedef struct {
 static one_device one_device_run(const dataset *d, precision p) {
     const run_config cfg = tiny(1, p);
     const mesh_shape one = {.tp = 1, .pp = 1, .dp = 1, .cp = 1, .ep = 1};
-    one_device o = {.run = launch_mesh(&cfg, d, one, options(0, PIPELINE_FAULT_NONE), NULL)};
+    pipeline_options o1 = options(0, PIPELINE_FAULT_NONE);
+    o1.sequence_parallel = 0;
+    o1.schedule = PP_1F1B;   /* one stage: the micro-batches in order */
+    o1.chunks = 1;
+    one_device o = {.run = launch_mesh(&cfg, d, one, o1, NULL)};
     const strategy_outcome *r = &o.run->run;
     o.b = (baseline_run){.result = r->result, .loss = r->loss, .first_grads = r->first_grads,
                          .final_params = r->final_params, .num_params = r->num_params};
@@ -82,7 +95,8 @@ static double run_case(const dataset *d, const one_device *one, precision p, mes
     const pipeline_options o = options(zero, fault);
     char why[300];
     ck_assert_msg(!parallelize_check(&cfg, &s, mesh_world(&s), &(parallel_options){
-                      .zero = zero, .micro = 1, .moe = moe}, why, sizeof why), "%s", why);
+                      .zero = zero, .micro = micro, .moe = moe, .sequence_parallel = sp},
+                      why, sizeof why), "%s", why);
     mesh_result *r = launch_mesh(&cfg, d, s, o, b);
     const run_tolerances t = mesh_run_tolerances(&cfg, s, b);
     /* the routers and every expert: step 1's gradients and the final parameters */
@@ -245,8 +259,108 @@ END_TEST
 START_TEST(ep_with_pp_matches_one_device) { ep_with(pp2_dp2_ep2, 1, "pp 2 x dp 2, ep 2:"); }
 END_TEST
 
+/* Micro-batches (gradient accumulation) as Megatron-core: each global micro-batch (the
+ * dp ranks' micro-batches of one index) routed, capped and balanced by itself, the aux
+ * loss their mean (moe.h); the reference one device accumulating the same 4
+ * micro-batches. EP 2 x PP 2 x DP 2 (MoE in every block) under 1F1B and GPipe (2 and 4
+ * micro-batches in flight on stage 0: the layer's slots) in fp32 and bf16, interleaved
+ * (4 blocks, 2 chunks a rank) in fp32; EP 2 x CP 2
+ * in fp32; EP 2 (dp 2) with capacity 1.0 (the same pairs dropped in each micro-batch). Negative control: the
+ * mesh's 4 micro-batches against the whole batch at once on one device (one routing
+ * and aux loss for the 8 sequences) must fail. The exact equivalence held on one
+ * device: with no aux loss and no capacity, 4 micro-batches accumulated equal the
+ * whole batch. */
+static void micro_batches_case(dataset *d, precision p, mesh_shape s, const char *what) {
+    one_device one = one_device_run(d, p);
+    ck_assert(run_case(d, &one, p, s, 0, 0, what) <= 1.0);
+    mesh_result_free(one.run);
+}
+
+START_TEST(ep_with_pp_and_micro_batches_matches_one_device) {
+    dataset *d = dataset_builtin();
+    const precision ps[2] = {PRECISION_FP32, PRECISION_BF16};
+    const pp_schedule_kind kinds[2] = {PP_1F1B, PP_GPIPE};
+    moe.every = 1;
+    micro = 4;
+    for (int j = 0; j < 2; j++)
+        for (int k = 0; k < 2; k++) {
+            schedule = kinds[j];
+            char what[80];
+            snprintf(what, sizeof what, "pp 2 x dp 2, ep 2, %s x 4:", pp_schedule_name(kinds[j]));
+            micro_batches_case(d, ps[k], pp2_dp2_ep2, what);
+        }
+    schedule = PP_INTERLEAVED;   /* 2 chunks a rank: 4 blocks */
+    layers = 4;
+    micro_batches_case(d, PRECISION_FP32, pp2_dp2_ep2, "pp 2 x dp 2, ep 2, interleaved x 4:");
+    layers = 2;
+    schedule = PP_1F1B;   /* EP x CP: CP's bytes once a micro-batch too */
+    micro_batches_case(d, PRECISION_FP32, cp2_dp2_ep2, "cp 2 x dp 2, ep 2, 1f1b x 4:");
+    moe.capacity_factor = 1.0;
+    micro_batches_case(d, PRECISION_FP32, ep2, "ep 2, 1f1b x 4, capacity 1:");
+    moe.capacity_factor = 0;
+    micro = 1;   /* the control: one device routes the whole batch at once */
+    one_device whole = one_device_run(d, PRECISION_FP32);
+    micro = 4;
+    const double worst = run_case(d, &whole, PRECISION_FP32, pp2_dp2_ep2, 0,
+                                  PIPELINE_FAULT_NONE, "control, against the whole batch:");
+    ck_assert_msg(worst > 1.0, "the control passed: %.2f of the bounds", worst);
+    mesh_result_free(whole.run);
+    micro = 1;
+    moe.every = 2;
+    dataset_free(d);
+}
+END_TEST
+
+/* One device: without the aux loss and capacity the routing is per token, so 4
+ * micro-batches accumulated equal the whole batch at once (within the bounds of a
+ * sum in another order). */
+START_TEST(one_device_accumulation_equals_the_whole_batch) {
+    dataset *d = dataset_builtin();
+    const mesh_shape alone = {.tp = 1, .pp = 1, .dp = 1, .cp = 1, .ep = 1};
+    moe.aux_coef = 0;
+    const precision ps[2] = {PRECISION_FP32, PRECISION_BF16};
+    for (int k = 0; k < 2; k++) {
+        one_device whole = one_device_run(d, ps[k]);
+        micro = 4;
+        ck_assert(run_case(d, &whole, ps[k], alone, 0, 0, "one device x 4, no aux loss:") <= 1.0);
+        micro = 1;
+        mesh_result_free(whole.run);
+    }
+    moe.aux_coef = 0.01f;
+    dataset_free(d);
+}
+END_TEST
+
+/* TP + SP with MoE blocks: the TP group's rows all-gathered before the layer and each
+ * rank's positions taken after it (model.h), so every TP rank routes the whole rows as
+ * without SP; TP 2 x EP 2 (dp 2) in fp32 and bf16, TP 2 x PP 2 x EP 2 with 4
+ * micro-batches under 1F1B in fp32; the tp group's bytes equal their formula
+ * (pipeline_bytes_formula: an MoE block's two all-gathers). Negative control: the
+ * layer's whole output summed over TP (reduce-scattered) instead of sliced. */
+static const mesh_shape tp2_pp2_ep2 = {.tp = 2, .pp = 2, .dp = 2, .cp = 1, .ep = 2};
+
+START_TEST(ep_with_sp_matches_one_device) {
+    dataset *d = dataset_builtin();
+    sp = 1;
+    micro_batches_case(d, PRECISION_FP32, tp2_ep2, "tp 2 + sp x ep 2:");
+    micro_batches_case(d, PRECISION_BF16, tp2_ep2, "tp 2 + sp x ep 2:");
+    moe.every = 1;
+    micro = 4;
+    micro_batches_case(d, PRECISION_FP32, tp2_pp2_ep2, "tp 2 + sp x pp 2 x ep 2, 1f1b x 4:");
+    micro = 1;
+    moe.every = 2;
+    one_device one = one_device_run(d, PRECISION_FP32);
+    const double worst = run_case(d, &one, PRECISION_FP32, tp2_ep2, 0,
+                                  PIPELINE_FAULT_SP_MOE_SUMMED, "control, output summed over tp:");
+    ck_assert_msg(worst > 1.0, "the control passed: %.2f of the bounds", worst);
+    mesh_result_free(one.run);
+    sp = 0;
+    dataset_free(d);
+}
+END_TEST
+
 /* What the mesh does not train with MoE yet, refused with its reason (first words):
- * dropping with CP, micro-batches (with stages or not), SP. */
+ * dropping with CP, a split backward (zero-bubble, DualPipe). */
 START_TEST(unsupported_combinations_are_refused) {
     static const struct {
         mesh_shape s;
@@ -257,11 +371,14 @@ START_TEST(unsupported_combinations_are_refused) {
         {{.tp = 1, .pp = 1, .dp = 2, .cp = 1, .ep = 2}, 1, 0, 0, 0, "--ep 2 needs MoE blocks"},
         {{.tp = 1, .pp = 1, .dp = 1, .cp = 2, .ep = 2}, 1, 0, 4, 1.25,
          "--experts with --cp 2 and capacity factor 1.25"},
-        {{.tp = 1, .pp = 2, .dp = 2, .cp = 1, .ep = 2}, 2, 0, 4, 0, "--experts with 2 micro"},
-        {{.tp = 1, .pp = 1, .dp = 2, .cp = 1, .ep = 2}, 2, 0, 4, 0, "--experts with 2 micro"},
-        {{.tp = 2, .pp = 1, .dp = 2, .cp = 1, .ep = 2}, 1, 1, 4, 0, "--experts with --sp"},
         {{.tp = 1, .pp = 1, .dp = 4, .cp = 1, .ep = 4}, 1, 0, 2, 0,
          "EP 4 does not divide --experts 2"}};
+    const run_config four = tiny(4, PRECISION_FP32);   /* a split backward */
+    char split_why[300];
+    const char *split = parallelize_check(&four, &ep2_dp2, 4, &(parallel_options){
+        .micro = 2, .moe = moe, .split_backward = 1}, split_why, sizeof split_why);
+    ck_assert(split && strstr(split, "--experts with a schedule that splits the backward"));
+    printf("refused: %s\n", split);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const run_config cfg = tiny(mesh_world(&cases[i].s), PRECISION_FP32);
         parallel_options o = {.micro = cases[i].micro, .sequence_parallel = cases[i].sp,
@@ -290,6 +407,9 @@ int main(void) {
     tcase_add_test(t, unsupported_combinations_are_refused);
     tcase_add_test(t, ep_with_cp_matches_one_device);
     tcase_add_test(t, ep_with_pp_matches_one_device);
+    tcase_add_test(t, ep_with_pp_and_micro_batches_matches_one_device);
+    tcase_add_test(t, one_device_accumulation_equals_the_whole_batch);
+    tcase_add_test(t, ep_with_sp_matches_one_device);
     suite_add_tcase(s, t);
     return check_run(s, 0);
 }

@@ -83,9 +83,9 @@ static void layer_step(layer_case *t, float dloss) {
     const gpt_mlp_hook *h = moe_layer_hook(t->layer);
     float *G = malloc((size_t)t->N * t->s.dim * sizeof(float));
     for (int i = 0; i < t->N * t->s.dim; i++) G[i] = (float)t->G[i];
-    h->forward(h->ctx, 0, PRECISION_FP32, t->out, t->x);
+    h->forward(h->ctx, 0, 0, PRECISION_FP32, t->out, t->x);
     moe_layer_set_dloss(t->layer, dloss);
-    h->backward(h->ctx, 0, PRECISION_FP32, t->d_x, G);
+    h->backward(h->ctx, 0, 0, PRECISION_FP32, t->d_x, G);
     free(G);
 }
 
@@ -183,7 +183,7 @@ START_TEST(aux_loss_load_and_dropping_by_hand) {
     moe_layer *layer = moe_layer_create(&s, 4, &(moe_layer_options){0});
     moe_layer_bind(layer, router, experts, router_grads, grads);
     const gpt_mlp_hook *h = moe_layer_hook(layer);
-    h->forward(h->ctx, 0, PRECISION_FP32, out, x);
+    h->forward(h->ctx, 0, 0, PRECISION_FP32, out, x);
     const double aux = moe_layer_aux_loss(layer), want = 1.0625 * 0.01;
     const double *load = moe_layer_expert_load(layer, 0);
     printf("aux loss %.9f, by hand %.9f; load (%g, %g); capacity %g, dropped %g\n", aux, want,

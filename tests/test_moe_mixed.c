@@ -147,6 +147,7 @@ static double rank_step(moe_rank *r, const moe_case *c, const run_config *cfg, i
     gpt_set_batch(r->model, tokens, tokens + B * T);
     vec4 *all[] = {&r->dense, &r->routers, &r->experts};
     for (int i = 0; i < 3; i++) vec_zero(all[i]->g, all[i]->n);
+    moe_layer_step_begin(r->layer);
     const double loss = gpt_forward(r->model, r->compute);
     const float dloss = 1.0f / (float)(B * T);
     moe_layer_set_dloss(r->layer, dloss);
@@ -313,15 +314,15 @@ static layer_run layer_run_of(precision p, precision run, uint64_t experts_strea
     void *x = malloc(NC * b), *g = malloc(NC * b), *o = malloc(NC * b), *d = malloc(NC * b);
     mixed_round(run, x, r.x, NC);   /* exact: 16-bit values */
     mixed_round(run, g, r.g, NC);
-    h->forward(h->ctx, 0, run, o, x);
+    h->forward(h->ctx, 0, 0, run, o, x);
     moe_layer_set_dloss(layer, 1.0f / LN);
-    h->backward(h->ctx, 0, run, d, g);
+    h->backward(h->ctx, 0, 0, run, d, g);
     mixed_widen(run, r.out, o, NC);
     mixed_widen(run, r.dx, d, NC);
     /* the experts' masters change (an optimizer step): the next forward must see them */
     if (run != PRECISION_FP32) {
         fill16(p, r.experts, X, 5, 0.5);
-        h->forward(h->ctx, 0, run, o, x);
+        h->forward(h->ctx, 0, 0, run, o, x);
         mixed_widen(run, r.dx2, o, NC);
     }
     moe_layer_free(layer);

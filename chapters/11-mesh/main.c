@@ -35,7 +35,8 @@ static moe_config moe_of(const mesh_args *a) {
 static parallel_options parallel_of(const mesh_args *a) {
     return (parallel_options){.zero = a->zero, .sequence_parallel = a->sp,
                               .cp = {.kind = a->cp_attention, .split = CP_CONTIGUOUS},
-                              .micro = a->micro, .moe = moe_of(a)};
+                              .micro = a->micro, .moe = moe_of(a),
+                              .split_backward = pp_schedule_about(a->schedule)->split_backward};
 }
 
 static pipeline_options pipeline_of(const mesh_args *a) {

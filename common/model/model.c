@@ -49,6 +49,31 @@ static void hooked_attention_backward(const gpt_model *m, int layer, const block
     h->backward(h->ctx, slot_index(m), layer, m->p, d_qkv, m->d_atty, a->qkv, a->atty);
 }
 
+/* The options' MLP hook on the current slot. It routes the TP group's whole rows (its
+ * experts replicated over TP): with SP they are all-gathered before it and this rank's
+ * positions taken after it, forward (ln2, out) and backward (d out, d ln2); every TP
+ * rank computes the same whole numbers, so a slice needs no sum. */
+static void hooked_mlp_forward(gpt_model *m, int layer, block_acts *a, void *x_out) {
+    const gpt_mlp_hook *h = m->opts.mlp;
+    if (!m->sp) {
+        h->forward(h->ctx, slot_index(m), layer, m->p, x_out, a->ln2);
+        return;
+    }
+    tp_sequence_all_gather(m->sp, a->ln2_whole, a->ln2);
+    h->forward(h->ctx, slot_index(m), layer, m->p, m->hook_rows[0], a->ln2_whole);
+    tp_sequence_split(m->sp, x_out, m->hook_rows[0], m->opts.sp_mlp_summed);
+}
+static void hooked_mlp_backward(gpt_model *m, int layer, const void *d_out) {
+    const gpt_mlp_hook *h = m->opts.mlp;
+    if (!m->sp) {
+        h->backward(h->ctx, slot_index(m), layer, m->p, m->d_ln, d_out);
+        return;
+    }
+    tp_sequence_all_gather(m->sp, m->hook_rows[0], d_out);
+    h->backward(h->ctx, slot_index(m), layer, m->p, m->hook_rows[1], m->hook_rows[0]);
+    tp_sequence_split(m->sp, m->d_ln, m->hook_rows[1], 0);
+}
+
 /* The rows' own positions (options' span), sequence by sequence and piece by piece:
  * x [B, T, C] += wpe[position of row] forward, dwpe[position] += d_x[row] backward.
  * With SP a rank holds rows [first, first + T/tp) of each sequence's chunk: their
@@ -141,7 +166,7 @@ void gpt_block_forward(gpt_model *m, int layer, const void *block) {
     mixed_layernorm_forward(P, a->ln2, a->ln2_mean, a->ln2_rstd, a->x_mid, p.ln2_w, p.ln2_b,
                             Ns, C);
     if (mlp_replaced(m, layer)) {   /* an MoE layer (moe.h): whole on every TP rank */
-        m->opts.mlp->forward(m->opts.mlp->ctx, layer, P, x_out, a->ln2);
+        hooked_mlp_forward(m, layer, a, x_out);
     } else {
         fp8_linear_site(4 * layer + 2);
         tp_sequence_column_forward(sp, P, a->dgelu, a->ln2, p.fc_w, p.fc_b, N, C, Hl);
@@ -284,7 +309,7 @@ static void block_backward(gpt_model *m, int layer, const void *block, float *bl
      * onto it (after the last read of d(out)), and then d(x_in) the same way: the
      * same sums as with a copy of dx, without the copies. */
     if (mlp_replaced(m, layer)) {
-        m->opts.mlp->backward(m->opts.mlp->ctx, layer, P, m->d_ln, dx);
+        hooked_mlp_backward(m, layer, dx);
     } else {   /* FP8 hybrid: each linear's site, for dY's delayed history */
         fp8_linear_site(4 * layer + 3);
         tp_sequence_row_backward(sp, P, m->d_fch_gelu, w.fc2_w, w.fc2_b, dx, a->fch_gelu,

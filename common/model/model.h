@@ -132,15 +132,19 @@ typedef struct gpt_model gpt_model;
 /* An MLP that replaces the blocks' own where it says so (a mixture of experts, moe.h):
  * forward writes out [N, C] from ln2 [N, C]; backward overwrites d_ln2 [N, C] from
  * d_out [N, C], accumulating its own parameters' gradients where it keeps them.
- * Activations are of precision p (void *, as ops_mixed.h takes them). With TP (no SP)
- * ln2 is replicated over the group and every rank computes the whole MLP on it: out and
- * d_ln2 are complete on every rank, so no all-reduce follows. Not with SP, a split
- * backward or several micro-batches in flight. */
+ * Activations are of precision p (void *, as ops_mixed.h takes them). What its backward
+ * needs it keeps per micro-batch slot (gpt_use_slot) and layer, as the attention hook
+ * below. With TP ln2 is replicated over the group and every rank computes the whole
+ * MLP on it: out and d_ln2 are complete on every rank, so no all-reduce follows; with
+ * SP the model all-gathers the group's rows of ln2 (and of d_out) before the hook and
+ * keeps its own positions of out (and d_ln2) after it, so the hook sees the same whole
+ * rows as without SP. Not with a split backward. */
 typedef struct {
     void *ctx;
     int (*replaces)(void *ctx, int layer);
-    void (*forward)(void *ctx, int layer, precision p, void *out, const void *ln2);
-    void (*backward)(void *ctx, int layer, precision p, void *d_ln2, const void *d_out);
+    void (*forward)(void *ctx, int slot, int layer, precision p, void *out, const void *ln2);
+    void (*backward)(void *ctx, int slot, int layer, precision p, void *d_ln2,
+                     const void *d_out);
 } gpt_mlp_hook;
 
 /* An attention core that replaces every block's own (context parallelism, whose ranks
@@ -176,8 +180,9 @@ typedef struct {
     /* Megatron sequence parallelism on tp (tp_sequence.h): LayerNorms and the residual
      * stream hold T/tp positions of each sequence, and so do a stage's boundaries (a
      * pipeline sends 1/tp of the activations). T a multiple of tp; sp_copy_not_reduce:
-     * negative control. */
-    int sequence_parallel, sp_copy_not_reduce;
+     * negative control; sp_mlp_summed: negative control, the MLP hook's whole output
+     * reduce-scattered (summed over the tp copies) instead of sliced. */
+    int sequence_parallel, sp_copy_not_reduce, sp_mlp_summed;
     /* With sequence parallelism: forward's all-gathers and reduce-scatters as collective
      * matmuls in this many chunks (tp_overlap.h; 0: off), and its negative control. */
     int tp_overlap_chunks, tp_overlap_control;

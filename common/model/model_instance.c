@@ -37,11 +37,13 @@ static void block_acts_alloc(const gpt_model *m, block_acts *a) {
     a->ln2_rstd = alloc_stats(Ns);
     a->dgelu = model_alloc_acts(m, N * s->hidden_local);
     a->fch_gelu = model_alloc_acts(m, N * s->hidden_local);
+    if (m->sp && m->opts.mlp) a->ln2_whole = model_alloc_acts(m, N * C);
 }
 
 static void block_acts_free(block_acts *a) {
     void *all[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->att, a->atty,
-                   a->x_mid, a->ln2, a->ln2_mean, a->ln2_rstd, a->dgelu, a->fch_gelu};
+                   a->x_mid, a->ln2, a->ln2_mean, a->ln2_rstd, a->dgelu, a->fch_gelu,
+                   a->ln2_whole};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) mem_free(all[i]);
 }
 
@@ -96,17 +98,6 @@ const char *gpt_model_options_check(const gpt_shape *s, int T, const gpt_model_o
         if (!gpt_block_has_mlp(s, l) && !(o->mlp && o->mlp->replaces(o->mlp->ctx, l)))
             return snprintf(why, why_len, "block %d holds no MLP (an MoE model's shape) and"
                             " no MLP hook replaces it", l), why;
-    /* with SP a rank holds 1/tp of the tokens at the MLP: each would route its own, in
-     * an order the global batch's capacity queue does not know */
-    /* the MoE layer keeps one micro-batch's routing and activations per block */
-    if (o->mlp && o->max_slots > 1)
-        return snprintf(why, why_len, "a replaced MLP (mixture of experts) keeps one"
-                        " micro-batch's routing a block: one micro-batch in flight, not %d",
-                        o->max_slots), why;
-    if (o->mlp && o->sequence_parallel)
-        return snprintf(why, why_len, "a replaced MLP (mixture of experts) runs without"
-                        " sequence parallelism (each TP rank would route only its own"
-                        " positions)"), why;
     /* the model's selective recomputation re-runs its own attention op on the chunk:
      * the hook's attention is not that op (and the ring recomputes its probabilities
      * from the log-sum-exp already) */
@@ -146,6 +137,8 @@ gpt_model *gpt_model_create(const gpt_shape *s, int B, int T,
     const size_t N = (size_t)B * T, C = s->cfg.dim;
     if (m->opts.sequence_parallel)
         m->sp = tp_sequence_create(s, m->opts.tp, m->p, B, T, m->opts.sp_copy_not_reduce);
+    for (int i = 0; i < 2 && m->sp && m->opts.mlp; i++)   /* the hook's whole rows */
+        m->hook_rows[i] = model_alloc_acts(m, N * C);
     if (s->vocab_parallel && s->has_head && m->p != PRECISION_FP32)
         m->logits32 = mem_alloc(MEM_ACTIVATIONS, N * (size_t)s->vocab_local * sizeof(float));
     if (m->sp && m->opts.tp_overlap_chunks > 0)
@@ -172,7 +165,8 @@ void gpt_model_free(gpt_model *m) {
     for (int k = 0; k < m->max_slots; k++) slot_free(m, &m->slots[k]);
     if (m->recompute) block_acts_free(m->recompute);
     void *rest[] = {m->dx, m->d_ln, m->d_atty, m->d_qkv, m->d_att, m->d_fch,
-                    m->d_fch_gelu, m->att_again, m->logits32};
+                    m->d_fch_gelu, m->att_again, m->logits32, m->hook_rows[0],
+                    m->hook_rows[1]};
     tp_sequence_free(m->sp);
     for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++) mem_free(rest[i]);
     mem_free(m->recompute);

@@ -18,6 +18,8 @@ typedef struct {
     float *ln2_mean, *ln2_rstd;
     void *dgelu;       /* fc's output, replaced by GELU's derivative there (gelu_forward) */
     void *fch_gelu;    /* GELU's output, fc2's input */
+    void *ln2_whole;   /* SP with a replaced MLP: ln2 of the TP group's rows [N, C], the
+                          hook's input, kept for its backward (NULL otherwise) */
 } block_acts;
 
 /* What a block's weight gradients need from its backward when they are computed
@@ -53,6 +55,8 @@ struct gpt_model {
     void *dx;                /* gradient of the residual stream, walked back in place */
     void *d_ln, *d_atty, *d_qkv, *d_att, *d_fch, *d_fch_gelu;
     tp_sequence *sp;         /* sequence parallelism; NULL without */
+    void *hook_rows[2];      /* SP with a replaced MLP: its whole output [N, C] (forward),
+                                or d out and d ln2 gathered / whole (backward) */
     void *att_again;         /* selective recomputation: one block's probabilities */
     float *logits32;         /* a 16-bit vocab-parallel head's fp32 logits [N, vocab_local] */
 };

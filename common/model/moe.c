@@ -35,11 +35,33 @@ static void block_free(moe_block_state *b) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) mem_free(all[i]);
 }
 
+/* Slots [m->slots, slots) of every block, allocated: the table grows, the kept slots'
+ * state moves with it (at a schedule's first step only, as the model's slots). */
+static void grow_slots(moe_layer *m, int slots) {
+    if (slots <= m->slots) return;
+    const size_t L = m->s.moe_layers, had = (size_t)m->slots * L;
+    moe_block_state *table = mem_alloc(MEM_OTHER, (size_t)slots * L * sizeof *table);
+    memset(table, 0, (size_t)slots * L * sizeof *table);
+    if (had) memcpy(table, m->blocks, had * sizeof *table);
+    for (size_t i = had; i < (size_t)slots * L; i++) block_alloc(m, &table[i]);
+    mem_free(m->blocks);
+    m->blocks = table;
+    m->slots = slots;
+}
+
+/* Micro-batch slot `slot`'s state of MoE block i. */
+static moe_block_state *block_of(moe_layer *m, int slot, int i) {
+    grow_slots(m, slot + 1);
+    return &m->blocks[(size_t)slot * m->s.moe_layers + i];
+}
+
 static int hook_replaces(void *ctx, int layer) {
     return moe_is_moe_layer(&((moe_layer *)ctx)->s, layer);
 }
-static void hook_forward(void *ctx, int layer, precision p, void *out, const void *ln2);
-static void hook_backward(void *ctx, int layer, precision p, void *d_ln2, const void *d_out);
+static void hook_forward(void *ctx, int slot, int layer, precision p, void *out,
+                         const void *ln2);
+static void hook_backward(void *ctx, int slot, int layer, precision p, void *d_ln2,
+                          const void *d_out);
 
 moe_layer *moe_layer_create(const moe_shape *s, int N, const moe_layer_options *opts) {
     moe_layer *m = mem_alloc(MEM_OTHER, sizeof *m);
@@ -58,8 +80,10 @@ moe_layer *moe_layer_create(const moe_shape *s, int N, const moe_layer_options *
         const double bound = m->capacity * s->experts_local;
         if (bound < (double)m->max_rows) m->max_rows = (size_t)bound;
     }
-    m->blocks = mem_alloc(MEM_OTHER, (size_t)s->moe_layers * sizeof *m->blocks);
-    for (int i = 0; i < s->moe_layers; i++) block_alloc(m, &m->blocks[i]);
+    grow_slots(m, 1);
+    m->steps = mem_alloc(MEM_OTHER, (size_t)s->moe_layers * sizeof *m->steps);
+    for (int i = 0; i < s->moe_layers; i++)
+        m->steps[i] = (moe_block_step){.load = acts(E * sizeof(double))};
     m->send = acts(N * k * C * sizeof(float));
     m->recv = acts(m->max_rows * C * sizeof(float));
     m->rows = acts(m->max_rows * C * sizeof(float));
@@ -80,9 +104,10 @@ moe_layer *moe_layer_create(const moe_shape *s, int N, const moe_layer_options *
 
 void moe_layer_free(moe_layer *m) {
     if (!m) return;
-    for (int i = 0; i < m->s.moe_layers; i++) block_free(&m->blocks[i]);
+    for (size_t i = 0; i < (size_t)m->slots * m->s.moe_layers; i++) block_free(&m->blocks[i]);
+    for (int i = 0; i < m->s.moe_layers; i++) mem_free(m->steps[i].load);
     moe_mixed_free(m);
-    void *all[] = {m->blocks, m->send, m->recv, m->rows, m->d_rows, m->d_h, m->dgate,
+    void *all[] = {m->blocks, m->steps, m->send, m->recv, m->rows, m->d_rows, m->d_h, m->dgate,
                    m->dprobs, m->d_ln2_router, m->send_rows, m->gathered};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) mem_free(all[i]);
     mem_free(m);
@@ -97,6 +122,25 @@ void moe_layer_bind(moe_layer *m, const float *routers, const float *experts,
 }
 
 void moe_layer_set_dloss(moe_layer *m, float dloss) { m->dloss = dloss; }
+
+void moe_layer_step_begin(moe_layer *m) {
+    m->remote_rows = m->exchanged_rows = 0;
+    for (int i = 0; i < m->s.moe_layers; i++) {
+        moe_block_step *t = &m->steps[i];
+        memset(t->load, 0, (size_t)m->s.cfg.experts * sizeof(double));
+        t->dropped = t->aux = 0;
+        t->runs = 0;
+    }
+}
+
+/* The micro-batch's statistics into the step's sums. */
+static void step_add(moe_layer *m, int i, const moe_block_state *b) {
+    moe_block_step *t = &m->steps[i];
+    for (int e = 0; e < m->s.cfg.experts; e++) t->load[e] += b->load[e];
+    t->dropped += b->dropped;
+    t->aux += b->aux;
+    t->runs++;
+}
 
 const gpt_mlp_hook *moe_layer_hook(moe_layer *m) { return &m->hook; }
 
@@ -134,24 +178,22 @@ static void finish(moe_layer *m, void *model_buffer) {
  * input, the experts' products in 16 bits (moe_experts.c); the output is rounded once.
  * The experts' 16-bit copy is rounded from the fp32 masters at every micro-batch's first
  * MoE block: an optimizer step may have changed them since. */
-static void hook_forward(void *ctx, int layer, precision p, void *out, const void *ln2) {
+static void hook_forward(void *ctx, int slot, int layer, precision p, void *out,
+                         const void *ln2) {
     moe_layer *m = ctx;
     const int i = moe_layer_index(&m->s, layer), k = m->s.cfg.top_k;
     const size_t C = m->s.dim;
-    moe_block_state *b = &m->blocks[i];
+    moe_block_state *b = block_of(m, slot, i);
     m->p = p;
     if (p != PRECISION_FP32) moe_mixed_ensure(m);
     /* a new micro-batch's first MoE block (of this pipeline stage: the blocks run in
      * order, so a block at or before the last one starts a new pass) */
-    if (m->last_block < 0 || i <= m->last_block) {
-        m->remote_rows = m->exchanged_rows = 0;
-        for (int j = 0; j < m->s.moe_layers; j++) m->blocks[j].ran = 0;
-        if (p != PRECISION_FP32) moe_mixed_round_experts(m);
-    }
+    if (p != PRECISION_FP32 && (m->last_block < 0 || i <= m->last_block))
+        moe_mixed_round_experts(m);
     m->last_block = i;
-    b->ran = 1;
     const float *x = input32(m, ln2);
     moe_route(m, b, i, x);
+    step_add(m, i, b);
     b->ln2 = ln2;
     for (int r = 0; r < b->sent; r++)
         memcpy(m->send + r * C, x + (size_t)(b->order[r] / k) * C, C * sizeof(float));
@@ -165,12 +207,12 @@ static void hook_forward(void *ctx, int layer, precision p, void *out, const voi
 
 /* The forward's path backwards: d gates and d y from d out, d y to the experts, their
  * backward, d x back, summed per token, then the router's backward onto it. */
-static void hook_backward(void *ctx, int layer, precision p, void *d_ln2_out,
+static void hook_backward(void *ctx, int slot, int layer, precision p, void *d_ln2_out,
                           const void *d_out_model) {
     moe_layer *m = ctx;
     const int i = moe_layer_index(&m->s, layer), k = m->s.cfg.top_k, N = m->N;
     const size_t C = m->s.dim;
-    moe_block_state *b = &m->blocks[i];
+    moe_block_state *b = block_of(m, slot, i);
     m->p = p;
     const float *d_out = d_out_model;
     if (p != PRECISION_FP32) {
@@ -206,16 +248,16 @@ static void hook_backward(void *ctx, int layer, precision p, void *d_ln2_out,
 double moe_layer_aux_loss(const moe_layer *m) {
     double sum = 0;
     for (int i = 0; i < m->s.moe_layers; i++)
-        if (m->blocks[i].ran) sum += m->blocks[i].aux;
+        if (m->steps[i].runs) sum += m->steps[i].aux / m->steps[i].runs;
     return sum;
 }
 
 const double *moe_layer_expert_load(const moe_layer *m, int moe_layer) {
-    return m->blocks[moe_layer].load;
+    return m->steps[moe_layer].load;
 }
 
 double moe_layer_dropped(const moe_layer *m, int moe_layer) {
-    return m->blocks[moe_layer].dropped;
+    return m->steps[moe_layer].dropped;
 }
 
 double moe_layer_capacity(const moe_layer *m) { return m->capacity; }

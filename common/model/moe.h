@@ -21,6 +21,13 @@
  * f_e the fraction of tokens whose first choice is e, P_e the mean router probability
  * of e, both over the global batch; a = --aux-loss. Its gradient flows through P only.
  *
+ * Micro-batches (gradient accumulation), as Megatron-core: the "global batch" above is
+ * the global micro-batch (every data-parallel rank's micro-batch of one index): routing,
+ * capacity and the auxiliary loss are each micro-batch's, and the step's auxiliary loss
+ * is the mean of its micro-batches' as the main loss is. One device accumulating the
+ * same micro-batches is the reference; with a = 0 and no capacity that equals the whole
+ * batch at once (the routing is per token then).
+ *
  * Expert parallelism: the E experts are split over an EP group, E / EP consecutive
  * experts a rank; tokens go to their experts and come back with all-to-alls
  * (moe_exchange.c). With an EP group of one the same code runs without communication:
@@ -125,21 +132,31 @@ void moe_layer_free(moe_layer *m);
 void moe_layer_bind(moe_layer *m, const float *routers, const float *experts,
                     float *router_grads, float *expert_grads);
 /* d(objective)/d(one token's loss) of the coming backward (what the model's head is
- * given): the auxiliary loss's gradient is scaled by it x the global batch's tokens. */
+ * given): the auxiliary loss's gradient is scaled by it x the global micro-batch's
+ * tokens, so that with m micro-batches (dloss 1 / (m x their tokens)) the objective
+ * holds the mean of their auxiliary losses, as the main loss is their mean. */
 void moe_layer_set_dloss(moe_layer *m, float dloss);
+/* A step starts: its statistics (below) and rows sent count from zero. */
+void moe_layer_step_begin(moe_layer *m);
 
 /* The model's hook (gpt_model_options.mlp): out [N, C] = MoE(ln2 [N, C]), and its
- * backward, d_ln2 [N, C] (overwritten) from d_out [N, C]. */
+ * backward, d_ln2 [N, C] (overwritten) from d_out [N, C]. Each micro-batch slot of the
+ * model keeps its own routing and activations a block (allocated at the slot's first
+ * use), so that several micro-batches may be in flight (1F1B, interleaved). */
 const gpt_mlp_hook *moe_layer_hook(moe_layer *m);
 
-/* What the last forward measured, per MoE block i (global batch, collective numbers). */
-/* sum over the MoE blocks of the last pass (a pipeline stage's own), a x E sum f P */
+/* What the step's forwards measured since moe_layer_step_begin (or the layer's
+ * creation), per MoE block i: each micro-batch's numbers are those of the global
+ * micro-batch (every rank's micro-batch of the same index, collective numbers). */
+/* sum over the MoE blocks the step ran (a pipeline stage's own) of the mean over its
+ * micro-batches of a x E sum f P */
 double moe_layer_aux_loss(const moe_layer *m);
-/* (token, choice) pairs routed to each expert, before dropping [E] */
+/* (token, choice) pairs routed to each expert, before dropping [E], over the step's
+ * micro-batches */
 const double *moe_layer_expert_load(const moe_layer *m, int moe_layer);
 double moe_layer_dropped(const moe_layer *m, int moe_layer);   /* pairs dropped */
-double moe_layer_capacity(const moe_layer *m);    /* per expert (0: none) */
-/* Rows this rank sent to other EP ranks in the last step, every MoE block, all four
+double moe_layer_capacity(const moe_layer *m);    /* per expert of a micro-batch (0: none) */
+/* Rows this rank sent to other EP ranks in the step, every MoE block, all four
  * all-to-alls (dispatch and combine, forward and backward). */
 double moe_layer_remote_rows(const moe_layer *m);
 /* ... and the rows of the same exchanges wherever they went (to itself too). */

@@ -7,8 +7,8 @@
 #include "moe.h"
 #include "precision.h"
 
-/* One MoE block's routing and activations, kept from its forward to its backward.
- * A pair a = n k + j is token n's j-th choice. */
+/* One MoE block's routing and activations for one micro-batch slot, kept from its
+ * forward to its backward. A pair a = n k + j is token n's j-th choice. */
 typedef struct {
     const void *ln2;       /* the block's input [N, C] (the model's activation, of p) */
     float *probs;          /* [N, E] router softmax */
@@ -24,14 +24,20 @@ typedef struct {
     float *x_in;           /* [rows, C] this rank's experts' inputs, expert by expert */
     float *h_act;          /* [rows, H] fc's output, then GELU's derivative */
     float *h_gelu;         /* [rows, H] GELU's output */
-    /* global-batch statistics of the last forward */
+    /* the global micro-batch's statistics (every rank's micro-batch of this slot) */
     double *load;          /* [E] pairs routed, before dropping */
     double *first;         /* [E] tokens whose first choice it is */
     double *prob_sum;      /* [E] router probability summed over tokens */
     double dropped, aux;
-    int ran;               /* forwarded in this micro-batch's pass (a pipeline stage runs
-                              its own MoE blocks alone) */
 } moe_block_state;
+
+/* One MoE block's statistics summed over the step's micro-batches (a pipeline stage
+ * runs its own MoE blocks alone: runs 0 for the others'). */
+typedef struct {
+    double *load;          /* [E] pairs routed, before dropping */
+    double dropped, aux;   /* aux: summed; the step's is aux / runs */
+    int runs;              /* micro-batches forwarded */
+} moe_block_step;
 
 struct moe_layer {
     moe_shape s;
@@ -43,7 +49,9 @@ struct moe_layer {
     float *router_grads, *expert_grads;
     float dloss;
     double capacity, remote_rows, exchanged_rows;   /* rows: this step's, every block */
-    moe_block_state *blocks;   /* [moe_layers] */
+    moe_block_state *blocks;   /* [slots x moe_layers]: slot k's block i at k L + i */
+    int slots;             /* micro-batch slots allocated (as the model's, on first use) */
+    moe_block_step *steps;     /* [moe_layers] */
     int last_block;        /* the last block forwarded, -1 before any */
     /* scratch shared by the blocks */
     float *send, *recv, *rows, *d_rows, *d_h;

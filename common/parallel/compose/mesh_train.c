@@ -67,15 +67,15 @@ static int blocks_held(const pipeline_rank *r) {
 
 /* The ep group's bytes per timed step: measured, and from the rows the routing sent
  * (moe_params.remote_rows, since the warm-up) with the counts of each block its stages
- * run. */
+ * run, once a micro-batch. */
 static void measure_alltoall(const pipeline_rank *r, comm *ep, int timed_steps,
                              mesh_rank_traffic *t) {
     const moe_params *p = r->par.moe;
     const moe_shape *s = &p->shape;
     const comm_stats st = comm_stats_get(ep);
     t->alltoall = (double)comm_stats_total_sent(&st) / timed_steps;
-    const double counts = (double)blocks_held(r) * (s->ep_size - 1) * s->experts_local *
-                          sizeof(double);
+    const double counts = (double)blocks_held(r) * r->opts.micro * (s->ep_size - 1) *
+                          s->experts_local * sizeof(double);
     t->alltoall_routed = p->remote_rows * s->dim * sizeof(float) / timed_steps +
                          (s->ep_size > 1 ? counts : 0);
     t->remote_fraction = p->exchanged_rows > 0 ? p->remote_rows / p->exchanged_rows : 0;
@@ -219,7 +219,11 @@ int mesh_train_one_device(const run_config *cfg, const dataset *data,
     pipeline_options o = *opts;
     o.zero_stage = 0;
     o.sequence_parallel = 0;
-    o.micro = 1;
+    /* MoE routes each micro-batch apart (moe.h): one device accumulates the same ones,
+     * in order, on its one stage */
+    if (o.moe.experts <= 0) o.micro = 1;
+    o.schedule = PP_1F1B;
+    o.chunks = 1;
     o = extra_prepare(rank0_out->extra, &one, shape, &o);
     mesh_launch_args a = {&one, data, shape, &o, "baseline"};
     return strategy_launch_sized(&one, whole_params(&one, &o.moe), 1, mesh_rank_fn, &a,

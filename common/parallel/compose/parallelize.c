@@ -30,8 +30,8 @@ static const char *check_cp(const run_config *cfg, const mesh_shape *s,
     return NULL;
 }
 
-/* MoE on the mesh: its experts over ep (carved from dp x cp), in every stage, one
- * micro-batch a step. */
+/* MoE on the mesh: its experts over ep (carved from dp x cp), in every stage, any
+ * micro-batches (each routed as a global micro-batch: moe.h). */
 static const char *check_moe(const run_config *cfg, const mesh_shape *s,
                              const parallel_options *o, char *why, size_t why_len) {
     const int e = mesh_ep_size(s), c = mesh_cp_size(s);
@@ -46,15 +46,10 @@ static const char *check_moe(const run_config *cfg, const mesh_shape *s,
                " pairs of the global batch in token order, which CP's chunks interleave"
                " across ranks; give --capacity-factor 0 (no dropping) with --cp", c,
                o->moe.capacity_factor);
-    if (o->micro > 1)
-        REFUSE("--experts with %d micro-batches: the auxiliary loss and the capacity count"
-               " the whole global batch, which a micro-batch's routing does not see (one"
-               " micro-batch a step: --micro 1)", o->micro);
-    if (o->sequence_parallel)
-        REFUSE("--experts with --sp: the MoE layer routes the TP group's whole rows (its"
-               " experts are replicated over TP), and SP leaves each TP rank T/tp of them;"
-               " the rows would have to be all-gathered before the router and split after"
-               " the combine, which the layer does not do yet");
+    if (o->split_backward)
+        REFUSE("--experts with a schedule that splits the backward (zb-h1, zb-v, dualpipev):"
+               " the MoE layer's backward gives d input and its weights' gradients in one"
+               " pass; give --schedule 1f1b, gpipe or interleaved");
     if (cfg->comm.device == DEVICE_CUDA)
         REFUSE("--device cuda: the MoE layer runs on the CPU here: give --device cpu");
     return NULL;

@@ -16,10 +16,13 @@
  *        split over the ep group (E / ep a rank, tokens exchanged by all-to-alls), its
  *        routers dense and its experts summed over expert_dp (moe_params.h), ZeRO 1-3
  *        sharding the routers as the dense parameters and the experts over expert_dp; the
- *        routing counts the global batch over dp x cp. In every pipeline stage (each
- *        runs its own MoE blocks), with CP (no dropping: capacity factor 0), one
- *        micro-batch a step and no SP so far: parallelize_check says why. The dense
- *        model's MoE blocks hold no MLP weights (parallel_model_shape). */
+ *        routing counts the global micro-batch over dp x cp (routing, capacity and the
+ *        auxiliary loss a micro-batch's, as Megatron-core: moe.h). In every pipeline
+ *        stage (each runs its own MoE blocks, several micro-batches in flight), with CP
+ *        (no dropping: capacity factor 0: parallelize_check says why) and with SP (the
+ *        TP group's rows all-gathered before the layer, each rank's taken after it: the
+ *        model's hook, model.h). The dense model's MoE blocks hold no MLP weights
+ *        (parallel_model_shape). */
 #ifndef PARALLELIZE_H
 #define PARALLELIZE_H
 #include <stddef.h>
@@ -47,6 +50,7 @@ typedef struct {
     cp_options cp;            /* how the cp ranks' attention crosses the chunks */
     int micro;                /* micro-batches per step (pipeline); 0: 1 */
     parallel_layer_options layers;
+    int split_backward;       /* the schedule runs B and W apart (zero-bubble, DualPipe) */
     int grads_over_dp_only;   /* negative control: dense gradients summed over dp alone,
                                  not dp x cp */
     int grads_over_tp;        /* negative control: dense gradients summed over the tp

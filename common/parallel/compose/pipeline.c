@@ -75,6 +75,7 @@ void pipeline_rank_init(pipeline_rank *r, comm *world, const mesh *m, const run_
     gpt_model_options model_opts = r->par.model;
     model_opts.drop_f_backward = opts->fault == PIPELINE_FAULT_DROP_F_BACKWARD;
     model_opts.sp_copy_not_reduce = opts->fault == PIPELINE_FAULT_SP_OWN_PARTIAL;
+    model_opts.sp_mlp_summed = opts->fault == PIPELINE_FAULT_SP_MOE_SUMMED;
     own = aside_begin(r);
     r->chunks = mem_alloc(MEM_OTHER, (size_t)v * sizeof *r->chunks);
     r->dp = mem_alloc(MEM_OTHER, (size_t)v * sizeof *r->dp);
@@ -89,9 +90,14 @@ void pipeline_rank_init(pipeline_rank *r, comm *world, const mesh *m, const run_
                                        stage == v * p - 1;
     }
     const float dloss = 1.0f / ((float)cfg->batch * (float)cfg->model.ctx);
+    /* a pipeline's micro-batches: its share of the batch cut in m; with MoE as
+     * Megatron's sampler, micro-batch j of every pipeline together the sequences [j B/m,
+     * (j+1) B/m), which one device's micro-batch j routes the same way (moe.h) */
+    const int moe = opts->moe.experts > 0;
     own = aside_begin(r);
     pp_executor_init(&r->exec, r->schedule, m->me.pp, r->chunks, cfg, data,
-                     m->me.dp * per_pipeline, dloss, opts->stage_seconds);
+                     m->me.dp * (moe ? micro_batch : per_pipeline),
+                     moe ? micro_batch * d : micro_batch, dloss, opts->stage_seconds);
     aside_end(own);
     r->exec.drop_weight_pass = opts->fault == PIPELINE_FAULT_DROP_WEIGHT_PASS && m->me.pp == 0;
     /* each dp group shards its own stage's TP slice; without DP nothing is sharded */
@@ -363,6 +369,7 @@ parallel_options pipeline_parallel_options(const pipeline_options *opts) {
     return (parallel_options){
         .zero = opts->zero_stage, .sequence_parallel = opts->sequence_parallel,
         .cp = opts->cp, .micro = opts->micro, .moe = opts->moe, .layers = opts->layers,
+        .split_backward = pp_schedule_about(opts->schedule)->split_backward,
         .grads_over_tp = opts->fault == PIPELINE_FAULT_GRADS_OVER_TP,
         .grads_over_dp_only = opts->fault == PIPELINE_FAULT_GRADS_OVER_DP_ONLY,
         .expert_grads_over_ep = opts->fault == PIPELINE_FAULT_EXPERT_GRADS_OVER_EP,
@@ -456,6 +463,15 @@ static int moe_blocks_of(const gpt_shape *s, const moe_config *moe) {
     return n;
 }
 
+/* SP's MoE block (model.h): its rows all-gathered before the layer and the output's
+ * gradient before its backward, (t-1)/t of the N x C rows each, where the formula above
+ * counts the block's attention alone (2 all-reduces) and a dense block's two inputs
+ * gathered again (tp_sequence_stage_bytes_added; an MoE block has no fc input): one
+ * all-gather more a block. */
+static double sp_moe_bytes(int tp, int moe_blocks, double rows_bytes) {
+    return (tp - 1.0) / tp * moe_blocks * rows_bytes;
+}
+
 void pipeline_bytes_formula(const run_config *cfg, mesh_shape shape, mesh_coord me,
                             const pipeline_options *opts, double bytes[PIPELINE_ALL_KINDS]) {
     const int v = opts->chunks, S = v * shape.pp, m = opts->micro, c = mesh_cp_size(&shape);
@@ -486,9 +502,11 @@ void pipeline_bytes_formula(const run_config *cfg, mesh_shape shape, mesh_coord 
         /* with SP a stage's LayerNorms are on T/tp positions: gathered again, and their
          * gradients all-reduced, in each micro-batch's backward */
         if (opts->sequence_parallel)
-            bytes[PIPELINE_TP] += m * tp_sequence_stage_bytes_added(
-                                          &cfg->model, cfg->precision, N, gpt_stage_layers(&s),
-                                          s.has_head, shape.tp);
+            bytes[PIPELINE_TP] += m * (tp_sequence_stage_bytes_added(
+                                           &cfg->model, cfg->precision, N, gpt_stage_layers(&s),
+                                           s.has_head, shape.tp) +
+                                       sp_moe_bytes(shape.tp, moe_blocks_of(&s, &opts->moe),
+                                                    N * C * act));
         /* a V's turn (stages p-1 and p on one rank) is no message; with SP the
          * boundary is this rank's T/tp positions of each sequence (Megatron's) */
         const double boundary = N / (opts->sequence_parallel ? shape.tp : 1) * C * act;
@@ -497,8 +515,8 @@ void pipeline_bytes_formula(const run_config *cfg, mesh_shape shape, mesh_coord 
         dp_terms(cfg, shape, me, zero, &s, bytes);
         if (shape.pp > 1 && !vshape && (s.has_embed || s.has_head))
             bytes[PIPELINE_EMBEDDING] += ring(2) * (double)gpt_tied_weight_numel(&s) * f32;
-        if (c > 1)
-            bytes[PIPELINE_CP] += gpt_stage_layers(&s) *
+        if (c > 1)   /* each micro-batch's blocks */
+            bytes[PIPELINE_CP] += m * gpt_stage_layers(&s) *
                                   cp_attention_bytes_formula(opts->cp.kind, c, (int)(N * c / cfg->model.ctx),
                                                              cfg->model.ctx, s.dim_local);
     }

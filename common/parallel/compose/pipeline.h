@@ -48,6 +48,7 @@ typedef enum {
     PIPELINE_FAULT_MOE_SKIP_PARAM_GATHER,  /* MoE, ZeRO-1/2: routers' and experts' updated
                                               pieces not all-gathered */
     PIPELINE_FAULT_GRADS_OVER_TP,     /* dp's gradient reduction run over the tp group */
+    PIPELINE_FAULT_SP_MOE_SUMMED,     /* SP: the MoE output summed over tp, not sliced */
 } pipeline_fault;
 
 typedef struct {

@@ -108,6 +108,7 @@ void moe_params_step_begin(moe_params *p, float dloss) {
     vector_step_begin(&p->experts);
     bind_layer(p);
     moe_layer_set_dloss(p->layer, dloss);
+    moe_layer_step_begin(p->layer);
 }
 
 static void all_reduce(comm *group, float *v, size_t n) {

@@ -11,10 +11,11 @@
 
 void pp_executor_init(pp_executor *e, const pp_schedule *schedule, int rank, pp_stage *chunks,
                       const run_config *cfg, const dataset *data, int first_sequence,
-                      float dloss, double stage_seconds) {
+                      int micro_stride, float dloss, double stage_seconds) {
     const int v = schedule->chunks, m = schedule->micro;
     *e = (pp_executor){.schedule = schedule, .rank = rank, .chunks = chunks, .cfg = cfg,
-                       .data = data, .first_sequence = first_sequence, .dloss = dloss,
+                       .data = data, .first_sequence = first_sequence,
+                       .micro_stride = micro_stride, .dloss = dloss,
                        .stage_seconds = stage_seconds};
     /* charged to the rank (MEM_OTHER): a rank stopped by a failure gives them back */
     e->slot_of = mem_alloc(MEM_OTHER, sizeof(int) * (size_t)v * m);
@@ -165,7 +166,7 @@ static float run_compute(pp_executor *e, const pp_op *op, int step) {
             *box = NULL;
         }
         loss = pp_forward(st, slot, e->data, e->cfg, step,
-                          e->first_sequence + op->micro * st->micro_batch);
+                          e->first_sequence + op->micro * e->micro_stride);
         hand_on_output(e, op, slot);
         break;
     }

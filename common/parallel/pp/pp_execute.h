@@ -26,6 +26,7 @@ typedef struct {
     const run_config *cfg;
     const dataset *data;
     int first_sequence;       /* this pipeline's first sequence of the global batch */
+    int micro_stride;         /* sequences from one of its micro-batches to the next */
     float dloss;              /* d(objective)/d(one token's loss) */
     double stage_seconds;     /* the compute model; 0: off */
     int drop_weight_pass;     /* negative control: the step's first W not computed */
@@ -54,7 +55,7 @@ typedef struct {
 
 void pp_executor_init(pp_executor *e, const pp_schedule *schedule, int rank, pp_stage *chunks,
                       const run_config *cfg, const dataset *data, int first_sequence,
-                      float dloss, double stage_seconds);
+                      int micro_stride, float dloss, double stage_seconds);
 void pp_executor_free(pp_executor *e);
 
 /* Runs one step's lists from time `start` (comm_now(), the same moment on every rank of

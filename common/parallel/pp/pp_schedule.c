@@ -18,11 +18,12 @@ static const pp_schedule_info schedules[PP_NSCHEDULES] = {
     [PP_INTERLEAVED] = {"interleaved", "pp-interleaved", "1F1B over v chunks per rank",
                         .takes_virtual = 1},
     [PP_ZB_H1] = {"zb-h1", "pp-zb-h1", "1F1B with the weight gradient (W) filling the"
-                  " bubble"},
+                  " bubble", .split_backward = 1},
     [PP_ZB_V] = {"zb-v", "pp-zb-v", "two chunks per rank in a V, B and W split",
-                 .vshape = 1},
+                 .vshape = 1, .split_backward = 1},
     [PP_DUALPIPE_V] = {"dualpipev", "pp-dualpipev", "a V whose forwards and backwards of"
-                       " the two chunks run in pairs (F&B)", .vshape = 1},
+                       " the two chunks run in pairs (F&B)", .vshape = 1,
+                       .split_backward = 1},
 };
 static const char *const op_names[PP_NKINDS] = {"F", "B", "Bi", "W", "send-act",
                                                 "recv-act", "send-grad", "recv-grad"};

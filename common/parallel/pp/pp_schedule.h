@@ -76,6 +76,7 @@ typedef struct {
     int takes_virtual;      /* 1: --virtual chunks per rank (v >= 2); else v = 1 */
     int whole_batch;        /* 1: one micro-batch, the whole batch (m = 1) */
     int vshape;             /* 1: two chunks per rank in a V (chunk 1 = stage 2p-1-r) */
+    int split_backward;     /* 1: B (d input) and W (d weights) run apart */
 } pp_schedule_info;
 
 /* The row of kind; NULL for a kind out of range. */
