@@ -113,8 +113,15 @@ plan_bytes plan_model_states(const plan_model *m, const plan_mesh *mesh,
      * distributed optimizer does; HSDP over its shard group x cp only */
     const int shards = plan_dp_shard_size(mesh) * plan_cp_size(mesh);
     plan_bytes b = plan_states_bytes(P, mesh->zero_stage, shards, precision);
-    const double layer = plan_layer_params(m->hidden) / mesh->tp;
     const zero_sharded z = zero_sharded_at(mesh->zero_stage);
+    if (mesh->gather == PLAN_GATHER_PER_STEP) {
+        /* the step's gradient is summed in fp32 over the micro-batches */
+        const double fp32 = 4;
+        if ((z.grads && shards > 1) || precision.grads < fp32) b.grads += fp32 * P;
+        if (z.params && shards > 1) b.params += plan_gathered_bytes(precision) * P;
+        return b;
+    }
+    const double layer = plan_layer_params(m->hidden) / mesh->tp;
     if (z.grads && shards > 1) b.grads += precision.grads * layer;
     if (z.params && shards > 1) b.params += plan_gathered_bytes(precision) * layer;
     return b;
