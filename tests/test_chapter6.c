@@ -15,6 +15,7 @@
 #include "../chapters/06-choose/course.h"
 #include "../chapters/06-choose/planner.h"
 #include "json.h"
+#include "plan_cp.h"
 #include "predict.h"
 #include "check_run.h"
 #include "comm_internal.h"
@@ -447,7 +448,7 @@ static void the_planners_mesh_and_its_controls(const predict_mesh_run *run) {
     double error;
     ck_assert_int_eq(predict_mesh_compare(&right, &run->measured, &error), 0);
     printf("planner's mesh tp %d x pp %d x dp %d ZeRO-%d: dp bytes %.0f = %.0f measured, pp %.0f"
-           " = %.0f, optimizer %.0f = %.0f, activations %+.1f%% (tolerance %.0f%%)\n",
+           " = %.0f, optimizer %.0f = %.0f, activations %+.1f%% (equal, and within %.0f%%)\n",
            run->mesh.tp, run->mesh.pp, run->mesh.dp, run->mesh.zero_stage, right.bytes[2],
            run->measured.bytes[2], right.bytes[1], run->measured.bytes[1], right.state.optimizer,
            run->measured.state.optimizer, 100 * (right.state.activations /
@@ -469,6 +470,49 @@ static void the_planners_mesh_and_its_controls(const predict_mesh_run *run) {
     predict_mesh_compare(&wrong, &run->measured, &error);
     printf("negative control: one micro-batch in flight, activations %.1f%% off\n", 100 * error);
     ck_assert(error > PREDICT_MESH_ACTIVATION_TOLERANCE);
+    plan_mesh korthikanti = run->mesh;
+    korthikanti.activations = PLAN_ACTS_KORTHIKANTI;
+    wrong = predict_mesh_planned(&r, &korthikanti);
+    ck_assert_int_eq(predict_mesh_compare(&wrong, &run->measured, &error), 1);
+    printf("negative control: Korthikanti's count (dropout, no boundaries nor backward"
+           " buffers) %.0f, measured %.0f, %.1f%% off\n", wrong.state.activations,
+           run->measured.state.activations, -100 * error);
+}
+
+/* The CP mesh given to the planner: its formulas against the measured figures, and
+ * held wrong three ways: Ulysses' all-to-alls counted for the ring's K/V blocks, the
+ * gradients reduced over dp alone (not dp x cp), the activations without the ring's
+ * buffers and saved lse (the chunk's Korthikanti count). */
+static void the_cp_mesh_and_its_controls(const predict_mesh_run *run) {
+    const plan_request r = predict_mesh_request(run->ranks, PRECISION_FP32);
+    const predict_mesh_figures right = predict_mesh_planned(&r, &run->mesh);
+    double error;
+    ck_assert_int_eq(plan_cp_size(&run->mesh), 2);
+    ck_assert_int_eq(predict_mesh_compare(&right, &run->measured, &error), 0);
+    printf("CP mesh tp %d x cp %d x pp %d x dp %d: cp bytes %.0f = %.0f measured, dp %.0f ="
+           " %.0f, activations %.0f = %.0f\n", run->mesh.tp, plan_cp_size(&run->mesh),
+           run->mesh.pp, run->mesh.dp, right.bytes[4], run->measured.bytes[4], right.bytes[2],
+           run->measured.bytes[2], right.state.activations, run->measured.state.activations);
+    plan_mesh ulysses = run->mesh;
+    ulysses.cp_attention = CP_ULYSSES;
+    predict_mesh_figures wrong = right;
+    wrong.bytes[4] = plan_bytes_sent(&r.model, &ulysses, plan_precision_for(&r)).cp;
+    printf("negative control: Ulysses' bytes %.0f for the ring's %.0f\n", wrong.bytes[4],
+           run->measured.bytes[4]);
+    ck_assert_int_eq(predict_mesh_compare(&wrong, &run->measured, &error), 1);
+    plan_mesh dp_alone = run->mesh;
+    dp_alone.cp = 1;
+    wrong = right;
+    wrong.bytes[2] = plan_bytes_sent(&r.model, &dp_alone, plan_precision_for(&r)).dp;
+    printf("negative control: gradients over dp alone %.0f, measured %.0f\n", wrong.bytes[2],
+           run->measured.bytes[2]);
+    ck_assert_int_eq(predict_mesh_compare(&wrong, &run->measured, &error), 1);
+    plan_mesh korthikanti = run->mesh;
+    korthikanti.activations = PLAN_ACTS_KORTHIKANTI;
+    wrong = predict_mesh_planned(&r, &korthikanti);
+    printf("negative control: the chunk's Korthikanti count %.0f, measured %.0f\n",
+           wrong.state.activations, run->measured.state.activations);
+    ck_assert_int_eq(predict_mesh_compare(&wrong, &run->measured, &error), 1);
 }
 
 /* The ZeRO-3 mesh given to the planner (chapter 11's run, which gathers a stage's
@@ -527,6 +571,7 @@ START_TEST(predictions_match_the_chapters_runs) {
     a_ring_one_chunk_short_misses(sent);
     the_planners_mesh_and_its_controls(&mesh_run[PREDICT_MESH_SEARCHED]);
     the_zero3_mesh_and_its_controls(&mesh_run[PREDICT_MESH_ZERO3]);
+    the_cp_mesh_and_its_controls(&mesh_run[PREDICT_MESH_CP]);
 }
 END_TEST
 

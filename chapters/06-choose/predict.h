@@ -55,9 +55,9 @@ typedef struct {
     int ranks;
     predict_mesh_figures measured;
 } predict_mesh_run;
-/* The meshes trained: the search's, then the ZeRO-3 mesh given to the planner
- * (predict_mesh.c). */
-enum { PREDICT_MESH_SEARCHED, PREDICT_MESH_ZERO3, PREDICT_MESH_RUNS };
+/* The meshes trained: the search's, then the ZeRO-3 mesh and the CP mesh given to the
+ * planner (predict_mesh.c). */
+enum { PREDICT_MESH_SEARCHED, PREDICT_MESH_ZERO3, PREDICT_MESH_CP, PREDICT_MESH_RUNS };
 
 typedef struct {
     int steps;
@@ -133,13 +133,15 @@ double predict_sequence_bytes(int cp_kind, int ranks);
 /* The planner's meshes (predict_mesh.c): plan_best_mesh for bench256 (global batch 8,
  * micro-batches of 1) on PREDICT_MESH_RANKS 80 GB GPUs of one node, and a mesh on 4
  * GPUs given to the planner (plan_evaluate), tp 1 x pp 2 x dp 2 at ZeRO-3 (the search
- * keeps ZeRO-3 to pp 1); each trained by chapter 11 with that tp, cp,
+ * keeps ZeRO-3 to pp 1) and, in fp32, tp 1 x cp 2 x pp 2 with ring attention; each trained by chapter 11 with that tp, cp,
  * pp, dp shards and replicas, ZeRO stage, micro-batch count (1F1B) and precision. The
- * request's ZeRO-3 gathers once a step, as chapter 11's (PLAN_GATHER_PER_STEP). Bytes
+ * request's ZeRO-3 gathers once a step, as chapter 11's (PLAN_GATHER_PER_STEP), and its
+ * activations are this model's (PLAN_ACTS_THIS_MODEL). Bytes
  * sent per step on each group (the rank that sends the most) and the peak params, grads
  * and optimizer bytes in a step (the rank that holds the most) must equal the planner's
- * plan_bytes_sent and plan_model_states to the byte; its activations, Korthikanti's
- * count, are within PREDICT_MESH_ACTIVATION_TOLERANCE. The tied embedding's all-reduce
+ * plan_bytes_sent and plan_model_states to the byte, and so must its activations (this
+ * model's count, PLAN_ACTS_THIS_MODEL; *activation_error, the relative difference, is
+ * also held within PREDICT_MESH_ACTIVATION_TOLERANCE). The tied embedding's all-reduce
  * between the first and last stage is measured, not planned. */
 plan_request predict_mesh_request(int ranks, precision dtype);
 /* chapter 11's flags for the mesh (" --tp 1 --cp 1 ..."), or NULL with flags written:
@@ -151,11 +153,12 @@ predict_mesh_figures predict_mesh_planned(const plan_request *r, const plan_mesh
  * state_peak_largest_per_tag and state_largest_per_tag's activations; 0 when it does not
  * parse or lacks one. */
 int mesh_json_figures(const char *json, predict_mesh_figures *out);
-/* The figures that differ (bytes but the embedding's, params, grads, optimizer) and
+/* The figures that differ (bytes but the embedding's, params, grads, optimizer,
+ * activations) and
  * *activation_error = |predicted / measured - 1| of the activations. */
 int predict_mesh_compare(const predict_mesh_figures *predicted,
                          const predict_mesh_figures *measured, double *activation_error);
-/* The mesh given to the planner for a run (PREDICT_MESH_ZERO3), on
+/* The mesh given to the planner for a run (PREDICT_MESH_ZERO3, PREDICT_MESH_CP), on
  * *ranks GPUs, micro-batch and global batch not yet set (plan_evaluate sets them). */
 plan_mesh predict_mesh_given(int which, int *ranks);
 /* Searches, trains, compares and prints every mesh (table, or with o->json the keys

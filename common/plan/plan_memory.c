@@ -2,6 +2,7 @@
 
 #include <math.h>
 
+#include "activation_memory.h"
 #include "plan_cp.h"
 #include "zero_rule.h"
 
@@ -68,6 +69,8 @@ double plan_layer_activations(const plan_model *m, int micro_batch, int tp, int 
 /* element_bytes per kept activation; Korthikanti's counts are of 2-byte elements. With
  * context parallelism every term is a rank's chunk of s / cp tokens (plan_cp.h). */
 static double activations_of(const plan_model *m, const plan_mesh *mesh, double element_bytes) {
+    if (mesh->activations == PLAN_ACTS_THIS_MODEL)
+        return plan_this_model_activations(m, mesh, element_bytes);
     const double scale = element_bytes / 2;
     const int micro_batches = plan_micro_batches(mesh);
     const int in_flight = mesh->pp < micro_batches ? mesh->pp : micro_batches;

@@ -43,6 +43,17 @@ typedef enum { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } plan_recomp
  *                         beyond its shards, the fp32 gradient also where the gradients
  *                         are sharded (ZeRO-2) or kept in 16 bits */
 typedef enum { PLAN_GATHER_PER_PASS, PLAN_GATHER_PER_STEP } plan_zero3_gather;
+
+/* Whose activations the planner counts:
+ *   PLAN_ACTS_KORTHIKANTI  Korthikanti's count per layer (with dropout), the head on a
+ *                          one-stage pipeline (plan_activations_per_gpu)
+ *   PLAN_ACTS_THIS_MODEL   what this course's GPT allocates (activation_memory.h): its
+ *                          layers' count (no dropout, fp32 LayerNorm statistics), and
+ *                          what Korthikanti leaves aside: per micro-batch in flight the
+ *                          stage's output, the gradient it receives and the token ids,
+ *                          and once the backward's buffers of one layer
+ *                          (plan_this_model_activations) */
+typedef enum { PLAN_ACTS_KORTHIKANTI, PLAN_ACTS_THIS_MODEL } plan_activation_count;
 extern const char *const plan_recompute_names[];   /* "none", "selective", "full" */
 
 /* A mesh and the batch it trains. global_batch = dp x micro_batch x micro-batches.
@@ -61,6 +72,7 @@ typedef struct {
                                    dp / dp_shard replicas; 0: sharded over all dp */
     plan_zero3_gather gather;   /* ZeRO-3's gathers (and the working buffers they and
                                    ZeRO-2 hold); 0: per pass, FSDP's */
+    plan_activation_count activations;   /* 0: Korthikanti's */
 } plan_mesh;
 
 /* The ranks ZeRO shards over (dp_shard, or dp), and the replicas that hold the same shard
