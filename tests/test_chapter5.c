@@ -189,6 +189,11 @@ START_TEST(formulas_by_hand) {
     /* last stage: 3 blocks, the head's f and the loss's 3 b s numbers */
     ck_assert_double_eq_tol(t.formula[PIPELINE_TP], 4 * (12 * 128 + 128 + 3 * 8) * 4.0, 1e-9);
     ck_assert_double_eq_tol(t.formula[PIPELINE_PP], 4 * 128 * 4, 1e-9);   /* gradients back */
+    /* cp 2 x pp 2 (dp 1: b = 2 sequences a micro-batch), ring: every micro-batch's
+     * attention in each of the stage's 3 blocks sends 3P - 2 = 4 blocks of K and V (2
+     * chunks of b s/cp h = 2 x 4 x 16 floats each): 4 micro x 3 x 4 x 2 x 128 x 4 B */
+    mesh_traffic_formula(&cfg, (mesh_shape){.tp = 1, .pp = 2, .dp = 1, .cp = 2}, (mesh_coord){.tp = 0, .pp = 0, .dp = 0, .cp = 0}, &opts, &t);
+    ck_assert_double_eq_tol(t.formula[PIPELINE_CP], 4 * 3 * 4 * 2 * 128 * 4.0, 1e-9);
 }
 END_TEST
 

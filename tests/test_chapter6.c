@@ -15,6 +15,7 @@
 #include "../chapters/06-choose/course.h"
 #include "../chapters/06-choose/planner.h"
 #include "json.h"
+#include "plan_cp.h"
 #include "predict.h"
 #include "check_run.h"
 #include "comm_internal.h"
@@ -424,6 +425,19 @@ static void a_ring_one_chunk_short_misses(const double sent[PREDICT_SEQUENCE_ROW
     ck_assert(short_one != sent[1]);
 }
 
+/* A control: the run's mesh planned at another ZeRO stage; the figures that differ. */
+static int figures_differing_at_stage(const plan_request *r, const predict_mesh_run *run,
+                                      int stage) {
+    plan_mesh other = run->mesh;
+    other.zero_stage = stage;
+    const predict_mesh_figures wrong = predict_mesh_planned(r, &other);
+    const plan_bytes *m = &run->measured.state;
+    printf("negative control: ZeRO-%d's params %.0f, optimizer %.0f; measured %.0f, %.0f\n",
+           stage, wrong.state.params, wrong.state.optimizer, m->params, m->optimizer);
+    double error;
+    return predict_mesh_compare(&wrong, &run->measured, &error);
+}
+
 /* The planner's mesh (chapter 11's run): its formulas against the measured figures, and
  * each of them held wrong once: the dp bytes counted over dp x pp ranks (the wrong group),
  * the model states at ZeRO-1 (the optimizer sharded where the run keeps it whole), and
@@ -434,7 +448,7 @@ static void the_planners_mesh_and_its_controls(const predict_mesh_run *run) {
     double error;
     ck_assert_int_eq(predict_mesh_compare(&right, &run->measured, &error), 0);
     printf("planner's mesh tp %d x pp %d x dp %d ZeRO-%d: dp bytes %.0f = %.0f measured, pp %.0f"
-           " = %.0f, optimizer %.0f = %.0f, activations %+.1f%% (tolerance %.0f%%)\n",
+           " = %.0f, optimizer %.0f = %.0f, activations %+.1f%% (equal, and within %.0f%%)\n",
            run->mesh.tp, run->mesh.pp, run->mesh.dp, run->mesh.zero_stage, right.bytes[2],
            run->measured.bytes[2], right.bytes[1], run->measured.bytes[1], right.state.optimizer,
            run->measured.state.optimizer, 100 * (right.state.activations /
@@ -449,27 +463,100 @@ static void the_planners_mesh_and_its_controls(const predict_mesh_run *run) {
     printf("negative control: dp bytes over dp x pp ranks %.0f, measured %.0f\n",
            wrong.bytes[2], run->measured.bytes[2]);
     ck_assert_int_eq(predict_mesh_compare(&wrong, &run->measured, &error), 1);
-    plan_mesh zero1 = run->mesh;
-    zero1.zero_stage = 1;
-    wrong = predict_mesh_planned(&r, &zero1);
-    printf("negative control: optimizer at ZeRO-1 %.0f, measured %.0f\n", wrong.state.optimizer,
-           run->measured.state.optimizer);
-    ck_assert_int_ne(predict_mesh_compare(&wrong, &run->measured, &error), 0);
+    ck_assert_int_ne(figures_differing_at_stage(&r, run, 1), 0);
     plan_mesh one_in_flight = run->mesh;
     one_in_flight.global_batch = one_in_flight.dp * one_in_flight.micro_batch;
     wrong = predict_mesh_planned(&r, &one_in_flight);
     predict_mesh_compare(&wrong, &run->measured, &error);
     printf("negative control: one micro-batch in flight, activations %.1f%% off\n", 100 * error);
     ck_assert(error > PREDICT_MESH_ACTIVATION_TOLERANCE);
+    plan_mesh korthikanti = run->mesh;
+    korthikanti.activations = PLAN_ACTS_KORTHIKANTI;
+    wrong = predict_mesh_planned(&r, &korthikanti);
+    ck_assert_int_eq(predict_mesh_compare(&wrong, &run->measured, &error), 1);
+    printf("negative control: Korthikanti's count (dropout, no boundaries nor backward"
+           " buffers) %.0f, measured %.0f, %.1f%% off\n", wrong.state.activations,
+           run->measured.state.activations, -100 * error);
+}
+
+/* The CP mesh given to the planner: its formulas against the measured figures, and
+ * held wrong three ways: Ulysses' all-to-alls counted for the ring's K/V blocks, the
+ * gradients reduced over dp alone (not dp x cp), the activations without the ring's
+ * buffers and saved lse (the chunk's Korthikanti count). */
+static void the_cp_mesh_and_its_controls(const predict_mesh_run *run) {
+    const plan_request r = predict_mesh_request(run->ranks, PRECISION_FP32);
+    const predict_mesh_figures right = predict_mesh_planned(&r, &run->mesh);
+    double error;
+    ck_assert_int_eq(plan_cp_size(&run->mesh), 2);
+    ck_assert_int_eq(predict_mesh_compare(&right, &run->measured, &error), 0);
+    printf("CP mesh tp %d x cp %d x pp %d x dp %d: cp bytes %.0f = %.0f measured, dp %.0f ="
+           " %.0f, activations %.0f = %.0f\n", run->mesh.tp, plan_cp_size(&run->mesh),
+           run->mesh.pp, run->mesh.dp, right.bytes[4], run->measured.bytes[4], right.bytes[2],
+           run->measured.bytes[2], right.state.activations, run->measured.state.activations);
+    plan_mesh ulysses = run->mesh;
+    ulysses.cp_attention = CP_ULYSSES;
+    predict_mesh_figures wrong = right;
+    wrong.bytes[4] = plan_bytes_sent(&r.model, &ulysses, plan_precision_for(&r)).cp;
+    printf("negative control: Ulysses' bytes %.0f for the ring's %.0f\n", wrong.bytes[4],
+           run->measured.bytes[4]);
+    ck_assert_int_eq(predict_mesh_compare(&wrong, &run->measured, &error), 1);
+    plan_mesh dp_alone = run->mesh;
+    dp_alone.cp = 1;
+    wrong = right;
+    wrong.bytes[2] = plan_bytes_sent(&r.model, &dp_alone, plan_precision_for(&r)).dp;
+    printf("negative control: gradients over dp alone %.0f, measured %.0f\n", wrong.bytes[2],
+           run->measured.bytes[2]);
+    ck_assert_int_eq(predict_mesh_compare(&wrong, &run->measured, &error), 1);
+    plan_mesh korthikanti = run->mesh;
+    korthikanti.activations = PLAN_ACTS_KORTHIKANTI;
+    wrong = predict_mesh_planned(&r, &korthikanti);
+    printf("negative control: the chunk's Korthikanti count %.0f, measured %.0f\n",
+           wrong.state.activations, run->measured.state.activations);
+    ck_assert_int_eq(predict_mesh_compare(&wrong, &run->measured, &error), 1);
+}
+
+/* The ZeRO-3 mesh given to the planner (chapter 11's run, which gathers a stage's
+ * weights once a step): its formulas against the measured figures, and held wrong
+ * three ways: gathered per pass as FSDP's reshard-after-forward would (twice a
+ * micro-batch, one layer held), sharded over dp x pp ranks (the wrong group), and the
+ * weights not sharded (ZeRO-2). */
+static void the_zero3_mesh_and_its_controls(const predict_mesh_run *run) {
+    const plan_request r = predict_mesh_request(run->ranks, PRECISION_FP32);
+    const predict_mesh_figures right = predict_mesh_planned(&r, &run->mesh);
+    double error;
+    ck_assert_int_eq(run->mesh.zero_stage, 3);
+    ck_assert_int_eq(run->mesh.gather, PLAN_GATHER_PER_STEP);
+    ck_assert_int_eq(predict_mesh_compare(&right, &run->measured, &error), 0);
+    printf("ZeRO-3 mesh tp %d x pp %d x dp %d, %d micro-batches: dp bytes %.0f = %.0f measured,"
+           " params at their peak %.0f = %.0f, grads %.0f = %.0f, activations %+.1f%%\n",
+           run->mesh.tp, run->mesh.pp, run->mesh.dp, plan_micro_batches(&run->mesh),
+           right.bytes[2], run->measured.bytes[2], right.state.params,
+           run->measured.state.params, right.state.grads, run->measured.state.grads,
+           100 * (right.state.activations / run->measured.state.activations - 1));
+    ck_assert(error <= PREDICT_MESH_ACTIVATION_TOLERANCE);
+    plan_mesh per_pass = run->mesh;
+    per_pass.gather = PLAN_GATHER_PER_PASS;
+    predict_mesh_figures wrong = predict_mesh_planned(&r, &per_pass);
+    printf("negative control: gathered per pass, dp bytes %.0f and params %.0f, measured %.0f"
+           " and %.0f\n", wrong.bytes[2], wrong.state.params, run->measured.bytes[2],
+           run->measured.state.params);
+    ck_assert_int_eq(predict_mesh_compare(&wrong, &run->measured, &error), 3);
+    plan_mesh wrong_group = run->mesh;
+    wrong_group.dp *= wrong_group.pp;
+    wrong = predict_mesh_planned(&r, &wrong_group);
+    printf("negative control: sharded over dp x pp ranks, dp bytes %.0f, optimizer %.0f\n",
+           wrong.bytes[2], wrong.state.optimizer);
+    ck_assert_int_ge(predict_mesh_compare(&wrong, &run->measured, &error), 4);
+    ck_assert_int_ne(figures_differing_at_stage(&r, run, 2), 0);
 }
 
 START_TEST(predictions_match_the_chapters_runs) {
     char dir[1024];
     programs_dir(dir, sizeof dir);
     double sent[PREDICT_SEQUENCE_ROWS] = {0};
-    predict_mesh_run mesh_run;
+    predict_mesh_run mesh_run[PREDICT_MESH_RUNS];
     const predict_options o = {.steps = 2, .link_scale = 1, .sequence_sent = sent,
-                               .mesh_run = &mesh_run};
+                               .mesh_run = mesh_run};
     double worst;
     int mismatches;
     const int status = predict_chapters_in(dir, &o, &worst, &mismatches);
@@ -482,7 +569,9 @@ START_TEST(predictions_match_the_chapters_runs) {
     ck_assert(worst <= 0.10);
     ck_assert_int_eq(status, 0);
     a_ring_one_chunk_short_misses(sent);
-    the_planners_mesh_and_its_controls(&mesh_run);
+    the_planners_mesh_and_its_controls(&mesh_run[PREDICT_MESH_SEARCHED]);
+    the_zero3_mesh_and_its_controls(&mesh_run[PREDICT_MESH_ZERO3]);
+    the_cp_mesh_and_its_controls(&mesh_run[PREDICT_MESH_CP]);
 }
 END_TEST
 

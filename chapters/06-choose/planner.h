@@ -33,6 +33,10 @@ typedef struct {
     plan_mesh mesh;              /* an explicit mesh to evaluate too; tp = 0: none */
     precision dtype;             /* what it trains in: bf16 or fp16 (main's default), or
                                     fp32; set it, 0 is fp32 */
+    plan_zero3_gather gather;    /* how every mesh's ZeRO-3 gathers (0: per pass, FSDP's;
+                                    --predict-chapters: per step, chapter 11's) */
+    plan_activation_count activations;   /* whose activations (0: Korthikanti's;
+                                            --predict-chapters: this model's) */
     int fp8;                     /* bf16 with FP8 linears (--precision fp8): ZeRO-3 gathers
                                     1-byte weights plus scales; flops at the FP8 peak */
     const char *model_name;      /* --model's preset, or NULL */

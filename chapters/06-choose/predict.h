@@ -48,11 +48,16 @@ typedef struct {
     double bytes[PREDICT_MESH_GROUPS];   /* tp, pp, dp, embedding, cp, dp_replicate */
     plan_bytes state;                    /* params, grads, optimizer, activations */
 } predict_mesh_figures;
-/* The planner's mesh and what chapter 11 measured on it. */
+/* The planner's mesh and what chapter 11 measured on it (ranks: of the run and of the
+ * request the mesh was planned for). */
 typedef struct {
     plan_mesh mesh;
+    int ranks;
     predict_mesh_figures measured;
 } predict_mesh_run;
+/* The meshes trained: the search's, then the ZeRO-3 mesh and the CP mesh given to the
+ * planner (predict_mesh.c). */
+enum { PREDICT_MESH_SEARCHED, PREDICT_MESH_ZERO3, PREDICT_MESH_CP, PREDICT_MESH_RUNS };
 
 typedef struct {
     int steps;
@@ -66,8 +71,9 @@ typedef struct {
                                 bytes sent per rank per step, in predict_sequence_in's
                                 order (tp+sp, ring, ulysses on 2 ranks, then on 4), so
                                 that a test can hold other formulas against them */
-    predict_mesh_run *mesh_run;   /* NULL, or receives the planner's mesh and chapter 11's
-                                     figures (predict_mesh_in), for a test's controls */
+    predict_mesh_run *mesh_run;   /* NULL, or [PREDICT_MESH_RUNS]: receives the planner's
+                                     meshes and chapter 11's figures (predict_mesh_in), for
+                                     a test's controls (ranks 0: not run) */
 } predict_options;
 enum { PREDICT_SEQUENCE_ROWS = 6 };
 
@@ -124,29 +130,40 @@ int predict_sequence_in(const char *programs_dir, const predict_options *o, int 
  * cp_attention_kind's. */
 double predict_sequence_bytes(int cp_kind, int ranks);
 
-/* The planner's mesh (predict_mesh.c): plan_best_mesh for bench256 (global batch 8,
- * micro-batches of 1) on PREDICT_MESH_RANKS 80 GB GPUs of one node, trained by chapter
- * 11 with that tp, cp, pp, dp shards and replicas, ZeRO stage, micro-batch count
- * (1F1B) and precision. Bytes sent per step on each group (the rank that sends the
- * most) and params, grads and optimizer bytes (the rank that holds the most) must equal
- * the planner's plan_bytes_sent and plan_model_states to the byte; its activations,
- * Korthikanti's count, are within PREDICT_MESH_ACTIVATION_TOLERANCE. The tied
- * embedding's all-reduce between the first and last stage is measured, not planned. */
+/* The planner's meshes (predict_mesh.c): plan_best_mesh for bench256 (global batch 8,
+ * micro-batches of 1) on PREDICT_MESH_RANKS 80 GB GPUs of one node, and a mesh on 4
+ * GPUs given to the planner (plan_evaluate), tp 1 x pp 2 x dp 2 at ZeRO-3 (the search
+ * keeps ZeRO-3 to pp 1) and, in fp32, tp 1 x cp 2 x pp 2 with ring attention; each trained by chapter 11 with that tp, cp,
+ * pp, dp shards and replicas, ZeRO stage, micro-batch count (1F1B) and precision. The
+ * request's ZeRO-3 gathers once a step, as chapter 11's (PLAN_GATHER_PER_STEP), and its
+ * activations are this model's (PLAN_ACTS_THIS_MODEL). Bytes
+ * sent per step on each group (the rank that sends the most) and the peak params, grads
+ * and optimizer bytes in a step (the rank that holds the most) must equal the planner's
+ * plan_bytes_sent and plan_model_states to the byte, and so must its activations (this
+ * model's count, PLAN_ACTS_THIS_MODEL; *activation_error, the relative difference, is
+ * also held within PREDICT_MESH_ACTIVATION_TOLERANCE). The tied embedding's all-reduce
+ * between the first and last stage is measured, not planned. */
 plan_request predict_mesh_request(int ranks, precision dtype);
 /* chapter 11's flags for the mesh (" --tp 1 --cp 1 ..."), or NULL with flags written:
  * else the reason chapter 11 cannot train it. */
 const char *predict_mesh_flags(const plan_mesh *mesh, char *flags, size_t size);
 /* What the planner's formulas give for the mesh (bytes[embedding] 0: not planned). */
 predict_mesh_figures predict_mesh_planned(const plan_request *r, const plan_mesh *mesh);
-/* chapter 11's run with a mesh in its --json: bytes_per_group_kind and
- * state_largest_per_tag; 0 when it does not parse or lacks one. */
+/* chapter 11's run with a mesh in its --json: bytes_per_group_kind,
+ * state_peak_largest_per_tag and state_largest_per_tag's activations; 0 when it does not
+ * parse or lacks one. */
 int mesh_json_figures(const char *json, predict_mesh_figures *out);
-/* The figures that differ (bytes but the embedding's, params, grads, optimizer) and
+/* The figures that differ (bytes but the embedding's, params, grads, optimizer,
+ * activations) and
  * *activation_error = |predicted / measured - 1| of the activations. */
 int predict_mesh_compare(const predict_mesh_figures *predicted,
                          const predict_mesh_figures *measured, double *activation_error);
-/* Searches, trains, compares and prints (table, or with o->json the key "mesh"); adds
- * the differing figures to *mismatches. 0 when chapter 11 fails or cannot train it. */
+/* The mesh given to the planner for a run (PREDICT_MESH_ZERO3, PREDICT_MESH_CP), on
+ * *ranks GPUs, micro-batch and global batch not yet set (plan_evaluate sets them). */
+plan_mesh predict_mesh_given(int which, int *ranks);
+/* Searches, trains, compares and prints every mesh (table, or with o->json the keys
+ * "mesh" and "given_meshes"); adds the differing figures to *mismatches, the largest
+ * activation error to *activation_error. 0 when chapter 11 fails or cannot train one. */
 int predict_mesh_in(const char *programs_dir, const predict_options *o, int *mismatches,
                     double *activation_error);
 

@@ -1,8 +1,9 @@
-/* --predict-chapters' mesh: the planner's search run for bench256 on 8 ranks of one
+/* --predict-chapters' meshes: the planner's search run for bench256 on 8 ranks of one
  * node, its fastest fitting mesh trained by chapter 11 (the same tp, cp, pp, dp shards
- * and replicas, ZeRO stage, micro-batches and precision), and the planner's bytes per
- * group (plan_bytes_sent) and memory per GPU (plan_memory_per_gpu) held against what
- * chapter 11 measured on the rank that sends or holds the most (predict.h). */
+ * and replicas, ZeRO stage, micro-batches and precision), then a ZeRO-3 mesh and a CP
+ * mesh given to the planner, and the planner's bytes per group (plan_bytes_sent) and
+ * memory per GPU (plan_memory_per_gpu) held against what chapter 11 measured on the
+ * rank that sends or holds the most (predict.h). */
 #include "predict.h"
 
 #include <math.h>
@@ -25,7 +26,8 @@ plan_request predict_mesh_request(int ranks, precision dtype) {
         .cluster = {.gpus = ranks, .gpus_per_node = 8, .between_nodes = LINK_IB,
                     .flops_per_gpu = 0.4 * 989e12},
         .gpu_bytes = 80e9, .micro_batch = 1, .global_batch = 8,
-        .recompute = -1, .dtype = dtype};
+        .recompute = -1, .dtype = dtype, .gather = PLAN_GATHER_PER_STEP,
+        .activations = PLAN_ACTS_THIS_MODEL};
     if (dtype == PRECISION_FP32) r.cluster.flops_per_gpu *= PLAN_FP32_PEAK_FRACTION;
     return r;
 }
@@ -63,12 +65,14 @@ int mesh_json_figures(const char *json, predict_mesh_figures *out) {
     if (!run) run = json_find(runs, "strategy", "3d");
     const json_value *bytes = json_get(run, "bytes_per_group_kind");
     const json_value *state = json_get(run, "state_largest_per_tag");
+    /* the planner's model states are a step's peak: its working buffers with the shards */
+    const json_value *peak = json_get(run, "state_peak_largest_per_tag");
     int ok = run != NULL;
     for (int k = 0; k < PREDICT_MESH_GROUPS; k++)
         ok = ok && json_double(json_get(bytes, group_names[k]), &out->bytes[k]);
-    ok = ok && json_double(json_get(state, "params"), &out->state.params) &&
-         json_double(json_get(state, "grads"), &out->state.grads) &&
-         json_double(json_get(state, "optimizer"), &out->state.optimizer) &&
+    ok = ok && json_double(json_get(peak, "params"), &out->state.params) &&
+         json_double(json_get(peak, "grads"), &out->state.grads) &&
+         json_double(json_get(peak, "optimizer"), &out->state.optimizer) &&
          json_double(json_get(state, "activations"), &out->state.activations);
     json_free(doc);
     return ok;
@@ -80,7 +84,8 @@ int predict_mesh_compare(const predict_mesh_figures *p, const predict_mesh_figur
     for (int k = 0; k < PREDICT_MESH_GROUPS; k++)
         mismatches += k != EMBEDDING && p->bytes[k] != m->bytes[k];
     mismatches += (p->state.params != m->state.params) + (p->state.grads != m->state.grads) +
-                  (p->state.optimizer != m->state.optimizer);
+                  (p->state.optimizer != m->state.optimizer) +
+                  (p->state.activations != m->state.activations);
     *activation_error = fabs(p->state.activations / m->state.activations - 1);
     return mismatches;
 }
@@ -95,14 +100,19 @@ static void print_bytes_row(const char *name, double predicted, double measured,
                report_bytes(measured, b), predicted == measured ? "equal" : "DIFFERENT");
 }
 
-static void print_mesh(const plan_row *row, const predict_mesh_figures *p,
+static const char *const run_words[PREDICT_MESH_RUNS] = {
+    "the planner's mesh", "a ZeRO-3 mesh given to the planner",
+    "a CP mesh given to the planner"};
+
+static void print_mesh(int which, int ranks, const plan_mesh *x, const predict_mesh_figures *p,
                        const predict_mesh_figures *m, const predict_options *o) {
-    const plan_mesh *x = &row->mesh;
     if (o->json) {
-        printf(",\n \"mesh\": {\"tp\": %d, \"cp\": %d, \"pp\": %d, \"dp_shard\": %d, "
-               "\"dp_replicate\": %d, \"zero\": %d, \"micro\": %d, \"bytes\": {", x->tp,
+        printf("%s{\"tp\": %d, \"cp\": %d, \"pp\": %d, \"dp_shard\": %d, "
+               "\"dp_replicate\": %d, \"zero\": %d, \"micro\": %d, \"ranks\": %d, "
+               "\"bytes\": {", which == PREDICT_MESH_SEARCHED ? ",\n \"mesh\": "
+               : which == PREDICT_MESH_ZERO3 ? ",\n \"given_meshes\": [" : ", ", x->tp,
                plan_cp_size(x), x->pp, plan_dp_shard_size(x), plan_dp_replicas(x),
-               x->zero_stage, plan_micro_batches(x));
+               x->zero_stage, plan_micro_batches(x), ranks);
         for (int k = 0; k < PREDICT_MESH_GROUPS; k++)
             printf("%s\"%s\": [%.0f, %.0f]", k ? ", " : "", group_names[k], p->bytes[k],
                    m->bytes[k]);
@@ -112,48 +122,84 @@ static void print_mesh(const plan_row *row, const predict_mesh_figures *p,
                m->state.optimizer, p->state.activations, m->state.activations);
         return;
     }
-    printf("\nthe planner's mesh trained (chapter 11, bench256 on %d ranks, %s): tp %d x cp %d"
-           " x pp %d x dp %d (%d shards x %d replicas), ZeRO-%d, %d micro-batches of %d,"
-           " recomputation none\n  %-14s %12s %12s\n", PREDICT_MESH_RANKS,
+    printf("\n%s trained (chapter 11, bench256 on %d ranks, %s): tp %d x cp %d"
+           " x pp %d x dp %d (%d shards x %d replicas), ZeRO-%d%s, %d micro-batches of %d,"
+           " recomputation none\n  %-14s %12s %12s\n", run_words[which], ranks,
            precision_name(o->dtype), x->tp, plan_cp_size(x), x->pp, x->dp,
-           plan_dp_shard_size(x), plan_dp_replicas(x), x->zero_stage, plan_micro_batches(x),
+           plan_dp_shard_size(x), plan_dp_replicas(x), x->zero_stage,
+           x->zero_stage == 3 ? " (gathered once a step)" : "", plan_micro_batches(x),
            x->micro_batch, "bytes a step", "planner", "measured");
     for (int k = 0; k < PREDICT_MESH_GROUPS; k++)
         print_bytes_row(group_names[k], p->bytes[k], m->bytes[k], k != EMBEDDING);
-    printf("  %-14s (the GPU that holds the most)\n", "memory");
+    printf("  %-14s (the GPU that holds the most, at its peak in a step)\n", "memory");
     print_bytes_row("params", p->state.params, m->state.params, 1);
     print_bytes_row("grads", p->state.grads, m->state.grads, 1);
     print_bytes_row("optimizer", p->state.optimizer, m->state.optimizer, 1);
-    char a[32], b[32];
-    printf("  %-14s %12s %12s  %+.1f%% (Korthikanti's count: within %.0f%%)\n", "activations",
-           report_bytes(p->state.activations, a), report_bytes(m->state.activations, b),
-           100 * (p->state.activations / m->state.activations - 1),
-           100 * PREDICT_MESH_ACTIVATION_TOLERANCE);
+    print_bytes_row("activations", p->state.activations, m->state.activations, 1);
 }
 
-int predict_mesh_in(const char *programs_dir, const predict_options *o, int *mismatches,
-                    double *activation_error) {
+plan_mesh predict_mesh_given(int which, int *ranks) {
+    *ranks = 4;
+    if (which == PREDICT_MESH_ZERO3) return (plan_mesh){.tp = 1, .pp = 2, .dp = 2, .zero_stage = 3};
+    return (plan_mesh){.tp = 1, .cp = 2, .cp_attention = CP_RING, .pp = 2, .dp = 1};
+}
+
+/* The mesh of a run: the search's, or one given; 0 with a line when there is none. */
+static int plan_run(int which, const predict_options *o, predict_mesh_run *run) {
     const plan_request r = predict_mesh_request(PREDICT_MESH_RANKS, o->dtype);
     plan_row row;
-    char flags[256];
-    if (!plan_best_mesh(&r, &row)) {
-        fprintf(stderr, "predict: the planner found no mesh for bench256 on %d GPUs\n",
-                PREDICT_MESH_RANKS);
-        return 0;
+    if (which == PREDICT_MESH_SEARCHED) {
+        run->ranks = PREDICT_MESH_RANKS;
+        if (!plan_best_mesh(&r, &row)) {
+            fprintf(stderr, "predict: the planner found no mesh for bench256 on %d GPUs\n",
+                    PREDICT_MESH_RANKS);
+            return 0;
+        }
+    } else {
+        const plan_mesh given = predict_mesh_given(which, &run->ranks);
+        const plan_request on = predict_mesh_request(run->ranks, o->dtype);
+        row = plan_evaluate(&on, "mesh", given);
     }
-    const char *why = predict_mesh_flags(&row.mesh, flags, sizeof flags);
+    run->mesh = row.mesh;
+    return 1;
+}
+
+/* Plans, trains and compares one mesh; 0 when chapter 11 fails or cannot train it. */
+static int mesh_run(const char *programs_dir, int which, const predict_options *o,
+                    int *mismatches, double *activation_error) {
+    predict_mesh_run run;
+    char flags[256];
+    if (!plan_run(which, o, &run)) return 0;
+    const char *why = predict_mesh_flags(&run.mesh, flags, sizeof flags);
     if (why) {
         fprintf(stderr, "predict: the planner's mesh cannot be trained: %s\n", why);
         return 0;
     }
-    char *json = run_chapter_json_with(programs_dir, 11, PREDICT_MESH_RANKS, o, flags);
-    predict_mesh_figures measured;
-    const int ok = json && mesh_json_figures(json, &measured);
+    char *json = run_chapter_json_with(programs_dir, 11, run.ranks, o, flags);
+    const int ok = json && mesh_json_figures(json, &run.measured);
     free(json);
     if (!ok) return 0;
-    const predict_mesh_figures predicted = predict_mesh_planned(&r, &row.mesh);
-    if (o->mesh_run) *o->mesh_run = (predict_mesh_run){row.mesh, measured};
-    *mismatches += predict_mesh_compare(&predicted, &measured, activation_error);
-    print_mesh(&row, &predicted, &measured, o);
+    const plan_request r = predict_mesh_request(run.ranks, o->dtype);
+    const predict_mesh_figures predicted = predict_mesh_planned(&r, &run.mesh);
+    if (o->mesh_run) o->mesh_run[which] = run;
+    double error;
+    *mismatches += predict_mesh_compare(&predicted, &run.measured, &error);
+    if (error > *activation_error) *activation_error = error;
+    print_mesh(which, run.ranks, &run.mesh, &predicted, &run.measured, o);
+    return 1;
+}
+
+int predict_mesh_in(const char *programs_dir, const predict_options *o, int *mismatches,
+                    double *activation_error) {
+    *activation_error = 0;
+    if (o->mesh_run) memset(o->mesh_run, 0, PREDICT_MESH_RUNS * sizeof *o->mesh_run);
+    /* chapter 11's CP attention sends fp32 chunks: the CP mesh is fp32's */
+    const int runs = o->dtype == PRECISION_FP32 ? PREDICT_MESH_RUNS : PREDICT_MESH_CP;
+    for (int which = 0; which < runs; which++)
+        if (!mesh_run(programs_dir, which, o, mismatches, activation_error)) return 0;
+    if (o->json) printf("]");
+    else if (runs < PREDICT_MESH_RUNS)
+        printf("\n(the CP mesh is trained in fp32 only: chapter 11's ring attention sends fp32"
+               " chunks)\n");
     return 1;
 }

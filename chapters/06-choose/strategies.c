@@ -43,6 +43,8 @@ plan_row plan_evaluate(const plan_request *r, const char *name, plan_mesh mesh) 
     mesh.micro_batch = r->micro_batch;
     mesh.global_batch = r->global_batch;
     mesh.sequence_parallel = mesh.tp > 1;
+    mesh.gather = r->gather;
+    mesh.activations = r->activations;
     if (r->recompute >= 0) {
         mesh.recompute = (plan_recompute)r->recompute;
         return evaluate_with(r, name, mesh);

@@ -304,8 +304,8 @@ int main(int argc, char **argv) {
         {"micro", OPT_INT, &a.micro, "micro-batches per step and replica", NULL, 1},
         {"dp-shard", OPT_INT, &a.dp_shard, "data-parallel ranks ZeRO shards over", NULL, 1},
         {"dp-replicate", OPT_INT, &a.dp_replicate, "replicas of the shard group (HSDP)", NULL, 1},
-        {"zero", OPT_INT, &a.zero, "ZeRO over dp_shard x cp: 0 DDP .. 3 FSDP (default 3)", NULL,
-         0},
+        {"zero", OPT_INT, &a.zero, "ZeRO over dp_shard x cp: 0 DDP .. 3 FSDP, a stage's weights"
+         " gathered once a step (default 3)", NULL, 0},
         {"ep", OPT_INT, &a.shape.ep, "expert-parallel size (MoE)", NULL, 1},
         {"experts", OPT_INT, &a.experts, "experts per MoE block", NULL, 1},
         {"moe-every", OPT_INT, &a.moe_every, "MoE in every (1) or every other (2) block", NULL, 1},

@@ -157,13 +157,16 @@ void mesh_print_memory(const mesh_extra *x, int world, const run_config *cfg) {
 /* , "state_largest_per_tag": {...}: each tag's largest over the ranks (what a planner's
  * "the GPU that holds the most" is held against) */
 static void mesh_json_largest_state(const mesh_extra *x, int world, char *s, size_t room) {
-    double most[4] = {0};
+    double most[4] = {0}, peak[3] = {0};
     for (int w = 0; w < world; w++) {
         for (int i = 0; i < 3; i++) most[i] = fmax(most[i], x->ranks[w].state[i]);
+        for (int i = 0; i < 3; i++) peak[i] = fmax(peak[i], x->ranks[w].state_peak[i]);
         most[3] = fmax(most[3], x->ranks[w].activations);
     }
     snprintf(s, room, ", \"state_largest_per_tag\": {\"params\": %.0f, \"grads\": %.0f, "
-             "\"optimizer\": %.0f, \"activations\": %.0f}", most[0], most[1], most[2], most[3]);
+             "\"optimizer\": %.0f, \"activations\": %.0f}, \"state_peak_largest_per_tag\": "
+             "{\"params\": %.0f, \"grads\": %.0f, \"optimizer\": %.0f}", most[0], most[1],
+             most[2], most[3], peak[0], peak[1], peak[2]);
 }
 
 char *mesh_json(const mesh_extra *x, int world, const mesh_args *a) {

@@ -3,6 +3,8 @@
 
 #include <stdio.h>
 
+#include "plan_cp.h"
+
 activation_terms activation_terms_of(activation_setup c, precision p) {
     const double e = (double)precision_bytes(p), t = c.tp;
     const double split = c.sp && c.tp > 1 ? t : 1;   /* SP splits what TP leaves whole */
@@ -43,4 +45,48 @@ void activation_expression(activation_setup c, char *buf, size_t len) {
         if (probabilities) snprintf(attention, sizeof attention, " + as/(%dh)", t);
         snprintf(buf, len, "e sbh(4 + 12/%d%s) + 16sb", t, attention);
     }
+}
+
+/* The layers' table, the per-micro-batch buffers and the head of one micro-batch, on
+ * r rows (b s / cp). With CP the chunk's table without the probabilities, and the lse
+ * ring attention saves per query row. */
+static double per_micro_batch(const plan_model *m, const plan_mesh *mesh, double e, double r) {
+    const double h = m->hidden, t = mesh->tp, cp = plan_cp_size(mesh);
+    const double rows_held = mesh->sequence_parallel && t > 1 ? r / t : r;
+    const gpt_config c = {.layers = m->layers, .dim = m->hidden, .heads = m->heads,
+                          .vocab = m->vocab, .ctx = (int)(m->seq / cp)};
+    activation_setup setup = {mesh->tp, mesh->sequence_parallel, mesh->recompute};
+    if (cp > 1 && setup.recompute == RECOMPUTE_NONE) setup.recompute = RECOMPUTE_SELECTIVE;
+    const precision p = e == 4 ? PRECISION_FP32 : PRECISION_BF16;
+    const double lse = cp > 1 ? r * m->heads / t * sizeof(float) : 0;
+    double bytes = plan_layers_per_stage(m, mesh->pp) *
+                   (activation_bytes_per_layer(&c, mesh->micro_batch, p, setup) + lse);
+    bytes += e * rows_held * h * (mesh->pp > 1 ? 2 : 1) + 2 * r * sizeof(int);
+    if (mesh->pp == 1)
+        bytes += e * r * h + 2 * r * sizeof(float) + e * r * m->vocab / t + r * sizeof(float);
+    return bytes;
+}
+
+/* Ring attention's buffers, once (cp_ring_create): K/V and dK/dV blocks, each received
+ * into a second, of r rows of 2 h / t floats; the running max, sum and delta of every
+ * query row; two score tiles of the longest piece, s / cp in chapter 11's contiguous
+ * split. */
+static double ring_buffers(const plan_model *m, const plan_mesh *mesh, double r) {
+    const double t = mesh->tp, f32 = sizeof(float), tile = (double)m->seq / plan_cp_size(mesh);
+    return f32 * (4 * r * 2 * m->hidden / t + 3 * r * m->heads / t + 2 * tile * tile);
+}
+
+double plan_this_model_activations(const plan_model *m, const plan_mesh *mesh,
+                                   double element_bytes) {
+    const int cp = plan_cp_size(mesh);
+    if (cp > 1 && mesh->cp_attention != CP_RING) return 0;
+    const double e = element_bytes, t = mesh->tp, h = m->hidden;
+    const double r = (double)mesh->micro_batch * m->seq / cp;
+    const int micro_batches = plan_micro_batches(mesh);
+    const int in_flight = mesh->pp < micro_batches ? mesh->pp : micro_batches;
+    /* the probabilities' gradient: none where ring attention keeps its own */
+    const double d_probabilities = cp > 1 ? 0 : (double)m->heads * m->seq * r / t;
+    const double backward = e * (2 * r * h + 12 * r * h / t + d_probabilities);
+    return in_flight * per_micro_batch(m, mesh, e, r) + backward +
+           (cp > 1 ? ring_buffers(m, mesh, r) : 0);
 }

@@ -57,4 +57,25 @@ double activation_bytes_paper(const gpt_config *m, int B, activation_setup c);
 /* "sbh(4 + 12/t + as/ht) e + 16sb"-style text of the setup's expression. */
 void activation_expression(activation_setup c, char *buf, size_t len);
 
+/* The planner's PLAN_ACTS_THIS_MODEL (plan_memory.h): the first stage's peak activation
+ * bytes on one rank, elements of element_bytes (4 or 2), as the model allocates them
+ * (model_instance.c). With r = b s rows of a micro-batch (s / cp with CP) and
+ * min(pp, m) micro-batches in flight (1F1B):
+ *   per micro-batch   its stage's layers (the table above), the stage's output and
+ *                     (pp > 1) the gradient the next stage sends back, e r h each; the
+ *                     token ids and targets, 2 r x 4 B; on a one-stage pipeline the head:
+ *                     the final LayerNorm's output e r h, its statistics 2 r x 4 B, the
+ *                     logits e r V / t and the losses r x 4 B
+ *   once              backward's buffers of one layer: the gradients of the block
+ *                     output, a LayerNorm's output, the attention output, Q K V, the
+ *                     probabilities, the fc output and GELU's: e (2 r h + 12 r h / t +
+ *                     a s^2 b / t)
+ * With ring CP (r = b s / cp) each layer keeps its chunk's table without the
+ * probabilities and the lse of each query row and head (4 B), and the ring's buffers
+ * are counted once (ring_buffers in activation_memory.c). fp32 or 16-bit, TP with or
+ * without SP; Ulysses is not counted here (0), nor a 16-bit vocabulary-parallel head's
+ * fp32 logits. */
+double plan_this_model_activations(const plan_model *m, const plan_mesh *mesh,
+                                   double element_bytes);
+
 #endif

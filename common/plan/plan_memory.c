@@ -2,6 +2,7 @@
 
 #include <math.h>
 
+#include "activation_memory.h"
 #include "plan_cp.h"
 #include "zero_rule.h"
 
@@ -68,6 +69,8 @@ double plan_layer_activations(const plan_model *m, int micro_batch, int tp, int 
 /* element_bytes per kept activation; Korthikanti's counts are of 2-byte elements. With
  * context parallelism every term is a rank's chunk of s / cp tokens (plan_cp.h). */
 static double activations_of(const plan_model *m, const plan_mesh *mesh, double element_bytes) {
+    if (mesh->activations == PLAN_ACTS_THIS_MODEL)
+        return plan_this_model_activations(m, mesh, element_bytes);
     const double scale = element_bytes / 2;
     const int micro_batches = plan_micro_batches(mesh);
     const int in_flight = mesh->pp < micro_batches ? mesh->pp : micro_batches;
@@ -113,8 +116,15 @@ plan_bytes plan_model_states(const plan_model *m, const plan_mesh *mesh,
      * distributed optimizer does; HSDP over its shard group x cp only */
     const int shards = plan_dp_shard_size(mesh) * plan_cp_size(mesh);
     plan_bytes b = plan_states_bytes(P, mesh->zero_stage, shards, precision);
-    const double layer = plan_layer_params(m->hidden) / mesh->tp;
     const zero_sharded z = zero_sharded_at(mesh->zero_stage);
+    if (mesh->gather == PLAN_GATHER_PER_STEP) {
+        /* the step's gradient is summed in fp32 over the micro-batches */
+        const double fp32 = 4;
+        if ((z.grads && shards > 1) || precision.grads < fp32) b.grads += fp32 * P;
+        if (z.params && shards > 1) b.params += plan_gathered_bytes(precision) * P;
+        return b;
+    }
+    const double layer = plan_layer_params(m->hidden) / mesh->tp;
     if (z.grads && shards > 1) b.grads += precision.grads * layer;
     if (z.params && shards > 1) b.params += plan_gathered_bytes(precision) * layer;
     return b;

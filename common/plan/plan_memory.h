@@ -29,6 +29,31 @@ typedef struct {
 } plan_model;
 
 typedef enum { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } plan_recompute;
+
+/* When ZeRO-3 gathers the weights, FSDP's reshard_after_forward in the planner's words:
+ *   PLAN_GATHER_PER_PASS  each layer's weights all-gathered in forward and again in
+ *                         backward, every micro-batch, and freed after each use (FSDP's
+ *                         default); a GPU holds one gathered layer and one layer's
+ *                         gradient beyond its shards
+ *   PLAN_GATHER_PER_STEP  the stage's weights all-gathered once a step and held through
+ *                         its micro-batches, the gradient summed whole in fp32 over them
+ *                         and reduce-scattered once (chapter 11's mesh, as PyTorch's
+ *                         pipeline schedules run FSDP: no reshard between micro-batches);
+ *                         a GPU holds the stage's gathered weights and its fp32 gradient
+ *                         beyond its shards, the fp32 gradient also where the gradients
+ *                         are sharded (ZeRO-2) or kept in 16 bits */
+typedef enum { PLAN_GATHER_PER_PASS, PLAN_GATHER_PER_STEP } plan_zero3_gather;
+
+/* Whose activations the planner counts:
+ *   PLAN_ACTS_KORTHIKANTI  Korthikanti's count per layer (with dropout), the head on a
+ *                          one-stage pipeline (plan_activations_per_gpu)
+ *   PLAN_ACTS_THIS_MODEL   what this course's GPT allocates (activation_memory.h): its
+ *                          layers' count (no dropout, fp32 LayerNorm statistics), and
+ *                          what Korthikanti leaves aside: per micro-batch in flight the
+ *                          stage's output, the gradient it receives and the token ids,
+ *                          and once the backward's buffers of one layer
+ *                          (plan_this_model_activations) */
+typedef enum { PLAN_ACTS_KORTHIKANTI, PLAN_ACTS_THIS_MODEL } plan_activation_count;
 extern const char *const plan_recompute_names[];   /* "none", "selective", "full" */
 
 /* A mesh and the batch it trains. global_batch = dp x micro_batch x micro-batches.
@@ -45,6 +70,9 @@ typedef struct {
     int dp_shard;               /* HSDP (ZeRO-3 only): the model states are sharded over
                                    dp_shard of the dp ranks (x cp) and replicated over the
                                    dp / dp_shard replicas; 0: sharded over all dp */
+    plan_zero3_gather gather;   /* ZeRO-3's gathers (and the working buffers they and
+                                   ZeRO-2 hold); 0: per pass, FSDP's */
+    plan_activation_count activations;   /* 0: Korthikanti's */
 } plan_mesh;
 
 /* The ranks ZeRO shards over (dp_shard, or dp), and the replicas that hold the same shard
@@ -120,9 +148,11 @@ double plan_activations_in(const plan_model *m, const plan_mesh *mesh,
  * Table 1): params, grads and optimizer state, each sharded from its stage on. This
  * is the function chapter 2's estimator (chapters/02-zero/estimate.c) computes too. */
 plan_bytes plan_states_bytes(double params, int zero_stage, int dp, plan_precision precision);
-/* Model states on one GPU: the paper's sharding over dp, plus the working buffers
- * sharding needs: ZeRO-2/3 hold one layer's full gradient before it is
- * reduce-scattered, ZeRO-3 one layer's gathered parameters. */
+/* Model states on one GPU at their peak in a step: the paper's sharding over dp, plus
+ * the working buffers of the mesh's gather (plan_zero3_gather): per pass, ZeRO-2/3 hold
+ * one layer's full gradient before it is reduce-scattered and ZeRO-3 one layer's
+ * gathered parameters; per step, ZeRO-3 the stage's gathered parameters and a fp32
+ * gradient of the whole stage where the gradients are sharded or 16-bit. */
 plan_bytes plan_model_states(const plan_model *m, const plan_mesh *mesh,
                              plan_precision precision);
 /* Everything on one GPU: model states and activations (plan_activations_in). */

@@ -86,6 +86,32 @@ static double pp_seconds(const plan_model *m, const plan_mesh *mesh, const plan_
     return 2.0 * micro_batches * plan_link_seconds(link, bytes);
 }
 
+/* ZeRO-3's passes a step over a layer's weights of `weights` bytes and gradient of
+ * `grads`: per micro-batch an all-gather in forward and one in backward and a
+ * reduce-scatter, or once a step an all-gather and a reduce-scatter (plan_zero3_gather);
+ * f gives the seconds or bytes of one pass. */
+static double zero3_passes(const plan_mesh *mesh, int micro_batches, double weights,
+                           double grads, double (*f)(const void *, double),
+                           const void *ctx) {
+    if (mesh->gather == PLAN_GATHER_PER_STEP) return f(ctx, weights) + f(ctx, grads);
+    return (double)micro_batches * (2 * f(ctx, weights) + f(ctx, grads));
+}
+
+typedef struct {
+    plan_link link;
+    int ranks;
+} gather_on;
+
+static double gather_seconds_on(const void *ctx, double bytes) {
+    const gather_on *g = ctx;
+    return plan_gather_seconds(g->link, g->ranks, bytes);
+}
+
+static double ring_pass_bytes(const void *ctx, double bytes) {
+    const int n = *(const int *)ctx;
+    return (n - 1.0) / n * bytes;
+}
+
 /* ZeRO 0-2: the gradients all-reduced once per iteration over dp x cp (the cp ranks saw
  * other tokens). ZeRO-3: per micro-batch the weights all-gathered in forward and backward
  * and the gradients reduce-scattered, over the shard group (dp x cp, or HSDP's dp_shard
@@ -105,8 +131,9 @@ static double dp_seconds(const plan_model *m, const plan_mesh *mesh, const plan_
                                                shards * replicas, grads);
     const plan_link shard_link = group_link(c, shards, mesh->tp);
     const plan_link replica_link = group_link(c, replicas, mesh->tp * shards);
-    return (double)micro_batches * layers * (2 * plan_gather_seconds(shard_link, shards, weights) +
-                                             plan_gather_seconds(shard_link, shards, grads)) +
+    const gather_on on_shards = {shard_link, shards};
+    return layers * zero3_passes(mesh, micro_batches, weights, grads, gather_seconds_on,
+                                 &on_shards) +
            layers * plan_allreduce_seconds(replica_link, replicas, grads / shards);
 }
 
@@ -156,7 +183,7 @@ plan_group_bytes plan_bytes_sent(const plan_model *m, const plan_mesh *mesh,
         const int n = shards * replicas;
         b.dp = 2 * (n - 1.0) / n * grads;
     } else {
-        b.dp = micro_batches * (shards - 1.0) / shards * (2 * weights + grads);
+        b.dp = zero3_passes(mesh, micro_batches, weights, grads, ring_pass_bytes, &shards);
         b.dp_replicate = 2 * (replicas - 1.0) / replicas * grads / shards;
     }
     b.cp = (double)plan_layers_per_stage(m, mesh->pp) * micro_batches *

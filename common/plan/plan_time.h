@@ -79,7 +79,8 @@ typedef struct {
                            activations each (Megatron's scatter/gather) */
     double dp_comm;     /* ZeRO 0-2: one all-reduce of the gradients per iteration;
                            ZeRO-3: all-gather of the weights in forward and backward and
-                           a reduce-scatter of the gradients, per micro-batch; one
+                           a reduce-scatter of the gradients, per micro-batch (or one
+                           each a step: plan_zero3_gather); one
                            message per layer; over dp x cp ranks (HSDP: over its
                            shard group x cp, then the gradient shards all-reduced
                            across the replicas once per iteration) */

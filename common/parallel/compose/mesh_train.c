@@ -99,6 +99,7 @@ static void measure_rank(const pipeline_rank *r, int timed_steps, mesh_rank_traf
     t->state[0] = (double)mem->current[MEM_PARAMS];
     t->state[1] = (double)mem->current[MEM_GRADS];
     t->state[2] = (double)mem->current[MEM_OPTIMIZER];
+    for (int i = 0; i < 3; i++) t->state_peak[i] = (double)mem->peak[MEM_PARAMS + i];
     t->activations = (double)mem->peak[MEM_ACTIVATIONS];
     if (r->par.moe) measure_alltoall(r, m->ep, timed_steps, t);
 }

@@ -24,6 +24,8 @@ typedef struct {
     double bytes[PIPELINE_ALL_KINDS], formula[PIPELINE_ALL_KINDS];
     double calls[PIPELINE_ALL_KINDS];
     double state[3], state_formula[3];   /* params, grads, optimizer bytes held */
+    double state_peak[3];   /* the same tags' peaks in the timed steps: ZeRO-3's gathered
+                               stage and ZeRO-2/3's whole gradient of a step on top */
     double activations;                  /* peak activation bytes */
     /* MoE: the ep group's all-to-all bytes per timed step, measured and from the
      * routing this rank saw (rows sent to other ranks x C x 4 B, plus the El counts a

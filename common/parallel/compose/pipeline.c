@@ -515,7 +515,7 @@ void pipeline_bytes_formula(const run_config *cfg, mesh_shape shape, mesh_coord 
         dp_terms(cfg, shape, me, zero, &s, bytes);
         if (shape.pp > 1 && !vshape && (s.has_embed || s.has_head))
             bytes[PIPELINE_EMBEDDING] += ring(2) * (double)gpt_tied_weight_numel(&s) * f32;
-        if (c > 1)   /* each micro-batch's blocks */
+        if (c > 1)   /* every micro-batch's attention, in every layer of the stage */
             bytes[PIPELINE_CP] += m * gpt_stage_layers(&s) *
                                   cp_attention_bytes_formula(opts->cp.kind, c, (int)(N * c / cfg->model.ctx),
                                                              cfg->model.ctx, s.dim_local);
