@@ -14,8 +14,8 @@ const char *const matmul_engine_names[] = {"openblas", "onednn", NULL};
  * EPYC without AVX-512, where oneDNN 2.6's fp32 matmul is its AVX2 gemm:jit and the
  * weights' "any" layout is a plain one): see docs/design.md, "fp32 matmul engine". */
 #define MATMUL_DEFAULT_REASON                                                            \
-    "OpenBLAS by default: oneDNN's fp32 matmul (AVX2 gemm:jit) measured 3-5% slower on"  \
-    " bench256's step and 6-7% on 1F1B's micro-batch products, where the rule asks 5% and" \
+    "OpenBLAS by default: oneDNN's fp32 matmul (AVX2 gemm:jit) measured 4% slower on"    \
+    " bench256's step and 3-7% on 1F1B's micro-batch products, where the rule asks 5% and" \
     " 10% faster"
 
 static _Atomic int engine = MATMUL_DEFAULT_ONEDNN ? MATMUL_ONEDNN : MATMUL_OPENBLAS;
