@@ -246,7 +246,8 @@ START_TEST(test_layout_kept_and_remade) {
 END_TEST
 
 /* Creating nothing once the shapes are known: a second step's micro-batches make no
- * primitive and, on unchanged weights, no layout. */
+ * primitive and, on unchanged weights, no layout; a weight at a new address makes one
+ * layout and no primitive. */
 START_TEST(test_no_creation_when_warm) {
     const matmul_engine was = matmul_engine_current();
     matmul_engine_set(MATMUL_ONEDNN);
@@ -261,8 +262,16 @@ START_TEST(test_no_creation_when_warm) {
     linear_backward(dinp, NULL, NULL, out, inp, weight, LIN_ROWS, LIN_IN, LIN_OUT);
     ck_assert_uint_eq(matmul_f32_creations(), made);
     ck_assert_uint_eq(matmul_f32_packs(), packs);
+    /* the weight gathered into a fresh buffer (as ZeRO-3 does each micro-batch): its
+     * layout is re-made in a stale one's place, creating nothing, and is right */
+    float *gathered = random_floats((size_t)LIN_OUT * LIN_IN, 53);
+    matmul_weights_changed();
+    const double r = micro_batches(out, inp, gathered);
+    ck_assert_msg(r <= 1.0, "the forward on the gathered weight: ratio %g", r);
+    ck_assert_uint_eq(matmul_f32_creations(), made);
+    ck_assert_uint_eq(matmul_f32_packs(), packs + 1);
     matmul_engine_set(was);
-    free(weight); free(inp); free(out); free(dinp);
+    free(weight); free(inp); free(out); free(dinp); free(gathered);
 }
 END_TEST
 

@@ -194,6 +194,7 @@ static void mf_pack_setup(mf_thread *t, mf_pack *p, const mf_slot *s, const floa
                                                 t->base.engine, NULL));
     MF_CHECK(dnnl_primitive_create(&p->reorder, rpd));
     dnnl_primitive_desc_destroy(rpd);
+    t->creations++;
 }
 
 /* Element i of MF_SAMPLES spread over the K x N weight as it is stored. */
@@ -209,19 +210,25 @@ static int mf_sample_changed(const mf_pack *p, const mf_slot *s, const float *B)
     return 0;
 }
 
-/* Weight B in slot s's layout, re-made when the weights changed since it was made. */
+/* Weight B in slot s's layout, re-made when the weights changed since it was made. A
+ * weight at a new address (a ZeRO-3 gather into a fresh buffer) takes over a stale
+ * layout of the same descriptors, its reorder and buffer, and creates nothing. */
 static const void *mf_packed_weight(mf_thread *t, const mf_slot *s, const float *B) {
     const unsigned long now = atomic_load(&weights_generation);
-    mf_pack *p = NULL, *victim = &t->packs[0];
+    mf_pack *p = NULL, *twin = NULL, *victim = &t->packs[0];
     for (int i = 0; i < MF_PACKS && !p; i++) {
         mf_pack *q = &t->packs[i];
-        if (q->used && q->src == B && dnnl_memory_desc_equal(&q->user, &s->b_user) &&
-            dnnl_memory_desc_equal(&q->packed, &s->b_packed))
-            p = q;
-        else if (!q->used || (victim->used && q->last_use < victim->last_use))
-            victim = q;
+        const int same = q->used && dnnl_memory_desc_equal(&q->user, &s->b_user) &&
+                         dnnl_memory_desc_equal(&q->packed, &s->b_packed);
+        if (same && q->src == B) p = q;
+        else if (same && q->generation != now && !twin) twin = q;
+        else if (!q->used || (victim->used && q->last_use < victim->last_use)) victim = q;
     }
-    if (!p) {
+    if (!p && twin) {
+        p = twin;
+        p->src = B;
+        p->generation = 0;   /* made from another weight */
+    } else if (!p) {
         p = victim;
         mf_pack_setup(t, p, s, B);
     }

@@ -29,8 +29,8 @@ void matmul_weights_changed(void);
  * leading dimensions, beta 0), e.g. "gemm:jit"; valid until the thread's next call. */
 const char *matmul_f32_impl(int trans_a, int trans_b, int M, int N, int K);
 
-/* The calling thread's counts since its first call: primitives created, weight
- * layouts made (reorders run). Constant while a loop repeats known shapes on weights
+/* The calling thread's counts since its first call: primitives created (matmuls and
+ * reorders), weight layouts made (reorders run). Constant while a loop repeats known shapes on weights
  * that do not change. */
 unsigned long matmul_f32_creations(void);
 unsigned long matmul_f32_packs(void);
