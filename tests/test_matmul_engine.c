@@ -17,7 +17,9 @@
  * layout across micro-batches (no reorder after the first), re-makes it after an
  * optimizer step that changed one element only (no sampled element: the generation
  * alone must catch it), and a change without matmul_weights_changed() is seen stale
- * (the control: the freshness check fails on it). */
+ * (the control: the freshness check fails on it).
+ *
+ * Rows: a call's rows get the same bits in any split of 16 rows or more. */
 #include <check.h>
 #include <cblas.h>
 #include <math.h>
@@ -275,6 +277,36 @@ START_TEST(test_no_creation_when_warm) {
 }
 END_TEST
 
+/* A rank's or a micro-batch's rows (16 or more, from a multiple of 16) get the bits the
+ * whole batch's rows get, forward (the kept layout) and input gradient: what lets a
+ * DDP rank or a 1F1B micro-batch match the baseline's products exactly. Calls of 8 rows
+ * run another kernel here and may differ (printed, not held). */
+static long rows_differing(int tb, int split) {
+    const int M = 128, N = 96, K = 80, ldb = tb ? K : N;
+    float *a = random_floats((size_t)M * K, 61), *b = random_floats((size_t)N * K, 62);
+    float *whole = xcalloc((size_t)M * N, sizeof(float)), *parts = xcalloc((size_t)M * N, sizeof(float));
+    matmul_f32(0, tb, M, N, K, a, K, b, ldb, 0.0f, whole, N, 1);
+    for (int r0 = 0; r0 < M; r0 += split)
+        matmul_f32(0, tb, split, N, K, a + (size_t)r0 * K, K, b, ldb, 0.0f,
+                   parts + (size_t)r0 * N, N, 1);
+    long differ = 0;
+    for (size_t i = 0; i < (size_t)M * N; i++) differ += memcmp(&whole[i], &parts[i], 4) != 0;
+    free(a); free(b); free(whole); free(parts);
+    return differ;
+}
+
+START_TEST(test_rows_same_bits_in_any_split) {
+    for (int tb = 0; tb <= 1; tb++) {
+        const long at64 = rows_differing(tb, 64), at16 = rows_differing(tb, 16);
+        printf("  %s: elements differing from one 128-row call: calls of 64 rows %ld, of 16"
+               " %ld (0 each), of 8 %ld (another kernel)\n", tb ? "forward" : "input grad",
+               at64, at16, rows_differing(tb, 8));
+        ck_assert_int_eq(at64, 0);
+        ck_assert_int_eq(at16, 0);
+    }
+}
+END_TEST
+
 START_TEST(test_names) {
     ck_assert_str_eq(matmul_engine_names[MATMUL_OPENBLAS], "openblas");
     ck_assert_str_eq(matmul_engine_names[MATMUL_ONEDNN], "onednn");
@@ -291,6 +323,7 @@ static Suite *engine_suite(void) {
     tcase_add_test(tc, test_negative_control);
     tcase_add_test(tc, test_layout_kept_and_remade);
     tcase_add_test(tc, test_no_creation_when_warm);
+    tcase_add_test(tc, test_rows_same_bits_in_any_split);
     tcase_add_test(tc, test_names);
     suite_add_tcase(s, tc);
     return s;
