@@ -99,3 +99,13 @@ void dnnl_util_destroy_memories(dnnl_memory_t *mems, int n) {
     for (int i = 0; i < n; i++)
         if (mems[i]) dnnl_memory_destroy(mems[i]);
 }
+
+void dnnl_util_matmul_memories(dnnl_primitive_desc_t pd, dnnl_engine_t engine,
+                               dnnl_memory_t *mems[4]) {
+    const dnnl_query_t which[4] = {dnnl_query_src_md, dnnl_query_weights_md,
+                                   dnnl_query_dst_md, dnnl_query_scratchpad_md};
+    for (int i = 0; i < 4; i++) {
+        const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, which[i], 0);
+        DNNL_CHECK("oneDNN", dnnl_memory_create(mems[i], md, engine, DNNL_MEMORY_NONE));
+    }
+}

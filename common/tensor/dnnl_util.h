@@ -56,6 +56,11 @@ dnnl_primitive_attr_t dnnl_util_matmul_attr(const char *who, int accumulate);
  * with a message when out of memory. */
 void dnnl_util_grow(const char *who, void **buf, size_t *have, size_t bytes);
 
+/* A matmul's memory objects without data (handles set at each run), in the layouts its
+ * primitive descriptor chose: source, weights, destination, scratchpad, into *mems[i]. */
+void dnnl_util_matmul_memories(dnnl_primitive_desc_t pd, dnnl_engine_t engine,
+                               dnnl_memory_t *mems[4]);
+
 /* Destroys the n memory objects that are set. */
 void dnnl_util_destroy_memories(dnnl_memory_t *mems, int n);
 

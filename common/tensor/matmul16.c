@@ -163,13 +163,8 @@ static void mm_create(mm_thread *t, mm_slot *s) {
     const char *impl = NULL;
     MM_CHECK(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl));
     snprintf(s->impl, sizeof s->impl, "%s", impl ? impl : "?");
-    const dnnl_query_t which[4] = {dnnl_query_src_md, dnnl_query_weights_md,
-                                   dnnl_query_dst_md, dnnl_query_scratchpad_md};
     dnnl_memory_t *mems[4] = {&s->a, &s->b, &s->c, &s->scratch};
-    for (int i = 0; i < 4; i++) {
-        const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, which[i], 0);
-        MM_CHECK(dnnl_memory_create(mems[i], md, t->base.engine, DNNL_MEMORY_NONE));
-    }
+    dnnl_util_matmul_memories(pd, t->base.engine, mems);
     if (s->has_bias)   /* the bias is the second "weights" of a matmul */
         MM_CHECK(dnnl_memory_create(&s->bias,
                                     dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 1),
