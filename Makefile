@@ -5,6 +5,8 @@
 #   SAN=address    AddressSanitizer + UBSan;  SAN=thread  ThreadSanitizer;
 #   SAN=undefined  UBSan alone
 #   O=name         a separate build folder (build/<variant>-name), for parallel builds
+#   MATMUL=onednn  the fp32 linears on oneDNN unless --matmul says otherwise (default
+#                  openblas: common/tensor/matmul_engine.h says why)
 # Targets: all, baseline, chapterN, check, test, bench, clean.
 
 CC        ?= gcc
@@ -102,6 +104,21 @@ ifneq ($(plain_build),$(BUILD))
   variant_src := $(shell tools/variant-sources $(wildcard common/*/*.c common/*/*/*.c \
                                      chapters/*/*.c tests/*.c bench/*.c gpu/*.c))
 endif
+# MATMUL=openblas|onednn: the engine of the fp32 linears' products when --matmul is not
+# given (common/tensor/matmul_engine.h). Only matmul_engine.o sees it; a file holding the
+# value, rewritten when it changes, rebuilds that object.
+MATMUL ?= openblas
+ifeq ($(filter $(MATMUL),openblas onednn),)
+  $(error MATMUL=$(MATMUL): unknown fp32 matmul engine (valid: openblas, onednn))
+endif
+matmul_stamp := $(plain_build)/matmul-engine
+ifneq ($(MAKECMDGOALS),clean)
+  $(shell mkdir -p $(plain_build) && { [ "$$(cat $(matmul_stamp) 2>/dev/null)" = $(MATMUL) ] || \
+      echo $(MATMUL) > $(matmul_stamp); })
+endif
+$(plain_build)/obj/common/tensor/matmul_engine.o: CFLAGS += \
+    -DMATMUL_DEFAULT_ONEDNN=$(if $(filter onednn,$(MATMUL)),1,0)
+$(plain_build)/obj/common/tensor/matmul_engine.o: $(matmul_stamp)
 obj_of = $(foreach s,$(1),$(if $(filter $(variant_src) gpu/% %.cu,$(s)),$(BUILD),$(plain_build))/obj/$(basename $(s)).o)
 common_obj := $(call obj_of,$(common_src) $(cuda_src))
 

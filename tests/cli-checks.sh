@@ -172,6 +172,15 @@ for program in $(mixed_programs "$programs"/baseline "$programs"/chapter[1-5]); 
     expect_error "$program" "--grad-dtype bf16: 16-bit gradients take the precision the run computes in (this run: --precision fp16); valid: fp32 or fp16$" \
         --grad-dtype bf16 --precision fp16
 done
+# --matmul: the fp32 linears' engine; a run whose linears are not fp32 products refuses it
+for program in $(mixed_programs "$programs"/baseline "$programs"/chapter1); do
+    [ -x "$program" ] || continue
+    expect_error "$program" "--matmul mkl: unknown value (valid: openblas, onednn)" --matmul mkl
+    expect_error "$program" "--matmul onednn: chooses the engine of fp32 products; this run computes its linears in bf16" \
+        --matmul onednn --precision bf16
+    # shellcheck disable=SC2086
+    expect_ok "$program" $tiny --matmul onednn
+done
 # TP + SP with 16-bit gradients trains (tests/test_chapter9.c holds it to the baseline)
 # shellcheck disable=SC2086
 [ -x "$programs"/chapter3 ] && [ -z "$mpi" ] && expect_ok "$programs"/chapter3 $tiny \

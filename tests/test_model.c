@@ -10,6 +10,7 @@
 #include "data.h"
 #include "fits.h"
 #include "floats.h"
+#include "matmul_f32.h"
 #include "model.h"
 #include "tp_slices.h"
 #include "ops.h"
@@ -19,19 +20,26 @@
 
 static const gpt_config tiny = {.vocab = 256, .ctx = 6, .layers = 2, .heads = 2, .dim = 8};
 
+/* params[i] = value, in place: the fp32 matmul engine's kept weight layouts hear it
+ * (matmul_f32.h), as after an optimizer step. */
+static void set_param(float *params, size_t i, float value) {
+    params[i] = value;
+    matmul_weights_changed();
+}
+
 /* d loss / d params[i] by central differences at eps and eps/2, extrapolated. */
 static double richardson_difference(gpt_model *m, float *params, size_t i, float eps) {
     const float saved = params[i];
     double d[2];
     for (int k = 0; k < 2; k++) {
         float h = k ? eps / 2 : eps;
-        params[i] = saved + h;
+        set_param(params, i, saved + h);
         double plus = gpt_forward(m, params);
-        params[i] = saved - h;
+        set_param(params, i, saved - h);
         double minus = gpt_forward(m, params);
         d[k] = (plus - minus) / (2.0 * h);
     }
-    params[i] = saved;
+    set_param(params, i, saved);
     return (4.0 * d[1] - d[0]) / 3.0;
 }
 

@@ -48,7 +48,7 @@ static const char *const planner_unused[] = {
     "allreduce", "send-mode", "comm-timeout", "trace", "save", "save-every", "resume",
     "save-test-crash", "loss-scale", "loss-scale-window", "no-loss-scale",
     "test-overflow-step", "grad-dtype", "fp8-recipe", "fp8-format", "fp8-amax-history",
-    "fp8-margin", "link-intra", "link-inter", "ranks-per-node", NULL};
+    "fp8-margin", "link-intra", "link-inter", "ranks-per-node", "matmul", NULL};
 /* Flags only --predict-chapters uses. */
 static const char *const predict_only[] = {"steps", "data", "link-scale", NULL};
 /* What a plan is made of: the model, the cluster, the mesh and what to print. */

@@ -15,6 +15,7 @@
 #include "checkpoint.h"
 #include "crc32.h"
 #include "fp8_linear.h"
+#include "matmul_f32.h"
 #include "ops.h"
 #include "safetensors.h"
 
@@ -542,6 +543,7 @@ int checkpoint_load(const char *dir, const ckpt_state *state) {
         float *device[3] = {p->params, p->adam_m, p->adam_v};
         for (int k = 0; k < 3; k++) load_vector(&ld, p, k, device[k]);
     }
+    matmul_weights_changed();   /* weights written in place: kept layouts are stale */
     for (int i = 0; state->adam_steps[i]; i++)
         *state->adam_steps[i] = meta_int(&ld.index, "adam_step");
     if (state->run && !read_run_state(&ld.index, state->run, err, sizeof err)) load_fail(err, "");

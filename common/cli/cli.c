@@ -4,6 +4,7 @@
 
 #include "device.h"
 #include "loss_scale.h"
+#include "matmul_engine.h"
 #include "op_profile.h"
 #include "restart.h"
 
@@ -106,6 +107,7 @@ static void check_grad_dtype(const run_config *cfg) {
 
 typedef struct {
     int allreduce, link, device, send_mode, precision, grad_precision, fp8_recipe, fp8_format;
+    int matmul;
     int link_intra, link_inter, ranks_per_node;
     double lr, weight_decay, link_scale, timeout;
     const char *seed_text;
@@ -282,6 +284,21 @@ static void parse_flags(int argc, char **argv, run_config *cfg, const cli_option
     }
 }
 
+/* --matmul: the engine of the fp32 linears on the CPU, for the whole process (ranks
+ * start after this). A run whose linears are not fp32 products on the CPU refuses it. */
+static void take_matmul_engine(const run_config *cfg, const shared_values *sv) {
+    const char *given = cli_given_text("matmul");
+    if (given && cfg->precision != PRECISION_FP32)
+        cli_fail("--matmul %s: chooses the engine of fp32 products; this run computes its"
+                 " linears in %s (oneDNN's 16-bit matmul); drop --matmul or use --precision"
+                 " fp32", given, cfg->fp8 ? "fp8" : precision_name(cfg->precision));
+    if (given && cfg->comm.device == DEVICE_CUDA)
+        cli_fail("--matmul %s: chooses a CPU library; this run computes on the GPU (cuBLAS);"
+                 " add --device cpu", given);
+    matmul_engine_set(given ? (matmul_engine)sv->matmul : matmul_engine_default());
+    matmul_engine_set_chosen(given != NULL);
+}
+
 /* The shared values, checked, into cfg. */
 static void apply_shared_values(run_config *cfg, const shared_values *sv) {
     if (sv->seed_text) {
@@ -321,6 +338,7 @@ static void apply_shared_values(run_config *cfg, const shared_values *sv) {
     char why[256];
     if (device_check(requested, why, sizeof why)) cli_fail("%s", why);
     cfg->comm.device = device_resolve(requested);
+    take_matmul_engine(cfg, sv);
     if (cfg->fp8 && cfg->comm.device == DEVICE_CUDA)
         cli_fail("--precision fp8: FP8 linears are emulated on the CPU only so far (bf16 and"
                  " fp16 run on the GPU); add --device cpu");
@@ -422,12 +440,12 @@ void cli_parse(int argc, char **argv, run_config *cfg, const cli_option *extra,
         {"tf32", OPT_FLAG, &cfg->comm.tf32, "let cuBLAS use TF32 (GPU)", NULL, 0},
         {"precision", OPT_CHOICE, &sv.precision, "compute in fp32, or in bf16 / fp16 with fp32"
          " master weights (mixed precision)", precision_names, 0},
+        {"matmul", OPT_CHOICE, &sv.matmul, "the fp32 linears' products on the CPU: OpenBLAS or oneDNN with packed weights (default: the build's)", matmul_engine_names, 0},
         {"fp8-recipe", OPT_CHOICE, &sv.fp8_recipe, "fp8: how the linears' inputs are scaled to E4M3 (default blockwise)", fp8_recipe_names, 0},
         {"fp8-format", OPT_CHOICE, &sv.fp8_format, "fp8: e4m3 (forward products in FP8, backward bf16) or hybrid (backward too: gradients E5M2, W and X E4M3)", fp8_format_names, 0},
         {"fp8-amax-history", OPT_INT, &cfg->fp8_amax_history, "fp8 delayed: forwards of amax history per tensor (default 16)", NULL, 1},
         {"fp8-margin", OPT_INT, &cfg->fp8_margin, "fp8 delayed: scales 2^M smaller, headroom above the history (default 0)", NULL, 0},
-        {"grad-dtype", OPT_CHOICE, &sv.grad_precision, "the gradients held and reduced: fp32,"
-         " or 16 bits in --precision's type", grad_precision_names, 0},
+        {"grad-dtype", OPT_CHOICE, &sv.grad_precision, "the gradients held and reduced: fp32, or 16 bits in --precision's type", grad_precision_names, 0},
         {"loss-scale", OPT_FLOAT, &cfg->loss_scale_init, "fp16: the dynamic loss scale's start"
          " (default 65536)", NULL, 1},
         {"loss-scale-window", OPT_INT, &cfg->loss_scale_window, "fp16: clean steps before the"

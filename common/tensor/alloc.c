@@ -1,5 +1,6 @@
 #include "alloc.h"
 #include "device.h"
+#include "matmul_f32.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -130,6 +131,8 @@ void *mem_alloc_on(mem_place place, mem_tag tag, size_t bytes) {
     header->place = MEM_HOST;
     charge(stats, tag, bytes);
     live_add(header);
+    /* new weights may sit where freed ones did: the fp32 engine's layouts are stale */
+    if (tag == MEM_PARAMS) matmul_weights_changed();
     return header + 1;
 }
 
@@ -155,6 +158,7 @@ void mem_free(void *ptr) {
         }
     }
     alloc_header *header = (alloc_header *)ptr - 1;
+    if (header->tag == MEM_PARAMS) matmul_weights_changed();
     live_remove(header);
     header->owner->current[header->tag] -= header->bytes;
     header->owner->current_total -= header->bytes;

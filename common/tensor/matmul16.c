@@ -9,10 +9,8 @@
  * primitive, so that a run never allocates inside oneDNN. */
 #include "matmul16.h"
 
-#include <oneapi/dnnl/dnnl.h>
-#include <oneapi/dnnl/dnnl_debug.h>
-#include <omp.h>
-#include <pthread.h>
+#include "dnnl_util.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,8 +35,7 @@ typedef struct {
 } mm_slot;
 
 typedef struct {
-    dnnl_engine_t engine;
-    dnnl_stream_t stream;
+    dnnl_util_thread base;   /* engine and stream (first: dnnl_util.h's tables) */
     mm_slot slots[MM_SLOTS];
     unsigned long clock;
     unsigned long creations;
@@ -49,87 +46,34 @@ typedef struct {
     char impl_copy[MM_IMPL_LEN];
 } mm_thread;
 
-static pthread_key_t mm_key;
-static pthread_once_t mm_key_once = PTHREAD_ONCE_INIT;
 
-static void mm_die(const char *what, dnnl_status_t st) {
-    fprintf(stderr, "matmul16: %s failed: %s\n", what, dnnl_status2str(st));
-    exit(1);
-}
-#define MM_CHECK(call)                              \
-    do {                                            \
-        dnnl_status_t st_ = (call);                 \
-        if (st_ != dnnl_success) mm_die(#call, st_); \
-    } while (0)
+#define MM_CHECK(call) DNNL_CHECK("matmul16", call)
 
 static void mm_slot_clear(mm_slot *s) {
     if (s->prim) dnnl_primitive_destroy(s->prim);
     dnnl_memory_t mems[5] = {s->a, s->b, s->c, s->scratch, s->bias};
-    for (int i = 0; i < 5; i++)
-        if (mems[i]) dnnl_memory_destroy(mems[i]);
+    dnnl_util_destroy_memories(mems, 5);
     memset(s, 0, sizeof *s);
 }
 
-static void mm_thread_free(void *arg) {
+/* What the thread's table holds beyond its engine and stream (dnnl_util_tls). */
+static void mm_thread_clear(void *arg) {
     mm_thread *t = arg;
-    if (!t) return;
     for (int i = 0; i < MM_SLOTS; i++) mm_slot_clear(&t->slots[i]);
-    dnnl_stream_destroy(t->stream);
-    dnnl_engine_destroy(t->engine);
     free(t->scratch);
     free(t->wide);
-    free(t);
 }
 
-static void mm_make_key(void) { pthread_key_create(&mm_key, mm_thread_free); }
+static dnnl_util_tls mm_tls = DNNL_UTIL_TLS("matmul16", mm_thread, mm_thread_clear);
 
 /* The calling thread's table, made on its first call. */
-static mm_thread *mm_thread_get(void) {
-    pthread_once(&mm_key_once, mm_make_key);
-    mm_thread *t = pthread_getspecific(mm_key);
-    if (t) return t;
-    t = calloc(1, sizeof *t);
-    if (!t) {
-        fprintf(stderr, "matmul16: out of memory\n");
-        exit(1);
-    }
-    /* One core per rank. OMP_NUM_THREADS would be read once, when libgomp loads (before
-     * main), and would bind every thread alike; this call sets the count of this thread
-     * only (OpenMP keeps it per thread), for every oneDNN primitive it runs. */
-    omp_set_num_threads(1);
-    MM_CHECK(dnnl_engine_create(&t->engine, dnnl_cpu, 0));
-    MM_CHECK(dnnl_stream_create(&t->stream, t->engine, dnnl_stream_default_flags));
-    pthread_setspecific(mm_key, t);
-    return t;
-}
+static mm_thread *mm_thread_get(void) { return dnnl_util_tls_get(&mm_tls); }
 
-void matmul16_release_thread(void) {
-    pthread_once(&mm_key_once, mm_make_key);
-    mm_thread_free(pthread_getspecific(mm_key));
-    pthread_setspecific(mm_key, NULL);
-}
+void matmul16_release_thread(void) { dnnl_util_tls_release(&mm_tls); }
 
 /* Grows *buf to at least bytes (64-byte aligned); only when a new shape needs more. */
 static void mm_grow(void **buf, size_t *have, size_t bytes) {
-    if (bytes <= *have) return;
-    free(*buf);
-    *buf = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    if (!*buf) {
-        fprintf(stderr, "matmul16: out of memory (%zu bytes)\n", bytes);
-        exit(1);
-    }
-    *have = bytes;
-}
-
-/* A rows x cols operand with leading dimension ld, as a strided 2-D descriptor: stored
- * transposed, its logical [rows, cols] has strides {1, ld} instead of {ld, 1}. */
-static dnnl_memory_desc_t mm_desc(dnnl_data_type_t dt, int rows, int cols, int ld,
-                                  int transposed) {
-    dnnl_memory_desc_t md;
-    dnnl_dims_t dims = {rows, cols};
-    dnnl_dims_t strides = {transposed ? 1 : ld, transposed ? ld : 1};
-    MM_CHECK(dnnl_memory_desc_init_by_strides(&md, 2, dims, dt, strides));
-    return md;
+    dnnl_util_grow("matmul16", buf, have, bytes);
 }
 
 /* The operands' layouts in oneDNN's terms: the caller's 16-bit A, B (and C with out16),
@@ -154,27 +98,18 @@ static mm_layout mm_layout_wide(const mm_slot *s) {
 /* The primitive descriptor of slot s's product in layout l: NULL when oneDNN has no
  * implementation of that data type here (it says dnnl_unimplemented). */
 static dnnl_primitive_desc_t mm_describe(mm_thread *t, const mm_slot *s, mm_layout l) {
-    dnnl_memory_desc_t a = mm_desc(l.in, s->M, s->K, l.lda, s->trans_a);
-    dnnl_memory_desc_t b = mm_desc(l.in, s->K, s->N, l.ldb, s->trans_b);
-    dnnl_memory_desc_t c = mm_desc(l.out, s->M, s->N, l.ldc, 0);
-    dnnl_memory_desc_t bias = mm_desc(l.in, 1, s->N, s->N, 0);
+    dnnl_memory_desc_t a = dnnl_util_strided(l.in, s->M, s->K, l.lda, s->trans_a);
+    dnnl_memory_desc_t b = dnnl_util_strided(l.in, s->K, s->N, l.ldb, s->trans_b);
+    dnnl_memory_desc_t c = dnnl_util_strided(l.out, s->M, s->N, l.ldc, 0);
+    dnnl_memory_desc_t bias = dnnl_util_strided(l.in, 1, s->N, s->N, 0);
     dnnl_matmul_desc_t desc;
     MM_CHECK(dnnl_matmul_desc_init(&desc, &a, &b, l.bias ? &bias : NULL, &c));
-    dnnl_primitive_attr_t attr;
-    MM_CHECK(dnnl_primitive_attr_create(&attr));
-    MM_CHECK(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
-    if (l.accumulate) {   /* beta = 1: C += product, the "sum" post-op, in fp32 */
-        dnnl_post_ops_t ops;
-        MM_CHECK(dnnl_post_ops_create(&ops));
-        MM_CHECK(dnnl_post_ops_append_sum(ops, 1.0f));
-        MM_CHECK(dnnl_primitive_attr_set_post_ops(attr, ops));
-        dnnl_post_ops_destroy(ops);
-    }
+    dnnl_primitive_attr_t attr = dnnl_util_matmul_attr("matmul16", l.accumulate);
     dnnl_primitive_desc_t pd = NULL;
-    dnnl_status_t st = dnnl_primitive_desc_create(&pd, &desc, attr, t->engine, NULL);
+    dnnl_status_t st = dnnl_primitive_desc_create(&pd, &desc, attr, t->base.engine, NULL);
     dnnl_primitive_attr_destroy(attr);
     if (st == dnnl_unimplemented) return NULL;
-    if (st != dnnl_success) mm_die("dnnl_primitive_desc_create (matmul)", st);
+    if (st != dnnl_success) dnnl_util_die("matmul16", "dnnl_primitive_desc_create (matmul)", st);
     return pd;
 }
 
@@ -216,7 +151,8 @@ static int mm_call_rows(mm_thread *t, const mm_slot *s) {
 static void mm_create(mm_thread *t, mm_slot *s) {
     dnnl_primitive_desc_t pd =
         mm_describe(t, s, s->wide ? mm_layout_wide(s) : mm_layout_16(s));
-    if (!pd && s->wide) mm_die("dnnl_primitive_desc_create (fp32 matmul)", dnnl_unimplemented);
+    if (!pd && s->wide)
+        dnnl_util_die("matmul16", "dnnl_primitive_desc_create (fp32 matmul)", dnnl_unimplemented);
     if (!pd) {
         s->fallback = 1;
         s->call_rows = mm_call_rows(t, s);
@@ -227,17 +163,12 @@ static void mm_create(mm_thread *t, mm_slot *s) {
     const char *impl = NULL;
     MM_CHECK(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl));
     snprintf(s->impl, sizeof s->impl, "%s", impl ? impl : "?");
-    const dnnl_query_t which[4] = {dnnl_query_src_md, dnnl_query_weights_md,
-                                   dnnl_query_dst_md, dnnl_query_scratchpad_md};
     dnnl_memory_t *mems[4] = {&s->a, &s->b, &s->c, &s->scratch};
-    for (int i = 0; i < 4; i++) {
-        const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, which[i], 0);
-        MM_CHECK(dnnl_memory_create(mems[i], md, t->engine, DNNL_MEMORY_NONE));
-    }
+    dnnl_util_matmul_memories(pd, t->base.engine, mems);
     if (s->has_bias)   /* the bias is the second "weights" of a matmul */
         MM_CHECK(dnnl_memory_create(&s->bias,
                                     dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 1),
-                                    t->engine, DNNL_MEMORY_NONE));
+                                    t->base.engine, DNNL_MEMORY_NONE));
     const dnnl_memory_desc_t *scratch_md =
         dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     mm_grow(&t->scratch, &t->scratch_bytes, dnnl_memory_desc_get_size(scratch_md));
@@ -289,8 +220,8 @@ static void mm_execute(mm_thread *t, const mm_slot *s, const void *A, const void
                                {DNNL_ARG_SCRATCHPAD, s->scratch},
                                {DNNL_ARG_BIAS, s->bias}};
     if (bias) MM_CHECK(dnnl_memory_set_data_handle(s->bias, (void *)bias));
-    MM_CHECK(dnnl_primitive_execute(s->prim, t->stream, bias ? 5 : 4, args));
-    MM_CHECK(dnnl_stream_wait(t->stream));
+    MM_CHECK(dnnl_primitive_execute(s->prim, t->base.stream, bias ? 5 : 4, args));
+    MM_CHECK(dnnl_stream_wait(t->base.stream));
 }
 
 /* The fallback: A and B widened, oneDNN's fp32 matmul, call_rows rows of C a call.
@@ -401,7 +332,6 @@ int matmul16_widens(precision p) {
 }
 
 unsigned long matmul16_creations(void) {
-    pthread_once(&mm_key_once, mm_make_key);
-    const mm_thread *t = pthread_getspecific(mm_key);
+    const mm_thread *t = dnnl_util_tls_peek(&mm_tls);
     return t ? t->creations : 0;
 }

@@ -1,9 +1,13 @@
-/* CPU implementation of ops.h. Every matmul goes to OpenBLAS (cblas_sgemm); the rest
+/* CPU implementation of ops.h. Every matmul goes to OpenBLAS (cblas_sgemm), the linears'
+ * to oneDNN instead when the process's engine is oneDNN (matmul_engine.h); the rest
  * are plain loops written so that gcc -O3 -march=native vectorises them. Nothing here
- * allocates, spawns threads or depends on timing, so equal inputs give bit-identical
- * outputs (OpenBLAS runs single-threaded: the program sets that once). */
+ * allocates (but oneDNN's first call of a shape, which makes its primitive), spawns
+ * threads or depends on timing, so equal inputs give bit-identical outputs (OpenBLAS
+ * runs single-threaded: the program sets that once). */
 #include "ops_cpu.h"
 
+#include "matmul_engine.h"
+#include "matmul_f32.h"
 #include "ops_observe.h"
 
 #include <cblas.h>
@@ -279,6 +283,23 @@ static void sgemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N
     ops_gemm_end();
 }
 
+/* A product with a layer's weight as B (beta 0 or 1, alpha 1) on the process's engine:
+ * oneDNN keeps the weight in its own layout between weight updates. The weight gradient
+ * (dout^T inp, no weight operand) stays on OpenBLAS: oneDNN 2.6's AVX2 sgemm ran that
+ * transposed product at 40-70 GFLOP/s against OpenBLAS's 93 (bench256's shapes, one
+ * core, AMD EPYC without AVX-512). */
+static void weight_gemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N,
+                        int K, const float *A, int lda, const float *B, int ldb, float beta,
+                        float *Cm, int ldc) {
+    if (matmul_engine_current() == MATMUL_OPENBLAS) {
+        sgemm(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, Cm, ldc);
+        return;
+    }
+    ops_gemm_begin(ta == CblasTrans, tb == CblasTrans, M, N, K);
+    matmul_f32(ta == CblasTrans, tb == CblasTrans, M, N, K, A, lda, B, ldb, beta, Cm, ldc, 1);
+    ops_gemm_end();
+}
+
 void cpu_linear_forward(float *out, const float *inp, const float *weight,
                         const float *bias, int N, int IC, int OC) {
     if (N <= 0 || OC <= 0) return;
@@ -289,15 +310,15 @@ void cpu_linear_forward(float *out, const float *inp, const float *weight,
             memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
         beta = 1.0f;
     }
-    sgemm(CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, weight, IC, beta, out, OC);
+    weight_gemm(CblasNoTrans, CblasTrans, N, OC, IC, inp, IC, weight, IC, beta, out, OC);
 }
 
 void cpu_linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                          const float *inp, const float *weight, int N, int IC, int OC) {
     if (N <= 0) return;
     if (dinp)   /* dinp[N,IC] = dout[N,OC] @ weight[OC,IC] */
-        sgemm(CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, weight, IC, 0.0f, dinp,
-              IC);
+        weight_gemm(CblasNoTrans, CblasNoTrans, N, IC, OC, dout, OC, weight, IC, 0.0f, dinp,
+                    IC);
     if (dweight)   /* dweight[OC,IC] += dout^T @ inp */
         sgemm(CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight,
               IC);
@@ -473,6 +494,7 @@ void cpu_crossentropy_backward(float *dlogits, const float *probs, const int *ta
 
 void cpu_adamw_update(float *params, const float *grads, float *m, float *v, size_t n,
                       const adamw_config *cfg, int step) {
+    matmul_weights_changed();   /* the weights' kept oneDNN layouts are stale from here */
     const float b1 = cfg->beta1, b2 = cfg->beta2, c1 = 1.0f - b1, c2 = 1.0f - b2;
     /* lr * mhat / (sqrt(vhat) + eps) = step_size * m / (sqrt(v) / sqrt(bc2) + eps), the
      * way PyTorch computes it: one division per element instead of three */

@@ -21,6 +21,7 @@
 #include "device.h"
 #include "fp8_linear.h"
 #include "matmul16.h"
+#include "matmul_f32.h"
 #include "number_formats.h"
 #include "ops.h"
 #include "ops_cpu.h"
@@ -97,6 +98,7 @@ void ops_mixed_release_thread(void) {
     workspace_free(pthread_getspecific(workspace_key));
     pthread_setspecific(workspace_key, NULL);
     matmul16_release_thread();   /* the linears' primitives: the same thread's scratch */
+    matmul_f32_release_thread();   /* and the fp32 engine's, with its weight layouts */
     fp8_linear_release_thread();
 }
 

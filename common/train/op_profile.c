@@ -8,6 +8,8 @@
 #include "alloc.h"
 #include "device.h"
 #include "matmul16.h"
+#include "matmul_engine.h"
+#include "matmul_f32.h"
 #include "rng.h"
 
 /* ---- watching ------------------------------------------------------------------- */
@@ -321,13 +323,25 @@ static void note_matmul16_kernels(const op_profile *p) {
     }
 }
 
+/* Which engine ran the fp32 linears' products, and why that one (matmul_engine.h). */
+static void print_matmul_engine(FILE *out) {
+    const matmul_engine e = matmul_engine_current();
+    fprintf(out, "fp32 linears: %s", e == MATMUL_ONEDNN ? "oneDNN" : "OpenBLAS");
+    if (e == MATMUL_ONEDNN)   /* bench256's forward shape names the kernel */
+        fprintf(out, " %s, weights kept in its layout between updates",
+                matmul_f32_impl(0, 1, 512, 256, 256));
+    if (matmul_engine_chosen()) fprintf(out, " (--matmul %s)\n", matmul_engine_names[e]);
+    else fprintf(out, " (%s)\n", matmul_engine_default_reason());
+}
+
 /* The kernels under the table: the 16-bit linears' (oneDNN's, or the fp16 fallback's)
- * and OpenBLAS's. */
+ * or the fp32 linears' engine, and OpenBLAS's. */
 static void print_kernels(FILE *out, precision compute) {
     if (compute != PRECISION_FP32 && matmul16_kernels[0]) {
         fprintf(out, "%s matmul (the linears' products): oneDNN %s\n", precision_name(compute),
                 matmul16_kernels);
     }
+    if (compute == PRECISION_FP32) print_matmul_engine(out);
     print_blas_kernel(out);
 }
 

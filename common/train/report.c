@@ -1,6 +1,7 @@
 #include "report.h"
 
 #include "fp8_linear.h"
+#include "matmul_engine.h"
 #include "restart.h"
 #include "op_profile.h"
 
@@ -167,9 +168,9 @@ void report_json(const run_config *cfg, const char *chapter, int world,
                r->memory.peak[MEM_COMM], r->memory.peak_total);
         if (r->sgemm_floor_seconds > 0)
             printf(",\n   \"sgemm_floor_ms_per_step\": %.4f, \"fastest_ms_per_step\": %.4f,"
-                   " \"blas_kernel\": \"%s\"",
+                   " \"blas_kernel\": \"%s\", \"matmul_engine\": \"%s\"",
                    1e3 * r->sgemm_floor_seconds, 1e3 * r->fastest_step_seconds,
-                   op_profile_blas_kernel());
+                   op_profile_blas_kernel(), matmul_engine_names[matmul_engine_current()]);
         if (r->sgemm_floor_seconds > 0 && cfg->precision != PRECISION_FP32)
             printf(", \"matmul16_kernel\": \"%s\"", op_profile_matmul16_kernel());
         if (r->json_extra) printf(",\n   %s", r->json_extra);
