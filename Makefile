@@ -38,7 +38,7 @@ PKGS     := openblas check
 # model, a run's configuration, checkpoints, training and reports, the strategies (a
 # folder a dimension, then where they compose), the planner, the command line. Each
 # folder includes only from the folders below it.
-parallel_dirs := mesh dp cp ep pp compose
+parallel_dirs := mesh dp tp cp ep pp compose
 common_dirs := base tensor comm model config checkpoint train \
                $(parallel_dirs:%=parallel/%) plan cli
 common_includes := $(common_dirs:%=-Icommon/%)

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "alloc.h"
-#include "tp_train.h"
+#include "tp_sizes.h"
 
 #define REFUSE(...) return snprintf(why, why_len, __VA_ARGS__), why
 

@@ -7,8 +7,9 @@
 
 #include "alloc.h"
 #include "ops.h"
+#include "tp_bytes.h"
+#include "tp_sizes.h"
 #include "tp_slices.h"
-#include "tp_train.h"
 
 const char *pipeline_strategy_name(pp_schedule_kind kind) {
     const pp_schedule_info *s = pp_schedule_about(kind);

@@ -15,8 +15,8 @@
  * rounded at every step's start; f and g all-reduce 16-bit activations, dp the fp32
  * gradients (16-bit ones with --grad-dtype). The vocabulary is split in every
  * precision: in 16 bits the slice's logits are 16-bit and the vocab-parallel softmax
- * widens them to fp32 (vocab_parallel.h), as one device's loss does. Here: the sizes,
- * chapter 3's formulas and what it measures. */
+ * widens them to fp32 (vocab_parallel.h), as one device's loss does. Here: the run and
+ * what it measures (its sizes: tp_sizes.c; chapter 3's formulas: tp_bytes.c). */
 #include "tp_train.h"
 
 #include <stdio.h>
@@ -25,131 +25,6 @@
 #include "compare.h"
 #include "pp_train.h"
 #include "tolerances.h"
-
-/* ---- sizes ------------------------------------------------------------------------- */
-
-/* TP sizes that divide the heads (hence the width) and the ranks, with a batch that
- * splits over the remaining data-parallel groups. */
-static void sizes_that_work(const run_config *cfg, int world, char *buf, size_t len) {
-    buf[0] = '\0';
-    for (int t = 1; t <= cfg->model.heads && t <= world; t++) {
-        if (cfg->model.heads % t || world % t || cfg->batch % (world / t)) continue;
-        snprintf(buf + strlen(buf), len - strlen(buf), "%s%d", buf[0] ? ", " : "", t);
-    }
-    if (!buf[0]) snprintf(buf, len, "none with %d ranks", world);
-}
-
-int tp_check_sizes(const run_config *cfg, int world, int tp, char *err, size_t err_len) {
-    const gpt_config *m = &cfg->model;
-    const int explicit_tp = tp > 0;
-    if (!explicit_tp) tp = world;
-    char works[128], what[64];
-    sizes_that_work(cfg, world, works, sizeof works);
-    if (explicit_tp) snprintf(what, sizeof what, "--tp %d", tp);
-    else snprintf(what, sizeof what, "tensor-parallel size %d (the rank count)", tp);
-    if (m->heads % tp != 0 || m->dim % tp != 0) {
-        /* Only sizes that pass every check here are offered: dividing the heads is not
-         * enough when they do not divide the ranks too. */
-        char hint[192] = "";
-        if (!explicit_tp)   /* TP came from the ranks */
-            snprintf(hint, sizeof hint, " (%sor ./run a multiple of a divisor of the %d"
-                     " heads)", strncmp(works, "none", 4) ? "give --tp, " : "", m->heads);
-        snprintf(err, err_len, "%s does not divide --heads %d (each rank takes heads/tp"
-                 " whole heads and dim/tp of --dim %d): TP sizes that work on %d ranks: %s%s",
-                 what, m->heads, m->dim, world, works, hint);
-        return 0;
-    }
-    if (world % tp != 0) {
-        snprintf(err, err_len, "%s does not divide the %d ranks (ranks = tp x dp): TP"
-                 " sizes that work: %s", what, world, works);
-        return 0;
-    }
-    const int dp = world / tp;
-    if (cfg->batch % dp != 0) {
-        const int some_work = strncmp(works, "none", 4) != 0;
-        snprintf(err, err_len, "--batch %d does not split over %d data-parallel groups"
-                 " (%d ranks / TP %d): use a batch that is a multiple of %d%s%s",
-                 cfg->batch, dp, world, tp, dp, some_work ? ", or TP sizes " : "",
-                 some_work ? works : "");
-        return 0;
-    }
-    return 1;
-}
-
-void tp_split_vocab(gpt_shape *s, int tp) {
-    if (tp > 1) gpt_shape_split_vocab(s);
-}
-
-double tp_bytes_formula(const gpt_config *m, precision p, int B_local, int T, int tp, int dp,
-                        size_t params_per_rank) {
-    const double N = (double)B_local * T, ring_tp = 2.0 * (tp - 1) / tp;
-    const double ring_dp = 2.0 * (dp - 1) / dp;
-    const double act = (double)precision_bytes(p), f32 = sizeof(float);
-    /* all-reduces of N x C activations: 2 per block forward, 2 backward; with the
-     * vocabulary split (tp > 1) also the embedding (forward) and the LM head's f
-     * (backward), and of N and 2N fp32 numbers the loss */
-    double tp_bytes = 4.0 * m->layers * N * m->dim * act;
-    if (tp > 1) tp_bytes += 2.0 * N * m->dim * act + 3.0 * N * f32;
-    /* data parallel: every fp32 gradient of the slice (the loss travels on a group of
-     * the training loop's own) */
-    const double dp_bytes = (double)params_per_rank * f32;
-    return ring_tp * tp_bytes + ring_dp * dp_bytes;
-}
-
-/* 2 all-gathers of the tokens' N x C inputs per block, again in backward */
-static double gathered_again(const gpt_config *m, precision p, double tokens, int layers,
-                             int tp) {
-    return (tp - 1.0) / tp * 2.0 * layers * tokens * m->dim * precision_bytes(p);
-}
-
-/* 2 C numbers per LayerNorm: 2 per block and the final one, all-reduced */
-static double layernorm_grads(const gpt_config *m, int layers, int final_ln, int tp) {
-    return 2.0 * (tp - 1) / tp * (2.0 * layers + final_ln) * 2 * m->dim * sizeof(float);
-}
-
-double tp_sequence_bytes_gathered_again(const gpt_config *m, precision p, int B_local, int T,
-                                        int tp) {
-    return gathered_again(m, p, (double)B_local * T, m->layers, tp);
-}
-
-double tp_sequence_bytes_layernorm_grads(const gpt_config *m, int tp) {
-    return layernorm_grads(m, m->layers, 1, tp);
-}
-
-double tp_sequence_bytes_added(const gpt_config *m, precision p, int B_local, int T, int tp) {
-    return tp_sequence_stage_bytes_added(m, p, (double)B_local * T, m->layers, 1, tp);
-}
-
-double tp_sequence_stage_bytes_added(const gpt_config *m, precision p, double tokens,
-                                     int layers, int final_ln, int tp) {
-    return gathered_again(m, p, tokens, layers, tp) + layernorm_grads(m, layers, final_ln, tp);
-}
-
-double tp_sequence_bytes_formula(const gpt_config *m, precision p, int B_local, int T, int tp,
-                                 int dp, size_t params_per_rank) {
-    return tp_bytes_formula(m, p, B_local, T, tp, dp, params_per_rank) +
-           tp_sequence_bytes_added(m, p, B_local, T, tp);
-}
-
-double tp_recompute_bytes(const gpt_config *m, precision p, int B_local, int T, int tp) {
-    const double N = (double)B_local * T;
-    return 2.0 * (tp - 1) / tp * 2.0 * m->layers * N * m->dim * precision_bytes(p);
-}
-
-int tp_sequence_check(const run_config *cfg, int tp, char *err, size_t err_len) {
-    if (tp < 2) {
-        snprintf(err, err_len, "sequence parallelism splits the sequence over the"
-                 " tensor-parallel ranks: it needs --tp 2 or more, not %d", tp);
-        return 0;
-    }
-    if (cfg->model.ctx % tp != 0) {
-        snprintf(err, err_len, "sequence parallelism with TP %d: --ctx %d does not split"
-                 " into %d equal parts of the sequence (use a --ctx that is a multiple of %d)",
-                 tp, cfg->model.ctx, tp, tp);
-        return 0;
-    }
-    return 1;
-}
 
 /* ---- training: a configuration of the mesh trainer --------------------------------- */
 
@@ -244,13 +119,6 @@ int tp_launch(const run_config *cfg, const dataset *data, int tp, const tp_optio
               strategy_outcome *rank0_out) {
     tp_launch_args args = {cfg, data, tp > 0 ? tp : cfg->comm.ranks, opts};
     return strategy_launch(cfg, tp_rank_fn, &args, rank0_out);
-}
-
-int tp_largest_size(const run_config *cfg) {
-    char err[256];
-    for (int t = cfg->comm.ranks; t > 1; t--)
-        if (tp_check_sizes(cfg, cfg->comm.ranks, t, err, sizeof err)) return t;
-    return 1;
 }
 
 double tp_worst_fraction_of_tolerance(const run_result *r) {

@@ -12,14 +12,8 @@
 #include "mesh.h"
 #include "strategy_outcome.h"
 #include "tolerances.h"
-
-/* Checks a TP size against the model and the world before any rank starts: heads,
- * dim and world must be multiples of tp, and the global batch of the dp size (tp 0:
- * the world). On failure writes one line (naming the numbers and the sizes that would
- * work) and returns 0. */
-int tp_check_sizes(const run_config *cfg, int world, int tp, char *err, size_t err_len);
-/* The largest TP size that passes tp_check_sizes on cfg->comm.ranks ranks (1: none). */
-int tp_largest_size(const run_config *cfg);
+#include "tp_bytes.h"
+#include "tp_sizes.h"
 
 /* The outcome's extra for TP (strategy_outcome.extra). */
 typedef struct {
@@ -58,40 +52,6 @@ void tp_train(comm *world, const mesh *m, const run_config *cfg, const tp_option
 int tp_launch(const run_config *cfg, const dataset *data, int tp, const tp_options *opts,
               strategy_outcome *rank0_out);
 
-/* The textbook bytes each rank sends per step (ring all-reduce): activations in p
- * (2 B per element in 16 bits), the vocab-parallel loss's numbers and the data-parallel
- * gradients in fp32. */
-double tp_bytes_formula(const gpt_config *m, precision p, int B_local, int T, int tp, int dp,
-                        size_t params_per_rank);
-/* Sequence parallelism's bytes: TP's (every all-reduce of activations becomes a
- * reduce-scatter and an all-gather, (t-1)/t of the bytes each) plus what SP adds: the
- * column-parallel layers' inputs gathered again in backward (2 per block), the
- * LayerNorms' weight gradients summed over tp (2 per block and the final one, 2 C
- * fp32 each); the vocab-parallel embedding's and head's all-reduces become a
- * reduce-scatter and an all-gather as the blocks' do. Activations in p. */
-double tp_sequence_bytes_formula(const gpt_config *m, precision p, int B_local, int T, int tp,
-                                 int dp, size_t params_per_rank);
-/* What SP adds to TP's bytes alone: the inputs gathered again, the LayerNorm
- * gradients' all-reduces, and both together. */
-double tp_sequence_bytes_gathered_again(const gpt_config *m, precision p, int B_local, int T,
-                                        int tp);
-double tp_sequence_bytes_layernorm_grads(const gpt_config *m, int tp);
-double tp_sequence_bytes_added(const gpt_config *m, precision p, int B_local, int T, int tp);
-/* The same for one pipeline stage of `layers` blocks (final_ln: it holds the final
- * LayerNorm) and one backward of `tokens` rows: what each micro-batch adds. */
-double tp_sequence_stage_bytes_added(const gpt_config *m, precision p, double tokens,
-                                     int layers, int final_ln, int tp);
-/* Full recomputation runs each block's forward again in backward, and its collectives
- * with it: 2 all-reduces of activations per block (with SP: 2 all-gathers and 2
- * reduce-scatters, the same bytes). */
-double tp_recompute_bytes(const gpt_config *m, precision p, int B_local, int T, int tp);
-/* Checks --sp against cfg's model and a TP size tp: tp > 1, dividing ctx. On failure
- * writes one line and returns 0. */
-int tp_sequence_check(const run_config *cfg, int tp, char *err, size_t err_len);
-
-/* The vocabulary (embedding = tied LM head) is split over the TP ranks when tp > 1, in
- * every precision (in 16 bits the head's softmax widens its logits to fp32). */
-void tp_split_vocab(gpt_shape *s, int tp);
 /* Every difference against its tolerance (tolerances.h; 1 = at the limit). */
 double tp_worst_fraction_of_tolerance(const run_result *r);
 
