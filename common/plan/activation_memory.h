@@ -36,7 +36,7 @@
 #define ACTIVATION_MEMORY_H
 
 #include "model.h"
-#include "plan_memory.h"
+#include "plan_mesh.h"
 
 /* One configuration of the table: TP size, sequence parallelism, recomputation. */
 typedef struct {
@@ -57,7 +57,7 @@ double activation_bytes_paper(const gpt_config *m, int B, activation_setup c);
 /* "sbh(4 + 12/t + as/ht) e + 16sb"-style text of the setup's expression. */
 void activation_expression(activation_setup c, char *buf, size_t len);
 
-/* The planner's PLAN_ACTS_THIS_MODEL (plan_memory.h): the first stage's peak activation
+/* The planner's PLAN_ACTS_THIS_MODEL (plan_mesh.h): the first stage's peak activation
  * bytes on one rank, elements of element_bytes (4 or 2), as the model allocates them
  * (model_instance.c). With r = b s rows of a micro-batch (s / cp with CP) and
  * min(pp, m) micro-batches in flight (1F1B):

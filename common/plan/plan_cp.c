@@ -1,8 +1,5 @@
 #include "plan_cp.h"
 
-
-int plan_cp_size(const plan_mesh *mesh) { return mesh->cp > 1 ? mesh->cp : 1; }
-
 double plan_cp_chunk_bytes(const plan_model *m, const plan_mesh *mesh, double element_bytes) {
     const double tokens = (double)mesh->micro_batch * m->seq / plan_cp_size(mesh);
     return element_bytes * tokens * m->hidden / mesh->tp;

@@ -31,10 +31,8 @@
 #ifndef PLAN_CP_H
 #define PLAN_CP_H
 
-#include "plan_memory.h"
+#include "plan_mesh.h"
 
-/* cp, or 1 when the mesh has no context parallelism (cp 0). */
-int plan_cp_size(const plan_mesh *mesh);
 /* Bytes of a chunk: b x s/cp x h/t elements. */
 double plan_cp_chunk_bytes(const plan_model *m, const plan_mesh *mesh, double element_bytes);
 /* Chunks one rank sends per layer per micro-batch (see above); 0 without CP. */
