@@ -479,6 +479,19 @@ static void the_planners_mesh_and_its_controls(const predict_mesh_run *run) {
            run->measured.state.activations, -100 * error);
 }
 
+/* A control: the run's mesh planned with Korthikanti's activations (`what` names them);
+ * the figures that differ. */
+static int figures_differing_by_korthikanti(const plan_request *r, const predict_mesh_run *run,
+                                            const char *what) {
+    plan_mesh korthikanti = run->mesh;
+    korthikanti.activations = PLAN_ACTS_KORTHIKANTI;
+    const predict_mesh_figures wrong = predict_mesh_planned(r, &korthikanti);
+    printf("negative control: %s %.0f, measured %.0f\n", what, wrong.state.activations,
+           run->measured.state.activations);
+    double error;
+    return predict_mesh_compare(&wrong, &run->measured, &error);
+}
+
 /* The CP mesh given to the planner: its formulas against the measured figures, and
  * held wrong three ways: Ulysses' all-to-alls counted for the ring's K/V blocks, the
  * gradients reduced over dp alone (not dp x cp), the activations without the ring's
@@ -507,12 +520,8 @@ static void the_cp_mesh_and_its_controls(const predict_mesh_run *run) {
     printf("negative control: gradients over dp alone %.0f, measured %.0f\n", wrong.bytes[2],
            run->measured.bytes[2]);
     ck_assert_int_eq(predict_mesh_compare(&wrong, &run->measured, &error), 1);
-    plan_mesh korthikanti = run->mesh;
-    korthikanti.activations = PLAN_ACTS_KORTHIKANTI;
-    wrong = predict_mesh_planned(&r, &korthikanti);
-    printf("negative control: the chunk's Korthikanti count %.0f, measured %.0f\n",
-           wrong.state.activations, run->measured.state.activations);
-    ck_assert_int_eq(predict_mesh_compare(&wrong, &run->measured, &error), 1);
+    ck_assert_int_eq(figures_differing_by_korthikanti(&r, run, "the chunk's Korthikanti count"),
+                     1);
 }
 
 /* The ZeRO-3 mesh given to the planner (chapter 11's run, which gathers a stage's
@@ -550,6 +559,39 @@ static void the_zero3_mesh_and_its_controls(const predict_mesh_run *run) {
     ck_assert_int_ne(figures_differing_at_stage(&r, run, 2), 0);
 }
 
+/* The TP + SP mesh given to the planner (tp 2 + SP x dp 2, this model's TP count): its
+ * formulas against the measured figures, and held wrong three ways: the papers' count
+ * (every bias and LayerNorm split tp ways, no vocab-parallel head's all-reduces), SP's
+ * backward regathers, LayerNorm-gradient all-reduces and scratch left out, and
+ * Korthikanti's activations. */
+static void the_tp_mesh_and_its_controls(const predict_mesh_run *run) {
+    const plan_request r = predict_mesh_request(run->ranks, PRECISION_FP32);
+    const predict_mesh_figures right = predict_mesh_planned(&r, &run->mesh);
+    double error;
+    ck_assert_int_eq(run->mesh.tp, 2);
+    ck_assert(run->mesh.sequence_parallel);
+    ck_assert_int_eq(run->mesh.tp_count, PLAN_TP_THIS_MODEL);
+    ck_assert_int_eq(predict_mesh_compare(&right, &run->measured, &error), 0);
+    printf("TP mesh tp %d + SP x dp %d: tp bytes %.0f = %.0f measured, dp %.0f = %.0f, params"
+           " %.0f = %.0f, activations %.0f = %.0f\n", run->mesh.tp, run->mesh.dp, right.bytes[0],
+           run->measured.bytes[0], right.bytes[2], run->measured.bytes[2], right.state.params,
+           run->measured.state.params, right.state.activations, run->measured.state.activations);
+    plan_mesh paper = run->mesh;
+    paper.tp_count = PLAN_TP_PAPER;
+    predict_mesh_figures wrong = predict_mesh_planned(&r, &paper);
+    printf("negative control: the papers' TP count, tp bytes %.0f, params %.0f, dp %.0f\n",
+           wrong.bytes[0], wrong.state.params, wrong.bytes[2]);
+    /* tp, dp, params, grads, optimizer */
+    ck_assert_int_eq(predict_mesh_compare(&wrong, &run->measured, &error), 5);
+    plan_mesh no_sp = run->mesh;
+    no_sp.sequence_parallel = 0;
+    wrong = predict_mesh_planned(&r, &no_sp);
+    printf("negative control: without SP's terms, tp bytes %.0f, activations %.0f\n",
+           wrong.bytes[0], wrong.state.activations);
+    ck_assert_int_eq(predict_mesh_compare(&wrong, &run->measured, &error), 2);
+    ck_assert_int_eq(figures_differing_by_korthikanti(&r, run, "Korthikanti's count"), 1);
+}
+
 START_TEST(predictions_match_the_chapters_runs) {
     char dir[1024];
     programs_dir(dir, sizeof dir);
@@ -572,6 +614,7 @@ START_TEST(predictions_match_the_chapters_runs) {
     the_planners_mesh_and_its_controls(&mesh_run[PREDICT_MESH_SEARCHED]);
     the_zero3_mesh_and_its_controls(&mesh_run[PREDICT_MESH_ZERO3]);
     the_cp_mesh_and_its_controls(&mesh_run[PREDICT_MESH_CP]);
+    the_tp_mesh_and_its_controls(&mesh_run[PREDICT_MESH_TP]);
 }
 END_TEST
 

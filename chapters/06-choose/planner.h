@@ -37,6 +37,8 @@ typedef struct {
                                     --predict-chapters: per step, chapter 11's) */
     plan_activation_count activations;   /* whose activations (0: Korthikanti's;
                                             --predict-chapters: this model's) */
+    plan_tp_count tp_count;      /* whose TP rank (0: the papers'; --predict-chapters:
+                                    this model's) */
     int fp8;                     /* bf16 with FP8 linears (--precision fp8): ZeRO-3 gathers
                                     1-byte weights plus scales; flops at the FP8 peak */
     const char *model_name;      /* --model's preset, or NULL */

@@ -55,9 +55,10 @@ typedef struct {
     int ranks;
     predict_mesh_figures measured;
 } predict_mesh_run;
-/* The meshes trained: the search's, then the ZeRO-3 mesh and the CP mesh given to the
- * planner (predict_mesh.c). */
-enum { PREDICT_MESH_SEARCHED, PREDICT_MESH_ZERO3, PREDICT_MESH_CP, PREDICT_MESH_RUNS };
+/* The meshes trained: the search's, then the ZeRO-3 mesh, the CP mesh and the TP + SP
+ * mesh given to the planner (predict_mesh.c). */
+enum { PREDICT_MESH_SEARCHED, PREDICT_MESH_ZERO3, PREDICT_MESH_CP, PREDICT_MESH_TP,
+       PREDICT_MESH_RUNS };
 
 typedef struct {
     int steps;
@@ -133,10 +134,13 @@ double predict_sequence_bytes(int cp_kind, int ranks);
 /* The planner's meshes (predict_mesh.c): plan_best_mesh for bench256 (global batch 8,
  * micro-batches of 1) on PREDICT_MESH_RANKS 80 GB GPUs of one node, and a mesh on 4
  * GPUs given to the planner (plan_evaluate), tp 1 x pp 2 x dp 2 at ZeRO-3 (the search
- * keeps ZeRO-3 to pp 1) and, in fp32, tp 1 x cp 2 x pp 2 with ring attention; each trained by chapter 11 with that tp, cp,
+ * keeps ZeRO-3 to pp 1), in fp32 tp 1 x cp 2 x pp 2 with ring attention, and tp 2 + SP
+ * x dp 2; each trained by chapter 11 with that tp, cp,
  * pp, dp shards and replicas, ZeRO stage, micro-batch count (1F1B) and precision. The
  * request's ZeRO-3 gathers once a step, as chapter 11's (PLAN_GATHER_PER_STEP), and its
- * activations are this model's (PLAN_ACTS_THIS_MODEL). Bytes
+ * activations and its TP ranks are this model's (PLAN_ACTS_THIS_MODEL,
+ * PLAN_TP_THIS_MODEL: the row-parallel biases and the LayerNorms whole, the
+ * vocab-parallel embedding's and head's all-reduces, SP's regathers). Bytes
  * sent per step on each group (the rank that sends the most) and the peak params, grads
  * and optimizer bytes in a step (the rank that holds the most) must equal the planner's
  * plan_bytes_sent and plan_model_states to the byte, and so must its activations (this

@@ -1,7 +1,7 @@
 /* --predict-chapters' meshes: the planner's search run for bench256 on 8 ranks of one
  * node, its fastest fitting mesh trained by chapter 11 (the same tp, cp, pp, dp shards
- * and replicas, ZeRO stage, micro-batches and precision), then a ZeRO-3 mesh and a CP
- * mesh given to the planner, and the planner's bytes per group (plan_bytes_sent) and
+ * and replicas, ZeRO stage, micro-batches and precision), then a ZeRO-3 mesh, a CP mesh
+ * and a TP + SP mesh given to the planner, and the planner's bytes per group (plan_bytes_sent) and
  * memory per GPU (plan_memory_per_gpu) held against what chapter 11 measured on the
  * rank that sends or holds the most (predict.h). */
 #include "predict.h"
@@ -27,7 +27,7 @@ plan_request predict_mesh_request(int ranks, precision dtype) {
                     .flops_per_gpu = 0.4 * 989e12},
         .gpu_bytes = 80e9, .micro_batch = 1, .global_batch = 8,
         .recompute = -1, .dtype = dtype, .gather = PLAN_GATHER_PER_STEP,
-        .activations = PLAN_ACTS_THIS_MODEL};
+        .activations = PLAN_ACTS_THIS_MODEL, .tp_count = PLAN_TP_THIS_MODEL};
     if (dtype == PRECISION_FP32) r.cluster.flops_per_gpu *= PLAN_FP32_PEAK_FRACTION;
     return r;
 }
@@ -102,7 +102,7 @@ static void print_bytes_row(const char *name, double predicted, double measured,
 
 static const char *const run_words[PREDICT_MESH_RUNS] = {
     "the planner's mesh", "a ZeRO-3 mesh given to the planner",
-    "a CP mesh given to the planner"};
+    "a CP mesh given to the planner", "a TP + SP mesh given to the planner"};
 
 static void print_mesh(int which, int ranks, const plan_mesh *x, const predict_mesh_figures *p,
                        const predict_mesh_figures *m, const predict_options *o) {
@@ -122,10 +122,11 @@ static void print_mesh(int which, int ranks, const plan_mesh *x, const predict_m
                m->state.optimizer, p->state.activations, m->state.activations);
         return;
     }
-    printf("\n%s trained (chapter 11, bench256 on %d ranks, %s): tp %d x cp %d"
+    printf("\n%s trained (chapter 11, bench256 on %d ranks, %s): tp %d%s x cp %d"
            " x pp %d x dp %d (%d shards x %d replicas), ZeRO-%d%s, %d micro-batches of %d,"
            " recomputation none\n  %-14s %12s %12s\n", run_words[which], ranks,
-           precision_name(o->dtype), x->tp, plan_cp_size(x), x->pp, x->dp,
+           precision_name(o->dtype), x->tp, x->sequence_parallel ? " + SP" : "",
+           plan_cp_size(x), x->pp, x->dp,
            plan_dp_shard_size(x), plan_dp_replicas(x), x->zero_stage,
            x->zero_stage == 3 ? " (gathered once a step)" : "", plan_micro_batches(x),
            x->micro_batch, "bytes a step", "planner", "measured");
@@ -141,6 +142,8 @@ static void print_mesh(int which, int ranks, const plan_mesh *x, const predict_m
 plan_mesh predict_mesh_given(int which, int *ranks) {
     *ranks = 4;
     if (which == PREDICT_MESH_ZERO3) return (plan_mesh){.tp = 1, .pp = 2, .dp = 2, .zero_stage = 3};
+    /* plan_evaluate adds SP to tp > 1 */
+    if (which == PREDICT_MESH_TP) return (plan_mesh){.tp = 2, .pp = 1, .dp = 2};
     return (plan_mesh){.tp = 1, .cp = 2, .cp_attention = CP_RING, .pp = 2, .dp = 1};
 }
 
@@ -194,11 +197,13 @@ int predict_mesh_in(const char *programs_dir, const predict_options *o, int *mis
     *activation_error = 0;
     if (o->mesh_run) memset(o->mesh_run, 0, PREDICT_MESH_RUNS * sizeof *o->mesh_run);
     /* chapter 11's CP attention sends fp32 chunks: the CP mesh is fp32's */
-    const int runs = o->dtype == PRECISION_FP32 ? PREDICT_MESH_RUNS : PREDICT_MESH_CP;
-    for (int which = 0; which < runs; which++)
-        if (!mesh_run(programs_dir, which, o, mismatches, activation_error)) return 0;
+    const int fp32 = o->dtype == PRECISION_FP32;
+    for (int which = 0; which < PREDICT_MESH_RUNS; which++)
+        if ((fp32 || which != PREDICT_MESH_CP) &&
+            !mesh_run(programs_dir, which, o, mismatches, activation_error))
+            return 0;
     if (o->json) printf("]");
-    else if (runs < PREDICT_MESH_RUNS)
+    else if (!fp32)
         printf("\n(the CP mesh is trained in fp32 only: chapter 11's ring attention sends fp32"
                " chunks)\n");
     return 1;

@@ -45,6 +45,7 @@ plan_row plan_evaluate(const plan_request *r, const char *name, plan_mesh mesh) 
     mesh.sequence_parallel = mesh.tp > 1;
     mesh.gather = r->gather;
     mesh.activations = r->activations;
+    mesh.tp_count = r->tp_count;
     if (r->recompute >= 0) {
         mesh.recompute = (plan_recompute)r->recompute;
         return evaluate_with(r, name, mesh);

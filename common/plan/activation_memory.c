@@ -47,6 +47,12 @@ void activation_expression(activation_setup c, char *buf, size_t len) {
     }
 }
 
+/* The vocabulary rows of a rank's head: ceil(V / t), padded as the vocab-parallel
+ * embedding splits it (tp_split_vocab). */
+static double vocab_rows(const plan_model *m, int tp) {
+    return (double)((m->vocab + tp - 1) / tp);
+}
+
 /* The layers' table, the per-micro-batch buffers and the head of one micro-batch, on
  * r rows (b s / cp). With CP the chunk's table without the probabilities, and the lse
  * ring attention saves per query row. */
@@ -63,7 +69,23 @@ static double per_micro_batch(const plan_model *m, const plan_mesh *mesh, double
                    (activation_bytes_per_layer(&c, mesh->micro_batch, p, setup) + lse);
     bytes += e * rows_held * h * (mesh->pp > 1 ? 2 : 1) + 2 * r * sizeof(int);
     if (mesh->pp == 1)
-        bytes += e * r * h + 2 * r * sizeof(float) + e * r * m->vocab / t + r * sizeof(float);
+        bytes += e * r * h + 2 * r * sizeof(float) + e * r * vocab_rows(m, mesh->tp) +
+                 r * sizeof(float);
+    return bytes;
+}
+
+/* What tensor parallelism adds once, on a one-stage pipeline's rank (it holds the head):
+ * the vocab-parallel loss's row maxima, sums and target logits (3 r fp32, held while it
+ * runs) and in 16 bits its slice of the logits widened to fp32; with SP the layers'
+ * shared scratch (tp_sequence_create): the stacked, gathered and partial rows, e r h
+ * each, and a LayerNorm's weight and bias gradients, 2 h fp32. */
+static double tp_buffers(const plan_model *m, const plan_mesh *mesh, double e, double r) {
+    if (mesh->tp == 1) return 0;
+    const double f32 = sizeof(float);
+    double bytes = 0;
+    if (mesh->pp == 1)
+        bytes += 3 * r * f32 + (e < f32 ? f32 * r * vocab_rows(m, mesh->tp) : 0);
+    if (mesh->sequence_parallel) bytes += 3 * e * r * m->hidden + 2 * m->hidden * f32;
     return bytes;
 }
 
@@ -88,5 +110,5 @@ double plan_this_model_activations(const plan_model *m, const plan_mesh *mesh,
     const double d_probabilities = cp > 1 ? 0 : (double)m->heads * m->seq * r / t;
     const double backward = e * (2 * r * h + 12 * r * h / t + d_probabilities);
     return in_flight * per_micro_batch(m, mesh, e, r) + backward +
-           (cp > 1 ? ring_buffers(m, mesh, r) : 0);
+           (cp > 1 ? ring_buffers(m, mesh, r) : 0) + tp_buffers(m, mesh, e, r);
 }

@@ -55,7 +55,7 @@ double plan_gathered_bytes(plan_precision p) { return p.gathered > 0 ? p.gathere
 
 plan_bytes plan_model_states(const plan_model *m, const plan_mesh *mesh,
                              plan_precision precision) {
-    const double P = plan_params_per_gpu(m, mesh->tp, mesh->pp);
+    const double P = plan_mesh_params_per_gpu(m, mesh);
     /* the cp ranks hold the same weights: ZeRO shards over dp x cp, as Megatron-LM's
      * distributed optimizer does; HSDP over its shard group x cp only */
     const int shards = plan_dp_shard_size(mesh) * plan_cp_size(mesh);
@@ -68,7 +68,7 @@ plan_bytes plan_model_states(const plan_model *m, const plan_mesh *mesh,
         if (z.params && shards > 1) b.params += plan_gathered_bytes(precision) * P;
         return b;
     }
-    const double layer = plan_layer_params(m->hidden) / mesh->tp;
+    const double layer = plan_mesh_layer_params(m, mesh);
     if (z.grads && shards > 1) b.grads += precision.grads * layer;
     if (z.params && shards > 1) b.params += plan_gathered_bytes(precision) * layer;
     return b;

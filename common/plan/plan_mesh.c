@@ -50,6 +50,37 @@ double plan_params_per_gpu(const plan_model *m, int tp, int pp) {
     return layers + (double)m->vocab * h / tp + (double)m->seq * h;
 }
 
+double plan_this_model_layer_params(int hidden, int tp) {
+    const double h = hidden, t = tp;
+    return 12 * h * h / t + 7 * h / t + 6 * h;
+}
+
+int plan_stage_layers(const plan_model *m, int pp, int stage) {
+    const long l = m->layers;
+    return (int)((stage + 1) * l / pp - stage * l / pp);
+}
+
+double plan_this_model_params_per_gpu(const plan_model *m, int tp, int pp) {
+    const double h = m->hidden, layer = plan_this_model_layer_params(m->hidden, tp);
+    const double rows = (double)((m->vocab + tp - 1) / tp) * h;   /* padded to ceil(V/t) */
+    const double first = plan_stage_layers(m, pp, 0) * layer + rows + (double)m->seq * h;
+    const double last = plan_stage_layers(m, pp, pp - 1) * layer + 2 * h + rows;
+    if (pp == 1) return first + 2 * h;
+    return first > last ? first : last;
+}
+
+double plan_mesh_params_per_gpu(const plan_model *m, const plan_mesh *mesh) {
+    if (mesh->tp_count == PLAN_TP_THIS_MODEL)
+        return plan_this_model_params_per_gpu(m, mesh->tp, mesh->pp);
+    return plan_params_per_gpu(m, mesh->tp, mesh->pp);
+}
+
+double plan_mesh_layer_params(const plan_model *m, const plan_mesh *mesh) {
+    if (mesh->tp_count == PLAN_TP_THIS_MODEL)
+        return plan_this_model_layer_params(m->hidden, mesh->tp);
+    return plan_layer_params(m->hidden) / mesh->tp;
+}
+
 double plan_layer_activations(const plan_model *m, int micro_batch, int tp, int sp,
                               plan_recompute recompute) {
     const double s = m->seq, b = micro_batch, h = m->hidden, a = m->heads, t = tp;

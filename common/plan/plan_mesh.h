@@ -50,6 +50,20 @@ typedef enum { PLAN_GATHER_PER_PASS, PLAN_GATHER_PER_STEP } plan_zero3_gather;
  *                          and once the backward's buffers of one layer
  *                          (plan_this_model_activations) */
 typedef enum { PLAN_ACTS_KORTHIKANTI, PLAN_ACTS_THIS_MODEL } plan_activation_count;
+
+/* Whose tensor-parallel rank the planner counts (what differs is at tp > 1):
+ *   PLAN_TP_PAPER       Narayanan's and Megatron's: a layer's 12 h^2 + 13 h split t ways,
+ *                       the first stage's embedding V h / t and positions s h, and 4
+ *                       all-reduces of b s h activations a layer and micro-batch
+ *   PLAN_TP_THIS_MODEL  this course's trainer (plan_this_model_params_per_gpu,
+ *                       plan_this_model_tp_bytes): the row-parallel biases (proj, fc2)
+ *                       and the LayerNorms kept whole, a layer 12 h^2 / t + 7 h / t + 6 h;
+ *                       ceil(V / t) rows of the vocab-parallel embedding; the final
+ *                       LayerNorm and the head's copy of the tied weight on the last
+ *                       stage; on the tp group also the vocab-parallel embedding's and
+ *                       head's all-reduces and the loss's numbers, and with SP the
+ *                       backward's regathered inputs and LayerNorm-gradient all-reduces */
+typedef enum { PLAN_TP_PAPER, PLAN_TP_THIS_MODEL } plan_tp_count;
 extern const char *const plan_recompute_names[];   /* "none", "selective", "full" */
 
 /* A mesh and the batch it trains. global_batch = dp x micro_batch x micro-batches.
@@ -69,6 +83,7 @@ typedef struct {
     plan_zero3_gather gather;   /* ZeRO-3's gathers (and the working buffers they and
                                    ZeRO-2 hold); 0: per pass, FSDP's */
     plan_activation_count activations;   /* 0: Korthikanti's */
+    plan_tp_count tp_count;              /* 0: the papers' */
 } plan_mesh;
 
 /* The ranks ZeRO shards over (dp_shard, or dp), and the replicas that hold the same shard
@@ -96,6 +111,20 @@ int plan_layers_per_stage(const plan_model *m, int pp);
 /* Parameters on one GPU of the first stage, which holds the most: its layers split
  * tp ways, plus the embedding (V h split tp ways, positions s h whole). */
 double plan_params_per_gpu(const plan_model *m, int tp, int pp);
+/* This model's (PLAN_TP_THIS_MODEL): a layer on one of tp ranks, 12 h^2 / t + 7 h / t +
+ * 6 h (the column-parallel QKV and fc split with their biases, the row-parallel proj and
+ * fc2 split without theirs, both LayerNorms whole); and the parameters of the stage that
+ * holds the most (stages split as chapter 11's, floor(k l / pp)): the first with its
+ * layers, ceil(V / t) h embedding rows and s h positions, the last with its layers, the
+ * final LayerNorm 2 h and (pp > 1) its copy of the tied weight. */
+double plan_this_model_layer_params(int hidden, int tp);
+double plan_this_model_params_per_gpu(const plan_model *m, int tp, int pp);
+/* The mesh's count: plan_params_per_gpu or this model's (mesh->tp_count). */
+double plan_mesh_params_per_gpu(const plan_model *m, const plan_mesh *mesh);
+/* One layer's parameters on a GPU by the mesh's count. */
+double plan_mesh_layer_params(const plan_model *m, const plan_mesh *mesh);
+/* Layers of stage k of pp as chapter 11 splits them: [k l / pp, (k + 1) l / pp). */
+int plan_stage_layers(const plan_model *m, int pp, int stage);
 
 /* Korthikanti's activation bytes of one layer for one micro-batch of b sequences. */
 double plan_layer_activations(const plan_model *m, int micro_batch, int tp, int sp,

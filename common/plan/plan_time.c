@@ -69,6 +69,38 @@ static double tp_calls(const plan_model *m, const plan_mesh *mesh, int micro_bat
     return (double)plan_layers_per_stage(m, mesh->pp) * micro_batches * per_layer;
 }
 
+/* This model's tp bytes on stage k a micro-batch (PLAN_TP_THIS_MODEL): the layers' 4
+ * all-reduces of N x h activations (6 with full recomputation), the vocab-parallel
+ * embedding's (first stage) and the head's input gradient's with the loss's 3 N fp32
+ * numbers (last stage), each a ring's 2 (t-1)/t; with SP, which makes every all-reduce
+ * a reduce-scatter and an all-gather of the same bytes, the backward also gathers each
+ * layer's 2 column-parallel inputs again, (t-1)/t of N x h each, and all-reduces the
+ * weight and bias gradients (2 h fp32) of its 2 LayerNorms and the final one. */
+static double this_model_tp_stage(const plan_model *m, const plan_mesh *mesh, int stage,
+                                  double activations) {
+    const double t = mesh->tp, ring = 2 * (t - 1) / t, f32 = sizeof(float);
+    const double rows = (double)m->seq / plan_cp_size(mesh) * mesh->micro_batch;
+    const int layers = plan_stage_layers(m, mesh->pp, stage), last = stage == mesh->pp - 1;
+    const double per_layer = mesh->recompute == RECOMPUTE_FULL ? 6 : 4;
+    double bytes = ring * activations * (per_layer * layers + (stage == 0) + last);
+    bytes += last ? ring * 3 * rows * f32 : 0;
+    if (mesh->sequence_parallel)
+        bytes += (t - 1) / t * 2 * layers * activations +
+                 ring * (2.0 * layers + last) * 2 * m->hidden * f32;
+    return bytes;
+}
+
+/* The tp bytes a micro-batch on the stage that sends the most, by the mesh's count. */
+static double tp_bytes_per_micro_batch(const plan_model *m, const plan_mesh *mesh,
+                                       double activations) {
+    if (mesh->tp == 1) return 0;
+    if (mesh->tp_count == PLAN_TP_PAPER)
+        return tp_calls(m, mesh, 1) * 2 * (mesh->tp - 1.0) / mesh->tp * activations;
+    const double first = this_model_tp_stage(m, mesh, 0, activations);
+    const double last = this_model_tp_stage(m, mesh, mesh->pp - 1, activations);
+    return first > last ? first : last;
+}
+
 static double tp_seconds(const plan_model *m, const plan_mesh *mesh, const plan_cluster *c,
                          int micro_batches, plan_precision precision) {
     if (mesh->tp == 1) return 0;
@@ -122,7 +154,7 @@ static double dp_seconds(const plan_model *m, const plan_mesh *mesh, const plan_
     const int cp = plan_cp_size(mesh), shards = plan_dp_shard_size(mesh) * cp;
     const int replicas = plan_dp_replicas(mesh);
     if (shards * replicas == 1) return 0;
-    const double params = plan_params_per_gpu(m, mesh->tp, mesh->pp);
+    const double params = plan_mesh_params_per_gpu(m, mesh);
     const int layers = plan_layers_per_stage(m, mesh->pp);
     const double weights = plan_gathered_bytes(precision) * params / layers;
     const double grads = precision.grads * params / layers;
@@ -172,11 +204,10 @@ plan_group_bytes plan_bytes_sent(const plan_model *m, const plan_mesh *mesh,
     const double activations = activation_message(m, mesh, precision);
     const int cp = plan_cp_size(mesh), shards = plan_dp_shard_size(mesh) * cp;
     const int replicas = plan_dp_replicas(mesh);
-    const double params = plan_params_per_gpu(m, mesh->tp, mesh->pp);
+    const double params = plan_mesh_params_per_gpu(m, mesh);
     const double weights = plan_gathered_bytes(precision) * params;
     const double grads = precision.grads * params;
-    if (mesh->tp > 1)
-        b.tp = tp_calls(m, mesh, micro_batches) * 2 * (mesh->tp - 1.0) / mesh->tp * activations;
+    b.tp = micro_batches * tp_bytes_per_micro_batch(m, mesh, activations);
     if (mesh->pp > 1)
         b.pp = (mesh->pp > 2 ? 2 : 1) * micro_batches * activations / mesh->tp;
     if (mesh->zero_stage < 3) {

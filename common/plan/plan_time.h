@@ -96,7 +96,10 @@ plan_step plan_step_time(const plan_model *m, const plan_mesh *mesh,
                          const plan_cluster *cluster, plan_precision precision);
 /* The bytes behind plan_step's messages, sent per iteration by the GPU of each group
  * that sends the most (a ring collective of n ranks sends (n-1)/n of its buffer per
- * pass): tp 4 (6) all-reduces a layer and micro-batch; pp a micro-batch's activation
+ * pass): tp 4 (6) all-reduces a layer and micro-batch (PLAN_TP_THIS_MODEL: also the
+ * vocab-parallel embedding's and head's and the loss's numbers, and SP's regathers and
+ * LayerNorm gradients, on the stage that sends the most; plan_step's tp_comm stays the
+ * papers' count); pp a micro-batch's activation
  * forward and its gradient back (a middle stage sends both, a two-stage pipeline's
  * ranks one each); dp and dp_replicate as dp_comm counts them; cp plan_cp.h's chunks.
  * What --predict-chapters holds against chapter 11's measured bytes per group. */
