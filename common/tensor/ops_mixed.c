@@ -409,6 +409,14 @@ void mixed_gelu_backward(precision p, void *dinp, const void *dgelu, const void 
     }
     const int w = mixed_begin(OP_GELU, bytes_of(p, 3.0 * n));
     MIXED_ON_GPU(w, OP_GELU, gelu_backward, p, dinp, dgelu, dout, n);
+    if (p == PRECISION_BF16) {   /* cpu_gelu_backward's products, widened as read */
+        const uint16_t *dg = dgelu, *dy = dout;
+        uint16_t *dx = dinp;
+        for (size_t i = 0; i < n; i++)
+            dx[i] = number_to_bf16(number_from_bf16(dg[i]) * number_from_bf16(dy[i]));
+        mixed_end(w, OP_GELU);
+        return;
+    }
     float *dg = workspace(2 * CHUNK_FLOATS), *dy = dg + CHUNK_FLOATS;
     /* dinp may be dout: each chunk is read, then written */
     for (size_t i = 0; i < n; i += CHUNK_FLOATS) {
