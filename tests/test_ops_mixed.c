@@ -164,7 +164,8 @@ END_TEST
 /* ---- layer norm ------------------------------------------------------------------ */
 
 /* N rows of C: C > 1024 takes the fp32 op's unfused backward, and with N = 40 the
- * forward's chunks of rows (16384 / C of them) end in a partial one. */
+ * forward's chunks of rows (16384 / C of them) end in a partial one; N = 700 of C = 64
+ * is three chunks (256, 256, 188 rows) of the backward, its sums carried across them. */
 static void check_layernorm_shape(precision p, int N, int C) {
     const size_t n = (size_t)N * C;
     void *inp = random_p(p, n, -2, 2), *weight = random_p(p, C, 0.5, 1.5);
@@ -190,8 +191,11 @@ static void check_layernorm_shape(precision p, int N, int C) {
 }
 
 static void check_layernorm(precision p) {
-    check_layernorm_shape(p, 7, 12);
-    check_layernorm_shape(p, 40, 1100);
+    const int shapes[][2] = {{7, 12}, {40, 1100}, {700, 64}};
+    for (int i = 0; i < 3; i++) {
+        check_layernorm_shape(p, shapes[i][0], shapes[i][1]);
+        free_held();   /* each shape's buffers */
+    }
 }
 
 START_TEST(test_layernorm) { in_every_precision("layernorm", check_layernorm); }

@@ -64,6 +64,7 @@ static float max_f(const float *x, int n) {
  * rows loses nothing. Rows are read whole and in order (a column walk would stride by
  * ld and thrash the cache); the accumulators, COLCHUNK of them, stay in L1. */
 #define COLCHUNK 1024
+_Static_assert(COLCHUNK == CPU_LAYERNORM_SUM_MAX_C, "layer norm's sums: one width");
 static void add_column_sums(float *dst, const float *x, int rows, int cols, size_t ld) {
     for (int c0 = 0; c0 < cols; c0 += COLCHUNK) {
         int w = cols - c0 < COLCHUNK ? cols - c0 : COLCHUNK;
@@ -236,6 +237,15 @@ static void layernorm_backward_row(float *dx, const float *dy, const float *x,
     }
 }
 
+void cpu_layernorm_backward_rows(float *dinp, const float *dout, const float *inp,
+                                 const float *weight, const float *mean, const float *rstd,
+                                 int N, int C, double *sum_b, double *sum_w) {
+    for (int n = 0; n < N; n++)
+        layernorm_backward_row(dinp + (size_t)n * C, dout + (size_t)n * C,
+                               inp + (size_t)n * C, weight, mean[n], rstd[n], C, sum_b,
+                               sum_w);
+}
+
 void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, const float *mean,
                             const float *rstd, int N, int C) {
@@ -247,10 +257,8 @@ void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const flo
     double sum_b[COLCHUNK], sum_w[COLCHUNK];
     if (fused)
         for (int c = 0; c < C; c++) sum_b[c] = sum_w[c] = 0.0;
-    for (int n = 0; n < N; n++)
-        layernorm_backward_row(dinp + (size_t)n * C, dout + (size_t)n * C,
-                               inp + (size_t)n * C, weight, mean[n], rstd[n], C,
-                               fused ? sum_b : NULL, fused ? sum_w : NULL);
+    cpu_layernorm_backward_rows(dinp, dout, inp, weight, mean, rstd, N, C,
+                                fused ? sum_b : NULL, fused ? sum_w : NULL);
     if (fused) {
         for (int c = 0; c < C; c++) {
             dbias[c] += (float)sum_b[c];

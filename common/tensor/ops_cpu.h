@@ -18,6 +18,14 @@ void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *in
 void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, const float *mean,
                             const float *rstd, int N, int C);
+/* Rows [0, N) of the above (dinp += their gradient), the dbias and dweight terms added
+ * in row order to the caller's doubles sum_b and sum_w (C each, or both NULL for none),
+ * so that rows fed a chunk at a time sum in the whole op's order. cpu_layernorm_backward
+ * sums this way for C <= CPU_LAYERNORM_SUM_MAX_C. */
+#define CPU_LAYERNORM_SUM_MAX_C 1024
+void cpu_layernorm_backward_rows(float *dinp, const float *dout, const float *inp,
+                                 const float *weight, const float *mean, const float *rstd,
+                                 int N, int C, double *sum_b, double *sum_w);
 
 void cpu_linear_forward(float *out, const float *inp, const float *weight,
                         const float *bias, int N, int IC, int OC);

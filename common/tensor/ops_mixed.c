@@ -8,9 +8,9 @@
  *
  * The CPU ops are called, not the ops.h ones, so that a watcher sees one op per mixed
  * op, with its traffic in the bytes of p. Row-wise ops work in chunks of rows, so that
- * the scratch stays small; ops whose fp32 twin sums over all rows (layernorm's
- * parameter gradients, the position gradient) widen all rows at once, since summing
- * chunk by chunk would round differently. Two hot ones skip the scratch with the same
+ * the scratch stays small; ops whose fp32 twin sums over all rows (the position
+ * gradient) widen all rows at once, since summing chunk by chunk would round
+ * differently; layer norm (ops_mixed_layernorm.c) carries its sums across chunks. Two hot ones skip the scratch with the same
  * bits: the linear's dbias (the twin's sums, read from 16 bits) and bf16's residual add.
  *
  * The scratch is one workspace per thread, grown when an op needs more and never
@@ -102,8 +102,7 @@ void ops_mixed_release_thread(void) {
     fp8_linear_release_thread();
 }
 
-/* Rows of width elements per chunk: as many as CHUNK_FLOATS holds, at least one. */
-static int chunk_rows(size_t width) {
+int mixed_chunk_rows(size_t width) {
     size_t rows = width ? CHUNK_FLOATS / width : 1;
     return rows ? (int)rows : 1;
 }
@@ -209,7 +208,7 @@ void mixed_embedding_backward(precision p, float *dwte, const void *dout, const 
     const int w = mixed_begin(OP_EMBEDDING,
                               bytes_of(p, (double)N * C) + F32(2.0 * N * C));
     MIXED_ON_GPU(w, OP_EMBEDDING, embedding_backward, p, dwte, dout, tokens, N, C, vocab_start, vocab_len);
-    const int rows = chunk_rows((size_t)C);
+    const int rows = mixed_chunk_rows((size_t)C);
     float *g = workspace((size_t)rows * C);
     for (int n0 = 0; n0 < N; n0 += rows) {   /* rows in order, as the fp32 op adds them */
         const int nn = N - n0 < rows ? N - n0 : rows;
@@ -253,56 +252,6 @@ void mixed_position_backward(precision p, float *dwpe, const void *dout, int B, 
     widen(p, g, dout, n);
     cpu_position_backward(dwpe, g, B, T, C);
     mixed_end(w, OP_EMBEDDING);
-}
-
-/* ---- layer norm ------------------------------------------------------------------ */
-
-void mixed_layernorm_forward(precision p, void *out, float *mean, float *rstd,
-                             const void *inp, const void *weight, const void *bias, int N,
-                             int C) {
-    if (p == PRECISION_FP32) {
-        layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
-        return;
-    }
-    const int w = mixed_begin(OP_LAYERNORM,
-                              bytes_of(p, 2.0 * N * C) + F32(2.0 * N));
-    MIXED_ON_GPU(w, OP_LAYERNORM, layernorm_forward, p, out, mean, rstd, inp, weight, bias, N, C);
-    const int rows = chunk_rows((size_t)C);
-    const size_t chunk = (size_t)rows * C;
-    float *wgt = workspace(2 * (size_t)C + 2 * chunk), *b = wgt + C, *x = b + C;
-    float *y = x + chunk;
-    widen(p, wgt, weight, (size_t)C);
-    widen(p, b, bias, (size_t)C);
-    for (int n0 = 0; n0 < N; n0 += rows) {
-        const int nn = N - n0 < rows ? N - n0 : rows;
-        const size_t at = (size_t)n0 * C, len = (size_t)nn * C;
-        widen(p, x, precision_at(p, inp, at), len);
-        cpu_layernorm_forward(y, mean + n0, rstd + n0, x, wgt, b, nn, C);
-        round_to(p, precision_at(p, out, at), y, len);
-    }
-    mixed_end(w, OP_LAYERNORM);
-}
-
-void mixed_layernorm_backward(precision p, void *dinp, float *dweight, float *dbias,
-                              const void *dout, const void *inp, const void *weight,
-                              const float *mean, const float *rstd, int N, int C) {
-    if (p == PRECISION_FP32) {
-        layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
-        return;
-    }
-    const int w = mixed_begin(OP_LAYERNORM,
-                              bytes_of(p, 4.0 * N * C) + F32(4.0 * C));
-    MIXED_ON_GPU(w, OP_LAYERNORM, layernorm_backward, p, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
-    /* dweight and dbias sum over all rows: the rows are widened all at once */
-    const size_t n = (size_t)N * C;
-    float *wgt = workspace((size_t)C + 3 * n), *dx = wgt + C, *dy = dx + n, *x = dy + n;
-    widen(p, wgt, weight, (size_t)C);
-    widen(p, dx, dinp, n);   /* dinp accumulates: widened, added in fp32, rounded once */
-    widen(p, dy, dout, n);
-    widen(p, x, inp, n);
-    cpu_layernorm_backward(dx, dweight, dbias, dy, x, wgt, mean, rstd, N, C);
-    round_to(p, dinp, dx, n);
-    mixed_end(w, OP_LAYERNORM);
 }
 
 /* ---- linear: matmul16, 16-bit products summed in fp32 ----------------------------- */
@@ -462,6 +411,14 @@ void mixed_gelu_backward(precision p, void *dinp, const void *dgelu, const void 
     }
     const int w = mixed_begin(OP_GELU, bytes_of(p, 3.0 * n));
     MIXED_ON_GPU(w, OP_GELU, gelu_backward, p, dinp, dgelu, dout, n);
+    if (p == PRECISION_BF16) {   /* cpu_gelu_backward's products, widened as read */
+        const uint16_t *dg = dgelu, *dy = dout;
+        uint16_t *dx = dinp;
+        for (size_t i = 0; i < n; i++)
+            dx[i] = number_to_bf16(number_from_bf16(dg[i]) * number_from_bf16(dy[i]));
+        mixed_end(w, OP_GELU);
+        return;
+    }
     float *dg = workspace(2 * CHUNK_FLOATS), *dy = dg + CHUNK_FLOATS;
     /* dinp may be dout: each chunk is read, then written */
     for (size_t i = 0; i < n; i += CHUNK_FLOATS) {
@@ -485,7 +442,7 @@ void mixed_crossentropy_forward(precision p, float *losses, void *probs, const v
     const int w = mixed_begin(OP_CROSSENTROPY,
                               bytes_of(p, 2.0 * N * V) + F32(N));
     MIXED_ON_GPU(w, OP_CROSSENTROPY, crossentropy_forward, p, losses, probs, logits, targets, N, V);
-    const int rows = chunk_rows((size_t)V);
+    const int rows = mixed_chunk_rows((size_t)V);
     float *x = workspace((size_t)rows * V);
     for (int n0 = 0; n0 < N; n0 += rows) {   /* probs may be logits: read, then written */
         const int nn = N - n0 < rows ? N - n0 : rows;
@@ -506,7 +463,7 @@ void mixed_crossentropy_backward(precision p, void *dlogits, const void *probs,
     const int w = mixed_begin(OP_CROSSENTROPY,
                               bytes_of(p, 2.0 * N * V));
     MIXED_ON_GPU(w, OP_CROSSENTROPY, crossentropy_backward, p, dlogits, probs, targets, dloss, N, V);
-    const int rows = chunk_rows((size_t)V);
+    const int rows = mixed_chunk_rows((size_t)V);
     float *x = workspace((size_t)rows * V);
     for (int n0 = 0; n0 < N; n0 += rows) {   /* dlogits may be probs */
         const int nn = N - n0 < rows ? N - n0 : rows;

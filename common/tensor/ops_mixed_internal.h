@@ -1,5 +1,6 @@
-/* What the 16-bit ops' files share (ops_mixed.c, ops_mixed_optimizer.c): the calling
- * thread's scratch and the begin and end of an op. Not for callers of ops_mixed.h. */
+/* What the 16-bit ops' files share (ops_mixed.c, ops_mixed_layernorm.c,
+ * ops_mixed_optimizer.c): the calling thread's scratch and chunks, and the begin and end
+ * of an op. Not for callers of ops_mixed.h. */
 #ifndef OPS_MIXED_INTERNAL_H
 #define OPS_MIXED_INTERNAL_H
 #include <stddef.h>
@@ -12,6 +13,8 @@
 /* The calling thread's scratch, at least n floats (64-byte aligned); its contents are
  * not kept between ops. */
 float *mixed_scratch(size_t n);
+/* Rows of width elements per chunk: as many as MIXED_CHUNK_FLOATS holds, at least one. */
+int mixed_chunk_rows(size_t width);
 /* A 16-bit op begins: told to the watchers (bytes: its traffic). Returns whether the
  * thread is watched, for mixed_end. */
 int mixed_begin(op_kind kind, double bytes);
