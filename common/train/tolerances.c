@@ -30,6 +30,15 @@ static void allow_fp16_row_flips(const run_config *cfg, double largest_grad, run
     t->grads = fmax(t->grads, (4 * L + 1) * u * largest_grad);
 }
 
+double mixed_loss_tolerance(const float *loss16, const float *loss32, int steps) {
+    double spread = 0;
+    for (int i = 0; i < steps; i++) {
+        const double d = fabs((double)loss16[i] - loss32[i]);
+        if (!(d <= spread)) spread = d;   /* NaN sticks */
+    }
+    return isnan(spread) ? MIXED_TOL_LOSS : fmax(MIXED_TOL_LOSS, MIXED_SPREAD_FACTOR * spread);
+}
+
 run_tolerances tolerances_for_tp(const run_config *cfg, int tp, double largest_grad) {
     run_tolerances t = tolerances_for(cfg);
     allow_fp16_row_flips(cfg, largest_grad, &t);
