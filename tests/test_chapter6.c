@@ -524,6 +524,30 @@ static void the_cp_mesh_and_its_controls(const predict_mesh_run *run) {
                      1);
 }
 
+/* The Ulysses CP mesh given to the planner (tp 2 + SP x cp 2: one head a rank): its
+ * formulas against the measured figures, and held wrong two ways: the ring's activations
+ * and K/V blocks counted for Ulysses' all-to-alls and whole-sequence heads, and the
+ * chunk's Korthikanti count. */
+static void the_ulysses_mesh_and_its_controls(const predict_mesh_run *run) {
+    const plan_request r = predict_mesh_request(run->ranks, PRECISION_FP32);
+    const predict_mesh_figures right = predict_mesh_planned(&r, &run->mesh);
+    double error;
+    ck_assert_int_eq(plan_cp_size(&run->mesh), 2);
+    ck_assert_int_eq(run->mesh.cp_attention, CP_ULYSSES);
+    ck_assert_int_eq(predict_mesh_compare(&right, &run->measured, &error), 0);
+    printf("Ulysses mesh tp %d x cp %d: cp bytes %.0f = %.0f measured, activations %.0f = %.0f\n",
+           run->mesh.tp, plan_cp_size(&run->mesh), right.bytes[4], run->measured.bytes[4],
+           right.state.activations, run->measured.state.activations);
+    plan_mesh ring = run->mesh;
+    ring.cp_attention = CP_RING;
+    const predict_mesh_figures wrong = predict_mesh_planned(&r, &ring);
+    printf("negative control: the ring's cp bytes %.0f and activations %.0f\n", wrong.bytes[4],
+           wrong.state.activations);
+    ck_assert_int_eq(predict_mesh_compare(&wrong, &run->measured, &error), 2);
+    ck_assert_int_eq(figures_differing_by_korthikanti(&r, run, "the chunk's Korthikanti count"),
+                     1);
+}
+
 /* The ZeRO-3 mesh given to the planner (chapter 11's run, which gathers a stage's
  * weights once a step): its formulas against the measured figures, and held wrong
  * three ways: gathered per pass as FSDP's reshard-after-forward would (twice a
@@ -615,6 +639,7 @@ START_TEST(predictions_match_the_chapters_runs) {
     the_zero3_mesh_and_its_controls(&mesh_run[PREDICT_MESH_ZERO3]);
     the_cp_mesh_and_its_controls(&mesh_run[PREDICT_MESH_CP]);
     the_tp_mesh_and_its_controls(&mesh_run[PREDICT_MESH_TP]);
+    the_ulysses_mesh_and_its_controls(&mesh_run[PREDICT_MESH_ULYSSES]);
 }
 END_TEST
 

@@ -55,10 +55,10 @@ typedef struct {
     int ranks;
     predict_mesh_figures measured;
 } predict_mesh_run;
-/* The meshes trained: the search's, then the ZeRO-3 mesh, the CP mesh and the TP + SP
- * mesh given to the planner (predict_mesh.c). */
+/* The meshes trained: the search's, then the ZeRO-3 mesh, the ring CP mesh, the TP + SP
+ * mesh and the Ulysses CP mesh given to the planner (predict_mesh.c). */
 enum { PREDICT_MESH_SEARCHED, PREDICT_MESH_ZERO3, PREDICT_MESH_CP, PREDICT_MESH_TP,
-       PREDICT_MESH_RUNS };
+       PREDICT_MESH_ULYSSES, PREDICT_MESH_RUNS };
 
 typedef struct {
     int steps;
@@ -162,7 +162,7 @@ int mesh_json_figures(const char *json, predict_mesh_figures *out);
  * *activation_error = |predicted / measured - 1| of the activations. */
 int predict_mesh_compare(const predict_mesh_figures *predicted,
                          const predict_mesh_figures *measured, double *activation_error);
-/* The mesh given to the planner for a run (PREDICT_MESH_ZERO3, PREDICT_MESH_CP), on
+/* The mesh given to the planner for a run (PREDICT_MESH_ZERO3 .. PREDICT_MESH_ULYSSES), on
  * *ranks GPUs, micro-batch and global batch not yet set (plan_evaluate sets them). */
 plan_mesh predict_mesh_given(int which, int *ranks);
 /* Searches, trains, compares and prints every mesh (table, or with o->json the keys

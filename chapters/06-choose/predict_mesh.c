@@ -102,16 +102,18 @@ static void print_bytes_row(const char *name, double predicted, double measured,
 
 static const char *const run_words[PREDICT_MESH_RUNS] = {
     "the planner's mesh", "a ZeRO-3 mesh given to the planner",
-    "a CP mesh given to the planner", "a TP + SP mesh given to the planner"};
+    "a CP mesh given to the planner", "a TP + SP mesh given to the planner",
+    "a Ulysses CP mesh given to the planner"};
 
 static void print_mesh(int which, int ranks, const plan_mesh *x, const predict_mesh_figures *p,
                        const predict_mesh_figures *m, const predict_options *o) {
     if (o->json) {
-        printf("%s{\"tp\": %d, \"cp\": %d, \"pp\": %d, \"dp_shard\": %d, "
-               "\"dp_replicate\": %d, \"zero\": %d, \"micro\": %d, \"ranks\": %d, "
-               "\"bytes\": {", which == PREDICT_MESH_SEARCHED ? ",\n \"mesh\": "
+        printf("%s{\"tp\": %d, \"cp\": %d, \"cp_attention\": \"%s\", \"pp\": %d, "
+               "\"dp_shard\": %d, \"dp_replicate\": %d, \"zero\": %d, \"micro\": %d, "
+               "\"ranks\": %d, \"bytes\": {", which == PREDICT_MESH_SEARCHED ? ",\n \"mesh\": "
                : which == PREDICT_MESH_ZERO3 ? ",\n \"given_meshes\": [" : ", ", x->tp,
-               plan_cp_size(x), x->pp, plan_dp_shard_size(x), plan_dp_replicas(x),
+               plan_cp_size(x), cp_attention_names[x->cp_attention], x->pp,
+               plan_dp_shard_size(x), plan_dp_replicas(x),
                x->zero_stage, plan_micro_batches(x), ranks);
         for (int k = 0; k < PREDICT_MESH_GROUPS; k++)
             printf("%s\"%s\": [%.0f, %.0f]", k ? ", " : "", group_names[k], p->bytes[k],
@@ -144,6 +146,9 @@ plan_mesh predict_mesh_given(int which, int *ranks) {
     if (which == PREDICT_MESH_ZERO3) return (plan_mesh){.tp = 1, .pp = 2, .dp = 2, .zero_stage = 3};
     /* plan_evaluate adds SP to tp > 1 */
     if (which == PREDICT_MESH_TP) return (plan_mesh){.tp = 2, .pp = 1, .dp = 2};
+    /* Ulysses splits the heads over tp x cp: 4 heads, one a rank */
+    if (which == PREDICT_MESH_ULYSSES)
+        return (plan_mesh){.tp = 2, .cp = 2, .cp_attention = CP_ULYSSES, .pp = 1, .dp = 1};
     return (plan_mesh){.tp = 1, .cp = 2, .cp_attention = CP_RING, .pp = 2, .dp = 1};
 }
 
@@ -196,15 +201,15 @@ int predict_mesh_in(const char *programs_dir, const predict_options *o, int *mis
                     double *activation_error) {
     *activation_error = 0;
     if (o->mesh_run) memset(o->mesh_run, 0, PREDICT_MESH_RUNS * sizeof *o->mesh_run);
-    /* chapter 11's CP attention sends fp32 chunks: the CP mesh is fp32's */
+    /* chapter 11's CP attention sends fp32 chunks: the CP meshes are fp32's */
     const int fp32 = o->dtype == PRECISION_FP32;
     for (int which = 0; which < PREDICT_MESH_RUNS; which++)
-        if ((fp32 || which != PREDICT_MESH_CP) &&
+        if ((fp32 || (which != PREDICT_MESH_CP && which != PREDICT_MESH_ULYSSES)) &&
             !mesh_run(programs_dir, which, o, mismatches, activation_error))
             return 0;
     if (o->json) printf("]");
     else if (!fp32)
-        printf("\n(the CP mesh is trained in fp32 only: chapter 11's ring attention sends fp32"
+        printf("\n(the CP meshes are trained in fp32 only: chapter 11's CP attention sends fp32"
                " chunks)\n");
     return 1;
 }

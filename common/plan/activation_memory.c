@@ -53,9 +53,27 @@ static double vocab_rows(const plan_model *m, int tp) {
     return (double)((m->vocab + tp - 1) / tp);
 }
 
+/* Scores of the whole sequence for a rank's heads after Ulysses' all-to-all, a / (t cp)
+ * of them: b a s^2 / (t cp) floats. */
+static double ulysses_scores(const plan_model *m, const plan_mesh *mesh) {
+    const double s = m->seq;
+    return (double)mesh->micro_batch * m->heads * s * s / (mesh->tp * plan_cp_size(mesh));
+}
+
+/* What a layer's CP attention saves a micro-batch (cp_attention_saved_numel), fp32: ring
+ * attention the lse of each query row and head; Ulysses its heads' Q, K, V and output
+ * over the whole sequence (4 r h / t) and their probabilities. */
+static double cp_saved_per_layer(const plan_model *m, const plan_mesh *mesh, double r) {
+    const double t = mesh->tp, f32 = sizeof(float);
+    if (plan_cp_size(mesh) == 1) return 0;
+    if (mesh->cp_attention == CP_ULYSSES)
+        return f32 * (4 * r * m->hidden / t + ulysses_scores(m, mesh));
+    return f32 * r * m->heads / t;
+}
+
 /* The layers' table, the per-micro-batch buffers and the head of one micro-batch, on
- * r rows (b s / cp). With CP the chunk's table without the probabilities, and the lse
- * ring attention saves per query row. */
+ * r rows (b s / cp). With CP the chunk's table without the probabilities, and what the
+ * CP attention saves. */
 static double per_micro_batch(const plan_model *m, const plan_mesh *mesh, double e, double r) {
     const double h = m->hidden, t = mesh->tp, cp = plan_cp_size(mesh);
     const double rows_held = mesh->sequence_parallel && t > 1 ? r / t : r;
@@ -64,9 +82,9 @@ static double per_micro_batch(const plan_model *m, const plan_mesh *mesh, double
     activation_setup setup = {mesh->tp, mesh->sequence_parallel, mesh->recompute};
     if (cp > 1 && setup.recompute == RECOMPUTE_NONE) setup.recompute = RECOMPUTE_SELECTIVE;
     const precision p = e == 4 ? PRECISION_FP32 : PRECISION_BF16;
-    const double lse = cp > 1 ? r * m->heads / t * sizeof(float) : 0;
     double bytes = plan_layers_per_stage(m, mesh->pp) *
-                   (activation_bytes_per_layer(&c, mesh->micro_batch, p, setup) + lse);
+                   (activation_bytes_per_layer(&c, mesh->micro_batch, p, setup) +
+                    cp_saved_per_layer(m, mesh, r));
     bytes += e * rows_held * h * (mesh->pp > 1 ? 2 : 1) + 2 * r * sizeof(int);
     if (mesh->pp == 1)
         bytes += e * r * h + 2 * r * sizeof(float) + e * r * vocab_rows(m, mesh->tp) +
@@ -98,17 +116,28 @@ static double ring_buffers(const plan_model *m, const plan_mesh *mesh, double r)
     return f32 * (4 * r * 2 * m->hidden / t + 3 * r * m->heads / t + 2 * tile * tile);
 }
 
+/* Ulysses' buffers, once (cp_ulysses_create): the all-to-all's send and receive staging,
+ * a chunk's Q, K, V (r rows of 3 h / t floats) each; backward's output and Q K V
+ * gradients for the rank's heads over the whole sequence (4 r h / t) and their
+ * probabilities'. */
+static double ulysses_buffers(const plan_model *m, const plan_mesh *mesh, double r) {
+    const double f32 = sizeof(float), h_t = m->hidden / (double)mesh->tp;
+    return f32 * (2 * 3 * r * h_t + 4 * r * h_t + ulysses_scores(m, mesh));
+}
+
 double plan_this_model_activations(const plan_model *m, const plan_mesh *mesh,
                                    double element_bytes) {
     const int cp = plan_cp_size(mesh);
-    if (cp > 1 && mesh->cp_attention != CP_RING) return 0;
     const double e = element_bytes, t = mesh->tp, h = m->hidden;
     const double r = (double)mesh->micro_batch * m->seq / cp;
     const int micro_batches = plan_micro_batches(mesh);
     const int in_flight = mesh->pp < micro_batches ? mesh->pp : micro_batches;
-    /* the probabilities' gradient: none where ring attention keeps its own */
+    /* the probabilities' gradient: none where CP's attention keeps its own */
     const double d_probabilities = cp > 1 ? 0 : (double)m->heads * m->seq * r / t;
     const double backward = e * (2 * r * h + 12 * r * h / t + d_probabilities);
-    return in_flight * per_micro_batch(m, mesh, e, r) + backward +
-           (cp > 1 ? ring_buffers(m, mesh, r) : 0) + tp_buffers(m, mesh, e, r);
+    const double cp_buffers = cp == 1                            ? 0
+                              : mesh->cp_attention == CP_ULYSSES ? ulysses_buffers(m, mesh, r)
+                                                                 : ring_buffers(m, mesh, r);
+    return in_flight * per_micro_batch(m, mesh, e, r) + backward + cp_buffers +
+           tp_buffers(m, mesh, e, r);
 }

@@ -70,13 +70,14 @@ void activation_expression(activation_setup c, char *buf, size_t len);
  *                     output, a LayerNorm's output, the attention output, Q K V, the
  *                     probabilities, the fc output and GELU's: e (2 r h + 12 r h / t +
  *                     a s^2 b / t)
- * With ring CP (r = b s / cp) each layer keeps its chunk's table without the
- * probabilities and the lse of each query row and head (4 B), and the ring's buffers
- * are counted once (ring_buffers in activation_memory.c). With tp > 1, once: on a
- * one-stage pipeline the vocab-parallel loss's 3 r fp32 row numbers (and in 16 bits its
- * fp32 logits, r ceil(V / t) x 4 B), and with SP the layers' shared scratch, 3 e r h
- * and 2 h fp32 (tp_buffers). fp32 or 16-bit, TP with or without SP; Ulysses is not
- * counted here (0). */
+ * With CP (r = b s / cp) each layer keeps its chunk's table without the probabilities
+ * and what its attention saves, fp32: ring attention the lse of each query row and head;
+ * Ulysses its a / (t cp) heads' Q, K, V and output over the whole sequence and their
+ * probabilities, 4 r h / t + b a s^2 / (t cp); the ring's or Ulysses' buffers are
+ * counted once (ring_buffers, ulysses_buffers in activation_memory.c). With tp > 1,
+ * once: on a one-stage pipeline the vocab-parallel loss's 3 r fp32 row numbers (and in
+ * 16 bits its fp32 logits, r ceil(V / t) x 4 B), and with SP the layers' shared scratch,
+ * 3 e r h and 2 h fp32 (tp_buffers). fp32 or 16-bit, TP with or without SP. */
 double plan_this_model_activations(const plan_model *m, const plan_mesh *mesh,
                                    double element_bytes);
 
