@@ -555,7 +555,7 @@ if [ -x "$planner" ] && [ -z "$mpi" ]; then
     expect_error "$planner" "--cp does nothing with --course" --course --cp 2
     expect_error "$planner" "--cp does nothing with a mixture of experts" --moe-experts 8 --cp 2
     expect_error "$planner" "--cp does nothing with --max-params without a model" --gpus 1024 --max-params --cp 2
-    expect_output 'a GPU sends 44 chunks of b x s/cp x h/t = 37.75 MB: 1.66 GB (ring' --params 70e9 --gpus 64 --seq 131072 --tp 8 --cp 8 --recompute selective
+    expect_output 'a GPU sends 44 chunks of b x s/cp x h/t = 37.75 MB: 2.26 GB (ring' --params 70e9 --gpus 64 --seq 131072 --tp 8 --cp 8 --recompute selective
     expect_output 'a GPU sends 7 chunks of b x s/cp x h/t = 37.75 MB: 264.24 MB (Ulysses' --layers 67 --hidden 9216 --heads 64 --gpus 64 --seq 131072 --tp 8 --cp 8 --cp-attention ulysses --recompute selective
     # --precision fp8: ZeRO-3's gathered weights at a byte plus scales, the FP8 peak
     expect_output 'fp8: ZeRO-3 gathers weights at 1.0002 B (a byte and a scale a 128 x 128 block), and the step time assumes the GPU' --params 70e9 --gpus 64 --precision fp8

@@ -1,5 +1,6 @@
 /* Chapter 6's context parallelism (common/plan/plan_cp.h): the chunk, the bytes a
- * rank sends per layer (ring: 6 cp - 4 chunks; Ulysses: 8 (cp-1)/cp), the activations
+ * rank sends per layer (ring: 6 cp - 4 chunks, dK/dV's 2 cp in fp32; Ulysses: 8 (cp-1)/cp),
+ * the activations
  * a rank keeps and the seconds of the CP messages, each against a case computed by hand
  * here, and the bytes against chapter 9's own formula (cp_attention_bytes_formula) in
  * fp32. Every comparison is exact (to 1e-12 relative: sums of a few doubles) and prints
@@ -33,13 +34,14 @@ START_TEST(bytes_per_layer_by_hand) {
     const plan_mesh ulysses = cp_mesh(CP_ULYSSES, RECOMPUTE_NONE);
     EXACT(plan_cp_chunk_bytes(&small, &ring, 2), 512);
     EXACT(plan_cp_chunks_per_layer(&ring), 20);          /* 6 x 4 - 4 */
-    EXACT(plan_cp_bytes_per_layer(&small, &ring, 2), 10240);
+    /* 12 chunks of K/V in bf16, the 8 of dK/dV in fp32 */
+    EXACT(plan_cp_bytes_per_layer(&small, &ring, 2), 12 * 512 + 8 * 1024);
     EXACT(plan_cp_chunks_per_layer(&ulysses), 6);        /* 8 x 3/4 */
     EXACT(plan_cp_bytes_per_layer(&small, &ulysses, 2), 3072);
     /* full recomputation sends the forward's again: 3 K/V blocks; 4 all-to-alls */
     const plan_mesh ring_full = cp_mesh(CP_RING, RECOMPUTE_FULL);
     const plan_mesh ulysses_full = cp_mesh(CP_ULYSSES, RECOMPUTE_FULL);
-    EXACT(plan_cp_bytes_per_layer(&small, &ring_full, 2), 26 * 512);
+    EXACT(plan_cp_bytes_per_layer(&small, &ring_full, 2), 18 * 512 + 8 * 1024);
     EXACT(plan_cp_bytes_per_layer(&small, &ulysses_full, 2), 9 * 512);
     plan_mesh none = ring;
     none.cp = 1;
@@ -48,17 +50,20 @@ START_TEST(bytes_per_layer_by_hand) {
 }
 END_TEST
 
-/* The planner's count in fp32 without TP is chapter 9's formula, for both ways and
- * group sizes 2 to 8. */
+/* The planner's count without TP is chapter 9's formula, for both ways, group sizes 2
+ * to 8, in fp32 and bf16. */
 START_TEST(bytes_equal_chapter_9s_formula) {
     worst = 0;
-    for (int P = 2; P <= 8; P *= 2)
-        for (int kind = 0; kind < 2; kind++) {
-            const plan_mesh mesh = {.tp = 1, .pp = 1, .dp = 1, .cp = P, .cp_attention = kind,
-                                    .micro_batch = 2, .global_batch = 2};
-            EXACT(plan_cp_bytes_per_layer(&small, &mesh, 4),
-                  cp_attention_bytes_formula(kind, P, 2, small.seq, small.hidden));
-        }
+    const precision wires[2] = {PRECISION_FP32, PRECISION_BF16};
+    for (int w = 0; w < 2; w++)
+        for (int P = 2; P <= 8; P *= 2)
+            for (int kind = 0; kind < 2; kind++) {
+                const plan_mesh mesh = {.tp = 1, .pp = 1, .dp = 1, .cp = P,
+                                        .cp_attention = kind, .micro_batch = 2,
+                                        .global_batch = 2};
+                EXACT(plan_cp_bytes_per_layer(&small, &mesh, precision_bytes(wires[w])),
+                      cp_attention_bytes_formula(kind, P, 2, small.seq, small.hidden, wires[w]));
+            }
     printf("CP bytes against chapter 9's cp_attention_bytes_formula: largest relative"
            " difference %.3g\n", worst);
 }
@@ -93,7 +98,9 @@ START_TEST(seconds_and_states_by_hand) {
     const plan_mesh ulysses = cp_mesh(CP_ULYSSES, RECOMPUTE_NONE);
     /* alpha 1 us, beta 1 GB/s: ring 3 x 4 - 2 = 10 sends of 1024 B; Ulysses 8
      * all-to-alls of 3 alpha + 3/4 x 512 B */
-    EXACT(plan_cp_seconds_per_layer(&small, &ring, 2, 1e-6, 1e9), 10 * (1e-6 + 1024e-9));
+    /* 6 K/V sends of 2 x 512 B, 4 dK/dV sends of 2 x 1024 B */
+    EXACT(plan_cp_seconds_per_layer(&small, &ring, 2, 1e-6, 1e9),
+          10 * 1e-6 + (6 * 1024 + 4 * 2048) * 1e-9);
     EXACT(plan_cp_seconds_per_layer(&small, &ulysses, 2, 1e-6, 1e9), 8 * (3e-6 + 384e-9));
     /* a step: 2 layers x 1 micro-batch on the CP group, 4 ranks 2 apart in a node of 8 */
     const plan_cluster node = {.gpus = 8, .gpus_per_node = 8, .between_nodes = LINK_IB,
@@ -116,10 +123,14 @@ END_TEST
 START_TEST(a_count_off_by_one_chunk_is_caught) {
     const plan_mesh ring = cp_mesh(CP_RING, RECOMPUTE_NONE);
     const double right = plan_cp_bytes_per_layer(&small, &ring, 2);
-    const double short_one = (6 * 4 - 5) * plan_cp_chunk_bytes(&small, &ring, 2);
+    const double short_one = right - plan_cp_chunk_bytes(&small, &ring, 2);
     ck_assert(!agrees(short_one, right));
-    printf("negative control: ring with 6 cp - 5 chunks %g bytes against %g: caught\n",
+    printf("negative control: ring with a K/V chunk less %g bytes against %g: caught\n",
            short_one, right);
+    const double dkv_16 = (6 * 4 - 4) * plan_cp_chunk_bytes(&small, &ring, 2);
+    ck_assert(!agrees(dkv_16, right));
+    printf("negative control: ring with dK/dV in bf16 %g bytes against %g: caught\n", dkv_16,
+           right);
     const plan_mesh ulysses = cp_mesh(CP_ULYSSES, RECOMPUTE_NONE);
     const double whole = 8 * plan_cp_chunk_bytes(&small, &ulysses, 2);
     ck_assert(!agrees(whole, plan_cp_bytes_per_layer(&small, &ulysses, 2)));

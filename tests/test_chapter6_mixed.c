@@ -12,6 +12,7 @@
 
 #include "../chapters/06-choose/planner.h"
 #include "check_run.h"
+#include "plan_cp.h"
 #include "predict.h"
 
 #define EXACT(value, expected)                                                              \
@@ -192,12 +193,31 @@ static void programs_dir(char *dir, size_t size) {
 
 static const predict_options BF16_RUNS = {.steps = 2, .link_scale = 1, .dtype = PRECISION_BF16};
 
+/* The ring CP mesh's cp bytes in bf16: K/V blocks in 16 bits, dK/dV in fp32. Controls:
+ * every block in 16 bits, and every block in fp32 (the wire before K/V went 16-bit). */
+static void ring_blocks_travel_in_their_precisions(const predict_mesh_run *run) {
+    const plan_request r = predict_mesh_request(run->ranks, PRECISION_BF16);
+    const plan_mesh *m = &run->mesh;
+    const double per_layer_16 = plan_cp_chunks_per_layer(m) * plan_cp_chunk_bytes(&r.model, m, 2);
+    const double all_16 = per_layer_16 * plan_layers_per_stage(&r.model, m->pp) *
+                          plan_micro_batches(m);
+    const double measured = run->measured.bytes[4];
+    printf("ring CP in bf16: cp bytes %.0f measured, %.0f planned; every block in 16 bits"
+           " %.0f, in fp32 %.0f (controls)\n", measured,
+           predict_mesh_planned(&r, m).bytes[4], all_16, 2 * all_16);
+    ck_assert(measured > 0 && measured == predict_mesh_planned(&r, m).bytes[4]);
+    ck_assert(measured != all_16 && measured != 2 * all_16);
+}
+
 START_TEST(bf16_predictions_match_the_chapters_runs) {
     char dir[1024];
     programs_dir(dir, sizeof dir);
     double worst;
     int mismatches;
-    const int status = predict_chapters_in(dir, &BF16_RUNS, &worst, &mismatches);
+    predict_mesh_run mesh_run[PREDICT_MESH_RUNS];
+    predict_options o = BF16_RUNS;
+    o.mesh_run = mesh_run;
+    const int status = predict_chapters_in(dir, &o, &worst, &mismatches);
     printf("predict-chapters --precision bf16: %d model-state figures differ (tolerance 0"
            " bytes), activations at most %.3f%% off (tolerance 0 bytes)\n", mismatches,
            100 * worst);
@@ -206,6 +226,7 @@ START_TEST(bf16_predictions_match_the_chapters_runs) {
     ck_assert_int_eq(mismatches, 0);
     ck_assert(worst == 0);
     ck_assert_int_eq(status, 0);
+    ring_blocks_travel_in_their_precisions(&mesh_run[PREDICT_MESH_CP]);
 }
 END_TEST
 

@@ -145,7 +145,9 @@ static int rank_main(comm *world, void *arg) {
     vec_zero(m, n), vec_zero(v, n);
     rank_data d = {.span = cp_span_of(T, c->cp, mg.cp_rank, c->opts.split)};
     d.rows = position_span_rows(&d.span);
-    cp_attention *att = c->cp > 1 ? cp_attention_create(mg.cp, &c->opts, B, T, shape.dim_local,
+    cp_options wired = c->opts;
+    wired.wire = c->p;   /* K/V and all-to-alls in the model's precision, as parallelize's */
+    cp_attention *att = c->cp > 1 ? cp_attention_create(mg.cp, &wired, B, T, shape.dim_local,
                                                         shape.heads_local) : NULL;
     cp_attention_hook *hook = att ? cp_attention_hook_create(att, g->layers) : NULL;
     const gpt_model_options o = {.precision = c->p, .max_slots = c->slots,
@@ -321,7 +323,9 @@ static int op_rank(comm *world, void *arg) {
     char *att = malloc((size_t)OB * OH * OT * OT * e), *datt = malloc((size_t)OB * OH * OT * OT * e);
     char *dqkv = malloc(OL * nq * e), *cq = malloc(nq * e), *co = malloc(OL * no * e);
     char *cd = malloc(no * e), *cdq = malloc(nq * e), *back = calloc(nq, e);
-    cp_attention *a = cp_attention_create(world, &c->opts, OB, OT, OC, OH);
+    cp_options wired = c->opts;
+    wired.wire = p;
+    cp_attention *a = cp_attention_create(world, &wired, OB, OT, OC, OH);
     cp_attention_hook *hk = cp_attention_hook_create(a, OL);
     const gpt_attention_hook *h = cp_attention_hook_of(hk);
     for (int l = 0; l < OL; l++) {   /* the reference: the 16-bit op on whole sequences */

@@ -71,7 +71,7 @@ static void print_cp(const plan_request *r, const plan_row *row) {
            report_bytes(plan_cp_chunk_bytes(&r->model, m, bytes.activation), chunk),
            report_bytes(plan_cp_bytes_per_layer(&r->model, m, bytes.activation), sent),
            m->cp_attention == CP_RING ? "ring: 6 cp - 4, K/V forward, K/V and dK/dV"
-                                             " backward"
+                                             " backward, the 2 cp of dK/dV in fp32"
                                            : "Ulysses: 8 all-to-alls of (cp-1)/cp of a chunk");
     printf("  activations per layer %s (Korthikanti's of the chunk, %s); CP %.3g s a step,"
            " not overlapped\n\n",

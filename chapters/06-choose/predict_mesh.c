@@ -201,15 +201,8 @@ int predict_mesh_in(const char *programs_dir, const predict_options *o, int *mis
                     double *activation_error) {
     *activation_error = 0;
     if (o->mesh_run) memset(o->mesh_run, 0, PREDICT_MESH_RUNS * sizeof *o->mesh_run);
-    /* chapter 11's CP attention sends fp32 chunks: the CP meshes are fp32's */
-    const int fp32 = o->dtype == PRECISION_FP32;
     for (int which = 0; which < PREDICT_MESH_RUNS; which++)
-        if ((fp32 || (which != PREDICT_MESH_CP && which != PREDICT_MESH_ULYSSES)) &&
-            !mesh_run(programs_dir, which, o, mismatches, activation_error))
-            return 0;
+        if (!mesh_run(programs_dir, which, o, mismatches, activation_error)) return 0;
     if (o->json) printf("]");
-    else if (!fp32)
-        printf("\n(the CP meshes are trained in fp32 only: chapter 11's CP attention sends fp32"
-               " chunks)\n");
     return 1;
 }

@@ -44,7 +44,7 @@ double predict_sequence_bytes(int cp_kind, int ranks) {
                                          (size_t)predict_tp_elements(c, ranks, PRECISION_FP32));
     const double attention = c->layers * cp_attention_bytes_formula(
                                              (cp_attention_kind)cp_kind, ranks, BENCH_BATCH,
-                                             c->ctx, c->dim);
+                                             c->ctx, c->dim, PRECISION_FP32);
     return attention + 2.0 * (ranks - 1) / ranks * whole_elements(c) * FLOAT_BYTES;
 }
 

@@ -89,7 +89,7 @@ static void print_bytes(const context_report *r) {
     const int e = (int)precision_bytes(r->precision);
     printf("%-16s %12s %12s   (t = P) 4 all-gathers + 4 reduce-scatters of B x T x C: 8 (P-1)"
            " chunks%s\n", "megatron-sp", "-", report_bytes(r->sp_bytes_per_layer, f),
-           e == 4 ? "" : " of 16-bit activations (CP's hook sends fp32 here)");
+           e == 4 ? "" : " of 16-bit activations");
     printf("Ulysses sends P times less than SP%s and its bytes fall as 1/P, but P must divide"
            " the heads;\nthe ring takes any P that divides ctx, sends about 6 B T C floats a"
            " rank whatever P, in P-1 hops one after the other\n", e == 4 ? "" : " at equal width");

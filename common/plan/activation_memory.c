@@ -125,6 +125,18 @@ static double ulysses_buffers(const plan_model *m, const plan_mesh *mesh, double
     return f32 * (2 * 3 * r * h_t + 4 * r * h_t + ulysses_scores(m, mesh));
 }
 
+/* In 16 bits CP adds, once: the attention hook's fp32 widenings of a chunk's q, k, v and
+ * output and of their gradients (8 r h / t floats), and the 16-bit wire's staging, a
+ * block sent and one received: the ring's K/V (2 r h / t elements each), Ulysses'
+ * all-to-all (3 r h / t). */
+static double cp_16_bit_buffers(const plan_model *m, const plan_mesh *mesh, double e,
+                                double r) {
+    if (e == sizeof(float) || plan_cp_size(mesh) == 1) return 0;
+    const double rh = r * m->hidden / mesh->tp;
+    const double staged = mesh->cp_attention == CP_ULYSSES ? 3 * rh : 2 * rh;
+    return sizeof(float) * 8 * rh + e * 2 * staged;
+}
+
 double plan_this_model_activations(const plan_model *m, const plan_mesh *mesh,
                                    double element_bytes) {
     const int cp = plan_cp_size(mesh);
@@ -139,5 +151,5 @@ double plan_this_model_activations(const plan_model *m, const plan_mesh *mesh,
                               : mesh->cp_attention == CP_ULYSSES ? ulysses_buffers(m, mesh, r)
                                                                  : ring_buffers(m, mesh, r);
     return in_flight * per_micro_batch(m, mesh, e, r) + backward + cp_buffers +
-           tp_buffers(m, mesh, e, r);
+           cp_16_bit_buffers(m, mesh, e, r) + tp_buffers(m, mesh, e, r);
 }

@@ -74,7 +74,9 @@ void activation_expression(activation_setup c, char *buf, size_t len);
  * and what its attention saves, fp32: ring attention the lse of each query row and head;
  * Ulysses its a / (t cp) heads' Q, K, V and output over the whole sequence and their
  * probabilities, 4 r h / t + b a s^2 / (t cp); the ring's or Ulysses' buffers are
- * counted once (ring_buffers, ulysses_buffers in activation_memory.c). With tp > 1,
+ * counted once (ring_buffers, ulysses_buffers in activation_memory.c), and in 16 bits
+ * the hook's fp32 widenings (8 r h / t floats) and the wire's staging of a block sent
+ * and one received (cp_16_bit_buffers). With tp > 1,
  * once: on a one-stage pipeline the vocab-parallel loss's 3 r fp32 row numbers (and in
  * 16 bits its fp32 logits, r ceil(V / t) x 4 B), and with SP the layers' shared scratch,
  * 3 e r h and 2 h fp32 (tp_buffers). fp32 or 16-bit, TP with or without SP. */

@@ -13,9 +13,16 @@ double plan_cp_chunks_per_layer(const plan_mesh *mesh) {
     return 6 * P - 4 + again * 2 * (P - 1);
 }
 
+/* The ring's dK/dV chunks a layer: P blocks of 2, sent in fp32. */
+static double ring_dkv_chunks(const plan_mesh *mesh) {
+    const int P = plan_cp_size(mesh);
+    return P > 1 && mesh->cp_attention == CP_RING ? 2.0 * P : 0;
+}
+
 double plan_cp_bytes_per_layer(const plan_model *m, const plan_mesh *mesh,
                                double element_bytes) {
-    return plan_cp_chunks_per_layer(mesh) * plan_cp_chunk_bytes(m, mesh, element_bytes);
+    const double dkv = ring_dkv_chunks(mesh), rest = plan_cp_chunks_per_layer(mesh) - dkv;
+    return plan_cp_chunk_bytes(m, mesh, 1) * (rest * element_bytes + dkv * sizeof(float));
 }
 
 /* What attention keeps beyond the chunk's Q, K, V and output (plan_cp.h), in bytes. */
@@ -53,7 +60,9 @@ double plan_cp_seconds_per_layer(const plan_model *m, const plan_mesh *mesh,
     const int again = mesh->recompute == RECOMPUTE_FULL;
     if (mesh->cp_attention == CP_ULYSSES)
         return (8 + 4 * again) * ((P - 1) * latency + (P - 1) / P * chunk / bandwidth);
-    /* every send a K/V or dK/dV block of 2 chunks */
-    const double sends = 3 * P - 2 + again * (P - 1);
-    return sends * (latency + 2 * chunk / bandwidth);
+    /* every send a block of 2 chunks: K/V in element_bytes, dK/dV in fp32 */
+    const double kv_sends = 2 * (P - 1) + again * (P - 1), dkv_sends = P;
+    const double dkv_chunk = plan_cp_chunk_bytes(m, mesh, sizeof(float));
+    return (kv_sends + dkv_sends) * latency +
+           (kv_sends * 2 * chunk + dkv_sends * 2 * dkv_chunk) / bandwidth;
 }

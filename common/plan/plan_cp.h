@@ -17,12 +17,13 @@
  * Traffic per layer per micro-batch, bytes one rank sends; a chunk is b x s/cp x h/t
  * elements of precision.activation bytes (a rank's heads only):
  *   ring     forward: cp-1 K/V blocks (2 chunks each); backward: cp-1 K/V blocks again
- *            and cp dK/dV blocks (the last hop takes them home): (6 cp - 4) chunks;
+ *            and cp dK/dV blocks (the last hop takes them home): (6 cp - 4) chunks, the
+ *            2 cp of dK/dV in fp32 (sums that grow on every hop, not rounded on the way);
  *            full recomputation sends the forward's blocks once more: + 2 (cp-1)
  *   ulysses  4 all-to-alls forward (Q, K, V to heads; the output back) and 4 backward
  *            (dO; dQ, dK, dV), each sending (cp-1)/cp of a chunk: 8 (cp-1)/cp chunks;
  *            full recomputation: 4 more
- * (chapter 9's formulas, cp_attention_bytes_formula, for fp32 chunks).
+ * (chapter 9's formulas, cp_attention_bytes_formula).
  * Time: the ring's 3 cp - 2 (forward and backward) sends as point-to-point messages, the
  * all-to-alls as (cp-1) alpha + (cp-1)/cp chunk / beta each, on the CP group's link (tp
  * ranks apart: Megatron orders tp, cp, dp, pp). Counted as not overlapped with the

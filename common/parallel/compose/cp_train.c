@@ -65,7 +65,7 @@ static void cp_measure(comm *world, pipeline_rank *r, void *ctx, strategy_outcom
         x->work_imbalance = total_work > 0 ? most_work / (total_work / W) : 1.0;
         x->cp_bytes_per_layer_formula = cp_attention_bytes_formula(
             opts->kind, x->cp, cfg->batch / m->shape.dp, cfg->model.ctx,
-            r->chunks[0].shape.dim_local);
+            r->chunks[0].shape.dim_local, cfg->precision);
     }
     mem_free(all);
     comm_free(metrics);

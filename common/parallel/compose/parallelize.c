@@ -170,7 +170,9 @@ void parallelize(parallel_rank *p, const mesh *m, const run_config *cfg,
     p->span = cp_span_of(T, c, m->me.cp, o->cp.split);
     p->rows = c > 1 ? position_span_rows(&p->span) : T;
     if (c > 1) {
-        p->attention = cp_attention_create(m->cp, &o->cp, B, T, shape.dim_local,
+        cp_options cp = o->cp;
+        cp.wire = cfg->precision;   /* K/V and all-to-alls in the model's precision */
+        p->attention = cp_attention_create(m->cp, &cp, B, T, shape.dim_local,
                                            shape.heads_local);
         p->hook = cp_attention_hook_create(p->attention, cfg->model.layers);
     }

@@ -519,7 +519,8 @@ void pipeline_bytes_formula(const run_config *cfg, mesh_shape shape, mesh_coord 
         if (c > 1)   /* every micro-batch's attention, in every layer of the stage */
             bytes[PIPELINE_CP] += m * gpt_stage_layers(&s) *
                                   cp_attention_bytes_formula(opts->cp.kind, c, (int)(N * c / cfg->model.ctx),
-                                                             cfg->model.ctx, s.dim_local);
+                                                             cfg->model.ctx, s.dim_local,
+                                                             cfg->precision);
     }
     moe_terms(cfg, shape, me, zero, &opts->moe, bytes);
 }

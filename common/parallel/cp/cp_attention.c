@@ -20,7 +20,7 @@ cp_attention *cp_attention_create(comm *cp, const cp_options *opts, int B, int T
     cp_attention *a = mem_alloc(MEM_OTHER, sizeof *a);
     *a = (cp_attention){.kind = opts->kind, .B = B, .T = T, .C = C, .NH = NH,
                         .P = cp ? comm_size(cp) : 1};
-    if (opts->kind == CP_ULYSSES) a->ulysses = cp_ulysses_create(cp, B, T, C, NH);
+    if (opts->kind == CP_ULYSSES) a->ulysses = cp_ulysses_create(cp, B, T, C, NH, opts->wire);
     else a->ring = cp_ring_create(cp, opts, B, T, C, NH);
     return a;
 }
@@ -55,9 +55,11 @@ uint64_t cp_attention_work(const cp_attention *a) {
     return a->ulysses ? cp_ulysses_work(a->ulysses) : cp_ring_work(a->ring);
 }
 
-double cp_attention_bytes_formula(cp_attention_kind kind, int P, int B, int T, int C) {
-    const double chunk = (double)B * (T / P) * C * sizeof(float);   /* B x Tc x C floats */
+double cp_attention_bytes_formula(cp_attention_kind kind, int P, int B, int T, int C,
+                                  precision wire) {
+    const double chunk = (double)B * (T / P) * C;   /* B x Tc x C elements */
+    const double e = precision_bytes(wire), f32 = sizeof(float);
     if (P == 1) return 0.0;
-    if (kind == CP_ULYSSES) return 8.0 * (P - 1) / P * chunk;
-    return 2.0 * chunk * ((P - 1) + (P - 1) + P);   /* K/V fwd, K/V and dK/dV bwd */
+    if (kind == CP_ULYSSES) return 8.0 * (P - 1) / P * chunk * e;
+    return 2.0 * chunk * (((P - 1) + (P - 1)) * e + P * f32);   /* K/V fwd and bwd, dK/dV */
 }

@@ -32,6 +32,12 @@ const char *cp_attention_name(cp_attention_kind kind);   /* cp_attention_names[k
 typedef struct {
     cp_attention_kind kind;
     cp_split split;
+    /* What K/V blocks and Ulysses' all-to-alls travel in: the model's precision. In bf16
+     * or fp16 they are its 16-bit values widened, exact in 16 bits again, and what
+     * Ulysses sends back (output, d qkv) is rounded to 16 bits once as one device's
+     * attention rounds it: the same bits for half the bytes. The ring's dK/dV, sums that
+     * grow on every hop, stay fp32. */
+    precision wire;
     /* negative controls (ring), which the tests show fail the comparison: */
     int test_unmasked_diagonal;   /* the diagonal block without its causal mask */
     int test_stale_kv;            /* backward computes with the previous step's K/V block */
@@ -58,12 +64,14 @@ void cp_attention_backward(cp_attention *a, float *dqkv, const float *dout, cons
  * its heads. */
 uint64_t cp_attention_work(const cp_attention *a);
 
-/* Bytes one rank sends per layer per step (forward and backward), by the formula:
- *   ring     forward (P-1) K/V blocks; backward (P-1) K/V blocks again and P dK/dV
- *            blocks (the last hop takes them home); a block is B x Tc x 2C floats
+/* Bytes one rank sends per layer per step (forward and backward), by the formula, a
+ * block being B x Tc x 2C elements:
+ *   ring     forward (P-1) K/V blocks; backward (P-1) K/V blocks again (in wire's
+ *            precision) and P dK/dV blocks in fp32 (the last hop takes them home)
  *   ulysses  4 all-to-alls each way (Q, K, V, output; dO, dQ, dK, dV), each sending
- *            (P-1)/P of B x Tc x C floats */
-double cp_attention_bytes_formula(cp_attention_kind kind, int P, int B, int T, int C);
+ *            (P-1)/P of B x Tc x C elements in wire's precision */
+double cp_attention_bytes_formula(cp_attention_kind kind, int P, int B, int T, int C,
+                                  precision wire);
 
 /* ---- the two implementations (cp_ring_attention.c, cp_ulysses.c) ------------------- */
 typedef struct cp_ring cp_ring;
@@ -76,7 +84,7 @@ uint64_t cp_ring_work(const cp_ring *r);
 int cp_ring_size(const cp_ring *r);   /* P */
 
 typedef struct cp_ulysses cp_ulysses;
-cp_ulysses *cp_ulysses_create(comm *cp, int B, int T, int C, int NH);
+cp_ulysses *cp_ulysses_create(comm *cp, int B, int T, int C, int NH, precision wire);
 void cp_ulysses_free(cp_ulysses *u);
 size_t cp_ulysses_saved_numel(const cp_ulysses *u);
 void cp_ulysses_forward(cp_ulysses *u, float *out, float *saved, const float *qkv);

@@ -13,8 +13,8 @@
  * In bf16 and fp16 the model's 16-bit q, k, v are widened (exactly) to fp32, the
  * attention computes in fp32 (scores, online softmax, sums: what the 16-bit attention
  * op does, ops_mixed.h) and its output and d qkv are rounded once to 16 bits. The K/V
- * blocks and all-to-alls travel in fp32 (cp_attention_bytes_formula): a 16-bit wire
- * would halve them. */
+ * blocks and all-to-alls travel in 16 bits (cp_options.wire, which parallelize sets to
+ * the model's precision): the same bits for half the bytes; dK/dV stay fp32. */
 #ifndef CP_ATTENTION_HOOK_H
 #define CP_ATTENTION_HOOK_H
 #include "cp_attention.h"

@@ -14,13 +14,15 @@
  * buffered sends (comm.h's default) the block travels while both compute, and with
  * sends that wait for their receiver (NCCL's, --send-mode rendezvous) the ring still
  * cannot deadlock. Blocks after a query's chunk are skipped (the causal mask), the
- * chunk's own block is masked inside. */
+ * chunk's own block is masked inside. In 16 bits the K/V blocks travel in the model's
+ * precision (exact), dK/dV in fp32 (cp_options.wire). */
 #include <math.h>
 #include <string.h>
 
 #include "alloc.h"
 #include "cp_attention.h"
 #include "ops.h"
+#include "ops_mixed.h"
 
 enum { TAG_KV = 4101, TAG_DKV = 4102 };
 
@@ -31,6 +33,7 @@ struct cp_ring {
     position_span *spans;            /* [P]: each rank's positions */
     float *kv, *kv_next, *kv_stale;  /* [B, Tc, 2C]: a K/V block (K | V per row) */
     float *dkv, *dkv_next;           /* its gradient, travelling with it in backward */
+    void *wire_out, *wire_in;        /* 16-bit wire: a K/V block sent, one received */
     float *m, *l, *delta;            /* [B, NH, Tc] per query row */
     float *scores, *dscores;         /* one pair's q x k */
     uint64_t work;
@@ -58,6 +61,10 @@ cp_ring *cp_ring_create(comm *cp, const cp_options *opts, int B, int T, int C, i
     for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++)
         *blocks[i] = mem_alloc(MEM_ACTIVATIONS, block * sizeof(float));
     if (opts->test_stale_kv) r->kv_stale = mem_alloc(MEM_ACTIVATIONS, block * sizeof(float));
+    if (opts->wire != PRECISION_FP32) {
+        r->wire_out = mem_alloc(MEM_ACTIVATIONS, block * precision_bytes(opts->wire));
+        r->wire_in = mem_alloc(MEM_ACTIVATIONS, block * precision_bytes(opts->wire));
+    }
     r->m = mem_alloc(MEM_ACTIVATIONS, rows * sizeof(float));
     r->l = mem_alloc(MEM_ACTIVATIONS, rows * sizeof(float));
     r->delta = mem_alloc(MEM_ACTIVATIONS, rows * sizeof(float));
@@ -70,7 +77,7 @@ cp_ring *cp_ring_create(comm *cp, const cp_options *opts, int B, int T, int C, i
 void cp_ring_free(cp_ring *r) {
     if (!r) return;
     void *all[] = {r->spans, r->kv, r->kv_next, r->kv_stale, r->dkv, r->dkv_next,
-                   r->m, r->l, r->delta, r->scores, r->dscores};
+                   r->wire_out, r->wire_in, r->m, r->l, r->delta, r->scores, r->dscores};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) mem_free(all[i]);
     mem_free(r);
 }
@@ -125,19 +132,41 @@ static void block_forward(cp_ring *r, float *out, const float *qkv, const float 
                 }
 }
 
+/* A block to the next rank: K/V in the wire's precision where it is 16 bits (their
+ * values are 16-bit ones, so rounding them is exact), dK/dV in fp32. */
+static void send_block(cp_ring *r, const float *block, int tag) {
+    const size_t n = ring_block_numel(r);
+    const int next = (r->me + 1) % r->P;
+    if (tag == TAG_KV && r->wire_out) {
+        mixed_round(r->opts.wire, r->wire_out, block, n);
+        comm_send(r->cp, r->wire_out, n, comm_dtype_of(r->opts.wire), next, tag);
+    } else {
+        comm_send(r->cp, block, n, COMM_F32, next, tag);
+    }
+}
+
+static void recv_block(cp_ring *r, float *block, int tag) {
+    const size_t n = ring_block_numel(r);
+    const int previous = (r->me + r->P - 1) % r->P;
+    if (tag == TAG_KV && r->wire_in) {
+        comm_recv(r->cp, r->wire_in, n, comm_dtype_of(r->opts.wire), previous, tag);
+        mixed_widen(r->opts.wire, block, r->wire_in, n);
+    } else {
+        comm_recv(r->cp, block, n, COMM_F32, previous, tag);
+    }
+}
+
 /* Even ranks start their send before the block's compute. */
 static void send_early(cp_ring *r, const float *cur, int tag) {
-    if (r->me % 2 == 0)
-        comm_send(r->cp, cur, ring_block_numel(r), COMM_F32, (r->me + 1) % r->P, tag);
+    if (r->me % 2 == 0) send_block(r, cur, tag);
 }
 
 /* One hop of a buffer around the ring: send *cur to the next rank, receive the
  * previous rank's into *next, swap. sent_already: an even rank sent before computing. */
 static void hop(cp_ring *r, float **cur, float **next, int tag, int sent_already) {
-    const size_t block = ring_block_numel(r);
     if (!sent_already) send_early(r, *cur, tag);
-    comm_recv(r->cp, *next, block, COMM_F32, (r->me + r->P - 1) % r->P, tag);
-    if (r->me % 2) comm_send(r->cp, *cur, block, COMM_F32, (r->me + 1) % r->P, tag);
+    recv_block(r, *next, tag);
+    if (r->me % 2) send_block(r, *cur, tag);
     swap(cur, next);
 }
 

@@ -10,17 +10,22 @@
  * Block j of a send buffer is what goes to rank j: for the first all-to-all my rows'
  * Q, K, V columns of j's heads ([B, Tc, 3 Cl]); received, block j is j's rows of my
  * heads, which are positions [j Tc, (j+1) Tc) of every sequence. Q, K and V travel in
- * one all-to-all (three of DeepSpeed's four, the same bytes). */
+ * one all-to-all (three of DeepSpeed's four, the same bytes). In 16 bits every all-to-all
+ * travels in the model's precision: Q, K, V and dO are 16-bit values (exact), the output
+ * and d qkv are rounded once, as the attention hook rounds them anyway. */
 #include <string.h>
 
 #include "alloc.h"
 #include "cp_attention.h"
 #include "ops.h"
+#include "ops_mixed.h"
 
 struct cp_ulysses {
     comm *cp;
     int P, me, B, T, Tc, C, NH, Cl, Hl;
+    precision wire;
     float *send, *recv;     /* all-to-all staging: B x Tc x 3C floats each */
+    void *wire_send, *wire_recv;   /* 16-bit wire: the same in 16 bits */
     float *d_out_h, *d_qkv_h, *d_att;   /* backward scratch, head-sharded */
     uint64_t work;
 };
@@ -40,16 +45,21 @@ size_t cp_ulysses_saved_numel(const cp_ulysses *u) {
     return rows * 4 * u->Cl + (size_t)u->B * u->Hl * u->T * u->T;
 }
 
-cp_ulysses *cp_ulysses_create(comm *cp, int B, int T, int C, int NH) {
+cp_ulysses *cp_ulysses_create(comm *cp, int B, int T, int C, int NH, precision wire) {
     cp_ulysses *u = mem_alloc(MEM_OTHER, sizeof *u);
     u->cp = cp;
     u->P = cp ? comm_size(cp) : 1;
     u->me = cp ? comm_rank(cp) : 0;
     u->B = B, u->T = T, u->Tc = T / u->P, u->C = C, u->NH = NH;
     u->Cl = C / u->P, u->Hl = NH / u->P;
+    u->wire = wire;
     const size_t staging = (size_t)B * u->Tc * 3 * C, rows = (size_t)B * T;
     u->send = mem_alloc(MEM_ACTIVATIONS, staging * sizeof(float));
     u->recv = mem_alloc(MEM_ACTIVATIONS, staging * sizeof(float));
+    if (wire != PRECISION_FP32 && u->P > 1) {
+        u->wire_send = mem_alloc(MEM_ACTIVATIONS, staging * precision_bytes(wire));
+        u->wire_recv = mem_alloc(MEM_ACTIVATIONS, staging * precision_bytes(wire));
+    }
     u->d_out_h = mem_alloc(MEM_ACTIVATIONS, rows * u->Cl * sizeof(float));
     u->d_qkv_h = mem_alloc(MEM_ACTIVATIONS, rows * 3 * u->Cl * sizeof(float));
     u->d_att = mem_alloc(MEM_ACTIVATIONS, (size_t)B * u->Hl * T * T * sizeof(float));
@@ -58,7 +68,8 @@ cp_ulysses *cp_ulysses_create(comm *cp, int B, int T, int C, int NH) {
 
 void cp_ulysses_free(cp_ulysses *u) {
     if (!u) return;
-    void *all[] = {u->send, u->recv, u->d_out_h, u->d_qkv_h, u->d_att};
+    void *all[] = {u->send, u->recv, u->wire_send, u->wire_recv, u->d_out_h, u->d_qkv_h,
+                   u->d_att};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) mem_free(all[i]);
     mem_free(u);
 }
@@ -66,8 +77,16 @@ void cp_ulysses_free(cp_ulysses *u) {
 uint64_t cp_ulysses_work(const cp_ulysses *u) { return u->work; }
 
 static void alltoall(cp_ulysses *u, size_t block) {
-    if (u->P > 1) comm_alltoall(u->cp, u->send, u->recv, block, COMM_F32);
-    else memcpy(u->recv, u->send, block * sizeof(float));
+    const size_t n = block * u->P;
+    if (u->wire_send) {
+        mixed_round(u->wire, u->wire_send, u->send, n);
+        comm_alltoall(u->cp, u->wire_send, u->wire_recv, block, comm_dtype_of(u->wire));
+        mixed_widen(u->wire, u->recv, u->wire_recv, n);
+    } else if (u->P > 1) {
+        comm_alltoall(u->cp, u->send, u->recv, block, COMM_F32);
+    } else {
+        memcpy(u->recv, u->send, block * sizeof(float));
+    }
 }
 
 /* Sequence-sharded [B, Tc, groups x C] (each group C wide: Q, K, V, or one) to
