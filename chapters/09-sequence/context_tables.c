@@ -91,7 +91,7 @@ static void print_bytes(const context_report *r) {
            " chunks%s\n", "megatron-sp", "-", report_bytes(r->sp_bytes_per_layer, f),
            e == 4 ? "" : " of 16-bit activations");
     printf("Ulysses sends P times less than SP%s and its bytes fall as 1/P, but P must divide"
-           " the heads;\nthe ring takes any P that divides ctx, sends about 6 B T C floats a"
+           " the heads;\nthe ring takes any P that divides ctx, sends about 6 B T C elements a"
            " rank whatever P, in P-1 hops one after the other\n", e == 4 ? "" : " at equal width");
 }
 
