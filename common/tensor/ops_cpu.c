@@ -6,6 +6,7 @@
  * runs single-threaded: the program sets that once). */
 #include "ops_cpu.h"
 
+#include "exp_float.h"
 #include "matmul_engine.h"
 #include "matmul_f32.h"
 #include "ops_observe.h"
@@ -82,6 +83,7 @@ static void add_column_sums(float *dst, const float *x, int rows, int cols, size
  * folds the clamped branch to a constant, and since under -ftrapping-math it may not
  * then compute the polynomial speculatively, the whole loop stays scalar (4x slower). */
 static volatile double exp_lo_bound = -700.0, exp_hi_bound = 700.0;
+static volatile float expf_lo_bound = EXP_F_LO, expf_hi_bound = EXP_F_HI;
 
 /* fma() where the CPU has it (faster and one rounding fewer); where it does not, fma()
  * would be a slow library call, so plain multiply-add. */
@@ -131,13 +133,13 @@ static int lane_padded(int len, int width) {
  * run over len rounded up to LANES, the masked places set to -FLT_MAX first (their
  * exp is exactly 0 in float), so that a short causal row vectorises whole instead of
  * ending in scalar tails: at T = 64 the average row is 32 long. */
-static void softmax_row(float *row, int len, int width, double lo, double hi) {
+static void softmax_row(float *row, int len, int width, float lo, float hi) {
     const int padded = lane_padded(len, width);
     for (int j = len; j < padded; j++) row[j] = -FLT_MAX;
-    double mx = max_f(row, padded);
-    for (int j = 0; j < padded; j++) row[j] = (float)exp_d((double)row[j] - mx, lo, hi);
-    double inv = 1.0 / sum_f(row, padded);
-    for (int j = 0; j < padded; j++) row[j] = (float)(row[j] * inv);
+    const float mx = max_f(row, padded);
+    for (int j = 0; j < padded; j++) row[j] = exp_f_diff(row[j], mx, lo, hi);
+    const float inv = (float)(1.0 / sum_f(row, padded));
+    for (int j = 0; j < padded; j++) row[j] *= inv;
     for (int j = padded; j < width; j++) row[j] = 0.0f;
 }
 
@@ -360,7 +362,7 @@ void cpu_attention_forward(float *out, float *att, const float *qkv, int B, int 
                            int NH) {
     const int hs = C / NH, C3 = 3 * C;
     const float scale = (float)(1.0 / sqrt((double)hs));
-    const double lo = exp_lo_bound, hi = exp_hi_bound;
+    const float lo = expf_lo_bound, hi = expf_hi_bound;
     const int block = ATT_BLOCK;
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
@@ -471,16 +473,18 @@ void cpu_gelu_backward(float *dinp, const float *dgelu, const float *dout, size_
 
 void cpu_crossentropy_forward(float *losses, float *probs, const float *logits,
                               const int *targets, int N, int V) {
-    const double lo = exp_lo_bound, hi = exp_hi_bound;
+    const float lo = expf_lo_bound, hi = expf_hi_bound;
     for (int n = 0; n < N; n++) {
         const float *x = logits + (size_t)n * V;
         float *p = probs + (size_t)n * V;
         /* read what the loss needs before an in-place softmax overwrites it */
-        double mx = max_f(x, V), xt = x[targets[n]];
+        const float mx = max_f(x, V);
+        const double xt = x[targets[n]];
         if (p != x) memcpy(p, x, (size_t)V * sizeof(float));
-        for (int j = 0; j < V; j++) p[j] = (float)exp_d((double)p[j] - mx, lo, hi);
-        double sum = sum_f(p, V), inv = 1.0 / sum;
-        for (int j = 0; j < V; j++) p[j] = (float)(p[j] * inv);
+        for (int j = 0; j < V; j++) p[j] = exp_f_diff(p[j], mx, lo, hi);
+        const double sum = sum_f(p, V);
+        const float inv = (float)(1.0 / sum);
+        for (int j = 0; j < V; j++) p[j] *= inv;
         /* -log softmax from the logits: accurate even where the probability underflows */
         losses[n] = (float)(log(sum) - (xt - mx));
     }

@@ -1,0 +1,245 @@
+/* The CPU's elementwise transcendentals against double precision, in ulps: GELU and
+ * its derivative (cpu_gelu_forward), the cross-entropy's softmax and the attention's
+ * (cpu_crossentropy_forward, cpu_attention_forward). Each runs on 2^20 points spread
+ * over its useful range and on the extremes, prints the largest error it saw, and fails
+ * above ULP_BOUND.
+ *
+ * An error is |got - want| / ulp(want), want the double reference (libm's exp) and
+ * ulp(want) the spacing of floats at want: 2^-149 below FLT_MIN, so a probability or a
+ * GELU that underflows is held to the subnormal it should round to. NaN must stay NaN,
+ * and a masked (-FLT_MAX) softmax entry must give exactly 0. */
+#include <check.h>
+#include <cblas.h>
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_run.h"
+#include "exp_float.h"
+#include "ops_cpu.h"
+
+#define ULP_BOUND 4.0
+
+/* ---- helpers --------------------------------------------------------------------- */
+
+static uint64_t rng_state;
+
+static void rng_seed(uint64_t seed) { rng_state = seed * 0x9e3779b97f4a7c15ull + 1; }
+
+/* xorshift64*: uniform in [0, 1) */
+static double urand(void) {
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (double)((rng_state * 0x2545f4914f6cdd1dull) >> 11) / 9007199254740992.0;
+}
+
+static float *falloc(size_t n) {
+    float *p = malloc((n ? n : 1) * sizeof(float));
+    ck_assert_ptr_nonnull(p);
+    return p;
+}
+
+/* The spacing of floats at |w|: 2^(e - 23) for a normal float of exponent e, 2^-149
+ * below FLT_MIN. */
+static double ulp_at(double w) {
+    w = fabs(w);
+    if (w < FLT_MIN) return ldexp(1.0, -149);
+    int e;
+    frexp(w, &e);   /* w = m 2^e, m in [0.5, 1) */
+    return ldexp(1.0, e - 1 - 23);
+}
+
+/* |got - want| in ulps of want; infinite where one is NaN and the other is not. */
+static double ulp_error(float got, double want) {
+    if (isnan(want) || isnan(got)) return isnan(want) && isnan(got) ? 0.0 : INFINITY;
+    if ((double)got == want) return 0.0;   /* infinities included */
+    return fabs((double)got - want) / ulp_at(want);
+}
+
+/* The largest error and where it was. */
+typedef struct {
+    double ulps, at;
+} worst;
+
+static void note(worst *w, float got, double want, double at) {
+    double e = ulp_error(got, want);
+    if (!(e <= w->ulps)) {   /* a NaN counts */
+        w->ulps = e;
+        w->at = at;
+    }
+}
+
+static void report(const char *what, worst w) {
+    printf("%-52s max %.2f ulp (at %.7g; bound %.0f)\n", what, w.ulps, w.at, ULP_BOUND);
+    fflush(stdout);
+    ck_assert_msg(w.ulps <= ULP_BOUND, "%s: %g ulp at %g, above %g", what, w.ulps, w.at,
+                  ULP_BOUND);
+}
+
+/* ---- softmax --------------------------------------------------------------------- */
+
+/* probs = softmax(x) in double, from the float logits. */
+static void softmax_ref(double *p, const float *x, int V) {
+    double mx = -INFINITY;
+    for (int j = 0; j < V; j++) mx = fmax(mx, x[j]);
+    double sum = 0.0;
+    for (int j = 0; j < V; j++) sum += p[j] = exp((double)x[j] - mx);
+    for (int j = 0; j < V; j++) p[j] /= sum;
+}
+
+typedef void (*softmax_fn)(float *probs, const float *logits, int N, int V);
+
+/* The cross-entropy's softmax, its losses dropped. */
+static void crossentropy_probs(float *probs, const float *logits, int N, int V) {
+    int *targets = calloc((size_t)N, sizeof(int));
+    float *losses = falloc((size_t)N);
+    cpu_crossentropy_forward(losses, probs, logits, targets, N, V);
+    free(targets); free(losses);
+}
+
+/* Largest error of f's probabilities on N rows of V logits. */
+static worst softmax_error(softmax_fn f, const float *logits, int N, int V) {
+    float *probs = falloc((size_t)N * V);
+    double *ref = malloc((size_t)V * sizeof(double));
+    f(probs, logits, N, V);
+    worst w = {0};
+    for (int n = 0; n < N; n++) {
+        const float *x = logits + (size_t)n * V;
+        softmax_ref(ref, x, V);
+        for (int j = 0; j < V; j++) note(&w, probs[(size_t)n * V + j], ref[j], x[j]);
+    }
+    free(probs); free(ref);
+    return w;
+}
+
+/* 2^20 logits, rows of 4096 (a vocabulary's width): each row's spread from 0.5 (all
+ * probabilities alike) to 240 (down through the subnormals to 0), around an offset of
+ * up to +-100, so that x - max is never exact in float. */
+enum { SM_N = 256, SM_V = 4096 };
+
+static float *spread_logits(void) {
+    static const double spreads[] = {0.5, 4.0, 16.0, 40.0, 90.0, 240.0};
+    float *x = falloc((size_t)SM_N * SM_V);
+    rng_seed(40);
+    for (int n = 0; n < SM_N; n++) {
+        double spread = spreads[n % 6], offset = 200.0 * (urand() - 0.5);
+        for (int j = 0; j < SM_V; j++)
+            x[(size_t)n * SM_V + j] = (float)(offset + spread * (urand() - 0.5));
+    }
+    return x;
+}
+
+START_TEST(softmax_of_crossentropy_within_bound) {
+    float *x = spread_logits();
+    report("crossentropy softmax (2^20 logits)",
+           softmax_error(crossentropy_probs, x, SM_N, SM_V));
+    free(x);
+}
+END_TEST
+
+/* The extremes, a row each: masked entries (-FLT_MAX) and -inf beside ordinary ones,
+ * the largest floats, one NaN, one entry alone. */
+START_TEST(softmax_extremes) {
+    enum { V = 11 };
+    const float rows[][V] = {
+        {-FLT_MAX, 1.5f, -FLT_MAX, 0.25f, -FLT_MAX, -3.0f, -FLT_MAX, 2.0f, -FLT_MAX, -FLT_MAX, 0.0f},
+        /* a negative maximum: x - max's low part is then positive */
+        {-FLT_MAX, -0.75f, -FLT_MAX, -1.5f, -FLT_MAX, -FLT_MAX, -2.5f, -FLT_MAX, -FLT_MAX, -0.5f, -FLT_MAX},
+        {-INFINITY, 1.5f, -INFINITY, 0.25f, -90.0f, -103.0f, -104.5f, -120.0f, 2.0f, -1e30f, 0.0f},
+        {FLT_MAX, -FLT_MAX, FLT_MAX, 1e30f, -1e30f, 0.0f, 1e-45f, -1e-45f, 3e38f, 1.0f, 2.0f},
+        {1.0f, 2.0f, NAN, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f, 9.0f, 10.0f},
+    };
+    const int N = (int)(sizeof rows / sizeof rows[0]);
+    float *probs = falloc((size_t)N * V);
+    crossentropy_probs(probs, &rows[0][0], N, V);
+    for (int n = 0; n < 2; n++)
+        for (int j = 0; j < V; j++)
+            if (rows[n][j] == -FLT_MAX)
+                ck_assert_msg(probs[n * V + j] == 0.0f, "masked entry [%d,%d] gave %g", n, j,
+                              probs[n * V + j]);
+    for (int j = 0; j < V; j++) ck_assert(isnan(probs[4 * V + j]));   /* NaN poisons */
+    report("crossentropy softmax (extremes)", softmax_error(crossentropy_probs, &rows[0][0], N, V));
+    float one = 7.0f, p1;
+    crossentropy_probs(&p1, &one, 1, 1);
+    ck_assert(p1 == 1.0f);
+    free(probs);
+}
+END_TEST
+
+/* The attention's softmax, on scores that are exact in float: with head size 4 the
+ * scale is 1/2, each query (c, 0, 0, 0) with c a power of two and each key
+ * (b_j, 0, 0, 0), so row t's scores are c b_j / 2, j <= t, with no rounding. Every
+ * row length from 1 to T runs, so every lane padding and block edge does. */
+START_TEST(softmax_of_attention_within_bound) {
+    enum { T = 256, C = 4 };
+    float *qkv = calloc((size_t)T * 3 * C, sizeof(float)), *out = falloc((size_t)T * C),
+          *att = falloc((size_t)T * T), *scores = falloc((size_t)T);
+    double *ref = malloc((size_t)T * sizeof(double));
+    rng_seed(41);
+    for (int t = 0; t < T; t++) {
+        qkv[(size_t)t * 3 * C] = ldexpf(1.0f, (int)(urand() * 5) - 2);   /* 1/4 .. 4 */
+        qkv[(size_t)t * 3 * C + C] = (float)(120.0 * (urand() - 0.5));
+    }
+    qkv[C] = -3.0f;   /* row 0: one negative score, then 7 masked lanes that must be 0 */
+    for (size_t i = 0; i < (size_t)T * T; i++) att[i] = NAN;   /* stale: must not matter */
+    cpu_attention_forward(out, att, qkv, 1, T, C, 1);
+    worst w = {0};
+    for (int t = 0; t < T; t++) {
+        for (int j = 0; j <= t; j++)
+            scores[j] = 0.5f * qkv[(size_t)t * 3 * C] * qkv[(size_t)j * 3 * C + C];
+        softmax_ref(ref, scores, t + 1);
+        for (int j = 0; j <= t; j++) note(&w, att[(size_t)t * T + j], ref[j], scores[j]);
+        for (int j = t + 1; j < T; j++)
+            ck_assert_msg(att[(size_t)t * T + j] == 0.0f, "att[%d,%d] above diag", t, j);
+    }
+    report("attention softmax (every row length to 256)", w);
+    free(qkv); free(out); free(att); free(scores); free(ref);
+}
+END_TEST
+
+/* The negative control: the softmax with x - max rounded to float before e^x, as a
+ * plain float version would take it. Small probabilities then carry |x - max| ulps of
+ * the difference: tens of ulps. */
+static void softmax_rounded_difference(float *probs, const float *logits, int N, int V) {
+    for (int n = 0; n < N; n++) {
+        const float *x = logits + (size_t)n * V;
+        float *p = probs + (size_t)n * V, mx = -INFINITY;
+        for (int j = 0; j < V; j++) mx = fmaxf(mx, x[j]);
+        double sum = 0.0;
+        for (int j = 0; j < V; j++) sum += p[j] = exp_f(x[j] - mx, 0.0f, EXP_F_LO, EXP_F_HI);
+        for (int j = 0; j < V; j++) p[j] = (float)(p[j] / sum);
+    }
+}
+
+START_TEST(softmax_negative_control) {
+    float *x = spread_logits();
+    worst w = softmax_error(softmax_rounded_difference, x, SM_N, SM_V);
+    printf("negative control: softmax with x - max rounded: max %.2f ulp, must exceed %.0f\n",
+           w.ulps, ULP_BOUND);
+    ck_assert_double_gt(w.ulps, ULP_BOUND);
+    free(x);
+}
+END_TEST
+
+/* ---- runner ---------------------------------------------------------------------- */
+
+static Suite *ops_ulp_suite(void) {
+    Suite *s = suite_create("ops_ulp");
+    TCase *tc = tcase_create("ops_ulp");
+    tcase_set_timeout(tc, 60);   /* sanitizer builds are slow */
+    tcase_add_test(tc, softmax_of_crossentropy_within_bound);
+    tcase_add_test(tc, softmax_extremes);
+    tcase_add_test(tc, softmax_of_attention_within_bound);
+    tcase_add_test(tc, softmax_negative_control);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    openblas_set_num_threads(1);
+    return check_run(ops_ulp_suite(), 0);
+}
