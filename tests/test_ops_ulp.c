@@ -2,7 +2,7 @@
  * its derivative (cpu_gelu_forward), the cross-entropy's softmax and the attention's
  * (cpu_crossentropy_forward, cpu_attention_forward). Each runs on 2^20 points spread
  * over its useful range and on the extremes, prints the largest error it saw, and fails
- * above ULP_BOUND.
+ * above ULP_BOUND. Each has a negative control that the bound rejects.
  *
  * An error is |got - want| / ulp(want), want the double reference (libm's exp) and
  * ulp(want) the spacing of floats at want: 2^-149 below FLT_MIN, so a probability or a
@@ -225,6 +225,111 @@ START_TEST(softmax_negative_control) {
 }
 END_TEST
 
+/* ---- GELU ------------------------------------------------------------------------ */
+
+/* GELU and its derivative in double, from x as a float:
+ * gelu = x s, s = 1 / (1 + e), e = e^(-2u), u = sqrt(2/pi) (x + 0.044715 x^3),
+ * gelu' = s + x 2u' e s^2. e s^2 = e / (1 + e)^2 is taken from 1/e where e > 1, which
+ * may be infinite: s then is 1/e / (1 + 1/e). *term is the largest of the derivative
+ * and its two terms. */
+static double gelu_ref(float xf, double *deriv, double *term) {
+    const double x = xf, k0 = sqrt(2.0 / M_PI), k1 = 0.044715;
+    const double u = k0 * (x + k1 * x * x * x), du2 = 2.0 * k0 * (1.0 + 3.0 * k1 * x * x);
+    double s, es2;
+    if (u >= 0.0) {
+        double e = exp(-2.0 * u);
+        s = 1.0 / (1.0 + e);
+        es2 = e * s * s;
+    } else {
+        double q = exp(2.0 * u);   /* 1/e */
+        s = q / (1.0 + q);
+        es2 = q / ((1.0 + q) * (1.0 + q));
+    }
+    double second = x * du2 * es2;
+    *deriv = s + second;
+    *term = fmax(fabs(*deriv), fmax(fabs(s), fabs(second)));
+    return x * s;
+}
+
+typedef void (*gelu_fn)(float *out, float *x, size_t n);
+
+/* Largest errors of f on inp[0..n): GELU in ulps of itself, the derivative in ulps of
+ * itself or of the larger of its two terms where that is larger. That floor is the
+ * derivative's: it crosses 0 at
+ * x = -0.7518 (GELU's minimum), where s and x 2u' e s^2 (both about 0.23) cancel, and
+ * a float result of that sum is as good as its terms' ulps (even the double code
+ * is 280 ulps of the result off there). */
+static void gelu_error(gelu_fn f, const float *inp, size_t n, worst *wg, worst *wd) {
+    float *out = falloc(n), *x = falloc(n);
+    memcpy(x, inp, n * sizeof(float));
+    f(out, x, n);   /* x: the derivative */
+    for (size_t i = 0; i < n; i++) {
+        double d, term, g = gelu_ref(inp[i], &d, &term);
+        note(wg, out[i], g, inp[i]);
+        double e = isnan(d) || isnan(x[i]) ? ulp_error(x[i], d)
+                                            : fabs((double)x[i] - d) / ulp_at(term);
+        if (!(e <= wd->ulps)) {
+            wd->ulps = e;
+            wd->at = inp[i];
+        }
+    }
+    free(out); free(x);
+}
+
+/* 2^20 points on [-12, 12] (beyond it GELU is x or underflows to 0; the subnormal
+ * results lie near -10.4), then the extremes. */
+enum { GELU_N = 1 << 20 };
+
+static float *gelu_points(void) {
+    float *x = falloc(GELU_N);
+    for (int i = 0; i < GELU_N; i++) x[i] = (float)(-12.0 + 24.0 * i / (GELU_N - 1));
+    return x;
+}
+
+START_TEST(gelu_within_bound) {
+    float *x = gelu_points();
+    worst wg = {0}, wd = {0};
+    gelu_error(cpu_gelu_forward, x, GELU_N, &wg, &wd);
+    report("gelu (2^20 points in [-12, 12])", wg);
+    report("gelu' (same points; near 0, ulps of its larger term)", wd);
+    free(x);
+}
+END_TEST
+
+START_TEST(gelu_extremes) {
+    const float x[] = {0.0f, -0.0f, 1e-45f, -1e-45f, 1e-38f, -1e-38f, 1e-20f, -1e-20f,
+                       -10.3f, -10.4f, -10.5f, -13.0f, 1e30f, -1e30f, FLT_MAX, -FLT_MAX,
+                       NAN};
+    const size_t n = sizeof x / sizeof x[0];
+    worst wg = {0}, wd = {0};
+    gelu_error(cpu_gelu_forward, x, n, &wg, &wd);
+    report("gelu (extremes)", wg);
+    report("gelu' (extremes)", wd);
+}
+END_TEST
+
+/* The negative control: the tanh form in float, whose 1 + tanh(u) cancels for x < 0. */
+static void gelu_tanh_float(float *out, float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        float v = x[i], u = 0.7978845608f * (v + 0.044715f * v * v * v);
+        float t = tanhf(u), du = 0.7978845608f * (1.0f + 3.0f * 0.044715f * v * v);
+        out[i] = 0.5f * v * (1.0f + t);
+        x[i] = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du;
+    }
+}
+
+START_TEST(gelu_negative_control) {
+    float *x = gelu_points();
+    worst wg = {0}, wd = {0};
+    gelu_error(gelu_tanh_float, x, GELU_N, &wg, &wd);
+    printf("negative control: tanh form in float: gelu %.3g ulp, gelu' %.3g ulp, must exceed "
+           "%.0f\n", wg.ulps, wd.ulps, ULP_BOUND);
+    ck_assert_double_gt(wg.ulps, ULP_BOUND);
+    ck_assert_double_gt(wd.ulps, ULP_BOUND);
+    free(x);
+}
+END_TEST
+
 /* ---- runner ---------------------------------------------------------------------- */
 
 static Suite *ops_ulp_suite(void) {
@@ -235,6 +340,9 @@ static Suite *ops_ulp_suite(void) {
     tcase_add_test(tc, softmax_extremes);
     tcase_add_test(tc, softmax_of_attention_within_bound);
     tcase_add_test(tc, softmax_negative_control);
+    tcase_add_test(tc, gelu_within_bound);
+    tcase_add_test(tc, gelu_extremes);
+    tcase_add_test(tc, gelu_negative_control);
     suite_add_tcase(s, tc);
     return s;
 }

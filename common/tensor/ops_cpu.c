@@ -439,7 +439,10 @@ void cpu_attention_backward(float *dqkv, float *datt, const float *dout, const f
 /* 0.5 x (1 + tanh(u)) = x / (1 + e^(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3): one exp
  * and no cancellation for negative x. It runs in double so that the float result is the
  * correctly rounded one (but for rare near-ties): in float, the rounding of u alone puts
- * the negative tail tens of ulp off, for about half the time of this version. */
+ * the negative tail tens of ulp off, for about half the time of this version. With -2u
+ * and its range reduction in double and the rest in float (exp_float.h's polynomial),
+ * GELU was 3.1 ulp (2.2e-7 relative) off on test_ops's 2^20 points, over its 1.2e-7,
+ * and a float GELU that ignores the tail measured only 1.5x faster than this one. */
 #define GELU_K0 0.7978845608028654   /* sqrt(2/pi) */
 #define GELU_K1 0.044715
 
