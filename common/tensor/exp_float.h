@@ -1,5 +1,6 @@
-/* e^x in float arithmetic for the softmaxes: static inline so that gcc vectorises the
- * loops that call it at float width (8 lanes with AVX2, where exp_d in double has 4).
+/* e^x for x <= 0 in float arithmetic, for the softmaxes: static inline so that gcc
+ * vectorises the loops that call it at float width (8 lanes with AVX2, where exp_d in
+ * double has 4).
  *
  * x is given as an unevaluated sum hi + lo: a softmax's x - max is not exact in float
  * (|x - max| up to ~100 has ulps of 2^-17), and e^x's relative error is the absolute
@@ -8,8 +9,8 @@
  *
  * Error: within 1 ulp of e^(hi + lo) wherever the result is a normal float (the
  * reduction adds <= 2^-26 to r, the polynomial 4.5e-9, its last rounding 0.5 ulp);
- * subnormal results are rounded once from a normal one (2^n in two steps); 0 below
- * hi = -106, where e^x < 2^-150. NaN stays NaN. */
+ * subnormal results are rounded once from a normal one; 0 below hi = -106, where
+ * e^x < 2^-150. NaN stays NaN. */
 #ifndef EXP_FLOAT_H
 #define EXP_FLOAT_H
 
@@ -24,9 +25,10 @@
 #endif
 
 /* Below it e^x rounds to 0 in float, lo as large as its clamp (+1) included:
- * e^(-106 + 1) < 2^-150. Above EXP_F_HI it overflows. */
+ * e^(-106 + 1) < 2^-150. Above 0 (a softmax's x - max never is) 2^n's halves below
+ * would overflow. */
 #define EXP_F_LO (-106.0f)
-#define EXP_F_HI 88.0f
+#define EXP_F_HI 0.0f
 
 /* hi + lo = a - b exactly, hi the rounded difference (Knuth's TwoSum: no condition on
  * the magnitudes, which a softmax's x and max do not meet). */
@@ -36,14 +38,6 @@ static inline float two_diff(float a, float b, float *lo) {
     float av = hi + bv;            /* the part of a */
     *lo = (a - av) + (bv - b);
     return hi;
-}
-
-/* 2^k for k in [-126, 127], straight into the exponent bits. */
-static inline float pow2_f(int32_t k) {
-    uint32_t bits = (uint32_t)(k + 127) << 23;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
 }
 
 /* e^(hi + lo), |lo| <= ulp(hi). lo_bound and hi_bound are EXP_F_LO and EXP_F_HI read
@@ -72,13 +66,15 @@ static inline float exp_f(float hi, float lo, float lo_bound, float hi_bound) {
     p = MADDF(p, r, 0x1.fffffcp-2f);
     p = MADDF(p, r, 1.0f);
     p = MADDF(p, r, 1.0f);
-    /* 2^n in two halves, each a normal float for n in [-153, 127]: a subnormal result
-     * is rounded once, by the last product */
-    int32_t bits;
+    /* 2^n = 2^(n + 64) 2^-64, the first a normal float for n in [-153, 0]: a subnormal
+     * result is rounded once, by the last product. t's low bits hold n; the exponent
+     * field of 2^(n + 64) is n + 64 + 127. */
+    uint32_t bits;
     memcpy(&bits, &t, sizeof bits);
-    int32_t k = bits - 0x4b400000;   /* t's low bits: n */
-    int32_t k1 = k / 2;
-    return p * pow2_f(k1) * pow2_f(k - k1);
+    bits = (bits - (0x4b400000u - 64u - 127u)) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale * 0x1p-64f;
 }
 
 /* e^(a - b), the difference taken exactly. */
