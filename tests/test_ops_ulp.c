@@ -80,6 +80,25 @@ static void report(const char *what, worst w) {
                   ULP_BOUND);
 }
 
+/* ---- the float exponential ------------------------------------------------------- */
+
+/* e^(a - b) against libm's exp in double, on 2^20 pairs: a - b from 0 down to -110 (its
+ * subnormal results and the zeros below them included), neither a nor b exact in the
+ * other's ulps. */
+START_TEST(exp_f_within_bound) {
+    rng_seed(42);
+    worst w = {0};
+    for (int i = 0; i < 1 << 20; i++) {
+        float b = (float)(200.0 * (urand() - 0.5)), a = (float)(b - 110.0 * urand());
+        note(&w, exp_f_diff(a, b, EXP_F_LO, EXP_F_HI), exp((double)a - b), (double)a - b);
+    }
+    note(&w, exp_f_diff(3.0f, 3.0f, EXP_F_LO, EXP_F_HI), 1.0, 0.0);
+    note(&w, exp_f_diff(-INFINITY, 3.0f, EXP_F_LO, EXP_F_HI), 0.0, -INFINITY);
+    note(&w, exp_f_diff(NAN, 3.0f, EXP_F_LO, EXP_F_HI), NAN, NAN);
+    report("exp_f_diff (2^20 points, a - b in [-110, 0])", w);
+}
+END_TEST
+
 /* ---- softmax --------------------------------------------------------------------- */
 
 /* probs = softmax(x) in double, from the float logits. */
@@ -336,6 +355,7 @@ static Suite *ops_ulp_suite(void) {
     Suite *s = suite_create("ops_ulp");
     TCase *tc = tcase_create("ops_ulp");
     tcase_set_timeout(tc, 60);   /* sanitizer builds are slow */
+    tcase_add_test(tc, exp_f_within_bound);
     tcase_add_test(tc, softmax_of_crossentropy_within_bound);
     tcase_add_test(tc, softmax_extremes);
     tcase_add_test(tc, softmax_of_attention_within_bound);
