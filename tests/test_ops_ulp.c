@@ -164,12 +164,13 @@ END_TEST
  * the largest floats, one NaN, one entry alone. */
 START_TEST(softmax_extremes) {
     enum { V = 11 };
-    const float rows[][V] = {
-        {-FLT_MAX, 1.5f, -FLT_MAX, 0.25f, -FLT_MAX, -3.0f, -FLT_MAX, 2.0f, -FLT_MAX, -FLT_MAX, 0.0f},
+    const float M = -FLT_MAX, rows[][V] = {
+        {M, 1.5f, M, 0.25f, M, -3.0f, M, 2.0f, M, M, 0.0f},
         /* a negative maximum: x - max's low part is then positive */
-        {-FLT_MAX, -0.75f, -FLT_MAX, -1.5f, -FLT_MAX, -FLT_MAX, -2.5f, -FLT_MAX, -FLT_MAX, -0.5f, -FLT_MAX},
-        {-INFINITY, 1.5f, -INFINITY, 0.25f, -90.0f, -103.0f, -104.5f, -120.0f, 2.0f, -1e30f, 0.0f},
-        {FLT_MAX, -FLT_MAX, FLT_MAX, 1e30f, -1e30f, 0.0f, 1e-45f, -1e-45f, 3e38f, 1.0f, 2.0f},
+        {M, -0.75f, M, -1.5f, M, M, -2.5f, M, M, -0.5f, M},
+        {-INFINITY, 1.5f, -INFINITY, 0.25f, -90.0f, -103.0f, -104.5f, -120.0f, 2.0f,
+         -1e30f, 0.0f},
+        {FLT_MAX, M, FLT_MAX, 1e30f, -1e30f, 0.0f, 1e-45f, -1e-45f, 3e38f, 1.0f, 2.0f},
         {1.0f, 2.0f, NAN, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f, 9.0f, 10.0f},
     };
     const int N = (int)(sizeof rows / sizeof rows[0]);
@@ -178,10 +179,11 @@ START_TEST(softmax_extremes) {
     for (int n = 0; n < 2; n++)
         for (int j = 0; j < V; j++)
             if (rows[n][j] == -FLT_MAX)
-                ck_assert_msg(probs[n * V + j] == 0.0f, "masked entry [%d,%d] gave %g", n, j,
-                              probs[n * V + j]);
+                ck_assert_msg(probs[n * V + j] == 0.0f, "masked entry [%d,%d] gave %g", n,
+                              j, probs[n * V + j]);
     for (int j = 0; j < V; j++) ck_assert(isnan(probs[4 * V + j]));   /* NaN poisons */
-    report("crossentropy softmax (extremes)", softmax_error(crossentropy_probs, &rows[0][0], N, V));
+    report("crossentropy softmax (extremes)",
+           softmax_error(crossentropy_probs, &rows[0][0], N, V));
     float one = 7.0f, p1;
     crossentropy_probs(&p1, &one, 1, 1);
     ck_assert(p1 == 1.0f);
@@ -204,7 +206,7 @@ START_TEST(softmax_of_attention_within_bound) {
         qkv[(size_t)t * 3 * C + C] = (float)(120.0 * (urand() - 0.5));
     }
     qkv[C] = -3.0f;   /* row 0: one negative score, then 7 masked lanes that must be 0 */
-    for (size_t i = 0; i < (size_t)T * T; i++) att[i] = NAN;   /* stale: must not matter */
+    for (size_t i = 0; i < (size_t)T * T; i++) att[i] = NAN;   /* stale: must not count */
     cpu_attention_forward(out, att, qkv, 1, T, C, 1);
     worst w = {0};
     for (int t = 0; t < T; t++) {
@@ -229,7 +231,8 @@ static void softmax_rounded_difference(float *probs, const float *logits, int N,
         float *p = probs + (size_t)n * V, mx = -INFINITY;
         for (int j = 0; j < V; j++) mx = fmaxf(mx, x[j]);
         double sum = 0.0;
-        for (int j = 0; j < V; j++) sum += p[j] = exp_f(x[j] - mx, 0.0f, EXP_F_LO, EXP_F_HI);
+        for (int j = 0; j < V; j++)
+            sum += p[j] = exp_f(x[j] - mx, 0.0f, EXP_F_LO, EXP_F_HI);
         for (int j = 0; j < V; j++) p[j] = (float)(p[j] / sum);
     }
 }
@@ -237,8 +240,8 @@ static void softmax_rounded_difference(float *probs, const float *logits, int N,
 START_TEST(softmax_negative_control) {
     float *x = spread_logits();
     worst w = softmax_error(softmax_rounded_difference, x, SM_N, SM_V);
-    printf("negative control: softmax with x - max rounded: max %.2f ulp, must exceed %.0f\n",
-           w.ulps, ULP_BOUND);
+    printf("negative control: softmax with x - max rounded: max %.2f ulp, must exceed "
+           "%.0f\n", w.ulps, ULP_BOUND);
     ck_assert_double_gt(w.ulps, ULP_BOUND);
     free(x);
 }
@@ -341,8 +344,8 @@ START_TEST(gelu_negative_control) {
     float *x = gelu_points();
     worst wg = {0}, wd = {0};
     gelu_error(gelu_tanh_float, x, GELU_N, &wg, &wd);
-    printf("negative control: tanh form in float: gelu %.3g ulp, gelu' %.3g ulp, must exceed "
-           "%.0f\n", wg.ulps, wd.ulps, ULP_BOUND);
+    printf("negative control: tanh form in float: gelu %.3g ulp, gelu' %.3g ulp, "
+           "must exceed %.0f\n", wg.ulps, wd.ulps, ULP_BOUND);
     ck_assert_double_gt(wg.ulps, ULP_BOUND);
     ck_assert_double_gt(wd.ulps, ULP_BOUND);
     free(x);

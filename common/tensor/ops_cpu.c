@@ -79,8 +79,8 @@ static void add_column_sums(float *dst, const float *x, int rows, int cols, size
     }
 }
 
-/* The clamp bounds of exp_d are read through volatiles. With constant bounds gcc
- * folds the clamped branch to a constant, and since under -ftrapping-math it may not
+/* The clamp bounds of exp_d and exp_f are read through volatiles. With constant bounds
+ * gcc folds the clamped branch to a constant, and since under -ftrapping-math it may not
  * then compute the polynomial speculatively, the whole loop stays scalar (4x slower). */
 static volatile double exp_lo_bound = -700.0, exp_hi_bound = 700.0;
 static volatile float expf_lo_bound = EXP_F_LO, expf_hi_bound = EXP_F_HI;
