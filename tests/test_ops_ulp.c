@@ -96,6 +96,13 @@ START_TEST(exp_f_within_bound) {
     note(&w, exp_f_diff(-INFINITY, 3.0f, EXP_F_LO, EXP_F_HI), 0.0, -INFINITY);
     note(&w, exp_f_diff(NAN, 3.0f, EXP_F_LO, EXP_F_HI), NAN, NAN);
     report("exp_f_diff (2^20 points, a - b in [-110, 0])", w);
+    /* a masked entry gives exactly 0, whatever the maximum (a negative one makes the
+     * difference's low part positive) */
+    const float maxima[] = {-3.0f, -0.75f, -1e-3f, 0.0f, 2.0f, 1e30f, FLT_MAX};
+    for (size_t i = 0; i < sizeof maxima / sizeof maxima[0]; i++) {
+        float e = exp_f_diff(-FLT_MAX, maxima[i], EXP_F_LO, EXP_F_HI);
+        ck_assert_msg(e == 0.0f, "e^(-FLT_MAX - %g) = %g", maxima[i], e);
+    }
 }
 END_TEST
 

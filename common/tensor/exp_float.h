@@ -1,6 +1,6 @@
-/* e^x for x <= 0 in float arithmetic, for the softmaxes: static inline so that gcc
- * vectorises the loops that call it at float width (8 lanes with AVX2, where exp_d in
- * double has 4).
+/* e^x for x <= 0 in float arithmetic, for the cross-entropy's softmax: static inline so
+ * that gcc vectorises the loops that call it at float width (8 lanes with AVX2, where
+ * exp_d in double has 4).
  *
  * x is given as an unevaluated sum hi + lo: a softmax's x - max is not exact in float
  * (|x - max| up to ~100 has ulps of 2^-17), and e^x's relative error is the absolute

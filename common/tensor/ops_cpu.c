@@ -132,14 +132,16 @@ static int lane_padded(int len, int width) {
  * masked part and the tail of a causal row must read as zero downstream. The loops
  * run over len rounded up to LANES, the masked places set to -FLT_MAX first (their
  * exp is exactly 0 in float), so that a short causal row vectorises whole instead of
- * ending in scalar tails: at T = 64 the average row is 32 long. */
-static void softmax_row(float *row, int len, int width, float lo, float hi) {
+ * ending in scalar tails: at T = 64 the average row is 32 long. e^x stays exp_d's here:
+ * exp_float.h's measured no faster on bench256's attention (rows this short, the
+ * sgemms around them), and it changed the bf16 loss curves' bits for nothing. */
+static void softmax_row(float *row, int len, int width, double lo, double hi) {
     const int padded = lane_padded(len, width);
     for (int j = len; j < padded; j++) row[j] = -FLT_MAX;
-    const float mx = max_f(row, padded);
-    for (int j = 0; j < padded; j++) row[j] = exp_f_diff(row[j], mx, lo, hi);
-    const float inv = (float)(1.0 / sum_f(row, padded));
-    for (int j = 0; j < padded; j++) row[j] *= inv;
+    double mx = max_f(row, padded);
+    for (int j = 0; j < padded; j++) row[j] = (float)exp_d((double)row[j] - mx, lo, hi);
+    double inv = 1.0 / sum_f(row, padded);
+    for (int j = 0; j < padded; j++) row[j] = (float)(row[j] * inv);
     for (int j = padded; j < width; j++) row[j] = 0.0f;
 }
 
@@ -362,7 +364,7 @@ void cpu_attention_forward(float *out, float *att, const float *qkv, int B, int 
                            int NH) {
     const int hs = C / NH, C3 = 3 * C;
     const float scale = (float)(1.0 / sqrt((double)hs));
-    const float lo = expf_lo_bound, hi = expf_hi_bound;
+    const double lo = exp_lo_bound, hi = exp_hi_bound;
     const int block = ATT_BLOCK;
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
