@@ -6,6 +6,7 @@
  * runs single-threaded: the program sets that once). */
 #include "ops_cpu.h"
 
+#include "exp_float.h"
 #include "matmul_engine.h"
 #include "matmul_f32.h"
 #include "ops_observe.h"
@@ -78,10 +79,11 @@ static void add_column_sums(float *dst, const float *x, int rows, int cols, size
     }
 }
 
-/* The clamp bounds of exp_d are read through volatiles. With constant bounds gcc
- * folds the clamped branch to a constant, and since under -ftrapping-math it may not
+/* The clamp bounds of exp_d and exp_f are read through volatiles. With constant bounds
+ * gcc folds the clamped branch to a constant, and since under -ftrapping-math it may not
  * then compute the polynomial speculatively, the whole loop stays scalar (4x slower). */
 static volatile double exp_lo_bound = -700.0, exp_hi_bound = 700.0;
+static volatile float expf_lo_bound = EXP_F_LO, expf_hi_bound = EXP_F_HI;
 
 /* fma() where the CPU has it (faster and one rounding fewer); where it does not, fma()
  * would be a slow library call, so plain multiply-add. */
@@ -130,7 +132,9 @@ static int lane_padded(int len, int width) {
  * masked part and the tail of a causal row must read as zero downstream. The loops
  * run over len rounded up to LANES, the masked places set to -FLT_MAX first (their
  * exp is exactly 0 in float), so that a short causal row vectorises whole instead of
- * ending in scalar tails: at T = 64 the average row is 32 long. */
+ * ending in scalar tails: at T = 64 the average row is 32 long. e^x stays exp_d's here:
+ * exp_float.h's measured no faster on bench256's attention (rows this short, the
+ * sgemms around them), and it changed the bf16 loss curves' bits for nothing. */
 static void softmax_row(float *row, int len, int width, double lo, double hi) {
     const int padded = lane_padded(len, width);
     for (int j = len; j < padded; j++) row[j] = -FLT_MAX;
@@ -437,7 +441,10 @@ void cpu_attention_backward(float *dqkv, float *datt, const float *dout, const f
 /* 0.5 x (1 + tanh(u)) = x / (1 + e^(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3): one exp
  * and no cancellation for negative x. It runs in double so that the float result is the
  * correctly rounded one (but for rare near-ties): in float, the rounding of u alone puts
- * the negative tail tens of ulp off, for about half the time of this version. */
+ * the negative tail tens of ulp off, for about half the time of this version. With -2u
+ * and its range reduction in double and the rest in float (exp_float.h's polynomial),
+ * GELU was 3.1 ulp (2.2e-7 relative) off on test_ops's 2^20 points, over its 1.2e-7,
+ * and a float GELU that ignores the tail measured only 1.5x faster than this one. */
 #define GELU_K0 0.7978845608028654   /* sqrt(2/pi) */
 #define GELU_K1 0.044715
 
@@ -471,16 +478,18 @@ void cpu_gelu_backward(float *dinp, const float *dgelu, const float *dout, size_
 
 void cpu_crossentropy_forward(float *losses, float *probs, const float *logits,
                               const int *targets, int N, int V) {
-    const double lo = exp_lo_bound, hi = exp_hi_bound;
+    const float lo = expf_lo_bound, hi = expf_hi_bound;
     for (int n = 0; n < N; n++) {
         const float *x = logits + (size_t)n * V;
         float *p = probs + (size_t)n * V;
         /* read what the loss needs before an in-place softmax overwrites it */
-        double mx = max_f(x, V), xt = x[targets[n]];
+        const float mx = max_f(x, V);
+        const double xt = x[targets[n]];
         if (p != x) memcpy(p, x, (size_t)V * sizeof(float));
-        for (int j = 0; j < V; j++) p[j] = (float)exp_d((double)p[j] - mx, lo, hi);
-        double sum = sum_f(p, V), inv = 1.0 / sum;
-        for (int j = 0; j < V; j++) p[j] = (float)(p[j] * inv);
+        for (int j = 0; j < V; j++) p[j] = exp_f_diff(p[j], mx, lo, hi);
+        const double sum = sum_f(p, V);
+        const float inv = (float)(1.0 / sum);
+        for (int j = 0; j < V; j++) p[j] *= inv;
         /* -log softmax from the logits: accurate even where the probability underflows */
         losses[n] = (float)(log(sum) - (xt - mx));
     }
