@@ -13,14 +13,15 @@
 /* A whole (or TP-sliced) copy of the model on this rank: parameters, gradients and,
  * when asked, AdamW moments, each in one contiguous slab-ordered vector.
  *
- * In mixed precision (bf16, fp16) `params` are the fp32 master weights, which AdamW
- * updates (tagged optimizer state, as the ZeRO paper counts them in its K = 12 bytes),
- * and forward and backward read `compute`, their 16-bit copy (tagged params: 2 B per
- * parameter), rounded from the masters by AdamW as it updates them (one pass over
- * memory: mixed_adamw_update_round), and by replica_compute_params before the first
- * step (fresh or resumed). In fp32 both are the same vector. Gradients are fp32, or with --grad-dtype bf16|fp16 (grads16.h)
- * held 16-bit in `grads16` (tagged grads: 2 B per parameter, `grads` NULL): AdamW widens
- * them a chunk at a time as it goes (mixed_adamw_update), so no fp32 copy is held. */
+ * In mixed precision (bf16, fp16) `params` are the fp32 master weights, which AdamW updates
+ * (tagged optimizer state, as the ZeRO paper counts them in its K = 12 bytes), and forward
+ * and backward read `compute`, their 16-bit copy (tagged params: 2 B per parameter),
+ * rounded from the masters by AdamW as it updates them (one pass over memory:
+ * mixed_adamw_update_round), and by replica_compute_params before the first step (fresh or
+ * resumed). In fp32 both are the same vector. Gradients are fp32, or with --grad-dtype
+ * bf16|fp16 (grads16.h) held 16-bit in `grads16` (tagged grads: 2 B per parameter, `grads`
+ * NULL): AdamW widens them a chunk at a time as it goes (mixed_adamw_update), so no fp32
+ * copy is held. */
 typedef struct {
     gpt_shape shape;
     size_t num_params;

@@ -31,11 +31,11 @@
  * dp_grads_begin_step_compute rounds them itself only before the first step (fresh or
  * resumed: the masters just initialised or loaded) and, at zero 1-2, all-gathers the
  * 16-bit weights at the start of every step (half the bytes of fp32's all-gather after
- * AdamW, which fp32 does instead); zero 3 gathers 16-bit slabs when they are used. Gradients are fp32, or
- * with grad_precision 16 bits (grads16.h; plain ZeRO and DDP: zero 0-1 whole
- * gradients, zero 2-3 per slab; the pipeline and the mesh: whole gradients of a step
- * summed in fp32, step_grads_fp32): held in grads16 (whole at zero 0-1, a shard from 2),
- * reduced in 16 bits, and read by AdamW a chunk at a time, widened as it goes
+ * AdamW, which fp32 does instead); zero 3 gathers 16-bit slabs when they are used.
+ * Gradients are fp32, or with grad_precision 16 bits (grads16.h; plain ZeRO and DDP: zero
+ * 0-1 whole gradients, zero 2-3 per slab; the pipeline and the mesh: whole gradients of a
+ * step summed in fp32, step_grads_fp32): held in grads16 (whole at zero 0-1, a shard from
+ * 2), reduced in 16 bits, and read by AdamW a chunk at a time, widened as it goes
  * (mixed_adamw_update): `grads` stays NULL, and no fp32 copy of them is ever held. */
 #ifndef DP_GRADS_H
 #define DP_GRADS_H
