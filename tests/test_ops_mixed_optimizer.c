@@ -1,7 +1,10 @@
 /* The optimizer's 16-bit ops (ops_mixed.h, ops_mixed_optimizer.c), each against what it
  * replaces, bit for bit, on sizes that cross its chunks (2.5 chunks and an odd tail):
  * mixed_adamw_update against widening the whole gradient, vec_scale and adamw_update
- * (three steps, the second still in the warm-up's ramp); mixed_round_in_place against
+ * (three steps, the second still in the warm-up's ramp); mixed_adamw_update_round's
+ * 16-bit copy against mixed_round of its fp32 result, on three lengths (2.5 chunks and an
+ * odd tail, one element short of a chunk, one past it), with a copy written before the
+ * update seen to fail; mixed_round_in_place against
  * mixed_round into a separate buffer; mixed_vec_finite against an inf or NaN in the last
  * chunk and the middle one. Each holds one chunk of scratch (64 KiB), not the vector's
  * 2.5: the scratch is outside the accounting allocator's tags, so a whole-vector copy
@@ -39,6 +42,7 @@ static void scratch_is_one_chunk(const char *what) {
 static float *copy_of(const float *x) { return memcpy(malloc(N * sizeof(float)), x, N * sizeof(float)); }
 
 static void same_bits(const char *what, precision p, const float *got, const float *want) {
+    if (memcmp(got, want, N * sizeof(float)) == 0) return;   /* else: the first that differs */
     for (size_t i = 0; i < N; i++)
         ck_assert_msg(memcmp(&got[i], &want[i], sizeof(float)) == 0,
                       "%s (%s): element %zu is %a, the reference %a", what, precision_name(p),
@@ -85,6 +89,76 @@ START_TEST(adamw_streams_the_whole_vectors_bits) {
 }
 END_TEST
 
+/* The fused pass against the update followed by mixed_round, on n <= N elements: the
+ * masters, m and v bit for bit, and the 16-bit copy byte for byte. before: the
+ * negative control, the copy rounded from the masters before the update (what a pass
+ * that writes it too early would hold); returns whether every byte matched. */
+static int adamw_round_matches(precision gp, precision cp, float scale, size_t n, int before) {
+    const adamw_config cfg = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                              .weight_decay = 0.1f, .warmup_steps = 2};
+    float *g32 = random_floats(7, -1e3, 1e3);
+    uint16_t *g16 = malloc(N * sizeof(uint16_t));
+    if (gp != PRECISION_FP32) precision_to16(gp, g16, g32, N);
+    const void *grads = gp == PRECISION_FP32 ? (const void *)g32 : g16;
+    float *params = random_floats(8, -1, 1), *m = random_floats(9, -1e-2, 1e-2);
+    float *v = random_floats(10, 0, 1e-3);
+    float *want_params = copy_of(params), *want_m = copy_of(m), *want_v = copy_of(v);
+    uint16_t *got = calloc(N, sizeof(uint16_t)), *want = calloc(N, sizeof(uint16_t));
+    for (int step = 1; step <= 2; step++) {
+        mixed_adamw_update_round(gp, params, grads, scale, m, v, n, &cfg, step, cp, got);
+        if (before) mixed_round(cp, want, want_params, n);
+        mixed_adamw_update(gp, want_params, grads, scale, want_m, want_v, n, &cfg, step);
+        if (!before) mixed_round(cp, want, want_params, n);
+    }
+    same_bits("adamw_round params", cp, params, want_params);
+    same_bits("adamw_round m", cp, m, want_m);
+    same_bits("adamw_round v", cp, v, want_v);
+    scratch_is_one_chunk("mixed_adamw_update_round");
+    size_t differ = 0;
+    double largest = 0;
+    for (size_t i = 0; i < N; i++) {
+        float a, b;
+        precision_from16(cp, &a, &got[i], 1);
+        precision_from16(cp, &b, &want[i], 1);
+        differ += got[i] != want[i];
+        largest = fmax(largest, fabs((double)a - (double)b));
+    }
+    if (!before)
+        printf("  mixed_adamw_update_round %s gradients -> %s copy, scale %g, %zu elements:"
+               " %zu values differ from rounding the update, by at most %g\n",
+               precision_name(gp), precision_name(cp), (double)scale, n, differ, largest);
+    else
+        printf("  (negative control, %s: %zu values differ, by at most %g)\n",
+               precision_name(cp), differ, largest);
+    free(g32), free(g16), free(params), free(m), free(v), free(got), free(want);
+    free(want_params), free(want_m), free(want_v);
+    return differ == 0;
+}
+
+START_TEST(adamw_round_writes_the_rounded_update) {
+    const size_t lengths[] = {N, MIXED_CHUNK_FLOATS - 1, MIXED_CHUNK_FLOATS + 1};
+    for (int cp = PRECISION_BF16; cp < PRECISION_COUNT; cp++)
+        for (size_t k = 0; k < sizeof lengths / sizeof lengths[0]; k++) {
+            /* fp32 gradients (fp32 at scale 1: no widening), then 16-bit ones unscaled */
+            ck_assert(adamw_round_matches(PRECISION_FP32, (precision)cp, 1.0f, lengths[k], 0));
+            ck_assert(adamw_round_matches(PRECISION_FP32, (precision)cp, 0.5f, lengths[k], 0));
+            ck_assert(adamw_round_matches((precision)cp, (precision)cp, 0x1p-10f, lengths[k], 0));
+        }
+}
+END_TEST
+
+/* The negative control: a copy made from the masters before the update differs. */
+START_TEST(adamw_round_before_the_update_is_seen) {
+    for (int cp = PRECISION_BF16; cp < PRECISION_COUNT; cp++) {
+        ck_assert_msg(!adamw_round_matches((precision)cp, (precision)cp, 1.0f, N, 1),
+                      "%s: a copy rounded before the update passed",
+                      precision_name((precision)cp));
+        printf("  mixed_adamw_update_round %s: a copy rounded before the update is seen\n",
+               precision_name((precision)cp));
+    }
+}
+END_TEST
+
 START_TEST(round_in_place_writes_what_round_writes) {
     for (int p = PRECISION_BF16; p < PRECISION_COUNT; p++) {
         float *x = random_floats(5, -10, 10);
@@ -126,6 +200,8 @@ int main(void) {
     Suite *s = suite_create("the optimizer's 16-bit ops");
     TCase *t = tcase_create("bits");
     tcase_add_test(t, adamw_streams_the_whole_vectors_bits);
+    tcase_add_test(t, adamw_round_writes_the_rounded_update);
+    tcase_add_test(t, adamw_round_before_the_update_is_seen);
     tcase_add_test(t, round_in_place_writes_what_round_writes);
     tcase_add_test(t, finite_sees_inf_and_nan_in_any_chunk);
     suite_add_tcase(s, t);

@@ -68,11 +68,19 @@ static size_t piece_at(const shard_layout *l, int is_whole, int slab) {
 
 void shard_adamw(const shard_layout *l, float *params, int params_whole,
                  const shard_grads *grads, float *m, float *v, const adamw_config *cfg,
-                 int step) {
+                 int step, const shard_compute *compute) {
     const precision gp = grads->precision;
-    for (int slab = 0; slab < l->num_slabs; slab++)
-        mixed_adamw_update(gp, params + piece_at(l, params_whole, slab),
-                           precision_at(gp, grads->data, piece_at(l, grads->whole, slab)),
-                           grads->scale, m + l->shard_pos[slab], v + l->shard_pos[slab],
-                           l->piece_len[slab], cfg, step);
+    for (int slab = 0; slab < l->num_slabs; slab++) {
+        float *piece = params + piece_at(l, params_whole, slab);
+        const void *grad = precision_at(gp, grads->data, piece_at(l, grads->whole, slab));
+        float *pm = m + l->shard_pos[slab], *pv = v + l->shard_pos[slab];
+        const size_t n = l->piece_len[slab];
+        if (compute)
+            mixed_adamw_update_round(gp, piece, grad, grads->scale, pm, pv, n, cfg, step,
+                                     compute->precision,
+                                     precision_at(compute->precision, compute->data,
+                                                  piece_at(l, compute->whole, slab)));
+        else
+            mixed_adamw_update(gp, piece, grad, grads->scale, pm, pv, n, cfg, step);
+    }
 }

@@ -50,12 +50,22 @@ typedef struct {
     float scale;   /* 1, or fp16's 1/S for 16-bit gradients */
 } shard_grads;
 
+/* The 16-bit compute weights shard_adamw writes as it updates (mixed precision): a
+ * whole vector or this rank's shard, of precision. */
+typedef struct {
+    void *data;
+    precision precision;
+    int whole;
+} shard_compute;
+
 /* AdamW on this rank's pieces alone, with moments m, v of shard_len elements. params
  * are the whole vector or this rank's shard, as params_whole says. AdamW is element by
- * element, so this gives exactly what the whole update would give there. */
+ * element, so this gives exactly what the whole update would give there. compute (NULL:
+ * none) takes this rank's updated pieces rounded, in the same pass
+ * (mixed_adamw_update_round). */
 void shard_adamw(const shard_layout *l, float *params, int params_whole,
                  const shard_grads *grads, float *m, float *v, const adamw_config *cfg,
-                 int step);
+                 int step, const shard_compute *compute);
 
 /* Elements the largest rank owns beyond an even split P/N: at most one per slab. */
 size_t shard_largest_len(const gpt_shape *s, int world_size);

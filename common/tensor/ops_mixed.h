@@ -97,6 +97,13 @@ int mixed_vec_finite(precision p, const void *x, size_t n);
  * vector, vec_scale and adamw_update. fp32 with grad_scale 1: adamw_update itself. */
 void mixed_adamw_update(precision p, float *params, const void *grads, float grad_scale,
                         float *m, float *v, size_t n, const adamw_config *cfg, int step);
+/* mixed_adamw_update on grads of gp, and the updated params[n] rounded to cp into
+ * compute[n] (of cp) in the same pass, a chunk at a time while it is in cache: bit for
+ * bit the update followed by mixed_round(cp, compute, params, n), with one pass over
+ * memory instead of two (the GPU, and cp fp32: those two calls). */
+void mixed_adamw_update_round(precision gp, float *params, const void *grads,
+                              float grad_scale, float *m, float *v, size_t n,
+                              const adamw_config *cfg, int step, precision cp, void *compute);
 /* x[n] (fp32) rounded to p (nearest even) into its own first n elements of p, as
  * mixed_round into a separate buffer would write them; returns x. fp32: x unchanged. */
 void *mixed_round_in_place(precision p, float *x, size_t n);

@@ -42,8 +42,27 @@ int mixed_vec_finite(precision p, const void *x, size_t n) {
     return finite;
 }
 
-/* A chunk of the gradient at a time in the scratch: widen, scale, AdamW. AdamW is
- * element by element, so this is bit for bit widening the whole vector first. */
+/* AdamW a chunk at a time: the gradient widened and scaled in the scratch g where it is
+ * not fp32 at scale 1, then the update; compute (of cp, NULL: none) takes the updated
+ * chunk rounded while it is still in cache. AdamW and the rounding are element by
+ * element, so this is bit for bit widening the whole vector, updating it whole and
+ * rounding it whole. */
+static void adamw_chunks(precision gp, float *params, const void *grads, float grad_scale,
+                         float *m, float *v, size_t n, const adamw_config *scheduled,
+                         int step, precision cp, void *compute) {
+    float *g = mixed_scratch(CHUNK);
+    for (size_t i = 0; i < n; i += CHUNK) {
+        const size_t len = chunk_len(n, i);
+        const float *gi = g;
+        if (gp == PRECISION_FP32 && grad_scale == 1.0f) gi = (const float *)grads + i;
+        else if (gp == PRECISION_FP32) memcpy(g, (const float *)grads + i, len * sizeof(float));
+        else precision_from16(gp, g, precision_at(gp, grads, i), len);
+        if (grad_scale != 1.0f) cpu_vec_scale(g, grad_scale, len);
+        cpu_adamw_update(params + i, gi, m + i, v + i, len, scheduled, step);
+        if (compute) precision_to16(cp, precision_at(cp, compute, i), params + i, len);
+    }
+}
+
 void mixed_adamw_update(precision p, float *params, const void *grads, float grad_scale,
                         float *m, float *v, size_t n, const adamw_config *cfg, int step) {
     if (p == PRECISION_FP32 && grad_scale == 1.0f) {
@@ -54,14 +73,21 @@ void mixed_adamw_update(precision p, float *params, const void *grads, float gra
     const adamw_config scheduled = adamw_scheduled(cfg, step);
     MIXED_ON_GPU(w, OP_ADAMW, adamw_update, p, params, grads, grad_scale, m, v, n, &scheduled,
                  step);
-    float *g = mixed_scratch(CHUNK);
-    for (size_t i = 0; i < n; i += CHUNK) {
-        const size_t len = chunk_len(n, i);
-        if (p == PRECISION_FP32) memcpy(g, (const float *)grads + i, len * sizeof(float));
-        else precision_from16(p, g, precision_at(p, grads, i), len);
-        if (grad_scale != 1.0f) cpu_vec_scale(g, grad_scale, len);
-        cpu_adamw_update(params + i, g, m + i, v + i, len, &scheduled, step);
+    adamw_chunks(p, params, grads, grad_scale, m, v, n, &scheduled, step, PRECISION_FP32, NULL);
+    mixed_end(w, OP_ADAMW);
+}
+
+void mixed_adamw_update_round(precision gp, float *params, const void *grads,
+                              float grad_scale, float *m, float *v, size_t n,
+                              const adamw_config *cfg, int step, precision cp, void *compute) {
+    if (cp == PRECISION_FP32 || device_mixed_ops()) {   /* the GPU: two passes, as before */
+        mixed_adamw_update(gp, params, grads, grad_scale, m, v, n, cfg, step);
+        mixed_round(cp, compute, params, n);
+        return;
     }
+    const int w = mixed_begin(OP_ADAMW, 4.0 * 6.0 * n + bytes_of(gp, n) + bytes_of(cp, n));
+    const adamw_config scheduled = adamw_scheduled(cfg, step);
+    adamw_chunks(gp, params, grads, grad_scale, m, v, n, &scheduled, step, cp, compute);
     mixed_end(w, OP_ADAMW);
 }
 

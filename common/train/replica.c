@@ -41,8 +41,9 @@ void replica_set_precision(replica *r, precision p) {
 }
 
 const void *replica_compute_params(replica *r) {
-    if (r->precision != PRECISION_FP32)
+    if (r->precision != PRECISION_FP32 && !r->compute_current)   /* else AdamW wrote it */
         mixed_round(r->precision, r->compute, r->params, r->num_params);
+    r->compute_current = 1;
     return r->compute;
 }
 
@@ -105,18 +106,19 @@ void replica_download_grads(const replica *r, float *host) {
 
 void replica_adamw(replica *r, const adamw_config *cfg) {
     r->adam_step++;
-    if (r->grads16) {
-        mixed_adamw_update(r->grad_precision, r->params, r->grads16, r->grads16_unscale,
-                           r->adam_m, r->adam_v, r->num_params, cfg, r->adam_step);
-        r->grads16_unscale = 1.0f;
-    } else {
-        adamw_update(r->params, r->grads, r->adam_m, r->adam_v, r->num_params, cfg,
-                     r->adam_step);
-    }
-    if (r->masters_in_16_bits && r->precision != PRECISION_FP32) {
-        mixed_round(r->precision, r->compute, r->params, r->num_params);
+    const precision gp = r->grads16 ? r->grad_precision : PRECISION_FP32;
+    const void *grads = r->grads16 ? r->grads16 : (const void *)r->grads;
+    const float scale = r->grads16 ? r->grads16_unscale : 1.0f;
+    if (r->precision != PRECISION_FP32)
+        mixed_adamw_update_round(gp, r->params, grads, scale, r->adam_m, r->adam_v,
+                                 r->num_params, cfg, r->adam_step, r->precision, r->compute);
+    else
+        mixed_adamw_update(gp, r->params, grads, scale, r->adam_m, r->adam_v, r->num_params,
+                           cfg, r->adam_step);
+    r->compute_current = r->precision != PRECISION_FP32;
+    if (r->grads16) r->grads16_unscale = 1.0f;
+    if (r->masters_in_16_bits && r->precision != PRECISION_FP32)   /* compute: rounded */
         mixed_widen(r->precision, r->params, r->compute, r->num_params);
-    }
 }
 
 void load_batch(gpt_model *m, const dataset *d, const run_config *cfg, int step,

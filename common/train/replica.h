@@ -13,19 +13,23 @@
 /* A whole (or TP-sliced) copy of the model on this rank: parameters, gradients and,
  * when asked, AdamW moments, each in one contiguous slab-ordered vector.
  *
- * In mixed precision (bf16, fp16) `params` are the fp32 master weights, which AdamW
- * updates (tagged optimizer state, as the ZeRO paper counts them in its K = 12 bytes),
- * and forward and backward read `compute`, their 16-bit copy (tagged params: 2 B per
- * parameter), rounded from the masters at the start of every step. In fp32 both are
- * the same vector. Gradients are fp32, or with --grad-dtype bf16|fp16 (grads16.h)
- * held 16-bit in `grads16` (tagged grads: 2 B per parameter, `grads` NULL): AdamW widens
- * them a chunk at a time as it goes (mixed_adamw_update), so no fp32 copy is held. */
+ * In mixed precision (bf16, fp16) `params` are the fp32 master weights, which AdamW updates
+ * (tagged optimizer state, as the ZeRO paper counts them in its K = 12 bytes), and forward
+ * and backward read `compute`, their 16-bit copy (tagged params: 2 B per parameter),
+ * rounded from the masters by AdamW as it updates them (one pass over memory:
+ * mixed_adamw_update_round), and by replica_compute_params before the first step (fresh or
+ * resumed). In fp32 both are the same vector. Gradients are fp32, or with --grad-dtype
+ * bf16|fp16 (grads16.h) held 16-bit in `grads16` (tagged grads: 2 B per parameter, `grads`
+ * NULL): AdamW widens them a chunk at a time as it goes (mixed_adamw_update), so no fp32
+ * copy is held. */
 typedef struct {
     gpt_shape shape;
     size_t num_params;
     precision precision;   /* of `compute` */
     float *params, *grads, *adam_m, *adam_v;
     void *compute;
+    int compute_current;        /* 16 bits: compute holds the masters rounded (0 until the
+                                   first step's rounding) */
     precision grad_precision;   /* of the gradients held: fp32, or `precision` */
     void *grads16;              /* 16-bit gradients, else NULL */
     float grads16_unscale;      /* what AdamW multiplies them by (fp16's 1/S), else 1 */
@@ -37,8 +41,9 @@ void replica_init(replica *r, const gpt_shape *s, uint64_t seed, int with_optimi
 /* Computes in p from now on (a 16-bit p allocates the compute copy). Before the first
  * step. */
 void replica_set_precision(replica *r, precision p);
-/* The compute copy rounded from the master weights: at the start of a step (in fp32,
- * nothing to do). Returns what forward and backward read. */
+/* At the start of a step: the compute copy rounded from the master weights where
+ * AdamW has not written it (the first step; in fp32, nothing to do). Returns what
+ * forward and backward read. */
 const void *replica_compute_params(replica *r);
 /* Holds its gradients in gp from now on (16 bits: grads16; fp32: nothing changes).
  * After replica_set_precision, before the first step. */
@@ -56,7 +61,8 @@ void replica_checkpoint_state(replica *r, int writes, ckpt_state *out);
 int replica_optimizer_grads(replica *r, grad_vector *vectors);
 /* The gradient AdamW reads, into host[num_params] (16 bits: widened and unscaled). */
 void replica_download_grads(const replica *r, float *host);
-/* One AdamW step over the whole vector (16-bit gradients: widened as it goes). */
+/* One AdamW step over the whole vector (16-bit gradients: widened as it goes; 16-bit
+ * compute: rounded from the updated masters in the same pass). */
 void replica_adamw(replica *r, const adamw_config *cfg);
 
 /* Uploads sequences [first, first + count) of a step's global batch into m; count is the

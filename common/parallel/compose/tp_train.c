@@ -12,7 +12,7 @@
  *              on every TP rank, so their copies stay identical
  *
  * Mixed precision (bf16, fp16): the slice's fp32 masters and their 16-bit compute copy,
- * rounded at every step's start; f and g all-reduce 16-bit activations, dp the fp32
+ * rounded by AdamW as it updates them; f and g all-reduce 16-bit activations, dp the fp32
  * gradients (16-bit ones with --grad-dtype). The vocabulary is split in every
  * precision: in 16 bits the slice's logits are 16-bit and the vocab-parallel softmax
  * widens them to fp32 (vocab_parallel.h), as one device's loss does. Here: the run and

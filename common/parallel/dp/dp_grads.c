@@ -116,20 +116,27 @@ static void allgather_shard(dp_grads *g, precision p, const void *shard, void *w
                        comm_dtype_of(p));
 }
 
-void dp_grads_begin_step_compute(dp_grads *g) {
+/* This rank's masters rounded into its compute weights: the whole model at zero 0, its
+ * pieces at zero 1-3. */
+static void round_own_masters(dp_grads *g) {
     const precision p = g->precision;
-    if (p == PRECISION_FP32) return;
     const shard_layout *l = &g->layout;
-    if (g->params_whole) {   /* zero 0: every rank rounds the whole model */
+    if (g->params_whole) {
         mixed_round(p, g->compute, g->params, l->num_params);
         return;
     }
-    for (int slab = 0; slab < l->num_slabs; slab++)   /* this rank's pieces */
+    for (int slab = 0; slab < l->num_slabs; slab++)
         mixed_round(p, precision_at(p, g->compute, g->compute_whole ? shard_piece_begin(l, slab)
                                                                     : l->shard_pos[slab]),
                     g->params + l->shard_pos[slab], l->piece_len[slab]);
-    if (g->compute_whole && g->fault != DP_FAULT_SKIP_PARAM_ALLGATHER)
-        shard_allgather_in_place(g->group, l, p, g->compute);   /* zero 1-2 */
+}
+
+void dp_grads_begin_step_compute(dp_grads *g) {
+    if (g->precision == PRECISION_FP32) return;
+    if (!g->compute_current) round_own_masters(g);   /* else AdamW wrote them */
+    g->compute_current = 1;
+    if (!g->params_whole && g->compute_whole && g->fault != DP_FAULT_SKIP_PARAM_ALLGATHER)
+        shard_allgather_in_place(g->group, &g->layout, g->precision, g->compute);   /* zero 1-2 */
 }
 
 const void *dp_grads_compute_piece(const dp_grads *g, int slab) {
@@ -310,13 +317,22 @@ static shard_grads optimizer_grads_of(const dp_grads *g) {
 void dp_grads_optimizer_step(dp_grads *g, const adamw_config *cfg) {
     const shard_layout *l = &g->layout;
     const shard_grads grads = optimizer_grads_of(g);
+    /* mixed precision: this rank's compute weights rounded in AdamW's pass */
+    const int mixed = g->precision != PRECISION_FP32;
+    const shard_compute compute = {.data = g->compute, .precision = g->precision,
+                                   .whole = g->compute_whole};
     g->adam_step++;
-    if (g->optimizer_whole)
+    if (g->optimizer_whole && mixed)
+        mixed_adamw_update_round(grads.precision, g->params, grads.data, grads.scale, g->adam_m,
+                                 g->adam_v, l->num_params, cfg, g->adam_step, g->precision,
+                                 g->compute);
+    else if (g->optimizer_whole)
         mixed_adamw_update(grads.precision, g->params, grads.data, grads.scale, g->adam_m,
                            g->adam_v, l->num_params, cfg, g->adam_step);
     else
         shard_adamw(l, g->params, g->params_whole, &grads, g->adam_m, g->adam_v, cfg,
-                    g->adam_step);
+                    g->adam_step, mixed ? &compute : NULL);
+    g->compute_current = mixed;
     g->grads16_unscale = 1.0f;
     /* Zero 1 and 2 keep whole parameters for the next forward: every rank sends its
      * updated piece to all the others (mixed precision: 16-bit ones, when the next

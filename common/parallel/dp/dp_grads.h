@@ -26,14 +26,16 @@
  * and backward read 16-bit compute weights, whole at zero 0-2 and this rank's shard at
  * zero 3 (tagged params: 2 B per element); the fp32 master weights are optimizer state
  * (tagged so: the ZeRO paper's K = 12 is master + m + v), whole at zero 0 and sharded
- * from zero 1 on, like m and v. dp_grads_begin_step_compute rounds this rank's masters
- * into its compute weights at the start of every step and, at zero 1-2, all-gathers
- * the 16-bit weights (half the bytes of fp32's all-gather after AdamW, which fp32 does
- * instead); zero 3 gathers 16-bit slabs when they are used. Gradients are fp32, or
- * with grad_precision 16 bits (grads16.h; plain ZeRO and DDP: zero 0-1 whole
- * gradients, zero 2-3 per slab; the pipeline and the mesh: whole gradients of a step
- * summed in fp32, step_grads_fp32): held in grads16 (whole at zero 0-1, a shard from 2),
- * reduced in 16 bits, and read by AdamW a chunk at a time, widened as it goes
+ * from zero 1 on, like m and v. AdamW writes this rank's compute weights as it updates
+ * its masters, each chunk rounded while it is in cache (mixed_adamw_update_round), so
+ * dp_grads_begin_step_compute rounds them itself only before the first step (fresh or
+ * resumed: the masters just initialised or loaded) and, at zero 1-2, all-gathers the
+ * 16-bit weights at the start of every step (half the bytes of fp32's all-gather after
+ * AdamW, which fp32 does instead); zero 3 gathers 16-bit slabs when they are used.
+ * Gradients are fp32, or with grad_precision 16 bits (grads16.h; plain ZeRO and DDP: zero
+ * 0-1 whole gradients, zero 2-3 per slab; the pipeline and the mesh: whole gradients of a
+ * step summed in fp32, step_grads_fp32): held in grads16 (whole at zero 0-1, a shard from
+ * 2), reduced in 16 bits, and read by AdamW a chunk at a time, widened as it goes
  * (mixed_adamw_update): `grads` stays NULL, and no fp32 copy of them is ever held. */
 #ifndef DP_GRADS_H
 #define DP_GRADS_H
@@ -93,6 +95,8 @@ typedef struct {
      * itself in fp32, else 16-bit: whole at zero 0-2, a shard at zero 3). */
     float *params, *grads, *adam_m, *adam_v;
     void *compute;
+    int compute_current;   /* mixed precision: this rank's compute weights hold its masters
+                              rounded (0 until the first step's rounding) */
     precision grad_precision;
     void *grads16;       /* 16-bit gradients (whole at zero 0-1, else a shard), or NULL */
     float grads16_unscale;   /* what AdamW multiplies them by (fp16's 1/S), else 1 */
@@ -112,9 +116,9 @@ void dp_grads_init(dp_grads *g, comm *group, const gpt_shape *part, uint64_t see
                    const dp_grads_options *opts);
 void dp_grads_free(dp_grads *g);
 
-/* The start of every step, before forward: in mixed precision the compute weights
- * rounded from the masters (and all-gathered at zero 1-2); nothing in fp32, whose
- * compute weights are the masters. */
+/* The start of every step, before forward: in mixed precision this rank's compute
+ * weights rounded from the masters where AdamW has not written them (the first step)
+ * and all-gathered at zero 1-2; nothing in fp32, whose compute weights are the masters. */
 void dp_grads_begin_step_compute(dp_grads *g);
 /* This rank's compute weights of a slab at zero 3 (its piece: the part to gather). */
 const void *dp_grads_compute_piece(const dp_grads *g, int slab);

@@ -47,12 +47,12 @@ typedef struct {
 /* Makes virtual stage `stage` of `stages` over the pipeline group pp: blocks split as
  * gpt_shape_split_stages does, from `whole` (the model, possibly a TP slice). T: the
  * sequence's tokens (with model_opts' positions, a CP span: the model holds its rows).
- * max_in_flight: micro-batch slots to allow. model_opts may be NULL. owns_state: rep
- * is the stage's own replica (parameters, gradients, AdamW moments; in mixed precision
- * replica_compute_params at each step's start rounds its compute weights); 0: rep
- * holds the shape alone, and its owner (the pipeline's dp_grads.h) points rep.compute
- * (what forward and backward read), rep.params (the fp32 masters, where whole) and
- * rep.grads at the step's whole vectors. */
+ * max_in_flight: micro-batch slots to allow. model_opts may be NULL. owns_state: rep is the
+ * stage's own replica (parameters, gradients, AdamW moments; in mixed precision AdamW's
+ * pass writes its compute weights, replica_compute_params rounds them before the first
+ * step); 0: rep holds the shape alone, and its owner (the pipeline's dp_grads.h) points
+ * rep.compute (what forward and backward read), rep.params (the fp32 masters, where whole)
+ * and rep.grads at the step's whole vectors. */
 void pp_stage_init(pp_stage *st, comm *pp, const gpt_shape *whole, int stage, int stages,
                    int micro_batch, int T, int max_in_flight, uint64_t seed,
                    const gpt_model_options *model_opts, int owns_state);
