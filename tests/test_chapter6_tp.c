@@ -13,6 +13,7 @@
  * (test_chapter6). Negative controls: the papers' count and the count without SP's terms
  * miss the recorded figures. */
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 
 #include "check_run.h"
@@ -38,6 +39,23 @@ START_TEST(a_tp_rank_by_hand) {
            plan_this_model_params_per_gpu(&bench256, 2, 1), plan_params_per_gpu(&bench256, 2, 1));
     ck_assert(plan_this_model_params_per_gpu(&bench256, 2, 1) == 1632256);
     ck_assert(plan_params_per_gpu(&bench256, 2, 1) == 1628672);
+    /* the step's tp seconds send the count's bytes: the same latencies, this model's
+     * extra bytes at NVLink's bandwidth (tp 2 in a node) */
+    const plan_request r = predict_mesh_request(8, PRECISION_FP32);
+    plan_mesh ours = plan_evaluate(&r, "mesh", (plan_mesh){.tp = 2, .pp = 2, .dp = 2}).mesh;
+    plan_mesh papers = ours;
+    ours.tp_count = PLAN_TP_THIS_MODEL;
+    papers.tp_count = PLAN_TP_PAPER;
+    const plan_precision p = plan_precision_for(&r);
+    const double extra_bytes = plan_bytes_sent(&r.model, &ours, p).tp -
+                               plan_bytes_sent(&r.model, &papers, p).tp;
+    const double extra_seconds = plan_step_time(&r.model, &ours, &r.cluster, p).tp_comm -
+                                 plan_step_time(&r.model, &papers, &r.cluster, p).tp_comm;
+    const double expected = extra_bytes / plan_link_of(LINK_NVLINK).bandwidth;
+    printf("tp seconds: this model's count %.3e s more than the papers' for %.0f B more"
+           " (expected %.3e)\n", extra_seconds, extra_bytes, expected);
+    ck_assert(extra_bytes > 0);
+    ck_assert(fabs(extra_seconds - expected) <= 1e-9 * expected);
 }
 END_TEST
 

@@ -101,12 +101,20 @@ static double tp_bytes_per_micro_batch(const plan_model *m, const plan_mesh *mes
     return first > last ? first : last;
 }
 
+/* The papers' count: its all-reduces of b s h activations. This model's: the same
+ * all-reduces' latencies, and its bytes (tp_bytes_per_micro_batch: the vocab-parallel
+ * embedding's and head's, SP's regathers and LayerNorm gradients too) at the link's
+ * bandwidth; a ring all-reduce's bytes are 2 (t-1)/t of its buffer, as both count them. */
 static double tp_seconds(const plan_model *m, const plan_mesh *mesh, const plan_cluster *c,
                          int micro_batches, plan_precision precision) {
     if (mesh->tp == 1) return 0;
-    return tp_calls(m, mesh, micro_batches) *
-           plan_allreduce_seconds(group_link(c, mesh->tp, 1), mesh->tp,
-                                  activation_message(m, mesh, precision));
+    const plan_link link = group_link(c, mesh->tp, 1);
+    const double message = activation_message(m, mesh, precision);
+    const double calls = tp_calls(m, mesh, micro_batches);
+    if (mesh->tp_count == PLAN_TP_PAPER || link.bandwidth <= 0)
+        return calls * plan_allreduce_seconds(link, mesh->tp, message);
+    return calls * 2 * (mesh->tp - 1) * link.latency +
+           micro_batches * tp_bytes_per_micro_batch(m, mesh, message) / link.bandwidth;
 }
 
 static double pp_seconds(const plan_model *m, const plan_mesh *mesh, const plan_cluster *c,

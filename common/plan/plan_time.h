@@ -74,7 +74,8 @@ typedef struct {
     double bubble;      /* compute x (pp - 1) / m, 1F1B or GPipe */
     double tp_comm;     /* 4 all-reduces of b s h activations per layer and micro-batch
                            (6 with full recomputation); with SP the same bytes as
-                           all-gather + reduce-scatter */
+                           all-gather + reduce-scatter; PLAN_TP_THIS_MODEL: their
+                           latencies and its bytes (plan_bytes_sent's tp) */
     double pp_comm;     /* per micro-batch, activation out and gradient back: b s h / t
                            activations each (Megatron's scatter/gather) */
     double dp_comm;     /* ZeRO 0-2: one all-reduce of the gradients per iteration;
@@ -98,8 +99,8 @@ plan_step plan_step_time(const plan_model *m, const plan_mesh *mesh,
  * that sends the most (a ring collective of n ranks sends (n-1)/n of its buffer per
  * pass): tp 4 (6) all-reduces a layer and micro-batch (PLAN_TP_THIS_MODEL: also the
  * vocab-parallel embedding's and head's and the loss's numbers, and SP's regathers and
- * LayerNorm gradients, on the stage that sends the most; plan_step's tp_comm stays the
- * papers' count); pp a micro-batch's activation
+ * LayerNorm gradients, on the stage that sends the most; plan_step's tp_comm sends the
+ * same bytes); pp a micro-batch's activation
  * forward and its gradient back (a middle stage sends both, a two-stage pipeline's
  * ranks one each); dp and dp_replicate as dp_comm counts them; cp plan_cp.h's chunks.
  * What --predict-chapters holds against chapter 11's measured bytes per group. */
