@@ -279,6 +279,7 @@ if [ -x "$chapter11" ]; then
     expect_ok "$chapter11" --ranks 4 --tp 1 --cp 2 --dp-shard 2 --steps 2 --quiet
     # SP with stages trains now (test_mesh_matrix holds tp+sp x pp under every schedule)
     expect_ok "$chapter11" --ranks 4 --tp 2 --pp 2 --sp --steps 2 --quiet
+    expect_ok "$chapter11" --ranks 4 --tp 2 --dp-shard 2 --steps 1 --quiet
     expect_error "$chapter11" "sequence parallelism splits the sequence over the tensor-parallel ranks: it needs --tp 2" --ranks 4 --tp 1 --pp 2 --sp
     # EP with PP trains with micro-batches, each routed by itself, and with TP + SP
     # (test_mesh_moe holds them against one device); EP with CP trains without dropping
@@ -448,6 +449,9 @@ if [ -x "$chapter9" ] && [ -z "$mpi" ]; then   # under MPI the three above answe
     expect_error "$chapter9" "--tp 3 does not divide --heads 4" --ranks 4 --tp 3
     expect_error "$chapter9" "--svg $scratch/no/m.svg: cannot write there" --ranks 2 --svg "$scratch/no/m.svg"
     expect_error "$chapter9" "--save ckpt: chapter 9 compares short runs" --ranks 2 --save ckpt
+    # one step: the step's bytes are its formula's (step 1's gradients gathered for the
+    # comparison are not counted), TP's in bf16 with 16-bit gradients
+    expect_ok "$chapter9" --ranks 2 --part sp --precision bf16 --grad-dtype bf16 --steps 1 --quiet
 fi
 if [ -x "$programs"/chapter3 ] && [ -z "$mpi" ]; then   # chapter 3's --sp: part 3, TP 2 or more
     expect_error "$programs"/chapter3 "--sp does nothing with --part block" --ranks 2 --part block --sp

@@ -294,6 +294,25 @@ static int accounting_main(comm *world, void *arg) {
     all = comm_stats_all(world);
     if (comm_stats_total_sent(&all) != 0 || all.calls[COMM_KIND_ALLREDUCE] != 0) failures++;
     if (comm_bytes_are_modelled(world) || strcmp(comm_backend_name(world), "threads")) failures++;
+
+    /* paused: nothing counted in any group (collectives, sends, an async all-reduce);
+     * then counting goes on */
+    comm_stats_pause(world, 1);
+    comm_allreduce(pair, x, 1000, COMM_F32, COMM_SUM);
+    comm_allgather(world, shard, x, count, COMM_F32);
+    comm_wait(comm_allreduce_start(world, x, count, COMM_F32, COMM_SUM));
+    if (n > 1 && r < 2) {
+        if (r == 0) comm_send(world, x, 100, COMM_F32, 1, 7);
+        else comm_recv(world, x, 100, COMM_F32, 0, 7);
+    }
+    comm_stats_pause(world, 0);
+    all = comm_stats_all(world);
+    if (comm_stats_total_sent(&all) != 0 || comm_stats_total_seconds(&all) != 0) failures++;
+    for (int k = 0; k < COMM_NKINDS; k++) failures += all.calls[k] != 0;
+    comm_allreduce(world, x, count, COMM_F32, COMM_SUM);
+    all = comm_stats_all(world);
+    if (all.calls[COMM_KIND_ALLREDUCE] != 1 || (n > 1 && comm_stats_total_sent(&all) == 0))
+        failures++;
     comm_free(pair);
     mem_free(x);
     mem_free(shard);

@@ -188,6 +188,10 @@ typedef struct {
 comm_stats comm_stats_get(const comm *c);
 comm_stats comm_stats_all(const comm *c);
 void comm_stats_reset(comm *c);          /* resets the rank's stats in all its groups */
+/* While paused, nothing this rank sends, receives or waits for is counted in any of its
+ * groups (the run's own checking traffic, such as step 1's gradients gathered for the
+ * comparison). Every rank of a collective pauses alike. */
+void comm_stats_pause(comm *c, int paused);
 uint64_t comm_stats_total_sent(const comm_stats *s);
 double comm_stats_total_seconds(const comm_stats *s);
 /* True when bytes are counted from the algorithm's textbook volume (MPI, NCCL) rather

@@ -9,8 +9,20 @@
 #include <string.h>
 
 /* ---- accounting ---------------------------------------------------------------------- */
+int comm_counting_paused(const comm *c) {
+    return atomic_load_explicit(&c->rs->stats_paused, memory_order_relaxed);
+}
+
+void comm_stats_pause(comm *c, int paused) {
+    atomic_store(&c->rs->stats_paused, paused != 0);
+}
+
+/* The thread that copies counts both sides: a copy made while its rank is paused (the
+ * copier's, or the sender's own copy-and-go) is left out of both, so no copy of the
+ * paused traffic lands in a peer that has gone on. */
 void comm_count(comm *copier, comm *owner, int kind, comm_tier tier, uint64_t bytes) {
     if (kind < 0 || kind >= COMM_NKINDS) return;
+    if (comm_counting_paused(copier ? copier : owner)) return;
     if (copier) {
         atomic_fetch_add_explicit(&copier->counters.received[kind], bytes, memory_order_relaxed);
         atomic_fetch_add_explicit(&copier->counters.tier_received[tier], bytes,
@@ -24,6 +36,7 @@ void comm_count(comm *copier, comm *owner, int kind, comm_tier tier, uint64_t by
 
 /* A transfer's time on the modelled link, which the rank waits out (threads backend). */
 void comm_count_link(comm *c, comm_tier tier, double seconds) {
+    if (comm_counting_paused(c)) return;
     atomic_fetch_add_explicit(&c->counters.link_nanoseconds[tier],
                               (uint64_t)llround(seconds * 1e9), memory_order_relaxed);
 }
@@ -54,7 +67,7 @@ static void count_modelled_tiers(comm *c, const comm_call *call, uint64_t sent,
  * and all-gather, a pipelined chain from (broadcast) or to (reduce) the root, all-to-all
  * straight to each peer. */
 void comm_count_modelled(comm *c, const comm_call *call) {
-    if (!c->backend->bytes_modelled) return;
+    if (!c->backend->bytes_modelled || comm_counting_paused(c)) return;
     uint64_t n = (uint64_t)c->size, bytes = call->count * comm_dtype_size(call->dt);
     uint64_t sent = 0, received = 0;
     int pos;

@@ -75,8 +75,10 @@ static void run_blocking(comm *c, comm_call call) {
     c->backend->run(c, &call);
     double t1 = comm_now();
     comm_flight_set(c, flight, FLIGHT_DONE);
-    c->counters.calls[call.kind]++;
-    c->counters.seconds[call.kind] += t1 - t0;
+    if (!comm_counting_paused(c)) {
+        c->counters.calls[call.kind]++;
+        c->counters.seconds[call.kind] += t1 - t0;
+    }
     comm_count_modelled(c, &call);
     trace_call(c, comm_world_rank(c), "", &call, t0, t1);
 }
@@ -88,7 +90,7 @@ static comm_request *start(comm *c, comm_call call) {
     if (!req) comm_fail(c, "out of memory");
     *req = (comm_request){.c = c, .call = call, .t_start = comm_now()};
     req->flight = comm_flight_begin(c, &call, FLIGHT_QUEUED);
-    c->counters.calls[call.kind]++;
+    if (!comm_counting_paused(c)) c->counters.calls[call.kind]++;
     comm_count_modelled(c, &call);
     req->next_unwaited = c->unwaited;
     if (c->unwaited) c->unwaited->prev_unwaited = req;
@@ -107,9 +109,11 @@ void comm_wait(comm_request *req) {
     double done = req->t_done > req->t_start ? req->t_done : t1;
     /* Hidden: the part of the flight before the program started waiting for it. */
     double hidden = (t0 < done ? t0 : done) - req->t_start;
-    c->counters.seconds[req->call.kind] += t1 - t0;
-    c->counters.async_seconds += done - req->t_start;
-    c->counters.hidden_seconds += hidden > 0 ? hidden : 0;
+    if (!comm_counting_paused(c)) {
+        c->counters.seconds[req->call.kind] += t1 - t0;
+        c->counters.async_seconds += done - req->t_start;
+        c->counters.hidden_seconds += hidden > 0 ? hidden : 0;
+    }
     trace_call(c, 1000 + comm_world_rank(c), "", &req->call, req->t_start, done);
     trace_call(c, comm_world_rank(c), "wait ", &req->call, t0, t1);
     if (req->prev_unwaited) req->prev_unwaited->next_unwaited = req->next_unwaited;
@@ -188,8 +192,10 @@ static void point_to_point(comm *c, comm_call call, int tag) {
     else c->backend->send(c, &call);
     double t1 = comm_now();
     comm_flight_set(c, flight, FLIGHT_DONE);
-    c->counters.calls[COMM_KIND_SENDRECV]++;
-    c->counters.seconds[COMM_KIND_SENDRECV] += t1 - t0;
+    if (!comm_counting_paused(c)) {
+        c->counters.calls[COMM_KIND_SENDRECV]++;
+        c->counters.seconds[COMM_KIND_SENDRECV] += t1 - t0;
+    }
     comm_count_modelled(c, &call);
     if (c->job->opts.trace_path)
         comm_trace_span(c, comm_world_rank(c), is_recv ? "recv" : "send", t0, t1, bytes);

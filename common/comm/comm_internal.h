@@ -172,6 +172,7 @@ struct comm_rank_state {
     struct { char name[48]; double t0; } open_spans[32];   /* rank thread only */
     int depth;
     comm *groups;                       /* list via next_of_rank; rank thread only */
+    _Atomic int stats_paused;           /* comm_stats_pause: this rank counts nothing */
     _Atomic int finished;               /* rank_main has returned */
     _Atomic int status;                 /* ... with this value */
     void *impl;
@@ -199,6 +200,8 @@ comm *comm_create(comm_job *job, comm_rank_state *rs, const comm_backend *backen
 /* Bytes that really moved: copier received them, owner (may be NULL) sent them, across
  * `tier`. */
 void comm_count(comm *copier, comm *owner, int kind, comm_tier tier, uint64_t bytes);
+/* Whether c's rank has its counting paused (comm_stats_pause). */
+int comm_counting_paused(const comm *c);
 /* The tier between this rank and group rank `peer` of c. */
 comm_tier comm_tier_to(const comm *c, int peer);
 /* Modelled link: how long `bytes` take on a tier of the job's links (0 for LINK_NONE). */

@@ -256,6 +256,14 @@ static double fastest_timed_step(const double *step_seconds, int steps) {
     return fastest;
 }
 
+/* Step 1's gradients gathered for the comparison: checking traffic, left out of the
+ * statistics (a one-step run has no warm-up step whose reset would drop it). */
+static void keep_first_grads_uncounted(comm *world, const train_strategy *st) {
+    if (world) comm_stats_pause(world, 1);
+    st->keep_first_grads(st->ctx);
+    if (world) comm_stats_pause(world, 0);
+}
+
 /* After the warm-up step, what the timed steps measure starts afresh. */
 static void reset_after_warmup(const train_strategy *st, comm *world, mem_stats *mem,
                              op_profile *profile) {
@@ -301,7 +309,7 @@ void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
         if (cfg->loss_scale_trace && (!metrics || comm_world_rank(metrics) == 0))
             cfg->loss_scale_trace[i - 1] = used;
         double seconds = comm_now() - start;
-        if (i == 1 && st->keep_first_grads) st->keep_first_grads(st->ctx);
+        if (i == 1 && st->keep_first_grads) keep_first_grads_uncounted(world, st);
         start = comm_now();
         if (take) st->update(st->ctx, step);
         ops_synchronize();
