@@ -29,8 +29,13 @@ void cost_local(const run_config *cfg, const moe_config *moe, int ep_size, cost_
     const double experts = (double)moe_local_experts_numel(&s);
     r->expert_share = experts / r->total[1];
     r->ep = ep_size;
-    r->state_per_rank[0] = 16 * r->total[1];
-    r->state_per_rank[1] = 16 * (r->total[1] - experts + experts / ep_size);
+    /* dp_grads_state_bytes' count: the compute weights and gradients in their precisions,
+     * Adam's m and v, and in mixed precision the fp32 masters: 16 B in fp32, 18 in bf16 */
+    r->p = cfg->precision, r->gp = cfg->grad_precision;
+    r->bytes_per_param = (double)precision_bytes(r->p) + (double)precision_bytes(r->gp) +
+                         (r->p == PRECISION_FP32 ? 8 : 12);
+    r->state_per_rank[0] = r->bytes_per_param * r->total[1];
+    r->state_per_rank[1] = r->bytes_per_param * (r->total[1] - experts + experts / ep_size);
 }
 
 void cost_print(const cost_report *r, const moe_config *moe) {
@@ -47,8 +52,14 @@ void cost_print(const cost_report *r, const moe_config *moe) {
            r->total[1] / r->total[0], r->flops_per_token[1] / r->flops_per_token[0],
            r->counted_total, r->counted_total == r->total[1] ? "the same" : "DIFFERENT",
            100 * r->expert_share);
-    printf("  model state a rank holds (16 B a parameter: fp32 weights, gradients, Adam's m"
-           " and v): %.2f MB on one device, %.2f MB with the experts over EP %d\n",
+    if (r->p == PRECISION_FP32)
+        printf("  model state a rank holds (16 B a parameter: fp32 weights, gradients, Adam's"
+               " m and v)");
+    else
+        printf("  model state a rank holds (%.0f B a parameter: %s weights, %s gradients, fp32"
+               " masters, Adam's m and v)", r->bytes_per_param, precision_name(r->p),
+               precision_name(r->gp));
+    printf(": %.2f MB on one device, %.2f MB with the experts over EP %d\n",
            r->state_per_rank[0] / 1e6, r->state_per_rank[1] / 1e6, r->ep);
     printf("  for MoE at scale (GPT-4-class sizes, memory per GPU under EP) see chapter 6's"
            " planner\n");

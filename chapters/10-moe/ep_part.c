@@ -93,6 +93,18 @@ static void ep_run_free(ep_run *run) {
     mesh_extra_free(&run->x);
 }
 
+/* The bounds in the run's precision (chapter 11's): every EP run's dp is the ranks, so
+ * one set holds them all. */
+static int set_tolerances(const run_config *cfg, const dataset *data, const moe_config *moe,
+                          const ep_run *one, mesh_shape shape, ep_report *r) {
+    const baseline_run base = mesh_outcome_as_baseline(&one->out);
+    r->tol = mesh_run_tolerances(cfg, shape, &base);
+    const pipeline_options o = moe_chapter_pipeline(moe, "moe");
+    const double from_fp32 = mesh_loss_bound_from_fp32(cfg, data, &o, one->out.loss);
+    if (from_fp32 > r->tol.loss) r->tol.loss = r->loss_from_fp32 = from_fp32;
+    return from_fp32 < 0;
+}
+
 int ep_launches(const run_config *cfg, const dataset *data, const moe_config *moe,
                 ep_report *r) {
     memset(r, 0, sizeof *r);
@@ -119,11 +131,12 @@ int ep_launches(const run_config *cfg, const dataset *data, const moe_config *mo
             for (int e = 0; e < moe->experts; e++)
                 r->pairs += log->load[(size_t)s * moe->experts + e];
         }
+        if (r->count > 1) status = set_tolerances(cfg, data, moe, &runs[0], r->mesh[1], r);
         for (int i = 1; i < r->count; i++) {
             compare_run(&runs[i], &runs[0]);
             keep_traffic(r, i, &runs[i], moe, cfg);
-            r->worst_fraction = fmax(r->worst_fraction, run_worst_fraction_of_tolerance(
-                &runs[i].out.result, MESH_TOL_GRADS, MESH_TOL_LOSS, MESH_TOL_PARAMS));
+            r->worst_fraction =
+                fmax(r->worst_fraction, run_worst_fraction_of(&runs[i].out.result, r->tol));
         }
     }
     for (int i = 0; i < r->count; i++) ep_run_free(&runs[i]);
@@ -168,8 +181,10 @@ void ep_print(const ep_report *r, const moe_config *moe) {
         printf("  one rank: no expert-parallel run to compare (try ./run 2 or more)\n");
         return;
     }
-    printf("  tolerances: loss %.0e, grads %.0e, params %.0e; the worst difference is %.2g of"
-           " its tolerance: %s\n", MESH_TOL_LOSS, MESH_TOL_GRADS, MESH_TOL_PARAMS, r->worst_fraction,
+    printf("  tolerances: loss %.1e%s, grads %.1e, params %.1e; the worst difference is %.2g of"
+           " its tolerance: %s\n", r->tol.loss,
+           r->loss_from_fp32 > 0 ? " (2 x one device's distance from fp32: tolerances.h)" : "",
+           r->tol.grads, r->tol.params, r->worst_fraction,
            r->worst_fraction <= 1 ? "every EP run is the one-device run" : "MISMATCH");
     double worst = 0;
     for (int i = 0; i < r->count; i++) worst = fmax(worst, r->mismatch[i]);

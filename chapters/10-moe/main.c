@@ -165,8 +165,6 @@ int main(int argc, char **argv) {
                          " (save and resume in chapters 1-5)";
     cfg.unused_flags = unused_flags;
     cfg.unused_why = "chapter 10 compares many runs; profile one in chapters 1-5";
-    cfg.fp32_only = "the MoE layer computes in fp32 alone so far";
-    cfg.fp32_grads_only = cfg.fp32_only;
     cli_parse(argc, argv, &cfg, options, argv[0],
               "Mixture of experts: expert parallelism against one device, the all-to-all's"
               " bytes, tokens per expert, dropping, the auxiliary loss, active parameters.");

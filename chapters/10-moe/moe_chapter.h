@@ -27,6 +27,9 @@ typedef struct {
     double dropped;                /* pairs dropped over the one-device run */
     double pairs;                  /* pairs routed over it */
     double worst_fraction;         /* largest difference / its tolerance, every EP run */
+    run_tolerances tol;            /* mesh_run_tolerances (every run's dp is the ranks), the
+                                      loss's past TOL_STEPS steps in 16 bits from fp32 */
+    double loss_from_fp32;         /* that loss bound where it is the larger; 0: none */
 } ep_report;
 
 int ep_launches(const run_config *cfg, const dataset *data, const moe_config *moe,
@@ -63,8 +66,10 @@ typedef struct {
     double total[3], active[3], flops_per_token[3];   /* dense, MoE, dense of MoE's active */
     double counted_total;       /* the MoE run's vectors less the unused dense MLPs */
     double expert_share;        /* of the MoE's parameters, in experts */
-    double state_per_rank[2];   /* model state bytes a rank holds (16 B a parameter):
+    double state_per_rank[2];   /* model state bytes a rank holds (bytes_per_param):
                                    EP 1, EP = ranks of part ep's mesh */
+    double bytes_per_param;     /* compute weights, gradients, Adam (and fp32 masters) */
+    precision p, gp;            /* the run's --precision and --grad-dtype */
     int ep;
 } cost_report;
 

@@ -176,32 +176,6 @@ static double moe_worst(const mesh_extra *x, const mesh_extra *one, const run_to
     return fmax(grads / t->grads, params / t->params);
 }
 
-/* Past TOL_STEPS steps in 16 bits, the loss is held within twice the baseline's own
- * distance from fp32 (mixed_loss_tolerance): the same one-device run again in fp32,
- * quietly. Returns that bound, or 0 where MIXED_TOL_LOSS alone holds (or -1: the fp32
- * run failed). */
-static double loss_bound_from_fp32(const run_config *cfg, const dataset *data,
-                                   const pipeline_options *opts, const baseline_run *b) {
-    if (cfg->precision == PRECISION_FP32 || cfg->steps <= TOL_STEPS) return 0;
-    run_config fp32 = *cfg;
-    fp32.precision = fp32.grad_precision = PRECISION_FP32;
-    fp32.quiet = 1;
-    double bound;
-    if (opts->moe.experts > 0) {   /* the MoE model on one device */
-        mesh_extra x = {0};
-        strategy_outcome one = {.extra = &x};
-        if (mesh_train_one_device(&fp32, data, opts, &one) != 0) return -1;
-        bound = mixed_loss_tolerance(b->loss, one.loss, cfg->steps);
-        strategy_outcome_free(&one);
-        mesh_extra_free(&x);
-    } else {
-        baseline_run *one = baseline_train(&fp32, data);
-        bound = mixed_loss_tolerance(b->loss, one->loss, cfg->steps);
-        baseline_free(one);
-    }
-    return bound;
-}
-
 static int train(mesh_args *a, int world, int default_mesh) {
     const run_config *cfg = &a->cfg;
     dataset *data = dataset_from_config(cfg);
@@ -242,7 +216,7 @@ static int train(mesh_args *a, int world, int default_mesh) {
         char *extra = mesh_json(&x, world, a);
         rows[1].json_extra = extra;
         run_tolerances t = mesh_run_tolerances(cfg, *s, baseline);
-        double spread_bound = loss_bound_from_fp32(cfg, data, &opts, baseline);
+        double spread_bound = mesh_loss_bound_from_fp32(cfg, data, &opts, baseline->loss);
         if (spread_bound < 0) status = 1;
         if (spread_bound > t.loss) t.loss = spread_bound;
         else spread_bound = 0;   /* the precision's own bound is larger: it holds */

@@ -152,11 +152,15 @@ static const char *const precision_flags[] = {"precision", "grad-dtype", "loss-s
                                               "fp8-recipe", "fp8-format", "fp8-amax-history",
                                               "fp8-margin", NULL};
 
+static const char *const fp8_flags[] = {"fp8-recipe", "fp8-format", "fp8-amax-history",
+                                        "fp8-margin", NULL};
+
 /* A shared flag this program refuses whatever its value: --help does not list it. */
 static int refused_by_program(const run_config *cfg, const char *name) {
     return in_list(name, cfg->unused_flags) || in_list(name, cfg->refused_flags) ||
            (cfg->no_checkpoints && in_list(name, checkpoint_flags)) ||
            (cfg->fp32_only && in_list(name, precision_flags)) ||
+           (!cfg->fp8_training && in_list(name, fp8_flags)) ||
            (cfg->fp32_grads_only && strcmp(name, "grad-dtype") == 0);
 }
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "baseline.h"
 #include "compare.h"
 #include "pp_train.h"
 #include "tp_train.h"
@@ -257,4 +258,27 @@ run_tolerances mesh_run_tolerances(const run_config *cfg, mesh_shape shape,
     const int split = shape.tp > 1 ? shape.tp : mesh_cp_size(&shape) > 1 ? 2 : 1;
     return tolerances_with_grads16(tp_run_tolerances(cfg, split, b), cfg,
                                    shape.dp * mesh_cp_size(&shape), baseline_largest_grad(b));
+}
+
+double mesh_loss_bound_from_fp32(const run_config *cfg, const dataset *data,
+                                 const pipeline_options *opts, const float *loss16) {
+    if (cfg->precision == PRECISION_FP32 || cfg->steps <= TOL_STEPS) return 0;
+    run_config fp32 = *cfg;
+    fp32.precision = fp32.grad_precision = PRECISION_FP32;
+    fp32.quiet = 1;
+    fp32.comm.trace_path = NULL;
+    double bound;
+    if (opts->moe.experts > 0) {   /* the MoE model on one device */
+        mesh_extra x = {0};
+        strategy_outcome one = {.extra = &x};
+        if (mesh_train_one_device(&fp32, data, opts, &one) != 0) return -1;
+        bound = mixed_loss_tolerance(loss16, one.loss, cfg->steps);
+        strategy_outcome_free(&one);
+        mesh_extra_free(&x);
+    } else {
+        baseline_run *one = baseline_train(&fp32, data);
+        bound = mixed_loss_tolerance(loss16, one->loss, cfg->steps);
+        baseline_free(one);
+    }
+    return bound;
 }

@@ -76,5 +76,12 @@ double mesh_worst_fraction_of_tolerance(const run_result *r);
  * ranks' partial gradients each rounded once. */
 run_tolerances mesh_run_tolerances(const run_config *cfg, mesh_shape shape,
                                    const baseline_run *b);
+/* Past TOL_STEPS steps in 16 bits the loss is held within twice one device's own
+ * distance from fp32 (mixed_loss_tolerance): the one-device run of loss16 (the dense
+ * baseline, or with opts' MoE the MoE model) trained again in fp32, quietly. Returns
+ * that bound, 0 where MIXED_TOL_LOSS alone holds (fp32, or TOL_STEPS steps or fewer),
+ * -1 when the fp32 run failed. On world rank 0, outside any launch. */
+double mesh_loss_bound_from_fp32(const run_config *cfg, const dataset *data,
+                                 const pipeline_options *opts, const float *loss16);
 
 #endif
