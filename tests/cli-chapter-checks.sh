@@ -454,6 +454,13 @@ if [ -x "$chapter9" ] && [ -z "$mpi" ]; then   # under MPI the three above answe
     expect_ok "$chapter9" --ranks 2 --part sp --precision bf16 --grad-dtype bf16 --steps 1 --quiet
 fi
 if [ -x "$programs"/chapter3 ] && [ -z "$mpi" ]; then   # chapter 3's --sp: part 3, TP 2 or more
+    # one step: its bytes alone, the setup's and step 1's checking gathers left out
+    out=$("$programs"/chapter3 --ranks 4 --steps 1 --quiet 2>&1)
+    if printf '%s\n' "$out" | grep -q 'bytes sent per rank per step: \([0-9.]* [KMG]*B\) measured, \1 by the ring formula'; then
+        passed=$((passed + 1)); echo "ok   chapter3 --ranks 4 --steps 1: measured bytes = formula"
+    else
+        failed=$((failed + 1)); echo "FAIL chapter3 --ranks 4 --steps 1: measured bytes differ from the formula: $(printf '%s\n' "$out" | grep 'bytes sent per rank per step')"
+    fi
     expect_error "$programs"/chapter3 "--sp does nothing with --part block" --ranks 2 --part block --sp
     expect_error "$programs"/chapter3 "sequence parallelism splits the sequence over the tensor-parallel ranks: it needs --tp 2 or more, not 1" --sp
     expect_error "$programs"/chapter3 "sequence parallelism with TP 4: --ctx 6 does not split into 4 equal parts" --ranks 4 --sp --ctx 6
