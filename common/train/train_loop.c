@@ -299,8 +299,7 @@ void train_loop(comm *world, const run_config *cfg, double tokens_per_step,
     if (!loss_scale_start(metrics, cfg, st, from, reports, done, &run_state, &scale, why,
                           sizeof why))
         stop_run(metrics, why);
-    /* one step: no warm-up reset follows, so the setup's traffic goes now */
-    if (steps == 1 && world) comm_stats_reset(world);
+    if (steps == 1 && world) comm_stats_reset(world);   /* no warm-up reset follows it */
     for (int i = 1; i <= steps; i++) {
         const int step = done + i;
         restart_maybe_fail(cfg, world, st->name, step);
