@@ -68,14 +68,15 @@ static int bench_rank(comm *world, void *arg) {
     const run_config *cfg = job->cfg;
     const int rank = comm_rank(world);
     const gpt_shape shape = gpt_shape_make(&cfg->model, 1, 0);
-    const zero_options opts = {.stage = 3};
-    zero_rank *z = zero_rank_create(world, &shape, 1, cfg->model.ctx, cfg->seed, &opts);
-    ckpt_state state;
-    zero_checkpoint_state(z, &state);
-    const size_t n = z->dp.layout.shard_len;
+    dp_grads g;   /* ZeRO-3's state, as chapter 2's trainer holds it */
+    dp_grads_init(&g, world, &shape, cfg->seed, &(dp_grads_options){.zero = 3});
+    ckpt_state state = {.count = 1};
+    state.parts[0] = dp_grads_checkpoint_part(&g, rank == 0);
+    state.adam_steps[0] = &g.adam_step;
+    const size_t n = g.layout.shard_len;
     float *saved = mem_alloc(MEM_OTHER, n * sizeof(float));
     float *loaded = mem_alloc(MEM_OTHER, n * sizeof(float));
-    ops_download(saved, z->dp.params, n * sizeof(float));
+    ops_download(saved, g.params, n * sizeof(float));
     for (int r = 0; r < REPEATS; r++) {
         comm_barrier(world);
         double start = comm_now();
@@ -93,12 +94,12 @@ static int bench_rank(comm *world, void *arg) {
         const float seconds = max_over(world, (float)(comm_now() - start));
         if (rank == 0) job->load_seconds[r] = seconds;
     }
-    ops_download(loaded, z->dp.params, n * sizeof(float));
+    ops_download(loaded, g.params, n * sizeof(float));
     const float diff = max_over(world, (float)max_abs_diff(saved, loaded, n));
     if (rank == 0) job->load_diff = diff;
     mem_free(saved);
     mem_free(loaded);
-    zero_rank_free(z);
+    dp_grads_free(&g);
     return 0;
 }
 

@@ -57,7 +57,7 @@ START_TEST(every_layout_loads_into_every_other_exactly) {
 }
 END_TEST
 
-/* ---- ZeRO's own state: what zero_checkpoint_state says each stage stores ---------------- */
+/* ---- ZeRO's own state: what a data-parallel stage says it stores, every ZeRO stage --- */
 
 typedef struct {
     const run_config *cfg;
@@ -65,25 +65,26 @@ typedef struct {
     int stage;
 } zero_save_job;
 
-/* Each rank fills a zero_rank of the stage with the values of seed 61, stored as
- * zero_state.h's table says (parameters sharded at stage 3, moments from stage 1), and
- * saves it through zero_checkpoint_state. */
+/* Each rank fills a ZeRO stage's state (dp_grads.h, what chapter 2's trainer holds) with
+ * the values of seed 61, stored as its table says (parameters sharded at stage 3,
+ * moments from stage 1), and saves it as the mesh trainer does. */
 static int zero_save_rank(comm *world, void *arg) {
     const zero_save_job *job = arg;
     const gpt_shape shape = gpt_shape_make(&job->cfg->model, 1, 0);
-    const zero_options opts = {.stage = job->stage};
-    zero_rank *z = zero_rank_create(world, &shape, 1, job->cfg->model.ctx, 1, &opts);
-    float *vectors[3] = {z->dp.params, z->dp.adam_m, z->dp.adam_v};
+    dp_grads g;
+    dp_grads_init(&g, world, &shape, 1, &(dp_grads_options){.zero = job->stage});
+    float *vectors[3] = {g.params, g.adam_m, g.adam_v};
     for (int k = 0; k < 3; k++)
-        layout_upload_values(&z->shape, &z->dp.layout, k, k == 0 ? job->stage == 3 : job->stage >= 1,
+        layout_upload_values(&shape, &g.layout, k, k == 0 ? job->stage == 3 : job->stage >= 1,
                              61, vectors[k]);
-    z->dp.adam_step = 5;
-    ckpt_state state;
-    zero_checkpoint_state(z, &state);
+    g.adam_step = 5;
+    ckpt_state state = {.count = 1};
+    state.parts[0] = dp_grads_checkpoint_part(&g, comm_rank(world) == 0);
+    state.adam_steps[0] = &g.adam_step;
     run_config cfg = *job->cfg;
     cfg.save_dir = job->dir;
     checkpoint_save(world, &cfg, "zero", &state, 5);
-    zero_rank_free(z);
+    dp_grads_free(&g);
     return 0;
 }
 

@@ -29,6 +29,7 @@
 #include "pp_schedule.h"
 #include "pp_stage.h"
 #include "train_loop.h"
+#include "zero.h"
 
 /* Negative controls for the tests: each leaves out one thing the strategy
  * communicates, and the comparison with the baseline must then fail. */
@@ -72,6 +73,14 @@ typedef struct {
     int ddp_buckets;
     size_t first_bucket_bytes, bucket_bytes;
     comm_dtype wire;
+    /* ZeRO's own way on one stage (zero.h, chapter 2's trainer): each dp rank's share of
+     * the batch (uneven where the ranks do not divide it) in one pass; ZeRO-2 reduces
+     * each slab the moment backward finishes it and never holds a whole gradient, ZeRO-3
+     * gathers each unit just before it computes (zero.prefetch: the next one meanwhile),
+     * ZeRO++'s pieces and FSDP's FP8 gathers (zero.zeropp, the run's fp8); zero_stage
+     * as asked on any group, stage 0 as DDP's one bucket after backward */
+    int zero_way;
+    zero_options zero;
     int bookkeeping_aside;    /* the trainer's own arrays and world rank 0's comparison
                                  copies charged to an account apart, so that the rank's
                                  peak is the model's alone (chapter 3's table) */
@@ -93,6 +102,8 @@ typedef struct {
                                  world rank 0; else NULL */
     double *busy, *finish;    /* [steps]: this rank's compute and finish, per step */
     mem_stats aside;          /* bookkeeping_aside's account */
+    zero_rank zero;           /* zero_way: the stage run ZeRO's way */
+    int first, count;         /* zero_way: this rank's sequences of every global batch */
 } pipeline_rank;
 
 /* Collective over world (the mesh's). */

@@ -14,17 +14,17 @@ typedef struct {
 
 /* backward: the gather for backward's use (ZeRO++'s hpZ gathers inside the node). */
 static void gather_start(zero_rank *z, gathered_slab *g, int slab, int async, int backward) {
-    const size_t n = z->dp.layout.slab_numel[slab];
-    const precision p = z->dp.precision;
-    const void *piece = dp_grads_compute_piece(&z->dp, slab);
+    const size_t n = z->dp->layout.slab_numel[slab];
+    const precision p = z->dp->precision;
+    const void *piece = dp_grads_compute_piece(z->dp, slab);
     g->whole = mem_alloc_on(MEM_DEVICE, MEM_PARAMS, n * precision_bytes(p));
     g->pending = NULL;
     g->fp8 = (fsdp_fp8_block){0};
     const int block = slab != gpt_embed_slab(&z->shape) && slab != gpt_final_slab(&z->shape);
-    if (!backward && block && fsdp_fp8_gathers(&z->dp)) fsdp_fp8_gather(&z->dp, slab, g->whole, &g->fp8);
-    else if (z->zpp) zeropp_gather(z->zpp, &z->dp, slab, backward, g->whole);   /* blocking */
-    else if (async) g->pending = comm_allgather_start(z->dp.group, piece, g->whole, n, comm_dtype_of(p));
-    else comm_allgather(z->dp.group, piece, g->whole, n, comm_dtype_of(p));
+    if (!backward && block && fsdp_fp8_gathers(z->dp)) fsdp_fp8_gather(z->dp, slab, g->whole, &g->fp8);
+    else if (z->zpp) zeropp_gather(z->zpp, z->dp, slab, backward, g->whole);   /* blocking */
+    else if (async) g->pending = comm_allgather_start(z->dp->group, piece, g->whole, n, comm_dtype_of(p));
+    else comm_allgather(z->dp->group, piece, g->whole, n, comm_dtype_of(p));
 }
 
 static void *gather_ready(gathered_slab *g) {
@@ -40,8 +40,8 @@ static void gather_free(gathered_slab *g) {
 }
 
 static void reduce_slab(zero_rank *z, int slab, float *grad) {
-    if (z->zpp) zeropp_reduce_slab(z->zpp, &z->dp, slab, grad);
-    else dp_grads_reduce_slab(&z->dp, slab, grad);
+    if (z->zpp) zeropp_reduce_slab(z->zpp, z->dp, slab, grad);
+    else dp_grads_reduce_slab(z->dp, slab, grad);
 }
 
 /* The forward pass in units: 0 the embedding, 1..L the blocks, L+1 the head. The head
@@ -111,8 +111,8 @@ static void backward(zero_rank *z, unit_params *head, float dloss) {
 
     /* The tied embedding's gradient comes from the head now and from the embedding at
      * the end, so its whole buffer lives through the backward pass. */
-    float *embed_grad = dp_grads_slab_grad_alloc(&z->dp, 0);
-    float *final_grad = dp_grads_slab_grad_alloc(&z->dp, final);
+    float *embed_grad = dp_grads_slab_grad_alloc(z->dp, 0);
+    float *final_grad = dp_grads_slab_grad_alloc(z->dp, final);
     if (prefetch) gather_start(z, &next, gpt_block_slab(&z->shape, layers - 1), 1, 1);
     gpt_head_backward(m, head->slab[0].whole, head->slab[1].whole, final_grad, embed_grad,
                       dloss);
@@ -128,7 +128,7 @@ static void backward(zero_rank *z, unit_params *head, float dloss) {
         if (prefetch) current = next;
         else gather_start(z, &current, slab, 0, 1);
         if (prefetch && layer > 0) gather_start(z, &next, gpt_block_slab(&z->shape, layer - 1), 1, 1);
-        float *block_grad = dp_grads_slab_grad_alloc(&z->dp, slab);
+        float *block_grad = dp_grads_slab_grad_alloc(z->dp, slab);
         gpt_block_backward(m, layer, gather_ready(&current), block_grad);
         gather_free(&current);
         if (prefetch && layer > 0) gather_ready(&next);
@@ -142,11 +142,11 @@ static void backward(zero_rank *z, unit_params *head, float dloss) {
 
 float fsdp_forward_backward(zero_rank *z, float dloss) {
     unit_params head;
-    trace_begin(z->dp.group, "forward");
+    trace_begin(z->dp->group, "forward");
     float loss = forward(z, &head);
-    trace_end(z->dp.group);
-    trace_begin(z->dp.group, "backward");
+    trace_end(z->dp->group);
+    trace_begin(z->dp->group, "backward");
     backward(z, &head, dloss);
-    trace_end(z->dp.group);
+    trace_end(z->dp->group);
     return loss;
 }

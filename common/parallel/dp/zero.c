@@ -7,7 +7,7 @@
 /* ---- stages 0 and 1: whole gradients, reduced after backward (dp_grads.h) ---- */
 
 static float forward_backward_whole_grads(zero_rank *z, float dloss) {
-    dp_grads *g = &z->dp;
+    dp_grads *g = z->dp;
     trace_begin(g->group, "forward");
     float loss = gpt_forward(z->model, dp_grads_whole_params(g));
     trace_end(g->group);
@@ -31,7 +31,7 @@ static float *stage2_open(void *ctx, int slab) { return dp_grads_slab_grad_alloc
 static void stage2_close(void *ctx, int slab, float *grad) { dp_grads_reduce_slab(ctx, slab, grad); }
 
 static float forward_backward_stage2(zero_rank *z, float dloss) {
-    dp_grads *g = &z->dp;
+    dp_grads *g = z->dp;
     trace_begin(g->group, "forward");
     float loss = gpt_forward(z->model, dp_grads_whole_params(g));
     trace_end(g->group);
@@ -43,7 +43,7 @@ static float forward_backward_stage2(zero_rank *z, float dloss) {
 }
 
 static float forward_backward(zero_rank *z, float dloss) {
-    switch (z->opts.stage) {
+    switch (z->dp->zero) {
     case 0:
     case 1: return forward_backward_whole_grads(z, dloss);
     case 2: return forward_backward_stage2(z, dloss);
@@ -52,12 +52,6 @@ static float forward_backward(zero_rank *z, float dloss) {
 }
 
 float zero_forward_backward(zero_rank *z, float dloss) {
-    dp_grads_begin_step_compute(&z->dp);   /* mixed precision: 16-bit weights, fresh */
+    dp_grads_begin_step_compute(z->dp);   /* mixed precision: 16-bit weights, fresh */
     return forward_backward(z, dloss);
-}
-
-void zero_optimizer_step(zero_rank *z, const adamw_config *cfg) {
-    trace_begin(z->dp.group, "optimizer");
-    dp_grads_optimizer_step(&z->dp, cfg);
-    trace_end(z->dp.group);
 }

@@ -6,7 +6,10 @@
  *   stage 1   backward, then a reduce-scatter per slab: each rank gets its piece
  *   stage 2   a reduce-scatter per slab as soon as backward finishes the slab
  *   stage 3   FSDP: parameters gathered per block just in time
- *   then      AdamW on this rank's pieces; stages 1 and 2 all-gather the parameters */
+ *   then      AdamW on this rank's pieces; stages 1 and 2 all-gather the parameters
+ *             (dp_grads_optimizer_step)
+ * The mesh trainer runs them on one stage in ZeRO's way (pipeline.h: zero_way), which is
+ * what chapter 2 trains (zero_train.h). */
 #ifndef ZERO_H
 #define ZERO_H
 
@@ -16,7 +19,5 @@
  * gradient reduction: on return the reduced gradient of this rank's part is in
  * z->dp.grads. Returns this rank's mean loss. */
 float zero_forward_backward(zero_rank *z, float dloss);
-/* AdamW on the part this rank updates, then (stages 1, 2) the parameter all-gather. */
-void zero_optimizer_step(zero_rank *z, const adamw_config *cfg);
 
 #endif

@@ -15,7 +15,6 @@
 #ifndef ZERO_STATE_H
 #define ZERO_STATE_H
 
-#include "checkpoint.h"
 #include "dp_grads.h"
 #include "model.h"
 #include "zeropp.h"
@@ -36,36 +35,27 @@ typedef struct {
     int checkpoint_activations;   /* keep block inputs only, recompute in backward */
     int zeropp;                   /* stage 3: ZeRO++'s pieces (zeropp.h: ZEROPP_QWZ ...) */
     int hsdp;                     /* stage 3 on two tiers: shard inside a node, replicate
-                                     across (zero_train splits the world by node) */
+                                     across (zero_train's mesh: dp_shard = a node) */
     int ranks_per_node;           /* zeropp and hsdp: the nodes (0: one of all ranks) */
     zeropp_fault zeropp_fault;
-    comm *replicate;              /* HSDP: the replicas of this rank's shard group */
     zero_fault fault;
 } zero_options;
 
-/* The whole model data-parallel over a group: its state and reductions are dp_grads'
- * (stage = zero), stage 0 with DDP's all-reduce in one bucket. */
+/* ZeRO's way of running one data-parallel stage (zero.h): the stage's state and
+ * reductions (dp_grads, stage = zero), the model that computes on them and ZeRO++'s
+ * pieces. The mesh trainer owns the state and the model (pipeline.h, one stage); this
+ * borrows them. */
 typedef struct {
-    dp_grads dp;     /* params, grads, Adam moments, each whole or this rank's shard */
+    dp_grads *dp;    /* params, grads, Adam moments, each whole or this rank's shard */
     gpt_shape shape;
     zero_options opts;
     gpt_model *model;
     zeropp *zpp;     /* stage 3 with ZeRO++'s pieces, else NULL */
 } zero_rank;
 
-/* Allocates what the stage stores (tagged params, grads, optimizer) and initialises
- * the parameters this rank owns from the seed; whole copies are then all-gathered. */
-zero_rank *zero_rank_create(comm *group, const gpt_shape *s, int local_batch, int T,
-                            uint64_t seed, const zero_options *opts);
-void zero_rank_free(zero_rank *z);
-
-/* For checking only (collective): the whole reduced gradient / the whole parameter
- * vector, copied to host memory on ranks that pass a non-NULL buffer. */
-void zero_gather_grads(zero_rank *z, float *host);
-void zero_gather_params(zero_rank *z, float *host);
-
-/* The state as one checkpoint part (checkpoint.h): each rank saves its pieces of
- * every vector, whole or not. */
-void zero_checkpoint_state(zero_rank *z, ckpt_state *out);
+/* Points z at a stage's state and model; at stage 3 with ZeRO++ makes its pieces' groups
+ * inside dp's (collective over dp's group). */
+void zero_rank_attach(zero_rank *z, dp_grads *dp, gpt_model *model, const zero_options *opts);
+void zero_rank_detach(zero_rank *z);
 
 #endif

@@ -1,8 +1,9 @@
-/* ZeRO as a strategy for the training loop: every rank trains one ZeRO stage (zero.h)
- * on its share of each global batch, and the run's outcome (strategy_outcome.h) holds
- * what the tables show: the comparison row, the model-state bytes held between steps,
- * the collectives per kind, and the whole model's first gradients and final parameters
- * on world rank 0. */
+/* ZeRO as a configuration of the mesh trainer (pipeline.h: one stage of the whole model,
+ * dp = every rank, run in ZeRO's way, zero.h): every rank trains its share of each
+ * global batch at one ZeRO stage, and the run's outcome (strategy_outcome.h) holds what
+ * the tables show: the comparison row, the model-state bytes held between steps, the
+ * collectives per kind, and the whole model's first gradients and final parameters on
+ * world rank 0. HSDP: the mesh's dp_shard is a node of ranks_per_node ranks. */
 #ifndef ZERO_TRAIN_H
 #define ZERO_TRAIN_H
 
