@@ -319,9 +319,11 @@ static layer_run layer_run_of(precision p, precision run, uint64_t experts_strea
     h->backward(h->ctx, 0, 0, run, d, g);
     mixed_widen(run, r.out, o, NC);
     mixed_widen(run, r.dx, d, NC);
-    /* the experts' masters change (an optimizer step): the next forward must see them */
+    /* the experts' masters change (an optimizer step): the next step's forward must see
+     * them */
     if (run != PRECISION_FP32) {
         fill16(p, r.experts, X, 5, 0.5);
+        moe_layer_step_begin(layer);
         h->forward(h->ctx, 0, 0, run, o, x);
         mixed_widen(run, r.dx2, o, NC);
     }

@@ -69,7 +69,6 @@ moe_layer *moe_layer_create(const moe_shape *s, int N, const moe_layer_options *
     m->s = *s;
     m->opts = *opts;
     m->N = N;
-    m->last_block = -1;
     const size_t k = s->cfg.top_k, C = s->dim, H = s->hidden, E = s->cfg.experts;
     const int world = opts->world ? comm_size(opts->world) : 1;
     /* the rows this rank's experts can receive: every EP rank's pairs, and with a
@@ -125,6 +124,7 @@ void moe_layer_set_dloss(moe_layer *m, float dloss) { m->dloss = dloss; }
 
 void moe_layer_step_begin(moe_layer *m) {
     m->remote_rows = m->exchanged_rows = 0;
+    m->experts16_fresh = 0;   /* the optimizer may have changed the experts */
     for (int i = 0; i < m->s.moe_layers; i++) {
         moe_block_step *t = &m->steps[i];
         memset(t->load, 0, (size_t)m->s.cfg.experts * sizeof(double));
@@ -176,8 +176,9 @@ static void finish(moe_layer *m, void *model_buffer) {
  * expert's output: router -> dispatch -> experts -> combine -> gates. In 16 bits the
  * router (logits, softmax, top-k, gates) and the gated sum run in fp32 on the widened
  * input, the experts' products in 16 bits (moe_experts.c); the output is rounded once.
- * The experts' 16-bit copy is rounded from the fp32 masters at every micro-batch's first
- * MoE block: an optimizer step may have changed them since. */
+ * The experts' 16-bit copy is rounded from the fp32 masters once a step, at its first MoE
+ * block: the optimizer has changed them since the last step, and nothing changes them
+ * between its micro-batches. */
 static void hook_forward(void *ctx, int slot, int layer, precision p, void *out,
                          const void *ln2) {
     moe_layer *m = ctx;
@@ -188,9 +189,10 @@ static void hook_forward(void *ctx, int slot, int layer, precision p, void *out,
     if (p != PRECISION_FP32) moe_mixed_ensure(m);
     /* a new micro-batch's first MoE block (of this pipeline stage: the blocks run in
      * order, so a block at or before the last one starts a new pass) */
-    if (p != PRECISION_FP32 && (m->last_block < 0 || i <= m->last_block))
+    if (p != PRECISION_FP32 && !m->experts16_fresh) {
         moe_mixed_round_experts(m);
-    m->last_block = i;
+        m->experts16_fresh = 1;
+    }
     const float *x = input32(m, ln2);
     moe_route(m, b, i, x);
     step_add(m, i, b);

@@ -136,7 +136,8 @@ void moe_layer_bind(moe_layer *m, const float *routers, const float *experts,
  * tokens, so that with m micro-batches (dloss 1 / (m x their tokens)) the objective
  * holds the mean of their auxiliary losses, as the main loss is their mean. */
 void moe_layer_set_dloss(moe_layer *m, float dloss);
-/* A step starts: its statistics (below) and rows sent count from zero. */
+/* A step starts: its statistics (below) and rows sent count from zero; in 16 bits the
+ * experts' compute copy is rounded again at the step's first MoE block. */
 void moe_layer_step_begin(moe_layer *m);
 
 /* The model's hook (gpt_model_options.mlp): out [N, C] = MoE(ln2 [N, C]), and its

@@ -52,7 +52,8 @@ struct moe_layer {
     moe_block_state *blocks;   /* [slots x moe_layers]: slot k's block i at k L + i */
     int slots;             /* micro-batch slots allocated (as the model's, on first use) */
     moe_block_step *steps;     /* [moe_layers] */
-    int last_block;        /* the last block forwarded, -1 before any */
+    int experts16_fresh;   /* 16 bits: experts16 holds this step's experts, rounded
+                              (cleared at every step's start) */
     /* scratch shared by the blocks */
     float *send, *recv, *rows, *d_rows, *d_h;
     float *dgate, *dprobs, *d_ln2_router;
