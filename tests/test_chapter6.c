@@ -616,6 +616,35 @@ static void the_tp_mesh_and_its_controls(const predict_mesh_run *run) {
     ck_assert_int_eq(figures_differing_by_korthikanti(&r, run, "Korthikanti's count"), 1);
 }
 
+/* The MoE mesh given to the planner (tp 1 x dp 4, ZeRO-1, ep 2: two experts a rank, each
+ * summed over expert_dp 2): this model's MoE count against the measured figures on every
+ * group but ep (its all-to-alls carry what the routing sends), and held wrong two ways:
+ * the dense model's count on the same mesh, and the papers' MoE count (plan_moe.h). */
+static void the_moe_mesh_and_its_controls(const predict_mesh_run *run) {
+    const plan_request r = predict_mesh_moe_request(run->ranks, PRECISION_FP32);
+    const predict_mesh_figures right = predict_mesh_planned(&r, &run->mesh);
+    double error;
+    ck_assert_int_eq(run->ranks, 4);
+    ck_assert(run->measured.bytes[6] > 0);   /* the experts' group sent */
+    ck_assert_int_eq(predict_mesh_compare(&right, &run->measured, &error), 0);
+    printf("MoE mesh dp %d, ep %d: dp bytes %.0f = %.0f measured, expert_dp %.0f = %.0f,"
+           " optimizer %.0f = %.0f, activations %.0f = %.0f\n", run->mesh.dp, r.ep,
+           right.bytes[2], run->measured.bytes[2], right.bytes[6], run->measured.bytes[6],
+           right.state.optimizer, run->measured.state.optimizer, right.state.activations,
+           run->measured.state.activations);
+    const plan_request dense = predict_mesh_request(run->ranks, PRECISION_FP32);
+    predict_mesh_figures wrong = predict_mesh_planned(&dense, &run->mesh);
+    printf("negative control: the dense model's count, params %.0f and expert_dp %.0f\n",
+           wrong.state.params, wrong.bytes[6]);
+    ck_assert_int_eq(predict_mesh_compare(&wrong, &run->measured, &error), 6);
+    wrong = right;
+    wrong.state = plan_moe_memory_per_gpu(&r.model, &r.moe, &run->mesh, r.ep,
+                                          plan_precision_for(&r));
+    printf("negative control: the papers' MoE count, params %.0f, activations %.0f\n",
+           wrong.state.params, wrong.state.activations);
+    ck_assert_int_eq(predict_mesh_compare(&wrong, &run->measured, &error), 4);
+}
+
 START_TEST(predictions_match_the_chapters_runs) {
     char dir[1024];
     programs_dir(dir, sizeof dir);
@@ -640,6 +669,7 @@ START_TEST(predictions_match_the_chapters_runs) {
     the_cp_mesh_and_its_controls(&mesh_run[PREDICT_MESH_CP]);
     the_tp_mesh_and_its_controls(&mesh_run[PREDICT_MESH_TP]);
     the_ulysses_mesh_and_its_controls(&mesh_run[PREDICT_MESH_ULYSSES]);
+    the_moe_mesh_and_its_controls(&mesh_run[PREDICT_MESH_MOE]);
 }
 END_TEST
 

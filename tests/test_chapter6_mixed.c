@@ -209,6 +209,24 @@ static void ring_blocks_travel_in_their_precisions(const predict_mesh_run *run) 
     ck_assert(measured != all_16 && measured != 2 * all_16);
 }
 
+/* The MoE mesh in bf16: the dense part's 16-bit weights and gradients beside the fp32
+ * routers and experts (and the experts' 16-bit copy), equal to the byte; control: the
+ * dense model's count on the same mesh. */
+static void the_moe_mesh_in_bf16(const predict_mesh_run *run) {
+    const plan_request r = predict_mesh_moe_request(run->ranks, PRECISION_BF16);
+    const plan_request dense = predict_mesh_request(run->ranks, PRECISION_BF16);
+    const predict_mesh_figures right = predict_mesh_planned(&r, &run->mesh);
+    const predict_mesh_figures wrong = predict_mesh_planned(&dense, &run->mesh);
+    double error;
+    printf("MoE mesh in bf16: params %.0f = %.0f measured, grads %.0f = %.0f; the dense"
+           " model's count %.0f, %.0f (control)\n", right.state.params,
+           run->measured.state.params, right.state.grads, run->measured.state.grads,
+           wrong.state.params, wrong.state.grads);
+    ck_assert(run->ranks == 4 && run->measured.bytes[6] > 0);
+    ck_assert_int_eq(predict_mesh_compare(&right, &run->measured, &error), 0);
+    ck_assert_int_eq(predict_mesh_compare(&wrong, &run->measured, &error), 6);
+}
+
 START_TEST(bf16_predictions_match_the_chapters_runs) {
     char dir[1024];
     programs_dir(dir, sizeof dir);
@@ -227,6 +245,7 @@ START_TEST(bf16_predictions_match_the_chapters_runs) {
     ck_assert(worst == 0);
     ck_assert_int_eq(status, 0);
     ring_blocks_travel_in_their_precisions(&mesh_run[PREDICT_MESH_CP]);
+    the_moe_mesh_in_bf16(&mesh_run[PREDICT_MESH_MOE]);
 }
 END_TEST
 

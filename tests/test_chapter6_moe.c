@@ -11,8 +11,10 @@
 #include "by_hand.h"
 #include "check_run.h"
 #include "plan_moe.h"
+#include "plan_moe_this_model.h"
 #include "plan_time.h"
 #include "planner.h"
+#include "predict.h"
 
 /* l 2, h 64, a 4, V 100, s 16 (test_chapter6's hand case): 107392 parameters dense;
  * 4 experts of MLP size 128, top-2, in every layer */
@@ -190,6 +192,76 @@ START_TEST(formulas_with_a_factor_left_out_are_caught) {
 }
 END_TEST
 
+/* Chapter 11's MoE mesh (predict_mesh.c's PREDICT_MESH_MOE: tp 1 x dp 4, ZeRO-1, one
+ * micro-batch of 2, MoE every other block with 4 experts top-2 capacity 1.25 on ep 2),
+ * as ./run 4 --tp 1 --pp 1 --dp-shard 4 --zero 1 --micro 1 --ep 2 --experts 4
+ * --moe-every 2 --preset bench256 --json measured it: dp and expert_dp bytes; peak
+ * params, grads, optimizer; activations. */
+enum { MOE_FIGURES = 6 };
+static const double moe_measured_fp32[MOE_FIGURES] = {13154304, 8409088, 17178624, 17178624,
+                                                      12793856, 25323648};
+static const double moe_measured_bf16[MOE_FIGURES] = {6583296, 8409088, 17002497, 21559296,
+                                                      14984192, 21522560};
+
+/* How the MoE mesh is counted: this model's MoE count, and the controls that must miss. */
+typedef enum {
+    THIS_MODEL,        /* plan_moe_this_model.h */
+    DENSE_MODEL,       /* no experts: the dense MLPs, no routers, nothing on expert_dp */
+    PAPERS_MOE,        /* plan_moe_memory_per_gpu: the papers' dense count, experts split */
+    EXPERTS_OVER_DP,   /* the experts sharded and reduced over dp 4, not expert_dp 2 */
+} moe_count;
+
+static void planned_moe_figures(precision dtype, moe_count count, double out[MOE_FIGURES]) {
+    int ranks;
+    plan_request r = predict_mesh_moe_request(4, dtype);
+    const plan_mesh given = predict_mesh_given(PREDICT_MESH_MOE, &ranks);
+    const plan_mesh mesh = plan_evaluate(&r, "mesh", given).mesh;
+    ck_assert_int_eq(ranks, 4);
+    if (count == DENSE_MODEL) r.moe.experts = 0;
+    predict_mesh_figures p = predict_mesh_planned(&r, &mesh);
+    if (count == PAPERS_MOE)
+        p.state = plan_moe_memory_per_gpu(&r.model, &r.moe, &mesh, r.ep, plan_precision_for(&r));
+    if (count == EXPERTS_OVER_DP) {
+        const double experts = plan_moe_this_model_expert_params(&r.model, &r.moe, &mesh, r.ep);
+        const plan_precision fp32 = PLAN_FP32_ADAM;
+        double unused;
+        p.state.optimizer += fp32.optimizer * experts * (1.0 / mesh.dp - 1.0 / (mesh.dp / r.ep));
+        plan_dp_bytes(&mesh, experts, fp32, mesh.dp, 1, &p.bytes[6], &unused);
+    }
+    const double planned[MOE_FIGURES] = {p.bytes[2], p.bytes[6], p.state.params, p.state.grads,
+                                         p.state.optimizer, p.state.activations};
+    for (int i = 0; i < MOE_FIGURES; i++) out[i] = planned[i];
+}
+
+/* The figures of six the count gets wrong. */
+static int moe_misses(precision dtype, moe_count count, const double measured[MOE_FIGURES]) {
+    static const char *const names[] = {"this model's MoE count", "the dense model's count",
+                                        "the papers' MoE count", "experts over dp"};
+    double planned[MOE_FIGURES];
+    planned_moe_figures(dtype, count, planned);
+    int wrong = 0;
+    for (int i = 0; i < MOE_FIGURES; i++) wrong += planned[i] != measured[i];
+    printf("MoE mesh, %s, %s: dp %.0f (measured %.0f), expert_dp %.0f (%.0f), params %.0f"
+           " (%.0f), optimizer %.0f (%.0f), activations %.0f (%.0f): %d of %d differ\n",
+           precision_name(dtype), names[count], planned[0], measured[0], planned[1],
+           measured[1], planned[2], measured[2], planned[4], measured[4], planned[5],
+           measured[5], wrong, MOE_FIGURES);
+    return wrong;
+}
+
+START_TEST(the_moe_mesh_as_chapter_11_measured_it) {
+    ck_assert_int_eq(moe_misses(PRECISION_FP32, THIS_MODEL, moe_measured_fp32), 0);
+    ck_assert_int_eq(moe_misses(PRECISION_BF16, THIS_MODEL, moe_measured_bf16), 0);
+    /* negative controls */
+    ck_assert_int_eq(moe_misses(PRECISION_FP32, DENSE_MODEL, moe_measured_fp32), 6);
+    ck_assert_int_eq(moe_misses(PRECISION_BF16, DENSE_MODEL, moe_measured_bf16), 6);
+    ck_assert_int_eq(moe_misses(PRECISION_FP32, PAPERS_MOE, moe_measured_fp32), 4);
+    ck_assert_int_eq(moe_misses(PRECISION_BF16, PAPERS_MOE, moe_measured_bf16), 4);
+    ck_assert_int_eq(moe_misses(PRECISION_FP32, EXPERTS_OVER_DP, moe_measured_fp32), 2);
+    ck_assert_int_eq(moe_misses(PRECISION_BF16, EXPERTS_OVER_DP, moe_measured_bf16), 2);
+}
+END_TEST
+
 int main(void) {
     Suite *suite = suite_create("chapter6_moe");
     TCase *formulas = tcase_create("formulas");
@@ -200,5 +272,8 @@ int main(void) {
     tcase_add_test(formulas, formulas_with_a_factor_left_out_are_caught);
     tcase_add_test(formulas, the_ep_search_by_hand);
     suite_add_tcase(suite, formulas);
+    TCase *recorded = tcase_create("recorded");
+    tcase_add_test(recorded, the_moe_mesh_as_chapter_11_measured_it);   /* chapter 11's */
+    suite_add_tcase(suite, recorded);
     return check_run(suite, 0);
 }

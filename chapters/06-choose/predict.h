@@ -42,10 +42,11 @@
 /* Seconds a chapter's run may take before it is stopped (a few on an idle machine). */
 #define PREDICT_TIMEOUT_SECONDS 300
 
-enum { PREDICT_MESH_RANKS = 8, PREDICT_MESH_GROUPS = 6 };
+enum { PREDICT_MESH_RANKS = 8, PREDICT_MESH_GROUPS = 7 };
 #define PREDICT_MESH_ACTIVATION_TOLERANCE 0.15
 typedef struct {
-    double bytes[PREDICT_MESH_GROUPS];   /* tp, pp, dp, embedding, cp, dp_replicate */
+    double bytes[PREDICT_MESH_GROUPS];   /* tp, pp, dp, embedding, cp, dp_replicate,
+                                            expert_dp */
     plan_bytes state;                    /* params, grads, optimizer, activations */
 } predict_mesh_figures;
 /* The planner's mesh and what chapter 11 measured on it (ranks: of the run and of the
@@ -56,9 +57,9 @@ typedef struct {
     predict_mesh_figures measured;
 } predict_mesh_run;
 /* The meshes trained: the search's, then the ZeRO-3 mesh, the ring CP mesh, the TP + SP
- * mesh and the Ulysses CP mesh given to the planner (predict_mesh.c). */
+ * mesh, the Ulysses CP mesh and the MoE mesh given to the planner (predict_mesh.c). */
 enum { PREDICT_MESH_SEARCHED, PREDICT_MESH_ZERO3, PREDICT_MESH_CP, PREDICT_MESH_TP,
-       PREDICT_MESH_ULYSSES, PREDICT_MESH_RUNS };
+       PREDICT_MESH_ULYSSES, PREDICT_MESH_MOE, PREDICT_MESH_RUNS };
 
 typedef struct {
     int steps;
@@ -135,7 +136,9 @@ double predict_sequence_bytes(int cp_kind, int ranks);
  * micro-batches of 1) on PREDICT_MESH_RANKS 80 GB GPUs of one node, and a mesh on 4
  * GPUs given to the planner (plan_evaluate), tp 1 x pp 2 x dp 2 at ZeRO-3 (the search
  * keeps ZeRO-3 to pp 1), in fp32 tp 1 x cp 2 x pp 2 with ring attention, and tp 2 + SP
- * x dp 2; each trained by chapter 11 with that tp, cp,
+ * x dp 2, in fp32 a Ulysses tp 2 + SP x cp 2, and the MoE mesh: tp 1 x dp 4 at ZeRO-1,
+ * chapter 10's MoE every other block (4 experts, top-2, capacity 1.25) with ep 2 (two
+ * experts a rank, each summed over expert_dp 2); each trained by chapter 11 with that tp, cp,
  * pp, dp shards and replicas, ZeRO stage, micro-batch count (1F1B) and precision. The
  * request's ZeRO-3 gathers once a step, as chapter 11's (PLAN_GATHER_PER_STEP), and its
  * activations and its TP ranks are this model's (PLAN_ACTS_THIS_MODEL,
@@ -146,13 +149,22 @@ double predict_sequence_bytes(int cp_kind, int ranks);
  * plan_bytes_sent and plan_model_states to the byte, and so must its activations (this
  * model's count, PLAN_ACTS_THIS_MODEL; *activation_error, the relative difference, is
  * also held within PREDICT_MESH_ACTIVATION_TOLERANCE). The tied embedding's all-reduce
- * between the first and last stage is measured, not planned. */
+ * between the first and last stage is measured, not planned. The MoE mesh is planned
+ * with this model's MoE count (plan_moe_this_model.h: no MLP weights in the MoE blocks,
+ * the routers with the dense part, the experts over expert_dp) and held the same way on
+ * every group but ep, whose all-to-alls carry the rows the routing sends (data, not
+ * formula: chapter 11 holds them against its own count of those rows). */
 plan_request predict_mesh_request(int ranks, precision dtype);
+/* The same for the MoE mesh (r.moe, r.ep: chapter 11's MoE model with ep 2). */
+plan_request predict_mesh_moe_request(int ranks, precision dtype);
 /* chapter 11's flags for the mesh (" --tp 1 --cp 1 ..."), or NULL with flags written:
  * else the reason chapter 11 cannot train it. */
 const char *predict_mesh_flags(const plan_mesh *mesh, char *flags, size_t size);
-/* What the planner's formulas give for the mesh (bytes[embedding] 0: not planned). */
+/* What the planner's formulas give for the mesh (bytes[embedding] 0: not planned); with
+ * r->moe, this model's MoE count. */
 predict_mesh_figures predict_mesh_planned(const plan_request *r, const plan_mesh *mesh);
+/* chapter 11's MoE flags for the request (" --ep 2 --experts 4 ..."; "" for a dense one). */
+void predict_mesh_moe_flags(const plan_request *r, char *flags, size_t size);
 /* chapter 11's run with a mesh in its --json: bytes_per_group_kind,
  * state_peak_largest_per_tag and state_largest_per_tag's activations; 0 when it does not
  * parse or lacks one. */
@@ -162,7 +174,7 @@ int mesh_json_figures(const char *json, predict_mesh_figures *out);
  * *activation_error = |predicted / measured - 1| of the activations. */
 int predict_mesh_compare(const predict_mesh_figures *predicted,
                          const predict_mesh_figures *measured, double *activation_error);
-/* The mesh given to the planner for a run (PREDICT_MESH_ZERO3 .. PREDICT_MESH_ULYSSES), on
+/* The mesh given to the planner for a run (PREDICT_MESH_ZERO3 .. PREDICT_MESH_MOE), on
  * *ranks GPUs, micro-batch and global batch not yet set (plan_evaluate sets them). */
 plan_mesh predict_mesh_given(int which, int *ranks);
 /* Searches, trains, compares and prints every mesh (table, or with o->json the keys

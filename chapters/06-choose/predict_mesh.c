@@ -1,9 +1,10 @@
 /* --predict-chapters' meshes: the planner's search run for bench256 on 8 ranks of one
  * node, its fastest fitting mesh trained by chapter 11 (the same tp, cp, pp, dp shards
- * and replicas, ZeRO stage, micro-batches and precision), then a ZeRO-3 mesh, a CP mesh
- * and a TP + SP mesh given to the planner, and the planner's bytes per group (plan_bytes_sent) and
- * memory per GPU (plan_memory_per_gpu) held against what chapter 11 measured on the
- * rank that sends or holds the most (predict.h). */
+ * and replicas, ZeRO stage, micro-batches and precision), then a ZeRO-3 mesh, a ring and a
+ * Ulysses CP mesh, a TP + SP mesh and an MoE mesh (this model's MoE count,
+ * plan_moe_this_model.h) given to the planner, and the planner's bytes per group
+ * (plan_bytes_sent) and memory per GPU (plan_memory_per_gpu) held against what chapter 11
+ * measured on the rank that sends or holds the most (predict.h). */
 #include "predict.h"
 
 #include <math.h>
@@ -13,11 +14,12 @@
 
 #include "json.h"
 #include "plan_cp.h"
+#include "plan_moe_this_model.h"
 #include "report.h"
 
 /* chapter 11's group kinds, in its --json's order */
-static const char *const group_names[PREDICT_MESH_GROUPS] = {"tp", "pp", "dp", "embedding",
-                                                              "cp", "dp_replicate"};
+static const char *const group_names[PREDICT_MESH_GROUPS] = {
+    "tp", "pp", "dp", "embedding", "cp", "dp_replicate", "expert_dp"};
 enum { EMBEDDING = 3 };   /* the tied embedding's all-reduce: the planner leaves it out */
 
 plan_request predict_mesh_request(int ranks, precision dtype) {
@@ -30,6 +32,25 @@ plan_request predict_mesh_request(int ranks, precision dtype) {
         .activations = PLAN_ACTS_THIS_MODEL, .tp_count = PLAN_TP_THIS_MODEL};
     if (dtype == PRECISION_FP32) r.cluster.flops_per_gpu *= PLAN_FP32_PEAK_FRACTION;
     return r;
+}
+
+plan_request predict_mesh_moe_request(int ranks, precision dtype) {
+    plan_request r = predict_mesh_request(ranks, dtype);
+    r.moe = (plan_moe){.experts = 4, .top_k = 2, .every = 2, .expert_ffn = 4 * r.model.hidden,
+                       .capacity_factor = 1.25};
+    r.ep = 2;
+    /* one micro-batch of 2 a step: bf16's MoE, accumulating two, drifts past chapter 11's
+     * loss bound by the third step (a flipped top-k choice) */
+    r.micro_batch = 2;
+    return r;
+}
+
+void predict_mesh_moe_flags(const plan_request *r, char *flags, size_t size) {
+    flags[0] = '\0';
+    if (r->moe.experts > 0)
+        snprintf(flags, size, " --ep %d --experts %d --moe-every %d --top-k %d"
+                 " --capacity-factor %g", r->ep, r->moe.experts, r->moe.every, r->moe.top_k,
+                 r->moe.capacity_factor);
 }
 
 const char *predict_mesh_flags(const plan_mesh *m, char *flags, size_t size) {
@@ -45,10 +66,16 @@ const char *predict_mesh_flags(const plan_mesh *m, char *flags, size_t size) {
 }
 
 predict_mesh_figures predict_mesh_planned(const plan_request *r, const plan_mesh *m) {
-    const plan_group_bytes b = plan_bytes_sent(&r->model, m, plan_precision_for(r));
-    return (predict_mesh_figures){
-        .bytes = {b.tp, b.pp, b.dp, 0, b.cp, b.dp_replicate},
-        .state = plan_memory_per_gpu(&r->model, m, plan_precision_for(r))};
+    const plan_precision p = plan_precision_for(r);
+    if (r->moe.experts > 0) {
+        const plan_group_bytes b = plan_moe_this_model_bytes(&r->model, &r->moe, m, r->ep, p);
+        return (predict_mesh_figures){
+            .bytes = {b.tp, b.pp, b.dp, 0, b.cp, b.dp_replicate, b.expert_dp},
+            .state = plan_moe_this_model_memory(&r->model, &r->moe, m, r->ep, p)};
+    }
+    const plan_group_bytes b = plan_bytes_sent(&r->model, m, p);
+    return (predict_mesh_figures){.bytes = {b.tp, b.pp, b.dp, 0, b.cp, b.dp_replicate, 0},
+                                  .state = plan_memory_per_gpu(&r->model, m, p)};
 }
 
 /* {"runs": [..., {"bytes_per_group_kind": {...}, "state_largest_per_tag": {...}}]}:
@@ -103,7 +130,7 @@ static void print_bytes_row(const char *name, double predicted, double measured,
 static const char *const run_words[PREDICT_MESH_RUNS] = {
     "the planner's mesh", "a ZeRO-3 mesh given to the planner",
     "a CP mesh given to the planner", "a TP + SP mesh given to the planner",
-    "a Ulysses CP mesh given to the planner"};
+    "a Ulysses CP mesh given to the planner", "an MoE mesh given to the planner"};
 
 static void print_mesh(int which, int ranks, const plan_mesh *x, const predict_mesh_figures *p,
                        const predict_mesh_figures *m, const predict_options *o) {
@@ -134,6 +161,10 @@ static void print_mesh(int which, int ranks, const plan_mesh *x, const predict_m
            x->micro_batch, "bytes a step", "planner", "measured");
     for (int k = 0; k < PREDICT_MESH_GROUPS; k++)
         print_bytes_row(group_names[k], p->bytes[k], m->bytes[k], k != EMBEDDING);
+    if (which == PREDICT_MESH_MOE)
+        printf("  %-14s %12s %12s  the all-to-alls carry the rows the routing sends: data, not"
+               " a formula\n  (MoE every other block, 4 experts, top-2, capacity 1.25, ep 2:"
+               " this model's MoE count)\n", "ep", "-", "-");
     printf("  %-14s (the GPU that holds the most, at its peak in a step)\n", "memory");
     print_bytes_row("params", p->state.params, m->state.params, 1);
     print_bytes_row("grads", p->state.grads, m->state.grads, 1);
@@ -149,7 +180,15 @@ plan_mesh predict_mesh_given(int which, int *ranks) {
     /* Ulysses splits the heads over tp x cp: 4 heads, one a rank */
     if (which == PREDICT_MESH_ULYSSES)
         return (plan_mesh){.tp = 2, .cp = 2, .cp_attention = CP_ULYSSES, .pp = 1, .dp = 1};
+    /* ep 2 out of dp 4: two experts a rank, each held by expert_dp 2 ranks */
+    if (which == PREDICT_MESH_MOE) return (plan_mesh){.tp = 1, .pp = 1, .dp = 4, .zero_stage = 1};
     return (plan_mesh){.tp = 1, .cp = 2, .cp_attention = CP_RING, .pp = 2, .dp = 1};
+}
+
+/* The request a run's mesh is planned with: the MoE mesh's has the experts. */
+static plan_request request_of(int which, int ranks, precision dtype) {
+    return which == PREDICT_MESH_MOE ? predict_mesh_moe_request(ranks, dtype)
+                                     : predict_mesh_request(ranks, dtype);
 }
 
 /* The mesh of a run: the search's, or one given; 0 with a line when there is none. */
@@ -165,7 +204,7 @@ static int plan_run(int which, const predict_options *o, predict_mesh_run *run) 
         }
     } else {
         const plan_mesh given = predict_mesh_given(which, &run->ranks);
-        const plan_request on = predict_mesh_request(run->ranks, o->dtype);
+        const plan_request on = request_of(which, run->ranks, o->dtype);
         row = plan_evaluate(&on, "mesh", given);
     }
     run->mesh = row.mesh;
@@ -176,18 +215,20 @@ static int plan_run(int which, const predict_options *o, predict_mesh_run *run) 
 static int mesh_run(const char *programs_dir, int which, const predict_options *o,
                     int *mismatches, double *activation_error) {
     predict_mesh_run run;
-    char flags[256];
+    char flags[320];
     if (!plan_run(which, o, &run)) return 0;
+    const plan_request r = request_of(which, run.ranks, o->dtype);
     const char *why = predict_mesh_flags(&run.mesh, flags, sizeof flags);
     if (why) {
         fprintf(stderr, "predict: the planner's mesh cannot be trained: %s\n", why);
         return 0;
     }
+    const size_t used = strlen(flags);
+    predict_mesh_moe_flags(&r, flags + used, sizeof flags - used);
     char *json = run_chapter_json_with(programs_dir, 11, run.ranks, o, flags);
     const int ok = json && mesh_json_figures(json, &run.measured);
     free(json);
     if (!ok) return 0;
-    const plan_request r = predict_mesh_request(run.ranks, o->dtype);
     const predict_mesh_figures predicted = predict_mesh_planned(&r, &run.mesh);
     if (o->mesh_run) o->mesh_run[which] = run;
     double error;

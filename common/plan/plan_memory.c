@@ -53,25 +53,29 @@ plan_bytes plan_states_bytes(double params, int zero_stage, int dp, plan_precisi
 
 double plan_gathered_bytes(plan_precision p) { return p.gathered > 0 ? p.gathered : p.params; }
 
-plan_bytes plan_model_states(const plan_model *m, const plan_mesh *mesh,
-                             plan_precision precision) {
-    const double P = plan_mesh_params_per_gpu(m, mesh);
-    /* the cp ranks hold the same weights: ZeRO shards over dp x cp, as Megatron-LM's
-     * distributed optimizer does; HSDP over its shard group x cp only */
-    const int shards = plan_dp_shard_size(mesh) * plan_cp_size(mesh);
-    plan_bytes b = plan_states_bytes(P, mesh->zero_stage, shards, precision);
+plan_bytes plan_states_at_peak(const plan_mesh *mesh, double params, double layer, int shards,
+                               plan_precision precision) {
+    plan_bytes b = plan_states_bytes(params, mesh->zero_stage, shards, precision);
     const zero_sharded z = zero_sharded_at(mesh->zero_stage);
     if (mesh->gather == PLAN_GATHER_PER_STEP) {
         /* the step's gradient is summed in fp32 over the micro-batches */
         const double fp32 = 4;
-        if ((z.grads && shards > 1) || precision.grads < fp32) b.grads += fp32 * P;
-        if (z.params && shards > 1) b.params += plan_gathered_bytes(precision) * P;
+        if ((z.grads && shards > 1) || precision.grads < fp32) b.grads += fp32 * params;
+        if (z.params && shards > 1) b.params += plan_gathered_bytes(precision) * params;
         return b;
     }
-    const double layer = plan_mesh_layer_params(m, mesh);
     if (z.grads && shards > 1) b.grads += precision.grads * layer;
     if (z.params && shards > 1) b.params += plan_gathered_bytes(precision) * layer;
     return b;
+}
+
+plan_bytes plan_model_states(const plan_model *m, const plan_mesh *mesh,
+                             plan_precision precision) {
+    /* the cp ranks hold the same weights: ZeRO shards over dp x cp, as Megatron-LM's
+     * distributed optimizer does; HSDP over its shard group x cp only */
+    const int shards = plan_dp_shard_size(mesh) * plan_cp_size(mesh);
+    return plan_states_at_peak(mesh, plan_mesh_params_per_gpu(m, mesh),
+                               plan_mesh_layer_params(m, mesh), shards, precision);
 }
 
 plan_bytes plan_memory_per_gpu(const plan_model *m, const plan_mesh *mesh,

@@ -62,6 +62,11 @@ double plan_activations_in(const plan_model *m, const plan_mesh *mesh,
  * Table 1): params, grads and optimizer state, each sharded from its stage on. This
  * is the function chapter 2's estimator (chapters/02-zero/estimate.c) computes too. */
 plan_bytes plan_states_bytes(double params, int zero_stage, int dp, plan_precision precision);
+/* The states of `params` parameters ZeRO-sharded over `shards` ranks at their peak in a
+ * step: plan_states_bytes plus the mesh's gather's working buffers (`layer`: the largest
+ * layer's parameters, per pass; per step the stage's `params`). */
+plan_bytes plan_states_at_peak(const plan_mesh *mesh, double params, double layer, int shards,
+                               plan_precision precision);
 /* Model states on one GPU at their peak in a step: the paper's sharding over dp, plus
  * the working buffers of the mesh's gather (plan_zero3_gather): per pass, ZeRO-2/3 hold
  * one layer's full gradient before it is reduce-scattered and ZeRO-3 one layer's

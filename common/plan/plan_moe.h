@@ -17,7 +17,8 @@
  * like the dense MLP they replace (Megatron-Core's default expert tensor parallelism).
  * Shapes: l layers, h hidden, s sequence, b micro-batch, E experts, k top-k, f expert
  * MLP size. Routing is taken as uniform and the capacity factor as 1 (no token dropped);
- * the router's s b E probabilities are left out of the activations (E << h). */
+ * the router's s b E probabilities are left out of the activations (E << h). This course's
+ * own MoE model, as chapter 11 trains it, is counted in plan_moe_this_model.h. */
 #ifndef PLAN_MOE_H
 #define PLAN_MOE_H
 
@@ -28,6 +29,8 @@ typedef struct {
     int top_k;            /* k: experts each token visits */
     int every;            /* 1: every layer is an MoE layer; 2: every other layer */
     double expert_ffn;    /* f: hidden size of one expert's MLP (a dense GPT's is 4h) */
+    double capacity_factor;   /* this model's count (plan_moe_this_model.h): an expert
+                                 takes ceil(c tokens k / E) pairs; 0: no dropping */
 } plan_moe;
 
 /* The dense MLP an MoE layer replaces: 8 h^2 + 5 h. */

@@ -205,6 +205,20 @@ plan_step plan_step_time(const plan_model *m, const plan_mesh *mesh,
     return t;
 }
 
+void plan_dp_bytes(const plan_mesh *mesh, double params, plan_precision precision, int shards,
+                   int replicas, double *dp, double *dp_replicate) {
+    const double weights = plan_gathered_bytes(precision) * params;
+    const double grads = precision.grads * params;
+    *dp = *dp_replicate = 0;
+    if (mesh->zero_stage < 3) {
+        const int n = shards * replicas;
+        *dp = 2 * (n - 1.0) / n * grads;
+        return;
+    }
+    *dp = zero3_passes(mesh, plan_micro_batches(mesh), weights, grads, ring_pass_bytes, &shards);
+    *dp_replicate = 2 * (replicas - 1.0) / replicas * grads / shards;
+}
+
 plan_group_bytes plan_bytes_sent(const plan_model *m, const plan_mesh *mesh,
                                  plan_precision precision) {
     plan_group_bytes b = {0};
@@ -213,18 +227,10 @@ plan_group_bytes plan_bytes_sent(const plan_model *m, const plan_mesh *mesh,
     const int cp = plan_cp_size(mesh), shards = plan_dp_shard_size(mesh) * cp;
     const int replicas = plan_dp_replicas(mesh);
     const double params = plan_mesh_params_per_gpu(m, mesh);
-    const double weights = plan_gathered_bytes(precision) * params;
-    const double grads = precision.grads * params;
     b.tp = micro_batches * tp_bytes_per_micro_batch(m, mesh, activations);
     if (mesh->pp > 1)
         b.pp = (mesh->pp > 2 ? 2 : 1) * micro_batches * activations / mesh->tp;
-    if (mesh->zero_stage < 3) {
-        const int n = shards * replicas;
-        b.dp = 2 * (n - 1.0) / n * grads;
-    } else {
-        b.dp = zero3_passes(mesh, micro_batches, weights, grads, ring_pass_bytes, &shards);
-        b.dp_replicate = 2 * (replicas - 1.0) / replicas * grads / shards;
-    }
+    plan_dp_bytes(mesh, params, precision, shards, replicas, &b.dp, &b.dp_replicate);
     b.cp = (double)plan_layers_per_stage(m, mesh->pp) * micro_batches *
            plan_cp_bytes_per_layer(m, mesh, precision.activation);
     return b;

@@ -106,7 +106,12 @@ plan_step plan_step_time(const plan_model *m, const plan_mesh *mesh,
  * What --predict-chapters holds against chapter 11's measured bytes per group. */
 typedef struct {
     double tp, pp, dp, dp_replicate, cp;
+    double expert_dp;   /* MoE: the experts' gradients (plan_moe_this_model.h); 0 dense */
 } plan_group_bytes;
+/* dp and dp_replicate of plan_bytes_sent for `params` parameters reduced over `shards`
+ * ranks and `replicas` (ZeRO-3: gathered and reduce-scattered as the mesh's gather). */
+void plan_dp_bytes(const plan_mesh *mesh, double params, plan_precision precision, int shards,
+                   int replicas, double *dp, double *dp_replicate);
 plan_group_bytes plan_bytes_sent(const plan_model *m, const plan_mesh *mesh,
                                  plan_precision precision);
 /* Narayanan's end-to-end estimate: iterations of `tokens` x F / (gpus x flops). */
