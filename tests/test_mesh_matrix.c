@@ -68,7 +68,7 @@ static const char *refusal_of(unsigned dims, int k) {
 static double run_mesh(const run_config *cfg, const dataset *d, const baseline_run *b,
                        mesh_shape s, pipeline_options o, const char *what, int exact) {
     mesh_result *r = launch_mesh(cfg, d, s, o, b);
-    const double worst = run_worst_fraction_of(&r->run.result, mesh_run_tolerances(cfg, s, b));
+    const double worst = run_worst_fraction_of(&r->run.result, mesh_run_tolerances(cfg, s, &o.moe, b));
     printf("  %-40s grads %.2e params %.2e loss %.2e: %6.0f%% of the bounds\n", what,
            r->run.result.diff_grads, r->run.result.diff_params, r->run.result.diff_loss,
            100 * worst);
@@ -191,7 +191,7 @@ static double every_dimension(const run_config *cfg, const dataset *d, const bas
                               pipeline_options o) {
     const mesh_shape s = {.tp = 2, .pp = 2, .dp = 2, .cp = 2, .dp_shard = 2};
     mesh_result *r = launch_mesh(cfg, d, s, o, b);
-    const double worst = run_worst_fraction_of(&r->run.result, mesh_run_tolerances(cfg, s, b));
+    const double worst = run_worst_fraction_of(&r->run.result, mesh_run_tolerances(cfg, s, &o.moe, b));
     printf("  %-40s grads %.2e params %.2e loss %.2e: %6.0f%% of the bounds; tied copies %.1e\n",
            "16: tp 2 x cp 2 x pp 2 x dp 2 fp32:", r->run.result.diff_grads,
            r->run.result.diff_params, r->run.result.diff_loss, 100 * worst, r->x.tied_drift);

@@ -101,7 +101,7 @@ static double run_case(const dataset *d, const one_device *one, precision p, mes
                       .zero = zero, .micro = micro, .moe = moe, .sequence_parallel = sp},
                       why, sizeof why), "%s", why);
     mesh_result *r = launch_mesh(&cfg, d, s, o, b);
-    run_tolerances t = mesh_run_tolerances(&cfg, s, b);
+    run_tolerances t = mesh_run_tolerances(&cfg, s, &o.moe, b);
     t.loss = fmax(t.loss, loss_bound);
     last_loss_fraction = r->run.result.diff_loss / t.loss;
     /* the routers and every expert: step 1's gradients and the final parameters */

@@ -248,7 +248,7 @@ static int train(chapter_args *a, int world) {
         run_result rows[2] = {baseline->result, o.result};
         char *extra = run_json(&x, world);
         rows[1].json_extra = extra;
-        const run_tolerances bounds = mesh_run_tolerances(cfg, a->shape, baseline);
+        const run_tolerances bounds = mesh_run_tolerances(cfg, a->shape, NULL, baseline);
         const double worst = run_worst_fraction_of(&o.result, bounds);
         if (cfg->json) {
             report_json(cfg, "05-3d", world, launch_backend_name(&cfg->comm, world), rows, 2,

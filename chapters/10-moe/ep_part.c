@@ -98,7 +98,7 @@ static void ep_run_free(ep_run *run) {
 static int set_tolerances(const run_config *cfg, const dataset *data, const moe_config *moe,
                           const ep_run *one, mesh_shape shape, ep_report *r) {
     const baseline_run base = mesh_outcome_as_baseline(&one->out);
-    r->tol = mesh_run_tolerances(cfg, shape, &base);
+    r->tol = mesh_run_tolerances(cfg, shape, moe, &base);
     const pipeline_options o = moe_chapter_pipeline(moe, "moe");
     const double from_fp32 = mesh_loss_bound_from_fp32(cfg, data, &o, one->out.loss);
     if (from_fp32 > r->tol.loss) r->tol.loss = r->loss_from_fp32 = from_fp32;

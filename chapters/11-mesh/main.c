@@ -21,6 +21,7 @@
 #include "cli.h"
 #include "compare.h"
 #include "fits.h"
+#include "matmul16.h"
 #include "mesh_chapter.h"
 #include "parallelize.h"
 #include "report.h"
@@ -146,7 +147,12 @@ static void print_left_out(const mesh_args *a, int world) {
 }
 
 static void print_verdict(const run_config *cfg, const run_tolerances *t, double worst,
-                          const mesh_extra *x, double spread_bound) {
+                          const mesh_extra *x, double spread_bound, int moe) {
+    if (moe && cfg->precision != PRECISION_FP32 && matmul16_widens(cfg->precision))
+        printf("\nThe experts' %s products run widened to fp32 here, 16 rows a call, each row"
+               " summed by where it falls:\nan expert's rows sit elsewhere than on one device,"
+               " so a row may round one unit apart (bounds: tolerances.h)\n",
+               precision_name(cfg->precision));
     if (spread_bound > 0)
         printf("\nThe loss over %d steps in %s: held within %.1e, %d x one device's largest"
                " distance from the same run in fp32 (past %d steps two runs that round apart"
@@ -215,7 +221,7 @@ static int train(mesh_args *a, int world, int default_mesh) {
         run_result rows[2] = {baseline->result, o.result};
         char *extra = mesh_json(&x, world, a);
         rows[1].json_extra = extra;
-        run_tolerances t = mesh_run_tolerances(cfg, *s, baseline);
+        run_tolerances t = mesh_run_tolerances(cfg, *s, &opts.moe, baseline);
         double spread_bound = mesh_loss_bound_from_fp32(cfg, data, &opts, baseline->loss);
         if (spread_bound < 0) status = 1;
         if (spread_bound > t.loss) t.loss = spread_bound;
@@ -231,7 +237,7 @@ static int train(mesh_args *a, int world, int default_mesh) {
             mesh_print_memory(&x, world, cfg);
             moe_worst(&x, &x_one, &t, 1);
             if (default_mesh) print_left_out(a, world);
-            print_verdict(cfg, &t, worst, &x, spread_bound);
+            print_verdict(cfg, &t, worst, &x, spread_bound, opts.moe.experts > 0);
         }
         if (worst > 1 || x.worst_bytes_error != 0 || x.alltoall_mismatch != 0) status = 1;
         free(extra);

@@ -58,6 +58,17 @@ run_tolerances tolerances_with_grads16(run_tolerances t, const run_config *cfg, 
     return t;
 }
 
+run_tolerances tolerances_with_moe_rows(run_tolerances t, const run_config *cfg, int moe_blocks,
+                                        double largest_grad) {
+    if (cfg->precision == PRECISION_FP32 || moe_blocks <= 0) return t;
+    if (!matmul16_widens(cfg->precision)) return t;
+    const double u = ldexp(1.0, cfg->precision == PRECISION_BF16 ? -8 : -11);
+    const double tokens = (double)cfg->batch * cfg->model.ctx;
+    t.grads = fmax(t.grads, 4 * moe_blocks * u * largest_grad);
+    t.loss = fmax(t.loss, 4 * moe_blocks * u * log((double)cfg->model.vocab) / sqrt(tokens));
+    return t;
+}
+
 run_tolerances tolerances_for_grads16(const run_config *cfg, int parts, double largest_grad) {
     run_tolerances t = tolerances_for(cfg);
     allow_fp16_row_flips(cfg, largest_grad, &t);

@@ -138,5 +138,18 @@ run_tolerances tolerances_for_grads16(const run_config *cfg, int parts, double l
  * micro-batches in fp32 first); t's other bounds unchanged. */
 run_tolerances tolerances_with_grads16(run_tolerances t, const run_config *cfg, int parts,
                                        double largest_grad);
+/* MoE's experts where the 16-bit products run matmul16's fallback (matmul16_widens: on a
+ * CPU without native 16-bit products, bf16's too): widened to fp32 and run 16 rows a
+ * call, whose kernel sums a row by where it falls in the call. A dense rank's rows sit
+ * where one device's do (a multiple of 16 at a multiple of 16); an expert's rows are the
+ * pairs routed to it, from several sources on an expert rank, so the same pair's row
+ * sits elsewhere than on one device, its product may differ in a last fp32 bit and round
+ * one unit u apart (seen: one row in about 2000, chapter 11 tp 1 x ep 2 x dp 4 bf16).
+ * Each MoE block's two expert products forward and two backward may flip so, as TP's
+ * four all-reduces a block do (tolerances_for_tp): step 1's gradients within 4 M u G and
+ * the loss within 4 M u ln V / sqrt(B T), M the MoE blocks; t's bounds where larger.
+ * Native 16-bit products sum a row alike anywhere: t unchanged. */
+run_tolerances tolerances_with_moe_rows(run_tolerances t, const run_config *cfg, int moe_blocks,
+                                        double largest_grad);
 
 #endif

@@ -254,10 +254,13 @@ double mesh_worst_fraction_of_tolerance(const run_result *r) {
  * block forward and backward, fewer than TP's four all-reduces a block, so TP's bound
  * (tolerances_for_tp) holds it. */
 run_tolerances mesh_run_tolerances(const run_config *cfg, mesh_shape shape,
-                                   const baseline_run *b) {
+                                   const moe_config *moe, const baseline_run *b) {
     const int split = shape.tp > 1 ? shape.tp : mesh_cp_size(&shape) > 1 ? 2 : 1;
-    return tolerances_with_grads16(tp_run_tolerances(cfg, split, b), cfg,
-                                   shape.dp * mesh_cp_size(&shape), baseline_largest_grad(b));
+    const double G = baseline_largest_grad(b);
+    const run_tolerances t = tolerances_with_grads16(tp_run_tolerances(cfg, split, b), cfg,
+                                                     shape.dp * mesh_cp_size(&shape), G);
+    const int moe_blocks = moe && moe->experts > 0 ? cfg->model.layers / moe->every : 0;
+    return tolerances_with_moe_rows(t, cfg, moe_blocks, G);
 }
 
 double mesh_loss_bound_from_fp32(const run_config *cfg, const dataset *data,

@@ -73,9 +73,11 @@ baseline_run mesh_outcome_as_baseline(const strategy_outcome *o);
 double mesh_worst_fraction_of_tolerance(const run_result *r);
 /* The bounds a mesh's run is held to against baseline b in any precision: TP's
  * (tp_run_tolerances), with 16-bit gradients (tolerances_with_grads16) the dp x cp
- * ranks' partial gradients each rounded once. */
+ * ranks' partial gradients each rounded once, with MoE (moe: NULL or experts 0 for a
+ * dense model) its experts' rows where 16-bit products are widened
+ * (tolerances_with_moe_rows). */
 run_tolerances mesh_run_tolerances(const run_config *cfg, mesh_shape shape,
-                                   const baseline_run *b);
+                                   const moe_config *moe, const baseline_run *b);
 /* Past TOL_STEPS steps in 16 bits the loss is held within twice one device's own
  * distance from fp32 (mixed_loss_tolerance): the one-device run of loss16 (the dense
  * baseline, or with opts' MoE the MoE model) trained again in fp32, quietly. Returns
