@@ -31,11 +31,6 @@ static void *probabilities(const gpt_model *m, const block_acts *a) {
 /* The group f's backward all-reduces over (NULL for the negative control). */
 static comm *f_group(const gpt_model *m) { return m->opts.drop_f_backward ? NULL : m->opts.tp; }
 
-/* Whether the options' MLP hook replaces this block's MLP. */
-static int mlp_replaced(const gpt_model *m, int layer) {
-    const gpt_mlp_hook *h = m->opts.mlp;
-    return h && h->replaces(h->ctx, layer);
-}
 
 /* The options' attention hook in place of the attention core, on the current slot. */
 static int slot_index(const gpt_model *m) { return (int)(m->slot - m->slots); }
@@ -165,7 +160,7 @@ void gpt_block_forward(gpt_model *m, int layer, const void *block) {
 
     mixed_layernorm_forward(P, a->ln2, a->ln2_mean, a->ln2_rstd, a->x_mid, p.ln2_w, p.ln2_b,
                             Ns, C);
-    if (mlp_replaced(m, layer)) {   /* an MoE layer (moe.h): whole on every TP rank */
+    if (model_mlp_replaced(m, layer)) {   /* an MoE layer (moe.h): whole on every TP rank */
         hooked_mlp_forward(m, layer, a, x_out);
     } else {
         fp8_linear_site(4 * layer + 2);
@@ -183,7 +178,7 @@ const void *gpt_block_linear_input(const gpt_model *m, int layer, gpt_linear_inp
     if (which == GPT_QKV_INPUT) return a->ln1;
     if (which == GPT_PROJ_INPUT) return a->atty;
     if (which == GPT_FC_INPUT) return a->ln2;
-    return mlp_replaced(m, layer) ? NULL : a->fch_gelu;
+    return model_mlp_replaced(m, layer) ? NULL : a->fch_gelu;
 }
 
 float gpt_head_forward(gpt_model *m, const void *final_ln, const void *embed) {
@@ -308,7 +303,7 @@ static void block_backward(gpt_model *m, int layer, const void *block, float *bl
      * through unchanged, so dx itself becomes d(x_mid) once ln2's gradient is added
      * onto it (after the last read of d(out)), and then d(x_in) the same way: the
      * same sums as with a copy of dx, without the copies. */
-    if (mlp_replaced(m, layer)) {
+    if (model_mlp_replaced(m, layer)) {
         hooked_mlp_backward(m, layer, dx);
     } else {   /* FP8 hybrid: each linear's site, for dY's delayed history */
         fp8_linear_site(4 * layer + 3);

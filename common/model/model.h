@@ -138,7 +138,10 @@ typedef struct gpt_model gpt_model;
  * MLP on it: out and d_ln2 are complete on every rank, so no all-reduce follows; with
  * SP the model all-gathers the group's rows of ln2 (and of d_out) before the hook and
  * keeps its own positions of out (and d_ln2) after it, so the hook sees the same whole
- * rows as without SP. Not with a split backward. */
+ * rows as without SP. The model holds none of its own MLP's activations for a block
+ * the hook replaces (fc's and GELU's outputs, [N, 4C/tp] each a slot), nor their
+ * gradients' scratch where it replaces every block of the stage. Not with a split
+ * backward. */
 typedef struct {
     void *ctx;
     int (*replaces)(void *ctx, int layer);

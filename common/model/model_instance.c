@@ -21,7 +21,21 @@ static float *alloc_stats(size_t n) {
     return mem_alloc_on(MEM_DEVICE, MEM_ACTIVATIONS, n * sizeof(float));
 }
 
-static void block_acts_alloc(const gpt_model *m, block_acts *a) {
+int model_mlp_replaced(const gpt_model *m, int layer) {
+    const gpt_mlp_hook *h = m->opts.mlp;
+    return h && h->replaces(h->ctx, layer);
+}
+
+/* Whether some block of the stage runs the model's own MLP (its fc and GELU buffers). */
+static int stage_runs_dense_mlp(const gpt_model *m) {
+    for (int l = m->shape.layer_begin; l < m->shape.layer_end; l++)
+        if (!model_mlp_replaced(m, l)) return 1;
+    return 0;
+}
+
+/* One block's activations; dense_mlp: with its MLP's fc and GELU outputs, [N, 4C/tp]
+ * each, which a block whose MLP a hook replaces never touches. */
+static void block_acts_alloc(const gpt_model *m, block_acts *a, int dense_mlp) {
     const gpt_shape *s = &m->shape;
     size_t N = (size_t)m->B * m->T, C = s->cfg.dim, Ns = model_rows_held(m);
     a->ln1 = model_alloc_acts(m, Ns * C);
@@ -35,8 +49,10 @@ static void block_acts_alloc(const gpt_model *m, block_acts *a) {
     a->ln2 = model_alloc_acts(m, Ns * C);
     a->ln2_mean = alloc_stats(Ns);
     a->ln2_rstd = alloc_stats(Ns);
-    a->dgelu = model_alloc_acts(m, N * s->hidden_local);
-    a->fch_gelu = model_alloc_acts(m, N * s->hidden_local);
+    if (dense_mlp) {
+        a->dgelu = model_alloc_acts(m, N * s->hidden_local);
+        a->fch_gelu = model_alloc_acts(m, N * s->hidden_local);
+    }
     if (m->sp && m->opts.mlp) a->ln2_whole = model_alloc_acts(m, N * C);
 }
 
@@ -57,7 +73,8 @@ static void slot_alloc(gpt_model *m, micro_slot *k) {
     for (int i = 0; i <= blocks; i++) k->x[i] = model_alloc_acts(m, model_rows_held(m) * C);
     if (!m->opts.checkpoint_activations) {
         k->acts = mem_alloc(MEM_OTHER, (size_t)blocks * sizeof *k->acts);
-        for (int i = 0; i < blocks; i++) block_acts_alloc(m, &k->acts[i]);
+        for (int i = 0; i < blocks; i++)
+            block_acts_alloc(m, &k->acts[i], !model_mlp_replaced(m, s->layer_begin + i));
     }
     if (!s->has_head) k->d_out = model_alloc_acts(m, model_rows_held(m) * C);
     if (!s->has_embed) k->d_in = model_alloc_acts(m, model_rows_held(m) * C);
@@ -147,7 +164,7 @@ gpt_model *gpt_model_create(const gpt_shape *s, int B, int T,
     gpt_use_slot(m, 0);
     if (m->opts.checkpoint_activations) {
         m->recompute = mem_alloc(MEM_OTHER, sizeof *m->recompute);
-        block_acts_alloc(m, m->recompute);
+        block_acts_alloc(m, m->recompute, stage_runs_dense_mlp(m));   /* rebuilt per block */
     }
     m->dx = model_alloc_acts(m, N * C);
     m->d_ln = model_alloc_acts(m, N * C);
@@ -155,8 +172,10 @@ gpt_model *gpt_model_create(const gpt_shape *s, int B, int T,
     m->d_qkv = model_alloc_acts(m, N * 3 * s->dim_local);
     if (!m->opts.attention)
         m->d_att = model_alloc_acts(m, (size_t)B * s->heads_local * T * T);
-    m->d_fch = model_alloc_acts(m, N * s->hidden_local);
-    m->d_fch_gelu = model_alloc_acts(m, N * s->hidden_local);
+    if (stage_runs_dense_mlp(m)) {   /* the MLP's gradients, [N, 4C/tp] each */
+        m->d_fch = model_alloc_acts(m, N * s->hidden_local);
+        m->d_fch_gelu = model_alloc_acts(m, N * s->hidden_local);
+    }
     return m;
 }
 

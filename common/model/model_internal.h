@@ -17,7 +17,8 @@ typedef struct {
     void *ln2;
     float *ln2_mean, *ln2_rstd;
     void *dgelu;       /* fc's output, replaced by GELU's derivative there (gelu_forward) */
-    void *fch_gelu;    /* GELU's output, fc2's input */
+    void *fch_gelu;    /* GELU's output, fc2's input; both NULL where a hook replaces the
+                          block's MLP (model_mlp_replaced) */
     void *ln2_whole;   /* SP with a replaced MLP: ln2 of the TP group's rows [N, C], the
                           hook's input, kept for its backward (NULL otherwise) */
 } block_acts;
@@ -53,7 +54,8 @@ struct gpt_model {
     int *host_batch;         /* host staging for tokens and targets: 2 x B*T */
     /* backward scratch, shared by all blocks and slots */
     void *dx;                /* gradient of the residual stream, walked back in place */
-    void *d_ln, *d_atty, *d_qkv, *d_att, *d_fch, *d_fch_gelu;
+    void *d_ln, *d_atty, *d_qkv, *d_att;
+    void *d_fch, *d_fch_gelu;   /* NULL where a hook replaces every MLP of the stage */
     tp_sequence *sp;         /* sequence parallelism; NULL without */
     void *hook_rows[2];      /* SP with a replaced MLP: its whole output [N, C] (forward),
                                 or d out and d ln2 gathered / whole (backward) */
@@ -61,6 +63,8 @@ struct gpt_model {
     float *logits32;         /* a 16-bit vocab-parallel head's fp32 logits [N, vocab_local] */
 };
 
+/* Whether the options' MLP hook replaces block `layer`'s MLP (an MoE layer). */
+int model_mlp_replaced(const gpt_model *m, int layer);
 /* Tokens a rank holds in the LayerNorm / residual region: B T, or B T / tp with SP. */
 size_t model_rows_held(const gpt_model *m);
 /* n activations in the model's precision (on the device, tagged activations) */

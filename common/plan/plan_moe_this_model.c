@@ -76,6 +76,22 @@ static double moe_activations(const plan_model *m, const plan_moe *moe, const pl
     return slots * moe_layers * block + once;
 }
 
+/* The dense count's MLP buffers the model does not hold where the MoE layer replaces
+ * the MLP (model_instance.c): fc's and GELU's outputs, 8 r h / t elements a MoE block
+ * per micro-batch slot (under full recomputation the one rebuilt block is not counted),
+ * and their gradients' scratch, 8 r h / t more, where no block of the stage is dense. */
+static double unheld_mlp_buffers(const plan_model *m, const plan_moe *moe,
+                                 const plan_mesh *mesh, double element_bytes) {
+    const double r = (double)mesh->micro_batch * m->seq / plan_cp_size(mesh);
+    const double mlp = element_bytes * 8 * r * m->hidden / mesh->tp;
+    const int micro_batches = plan_micro_batches(mesh);
+    const int slots = mesh->pp < micro_batches ? mesh->pp : micro_batches;
+    const int moe_layers = stage_moe_layers(m, moe, mesh);
+    double bytes = mesh->recompute == RECOMPUTE_FULL ? 0 : (double)slots * moe_layers * mlp;
+    if (moe_layers == plan_layers_per_stage(m, mesh->pp)) bytes += mlp;
+    return bytes;
+}
+
 plan_bytes plan_moe_this_model_memory(const plan_model *m, const plan_moe *moe,
                                       const plan_mesh *mesh, int ep, plan_precision precision) {
     const int shards = plan_dp_shard_size(mesh) * plan_cp_size(mesh);
@@ -88,7 +104,8 @@ plan_bytes plan_moe_this_model_memory(const plan_model *m, const plan_moe *moe,
     add_states(&b, plan_states_bytes(experts, mesh->zero_stage, expert_dp(mesh, ep),
                                      FP32_STATES));
     if (precision.params < FP32_STATES.params) b.params += precision.params * experts + 1;
-    b.activations = plan_this_model_activations(m, mesh, precision.activation) +
+    b.activations = plan_this_model_activations(m, mesh, precision.activation) -
+                    unheld_mlp_buffers(m, moe, mesh, precision.activation) +
                     moe_activations(m, moe, mesh, ep, precision.activation);
     return b;
 }

@@ -12,8 +12,10 @@
  *   experts   E / ep of each MoE layer, 2 h f + f + h each, whole on every tp rank, fp32,
  *             sharded and reduced over expert_dp = dp x cp / ep (no replicas); in 16 bits
  *             also their 16-bit copy, 2 B each and the one byte its allocation adds
- * Activations: this model's dense count (plan_this_model_activations: the blocks keep
- * their MLP's activations) plus the MoE layer's buffers (moe.c), on N = b s / cp tokens
+ * Activations: this model's dense count (plan_this_model_activations) less the MLP
+ * buffers an MoE block does not hold (its fc and GELU outputs, 8 N h / t elements a MoE
+ * block per micro-batch slot, and their gradients' 8 N h / t where the stage has no
+ * dense block), plus the MoE layer's buffers (moe.c), on N = b s / cp tokens
  * a micro-batch and rows = min(ep N k, capacity E / ep) an expert rank may receive
  * (capacity ceil(c N dp cp k / E), c the capacity factor; 0: no dropping, ep N k):
  *   every MoE block of the model, per micro-batch slot: probabilities N E, choices,
