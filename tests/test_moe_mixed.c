@@ -453,6 +453,28 @@ START_TEST(expert_rows_bound_where_products_are_widened) {
 }
 END_TEST
 
+/* fp32 MoE past TOL_STEPS: routing flips part the runs, so the loss is not held (0) and
+ * the parameters are held within AdamW's drift bound; up to TOL_STEPS, dense, or in 16
+ * bits: unchanged. */
+START_TEST(fp32_moe_past_tol_steps_holds_parameters_by_drift) {
+    run_config cfg = {.precision = PRECISION_FP32, .steps = TOL_STEPS + 5,
+                      .adamw = {.lr = 1e-3f, .warmup_steps = 0}};
+    const run_tolerances t = {.grads = TOL_GRADS, .loss = TOL_LOSS, .params = TOL_PARAMS};
+    const run_tolerances w = tolerances_with_moe_routing(t, &cfg, 2);
+    printf("fp32 MoE over %d steps: loss %s, parameters %.3g\n", cfg.steps,
+           w.loss == 0 ? "not held" : "held", w.params);
+    ck_assert_double_eq(w.loss, 0);
+    ck_assert_double_eq_tol(w.params, adamw_drift_bound(&cfg.adamw, cfg.steps), 1e-12);
+    ck_assert_double_eq(w.grads, t.grads);
+    ck_assert_double_eq(tolerances_with_moe_routing(t, &cfg, 0).loss, t.loss);
+    cfg.steps = TOL_STEPS;
+    ck_assert_double_eq(tolerances_with_moe_routing(t, &cfg, 2).loss, t.loss);
+    cfg.steps = TOL_STEPS + 5;
+    cfg.precision = PRECISION_BF16;
+    ck_assert_double_eq(tolerances_with_moe_routing(t, &cfg, 2).params, t.params);
+}
+END_TEST
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     Suite *suite = suite_create("moe_mixed");
@@ -466,6 +488,7 @@ int main(void) {
     tcase_add_test(tc, tp2_ep2_matches_one_device);
     tcase_add_test(tc, replicated_experts_summed_over_tp_fail);
     tcase_add_test(tc, expert_rows_bound_where_products_are_widened);
+    tcase_add_test(tc, fp32_moe_past_tol_steps_holds_parameters_by_drift);
     suite_add_tcase(suite, tc);
     return check_run(suite, 0);
 }

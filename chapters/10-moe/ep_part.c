@@ -181,8 +181,12 @@ void ep_print(const ep_report *r, const moe_config *moe) {
         printf("  one rank: no expert-parallel run to compare (try ./run 2 or more)\n");
         return;
     }
-    printf("  tolerances: loss %.1e%s, grads %.1e, params %.1e; the worst difference is %.2g of"
-           " its tolerance: %s\n", r->tol.loss,
+    char loss[80];
+    if (r->tol.loss > 0) snprintf(loss, sizeof loss, "%.1e", r->tol.loss);
+    else snprintf(loss, sizeof loss, "not held past %d steps in fp32 (routing flips: tolerances.h)",
+                  TOL_STEPS);
+    printf("  tolerances: loss %s%s, grads %.1e, params %.1e; the worst difference is %.2g of"
+           " its tolerance: %s\n", loss,
            r->loss_from_fp32 > 0 ? " (2 x one device's distance from fp32: tolerances.h)" : "",
            r->tol.grads, r->tol.params, r->worst_fraction,
            r->worst_fraction <= 1 ? "every EP run is the one-device run" : "MISMATCH");

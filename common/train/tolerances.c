@@ -69,6 +69,14 @@ run_tolerances tolerances_with_moe_rows(run_tolerances t, const run_config *cfg,
     return t;
 }
 
+run_tolerances tolerances_with_moe_routing(run_tolerances t, const run_config *cfg,
+                                           int moe_blocks) {
+    if (cfg->precision != PRECISION_FP32 || moe_blocks <= 0 || cfg->steps <= TOL_STEPS) return t;
+    t.loss = 0;
+    t.params = fmax(t.params, adamw_drift_bound(&cfg->adamw, cfg->steps));
+    return t;
+}
+
 run_tolerances tolerances_for_grads16(const run_config *cfg, int parts, double largest_grad) {
     run_tolerances t = tolerances_for(cfg);
     allow_fp16_row_flips(cfg, largest_grad, &t);

@@ -151,5 +151,17 @@ run_tolerances tolerances_with_grads16(run_tolerances t, const run_config *cfg, 
  * Native 16-bit products sum a row alike anywhere: t unchanged. */
 run_tolerances tolerances_with_moe_rows(run_tolerances t, const run_config *cfg, int moe_blocks,
                                         double largest_grad);
+/* MoE in fp32 past TOL_STEPS steps: AdamW moves two runs' parameters apart where a
+ * gradient is near 0 (up to the learning rate, see above), a router's near-tied choice
+ * then flips, the token takes another expert (with a capacity, another token is
+ * dropped), and the runs part by O(1 / tokens) of the loss a flip, growing from there
+ * (seen: chapter 11 bench256 tp 1 x ep 2 x dp 4, 4.9e-5 at step 4, 1.5e-2 at step 9,
+ * step 1's gradients within 1.2e-7). So past TOL_STEPS, as the fp32 tolerances say of
+ * every run, the loss is not held (t.loss 0) and the parameters are held within AdamW's
+ * drift bound (which holds whatever the gradients); step 1's gradients keep t's bound.
+ * Dense runs, runs of TOL_STEPS steps or fewer and 16-bit ones (held from their fp32
+ * twin past TOL_STEPS: mixed_loss_tolerance): t unchanged. */
+run_tolerances tolerances_with_moe_routing(run_tolerances t, const run_config *cfg,
+                                           int moe_blocks);
 
 #endif

@@ -260,7 +260,8 @@ run_tolerances mesh_run_tolerances(const run_config *cfg, mesh_shape shape,
     const run_tolerances t = tolerances_with_grads16(tp_run_tolerances(cfg, split, b), cfg,
                                                      shape.dp * mesh_cp_size(&shape), G);
     const int moe_blocks = moe && moe->experts > 0 ? cfg->model.layers / moe->every : 0;
-    return tolerances_with_moe_rows(t, cfg, moe_blocks, G);
+    return tolerances_with_moe_routing(tolerances_with_moe_rows(t, cfg, moe_blocks, G), cfg,
+                                       moe_blocks);
 }
 
 double mesh_loss_bound_from_fp32(const run_config *cfg, const dataset *data,

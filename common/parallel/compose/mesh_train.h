@@ -75,7 +75,8 @@ double mesh_worst_fraction_of_tolerance(const run_result *r);
  * (tp_run_tolerances), with 16-bit gradients (tolerances_with_grads16) the dp x cp
  * ranks' partial gradients each rounded once, with MoE (moe: NULL or experts 0 for a
  * dense model) its experts' rows where 16-bit products are widened
- * (tolerances_with_moe_rows). */
+ * (tolerances_with_moe_rows) and in fp32 past TOL_STEPS steps its routing's flips
+ * (tolerances_with_moe_routing: the loss not held, t.loss 0). */
 run_tolerances mesh_run_tolerances(const run_config *cfg, mesh_shape shape,
                                    const moe_config *moe, const baseline_run *b);
 /* Past TOL_STEPS steps in 16 bits the loss is held within twice one device's own
