@@ -142,8 +142,7 @@ double plan_this_model_activations(const plan_model *m, const plan_mesh *mesh,
     const int cp = plan_cp_size(mesh);
     const double e = element_bytes, t = mesh->tp, h = m->hidden;
     const double r = (double)mesh->micro_batch * m->seq / cp;
-    const int micro_batches = plan_micro_batches(mesh);
-    const int in_flight = mesh->pp < micro_batches ? mesh->pp : micro_batches;
+    const int in_flight = plan_micro_batches_in_flight(mesh);
     /* the probabilities' gradient: none where CP's attention keeps its own */
     const double d_probabilities = cp > 1 ? 0 : (double)m->heads * m->seq * r / t;
     const double backward = e * (2 * r * h + 12 * r * h / t + d_probabilities);

@@ -16,8 +16,7 @@ static double activations_of(const plan_model *m, const plan_mesh *mesh, double 
     if (mesh->activations == PLAN_ACTS_THIS_MODEL)
         return plan_this_model_activations(m, mesh, element_bytes);
     const double scale = element_bytes / 2;
-    const int micro_batches = plan_micro_batches(mesh);
-    const int in_flight = mesh->pp < micro_batches ? mesh->pp : micro_batches;
+    const int in_flight = plan_micro_batches_in_flight(mesh);
     const double layers = plan_layers_per_stage(m, mesh->pp);
     double bytes = layers * in_flight * plan_layer_activations_cp(m, mesh);
     if (mesh->recompute == RECOMPUTE_FULL) {

@@ -40,6 +40,11 @@ int plan_micro_batches(const plan_mesh *mesh) {
     return (int)(mesh->global_batch / per_pipeline);
 }
 
+int plan_micro_batches_in_flight(const plan_mesh *mesh) {
+    const int micro_batches = plan_micro_batches(mesh);
+    return mesh->pp < micro_batches ? mesh->pp : micro_batches;
+}
+
 int plan_layers_per_stage(const plan_model *m, int pp) {
     return (m->layers + pp - 1) / pp;
 }

@@ -106,6 +106,8 @@ plan_model plan_shape_for_params(double params, int vocab, int seq);
 
 /* Micro-batches per pipeline per iteration: B / (dp b); 0 when dp b does not divide B. */
 int plan_micro_batches(const plan_mesh *mesh);
+/* The micro-batches a stage holds at once under 1F1B: pp, at most the micro-batches. */
+int plan_micro_batches_in_flight(const plan_mesh *mesh);
 /* Layers the largest pipeline stage holds: ceil(l / pp). */
 int plan_layers_per_stage(const plan_model *m, int pp);
 /* Parameters on one GPU of the first stage, which holds the most: its layers split

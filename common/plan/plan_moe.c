@@ -78,8 +78,7 @@ static double moe_extra_activations(const plan_model *m, const plan_moe *moe,
                              mlp_activations(m, mesh, 1, 4.0 * m->hidden);
     /* full recomputation keeps only each layer's input, and one layer in full */
     if (mesh->recompute == RECOMPUTE_FULL) return per_layer;
-    const int micro_batches = plan_micro_batches(mesh);
-    const int in_flight = mesh->pp < micro_batches ? mesh->pp : micro_batches;
+    const int in_flight = plan_micro_batches_in_flight(mesh);
     return (double)moe_layers * in_flight * per_layer;
 }
 

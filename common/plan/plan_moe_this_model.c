@@ -46,6 +46,11 @@ static void add_states(plan_bytes *b, plan_bytes more) {
     b->optimizer += more.optimizer;
 }
 
+/* Tokens of a micro-batch on a rank (a CP rank's rows). */
+static double micro_rows(const plan_model *m, const plan_mesh *mesh) {
+    return (double)mesh->micro_batch * m->seq / plan_cp_size(mesh);
+}
+
 /* The rows an expert rank may receive a micro-batch of n tokens (moe_layer_create). */
 static double expert_rows(const plan_moe *moe, const plan_mesh *mesh, int ep, double n) {
     const double all = (double)ep * n * moe->top_k;
@@ -60,11 +65,10 @@ static double expert_rows(const plan_moe *moe, const plan_mesh *mesh, int ep, do
 static double moe_activations(const plan_model *m, const plan_moe *moe, const plan_mesh *mesh,
                               int ep, double element_bytes) {
     const double f32 = sizeof(float), i32 = sizeof(int), f64 = sizeof(double);
-    const double n = (double)mesh->micro_batch * m->seq / plan_cp_size(mesh);
+    const double n = micro_rows(m, mesh);
     const double E = moe->experts, k = moe->top_k, C = m->hidden, f = moe->expert_ffn;
     const double rows = expert_rows(moe, mesh, ep, n);
-    const int micro_batches = plan_micro_batches(mesh);
-    const int slots = mesh->pp < micro_batches ? mesh->pp : micro_batches;
+    const int slots = plan_micro_batches_in_flight(mesh);
     const double block = f32 * (n * E + n * k + n * k * C + rows * (C + 2 * f)) +
                          i32 * 3 * n * k + sizeof(size_t) * (E + ep * (E / ep)) + f64 * 3 * E;
     const double moe_layers = plan_moe_layers_in(m->layers, moe);
@@ -82,10 +86,9 @@ static double moe_activations(const plan_model *m, const plan_moe *moe, const pl
  * and their gradients' scratch, 8 r h / t more, where no block of the stage is dense. */
 static double unheld_mlp_buffers(const plan_model *m, const plan_moe *moe,
                                  const plan_mesh *mesh, double element_bytes) {
-    const double r = (double)mesh->micro_batch * m->seq / plan_cp_size(mesh);
+    const double r = micro_rows(m, mesh);
     const double mlp = element_bytes * 8 * r * m->hidden / mesh->tp;
-    const int micro_batches = plan_micro_batches(mesh);
-    const int slots = mesh->pp < micro_batches ? mesh->pp : micro_batches;
+    const int slots = plan_micro_batches_in_flight(mesh);
     const int moe_layers = stage_moe_layers(m, moe, mesh);
     double bytes = mesh->recompute == RECOMPUTE_FULL ? 0 : (double)slots * moe_layers * mlp;
     if (moe_layers == plan_layers_per_stage(m, mesh->pp)) bytes += mlp;

@@ -20,7 +20,7 @@ static void gather_start(zero_rank *z, gathered_slab *g, int slab, int async, in
     g->whole = mem_alloc_on(MEM_DEVICE, MEM_PARAMS, n * precision_bytes(p));
     g->pending = NULL;
     g->fp8 = (fsdp_fp8_block){0};
-    const int block = slab != gpt_embed_slab(&z->shape) && slab != gpt_final_slab(&z->shape);
+    const int block = slab != gpt_embed_slab(&z->dp->shape) && slab != gpt_final_slab(&z->dp->shape);
     if (!backward && block && fsdp_fp8_gathers(z->dp)) fsdp_fp8_gather(z->dp, slab, g->whole, &g->fp8);
     else if (z->zpp) zeropp_gather(z->zpp, z->dp, slab, backward, g->whole);   /* blocking */
     else if (async) g->pending = comm_allgather_start(z->dp->group, piece, g->whole, n, comm_dtype_of(p));
@@ -52,16 +52,16 @@ typedef struct {
 } unit_params;
 
 static void unit_gather(zero_rank *z, unit_params *u, int unit, int async) {
-    const int layers = z->shape.cfg.layers;
+    const int layers = z->dp->shape.cfg.layers;
     if (unit == 0) {
         u->count = 1;
         gather_start(z, &u->slab[0], 0, async, 0);
     } else if (unit <= layers) {
         u->count = 1;
-        gather_start(z, &u->slab[0], gpt_block_slab(&z->shape, unit - 1), async, 0);
+        gather_start(z, &u->slab[0], gpt_block_slab(&z->dp->shape, unit - 1), async, 0);
     } else {
         u->count = 2;
-        gather_start(z, &u->slab[0], gpt_final_slab(&z->shape), async, 0);
+        gather_start(z, &u->slab[0], gpt_final_slab(&z->dp->shape), async, 0);
         gather_start(z, &u->slab[1], 0, async, 0);
     }
 }
@@ -80,7 +80,7 @@ static void unit_free(unit_params *u) {
  * only cost a transfer. */
 static float forward(zero_rank *z, unit_params *head) {
     gpt_model *m = z->model;
-    const int layers = z->shape.cfg.layers, units = layers + 2;
+    const int layers = z->dp->shape.cfg.layers, units = layers + 2;
     const int prefetch = z->opts.prefetch;
     unit_params current = {0}, next = {0};
     float loss = 0.0f;
@@ -105,7 +105,7 @@ static float forward(zero_rank *z, unit_params *head) {
  * this rank's shard and freed. */
 static void backward(zero_rank *z, unit_params *head, float dloss) {
     gpt_model *m = z->model;
-    const int layers = z->shape.cfg.layers, final = gpt_final_slab(&z->shape);
+    const int layers = z->dp->shape.cfg.layers, final = gpt_final_slab(&z->dp->shape);
     const int prefetch = z->opts.prefetch;
     gathered_slab next = {0};
 
@@ -113,7 +113,7 @@ static void backward(zero_rank *z, unit_params *head, float dloss) {
      * the end, so its whole buffer lives through the backward pass. */
     float *embed_grad = dp_grads_slab_grad_alloc(z->dp, 0);
     float *final_grad = dp_grads_slab_grad_alloc(z->dp, final);
-    if (prefetch) gather_start(z, &next, gpt_block_slab(&z->shape, layers - 1), 1, 1);
+    if (prefetch) gather_start(z, &next, gpt_block_slab(&z->dp->shape, layers - 1), 1, 1);
     gpt_head_backward(m, head->slab[0].whole, head->slab[1].whole, final_grad, embed_grad,
                       dloss);
     unit_free(head);
@@ -123,11 +123,11 @@ static void backward(zero_rank *z, unit_params *head, float dloss) {
     reduce_slab(z, final, final_grad);
 
     for (int layer = layers - 1; layer >= 0; layer--) {
-        const int slab = gpt_block_slab(&z->shape, layer);
+        const int slab = gpt_block_slab(&z->dp->shape, layer);
         gathered_slab current;
         if (prefetch) current = next;
         else gather_start(z, &current, slab, 0, 1);
-        if (prefetch && layer > 0) gather_start(z, &next, gpt_block_slab(&z->shape, layer - 1), 1, 1);
+        if (prefetch && layer > 0) gather_start(z, &next, gpt_block_slab(&z->dp->shape, layer - 1), 1, 1);
         float *block_grad = dp_grads_slab_grad_alloc(z->dp, slab);
         gpt_block_backward(m, layer, gather_ready(&current), block_grad);
         gather_free(&current);

@@ -3,7 +3,7 @@
 #include <string.h>
 
 void zero_rank_attach(zero_rank *z, dp_grads *dp, gpt_model *model, const zero_options *opts) {
-    *z = (zero_rank){.dp = dp, .shape = dp->shape, .opts = *opts, .model = model};
+    *z = (zero_rank){.dp = dp, .opts = *opts, .model = model};
     if (dp->zero == 3 && opts->zeropp)
         z->zpp = zeropp_create(dp, opts->zeropp, opts->ranks_per_node, opts->zeropp_fault);
 }

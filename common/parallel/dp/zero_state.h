@@ -46,8 +46,8 @@ typedef struct {
  * pieces. The mesh trainer owns the state and the model (pipeline.h, one stage); this
  * borrows them. */
 typedef struct {
-    dp_grads *dp;    /* params, grads, Adam moments, each whole or this rank's shard */
-    gpt_shape shape;
+    dp_grads *dp;    /* params, grads, Adam moments, each whole or this rank's shard;
+                        dp->shape is the stage's */
     zero_options opts;
     gpt_model *model;
     zeropp *zpp;     /* stage 3 with ZeRO++'s pieces, else NULL */
