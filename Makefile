@@ -53,8 +53,13 @@ LDLIBS   := $(shell pkg-config --libs openblas 2>/dev/null) $(DNNL_LIBS) -lm -pt
             $(EXTRA_LDFLAGS)
 CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
 
+# A sanitizer build compiles at -O1, as the sanitizers' own documentation advises: its
+# instrumented code compiled at -O3 took 1.6 times as long to build (the largest part
+# of make test's builds) and ran its suites only 10% faster.
 ifdef DEBUG
   CFLAGS += -O0 -g
+else ifneq ($(SAN),)
+  CFLAGS += -O1 -march=native -g
 else
   CFLAGS += -O3 -march=native -g
 endif
