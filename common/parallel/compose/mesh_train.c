@@ -259,7 +259,8 @@ run_tolerances mesh_run_tolerances(const run_config *cfg, mesh_shape shape,
     const double G = baseline_largest_grad(b);
     const run_tolerances t = tolerances_with_grads16(tp_run_tolerances(cfg, split, b), cfg,
                                                      shape.dp * mesh_cp_size(&shape), G);
-    const int moe_blocks = moe && moe->experts > 0 ? cfg->model.layers / moe->every : 0;
+    const int moe_blocks = moe && moe->experts > 0
+                               ? moe_shape_make(moe, &cfg->model, 1, 0).moe_layers : 0;
     return tolerances_with_moe_routing(tolerances_with_moe_rows(t, cfg, moe_blocks, G), cfg,
                                        moe_blocks);
 }
