@@ -7,15 +7,18 @@
 # on all alike; the table gives medians over ROUNDS (3). Ratios whose two sides come from
 # one run (a chapter's strategy against the baseline it trains beside it) are taken run
 # by run, then the median.
-#   bench/summary.sh CURVES   (CURVES: "dim ctx ms floor" lines from make bench's curves)
+#   bench/summary.sh CURVES [MIXED]   (CURVES: "dim ctx ms floor" lines from make bench's
+#   curves; MIXED: its mixed-precision table's "label ms tok/s" lines, whose medians give
+#   the 16-bit rows against our fp32 and PyTorch's autocast)
 set -u
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
 # file targets, so that build/last, which ./run reads, stays as it was
-make -s -j"$jobs" build/cpu/baseline build/cpu/chapter1 build/cpu/chapter3 build/cpu/chapter4 \
-    build/cpu/chapter5 build/cpu/bench/bench_stage_gemms || exit 1
+make -s -j"$jobs" build/cpu/baseline build/cpu/chapter1 build/cpu/chapter2 build/cpu/chapter3 \
+    build/cpu/chapter4 build/cpu/chapter5 build/cpu/bench/bench_stage_gemms || exit 1
 make -s -j"$jobs" MPI=1 build/cpu-mpi/chapter1 build/cpu-mpi/chapter4 || exit 1
 curves=${1:-build/bench-curves.txt}
+mixed=${2:-build/bench-mixed.txt}
 rounds=${ROUNDS:-3}
 export OPENBLAS_NUM_THREADS=1
 out=build/bench-summary.txt
@@ -80,6 +83,25 @@ for _ in $(seq "$rounds"); do
         --json 2>/dev/null |
         record 3d_tok 'runs["3d"]["tokens_per_s"]' \
             3d_ratio 'runs["3d"]["tokens_per_s"] / runs["baseline"]["tokens_per_s"]'
+    # 16 bits: the bf16 step against its product floor, and each strategy against the bf16
+    # baseline it trains beside it (ZeRO-3 in fp32 too, for the ratio to match)
+    build/cpu/baseline --preset bench256 --steps 12 --precision bf16 --profile --json \
+        2>/dev/null | record bf16_fast 'runs["baseline"]["fastest_ms_per_step"]' \
+            bf16_floor 'runs["baseline"]["sgemm_floor_ms_per_step"]'
+    build/cpu/chapter1 --ranks 2 --preset bench256 --steps 12 --strategy ddp --precision bf16 \
+        --grad-dtype bf16 --json 2>/dev/null |
+        record bf16_ddp_ratio 'runs["ddp"]["tokens_per_s"] / runs["baseline"]["tokens_per_s"]'
+    build/cpu/chapter4 --ranks 2 --preset bench256 --steps 12 --schedule 1f1b --micro 8 \
+        --stage-ms 0 --precision bf16 --json 2>/dev/null |
+        record bf16_pp_ratio 'runs["pp-1f1b"]["tokens_per_s"] / runs["baseline"]["tokens_per_s"]'
+    build/cpu/chapter3 --ranks 2 --tp 2 --preset bench256 --part train --precision bf16 \
+        --json 2>/dev/null |
+        record bf16_tp_ratio 'runs["tp"]["tokens_per_s"] / runs["baseline"]["tokens_per_s"]'
+    for p in fp32 bf16; do
+        build/cpu/chapter2 --ranks 2 --preset bench256 --steps 12 --stage 3 --prefetch \
+            --precision $p --json 2>/dev/null |
+            record ${p}_zero3_ratio 'runs["zero3"]["tokens_per_s"] / runs["baseline"]["tokens_per_s"]'
+    done
     # chapter 4's bubble on 4 ranks (paced passes, the chapter's own model)
     build/cpu/chapter4 --ranks 4 --schedule 1f1b --steps 3 --json 2>/dev/null |
         record bubble 'runs["pp-1f1b"]["bubble_fraction"]' \
@@ -97,13 +119,21 @@ kernel=$(build/cpu/baseline --steps 2 --layers 1 --dim 16 --heads 2 --ctx 8 --ba
 
 echo; echo "== summary: the speed targets, bench256, one thread a rank, OpenBLAS $kernel kernels${OPENBLAS_CORETYPE:+ (forced by OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE)}"
 echo "   (medians of $rounds alternating rounds; ratios above 1 are ours faster, except step / floor)"
-python3 - "$out" "$curves" <<'PY'
+python3 - "$out" "$curves" "$mixed" <<'PY'
 import statistics, sys
 seen = {}
 for line in open(sys.argv[1]):
     key, value = line.split()
     seen.setdefault(key, []).append(float(value))
 med = {k: statistics.median(v) for k, v in seen.items()}
+mixed = {}   # the mixed-precision table's runs: label -> tokens/s, median
+try:
+    for line in open(sys.argv[3]):
+        label, _, tok = line.split()
+        mixed.setdefault(label, []).append(float(tok))
+except (OSError, ValueError):
+    pass
+mixed = {k: statistics.median(v) for k, v in mixed.items()}
 
 def row(name, ours, ref, ratio, target):
     print("  %-50s %15s %13s %7s   %s" % (name, ours, ref, ratio, target))
@@ -197,4 +227,22 @@ row("1F1B bubble, 2 ranks, m = 8: Open MPI / threads", "%.1f%%" % (100 * med["mp
 row("1F1B bubble, 4 ranks, paced: Open MPI / threads", "%.1f%%" % (100 * med["mpi_bubble"]),
     "%.1f%%" % (100 * med["bubble"]), "%.2f" % (med["mpi_bubble"] / med["bubble"]),
     "<= 1.10 (formula %.1f%%)" % (100 * med["bubble_formula"]))
+
+print("  16 bits: bf16 products, fp32 master weights")
+row("  bf16 1 rank: fastest step / its product floor", "%.1f ms" % med["bf16_fast"],
+    "%.1f ms" % med["bf16_floor"], "%.2f" % (med["bf16_fast"] / med["bf16_floor"]), "<= 1.10")
+if "bf16" in mixed and "fp32" in mixed:
+    row("  bf16 1 rank / our fp32 (mixed table)", "%.0f tok/s" % mixed["bf16"],
+        "%.0f tok/s" % mixed["fp32"], times(mixed["bf16"] / mixed["fp32"]), ">= 1.9x")
+if "bf16" in mixed and "torch-bf16" in mixed:
+    row("  bf16 1 rank / PyTorch autocast bf16", "%.0f tok/s" % mixed["bf16"],
+        "%.0f tok/s" % mixed["torch-bf16"], times(mixed["bf16"] / mixed["torch-bf16"]),
+        ">= 2.0x")
+# each strategy's speed-up over the bf16 baseline beside the same in fp32
+for name, key, fp32 in [("DDP 2 ranks, bf16 gradients", "bf16_ddp_ratio", "ddp_scaling"),
+                        ("1F1B 2 stages, m = 8", "bf16_pp_ratio", "pp_ratio"),
+                        ("TP = 2", "bf16_tp_ratio", "tp_ratio"),
+                        ("ZeRO-3 2 ranks, prefetch", "bf16_zero3_ratio", "fp32_zero3_ratio")]:
+    row("  bf16 %s / bf16 1 rank" % name, times(med[key]), "fp32 %s" % times(med[fp32]),
+        "%.2f" % (med[key] / med[fp32]), ">= 1 (the fp32 ratio or better)")
 PY
