@@ -3,7 +3,8 @@
  * bench256's linear-layer shapes, with the kernel each runs on named. Speed only,
  * never asserted.
  *   build/cpu/bench/bench_matmul16 [repeats]     (best of repeats, default 5)
- * The layout is linear_forward's: out[M,N] = inp[M,K] weight[N,K]^T (trans_b). */
+ * The forward's layout: out[M,N] = inp[M,K] weight[N,K]^T (trans_b); the weight gradient
+ * accumulates (beta 1), as the step's do. */
 #include <cblas.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -13,11 +14,14 @@
 #include "matmul16.h"
 #include "precision.h"
 
-typedef struct { int M, N, K; const char *what; } shape;
-/* bench256 (dim 256, 512 tokens a step): qkv and fc forward, fc-proj forward */
-static const shape shapes[] = {{512, 768, 256, "qkv"},
-                               {512, 1024, 256, "fc"},
-                               {512, 256, 1024, "fc proj"}};
+typedef struct { int M, N, K, trans_a, trans_b, accumulate; const char *what; } shape;
+/* bench256 (dim 256, 512 tokens a step): qkv and fc forward, fc-proj forward, then fc's
+ * backward: the input gradient dX = dY W and the weight gradient dW += dY^T X */
+static const shape shapes[] = {{512, 768, 256, 0, 1, 0, "qkv"},
+                               {512, 1024, 256, 0, 1, 0, "fc"},
+                               {512, 256, 1024, 0, 1, 0, "fc proj"},
+                               {512, 256, 1024, 0, 0, 0, "fc dX"},
+                               {1024, 256, 512, 1, 0, 1, "fc dW"}};
 
 static double now_s(void) {
     struct timespec ts;
@@ -26,18 +30,22 @@ static double now_s(void) {
 }
 
 typedef struct {
-    int M, N, K;
+    int M, N, K, trans_a, trans_b, accumulate;
     float *a, *b, *c;
     uint16_t *a16, *b16;
 } operands;
 
 /* One product in fp32 (p = PRECISION_FP32: cblas_sgemm) or 16 bits (matmul16). */
 static void run_once(const operands *o, precision p) {
+    const int lda = o->trans_a ? o->M : o->K, ldb = o->trans_b ? o->K : o->N;
+    const float beta = o->accumulate ? 1.0f : 0.0f;
     if (p == PRECISION_FP32)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, o->M, o->N, o->K, 1.0f, o->a,
-                    o->K, o->b, o->K, 0.0f, o->c, o->N);
+        cblas_sgemm(CblasRowMajor, o->trans_a ? CblasTrans : CblasNoTrans,
+                    o->trans_b ? CblasTrans : CblasNoTrans, o->M, o->N, o->K, 1.0f, o->a, lda,
+                    o->b, ldb, beta, o->c, o->N);
     else
-        matmul16(p, 0, 1, o->M, o->N, o->K, o->a16, o->K, o->b16, o->K, 0.0f, o->c, o->N);
+        matmul16(p, o->trans_a, o->trans_b, o->M, o->N, o->K, o->a16, lda, o->b16, ldb, beta,
+                 o->c, o->N);
 }
 
 /* GFLOP/s: the best of repeats timings, each of enough products for ~50 ms. */
@@ -59,11 +67,12 @@ static double gflops(const operands *o, precision p, int repeats) {
 }
 
 static operands operands_make(const shape *s, precision p16) {
-    operands o = {.M = s->M, .N = s->N, .K = s->K};
+    operands o = {.M = s->M, .N = s->N, .K = s->K, .trans_a = s->trans_a,
+                  .trans_b = s->trans_b, .accumulate = s->accumulate};
     size_t na = (size_t)s->M * s->K, nb = (size_t)s->N * s->K, nc = (size_t)s->M * s->N;
     o.a = malloc(na * sizeof(float));
     o.b = malloc(nb * sizeof(float));
-    o.c = malloc(nc * sizeof(float));
+    o.c = calloc(nc, sizeof(float));
     o.a16 = malloc(na * sizeof(uint16_t));
     o.b16 = malloc(nb * sizeof(uint16_t));
     if (!o.a || !o.b || !o.c || !o.a16 || !o.b16) {
