@@ -132,15 +132,19 @@ static const char *const run_words[PREDICT_MESH_RUNS] = {
     "a CP mesh given to the planner", "a TP + SP mesh given to the planner",
     "a Ulysses CP mesh given to the planner", "an MoE mesh given to the planner"};
 
-static void print_mesh(int which, int ranks, const plan_mesh *x, const predict_mesh_figures *p,
-                       const predict_mesh_figures *m, const predict_options *o) {
+/* r: the request the mesh was planned with (its ep and experts) */
+static void print_mesh(int which, int ranks, const plan_request *r, const plan_mesh *x,
+                       const predict_mesh_figures *p, const predict_mesh_figures *m,
+                       const predict_options *o) {
+    const int moe = r->moe.experts > 0, ep = moe ? r->ep : 1;
     if (o->json) {
         printf("%s{\"tp\": %d, \"cp\": %d, \"cp_attention\": \"%s\", \"pp\": %d, "
-               "\"dp_shard\": %d, \"dp_replicate\": %d, \"zero\": %d, \"micro\": %d, "
-               "\"ranks\": %d, \"bytes\": {", which == PREDICT_MESH_SEARCHED ? ",\n \"mesh\": "
+               "\"dp_shard\": %d, \"dp_replicate\": %d, \"ep\": %d, \"experts\": %d, "
+               "\"zero\": %d, \"micro\": %d, \"ranks\": %d, \"bytes\": {",
+               which == PREDICT_MESH_SEARCHED ? ",\n \"mesh\": "
                : which == PREDICT_MESH_ZERO3 ? ",\n \"given_meshes\": [" : ", ", x->tp,
                plan_cp_size(x), cp_attention_names[x->cp_attention], x->pp,
-               plan_dp_shard_size(x), plan_dp_replicas(x),
+               plan_dp_shard_size(x), plan_dp_replicas(x), ep, r->moe.experts,
                x->zero_stage, plan_micro_batches(x), ranks);
         for (int k = 0; k < PREDICT_MESH_GROUPS; k++)
             printf("%s\"%s\": [%.0f, %.0f]", k ? ", " : "", group_names[k], p->bytes[k],
@@ -161,10 +165,11 @@ static void print_mesh(int which, int ranks, const plan_mesh *x, const predict_m
            x->micro_batch, "bytes a step", "planner", "measured");
     for (int k = 0; k < PREDICT_MESH_GROUPS; k++)
         print_bytes_row(group_names[k], p->bytes[k], m->bytes[k], k != EMBEDDING);
-    if (which == PREDICT_MESH_MOE)
+    if (moe)
         printf("  %-14s %12s %12s  the all-to-alls carry the rows the routing sends: data, not"
-               " a formula\n  (MoE every other block, 4 experts, top-2, capacity 1.25, ep 2:"
-               " this model's MoE count)\n", "ep", "-", "-");
+               " a formula\n  (MoE every %d blocks, %d experts, top-%d, capacity %g, ep %d:"
+               " this model's MoE count)\n", "ep", "-", "-", r->moe.every, r->moe.experts,
+               r->moe.top_k, r->moe.capacity_factor, ep);
     printf("  %-14s (the GPU that holds the most, at its peak in a step)\n", "memory");
     print_bytes_row("params", p->state.params, m->state.params, 1);
     print_bytes_row("grads", p->state.grads, m->state.grads, 1);
@@ -234,7 +239,7 @@ static int mesh_run(const char *programs_dir, int which, const predict_options *
     double error;
     *mismatches += predict_mesh_compare(&predicted, &run.measured, &error);
     if (error > *activation_error) *activation_error = error;
-    print_mesh(which, run.ranks, &run.mesh, &predicted, &run.measured, o);
+    print_mesh(which, run.ranks, &r, &run.mesh, &predicted, &run.measured, o);
     return 1;
 }
 
