@@ -11,6 +11,7 @@
 
 #include "dnnl_util.h"
 
+#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,7 @@ typedef struct {
     int fallback;   /* no oneDNN 16-bit implementation here: widen, fp32 matmul */
     int wide;       /* the fallback's fp32 product itself, on the widened copies */
     int call_rows;  /* the fallback: rows of C per fp32 product (M, or MM_CALL_ROWS) */
+    int blas;       /* the fallback's calls through OpenBLAS's sgemm (mm_blas_calls) */
     dnnl_primitive_t prim;
     dnnl_memory_t a, b, c, scratch, bias;   /* handles set at each call */
     char impl[MM_IMPL_LEN];
@@ -113,11 +115,12 @@ static dnnl_primitive_desc_t mm_describe(mm_thread *t, const mm_slot *s, mm_layo
     return pd;
 }
 
-/* The fallback's name: oneDNN's fp32 kernel, and why it runs. */
+/* The fallback's name: its fp32 kernel, and why it runs. */
 static void mm_fallback_name(mm_slot *s, const char *impl) {
     const char *type = precision_name(s->p);
-    snprintf(s->impl, sizeof s->impl, "%.64s%s (fp32 from %s: no oneDNN %s matmul here)", impl,
-             s->call_rows < s->M ? ", 16 rows a call" : "", type, type);
+    snprintf(s->impl, sizeof s->impl, "%.64s%s (fp32 from %s: no oneDNN %s matmul here)",
+             s->blas ? "OpenBLAS sgemm" : impl, s->call_rows < s->M ? ", 16 rows a call" : "",
+             type, type);
 }
 
 static mm_slot *mm_lookup(mm_thread *t, const mm_slot *key);
@@ -139,11 +142,18 @@ static mm_slot mm_wide_key(const mm_slot *s, int rows) {
  * it gets calls of MM_CALL_ROWS rows: a rank's or a micro-batch's rows, a multiple of 16
  * at a multiple of 16, then run the very calls the whole batch's rows run. */
 #define MM_CALL_ROWS 16
-static int mm_call_rows(mm_thread *t, const mm_slot *s) {
+static int mm_in_calls_of_rows(mm_thread *t, const mm_slot *s) {
     const mm_slot key = mm_wide_key(s, s->M);
-    const mm_slot *whole = mm_lookup(t, &key);
-    return strncmp(whole->impl, "gemm:", 5) == 0 && s->M > MM_CALL_ROWS ? MM_CALL_ROWS : s->M;
+    return strncmp(mm_lookup(t, &key)->impl, "gemm:", 5) == 0;
 }
+
+/* Where the products run in 16-row calls, those with A transposed (the weight gradients,
+ * dW += dY^T X) run them through OpenBLAS's sgemm: each call repacks all of B, and at 16
+ * rows OpenBLAS did that 1.1-2.2x faster than oneDNN's gemm:jit on bench256's weight
+ * gradients (fc-proj's 48 against 22 GFLOP/s); with B transposed or plain, oneDNN was
+ * the faster one. A call of 16 rows is the same computation wherever its rows lie, in
+ * either library, so every row keeps the bits it has in the whole batch's calls. */
+static int mm_blas_calls(const mm_slot *s) { return s->trans_a; }
 
 /* Creates slot s's primitive, its memory objects and its share of the scratchpad: in
  * 16 bits, or in fp32 for a wide slot. A 16-bit product oneDNN cannot do here becomes a
@@ -155,9 +165,11 @@ static void mm_create(mm_thread *t, mm_slot *s) {
         dnnl_util_die("matmul16", "dnnl_primitive_desc_create (fp32 matmul)", dnnl_unimplemented);
     if (!pd) {
         s->fallback = 1;
-        s->call_rows = mm_call_rows(t, s);
+        const int in_calls = mm_in_calls_of_rows(t, s);
+        s->call_rows = in_calls && s->M > MM_CALL_ROWS ? MM_CALL_ROWS : s->M;
+        s->blas = in_calls && mm_blas_calls(s);
         const mm_slot key = mm_wide_key(s, s->call_rows);
-        mm_fallback_name(s, mm_lookup(t, &key)->impl);
+        mm_fallback_name(s, s->blas ? "" : mm_lookup(t, &key)->impl);
         return;
     }
     const char *impl = NULL;
@@ -224,11 +236,26 @@ static void mm_execute(mm_thread *t, const mm_slot *s, const void *A, const void
     MM_CHECK(dnnl_stream_wait(t->base.stream));
 }
 
-/* The fallback: A and B widened, oneDNN's fp32 matmul, call_rows rows of C a call.
- * Not cblas_sgemm: OpenBLAS sums a row of C by where the row falls in the call's
- * blocking (its AVX2 kernels: rows 0-63 of a 128-row call differ from a call of those
- * 64; its AVX-512 ones below 16 rows), so a rank's rows would differ from the whole
- * batch's in a last fp32 bit, which rounding to fp16 turns into a whole fp16 step.
+/* One fp32 product of the fallback: `rows` rows of C from a (op(A)'s first of them)
+ * into c, on oneDNN's wide slot or, for mm_blas_calls' products, OpenBLAS. */
+static void mm_fallback_call(mm_thread *t, const mm_slot *s, int rows, const float *a,
+                             const float *wb, float *c) {
+    const mm_slot key = mm_wide_key(s, rows);
+    if (!s->blas) {
+        mm_execute(t, mm_lookup(t, &key), a, wb, NULL, c);
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, s->trans_a ? CblasTrans : CblasNoTrans,
+                s->trans_b ? CblasTrans : CblasNoTrans, rows, s->N, s->K, 1.0f, a, key.lda,
+                wb, key.ldb, key.accumulate ? 1.0f : 0.0f, c, key.ldc);
+}
+
+/* The fallback: A and B widened, an fp32 product of call_rows rows of C a call. One
+ * whole call only where oneDNN's fp32 kernel sums a row the same in any call (brgemm):
+ * OpenBLAS sums a row of C by where the row falls in the call's blocking (its AVX2
+ * kernels: rows 0-63 of a 128-row call differ from a call of those 64; its AVX-512 ones
+ * below 16 rows), and so does oneDNN's gemm:jit, so a rank's rows would differ from the
+ * whole batch's in a last fp32 bit, which rounding to fp16 turns into a whole fp16 step.
  * With a 16-bit C the product goes to fp32 scratch first (started from the bias rows
  * when there is one) and is rounded once. s is copied: a wide slot's lookup may reuse
  * the table entry it sits in. */
@@ -250,10 +277,9 @@ static void mm_run_fallback(mm_thread *t, const mm_slot *slot, const uint16_t *A
         for (int r = 0; r < s.M; r++) precision_from16(s.p, wc + (size_t)r * ldc, bias, s.N);
     for (int r0 = 0; r0 < s.M; r0 += s.call_rows) {
         const int rows = s.M - r0 < s.call_rows ? s.M - r0 : s.call_rows;
-        const mm_slot key = mm_wide_key(&s, rows);
         /* rows r0.. of op(A): A's rows, or with trans_a its columns */
         const float *a = wa + (s.trans_a ? (size_t)r0 : (size_t)r0 * s.K);
-        mm_execute(t, mm_lookup(t, &key), a, wb, NULL, wc + (size_t)r0 * ldc);
+        mm_fallback_call(t, &s, rows, a, wb, wc + (size_t)r0 * ldc);
     }
     if (s.out16)
         for (int r = 0; r < s.M; r++)
