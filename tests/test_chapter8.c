@@ -14,6 +14,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "baseline.h"
 #include "check_run.h"
@@ -244,6 +245,27 @@ START_TEST(fp8_bytes_by_hand) {
 }
 END_TEST
 
+/* Part 3 says whether this CPU multiplies bf16 itself. Where matmul16 widens bf16 to
+ * fp32, and its kernel's name says so ("fp32 from bf16"), it must not say native: a
+ * search of that name for "bf16" once did, and the verdict then read "This CPU
+ * multiplies bf16 natively (gemm:jit, ... fp32 from bf16 ...)". */
+START_TEST(speed_calls_bf16_native_only_where_it_is) {
+    run_config cfg = small_config(1);
+    cfg.model.layers = 2;
+    cfg.model.dim = 16;
+    cfg.model.heads = 2;
+    cfg.model.ctx = 8;
+    dataset *d = dataset_builtin();
+    speed_report r = {0};
+    speed_local(&cfg, d, &r);
+    const int widened = strstr(r.kernel16[PRECISION_BF16], "fp32 from bf16") != NULL;
+    printf("bf16 products on %s: %s\n", r.kernel16[PRECISION_BF16],
+           r.native_bf16 ? "native" : "widened to fp32");
+    ck_assert_int_eq(r.native_bf16, !widened);
+    dataset_free(d);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("chapter 8");
     TCase *t = tcase_create("mixed precision measured");
@@ -253,6 +275,7 @@ int main(void) {
     tcase_add_test(t, loss_scale_trace_records_every_step);
     tcase_add_test(t, fp8_errors_per_recipe);
     tcase_add_test(t, fp8_bytes_by_hand);
+    tcase_add_test(t, speed_calls_bf16_native_only_where_it_is);
     suite_add_tcase(s, t);
     TCase *formats = tcase_create("fp8 formats");
     tcase_set_timeout(formats, 600);
