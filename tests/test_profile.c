@@ -207,7 +207,7 @@ START_TEST(bf16_report_names_the_matmul16_kernel) {
     static op_profile p;
     char *text = bf16_profile_text(&p);
     char want[160];
-    snprintf(want, sizeof want, "bf16 matmul (the linears' products): oneDNN %s\n",
+    snprintf(want, sizeof want, "bf16 matmul (the linears' products): %s\n",
              matmul16_impl(PRECISION_BF16, 0, 1, 32, 96, 64));
     printf("the bf16 profile:%s", text);
     ck_assert_msg(strstr(text, "linear fwd: bf16 matmul") != NULL, "no bf16 matmul row");

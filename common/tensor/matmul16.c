@@ -118,9 +118,9 @@ static dnnl_primitive_desc_t mm_describe(mm_thread *t, const mm_slot *s, mm_layo
 /* The fallback's name: its fp32 kernel, and why it runs. */
 static void mm_fallback_name(mm_slot *s, const char *impl) {
     const char *type = precision_name(s->p);
-    snprintf(s->impl, sizeof s->impl, "%.64s%s (fp32 from %s: no oneDNN %s matmul here)",
-             s->blas ? "OpenBLAS sgemm" : impl, s->call_rows < s->M ? ", 16 rows a call" : "",
-             type, type);
+    snprintf(s->impl, sizeof s->impl, "%s%.64s%s (fp32 from %s: no oneDNN %s matmul here)",
+             s->blas ? "OpenBLAS " : "oneDNN ", s->blas ? "sgemm" : impl,
+             s->call_rows < s->M ? ", 16 rows a call" : "", type, type);
 }
 
 static mm_slot *mm_lookup(mm_thread *t, const mm_slot *key);
@@ -174,7 +174,9 @@ static void mm_create(mm_thread *t, mm_slot *s) {
     }
     const char *impl = NULL;
     MM_CHECK(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl));
-    snprintf(s->impl, sizeof s->impl, "%s", impl ? impl : "?");
+    /* a 16-bit product is named with its library; a wide slot by oneDNN's name alone,
+     * which mm_in_calls_of_rows reads */
+    snprintf(s->impl, sizeof s->impl, "%s%s", s->wide ? "" : "oneDNN ", impl ? impl : "?");
     dnnl_memory_t *mems[4] = {&s->a, &s->b, &s->c, &s->scratch};
     dnnl_util_matmul_memories(pd, t->base.engine, mems);
     if (s->has_bias)   /* the bias is the second "weights" of a matmul */

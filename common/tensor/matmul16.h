@@ -45,9 +45,10 @@ void matmul16_out16(precision p, int trans_a, int trans_b, int M, int N, int K,
                     const uint16_t *bias, uint16_t *C, int ldc);
 
 /* The implementation matmul16 runs for this product with packed operands (lda, ldb,
- * ldc the row lengths, beta 0): oneDNN's own name for it ("brg:avx512_core_bf16",
- * "gemm:jit", ...), or for the fallback its fp32 kernel's, followed by
- * "(fp32 from <type>: no oneDNN <type> matmul here)". Creates the primitive if the thread has none yet. The string stays valid
+ * ldc the row lengths, beta 0): its library and that library's name for it ("oneDNN
+ * brg:avx512_core_bf16", ...), or for the fallback its fp32 kernel's ("oneDNN gemm:jit,
+ * 16 rows a call", "OpenBLAS sgemm, ..."), followed by "(fp32 from <type>: no oneDNN
+ * <type> matmul here)". Creates the primitive if the thread has none yet. The string stays valid
  * until the thread's next call of this function. */
 const char *matmul16_impl(precision p, int trans_a, int trans_b, int M, int N, int K);
 

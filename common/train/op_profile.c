@@ -338,7 +338,7 @@ static void print_matmul_engine(FILE *out) {
  * or the fp32 linears' engine, and OpenBLAS's. */
 static void print_kernels(FILE *out, precision compute) {
     if (compute != PRECISION_FP32 && matmul16_kernels[0]) {
-        fprintf(out, "%s matmul (the linears' products): oneDNN %s\n", precision_name(compute),
+        fprintf(out, "%s matmul (the linears' products): %s\n", precision_name(compute),
                 matmul16_kernels);
     }
     if (compute == PRECISION_FP32) print_matmul_engine(out);
