@@ -89,9 +89,8 @@ void speed_local(const run_config *cfg, const dataset *data, speed_report *r) {
         snprintf(r->kernel16[p], sizeof r->kernel16[p], "%s",
                  matmul16_impl((precision)p, 0, 1, s->M, s->N, s->K));
     snprintf(r->kernel16[PRECISION_FP32], sizeof r->kernel16[0], "sgemm (%s)", r->blas_kernel);
-    /* native: oneDNN has a bf16 matmul here (avx512_core_bf16 or amx); else matmul16
-     * widens bf16 to fp32 (whose kernel's name says "fp32 from bf16": a name search
-     * for "bf16" called that native) */
+    /* native: oneDNN multiplies bf16 here (avx512_core_bf16, amx) and matmul16 does not
+     * widen it; the name is no test, the widened kernel's says "fp32 from bf16" */
     r->native_bf16 = !matmul16_widens(PRECISION_BF16);
     matmul16_release_thread();
     for (int p = 0; p < PRECISION_COUNT; p++) {
