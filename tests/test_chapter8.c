@@ -250,19 +250,12 @@ END_TEST
  * search of that name for "bf16" once did, and the verdict then read "This CPU
  * multiplies bf16 natively (gemm:jit, ... fp32 from bf16 ...)". */
 START_TEST(speed_calls_bf16_native_only_where_it_is) {
-    run_config cfg = small_config(1);
-    cfg.model.layers = 2;
-    cfg.model.dim = 16;
-    cfg.model.heads = 2;
-    cfg.model.ctx = 8;
-    dataset *d = dataset_builtin();
-    speed_report r = {0};
-    speed_local(&cfg, d, &r);
+    speed_report r = {.shapes = {{.M = 512, .N = 768, .K = 256, .what = "qkv"}}};
+    speed_kernels(&r);
     const int widened = strstr(r.kernel16[PRECISION_BF16], "fp32 from bf16") != NULL;
     printf("bf16 products on %s: %s\n", r.kernel16[PRECISION_BF16],
            r.native_bf16 ? "native" : "widened to fp32");
     ck_assert_int_eq(r.native_bf16, !widened);
-    dataset_free(d);
 }
 END_TEST
 

@@ -71,6 +71,8 @@ typedef struct {
 } speed_report;
 
 int speed_launches(const run_config *cfg, const dataset *data, speed_report *r);
+/* The kernels of r->shapes[0]'s product in each precision, and whether bf16's is native */
+void speed_kernels(speed_report *r);
 void speed_local(const run_config *cfg, const dataset *data, speed_report *r);
 void speed_print(const speed_report *r);
 void speed_json(FILE *o, const speed_report *r);

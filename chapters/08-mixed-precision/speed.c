@@ -77,12 +77,7 @@ static void step_shapes(const run_config *cfg, speed_shape out[SPEED_SHAPES]) {
         out[i] = (speed_shape){.M = BT, .N = dims[i][0], .K = dims[i][1], .what = names[i]};
 }
 
-void speed_local(const run_config *cfg, const dataset *data, speed_report *r) {
-    step_shapes(cfg, r->shapes);
-    for (int i = 0; i < SPEED_SHAPES; i++) {
-        measure_shape(&r->shapes[i], PRECISION_BF16);
-        measure_shape(&r->shapes[i], PRECISION_FP16);
-    }
+void speed_kernels(speed_report *r) {
     r->blas_kernel = op_profile_blas_kernel();
     const speed_shape *s = &r->shapes[0];
     for (int p = PRECISION_BF16; p <= PRECISION_FP16; p++)
@@ -93,6 +88,15 @@ void speed_local(const run_config *cfg, const dataset *data, speed_report *r) {
      * widen it; the name is no test, the widened kernel's says "fp32 from bf16" */
     r->native_bf16 = !matmul16_widens(PRECISION_BF16);
     matmul16_release_thread();
+}
+
+void speed_local(const run_config *cfg, const dataset *data, speed_report *r) {
+    step_shapes(cfg, r->shapes);
+    for (int i = 0; i < SPEED_SHAPES; i++) {
+        measure_shape(&r->shapes[i], PRECISION_BF16);
+        measure_shape(&r->shapes[i], PRECISION_FP16);
+    }
+    speed_kernels(r);
     for (int p = 0; p < PRECISION_COUNT; p++) {
         const precision_case c = {precision_name((precision)p), (precision)p,
                                   PRECISION_FP32, 0};
