@@ -16,6 +16,7 @@
 #include "ops.h"
 #include "baseline.h"
 #include "replica.h"
+#include "rng.h"
 #include "check_run.h"
 
 static const gpt_config tiny = {.vocab = 256, .ctx = 6, .layers = 2, .heads = 2, .dim = 8};
@@ -238,6 +239,53 @@ START_TEST(tensor_parallel_slices_initialise_like_the_whole) {
 }
 END_TEST
 
+/* gpt_init_params fills runs of elements at once (a row of a slice, a whole tensor):
+ * every element must still be the value it has alone (a one-element range) and in a
+ * range that starts anywhere, in every layout a rank can hold, and rng_normals must
+ * give the values of rng_normal. */
+START_TEST(initial_values_are_each_elements_own) {
+    enum { SPAN = 40 };
+    const gpt_config c = {.vocab = 259, .ctx = 4, .layers = 4, .heads = 4, .dim = 8};
+    size_t checked = 0;
+    for (int layout = 0; layout < 3 * 2 * 2 * 2; layout++) {
+        const int tp = 1 << layout % 3, split_vocab = layout / 3 % 2;
+        const int stages = 1 + layout / 6 % 2, moe = layout / 12;
+        for (int r = 0; r < tp; r++) {
+            for (int stage = 0; stage < stages; stage++) {
+                gpt_shape s = gpt_shape_make(&c, tp, r);
+                if (split_vocab) gpt_shape_split_vocab(&s);
+                gpt_shape_split_stages(&s, stages, stage);
+                if (moe) gpt_shape_drop_moe_mlps(&s, 2);
+                const size_t n = gpt_num_params(&s);
+                float *whole = malloc(n * sizeof(float)), part[SPAN];
+                gpt_init_params(&s, 11, 0, n, whole);
+                /* one element alone, and spans from every 5th element (a shard's start
+                 * mid-row: longer than a row of this model's tensors) */
+                for (size_t i = 0; i < n; i++) {
+                    const size_t len = i % 5 ? 1 : (n - i < SPAN ? n - i : SPAN);
+                    gpt_init_params(&s, 11, i, i + len, part);
+                    for (size_t k = 0; k < len; k++)
+                        ck_assert_msg(memcmp(part + k, whole + i + k, sizeof *part) == 0,
+                                      "tp %d rank %d, vocab split %d, stage %d of %d, moe %d: "
+                                      "element %zu is %g from %zu on, %g in the whole range", tp,
+                                      r, split_vocab, stage, stages, moe, i + k, part[k], i,
+                                      whole[i + k]);
+                }
+                checked += n;
+                free(whole);
+            }
+        }
+    }
+    float run[1000];
+    rng_normals(3, 17, 12345, 1000, 0.25f, run);
+    for (int k = 0; k < 1000; k++) {
+        const float one = 0.25f * rng_normal(3, 17, 12345 + (uint64_t)k);
+        ck_assert(memcmp(&one, run + k, sizeof one) == 0);
+    }
+    printf("initialisation: %zu elements in 24 layouts, each the value it has alone and from any start\n", checked);
+}
+END_TEST
+
 START_TEST(batches_are_the_same_however_they_are_sliced) {
     dataset *d = dataset_builtin();
     int whole[8 * 16 * 2], part[8 * 16 * 2];
@@ -367,6 +415,7 @@ int main(void) {
     tcase_add_test(tc, same_seed_gives_bit_identical_runs);
     tcase_add_test(tc, allocator_counts_exactly_the_parameters);
     tcase_add_test(tc, tensor_parallel_slices_initialise_like_the_whole);
+    tcase_add_test(tc, initial_values_are_each_elements_own);
     tcase_add_test(tc, memory_estimate_is_what_the_allocator_holds);
     tcase_add_test(tc, batches_are_the_same_however_they_are_sliced);
     tcase_add_test(tc, unsupported_options_are_refused_with_their_reason);

@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "rng.h"
 
@@ -215,20 +216,35 @@ gpt_block_tensors gpt_block_view(const gpt_shape *s, float *slab) {
 
 /* ---- initialisation ---------------------------------------------------------------- */
 
-/* What a parameter element is, found from its place in the vector. */
+/* What a parameter element is, found from its place in the vector, and how many
+ * elements from it on are the same kind in a row: for the random kinds, the next
+ * indices of the same unsplit tensor (a row of a TP slice, a whole tensor). */
 enum init_kind { INIT_ZERO, INIT_ONE, INIT_NORMAL, INIT_NORMAL_RESIDUAL };
 typedef struct {
     enum init_kind kind;
     uint64_t stream;        /* which unsplit tensor */
     uint64_t global_index;  /* index in the unsplit tensor */
+    size_t run;             /* elements from here on that continue it */
 } init_site;
 
-/* The tied weight's element `index` (of this rank's vocab_local rows). */
+static init_site constant(enum init_kind kind, size_t run) {
+    return (init_site){kind, 0, 0, run};
+}
+
+static init_site random_run(enum init_kind kind, uint64_t stream, uint64_t global_index,
+                            size_t run) {
+    return (init_site){kind, stream, global_index, run};
+}
+
+/* The tied weight's element `index` (of this rank's vocab_local rows; the rows past the
+ * vocabulary, a vocab-parallel slice's padding, come last). */
 static init_site locate_wte(const gpt_shape *s, size_t index) {
     const size_t C = s->cfg.dim;
-    size_t global_row = s->vocab_start + index / C;   /* vocab-parallel slice */
-    if (global_row >= (size_t)s->cfg.vocab) return (init_site){INIT_ZERO, 0, 0};
-    return (init_site){INIT_NORMAL, 1, global_row * C + index % C};
+    const size_t real = s->cfg.vocab > s->vocab_start   /* real rows' elements here */
+                            ? (size_t)(s->cfg.vocab - s->vocab_start) * C : 0;
+    if (index >= real) return constant(INIT_ZERO, wte_numel(s) - index);
+    const size_t end = real < wte_numel(s) ? real : wte_numel(s);
+    return random_run(INIT_NORMAL, 1, (size_t)s->vocab_start * C + index, end - index);
 }
 
 /* Element `index` of block `layer` (in the whole model), this rank's TP slice. */
@@ -236,55 +252,71 @@ static init_site locate_in_block(const gpt_shape *s, int layer, size_t index) {
     const size_t C = s->cfg.dim;
     const size_t Cl = s->dim_local, Hl = s->hidden_local, r = s->tp_rank;
     const uint64_t base = 16 * ((uint64_t)layer + 1);
-    if (index < C) return (init_site){INIT_ONE, 0, 0};               /* ln1_w */
+    if (index < C) return constant(INIT_ONE, C - index);                 /* ln1_w */
     index -= C;
-    if (index < C) return (init_site){INIT_ZERO, 0, 0};              /* ln1_b */
+    if (index < C) return constant(INIT_ZERO, C - index);                /* ln1_b */
     index -= C;
-    if (index < 3 * Cl * C) {                                        /* qkv_w */
+    if (index < 3 * Cl * C) {                                            /* qkv_w */
         /* Local rows are [this rank's Q heads, K heads, V heads]. */
         size_t row = index / C, col = index % C;
         size_t part = row / Cl, within = row % Cl;
         size_t global_row = part * C + r * Cl + within;
-        return (init_site){INIT_NORMAL, base + 0, global_row * C + col};
+        return random_run(INIT_NORMAL, base + 0, global_row * C + col, C - col);
     }
     index -= 3 * Cl * C;
-    if (index < 3 * Cl) return (init_site){INIT_ZERO, 0, 0};         /* qkv_b */
+    if (index < 3 * Cl) return constant(INIT_ZERO, 3 * Cl - index);     /* qkv_b */
     index -= 3 * Cl;
-    if (index < C * Cl) {                                            /* proj_w [C, Cl] */
+    if (index < C * Cl) {                                                /* proj_w [C, Cl] */
         size_t row = index / Cl, col = index % Cl;
-        return (init_site){INIT_NORMAL_RESIDUAL, base + 1, row * C + r * Cl + col};
+        return random_run(INIT_NORMAL_RESIDUAL, base + 1, row * C + r * Cl + col, Cl - col);
     }
     index -= C * Cl;
-    if (index < C) return (init_site){INIT_ZERO, 0, 0};              /* proj_b */
+    if (index < C) return constant(INIT_ZERO, C - index);                /* proj_b */
     index -= C;
-    if (index < C) return (init_site){INIT_ONE, 0, 0};               /* ln2_w */
+    if (index < C) return constant(INIT_ONE, C - index);                 /* ln2_w */
     index -= C;
-    if (index < C) return (init_site){INIT_ZERO, 0, 0};              /* ln2_b */
+    if (index < C) return constant(INIT_ZERO, C - index);                /* ln2_b */
     index -= C;
-    if (index < Hl * C)                                              /* fc_w [Hl, C] */
-        return (init_site){INIT_NORMAL, base + 2, r * Hl * C + index};
+    if (index < Hl * C)                                                  /* fc_w [Hl, C] */
+        return random_run(INIT_NORMAL, base + 2, r * Hl * C + index, Hl * C - index);
     index -= Hl * C;
-    if (index < Hl) return (init_site){INIT_ZERO, 0, 0};             /* fc_b */
+    if (index < Hl) return constant(INIT_ZERO, Hl - index);              /* fc_b */
     index -= Hl;
-    if (index < C * Hl) {                                            /* fc2_w [C, Hl] */
+    if (index < C * Hl) {                                                /* fc2_w [C, Hl] */
         size_t row = index / Hl, col = index % Hl;
-        return (init_site){INIT_NORMAL_RESIDUAL, base + 3, row * 4 * C + r * Hl + col};
+        return random_run(INIT_NORMAL_RESIDUAL, base + 3, row * 4 * C + r * Hl + col, Hl - col);
     }
-    return (init_site){INIT_ZERO, 0, 0};                             /* fc2_b */
+    index -= C * Hl;
+    return constant(INIT_ZERO, C - index);                               /* fc2_b */
 }
 
 /* Streams: 1 wte (and its HEAD copy), 2 wpe, then 16 per layer (+0 qkv, +1 proj,
  * +2 fc, +3 fc2): the same value for the same element of the unsplit model, whatever
  * stage or slice holds it. `index` is in slab `slab` of the stage's vector. */
 static init_site locate(const gpt_shape *s, int slab, size_t index) {
+    const size_t C = s->cfg.dim;
     switch (gpt_slab_kind_of(s, slab)) {
     case GPT_SLAB_EMBED:
         if (index < wte_numel(s)) return locate_wte(s, index);
-        return (init_site){INIT_NORMAL, 2, index - wte_numel(s)};
+        index -= wte_numel(s);
+        return random_run(INIT_NORMAL, 2, index, (size_t)s->cfg.ctx * C - index);
     case GPT_SLAB_HEAD: return locate_wte(s, index);
     case GPT_SLAB_FINAL:   /* weight then bias */
-        return (init_site){index < (size_t)s->cfg.dim ? INIT_ONE : INIT_ZERO, 0, 0};
+        return index < C ? constant(INIT_ONE, C - index) : constant(INIT_ZERO, 2 * C - index);
     default: return locate_in_block(s, s->layer_begin + slab - s->has_embed, index);
+    }
+}
+
+/* out[0, n): n elements of the site's run */
+static void fill_run(const init_site *site, uint64_t seed, float std, float residual_std,
+                     size_t n, float *out) {
+    switch (site->kind) {
+    case INIT_ZERO: memset(out, 0, n * sizeof *out); break;
+    case INIT_ONE: for (size_t k = 0; k < n; k++) out[k] = 1.0f; break;
+    case INIT_NORMAL: rng_normals(seed, site->stream, site->global_index, n, std, out); break;
+    case INIT_NORMAL_RESIDUAL:
+        rng_normals(seed, site->stream, site->global_index, n, residual_std, out);
+        break;
     }
 }
 
@@ -293,19 +325,12 @@ void gpt_init_params(const gpt_shape *s, uint64_t seed, size_t begin, size_t end
     const float std = 0.02f;
     const float residual_std = 0.02f / sqrtf(2.0f * (float)s->cfg.layers);
     int slab = 0;
-    for (size_t i = begin; i < end; i++) {
+    for (size_t i = begin; i < end;) {
         while (i >= gpt_slab_offset(s, slab) + gpt_slab_numel(s, slab)) slab++;
-        init_site site = locate(s, slab, i - gpt_slab_offset(s, slab));
-        float value = 0.0f;
-        switch (site.kind) {
-        case INIT_ZERO: value = 0.0f; break;
-        case INIT_ONE: value = 1.0f; break;
-        case INIT_NORMAL: value = std * rng_normal(seed, site.stream, site.global_index); break;
-        case INIT_NORMAL_RESIDUAL:
-            value = residual_std * rng_normal(seed, site.stream, site.global_index);
-            break;
-        }
-        out[i - begin] = value;
+        const init_site site = locate(s, slab, i - gpt_slab_offset(s, slab));
+        const size_t n = site.run < end - i ? site.run : end - i;
+        fill_run(&site, seed, std, residual_std, n, out + (i - begin));
+        i += n;
     }
 }
 

@@ -125,7 +125,7 @@ static uint64_t stream_of(int kind, const moe_shape *s, int moe_layer, int exper
 }
 
 static void fill_normal(float *x, size_t n, uint64_t seed, uint64_t stream, float std) {
-    for (size_t i = 0; i < n; i++) x[i] = std * rng_normal(seed, stream, i);
+    rng_normals(seed, stream, 0, n, std, x);
 }
 
 void moe_init_routers(const moe_shape *s, uint64_t seed, float *routers) {
