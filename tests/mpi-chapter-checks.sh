@@ -87,11 +87,11 @@ sanitized_runs() {
         run_program "$sanitized" $program $ranks "${flags[@]}"
         judge "$program on $ranks ranks${flags[*]:+ ${flags[*]}} (AddressSanitizer)" $? $want
     done
-    # bytes, speed and wire on a 2-layer model of width 32: their code is the same at any
-    # width, and the default model took most of this script's time
+    # bytes, speed, wire and accuracy (20 steps) on a 2-layer model of width 32: their
+    # code is the same at any width, and the default model took most of this script's time
     local narrow="--layers 2 --dim 32 --heads 2 --ctx 16 --batch 8"
     for part in "bytes $narrow" "speed $narrow" "wire $narrow" \
-        "accuracy --steps 20 --probe-batch 8 --svg $scratch/curves.svg" \
+        "accuracy $narrow --steps 20 --probe-batch 8 --svg $scratch/curves.svg" \
         "fp8 --dim 32 --heads 2 --ctx 16 --fp8-steps 20"; do
         # shellcheck disable=SC2086
         run_program "$sanitized" chapter8 2 --part $part --quiet
