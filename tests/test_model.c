@@ -264,12 +264,12 @@ START_TEST(initial_values_are_each_elements_own) {
                 for (size_t i = 0; i < n; i++) {
                     const size_t len = i % 5 ? 1 : (n - i < SPAN ? n - i : SPAN);
                     gpt_init_params(&s, 11, i, i + len, part);
-                    for (size_t k = 0; k < len; k++)
-                        ck_assert_msg(memcmp(part + k, whole + i + k, sizeof *part) == 0,
-                                      "tp %d rank %d, vocab split %d, stage %d of %d, moe %d: "
-                                      "element %zu is %g from %zu on, %g in the whole range", tp,
-                                      r, split_vocab, stage, stages, moe, i + k, part[k], i,
-                                      whole[i + k]);
+                    size_t k = 0;
+                    while (k < len && memcmp(part + k, whole + i + k, sizeof *part) == 0) k++;
+                    if (k == len) continue;   /* (one ck_assert a layout: each writes a pipe) */
+                    ck_abort_msg("tp %d rank %d, vocab split %d, stage %d of %d, moe %d: element"
+                                 " %zu is %g from %zu on, %g in the whole range", tp, r,
+                                 split_vocab, stage, stages, moe, i + k, part[k], i, whole[i + k]);
                 }
                 checked += n;
                 free(whole);
