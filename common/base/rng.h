@@ -11,8 +11,8 @@ uint64_t rng_hash(uint64_t seed, uint64_t stream, uint64_t index);
 double rng_uniform(uint64_t seed, uint64_t stream, uint64_t index);
 /* Standard normal (Box-Muller on two independent uniforms of this index). */
 float rng_normal(uint64_t seed, uint64_t stream, uint64_t index);
-/* out[k] = scale * rng_normal(seed, stream, first + k) for k < n, bit for bit, at a
- * fraction of the cost: the stream's part of the hash is made once. */
+/* out[k] = scale * rng_normal(seed, stream, first + k) for k < n, bit for bit, with the
+ * hash's (seed, stream) part made once for the run. */
 void rng_normals(uint64_t seed, uint64_t stream, uint64_t first, size_t n, float scale,
                  float *out);
 
