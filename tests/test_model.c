@@ -266,7 +266,7 @@ START_TEST(initial_values_are_each_elements_own) {
                     gpt_init_params(&s, 11, i, i + len, part);
                     size_t k = 0;
                     while (k < len && memcmp(part + k, whole + i + k, sizeof *part) == 0) k++;
-                    if (k == len) continue;   /* (one ck_assert a layout: each writes a pipe) */
+                    if (k == len) continue;   /* no ck_assert a span: each writes Check's log */
                     ck_abort_msg("tp %d rank %d, vocab split %d, stage %d of %d, moe %d: element"
                                  " %zu is %g from %zu on, %g in the whole range", tp, r,
                                  split_vocab, stage, stages, moe, i + k, part[k], i, whole[i + k]);
@@ -282,7 +282,8 @@ START_TEST(initial_values_are_each_elements_own) {
         const float one = 0.25f * rng_normal(3, 17, 12345 + (uint64_t)k);
         ck_assert(memcmp(&one, run + k, sizeof one) == 0);
     }
-    printf("initialisation: %zu elements in 24 layouts, each the value it has alone and from any start\n", checked);
+    printf("initialisation: %zu elements in 24 layouts, each the value it has alone and from"
+           " any start\n", checked);
 }
 END_TEST
 
