@@ -313,9 +313,10 @@ static void fill_run(const init_site *site, uint64_t seed, float std, float resi
     switch (site->kind) {
     case INIT_ZERO: memset(out, 0, n * sizeof *out); break;
     case INIT_ONE: for (size_t k = 0; k < n; k++) out[k] = 1.0f; break;
-    case INIT_NORMAL: rng_normals(seed, site->stream, site->global_index, n, std, out); break;
+    case INIT_NORMAL:
     case INIT_NORMAL_RESIDUAL:
-        rng_normals(seed, site->stream, site->global_index, n, residual_std, out);
+        rng_normals(seed, site->stream, site->global_index, n,
+                    site->kind == INIT_NORMAL ? std : residual_std, out);
         break;
     }
 }

@@ -115,14 +115,6 @@ static dnnl_primitive_desc_t mm_describe(mm_thread *t, const mm_slot *s, mm_layo
     return pd;
 }
 
-/* The fallback's name: its fp32 kernel, and why it runs. */
-static void mm_fallback_name(mm_slot *s, const char *impl) {
-    const char *type = precision_name(s->p);
-    snprintf(s->impl, sizeof s->impl, "%s%.64s%s (fp32 from %s: no oneDNN %s matmul here)",
-             s->blas ? "OpenBLAS " : "oneDNN ", s->blas ? "sgemm" : impl,
-             s->call_rows < s->M ? ", 16 rows a call" : "", type, type);
-}
-
 static mm_slot *mm_lookup(mm_thread *t, const mm_slot *key);
 
 /* The fallback's fp32 product of `rows` rows of C (from row 0 of a chunk): A and B
@@ -155,6 +147,19 @@ static int mm_in_calls_of_rows(mm_thread *t, const mm_slot *s) {
  * either library, so every row keeps the bits it has in the whole batch's calls. */
 static int mm_blas_calls(const mm_slot *s) { return s->trans_a; }
 
+/* The fallback's name: its fp32 kernel (OpenBLAS's sgemm, or the oneDNN kernel of its
+ * wide slot), and why it runs. */
+static void mm_fallback_name(mm_thread *t, mm_slot *s) {
+    const char *type = precision_name(s->p), *impl = "sgemm";
+    if (!s->blas) {
+        const mm_slot key = mm_wide_key(s, s->call_rows);
+        impl = mm_lookup(t, &key)->impl;
+    }
+    snprintf(s->impl, sizeof s->impl, "%s%.64s%s (fp32 from %s: no oneDNN %s matmul here)",
+             s->blas ? "OpenBLAS " : "oneDNN ", impl,
+             s->call_rows < s->M ? ", 16 rows a call" : "", type, type);
+}
+
 /* Creates slot s's primitive, its memory objects and its share of the scratchpad: in
  * 16 bits, or in fp32 for a wide slot. A 16-bit product oneDNN cannot do here becomes a
  * fallback slot, which runs wide slots (mm_run_fallback) and has no primitive itself. */
@@ -168,8 +173,7 @@ static void mm_create(mm_thread *t, mm_slot *s) {
         const int in_calls = mm_in_calls_of_rows(t, s);
         s->call_rows = in_calls && s->M > MM_CALL_ROWS ? MM_CALL_ROWS : s->M;
         s->blas = in_calls && mm_blas_calls(s);
-        const mm_slot key = mm_wide_key(s, s->call_rows);
-        mm_fallback_name(s, s->blas ? "" : mm_lookup(t, &key)->impl);
+        mm_fallback_name(t, s);
         return;
     }
     const char *impl = NULL;
