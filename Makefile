@@ -49,11 +49,15 @@ CFLAGS   := -std=c11 -D_GNU_SOURCE -fno-math-errno -Wall -Wextra -Werror -pthrea
 # matmul16.c). It runs on the OpenMP runtime, which matmul16 keeps to one thread per
 # calling thread (omp_set_num_threads(1) there: one core per rank); -lgomp for that call.
 DNNL_LIBS := -ldnnl -lgomp
-# The linker: gold where the toolchain has it (binutils' other linker), else the default.
-# make test links about 270 programs (every suite and program in six builds): GNU ld
-# took 0.45 CPU-seconds a link here, 8% of make test's CPU time, and gold takes 0.12.
-FUSE_LD  := $(shell $(CC) -fuse-ld=gold -Wl,--version 2>/dev/null | grep -q '^GNU gold' && \
-              echo -fuse-ld=gold)
+# The linker: gold where it links this toolchain's programs (binutils' other linker),
+# else the default. make test links about 270 programs (every suite and program in six
+# builds): GNU ld took 0.45 CPU-seconds a link here, 8% of make test's CPU time, and gold
+# takes 0.12. The probe links a program, with libstdc++ in a GPU build: a gcc installed
+# beside the system's binutils can leave a libstdc++.so that gold cannot open where
+# GNU ld searches on (seen on a GPU machine with gcc 13 under /opt).
+FUSE_LD  := $(shell t=$$(mktemp) && echo 'int main(void) { return 0; }' | \
+              $(CC) -fuse-ld=gold -x c - -o $$t $(if $(GPU),-lstdc++) >/dev/null 2>&1; \
+              s=$$?; rm -f $$t; [ $$s = 0 ] && echo -fuse-ld=gold)
 LDLIBS   := $(FUSE_LD) $(shell pkg-config --libs openblas 2>/dev/null) $(DNNL_LIBS) -lm \
             -pthread $(EXTRA_LDFLAGS)
 CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
