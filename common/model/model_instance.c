@@ -157,7 +157,8 @@ gpt_model *gpt_model_create(const gpt_shape *s, int B, int T,
     for (int i = 0; i < 2 && m->sp && m->opts.mlp; i++)   /* the hook's whole rows */
         m->hook_rows[i] = model_alloc_acts(m, N * C);
     if (s->vocab_parallel && s->has_head && m->p != PRECISION_FP32)
-        m->logits32 = mem_alloc(MEM_ACTIVATIONS, N * (size_t)s->vocab_local * sizeof(float));
+        m->logits32 = mem_alloc_on(MEM_DEVICE, MEM_ACTIVATIONS,
+                                   N * (size_t)s->vocab_local * sizeof(float));
     if (m->sp && m->opts.tp_overlap_chunks > 0)
         tp_sequence_set_overlap(m->sp, m->opts.tp_overlap_chunks, m->opts.tp_overlap_control);
     if (m->opts.recompute_attention) m->att_again = model_alloc_acts(m, N * T * s->heads_local);

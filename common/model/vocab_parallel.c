@@ -170,6 +170,6 @@ void mixed_vocab_parallel_crossentropy_backward(precision p, void *dlogits, cons
     }
     const size_t cells = (size_t)vs.N * vs.vocab_local;
     mixed_widen(p, scratch32, probs, cells);
-    vp_softmax_minus_onehot(scratch32, scratch32, targets, dloss, vs);
+    vocab_parallel_crossentropy_backward(scratch32, scratch32, targets, dloss, vs);
     mixed_round(p, dlogits, scratch32, cells);
 }

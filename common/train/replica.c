@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "device.h"
 #include "grads16.h"
 #include "ops.h"
 #include "ops_mixed.h"
@@ -100,8 +101,18 @@ void replica_download_grads(const replica *r, float *host) {
         ops_download(host, r->grads, r->num_params * sizeof(float));
         return;
     }
-    grads16_widen_unscaled(r->grad_precision, host, r->grads16, r->grads16_unscale,
+    if (device_current() == DEVICE_CPU) {   /* device memory is host memory */
+        grads16_widen_unscaled(r->grad_precision, host, r->grads16, r->grads16_unscale,
+                               r->num_params);
+        return;
+    }
+    /* a GPU's: widened there (its kernels cannot write host memory), then downloaded */
+    const size_t bytes = r->num_params * sizeof(float);
+    float *wide = mem_alloc_on(MEM_DEVICE, MEM_OTHER, bytes);
+    grads16_widen_unscaled(r->grad_precision, wide, r->grads16, r->grads16_unscale,
                            r->num_params);
+    ops_download(host, wide, bytes);
+    mem_free(wide);
 }
 
 void replica_adamw(replica *r, const adamw_config *cfg) {
