@@ -482,6 +482,7 @@ if [ -x "$chapter12" ] && [ -z "$mpi" ]; then
     expect_error "$chapter12" "--ranks-per-node 8 of 8 ranks: chapter 12 needs 2 or more nodes" --ranks 8 --link-intra nvlink --link-inter ib --ranks-per-node 8
     expect_error "$chapter12" "--steps does nothing with --part layer" --ranks 8 --part layer --steps 3
     expect_error "$chapter12" "--json does nothing in chapter12" --ranks 8 --json
+    expect_error "$chapter12" "--precision bf16: chapter 12's table trains ZeRO++" --ranks 8 --precision bf16
     expect_error "$chapter12" "--svg p.svg with --part layer: the plot is the table's" --ranks 8 --part layer --svg p.svg
     expect_error "$chapter12" "--svg $scratch/no/p.svg: cannot write there" --ranks 8 --svg "$scratch/no/p.svg"
 fi

@@ -186,7 +186,7 @@ static int rank_main(comm *world, void *argument) {
 }
 
 /* --zeropp: its pieces, or one line and exit 2 (stage: -1 for all). */
-static int take_zeropp(const run_config *cfg, const char *text, int stage, int prefetch) {
+static int take_zeropp(run_config *cfg, const char *text, int stage, int prefetch) {
     if (!text) return 0;
     char err[300];
     int pieces;
@@ -197,6 +197,7 @@ static int take_zeropp(const run_config *cfg, const char *text, int stage, int p
     if (zeropp_check(pieces, stage, cfg->precision, cfg->grad_precision, prefetch,
                      cfg->comm.ranks, cfg->comm.ranks_per_node, err, sizeof err))
         cli_fail("%s", err);
+    cli_cpu_only(cfg, "ZeRO++'s block codecs read");
     return pieces;
 }
 

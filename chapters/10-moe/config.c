@@ -1,7 +1,7 @@
 /* The chapter's defaults, its mesh and its device. */
 #include "moe_chapter.h"
 
-#include <string.h>
+#include "cli_checks.h"
 
 /* 2 layers of the default width: every part of the default run, on 2 cores, in under a
  * minute. */
@@ -33,10 +33,7 @@ int moe_chapter_mesh_ep(int ranks, int experts) {
 }
 
 const char *moe_chapter_device(run_config *cfg, const char *asked) {
-    if (cfg->comm.device != DEVICE_CUDA) return NULL;
-    if (asked && strcmp(asked, "cuda") == 0)
-        return "--device cuda: the MoE layer runs on the CPU alone so far (its routing reads"
-               " the activations on the host): give --device cpu";
-    cfg->comm.device = DEVICE_CPU;   /* a GPU that auto found: the CPU runs the chapter */
-    return NULL;
+    static char why[256];   /* main's, before any rank starts */
+    return device_cpu_only(cfg, asked, "the MoE layer's routing reads the activations in",
+                           why, sizeof why);
 }

@@ -57,6 +57,11 @@ static void validate(run_config *cfg, const chapter_flags *f) {
         cli_fail("--svg %s with --part layer: the plot is the table's (--part all or table)",
                  f->svg);
     if (f->svg) check_writable("svg", f->svg);   /* now, not after the runs */
+    if (runs(f, PART_TABLE) && cfg->precision != PRECISION_FP32)
+        cli_fail("--precision %s: chapter 12's table trains ZeRO++, whose int8 and int4 block"
+                 " codecs take fp32 weights (valid: --precision fp32, or --part layer)",
+                 precision_name(cfg->precision));
+    cli_cpu_only(cfg, "chapter 12's ZeRO++ block codecs and timed layer products read");
     if (f->part == PART_LAYER) {
         static const char *const table_only[] = {"steps", "seed", "lr", "data", NULL};
         cli_refuse_in_mode("--part layer", table_only, "it trains nothing");

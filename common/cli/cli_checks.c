@@ -3,6 +3,7 @@
 #include "cli_checks.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -10,6 +11,7 @@
 
 #include "checkpoint.h"
 #include "cli_error.h"
+#include "cli_given.h"
 #include "comm.h"
 #include "ddp.h"
 #include "restart.h"
@@ -20,6 +22,24 @@ dataset *dataset_from_config(const run_config *cfg) {
     dataset *d = dataset_load(cfg->data_path, cfg->model.ctx, err, sizeof err);
     if (!d) cli_fail("%s", err);
     return d;
+}
+
+const char *device_cpu_only(run_config *cfg, const char *asked, const char *what,
+                            char *why, size_t n) {
+    if (cfg->comm.device != DEVICE_CUDA) return NULL;
+    if (asked && strcmp(asked, "cuda") == 0) {
+        snprintf(why, n, "--device cuda: %s host memory, so this runs on the CPU alone so"
+                 " far: give --device cpu", what);
+        return why;
+    }
+    cfg->comm.device = DEVICE_CPU;
+    return NULL;
+}
+
+void cli_cpu_only(run_config *cfg, const char *what) {
+    char why[256];
+    if (device_cpu_only(cfg, cli_given_text("device"), what, why, sizeof why))
+        cli_fail("%s", why);
 }
 
 void cli_check_batch(int batch, int ranks, int grad_accum) {

@@ -21,4 +21,13 @@ void cli_check_batch(int batch, int ranks, int grad_accum);
  * (checkpoint_resume_source). */
 void checkpoint_cli_check(run_config *cfg);
 
+/* For a program or part whose work reads host memory (`what`, e.g. "ZeRO++'s block
+ * codecs read"): on a GPU that --device auto found (`asked` NULL or "auto"), the CPU
+ * runs it (cfg->comm.device set to the CPU) and NULL is returned; --device cuda asked by
+ * name gets the reason, in one line naming what and what to give instead. */
+const char *device_cpu_only(run_config *cfg, const char *asked, const char *what,
+                            char *why, size_t n);
+/* The same for main, with the --device given: the reason's line and exit 2. */
+void cli_cpu_only(run_config *cfg, const char *what);
+
 #endif
