@@ -8,7 +8,7 @@
  * warm-up steps first; the timed ones are measured with CUDA events on the rank's
  * stream. FLOPs per step: gpt_flops_per_step (6 x parameters x tokens + attention).
  *   GPU=1 make benches && build/cpu-gpu/bench/bench_gpu [--batch 16] [--steps 10]
- *       [--warmup 3] [--precision fp32|tf32|both]
+ *       [--untimed 3] [--math fp32|tf32|both]
  * Without a GPU (or in a build without GPU=1) it prints "SKIP: <why>" and exits 0.
  * Besides the table it prints one "RESULT ..." line per precision for scripts. */
 #include <math.h>
@@ -93,11 +93,13 @@ int main(int argc, char **argv) {
     cfg.batch = 16;
     cfg.steps = 10;
     cfg.adamw.warmup_steps = 0;
-    int warmup = 3, precision = 2;
-    static const char *const precisions[] = {"fp32", "tf32", "both", NULL};
+    /* (--warmup and --precision are every program's: the learning rate's warm-up, and
+     * fp32, bf16, ...) */
+    int warmup = 3, math = 2;
+    static const char *const maths[] = {"fp32", "tf32", "both", NULL};
     const cli_option options[] = {
-        {"warmup", OPT_INT, &warmup, "untimed steps before the timed ones", NULL, 0},
-        {"precision", OPT_CHOICE, &precision, "matmul precision", precisions, 0},
+        {"untimed", OPT_INT, &warmup, "untimed steps before the timed ones", NULL, 0},
+        {"math", OPT_CHOICE, &math, "the products' math: fp32, TF32 or both", maths, 0},
         {0},
     };
     cli_parse(argc, argv, &cfg, options, argv[0],
@@ -121,7 +123,7 @@ int main(int argc, char **argv) {
            "loss first -> last", "device mem");
     int status = 0;
     for (int tf32 = 0; tf32 <= 1; tf32++) {
-        if ((precision == 0 && tf32) || (precision == 1 && !tf32)) continue;
+        if ((math == 0 && tf32) || (math == 1 && !tf32)) continue;
         bench_result r = run_precision(&cfg, tf32, warmup);
         char mem[32];
         printf("%-10s %10.1f %12.0f %9.2f %10.4f -> %-9.4f %12s\n", tf32 ? "tf32" : "fp32",

@@ -246,9 +246,22 @@ static void apply_preset(const char *name, run_config *cfg) {
 }
 
 /* Every flag of argv into its target. */
+/* A program's own flag named like a shared one would never be read (the shared one is
+ * found first): the program's bug, caught on its first run. */
+static void check_not_shadowed(const cli_option *shared, const cli_option *extra) {
+    for (const cli_option *e = extra; e && e->name; e++)
+        for (const cli_option *o = shared; o->name; o++)
+            if (strcmp(e->name, o->name) == 0) {
+                fprintf(stderr, "cli_parse: the program's --%s is every program's --%s too;"
+                        " rename it\n", e->name, o->name);
+                abort();
+            }
+}
+
 static void parse_flags(int argc, char **argv, run_config *cfg, const cli_option *tables[2],
                         const char *description) {
     const cli_option *shared = tables[0];
+    check_not_shadowed(shared, tables[1]);
     /* A preset sets the model first, so flags after (or before) it can refine it. */
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--preset") == 0 && i + 1 < argc) apply_preset(argv[i + 1], cfg);
