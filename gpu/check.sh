@@ -26,8 +26,9 @@
 # driver sees a GPU: a GPU that CUDA cannot use is the failure. Without a GPU the same
 # script is a dry run of the CPU path: it builds, the GPU suites and benchmarks skip,
 # the chapters' "GPU" side runs with --device auto (= the CPU), and the table says so.
-#   gpu/check.sh [--quick] [--dry-run] [--self-test]
+#   gpu/check.sh [--quick] [--times] [--dry-run] [--self-test]
 #     --quick      no step times, no benchmark
+#     --times      the build, then the step times and the benchmark alone (steps 0, 1, 4)
 #     --dry-run    prints every step it would run (as a GPU machine would), runs none
 #     --self-test  checks this script's verdict and table rules on made-up inputs
 #   O=name: build in build/cpu-gpu-name
@@ -35,14 +36,16 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 root=$(pwd)
 quick=0
+times_only=0
 self_test=0
 dry_run=0
 for arg in "$@"; do
     case $arg in
     --quick) quick=1 ;;
+    --times) times_only=1 ;;
     --dry-run) dry_run=1 ;;
     --self-test) self_test=1 ;;
-    *) echo "gpu/check.sh: unknown argument '$arg' (valid: --quick, --dry-run, --self-test)" >&2; exit 2 ;;
+    *) echo "gpu/check.sh: unknown argument '$arg' (valid: --quick, --times, --dry-run, --self-test)" >&2; exit 2 ;;
     esac
 done
 budget=${GPU_CHECK_BUDGET:-420}
@@ -315,6 +318,9 @@ first_error() {   # " (the first error line)" of a step, or nothing
     line=$(grep -m 1 -iE 'error|fail' "$out_dir/$1.err" 2>/dev/null | cut -c1-140)
     [ -n "$line" ] && echo " ($line)"
 }
+gpu_device=cuda
+[ $gpu_seen = 1 ] || gpu_device=auto   # without a GPU: the CPU, through the same code
+if [ $times_only = 0 ]; then   # sections 2 and 3
 for suite in test_gpu_host test_gpu_ops test_gpu_mixed test_gpu_strategies; do
     limit=120
     [ $suite = test_gpu_host ] && limit=60
@@ -348,8 +354,6 @@ done
 tol_of() { grep -Eo "^#define $1 [0-9.e+-]+" common/train/tolerances.h | awk '{print $3}'; }
 tol_fp32=$(tol_of TOL_LOSS)
 tol_16=$(tol_of MIXED_TOL_LOSS)
-gpu_device=cuda
-[ $gpu_seen = 1 ] || gpu_device=auto   # without a GPU: the CPU, through the same code
 steps=3
 chapter() {   # label, ranks, program, precision (- : the chapter runs its own), flags...
     local label=$1 ranks=$2 program=$3 precision=$4 result=ok how detail="" tol pcs gs cs
@@ -391,9 +395,9 @@ chapter() {   # label, ranks, program, precision (- : the chapter runs its own),
 refused() {
     local label=$1 ranks=$2 program=$3 result=ok detail lines
     shift 3
-    run "$label-cuda" 30 "$bin/$program" --ranks "$ranks" --device cuda --json "$@"
+    run "$label-cuda" 30 "$bin/$program" --ranks "$ranks" --device cuda "$@"
     local status=$?
-    run "$label-cpu" 90 "$bin/$program" --ranks "$ranks" --device cpu --json "$@"
+    run "$label-cpu" 90 "$bin/$program" --ranks "$ranks" --device cpu "$@"
     local cpu_status=$?
     [ $dry_run = 1 ] && return
     lines=$(grep -c . "$out_dir/$label-cuda.err")
@@ -417,8 +421,10 @@ for precision in fp32 bf16; do
 done
 chapter ch7-strategies 2 chapter7 fp32 --part strategies --steps 2   # fp32 alone so far
 chapter ch8-wire 2 chapter8 - --part wire --wire-steps $steps   # fp32, bf16 and fp16 itself
-refused ch9-context 2 chapter9 --part context --steps $steps
-refused ch10-moe 2 chapter10 --part ep --steps $steps
+refused ch9-context 2 chapter9 --json --part context --steps $steps
+refused ch10-moe 2 chapter10 --json --part ep --steps $steps
+# chapter 12 prints the tables of many runs (no JSON of one): held to its exit status
+refused ch12 4 chapter12 --steps $steps
 # the planner trains nothing (no --device): it runs, in the GPU build
 run ch6-planner 60 "$bin/chapter6" --json
 status=$?
@@ -428,10 +434,11 @@ if [ $dry_run = 0 ]; then
 fi
 # chapters added later (11, 12, ...): run as they are, on the GPU, against their baseline
 for n in "${programs[@]}"; do
-    case $n in chapter[0-9] | chapter10 | baseline) continue ;; esac
+    case $n in chapter[0-9] | chapter10 | chapter12 | baseline) continue ;; esac
     chapter "${n/chapter/ch}" 2 "$n" fp32 --steps $steps
     chapter "${n/chapter/ch}" 2 "$n" bf16 --steps $steps
 done
+fi   # sections 2 and 3
 
 # ---- 4. step times next to cuBLAS's floor; then PyTorch ---------------------------------
 # bench256 and GPT-2 small (124M), one training step of the baseline on one GPU in fp32,
@@ -464,7 +471,7 @@ elif [ $quick = 0 ]; then
         done
     done
     # PyTorch eager against ours, GPT-2 small fp32 and TF32, as the budget allows
-    for step in "bench_gpu|$bin/bench/bench_gpu --precision both" \
+    for step in "bench_gpu|$bin/bench/bench_gpu --math both" \
         "pytorch|python3 bench/pytorch_gpt2.py --precision both" \
         "pytorch-sdpa|python3 bench/pytorch_gpt2.py --precision both --sdpa"; do
         label=${step%%|*}
