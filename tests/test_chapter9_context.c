@@ -104,7 +104,8 @@ static void check_part_in(precision p) {
     printf("negative control, %s ring with its diagonal block unmasked: loss %.2e grads %.2e"
            " params %.2e (%.1fx the tolerance)\n", precision_name(p), x->diff_loss,
            x->diff_grads, x->diff_params, worst);
-    ck_assert(worst > 1.5);
+    /* 1.4x on AMX, whose bf16 rows get (4 L + 1) u G where TP's bound is 4 L u G */
+    ck_assert(worst > 1.25);
     strategy_outcome_free(&out);
     baseline_free(b);
     context_report_free(&r);

@@ -338,14 +338,15 @@ static void run_rows(const product *q, const uint16_t *bias, int r0, int m, int 
 /* Splits of 128 rows into pieces of 16 rows or more (a rank's tokens are whole
  * sequences): two ranks' halves, and uneven pieces at odd offsets. Under 16 rows oneDNN
  * runs other kernels, which sum differently (measured: a 1-row piece in bf16, pieces of
- * 1-15 rows in fp32 with B transposed). On a CPU without AVX-512 the products run on
- * oneDNN's sgemm 16 rows a call (matmul16.c), which holds this for pieces of a multiple
- * of 16 rows at a multiple of 16 only: the last split is left out there. */
+ * 1-15 rows in fp32 with B transposed). Every kernel holds pieces of a multiple of 16
+ * rows at a multiple of 16 (matmul16.h); the last split, odd pieces, is held where a
+ * native kernel is found to hold any piece (matmul16_rows_invariant): not by the
+ * fallback's kernels (oneDNN's sgemm 16 rows a call without AVX-512; its AVX-512
+ * brgemm, measured: one row of 128 in fp16, beta 1) nor by AMX's bf16. */
 static const int row_splits[][5] = {{64, 64}, {48, 16, 64}, {16, 32, 80}, {16, 16, 17, 79}};
 #define ROW_SPLITS (int)(sizeof row_splits / sizeof row_splits[0])
 static int row_splits_held(precision p) {
-    return strstr(matmul16_impl(p, 0, 1, 128, 96, 40), "rows a call") ? ROW_SPLITS - 1
-                                                                        : ROW_SPLITS;
+    return !matmul16_widens(p) && matmul16_rows_invariant(p) ? ROW_SPLITS : ROW_SPLITS - 1;
 }
 
 /* Rows of q's product (out16: rounded, with a bias) that differ, in their bits, from the
@@ -396,6 +397,36 @@ START_TEST(test_rows_same_bits_in_any_split) {
         printf("%s (%s): %d products in pieces of rows at other alignments, every row the"
                " whole product's bits\n", precision_name(p), matmul16_impl(p, 0, 1, 128, 96, 40),
                checked);
+    }
+}
+END_TEST
+
+/* matmul16_rows_invariant's verdict on a native kernel is what this test measures:
+ * odd pieces (a single row; 17 and 79 rows at odd offsets) of every transpose and
+ * variant keep every row's bits exactly where the probe says they do (an AVX512-BF16
+ * kernel), and some row differs where it says not (AMX's bf16). The fallback's verdict
+ * speaks for nothing (matmul16.h). */
+START_TEST(test_rows_probe_agrees) {
+    static const int odd[][5] = {{1, 15, 112}, {16, 16, 17, 79}};
+    for (int pi = 0; pi < 2; pi++) {
+        const precision p = pi ? PRECISION_FP16 : PRECISION_BF16;
+        if (matmul16_widens(p)) continue;
+        int differ = 0;
+        for (int t = 0; t < 4; t++)
+            for (int variant = 0; variant < 3; variant++)
+                for (int sp = 0; sp < 2; sp++) {
+                    rng_seed(700 + 10 * t + variant);
+                    product q = product_make(p, t & 1, t >> 1, 128, 96, 40,
+                                             variant == 1 ? 1.0f : 0.0f, 3);
+                    differ += rows_differing(&q, variant == 2, odd[sp]);
+                    product_free(&q);
+                }
+        const int held = matmul16_rows_invariant(p);
+        printf("%s (%s): odd pieces: %d rows differ; the probe says rows are %s\n",
+               precision_name(p), matmul16_impl(p, 0, 1, 128, 96, 40), differ,
+               held ? "held" : "not held");
+        ck_assert_msg(held == (differ == 0), "%s: the probe says %d, %d rows differ",
+                      precision_name(p), held, differ);
     }
 }
 END_TEST
@@ -577,6 +608,7 @@ static Suite *matmul16_suite(void) {
     TCase *rows = tcase_create("rows");
     tcase_set_timeout(rows, 60);
     tcase_add_test(rows, test_rows_same_bits_in_any_split);
+    tcase_add_test(rows, test_rows_probe_agrees);
     suite_add_tcase(s, rows);
     return s;
 }

@@ -22,8 +22,8 @@
  * the same rounded inputs, at fp32's speed. matmul16_impl names which one runs.
  *
  * Either way a row of C is summed the same way whatever the other rows of a call of 16
- * rows or more (fewer run other kernels): a rank's or a micro-batch's rows get the bits
- * the whole batch's rows get. */
+ * rows or more at a multiple of 16 (fewer, or odd pieces, may run other kernels): a
+ * rank's or a micro-batch's rows get the bits the whole batch's rows get. */
 #ifndef MATMUL16_H
 #define MATMUL16_H
 #include <stdint.h>
@@ -54,6 +54,16 @@ const char *matmul16_impl(precision p, int trans_a, int trans_b, int M, int N, i
 
 /* Whether p's products run the fallback here (widened to fp32). */
 int matmul16_widens(precision p);
+
+/* Whether every row of p's products keeps its bits whatever rows share its call, down
+ * to a call of one row, at odd offsets and alignments (matmul16_rows.c probes one
+ * product once per precision: every transpose, beta 0 and 1, the 16-bit output). The
+ * calls of 16 rows or more at multiples of 16 keep them on every kernel matmul16 runs;
+ * smaller or odd pieces (a sequence of a tiny model, an expert's tokens) on some native
+ * kernels alone (AVX512-BF16's; AMX's bf16 sums a one-row call differently). A kernel
+ * that differs only rarely can pass one product (the fallback's AVX-512 fp32 brgemm:
+ * one row of a 128 x 96 product in fp16), so it speaks for native kernels. */
+int matmul16_rows_invariant(precision p);
 
 /* How many products the calling thread has set up (a primitive created, or a fallback
  * chosen) since its first call: constant while a loop repeats known shapes. */

@@ -20,13 +20,22 @@ run_tolerances tolerances_for(const run_config *cfg) {
                             adamw_drift_bound(&cfg->adamw, cfg->steps)};
 }
 
-/* fp16 whose products are widened to fp32 (no oneDNN fp16 matmul on this CPU): in a
- * call of under 16 rows its sums differ from the whole batch's, and a one-unit fp16 flip
- * of a linear's output may follow (tolerances.h). */
-static void allow_fp16_row_flips(const run_config *cfg, double largest_grad, run_tolerances *t) {
-    if (cfg->precision != PRECISION_FP16) return;
-    if (!matmul16_widens(PRECISION_FP16)) return;
-    const double u = 0x1p-11, L = cfg->model.layers;
+/* Whether a rank's rows of a 16-bit product may sum differently from the whole batch's
+ * (matmul16.h), so that a linear's output rounds one 16-bit unit apart and a flip
+ * follows (tolerances.h): fp16 widened to fp32 (no oneDNN fp16 matmul on this CPU), in
+ * calls of under 16 rows; or a 16-bit kernel that the probe finds summing a row by the
+ * call it is in (AMX's bf16 brgemm sums a one-row call differently). bf16 widened in
+ * 16-row calls held its rows in every strategy's runs. */
+static int rows_may_flip(precision p) {
+    if (p == PRECISION_FP32) return 0;
+    if (matmul16_widens(p)) return p == PRECISION_FP16;
+    return !matmul16_rows_invariant(p);
+}
+
+static void allow_row_flips(const run_config *cfg, double largest_grad, run_tolerances *t) {
+    if (!rows_may_flip(cfg->precision)) return;
+    const double u = ldexp(1.0, cfg->precision == PRECISION_BF16 ? -8 : -11);
+    const double L = cfg->model.layers;
     t->grads = fmax(t->grads, (4 * L + 1) * u * largest_grad);
 }
 
@@ -41,7 +50,7 @@ double mixed_loss_tolerance(const float *loss16, const float *loss32, int steps)
 
 run_tolerances tolerances_for_tp(const run_config *cfg, int tp, double largest_grad) {
     run_tolerances t = tolerances_for(cfg);
-    allow_fp16_row_flips(cfg, largest_grad, &t);
+    allow_row_flips(cfg, largest_grad, &t);
     if (cfg->precision == PRECISION_FP32 || tp < 2) return t;
     const double u = ldexp(1.0, cfg->precision == PRECISION_BF16 ? -8 : -11);
     const double L = cfg->model.layers, tokens = (double)cfg->batch * cfg->model.ctx;
@@ -61,7 +70,7 @@ run_tolerances tolerances_with_grads16(run_tolerances t, const run_config *cfg, 
 run_tolerances tolerances_with_moe_rows(run_tolerances t, const run_config *cfg, int moe_blocks,
                                         double largest_grad) {
     if (cfg->precision == PRECISION_FP32 || moe_blocks <= 0) return t;
-    if (!matmul16_widens(cfg->precision)) return t;
+    if (!matmul16_widens(cfg->precision) && matmul16_rows_invariant(cfg->precision)) return t;
     const double u = ldexp(1.0, cfg->precision == PRECISION_BF16 ? -8 : -11);
     const double tokens = (double)cfg->batch * cfg->model.ctx;
     t.grads = fmax(t.grads, 4 * moe_blocks * u * largest_grad);
@@ -79,7 +88,7 @@ run_tolerances tolerances_with_moe_routing(run_tolerances t, const run_config *c
 
 run_tolerances tolerances_for_grads16(const run_config *cfg, int parts, double largest_grad) {
     run_tolerances t = tolerances_for(cfg);
-    allow_fp16_row_flips(cfg, largest_grad, &t);
+    allow_row_flips(cfg, largest_grad, &t);
     return tolerances_with_grads16(t, cfg, parts, largest_grad);
 }
 

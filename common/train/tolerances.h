@@ -108,9 +108,12 @@ run_tolerances tolerances_for(const run_config *cfg);
  * whose rows may differ from the whole batch's in their last fp32 bit; the output's
  * rounding to fp16 then lands one unit (u = 2^-11) apart. Each of a block's 4 linears
  * and the LM head may flip so, to first order linearly in the gradients: step 1's
- * gradients within (4 L + 1) u G (G = largest_grad). oneDNN's bf16 kernel sums a row
- * the same way in any call of 2 rows or more (measured: bf16 pipelines, DDP and ZeRO
+ * gradients within (4 L + 1) u G (G = largest_grad). oneDNN's AVX512-BF16 kernel sums a
+ * row the same way in any call of 2 rows or more (measured: bf16 pipelines, DDP and ZeRO
  * within 1e-7 of the baseline), and fp32 rounds nothing to 16 bits: neither needs it.
+ * Its AMX kernel sums a call of one row differently (measured: 1 row of 64 in a split
+ * of 1 + 15 + 48; DualPipeV bf16 1.5e-5 from the baseline): a native kernel that
+ * matmul16_rows_invariant finds so gets the same allowance, in its u.
  *
  * The same with tensor parallelism over tp ranks, which rounds differently from the
  * unsplit model by construction: a row-parallel linear rounds each rank's partial
@@ -148,7 +151,8 @@ run_tolerances tolerances_with_grads16(run_tolerances t, const run_config *cfg, 
  * Each MoE block's two expert products forward and two backward may flip so, as TP's
  * four all-reduces a block do (tolerances_for_tp): step 1's gradients within 4 M u G and
  * the loss within 4 M u ln V / sqrt(B T), M the MoE blocks; t's bounds where larger.
- * Native 16-bit products sum a row alike anywhere: t unchanged. */
+ * Native 16-bit products that sum a row alike anywhere (matmul16_rows_invariant):
+ * t unchanged; AMX's bf16, which does not, gets the same allowance. */
 run_tolerances tolerances_with_moe_rows(run_tolerances t, const run_config *cfg, int moe_blocks,
                                         double largest_grad);
 /* MoE in fp32 past TOL_STEPS steps: AdamW moves two runs' parameters apart where a
