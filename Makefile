@@ -72,7 +72,11 @@ ifdef DEBUG
 else ifneq ($(SAN),)
   CFLAGS += -O1 -march=native -g1
 else
-  CFLAGS += -O3 -march=native -g
+  # 512-bit vectors where the CPU has them (GCC prefers 256 by default): the element-wise
+  # loops give the same bits at any width, and bench256's bf16 step on an AVX-512 CPU
+  # took 32.4 against 36.8 ms (GELU 3.7 against 5.0, the residual adds half); no change
+  # where there is no AVX-512
+  CFLAGS += -O3 -march=native -mprefer-vector-width=512 -g
 endif
 ifeq ($(SAN),address)
   CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
