@@ -95,10 +95,10 @@ int main(int argc, char **argv) {
     cfg.adamw.warmup_steps = 0;
     /* (--warmup and --precision are every program's: the learning rate's warm-up, and
      * fp32, bf16, ...) */
-    int warmup = 3, math = 2;
+    int untimed = 3, math = 2;
     static const char *const maths[] = {"fp32", "tf32", "both", NULL};
     const cli_option options[] = {
-        {"untimed", OPT_INT, &warmup, "untimed steps before the timed ones", NULL, 0},
+        {"untimed", OPT_INT, &untimed, "untimed steps before the timed ones", NULL, 0},
         {"math", OPT_CHOICE, &math, "the products' math: fp32, TF32 or both", maths, 0},
         {0},
     };
@@ -117,14 +117,14 @@ int main(int argc, char **argv) {
     printf("GPT-2 small training step on %s: layers %d, heads %d, dim %d, ctx %d, vocab %d"
            " = %.1fM parameters; batch %d x %d tokens; %d warm-up + %d timed steps\n",
            name, cfg.model.layers, cfg.model.heads, cfg.model.dim, cfg.model.ctx,
-           cfg.model.vocab, gpt_num_params(&shape) / 1e6, cfg.batch, cfg.model.ctx, warmup,
+           cfg.model.vocab, gpt_num_params(&shape) / 1e6, cfg.batch, cfg.model.ctx, untimed,
            cfg.steps);
     printf("%-10s %10s %12s %9s %22s %12s\n", "precision", "ms/step", "tokens/s", "TFLOP/s",
            "loss first -> last", "device mem");
     int status = 0;
     for (int tf32 = 0; tf32 <= 1; tf32++) {
         if ((math == 0 && tf32) || (math == 1 && !tf32)) continue;
-        bench_result r = run_precision(&cfg, tf32, warmup);
+        bench_result r = run_precision(&cfg, tf32, untimed);
         char mem[32];
         printf("%-10s %10.1f %12.0f %9.2f %10.4f -> %-9.4f %12s\n", tf32 ? "tf32" : "fp32",
                r.ms_per_step, r.tokens_per_s, r.tflops, r.first_loss, r.last_loss,

@@ -245,7 +245,6 @@ static void apply_preset(const char *name, run_config *cfg) {
     }
 }
 
-/* Every flag of argv into its target. */
 /* A program's own flag named like a shared one would never be read (the shared one is
  * found first): the program's bug, caught on its first run. */
 static void check_not_shadowed(const cli_option *shared, const cli_option *extra) {
@@ -258,6 +257,7 @@ static void check_not_shadowed(const cli_option *shared, const cli_option *extra
             }
 }
 
+/* Every flag of argv into its target. */
 static void parse_flags(int argc, char **argv, run_config *cfg, const cli_option *tables[2],
                         const char *description) {
     const cli_option *shared = tables[0];
