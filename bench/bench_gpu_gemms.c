@@ -71,18 +71,12 @@ static double time_product(const product *p, int precision, int reps, void *a, v
     CUDA_CHECK(cudaEventCreate(&stop));
     for (int r = -2; r < reps; r++) {
         if (r == 0) CUDA_CHECK(cudaEventRecord(start, s));
-        /* one product as the linears' (ops_cuda.cu's gemm), a batch as attention's */
-        const cublasStatus_t st =
-            p->batch == 1
-                ? cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, p->m, p->n, p->k, &alpha, a, in,
-                               p->m, b, in, p->k, &beta, c, CUDA_R_32F, p->m, compute,
-                               CUBLAS_GEMM_DEFAULT)
-                : cublasGemmStridedBatchedEx(
-                      h, CUBLAS_OP_N, CUBLAS_OP_N, p->m, p->n, p->k, &alpha, a, in, p->m,
-                      (long long)p->m * p->k, b, in, p->k, (long long)p->k * p->n, &beta, c,
-                      CUDA_R_32F, p->m, (long long)p->m * p->n, p->batch, compute,
-                      CUBLAS_GEMM_DEFAULT);
-        if (st != CUBLAS_STATUS_SUCCESS) {
+        const cublasStatus_t st = cublasGemmStridedBatchedEx(
+            h, CUBLAS_OP_N, CUBLAS_OP_N, p->m, p->n, p->k, &alpha, a, in, p->m,
+            (long long)p->m * p->k, b, in, p->k, (long long)p->k * p->n, &beta, c,
+            CUDA_R_32F, p->m, (long long)p->m * p->n, p->batch, compute,
+            CUBLAS_GEMM_DEFAULT);
+        if (st != CUBLAS_STATUS_SUCCESS) {   /* the product's shape, to find the bad one */
             fprintf(stderr, "cuBLAS error %d (%s): product m %d n %d k %d batch %d, %s\n",
                     (int)st, cublasGetStatusString(st), p->m, p->n, p->k, p->batch,
                     precision == 2 ? "bf16" : precision == 1 ? "tf32" : "fp32");

@@ -403,8 +403,8 @@ END_TEST
 
 /* matmul16_rows_invariant's verdict on a native kernel is what this test measures:
  * odd pieces (a single row; 17 and 79 rows at odd offsets) of every transpose and
- * variant keep every row's bits exactly where the probe says they do (an AVX512-BF16
- * kernel), and some row differs where it says not (AMX's bf16). The fallback's verdict
+ * variant keep every row's bits exactly where the probe says they do, and some row
+ * differs where it says not (AMX's bf16 in a one-row call). The fallback's verdict
  * speaks for nothing (matmul16.h). */
 START_TEST(test_rows_probe_agrees) {
     static const int odd[][5] = {{1, 15, 112}, {16, 16, 17, 79}};

@@ -60,7 +60,7 @@ int matmul16_widens(precision p);
  * product once per precision: every transpose, beta 0 and 1, the 16-bit output). The
  * calls of 16 rows or more at multiples of 16 keep them on every kernel matmul16 runs;
  * smaller or odd pieces (a sequence of a tiny model, an expert's tokens) on some native
- * kernels alone (AVX512-BF16's; AMX's bf16 sums a one-row call differently). A kernel
+ * kernels alone (AMX's bf16 sums a one-row call differently). A kernel
  * that differs only rarely can pass one product (the fallback's AVX-512 fp32 brgemm:
  * one row of a 128 x 96 product in fp16), so it speaks for native kernels. */
 int matmul16_rows_invariant(precision p);
