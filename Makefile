@@ -139,6 +139,30 @@ endif
 $(plain_build)/obj/common/tensor/matmul_engine.o: CFLAGS += \
     -DMATMUL_DEFAULT_ONEDNN=$(if $(filter onednn,$(MATMUL)),1,0)
 $(plain_build)/obj/common/tensor/matmul_engine.o: $(matmul_stamp)
+
+# make compares times, never commands: a tree built before a flag changed (a new -O or
+# -m flag here, EXTRA_CFLAGS, another compiler) would keep its old objects. So each build
+# folder holds the compile command of its objects in a file, rewritten only when the
+# command changes, and every object depends on it (and every program on the link
+# flags'). The plain folder's file holds only what every variant compiles it with.
+# $(call remember,FILE,VAR): FILE holds VAR's value, rewritten only when that changes.
+define remember
+ifneq ($$(file <$(1)),$$($(2)))
+  $$(shell mkdir -p $(dir $(1)))
+  $$(file >$(1),$$($(2)))
+endif
+endef
+plain_flags := $(plain_build)/cflags
+plain_compile := $(CC) $(CFLAGS)
+build_link := $(CC) $(LDLIBS) $(CHECK_LIBS)
+build_compile := $(plain_compile) $(variant_cflags) $(NVCC) $(NVCCFLAGS)
+ifneq ($(MAKECMDGOALS),clean)
+  $(eval $(call remember,$(plain_flags),plain_compile))
+  $(eval $(call remember,$(BUILD)/ldflags,build_link))
+  ifneq ($(plain_build),$(BUILD))
+    $(eval $(call remember,$(BUILD)/cflags,build_compile))
+  endif
+endif
 obj_of = $(foreach s,$(1),$(if $(filter $(variant_src) gpu/% %.cu,$(s)),$(BUILD),$(plain_build))/obj/$(basename $(s)).o)
 common_obj := $(call obj_of,$(common_src) $(cuda_src))
 
@@ -162,17 +186,17 @@ $(DEPS_STAMP): tools/ensure-deps
 compile = $(CC) $(1) -MMD -MP -MT $@ -MF $@.$$$$.d -c $< -o $@.$$$$.tmp && \
     mv -f $@.$$$$.d $(@:.o=.d) && mv -f $@.$$$$.tmp $@ || { rm -f $@.$$$$.*; exit 1; }
 # ... and so is a program: a suite never starts one half linked by another build
-link = $(CC) $(1) -o $@.$$$$.tmp $(2) && mv -f $@.$$$$.tmp $@ || { rm -f $@.$$$$.tmp; exit 1; }
-$(BUILD)/obj/%.o: %.c | $(DEPS_STAMP)
+link = $(CC) $(filter %.o,$(1)) -o $@.$$$$.tmp $(2) && mv -f $@.$$$$.tmp $@ || { rm -f $@.$$$$.tmp; exit 1; }
+$(BUILD)/obj/%.o: %.c $(BUILD)/cflags | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	$(call compile,$(CFLAGS) $(variant_cflags))
 ifneq ($(plain_build),$(BUILD))
-$(plain_build)/obj/%.o: %.c | $(DEPS_STAMP)
+$(plain_build)/obj/%.o: %.c $(plain_flags) | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	$(call compile,$(CFLAGS))
 endif
 
-$(BUILD)/obj/%.o: %.cu | $(DEPS_STAMP)
+$(BUILD)/obj/%.o: %.cu $(BUILD)/cflags | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
@@ -189,7 +213,7 @@ chapter_of = $(shell echo $(1) | sed -n 's/.*test_\(mpi_\)\{0,1\}chapter\([0-9][
 # `make chapterN` builds chapters/0N-*/ into $(BUILD)/chapterN and records it for ./run.
 # A chapter links no other chapter's code: strategies live in common/parallel/.
 define program
-$(BUILD)/$(1): $$(call obj_of,$$(wildcard $(2)/*.c)) $$(common_obj)
+$(BUILD)/$(1): $$(call obj_of,$$(wildcard $(2)/*.c)) $$(common_obj) $(BUILD)/ldflags
 	$$(call link,$$^,$$(LDLIBS))
 .PHONY: $(1)
 $(1): $(BUILD)/$(1)
@@ -211,7 +235,7 @@ test_bins := $(test_src:tests/%.c=$(BUILD)/tests/%)
 # A suite named test_chapterN*.c (or test_mpi_chapterN*.c) also links chapter N's
 # strategy code: every .c of chapters/0N-*/ except main.c.
 define test_program
-$(BUILD)/tests/$(1): $(call obj_of,tests/$(1).c $(test_helpers)) $(call chapter_objs,$(call chapter_of,$(1))) $$(common_obj)
+$(BUILD)/tests/$(1): $(call obj_of,tests/$(1).c $(test_helpers)) $(call chapter_objs,$(call chapter_of,$(1))) $$(common_obj) $(BUILD)/ldflags
 	@mkdir -p $$(dir $$@)
 	$$(call link,$$^,$$(LDLIBS) $$(CHECK_LIBS))
 endef
@@ -236,7 +260,7 @@ check: | $(DEPS_STAMP)
 
 # ---- benchmarks: bench/*.c, each linked with common/ --------------------------------
 bench_bins := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
-$(BUILD)/bench/%: $$(call obj_of,bench/$$*.c) $$(common_obj)
+$(BUILD)/bench/%: $$(call obj_of,bench/$$*.c) $$(common_obj) $(BUILD)/ldflags
 	@mkdir -p $(dir $@)
 	$(call link,$^,$(LDLIBS))
 .PHONY: benches
