@@ -10,13 +10,14 @@ const char *const matmul_engine_names[] = {"openblas", "onednn", NULL};
 #define MATMUL_DEFAULT_ONEDNN 0
 #endif
 
-/* The decision rule's measurement on the machine the project is developed on (AMD
- * EPYC without AVX-512, where oneDNN 2.6's fp32 matmul is its AVX2 gemm:jit and the
- * weights' "any" layout is a plain one): see docs/design.md, "fp32 matmul engine". */
+/* The decision rule's measurements (docs/design.md, "fp32 matmul engine"): on an AMD
+ * EPYC without AVX-512 oneDNN 2.6's fp32 matmul is its AVX2 gemm:jit, whose "any"
+ * weight layout is a plain one; on an Intel Xeon with AVX-512 it is brgemm with a
+ * blocked weight layout. */
 #define MATMUL_DEFAULT_REASON                                                            \
-    "OpenBLAS by default: oneDNN's fp32 matmul (AVX2 gemm:jit) measured 4% slower on"    \
-    " bench256's step and 3-7% on 1F1B's micro-batch products, where the rule asks 5% and" \
-    " 10% faster"
+    "OpenBLAS by default: oneDNN's fp32 matmul measured 4% slower on bench256's step and" \
+    " 3-7% on 1F1B's micro-batch products (AVX2 gemm:jit); within 3% and 8% faster"     \
+    " (AVX-512 brgemm); the rule asks 5% and 10% faster"
 
 static _Atomic int engine = MATMUL_DEFAULT_ONEDNN ? MATMUL_ONEDNN : MATMUL_OPENBLAS;
 static _Atomic int chosen;
