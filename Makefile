@@ -142,9 +142,10 @@ $(plain_build)/obj/common/tensor/matmul_engine.o: $(matmul_stamp)
 
 # make compares times, never commands: a tree built before a flag changed (a new -O or
 # -m flag here, EXTRA_CFLAGS, another compiler) would keep its old objects. So each build
-# folder holds the compile command of its objects in a file, rewritten only when the
-# command changes, and every object depends on it (and every program on the link
-# flags'). The plain folder's file holds only what every variant compiles it with.
+# folder holds the compile command of its objects in a file (cflags), rewritten only when
+# the command changes, and every object depends on it; every program depends on its
+# folder's link flags (ldflags) the same way. The plain folder's cflags holds only what
+# every variant compiles the shared objects with, so that variants never rewrite it.
 # $(call remember,FILE,VAR): FILE holds VAR's value, rewritten only when that changes.
 define remember
 ifneq ($$(file <$(1)),$$($(2)))
