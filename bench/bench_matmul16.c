@@ -66,9 +66,9 @@ static void evict_caches(unsigned char *buffer) {
     for (size_t i = 0; i < EVICT_BYTES; i += 64) buffer[i]++;
 }
 
-/* GFLOP/s: the best of repeats timings. Warm: each of enough products for ~50 ms.
+/* GFLOP/s: the best of `tries` timings. Warm: each of enough products for ~50 ms.
  * Cold (evict not NULL): one product each, after evicting the caches. */
-static double gflops(const operands *o, precision p, int repeats, unsigned char *evict) {
+static double gflops(const operands *o, precision p, int tries, unsigned char *evict) {
     const double flops = 2.0 * o->M * o->N * o->K;
     run_once(o, p);   /* the primitive is created here, outside the timing */
     double t0 = now_s();
@@ -76,7 +76,7 @@ static double gflops(const operands *o, precision p, int repeats, unsigned char 
     double one = now_s() - t0;
     int iters = evict ? 1 : one > 0 ? (int)(0.05 / one) + 1 : 100;
     double best = 1e30;
-    for (int r = 0; r < repeats * (evict ? 4 : 1); r++) {
+    for (int r = 0; r < tries; r++) {
         if (evict) evict_caches(evict);
         double start = now_s();
         for (int i = 0; i < iters; i++) run_once(o, p);
@@ -132,6 +132,7 @@ static void parse_args(int argc, char **argv, int *cold, int *repeats) {
 int main(int argc, char **argv) {
     int cold, repeats;
     parse_args(argc, argv, &cold, &repeats);
+    const int tries = cold ? 4 * repeats : repeats;   /* a cold try times one product */
     unsigned char *evict = cold ? calloc(EVICT_BYTES, 1) : NULL;
     if (cold && !evict) {
         fprintf(stderr, "bench_matmul16: out of memory\n");
@@ -143,14 +144,14 @@ int main(int argc, char **argv) {
         printf("  %s: %s\n", precision_name((precision)p),
                matmul16_impl((precision)p, 0, 1, shapes[0].M, shapes[0].N, shapes[0].K));
     printf("  %-8s %16s %10s %10s %10s %9s  (GFLOP/s, 1 thread, best of %d%s)\n", "layer",
-           "M x N x K", "fp32", "bf16", "fp16", "bf16/fp32", repeats * (cold ? 4 : 1),
+           "M x N x K", "fp32", "bf16", "fp16", "bf16/fp32", tries,
            cold ? "; operands evicted from L1 and L2 before each product" : "");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         double rate[PRECISION_COUNT];
         for (int p = 0; p < PRECISION_COUNT; p++) {
             operands o = operands_make(&shapes[s], p == PRECISION_FP16 ? PRECISION_FP16
                                                                        : PRECISION_BF16);
-            rate[p] = gflops(&o, (precision)p, repeats, evict);
+            rate[p] = gflops(&o, (precision)p, tries, evict);
             operands_free(&o);
         }
         printf("  %-8s %4d x %4d x %4d %10.0f %10.0f %10.0f %8.2fx\n", shapes[s].what,
